@@ -1,0 +1,206 @@
+// Command stepflow-local runs stepflow on one machine: `dev` starts the
+// emulator, the resources of template.yaml and the runner that plays API
+// Gateway, SQS event source mappings and the schedule; `invoke` runs one
+// function's handler on one event against a running dev stack, as `sam
+// local invoke` would.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/spf13/cobra"
+
+	"github.com/stepflow/stepflow/localstack/devstack"
+)
+
+func main() {
+	root := &cobra.Command{Use: "stepflow-local", Short: "Run stepflow on this machine against a local AWS emulator", SilenceUsage: true}
+	root.AddCommand(devCmd(), invokeCmd())
+	if err := root.Execute(); err != nil {
+		os.Exit(1)
+	}
+}
+
+// stateFile is where a running dev stack leaves what `invoke` needs.
+func stateFile(addr string) string {
+	_, port, _ := net.SplitHostPort(addr)
+	return filepath.Join(".stepflow", "dev-"+port+".json")
+}
+
+type devState struct {
+	URL      string            `json:"url"`
+	Endpoint string            `json:"endpoint"`
+	Stack    string            `json:"stack"`
+	Env      map[string]string `json:"env"`
+}
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func devCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "dev",
+		Short: "Serve the HTTP API and run the stack in the foreground (Ctrl-C stops it)",
+		Long: `Environment:
+  STEPFLOW_ADDR         HTTP API address (default 127.0.0.1:3000)
+  AWS_ENDPOINT_URL      use this running emulator (e.g. LocalStack) instead of starting moto
+  STEPFLOW_API_KEYS     tenant:key,... (default dev:dev-key)
+  STEPFLOW_STACK        resource name prefix (default stepflow-<port>)
+  STEPFLOW_SWEEP_EVERY  heartbeat period (default: template.yaml's schedule, 1m)`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			keysSpec := env("STEPFLOW_API_KEYS", "dev:dev-key")
+			keys, err := devstack.ParseAPIKeys(keysSpec)
+			if err != nil {
+				return err
+			}
+			var every time.Duration
+			if v := os.Getenv("STEPFLOW_SWEEP_EVERY"); v != "" {
+				if every, err = time.ParseDuration(v); err != nil || every <= 0 {
+					return fmt.Errorf("STEPFLOW_SWEEP_EVERY: %q is not a duration like 10s", v)
+				}
+			}
+			if err := os.MkdirAll(".stepflow", 0o755); err != nil {
+				return err
+			}
+			addr := env("STEPFLOW_ADDR", "127.0.0.1:3000")
+			motoLog, err := os.Create(filepath.Join(".stepflow", "moto-"+strings.ReplaceAll(addr, ":", "_")+".log"))
+			if err != nil {
+				return err
+			}
+			defer motoLog.Close()
+			st, err := devstack.Start(ctx, devstack.Options{
+				Addr: addr, EndpointURL: os.Getenv("AWS_ENDPOINT_URL"), StackName: os.Getenv("STEPFLOW_STACK"),
+				APIKeys: keys, ScheduleEvery: every, Region: env("AWS_REGION", "us-east-1"), Log: log, MotoLog: motoLog,
+			})
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			state, _ := json.MarshalIndent(devState{URL: st.URL, Endpoint: st.Endpoint, Stack: st.Name, Env: st.Resources.Env}, "", "  ")
+			sf := stateFile(addr)
+			if err := os.WriteFile(sf, state, 0o600); err != nil {
+				return err
+			}
+			defer os.Remove(sf)
+			emu := "moto (started here, DynamoDB serialised by a proxy)"
+			if st.Emulator == nil {
+				emu = "the emulator at " + st.Endpoint
+			}
+			var tenants []string
+			for k, t := range keys {
+				tenants = append(tenants, t+" (key "+k+")")
+			}
+			fmt.Fprintf(os.Stderr, `
+stepflow is running
+  HTTP API   %s
+  AWS        %s, endpoint %s
+  stack      %s (resources from template.yaml)
+  tenants    %s
+
+  curl -s -X POST %s/v1/jobs -H 'Authorization: Bearer %s' \
+       -d '{"steps":[{"id":"hello","action":"pass"}],"payload":{"hi":1}}'
+
+Ctrl-C stops it.
+`, st.URL, emu, st.Endpoint, st.Name, strings.Join(tenants, ", "), st.URL, firstKey(keys))
+			<-ctx.Done()
+			fmt.Fprintln(os.Stderr, "stopping")
+			return nil
+		},
+	}
+}
+
+func firstKey(keys map[string]string) string {
+	for k, t := range keys {
+		if t == "dev" {
+			return k
+		}
+	}
+	for k := range keys {
+		return k
+	}
+	return ""
+}
+
+func invokeCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "invoke FUNCTION EVENT.json",
+		Short: "Run one function's handler on one event against the running dev stack (like sam local invoke)",
+		Long:  "FUNCTION is enqueue, claim, execute or heartbeat (or its logical id, e.g. EnqueueFunction). The dev stack at STEPFLOW_ADDR (default 127.0.0.1:3000) must be running.",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			addr := env("STEPFLOW_ADDR", "127.0.0.1:3000")
+			raw, err := os.ReadFile(stateFile(addr))
+			if err != nil {
+				return fmt.Errorf("no dev stack is running at %s (start one with `make dev`): %w", addr, err)
+			}
+			var state devState
+			if err := json.Unmarshal(raw, &state); err != nil {
+				return fmt.Errorf("read %s: %w", stateFile(addr), err)
+			}
+			event, err := os.ReadFile(args[1])
+			if err != nil {
+				return err
+			}
+			st, err := devstack.Start(ctx, devstack.Options{EndpointURL: state.Endpoint, StackName: state.Stack, NoRunner: true, Region: env("AWS_REGION", "us-east-1")})
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			out, err := invoke(ctx, st, args[0], event)
+			if err != nil {
+				return err
+			}
+			enc := json.NewEncoder(os.Stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(out)
+		},
+	}
+}
+
+func invoke(ctx context.Context, st *devstack.Stack, fn string, event []byte) (any, error) {
+	id := strings.ToLower(strings.TrimSuffix(fn, "Function"))
+	id = strings.ToUpper(id[:1]) + id[1:] + "Function"
+	h := st.Handlers
+	if f := h.HTTP[id]; f != nil {
+		var ev events.APIGatewayV2HTTPRequest
+		if err := json.Unmarshal(event, &ev); err != nil {
+			return nil, fmt.Errorf("event is not an API Gateway HTTP API event: %w", err)
+		}
+		return f(ctx, ev)
+	}
+	if f := h.SQS[id]; f != nil {
+		var ev events.SQSEvent
+		if err := json.Unmarshal(event, &ev); err != nil {
+			return nil, fmt.Errorf("event is not an SQS event: %w", err)
+		}
+		return f(ctx, ev)
+	}
+	if f := h.Schedule[id]; f != nil {
+		var ev events.EventBridgeEvent
+		if err := json.Unmarshal(event, &ev); err != nil {
+			return nil, fmt.Errorf("event is not an EventBridge event: %w", err)
+		}
+		return map[string]string{"result": "ok"}, f(ctx, ev)
+	}
+	return nil, errors.New("unknown function " + fn + ": use enqueue, claim, execute or heartbeat")
+}

@@ -1,0 +1,21 @@
+// Command claim is the Lambda function external workers talk to: claim,
+// heartbeat, complete and fail leases.
+package main
+
+import (
+	"context"
+	"log"
+
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/stepflow/stepflow/shared/config"
+	"github.com/stepflow/stepflow/shared/httpapi"
+)
+
+func main() {
+	e, logger, err := config.FromLambdaEnv(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	lambda.Start(httpapi.New(e, logger).Handle)
+}

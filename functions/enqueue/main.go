@@ -1,0 +1,21 @@
+// Command enqueue is the Lambda function behind the job routes of the HTTP
+// API: submit, get, list, events, cancel, health.
+package main
+
+import (
+	"context"
+	"log"
+
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/stepflow/stepflow/shared/config"
+	"github.com/stepflow/stepflow/shared/httpapi"
+)
+
+func main() {
+	e, logger, err := config.FromLambdaEnv(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	lambda.Start(httpapi.New(e, logger).Handle)
+}

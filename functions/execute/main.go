@@ -1,0 +1,22 @@
+// Command execute is the Lambda function on the ready queues' SQS event
+// source mapping: it leases, runs and records built-in steps, answering
+// partial batch failures.
+package main
+
+import (
+	"context"
+	"log"
+
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/stepflow/stepflow/shared/config"
+	"github.com/stepflow/stepflow/shared/handlers"
+)
+
+func main() {
+	e, logger, err := config.FromLambdaEnv(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	lambda.Start(handlers.Execute(e, logger))
+}

@@ -1,0 +1,72 @@
+package bootstrap
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/stretchr/testify/require"
+)
+
+// startMoto runs a private moto_server for one test and returns its endpoint.
+// The test is skipped when moto_server is not installed.
+func startMoto(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("moto_server")
+	if err != nil {
+		t.Skip("moto_server not on PATH (pip install \"moto[server]\")")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+
+	cmd := exec.Command(bin, "-H", "127.0.0.1", "-p", strconv.Itoa(port))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // kill the shim and python together
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+
+	endpoint := "http://127.0.0.1:" + strconv.Itoa(port)
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := client.Get(endpoint + "/moto-api/")
+		if err == nil {
+			_ = resp.Body.Close()
+			return endpoint
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("moto_server on %s did not answer: %v", endpoint, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// clients returns DynamoDB and SQS clients pointed at endpoint.
+func clients(endpoint string) (*dynamodb.Client, *sqs.Client) {
+	cfg := aws.Config{
+		Region:      "us-east-1",
+		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
+	}
+	db := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(endpoint) })
+	sq := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.BaseEndpoint = aws.String(endpoint) })
+	return db, sq
+}
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}

@@ -1,0 +1,270 @@
+package bootstrap
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+const realTemplate = "../../template.yaml"
+
+func TestParseRealTemplate(t *testing.T) {
+	t.Parallel()
+	tpl, err := Parse(realTemplate)
+	require.NoError(t, err)
+
+	fns := tpl.Functions()
+	ids := make([]string, len(fns))
+	byID := map[string]Function{}
+	for i, f := range fns {
+		ids[i] = f.LogicalID
+		byID[f.LogicalID] = f
+	}
+	require.Equal(t, []string{"ClaimFunction", "EnqueueFunction", "ExecuteFunction", "HeartbeatFunction"}, ids)
+
+	enq := byID["EnqueueFunction"]
+	require.Equal(t, 30, enq.Timeout, "Globals timeout")
+	require.Equal(t, []Route{
+		{"GET", "/v1/health"},
+		{"GET", "/v1/jobs"},
+		{"POST", "/v1/jobs"},
+		{"GET", "/v1/jobs/{id}"},
+		{"POST", "/v1/jobs/{id}/cancel"},
+		{"GET", "/v1/jobs/{id}/events"},
+	}, enq.Routes)
+	require.Empty(t, enq.SQS)
+	require.Empty(t, enq.Schedules)
+
+	claim := byID["ClaimFunction"]
+	require.Equal(t, 30, claim.Timeout)
+	require.Equal(t, []Route{
+		{"POST", "/v1/claim"},
+		{"POST", "/v1/leases/{lease}/complete"},
+		{"POST", "/v1/leases/{lease}/fail"},
+		{"POST", "/v1/leases/{lease}/heartbeat"},
+	}, claim.Routes)
+
+	exec := byID["ExecuteFunction"]
+	require.Equal(t, 300, exec.Timeout)
+	require.Empty(t, exec.Routes)
+	require.Equal(t, []SQSSource{
+		{QueueLogicalID: "ReadyQueueP0", BatchSize: 10, ReportBatchItemFailures: true},
+		{QueueLogicalID: "ReadyQueueP1", BatchSize: 10, ReportBatchItemFailures: true},
+		{QueueLogicalID: "ReadyQueueP2", BatchSize: 10, ReportBatchItemFailures: true},
+	}, exec.SQS)
+
+	hb := byID["HeartbeatFunction"]
+	require.Equal(t, 60, hb.Timeout)
+	require.Equal(t, []Schedule{{Expression: "rate(1 minute)", Every: time.Minute}}, hb.Schedules)
+
+	// Resource types and short tags survive parsing.
+	require.Equal(t, "AWS::DynamoDB::Table", tpl.Resources["JobsTable"].Type)
+	require.Equal(t, map[string]any{"Fn::GetAtt": []any{"DeadLetterQueue", "Arn"}},
+		tpl.Resources["ReadyQueueP0"].Properties["RedrivePolicy"].(map[string]any)["deadLetterTargetArn"])
+	env := envVars(tpl.globalFn)
+	require.Equal(t, map[string]any{"Ref": "JobsTable"}, env["STEPFLOW_TABLE"])
+	require.Equal(t, map[string]any{"Fn::Sub": "${AWS::StackName}-w-"}, env["STEPFLOW_WORKER_QUEUE_PREFIX"])
+	require.Equal(t, "1800", env["STEPFLOW_LEASE_SECONDS"])
+}
+
+// The lease is the ready queues' visibility timeout, which Lambda wants to be
+// at least six times the executor's timeout.
+func TestTemplateLeaseInvariants(t *testing.T) {
+	t.Parallel()
+	tpl, err := Parse(realTemplate)
+	require.NoError(t, err)
+	lease, err := toInt(envVars(tpl.globalFn)["STEPFLOW_LEASE_SECONDS"])
+	require.NoError(t, err)
+	for _, f := range tpl.Functions() {
+		for _, src := range f.SQS {
+			vis, err := toInt(tpl.Resources[src.QueueLogicalID].Properties["VisibilityTimeout"])
+			require.NoError(t, err)
+			require.Equal(t, lease, vis, "%s VisibilityTimeout", src.QueueLogicalID)
+			require.GreaterOrEqual(t, vis, 6*f.Timeout, "%s VisibilityTimeout vs %s Timeout", src.QueueLogicalID, f.LogicalID)
+		}
+	}
+}
+
+func TestFunctionsReturnsCopies(t *testing.T) {
+	t.Parallel()
+	tpl, err := Parse(realTemplate)
+	require.NoError(t, err)
+	fns := tpl.Functions()
+	for i := range fns {
+		for j := range fns[i].SQS {
+			fns[i].SQS[j].QueueURL = "mutated"
+		}
+	}
+	for _, f := range tpl.Functions() {
+		for _, s := range f.SQS {
+			require.Empty(t, s.QueueURL)
+		}
+	}
+}
+
+func TestParseRate(t *testing.T) {
+	t.Parallel()
+	for expr, want := range map[string]time.Duration{
+		"rate(1 minute)":    time.Minute,
+		"rate(5 minutes)":   5 * time.Minute,
+		"rate(1 hour)":      time.Hour,
+		"rate(2 hours)":     2 * time.Hour,
+		"rate(1 second)":    time.Second,
+		"rate(30 seconds)":  30 * time.Second,
+		"rate(1 day)":       24 * time.Hour,
+		" rate( 3 minutes)": 3 * time.Minute,
+	} {
+		got, err := ParseRate(expr)
+		require.NoError(t, err, expr)
+		require.Equal(t, want, got, expr)
+	}
+	for _, bad := range []string{"", "rate(0 minutes)", "rate(1 week)", "rate(-1 minute)", "rate(1.5 minutes)", "cron(0 12 * * ? *)", "at(2030-01-01T00:00:00)"} {
+		_, err := ParseRate(bad)
+		require.Error(t, err, bad)
+	}
+}
+
+func writeTemplate(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "template.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+	return p
+}
+
+func TestParseEventsAndDefaults(t *testing.T) {
+	t.Parallel()
+	p := writeTemplate(t, `
+Parameters:
+  Secs:
+    Type: Number
+    Default: 45
+Resources:
+  Q:
+    Type: AWS::SQS::Queue
+  Fn:
+    Type: AWS::Serverless::Function
+    Properties:
+      Timeout: !Ref Secs
+      Events:
+        Any:
+          Type: HttpApi
+        Rest:
+          Type: Api
+          Properties: {Method: any, Path: /x}
+        Queue:
+          Type: SQS
+          Properties:
+            Queue:
+              Fn::GetAtt: [Q, Arn]
+        Off:
+          Type: Schedule
+          Properties: {Schedule: "cron(0 * * * ? *)", Enabled: false}
+        V2:
+          Type: ScheduleV2
+          Properties: {ScheduleExpression: rate(10 seconds)}
+        Stream:
+          Type: DynamoDB
+          Properties: {Stream: arn:aws:dynamodb:::x, StartingPosition: LATEST}
+  Bare:
+    Type: AWS::Serverless::Function
+`)
+	tpl, err := Parse(p)
+	require.NoError(t, err)
+	fns := tpl.Functions()
+	require.Len(t, fns, 2)
+	require.Equal(t, Function{LogicalID: "Bare", Timeout: 3}, fns[0], "Lambda's default timeout")
+	require.Equal(t, Function{
+		LogicalID: "Fn",
+		Timeout:   45,
+		Routes:    []Route{{"ANY", "$default"}, {"ANY", "/x"}},
+		SQS:       []SQSSource{{QueueLogicalID: "Q", BatchSize: 10}},
+		Schedules: []Schedule{{Expression: "rate(10 seconds)", Every: 10 * time.Second}},
+	}, fns[1])
+}
+
+func TestParseErrors(t *testing.T) {
+	t.Parallel()
+	_, err := Parse(filepath.Join(t.TempDir(), "missing.yaml"))
+	require.Error(t, err)
+
+	for name, body := range map[string]string{
+		"no resources": "Description: nothing\n",
+		"not yaml":     "Resources: [\n",
+		"no type":      "Resources:\n  X:\n    Properties: {}\n",
+		"cron": `
+Resources:
+  Fn:
+    Type: AWS::Serverless::Function
+    Properties:
+      Events:
+        Tick: {Type: Schedule, Properties: {Schedule: "cron(0 12 * * ? *)"}}
+`,
+		"sqs literal arn": `
+Resources:
+  Fn:
+    Type: AWS::Serverless::Function
+    Properties:
+      Events:
+        Q: {Type: SQS, Properties: {Queue: "arn:aws:sqs:us-east-1:123456789012:elsewhere"}}
+`,
+		"sqs not a queue": `
+Resources:
+  T:
+    Type: AWS::SNS::Topic
+  Fn:
+    Type: AWS::Serverless::Function
+    Properties:
+      Events:
+        Q: {Type: SQS, Properties: {Queue: !GetAtt T.Arn}}
+`,
+		"bad getatt": `
+Resources:
+  Fn:
+    Type: AWS::Serverless::Function
+    Properties:
+      Environment: {Variables: {X: !GetAtt NoDot}}
+`,
+	} {
+		_, err := Parse(writeTemplate(t, body))
+		require.Error(t, err, name)
+	}
+}
+
+func TestShortTagsBecomeLongForm(t *testing.T) {
+	t.Parallel()
+	p := writeTemplate(t, `
+Resources:
+  R:
+    Type: Custom::Thing
+    Properties:
+      A: !Ref X
+      B: !GetAtt Y.Arn
+      C: !Sub "${AWS::Region}-x"
+      D: !Sub ["${v}", {v: !Ref X}]
+      E: !Join [",", [a, !Ref X]]
+      F: !Select [0, [a, b]]
+      G: 7
+      H: "7"
+      I: true
+      J: &anchor hello
+      K: *anchor
+`)
+	tpl, err := Parse(p)
+	require.NoError(t, err)
+	require.Equal(t, map[string]any{
+		"A": map[string]any{"Ref": "X"},
+		"B": map[string]any{"Fn::GetAtt": []any{"Y", "Arn"}},
+		"C": map[string]any{"Fn::Sub": "${AWS::Region}-x"},
+		"D": map[string]any{"Fn::Sub": []any{"${v}", map[string]any{"v": map[string]any{"Ref": "X"}}}},
+		"E": map[string]any{"Fn::Join": []any{",", []any{"a", map[string]any{"Ref": "X"}}}},
+		"F": map[string]any{"Fn::Select": []any{0, []any{"a", "b"}}},
+		"G": 7,
+		"H": "7",
+		"I": true,
+		"J": "hello",
+		"K": "hello",
+	}, tpl.Resources["R"].Properties)
+}

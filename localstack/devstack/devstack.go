@@ -1,0 +1,259 @@
+// Package devstack assembles the whole stack on one machine: the emulator
+// (moto behind its serialising proxy, unless an endpoint is given), the
+// resources of template.yaml, the API keys, the engine and the runner that
+// plays API Gateway, the SQS event source mapping and the schedule. `make
+// dev` and the end-to-end tests both start it.
+package devstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/stepflow/stepflow/infra/bootstrap"
+	"github.com/stepflow/stepflow/localstack/emulator"
+	"github.com/stepflow/stepflow/localstack/runner"
+	"github.com/stepflow/stepflow/shared/config"
+	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
+	"github.com/stepflow/stepflow/shared/handlers"
+	"github.com/stepflow/stepflow/shared/httpapi"
+	"github.com/stepflow/stepflow/shared/queue"
+	"github.com/stepflow/stepflow/shared/store"
+)
+
+// Options configure a stack.
+type Options struct {
+	Addr          string            // HTTP API listen address; "127.0.0.1:0" for any port
+	EndpointURL   string            // a running emulator (AWS_ENDPOINT_URL); empty starts moto
+	StackName     string            // resource name prefix; derived from the port when empty
+	TemplatePath  string            // template.yaml
+	APIKeys       map[string]string // key -> tenant
+	ScheduleEvery time.Duration     // heartbeat period override; 0 keeps the template's
+	PollWait      time.Duration     // event source mapping long-poll
+	Region        string
+	Log           *slog.Logger
+	MotoLog       *os.File
+	// WrapDynamoDB and WrapSQS put a fault-injection layer around the real
+	// clients the engine uses.
+	WrapDynamoDB func(store.API) store.API
+	WrapSQS      func(queue.API) queue.API
+	// NoRunner provisions and wires without serving or polling, for tests
+	// that drive the handlers themselves.
+	NoRunner bool
+}
+
+// Stack is a running local stack.
+type Stack struct {
+	URL       string // the HTTP API's base URL
+	Endpoint  string // the AWS endpoint the clients use
+	Name      string
+	Resources *bootstrap.Stack
+	Engine    *engine.Engine
+	API       *httpapi.API
+	Emulator  *emulator.Emulator // nil when EndpointURL was given
+	DynamoDB  *dynamodb.Client
+	SQS       *sqs.Client
+	Handlers  runner.Handlers
+
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// ParseAPIKeys reads STEPFLOW_API_KEYS: "tenant:key,tenant:key".
+func ParseAPIKeys(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, pair := range strings.Split(s, ",") {
+		pair = strings.TrimSpace(pair)
+		if pair == "" {
+			continue
+		}
+		tenant, key, ok := strings.Cut(pair, ":")
+		if !ok || key == "" || !domain.ValidName(tenant) {
+			return nil, fmt.Errorf("STEPFLOW_API_KEYS: %q is not tenant:key (tenant of letters, digits, '-', '_')", pair)
+		}
+		out[key] = tenant
+	}
+	return out, nil
+}
+
+// AWSConfig answers an SDK config for a local endpoint.
+func AWSConfig(ctx context.Context, endpoint, region string) (aws.Config, error) {
+	cfg, err := awsconfig.LoadDefaultConfig(ctx,
+		awsconfig.WithRegion(region),
+		awsconfig.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("test", "test", "")),
+		awsconfig.WithBaseEndpoint(endpoint),
+	)
+	if err != nil {
+		return cfg, fmt.Errorf("AWS config for %s: %w", endpoint, err)
+	}
+	return cfg, nil
+}
+
+// Start brings a stack up. Close it when done.
+func Start(ctx context.Context, o Options) (*Stack, error) {
+	if o.Log == nil {
+		o.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	if o.Region == "" {
+		o.Region = "us-east-1"
+	}
+	if o.TemplatePath == "" {
+		p, err := FindTemplate()
+		if err != nil {
+			return nil, err
+		}
+		o.TemplatePath = p
+	}
+	if o.Addr == "" {
+		o.Addr = "127.0.0.1:0"
+	}
+	s := &Stack{}
+	ok := false
+	defer func() {
+		if !ok {
+			s.Close()
+		}
+	}()
+	ln, err := net.Listen("tcp", o.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", o.Addr, err)
+	}
+	s.URL = "http://" + ln.Addr().String()
+	if o.StackName == "" {
+		o.StackName = fmt.Sprintf("stepflow-%d", ln.Addr().(*net.TCPAddr).Port)
+	}
+	s.Name = o.StackName
+	s.Endpoint = o.EndpointURL
+	if s.Endpoint == "" {
+		em, err := emulator.Start(ctx, "127.0.0.1:0", o.MotoLog)
+		if err != nil {
+			ln.Close()
+			return nil, err
+		}
+		s.Emulator, s.Endpoint = em, em.URL
+	}
+	cfg, err := AWSConfig(ctx, s.Endpoint, o.Region)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	s.DynamoDB, s.SQS = dynamodb.NewFromConfig(cfg), sqs.NewFromConfig(cfg)
+	tmpl, err := bootstrap.Parse(o.TemplatePath)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	res, err := bootstrap.Provision(ctx, s.DynamoDB, s.SQS, tmpl, o.StackName)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	s.Resources = res
+	settings, err := config.FromEnv(func(k string) string { return res.Env[k] })
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("stack %s: %w", o.StackName, err)
+	}
+	clients := config.Clients{DynamoDB: s.DynamoDB, SQS: s.SQS}
+	if o.WrapDynamoDB != nil {
+		clients.DynamoDB = o.WrapDynamoDB(clients.DynamoDB)
+	}
+	if o.WrapSQS != nil {
+		clients.SQS = o.WrapSQS(clients.SQS)
+	}
+	s.Engine = config.Engine(settings, clients, o.Log)
+	st := store.New(s.DynamoDB, settings.Table)
+	for key, tenant := range o.APIKeys {
+		if err := st.PutAPIKey(ctx, tenant, key); err != nil {
+			ln.Close()
+			return nil, err
+		}
+	}
+	s.API = httpapi.New(s.Engine, o.Log)
+	heartbeat := handlers.Heartbeat(s.Engine)
+	s.Handlers = runner.Handlers{
+		HTTP: map[string]func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error){
+			"EnqueueFunction": s.API.Handle, "ClaimFunction": s.API.Handle,
+		},
+		SQS: map[string]func(context.Context, events.SQSEvent) (events.SQSEventResponse, error){
+			"ExecuteFunction": handlers.Execute(s.Engine, o.Log),
+		},
+		Schedule: map[string]func(context.Context, events.EventBridgeEvent) error{
+			"HeartbeatFunction": func(ctx context.Context, ev events.EventBridgeEvent) error {
+				_, err := heartbeat(ctx, ev)
+				return err
+			},
+		},
+	}
+	if o.NoRunner {
+		ln.Close()
+		ok = true
+		return s, nil
+	}
+	r := &runner.Runner{
+		Stack: res, Handlers: s.Handlers, SQS: s.SQS, Log: o.Log, Region: o.Region,
+		ScheduleEvery: o.ScheduleEvery, PollWait: o.PollWait,
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel, s.done = cancel, make(chan error, 1)
+	go func() { s.done <- r.Run(runCtx, ln) }()
+	ok = true
+	return s, nil
+}
+
+// Wait blocks until the runner stops.
+func (s *Stack) Wait() error {
+	if s.done == nil {
+		return nil
+	}
+	return <-s.done
+}
+
+// Close stops the runner and the emulator it started.
+func (s *Stack) Close() {
+	if s.cancel != nil {
+		s.cancel()
+		if err := <-s.done; err != nil && !errors.Is(err, context.Canceled) {
+			slog.Warn("runner stopped with an error", "err", err)
+		}
+		s.cancel = nil
+	}
+	if s.Emulator != nil {
+		s.Emulator.Close()
+		s.Emulator = nil
+	}
+}
+
+// FindTemplate finds template.yaml in the working directory or above it,
+// so tests in any package and `make dev` read the same file.
+func FindTemplate() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		p := filepath.Join(dir, "template.yaml")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("template.yaml not found in this directory or any above it")
+		}
+		dir = parent
+	}
+}

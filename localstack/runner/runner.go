@@ -1,0 +1,387 @@
+// Package runner plays, on one machine, the parts of AWS that no local
+// emulator runs: API Gateway's HTTP API (a real payload 2.0 event per
+// request), the SQS event source mapping (batches, partial batch failures,
+// redelivery) and the EventBridge schedule. It calls the same handler
+// functions Lambda calls, with the same JSON, and takes every route, queue
+// and schedule from template.yaml through the bootstrap.
+package runner
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/stepflow/stepflow/infra/bootstrap"
+)
+
+// Handlers are the Lambda handlers by function logical id.
+type Handlers struct {
+	HTTP     map[string]func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error)
+	SQS      map[string]func(context.Context, events.SQSEvent) (events.SQSEventResponse, error)
+	Schedule map[string]func(context.Context, events.EventBridgeEvent) error
+}
+
+// SQSAPI is the part of the SQS client the event source mapping uses.
+type SQSAPI interface {
+	ReceiveMessage(context.Context, *sqs.ReceiveMessageInput, ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error)
+	DeleteMessageBatch(context.Context, *sqs.DeleteMessageBatchInput, ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error)
+}
+
+// Runner serves one stack.
+type Runner struct {
+	Stack    *bootstrap.Stack
+	Handlers Handlers
+	SQS      SQSAPI
+	Log      *slog.Logger
+	Region   string
+	// ScheduleEvery overrides every schedule's period (0 keeps the template's).
+	ScheduleEvery time.Duration
+	// PollWait is the event source mapping's long-poll wait.
+	PollWait time.Duration
+	// Concurrency bounds the batches in flight per queue, as Lambda's
+	// scaling would run them side by side.
+	Concurrency int
+}
+
+// route is one HTTP route of a function.
+type route struct {
+	fn       string
+	method   string
+	segments []string
+	key      string
+}
+
+func (r *Runner) routes() []route {
+	var out []route
+	for _, f := range r.Stack.Functions {
+		for _, rt := range f.Routes {
+			out = append(out, route{fn: f.LogicalID, method: strings.ToUpper(rt.Method), segments: strings.Split(strings.Trim(rt.Path, "/"), "/"), key: strings.ToUpper(rt.Method) + " " + rt.Path})
+		}
+	}
+	return out
+}
+
+// match finds the route for a request and its path parameters. A path that
+// matches with another method answers the allowed methods instead.
+func match(routes []route, method, path string) (*route, map[string]string, []string) {
+	segs := strings.Split(strings.Trim(path, "/"), "/")
+	var allowed []string
+	for i := range routes {
+		rt := &routes[i]
+		params, ok := matchSegments(rt.segments, segs)
+		if !ok {
+			continue
+		}
+		if rt.method != method && rt.method != "ANY" {
+			allowed = append(allowed, rt.method)
+			continue
+		}
+		return rt, params, nil
+	}
+	return nil, nil, allowed
+}
+
+func matchSegments(pattern, segs []string) (map[string]string, bool) {
+	if len(pattern) != len(segs) {
+		return nil, false
+	}
+	params := map[string]string{}
+	for i, p := range pattern {
+		if strings.HasPrefix(p, "{") && strings.HasSuffix(p, "}") {
+			if segs[i] == "" {
+				return nil, false
+			}
+			params[strings.Trim(p, "{}")] = segs[i]
+			continue
+		}
+		if p != segs[i] {
+			return nil, false
+		}
+	}
+	return params, true
+}
+
+// maxPayload is API Gateway's request payload limit.
+const maxPayload = 10 * 1024 * 1024
+
+// ServeHTTP turns a request into an API Gateway HTTP API payload 2.0 event,
+// round-trips it through JSON as Lambda would, calls the route's handler
+// and writes its response.
+func (r *Runner) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	rt, params, allowed := match(r.routes(), req.Method, req.URL.Path)
+	if rt == nil {
+		w.Header().Set("Content-Type", "application/json")
+		if len(allowed) > 0 {
+			w.Header().Set("Allow", strings.Join(allowed, ", "))
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			_, _ = io.WriteString(w, `{"error":{"code":"method_not_allowed","message":"`+req.Method+` is not allowed here; use `+strings.Join(allowed, ", ")+`"}}`)
+			return
+		}
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, `{"message":"Not Found"}`)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(req.Body, maxPayload+1))
+	if err != nil || len(body) > maxPayload {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusRequestEntityTooLarge)
+		_, _ = io.WriteString(w, `{"message":"Request Entity Too Large"}`)
+		return
+	}
+	ev := r.event(req, rt, params, body)
+	raw, err := json.Marshal(ev)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	var lambdaEv events.APIGatewayV2HTTPRequest
+	if err := json.Unmarshal(raw, &lambdaEv); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	h := r.Handlers.HTTP[rt.fn]
+	if h == nil {
+		http.Error(w, "no handler for function "+rt.fn, http.StatusBadGateway)
+		return
+	}
+	resp, err := h(req.Context(), lambdaEv)
+	if err != nil {
+		r.Log.Error("function error", "function", rt.fn, "err", err)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = io.WriteString(w, `{"message":"Internal Server Error"}`)
+		return
+	}
+	for k, v := range resp.Headers {
+		w.Header().Set(k, v)
+	}
+	for k, vs := range resp.MultiValueHeaders {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	out := []byte(resp.Body)
+	if resp.IsBase64Encoded {
+		if out, err = base64.StdEncoding.DecodeString(resp.Body); err != nil {
+			http.Error(w, "function answered bad base64", http.StatusBadGateway)
+			return
+		}
+	}
+	status := resp.StatusCode
+	if status == 0 {
+		status = http.StatusOK
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(out)
+}
+
+func (r *Runner) event(req *http.Request, rt *route, params map[string]string, body []byte) events.APIGatewayV2HTTPRequest {
+	headers := map[string]string{}
+	for k, vs := range req.Header {
+		headers[strings.ToLower(k)] = strings.Join(vs, ",")
+	}
+	headers["host"] = req.Host
+	var query map[string]string
+	if len(req.URL.Query()) > 0 {
+		query = map[string]string{}
+		for k, vs := range req.URL.Query() {
+			query[k] = strings.Join(vs, ",")
+		}
+	}
+	if len(params) == 0 {
+		params = nil
+	}
+	now := time.Now().UTC()
+	ip, _, _ := net.SplitHostPort(req.RemoteAddr)
+	ev := events.APIGatewayV2HTTPRequest{
+		Version: "2.0", RouteKey: rt.key, RawPath: req.URL.Path, RawQueryString: req.URL.RawQuery,
+		Headers: headers, QueryStringParameters: query, PathParameters: params,
+		RequestContext: events.APIGatewayV2HTTPRequestContext{
+			RouteKey: rt.key, AccountID: "000000000000", Stage: "$default", RequestID: requestID(),
+			APIID: "local", DomainName: req.Host, DomainPrefix: strings.Split(req.Host, ".")[0],
+			Time: now.Format("02/Jan/2006:15:04:05 -0700"), TimeEpoch: now.UnixMilli(),
+			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{
+				Method: req.Method, Path: req.URL.Path, Protocol: req.Proto, SourceIP: ip, UserAgent: req.UserAgent(),
+			},
+		},
+	}
+	for _, c := range req.Cookies() {
+		ev.Cookies = append(ev.Cookies, c.String())
+	}
+	if len(body) > 0 {
+		if utf8.Valid(body) {
+			ev.Body = string(body)
+		} else {
+			ev.Body, ev.IsBase64Encoded = base64.StdEncoding.EncodeToString(body), true
+		}
+	}
+	return ev
+}
+
+func requestID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Run serves HTTP on ln and runs every event source mapping and schedule
+// until ctx ends.
+func (r *Runner) Run(ctx context.Context, ln net.Listener) error {
+	if r.Concurrency == 0 {
+		r.Concurrency = 10
+	}
+	if r.PollWait == 0 {
+		r.PollWait = time.Second
+	}
+	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
+	var wg sync.WaitGroup
+	for _, f := range r.Stack.Functions {
+		for _, src := range f.SQS {
+			if h := r.Handlers.SQS[f.LogicalID]; h != nil {
+				wg.Go(func() { r.poll(ctx, f.LogicalID, src, h) })
+			}
+		}
+		for _, s := range f.Schedules {
+			if h := r.Handlers.Schedule[f.LogicalID]; h != nil {
+				every := s.Every
+				if r.ScheduleEvery > 0 {
+					every = r.ScheduleEvery
+				}
+				wg.Go(func() { r.schedule(ctx, f.LogicalID, every, h) })
+			}
+		}
+	}
+	go func() {
+		<-ctx.Done()
+		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shut)
+	}()
+	err := srv.Serve(ln)
+	wg.Wait()
+	if err == http.ErrServerClosed {
+		return nil
+	}
+	return err
+}
+
+// poll is one SQS event source mapping: receive a batch, hand it to the
+// handler, delete what it did not report as failed. A failed item, or a
+// whole batch whose handler erred, stays and comes back after its
+// visibility timeout, as on Lambda.
+func (r *Runner) poll(ctx context.Context, fn string, src bootstrap.SQSSource, h func(context.Context, events.SQSEvent) (events.SQSEventResponse, error)) {
+	arn := r.Stack.QueueARNs[src.QueueLogicalID]
+	batch := max(src.BatchSize, 1)
+	sem := make(chan struct{}, r.Concurrency)
+	for ctx.Err() == nil {
+		sem <- struct{}{}
+		out, err := r.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			QueueUrl: aws.String(src.QueueURL), MaxNumberOfMessages: int32(min(batch, 10)), WaitTimeSeconds: int32(r.PollWait / time.Second),
+			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
+			MessageAttributeNames:       []string{"All"},
+		})
+		if err != nil || len(out.Messages) == 0 {
+			<-sem
+			if err != nil && ctx.Err() == nil {
+				r.Log.Warn("event source mapping receive failed", "function", fn, "err", err)
+				sleepCtx(ctx, time.Second) // back off a failing poll, as the mapping does
+			}
+			continue
+		}
+		go func() {
+			defer func() { <-sem }()
+			r.deliver(ctx, fn, src, arn, out.Messages, h)
+		}()
+	}
+}
+
+func (r *Runner) deliver(ctx context.Context, fn string, src bootstrap.SQSSource, arn string, msgs []sqstypes.Message, h func(context.Context, events.SQSEvent) (events.SQSEventResponse, error)) {
+	ev := events.SQSEvent{}
+	for _, m := range msgs {
+		ev.Records = append(ev.Records, events.SQSMessage{
+			MessageId: aws.ToString(m.MessageId), ReceiptHandle: aws.ToString(m.ReceiptHandle), Body: aws.ToString(m.Body),
+			Md5OfBody: aws.ToString(m.MD5OfBody), Attributes: m.Attributes, EventSource: "aws:sqs",
+			EventSourceARN: arn, AWSRegion: r.Region,
+		})
+	}
+	raw, _ := json.Marshal(ev)
+	var lambdaEv events.SQSEvent
+	_ = json.Unmarshal(raw, &lambdaEv)
+	timeout := 300 * time.Second
+	for _, f := range r.Stack.Functions {
+		if f.LogicalID == fn && f.Timeout > 0 {
+			timeout = time.Duration(f.Timeout) * time.Second
+		}
+	}
+	callCtx, cancel := context.WithTimeout(ctx, timeout)
+	resp, err := h(callCtx, lambdaEv)
+	cancel()
+	if err != nil {
+		r.Log.Warn("batch failed; every message will be redelivered", "function", fn, "err", err)
+		return
+	}
+	failed := map[string]bool{}
+	if src.ReportBatchItemFailures {
+		for _, f := range resp.BatchItemFailures {
+			failed[f.ItemIdentifier] = true
+		}
+	}
+	var entries []sqstypes.DeleteMessageBatchRequestEntry
+	for i, m := range msgs {
+		if !failed[aws.ToString(m.MessageId)] {
+			entries = append(entries, sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), ReceiptHandle: m.ReceiptHandle})
+		}
+	}
+	if len(entries) == 0 {
+		return
+	}
+	if _, err := r.SQS.DeleteMessageBatch(context.WithoutCancel(ctx), &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(src.QueueURL), Entries: entries}); err != nil {
+		r.Log.Warn("delete after batch failed; messages will be redelivered", "function", fn, "err", err)
+	}
+}
+
+// schedule is the EventBridge rule: one event per period.
+func (r *Runner) schedule(ctx context.Context, fn string, every time.Duration, h func(context.Context, events.EventBridgeEvent) error) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			ev := events.EventBridgeEvent{
+				Version: "0", ID: requestID(), DetailType: "Scheduled Event", Source: "aws.events",
+				AccountID: "000000000000", Time: now.UTC(), Region: r.Region, Detail: json.RawMessage(`{}`),
+				Resources: []string{fmt.Sprintf("arn:aws:events:%s:000000000000:rule/%s-%s", r.Region, r.Stack.Name, fn)},
+			}
+			if err := h(ctx, ev); err != nil {
+				r.Log.Warn("scheduled run failed", "function", fn, "err", err)
+			}
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

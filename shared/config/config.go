@@ -1,0 +1,102 @@
+// Package config reads a function's settings from its environment (set by
+// template.yaml on AWS, by the local stack's bootstrap here) and wires the
+// engine over real AWS clients. AWS_ENDPOINT_URL, honoured by the SDK,
+// points every client at a local emulator.
+package config
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/stepflow/stepflow/shared/actions"
+	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
+	"github.com/stepflow/stepflow/shared/queue"
+	"github.com/stepflow/stepflow/shared/store"
+)
+
+// Settings are the environment variables template.yaml gives every function.
+type Settings struct {
+	Table             string        // STEPFLOW_TABLE
+	ReadyQueues       [3]string     // STEPFLOW_QUEUE_P0..P2
+	DLQARN            string        // STEPFLOW_DLQ_ARN
+	WorkerQueuePrefix string        // STEPFLOW_WORKER_QUEUE_PREFIX
+	Lease             time.Duration // STEPFLOW_LEASE_SECONDS: the ready queues' visibility timeout
+}
+
+// FromEnv reads Settings, naming any variable that is missing.
+func FromEnv(getenv func(string) string) (Settings, error) {
+	s := Settings{
+		Table:             getenv("STEPFLOW_TABLE"),
+		DLQARN:            getenv("STEPFLOW_DLQ_ARN"),
+		WorkerQueuePrefix: getenv("STEPFLOW_WORKER_QUEUE_PREFIX"),
+	}
+	for p := range s.ReadyQueues {
+		s.ReadyQueues[p] = getenv(fmt.Sprintf("STEPFLOW_QUEUE_P%d", p))
+	}
+	for name, v := range map[string]string{
+		"STEPFLOW_TABLE": s.Table, "STEPFLOW_QUEUE_P0": s.ReadyQueues[0], "STEPFLOW_QUEUE_P1": s.ReadyQueues[1],
+		"STEPFLOW_QUEUE_P2": s.ReadyQueues[2], "STEPFLOW_WORKER_QUEUE_PREFIX": s.WorkerQueuePrefix,
+	} {
+		if v == "" {
+			return s, fmt.Errorf("environment variable %s is not set", name)
+		}
+	}
+	secs, err := strconv.Atoi(getenv("STEPFLOW_LEASE_SECONDS"))
+	if err != nil || secs < 1 {
+		return s, fmt.Errorf("environment variable STEPFLOW_LEASE_SECONDS must be a positive number of seconds")
+	}
+	s.Lease = time.Duration(secs) * time.Second
+	return s, nil
+}
+
+// Clients are the AWS clients the engine talks through.
+type Clients struct {
+	DynamoDB store.API
+	SQS      queue.API
+}
+
+// NewClients builds SDK clients from the default chain (environment,
+// profile, role), so AWS_ENDPOINT_URL and AWS_REGION apply as usual.
+func NewClients(ctx context.Context) (Clients, aws.Config, error) {
+	cfg, err := awsconfig.LoadDefaultConfig(ctx)
+	if err != nil {
+		return Clients{}, cfg, fmt.Errorf("load AWS config: %w", err)
+	}
+	return Clients{DynamoDB: dynamodb.NewFromConfig(cfg), SQS: sqs.NewFromConfig(cfg)}, cfg, nil
+}
+
+// Engine wires an engine over the clients.
+func Engine(s Settings, c Clients, log *slog.Logger) *engine.Engine {
+	st := store.New(c.DynamoDB, s.Table)
+	q := queue.New(c.SQS, queue.Config{
+		ReadyURLs: [domain.MaxPriority + 1]string(s.ReadyQueues), DLQARN: s.DLQARN, WorkerQueuePrefix: s.WorkerQueuePrefix,
+	})
+	runner := &actions.Runner{HTTP: &http.Client{Timeout: time.Duration(domain.MaxBuiltinSeconds) * time.Second}}
+	return engine.New(st, q, runner, s.Lease, log)
+}
+
+// FromLambdaEnv is what each function's main calls: settings from the
+// environment, clients from the default chain, a JSON logger.
+func FromLambdaEnv(ctx context.Context) (*engine.Engine, *slog.Logger, error) {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	s, err := FromEnv(os.Getenv)
+	if err != nil {
+		return nil, log, err
+	}
+	c, _, err := NewClients(ctx)
+	if err != nil {
+		return nil, log, err
+	}
+	return Engine(s, c, log), log, nil
+}

@@ -1,0 +1,630 @@
+package domain
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DispatchGrace is how long a runnable step may wait for its message, or a
+// lease may stay expired, before the heartbeat's sweep acts on it. It bounds
+// how long a message lost between a DynamoDB write and an SQS send delays a
+// job.
+const DispatchGrace = 60 * time.Second
+
+// Retention of finished jobs (seed 001's cleanup rules), applied as a TTL.
+var Retention = map[JobState]time.Duration{
+	JobCompleted: 30 * 24 * time.Hour,
+	JobCancelled: 7 * 24 * time.Hour,
+	JobFailed:    14 * 24 * time.Hour,
+}
+
+// Job is a submitted job: its projection (state, steps, attempts) and its
+// append-only event log, stored together so one conditional write changes
+// both or neither.
+type Job struct {
+	Tenant         string          `json:"tenant"`
+	ID             string          `json:"id"`
+	State          JobState        `json:"state"`
+	Version        int64           `json:"version"`
+	Queue          string          `json:"queue"`
+	Priority       int             `json:"priority"`
+	Payload        json.RawMessage `json:"payload"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	CreatedAt      time.Time       `json:"created_at"`
+	UpdatedAt      time.Time       `json:"updated_at"`
+	EndedAt        *time.Time      `json:"ended_at,omitempty"`
+	Steps          []*Step         `json:"steps"`
+	Events         []Event         `json:"events"`
+	// DueAt is when the sweep must look at the job if nothing else moved it;
+	// nil once it is finished or waits on a person.
+	DueAt *time.Time `json:"due_at,omitempty"`
+	// ExpiresAt is when retention deletes the finished job.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// Step is one step of a job with its attempts.
+type Step struct {
+	Spec    StepSpec  `json:"spec"`
+	State   StepState `json:"state"`
+	Attempt int       `json:"attempt"` // attempts started so far
+	Lease   *Lease    `json:"lease,omitempty"`
+	// ReadyAt is when the step became (or becomes, after a backoff) runnable,
+	// or was last re-dispatched.
+	ReadyAt      *time.Time      `json:"ready_at,omitempty"`
+	Redispatches int             `json:"redispatches,omitempty"`
+	Output       json.RawMessage `json:"output,omitempty"`
+	Error        *StepError      `json:"error,omitempty"`
+	Attempts     []Attempt       `json:"attempts,omitempty"`
+	Avoid        []string        `json:"avoid,omitempty"` // workers that failed it with class resource
+}
+
+// ID is the step's id.
+func (s *Step) ID() string { return s.Spec.ID }
+
+// Lease is the right to run one attempt until ExpiresAt. Its ID is the
+// fencing token: a write that names another lease is refused.
+type Lease struct {
+	ID        string    `json:"id"`
+	Attempt   int       `json:"attempt"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Worker    string    `json:"worker,omitempty"`
+	// Receipt is the SQS receipt handle of the message the lease was taken
+	// from, so a heartbeat can extend its visibility and completion delete it.
+	Receipt string `json:"receipt,omitempty"`
+}
+
+// StepError is why an attempt failed.
+type StepError struct {
+	Class   FailureClass `json:"class"`
+	Message string       `json:"message"`
+}
+
+// Attempt is one execution of a step.
+type Attempt struct {
+	N         int             `json:"n"`
+	State     AttemptState    `json:"state"`
+	Worker    string          `json:"worker,omitempty"`
+	StartedAt *time.Time      `json:"started_at,omitempty"`
+	EndedAt   *time.Time      `json:"ended_at,omitempty"`
+	Error     *StepError      `json:"error,omitempty"`
+	Output    json.RawMessage `json:"output,omitempty"`
+}
+
+// Event is one entry of a job's log. Type is a job event (job_created ...)
+// or step_<state> for a step transition.
+type Event struct {
+	Seq     int       `json:"seq"`
+	Type    string    `json:"type"`
+	At      time.Time `json:"at"`
+	Step    string    `json:"step,omitempty"`
+	Attempt int       `json:"attempt,omitempty"`
+	Detail  string    `json:"detail,omitempty"`
+}
+
+// Dispatch is a message the caller must send after the job is saved: the
+// step is runnable at Delay from now.
+type Dispatch struct {
+	Step  *Step
+	Delay time.Duration
+}
+
+// NewJob builds a job from a validated spec: QUEUED, its first step PENDING
+// and the others WAITING_DEPS on the step before them (seed 003's order of
+// position).
+func NewJob(tenant, id string, spec *JobSpec, idemKey string, now time.Time) (*Job, error) {
+	j := &Job{
+		Tenant: tenant, ID: id, Queue: spec.Queue, Priority: *spec.Priority,
+		Payload: spec.Payload, IdempotencyKey: idemKey, CreatedAt: now, UpdatedAt: now,
+	}
+	if err := j.jobTo(JobEvCreated, now, ""); err != nil {
+		return nil, err
+	}
+	for i := range spec.Steps {
+		s := &Step{Spec: spec.Steps[i], State: StepPending}
+		j.Steps = append(j.Steps, s)
+		if i == 0 {
+			s.ReadyAt = &now
+			continue
+		}
+		if err := j.stepTo(s, StepEvWaitDeps, now, ""); err != nil {
+			return nil, err
+		}
+	}
+	j.settle(now)
+	return j, nil
+}
+
+// Step finds a step by id.
+func (j *Job) Step(id string) (*Step, int, error) {
+	for i, s := range j.Steps {
+		if s.Spec.ID == id {
+			return s, i, nil
+		}
+	}
+	return nil, -1, fmt.Errorf("job %s has no step %q: %w", j.ID, id, ErrNotFound)
+}
+
+// Input answers what step i runs on: the job's payload for the first step,
+// the previous step's output after that (as in Step Functions).
+func (j *Job) Input(i int) json.RawMessage {
+	if i == 0 || j.Steps[i-1].Output == nil {
+		return j.Payload
+	}
+	return j.Steps[i-1].Output
+}
+
+// Runnable lists the steps waiting for an executor now or after a backoff.
+func (j *Job) Runnable() []*Step {
+	var out []*Step
+	for _, s := range j.Steps {
+		if s.State.leasable() {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (s StepState) leasable() bool {
+	return s == StepPending || s == StepRetrying || s == StepSwitchingResource
+}
+
+func (s StepState) leased() bool { return s == StepLeased || s == StepRunning }
+
+// NotYetError says a retrying step's backoff has not run out.
+type NotYetError struct{ Until time.Time }
+
+func (e *NotYetError) Error() string { return "not runnable before " + e.Until.Format(time.RFC3339) }
+
+// LeaseRequest asks for a lease on a step.
+type LeaseRequest struct {
+	Worker    string        // who runs it: a worker's name, or "" for the built-in executor
+	ViaWorker bool          // taken through /v1/claim (job_leased) rather than run in place (job_running)
+	Nonce     string        // random part of the lease id
+	Duration  time.Duration // lease length
+	Receipt   string        // SQS receipt handle of the message it came from
+}
+
+// Lease gives step id a lease for one new attempt and starts it: PENDING
+// -> LEASED -> RUNNING, or RETRYING -> RUNNING. A lease found expired is
+// reclaimed first (LEASE_TIMEOUT -> PENDING), in the same change.
+func (j *Job) Lease(stepID string, req LeaseRequest, now time.Time) (*Lease, error) {
+	if j.State.Terminal() {
+		return nil, &IllegalTransitionError{Kind: "job", ID: j.ID, From: string(j.State), Event: string(JobEvRunning)}
+	}
+	s, i, err := j.Step(stepID)
+	if err != nil {
+		return nil, err
+	}
+	if s.State.leased() && s.Lease != nil && !now.Before(s.Lease.ExpiresAt) {
+		if err := j.reclaim(s, now); err != nil {
+			return nil, err
+		}
+		if j.State.Terminal() {
+			return nil, &IllegalTransitionError{Kind: "job", ID: j.ID, From: string(j.State), Event: string(JobEvRunning)}
+		}
+	}
+	if !s.State.leasable() {
+		return nil, &IllegalTransitionError{Kind: "step", ID: stepID, From: string(s.State), Event: string(StepEvLease)}
+	}
+	if i > 0 && j.Steps[i-1].State != StepSucceeded {
+		return nil, &IllegalTransitionError{Kind: "step", ID: stepID, From: string(StepWaitingDeps), Event: string(StepEvLease)}
+	}
+	if s.State == StepRetrying && s.ReadyAt != nil && now.Before(*s.ReadyAt) {
+		return nil, &NotYetError{Until: *s.ReadyAt}
+	}
+	s.Attempt++
+	lease := &Lease{
+		ID:        LeaseRef{JobID: j.ID, StepIndex: i, Attempt: s.Attempt, Nonce: req.Nonce}.String(),
+		Attempt:   s.Attempt,
+		ExpiresAt: now.Add(req.Duration),
+		Worker:    req.Worker,
+		Receipt:   req.Receipt,
+	}
+	if s.State != StepRetrying {
+		if err := j.stepTo(s, StepEvLease, now, req.Worker); err != nil {
+			return nil, err
+		}
+	}
+	if err := j.stepTo(s, StepEvStart, now, ""); err != nil {
+		return nil, err
+	}
+	s.Lease = lease
+	s.ReadyAt = nil
+	s.Redispatches = 0
+	s.Attempts = append(s.Attempts, Attempt{N: s.Attempt, State: AttemptRunning, Worker: req.Worker, StartedAt: &now})
+	j.settleVia(now, req.ViaWorker)
+	return lease, nil
+}
+
+// Reclaim ends a step's expired lease: LEASE_TIMEOUT, then PENDING for
+// another attempt, or FAILED once the attempts are spent.
+func (j *Job) Reclaim(stepID string, now time.Time) ([]Dispatch, error) {
+	s, _, err := j.Step(stepID)
+	if err != nil {
+		return nil, err
+	}
+	if !s.State.leased() || s.Lease == nil || now.Before(s.Lease.ExpiresAt) {
+		return nil, &IllegalTransitionError{Kind: "step", ID: stepID, From: string(s.State), Event: string(StepEvLeaseTimeout)}
+	}
+	if err := j.reclaim(s, now); err != nil {
+		return nil, err
+	}
+	if s.State == StepPending {
+		return []Dispatch{{Step: s}}, nil
+	}
+	return nil, nil
+}
+
+func (j *Job) reclaim(s *Step, now time.Time) error {
+	if err := j.stepTo(s, StepEvLeaseTimeout, now, "lease "+s.Lease.ID+" expired"); err != nil {
+		return err
+	}
+	j.endAttempt(s, AttemptTimeout, &StepError{Class: ClassTimeout, Message: "lease expired before an outcome was reported"}, nil, now)
+	s.Lease = nil
+	if s.Attempt >= s.Spec.Retry.MaxAttempts {
+		s.Error = s.Attempts[len(s.Attempts)-1].Error
+		if err := j.stepTo(s, StepEvFail, now, "attempts exhausted"); err != nil {
+			return err
+		}
+	} else {
+		if err := j.stepTo(s, StepEvRequeue, now, ""); err != nil {
+			return err
+		}
+		s.ReadyAt = &now
+	}
+	j.settle(now)
+	return nil
+}
+
+// checkLease answers the leased step that leaseID still holds at now.
+func (j *Job) checkLease(stepID, leaseID string, now time.Time) (*Step, int, error) {
+	s, i, err := j.Step(stepID)
+	if err != nil {
+		return nil, -1, err
+	}
+	if !s.State.leased() || s.Lease == nil || s.Lease.ID != leaseID || !now.Before(s.Lease.ExpiresAt) {
+		return nil, -1, fmt.Errorf("step %s of job %s is %s: %w", stepID, j.ID, s.State, ErrLeaseLost)
+	}
+	return s, i, nil
+}
+
+// Heartbeat extends a live lease to now+extend.
+func (j *Job) Heartbeat(stepID, leaseID string, extend time.Duration, now time.Time) (*Lease, error) {
+	s, _, err := j.checkLease(stepID, leaseID, now)
+	if err != nil {
+		return nil, err
+	}
+	s.Lease.ExpiresAt = now.Add(extend)
+	j.settle(now)
+	return s.Lease, nil
+}
+
+// Complete records a successful attempt under leaseID and makes the next
+// step runnable, or completes the job.
+func (j *Job) Complete(stepID, leaseID string, output json.RawMessage, now time.Time) ([]Dispatch, error) {
+	s, i, err := j.checkLease(stepID, leaseID, now)
+	if err != nil {
+		return nil, err
+	}
+	if len(output) == 0 {
+		output = json.RawMessage(`null`)
+	}
+	if err := j.stepTo(s, StepEvSucceed, now, ""); err != nil {
+		return nil, err
+	}
+	j.endAttempt(s, AttemptSucceeded, nil, output, now)
+	s.Output, s.Error, s.Lease = output, nil, nil
+	var out []Dispatch
+	if i+1 < len(j.Steps) {
+		n := j.Steps[i+1]
+		if err := j.stepTo(n, StepEvDepsMet, now, ""); err != nil {
+			return nil, err
+		}
+		n.ReadyAt = &now
+		out = append(out, Dispatch{Step: n})
+	}
+	j.settle(now)
+	return out, nil
+}
+
+// Failure is an attempt's failed outcome.
+type Failure struct {
+	Class      FailureClass
+	Message    string
+	RetryAfter time.Duration // the remote asked to wait at least this long
+}
+
+// Fail records a failed attempt under leaseID and applies the critic
+// decision its class names: retry after the backoff, switch resource, wait
+// for a person, or fail.
+func (j *Job) Fail(stepID, leaseID string, f Failure, now time.Time, rng *rand.Rand) ([]Dispatch, error) {
+	s, _, err := j.checkLease(stepID, leaseID, now)
+	if err != nil {
+		return nil, err
+	}
+	serr := &StepError{Class: f.Class, Message: f.Message}
+	attemptState := AttemptFailed
+	if f.Class == ClassTimeout {
+		attemptState = AttemptTimeout
+	}
+	worker := s.Lease.Worker
+	j.endAttempt(s, attemptState, serr, nil, now)
+	s.Error, s.Lease = serr, nil
+	left := s.Attempt < s.Spec.Retry.MaxAttempts
+	var steps []StepEvent
+	var out []Dispatch
+	switch f.Class {
+	case ClassRetryable, ClassTimeout:
+		first := StepEvFailRetryable
+		if f.Class == ClassTimeout {
+			first = StepEvTimeOut
+		}
+		switch {
+		case left:
+			steps = []StepEvent{first, StepEvRetry}
+			delay := max(s.Spec.Retry.Delay(s.Attempt-1, rng), f.RetryAfter)
+			at := now.Add(delay)
+			s.ReadyAt = &at
+			out = append(out, Dispatch{Step: s, Delay: delay})
+		case f.Class == ClassTimeout:
+			steps = []StepEvent{first, StepEvFail}
+		default:
+			steps = []StepEvent{StepEvFailFatal, StepEvFail}
+		}
+	case ClassResource:
+		steps = []StepEvent{StepEvFailResource, StepEvFailFatal, StepEvFail}
+		if left {
+			steps = []StepEvent{StepEvFailResource, StepEvSwitchResource}
+			if worker != "" {
+				s.Avoid = append(s.Avoid, worker)
+			}
+			s.ReadyAt = &now
+			out = append(out, Dispatch{Step: s})
+		}
+	case ClassNeedsUser:
+		steps = []StepEvent{StepEvNeedsUser}
+	default:
+		steps = []StepEvent{StepEvFailFatal, StepEvFail}
+	}
+	for _, ev := range steps {
+		if err := j.stepTo(s, ev, now, serr.Message); err != nil {
+			return nil, err
+		}
+	}
+	j.settle(now)
+	return out, nil
+}
+
+// Cancel ends the job and every unfinished step at once; a lease still out
+// is fenced off, so its holder's outcome is refused. Cancelling a cancelled
+// job changes nothing and answers false.
+func (j *Job) Cancel(now time.Time) (bool, error) {
+	if j.State == JobCancelled {
+		return false, nil
+	}
+	if j.State.Terminal() {
+		return false, &IllegalTransitionError{Kind: "job", ID: j.ID, From: string(j.State), Event: string(JobEvCancelled)}
+	}
+	for _, s := range j.Steps {
+		if s.State.Terminal() {
+			continue
+		}
+		if s.Lease != nil {
+			j.endAttempt(s, AttemptCancelled, nil, nil, now)
+		}
+		if err := j.stepTo(s, StepEvCancel, now, ""); err != nil {
+			return false, err
+		}
+		s.Lease, s.ReadyAt = nil, nil
+	}
+	if err := j.jobTo(JobEvCancelled, now, ""); err != nil {
+		return false, err
+	}
+	j.settle(now)
+	return true, nil
+}
+
+// Redispatched notes that the sweep sent step's message again, so the next
+// sweep waits twice as long before doing it again.
+func (j *Job) Redispatched(s *Step, now time.Time) {
+	s.Redispatches++
+	if s.State.leasable() && (s.ReadyAt == nil || s.ReadyAt.Before(now)) {
+		s.ReadyAt = &now
+	}
+	j.settle(now)
+}
+
+func (j *Job) endAttempt(s *Step, state AttemptState, serr *StepError, output json.RawMessage, now time.Time) {
+	if n := len(s.Attempts); n > 0 && !s.Attempts[n-1].State.Terminal() {
+		a := &s.Attempts[n-1]
+		a.State, a.Error, a.Output, a.EndedAt = state, serr, output, &now
+	}
+}
+
+// stepTo applies event to s through the step table and logs step_<state>.
+func (j *Job) stepTo(s *Step, event StepEvent, now time.Time, detail string) error {
+	to, err := NextStepState(s.State, event)
+	if err != nil {
+		if ie, ok := err.(*IllegalTransitionError); ok {
+			ie.ID = s.Spec.ID
+		}
+		return err
+	}
+	s.State = to
+	j.log(to.EventType(), s.Spec.ID, s.Attempt, detail, now)
+	return nil
+}
+
+// jobTo applies event to the job through the job table and logs it.
+func (j *Job) jobTo(event JobEvent, now time.Time, detail string) error {
+	to, err := NextJobState(j.State, event)
+	if err != nil {
+		if ie, ok := err.(*IllegalTransitionError); ok {
+			ie.ID = j.ID
+		}
+		return err
+	}
+	j.State = to
+	j.log(string(event), "", 0, detail, now)
+	return nil
+}
+
+func (j *Job) log(typ, step string, attempt int, detail string, now time.Time) {
+	j.Events = append(j.Events, Event{Seq: len(j.Events) + 1, Type: typ, At: now, Step: step, Attempt: attempt, Detail: detail})
+}
+
+// settle moves the job to the state its steps imply, through the job table,
+// and recomputes when the sweep must next look at it.
+func (j *Job) settle(now time.Time) { j.settleVia(now, false) }
+
+func (j *Job) settleVia(now time.Time, viaWorker bool) {
+	j.UpdatedAt = now
+	if !j.State.Terminal() {
+		want := j.impliedState()
+		if want != j.State {
+			// The step transitions that got here were legal, so the job
+			// event is too; a failure here is a bug in the table.
+			if err := j.jobTo(jobEventFor(j.State, want, viaWorker), now, ""); err != nil {
+				panic(fmt.Sprintf("job %s: %v", j.ID, err))
+			}
+		}
+	}
+	j.DueAt = j.due()
+	if j.State.Terminal() {
+		if j.EndedAt == nil {
+			j.EndedAt = &now
+		}
+		exp := now.Add(Retention[j.State])
+		j.ExpiresAt = &exp
+	}
+}
+
+func (j *Job) impliedState() JobState {
+	all, running, waiting, retrying := true, false, false, false
+	for _, s := range j.Steps {
+		switch s.State {
+		case StepFailed:
+			return JobFailed
+		case StepLeased, StepRunning:
+			running = true
+		case StepNeedsUser:
+			waiting = true
+		case StepRetrying:
+			retrying = true
+		}
+		all = all && s.State == StepSucceeded
+	}
+	switch {
+	case all:
+		return JobCompleted
+	case running:
+		return JobRunning
+	case waiting:
+		return JobWaiting
+	case retrying:
+		return JobRetrying
+	default:
+		return JobQueued
+	}
+}
+
+func jobEventFor(from, to JobState, viaWorker bool) JobEvent {
+	switch to {
+	case JobRunning:
+		if viaWorker {
+			return JobEvLeased
+		}
+		return JobEvRunning
+	case JobWaiting:
+		return JobEvWaiting
+	case JobRetrying:
+		return JobEvRetrying
+	case JobCompleted:
+		return JobEvCompleted
+	case JobFailed:
+		return JobEvFailed
+	case JobQueued:
+		if from == JobWaiting || from == JobParked {
+			return JobEvWaitCompleted
+		}
+		return JobEvRequeued
+	}
+	return JobEvent("to_" + string(to))
+}
+
+// due answers when the sweep must look at the job: a runnable step whose
+// message should have been taken by then, or a lease that should have been
+// reclaimed by then. Each re-dispatch doubles the wait.
+func (j *Job) due() *time.Time {
+	if j.State.Terminal() {
+		return nil
+	}
+	var at *time.Time
+	for _, s := range j.Steps {
+		var t time.Time
+		switch {
+		case s.State.leasable() && s.ReadyAt != nil:
+			t = s.ReadyAt.Add(DispatchGrace << min(s.Redispatches, 6))
+		case s.State.leased() && s.Lease != nil:
+			t = s.Lease.ExpiresAt.Add(DispatchGrace)
+		default:
+			continue
+		}
+		if at == nil || t.Before(*at) {
+			at = &t
+		}
+	}
+	return at
+}
+
+// NeedsSweep answers what the sweep does for step at now: re-dispatch a
+// runnable step whose message is overdue, or reclaim an expired lease.
+func (j *Job) NeedsSweep(s *Step, now time.Time) (redispatch, reclaim bool) {
+	switch {
+	case j.State.Terminal():
+		return false, false
+	case s.State.leasable() && s.ReadyAt != nil:
+		return !now.Before(s.ReadyAt.Add(DispatchGrace << min(s.Redispatches, 6))), false
+	case s.State.leased() && s.Lease != nil:
+		return false, !now.Before(s.Lease.ExpiresAt)
+	}
+	return false, false
+}
+
+// IdempotencyToken is the key an attempt passes to the action, so the
+// systems it calls can drop duplicates: job/step/attempt.
+func (j *Job) IdempotencyToken(s *Step) string {
+	return fmt.Sprintf("%s/%s/%d", j.ID, s.Spec.ID, s.Attempt)
+}
+
+// LeaseRef is what a lease id names: the job, the step's position, the
+// attempt, and a random nonce that makes it unguessable.
+type LeaseRef struct {
+	JobID     string
+	StepIndex int
+	Attempt   int
+	Nonce     string
+}
+
+// String renders the lease id clients see.
+func (r LeaseRef) String() string {
+	return fmt.Sprintf("%s.%d.%d.%s", r.JobID, r.StepIndex, r.Attempt, r.Nonce)
+}
+
+// ParseLeaseID reads a lease id; a malformed one is simply not found.
+func ParseLeaseID(s string) (LeaseRef, error) {
+	parts := strings.Split(s, ".")
+	if len(parts) != 4 || parts[0] == "" || parts[3] == "" {
+		return LeaseRef{}, fmt.Errorf("lease %q: %w", s, ErrNotFound)
+	}
+	idx, err1 := strconv.Atoi(parts[1])
+	att, err2 := strconv.Atoi(parts[2])
+	if err1 != nil || err2 != nil || idx < 0 || att < 1 {
+		return LeaseRef{}, fmt.Errorf("lease %q: %w", s, ErrNotFound)
+	}
+	return LeaseRef{JobID: parts[0], StepIndex: idx, Attempt: att, Nonce: parts[3]}, nil
+}

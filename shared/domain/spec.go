@@ -1,0 +1,268 @@
+package domain
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"regexp"
+	"strings"
+)
+
+// Limits of a job submission.
+const (
+	MaxBodyBytes       = 256 * 1024 // a larger POST /v1/jobs answers 413
+	MaxSteps           = 100
+	MaxBuiltinSeconds  = 270 // built-in actions run inside the 300 s execute function
+	MaxLeaseSeconds    = 12 * 3600
+	DefaultLeaseSecs   = 60
+	DefaultTimeoutSecs = 60
+	MaxPriority        = 2
+	DefaultPriority    = 1
+	DefaultQueue       = "default"
+)
+
+// Actions the engine knows.
+const (
+	ActionPass   = "pass"
+	ActionSleep  = "sleep"
+	ActionFail   = "fail"
+	ActionHTTP   = "http"
+	ActionWorker = "worker"
+)
+
+// Actions lists the known actions.
+func Actions() []string {
+	return []string{ActionPass, ActionSleep, ActionFail, ActionHTTP, ActionWorker}
+}
+
+// FailureClass is how an attempt failed; it picks the next step state.
+type FailureClass string
+
+const (
+	ClassRetryable FailureClass = "retryable"
+	ClassResource  FailureClass = "resource"
+	ClassFatal     FailureClass = "fatal"
+	ClassNeedsUser FailureClass = "needs_user"
+	ClassTimeout   FailureClass = "timeout"
+)
+
+// ParseFailureClass validates a class named by a client.
+func ParseFailureClass(field, s string) (FailureClass, error) {
+	switch c := FailureClass(s); c {
+	case ClassRetryable, ClassResource, ClassFatal, ClassNeedsUser, ClassTimeout:
+		return c, nil
+	case "":
+		return "", Invalid(field, "is required: one of retryable, resource, fatal, needs_user, timeout")
+	default:
+		return "", Invalid(field, "%q is not one of retryable, resource, fatal, needs_user, timeout", s)
+	}
+}
+
+// JobSpec is the body of POST /v1/jobs.
+type JobSpec struct {
+	Steps    []StepSpec      `json:"steps"`
+	Payload  json.RawMessage `json:"payload,omitempty"`
+	Queue    string          `json:"queue,omitempty"`
+	Priority *int            `json:"priority,omitempty"`
+}
+
+// StepSpec is one step of a submission. Action parameters sit beside the
+// step's id, as the issue's API names them.
+type StepSpec struct {
+	ID             string       `json:"id"`
+	Action         string       `json:"action"`
+	Retry          *RetryPolicy `json:"retry,omitempty"`
+	TimeoutSeconds int          `json:"timeout_seconds,omitempty"`
+	Seconds        *float64     `json:"seconds,omitempty"`       // sleep
+	Class          string       `json:"class,omitempty"`         // fail
+	Message        string       `json:"message,omitempty"`       // fail
+	URL            string       `json:"url,omitempty"`           // http
+	Queue          string       `json:"queue,omitempty"`         // worker
+	LeaseSeconds   int          `json:"lease_seconds,omitempty"` // worker
+}
+
+var (
+	stepIDPattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+	namePattern   = regexp.MustCompile(`^[A-Za-z0-9_-]{1,40}$`)
+)
+
+// ValidName reports whether s may name a queue or a tenant.
+func ValidName(s string) bool { return namePattern.MatchString(s) }
+
+// ParseJobSpec decodes and validates a submission. Every error is an *Error
+// naming the field; nothing about the job is written before this passes.
+func ParseJobSpec(body []byte) (*JobSpec, error) {
+	if len(body) > MaxBodyBytes {
+		return nil, &Error{Code: CodeTooLarge, Message: fmt.Sprintf("body is %d bytes; the limit is %d", len(body), MaxBodyBytes)}
+	}
+	var spec JobSpec
+	if err := DecodeStrict(body, &spec); err != nil {
+		return nil, err
+	}
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	return &spec, nil
+}
+
+// DecodeStrict decodes one JSON object into v, refusing unknown fields and
+// trailing data, and answers an *Error that names the field at fault.
+func DecodeStrict(body []byte, v any) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return Invalid("body", "is empty; expected a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return decodeError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return Invalid("body", "has data after the JSON object")
+	}
+	return nil
+}
+
+func decodeError(err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return Invalid("body", "is not valid JSON at byte %d: %v", syn.Offset, err)
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			field = "body"
+		}
+		return Invalid(field, "must be %s, not JSON %s", typ.Type.String(), typ.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return Invalid(name, "is not a known field")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return Invalid("body", "is truncated JSON")
+	default:
+		return Invalid("body", "%v", err)
+	}
+}
+
+// Validate checks a decoded spec and fills its defaults.
+func (s *JobSpec) Validate() error {
+	if len(s.Steps) == 0 {
+		return Invalid("steps", "must hold at least one step")
+	}
+	if len(s.Steps) > MaxSteps {
+		return Invalid("steps", "holds %d steps; the limit is %d", len(s.Steps), MaxSteps)
+	}
+	if s.Queue == "" {
+		s.Queue = DefaultQueue
+	} else if !namePattern.MatchString(s.Queue) {
+		return Invalid("queue", "must match %s", namePattern)
+	}
+	if s.Priority == nil {
+		p := DefaultPriority
+		s.Priority = &p
+	} else if *s.Priority < 0 || *s.Priority > MaxPriority {
+		return Invalid("priority", "must be 0 (highest), 1 or 2, not %d", *s.Priority)
+	}
+	if len(s.Payload) == 0 || string(s.Payload) == "null" {
+		s.Payload = json.RawMessage(`{}`)
+	}
+	seen := make(map[string]int, len(s.Steps))
+	for i := range s.Steps {
+		st := &s.Steps[i]
+		field := fmt.Sprintf("steps[%d]", i)
+		if !stepIDPattern.MatchString(st.ID) {
+			return Invalid(field+".id", "must match %s", stepIDPattern)
+		}
+		if j, dup := seen[st.ID]; dup {
+			return Invalid(field+".id", "%q is also the id of steps[%d]; step ids must be unique", st.ID, j)
+		}
+		seen[st.ID] = i
+		if err := st.validate(field, s.Queue); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (st *StepSpec) validate(field, jobQueue string) error {
+	only := func(name string, set bool, actions ...string) error {
+		for _, a := range actions {
+			if st.Action == a {
+				return nil
+			}
+		}
+		if set {
+			return Invalid(field+"."+name, "does not apply to action %q", st.Action)
+		}
+		return nil
+	}
+	for _, check := range []error{
+		only("seconds", st.Seconds != nil, ActionSleep),
+		only("class", st.Class != "", ActionFail),
+		only("message", st.Message != "", ActionFail),
+		only("url", st.URL != "", ActionHTTP),
+		only("queue", st.Queue != "", ActionWorker),
+		only("lease_seconds", st.LeaseSeconds != 0, ActionWorker),
+	} {
+		if check != nil {
+			return check
+		}
+	}
+	maxTimeout := MaxBuiltinSeconds
+	switch st.Action {
+	case ActionPass:
+	case ActionSleep:
+		if st.Seconds == nil {
+			return Invalid(field+".seconds", "is required for action sleep")
+		}
+		if *st.Seconds < 0 || *st.Seconds > MaxBuiltinSeconds {
+			return Invalid(field+".seconds", "must be between 0 and %d", MaxBuiltinSeconds)
+		}
+		if st.TimeoutSeconds == 0 {
+			st.TimeoutSeconds = min(int(*st.Seconds)+DefaultTimeoutSecs, MaxBuiltinSeconds)
+		}
+	case ActionFail:
+		c, err := ParseFailureClass(field+".class", st.Class)
+		if err != nil {
+			return err
+		}
+		st.Class = string(c)
+	case ActionHTTP:
+		u, err := url.Parse(st.URL)
+		if st.URL == "" {
+			return Invalid(field+".url", "is required for action http")
+		}
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return Invalid(field+".url", "must be an absolute http or https URL")
+		}
+	case ActionWorker:
+		if st.Queue == "" {
+			st.Queue = jobQueue
+		} else if !namePattern.MatchString(st.Queue) {
+			return Invalid(field+".queue", "must match %s", namePattern)
+		}
+		if st.LeaseSeconds == 0 {
+			st.LeaseSeconds = DefaultLeaseSecs
+		} else if st.LeaseSeconds < 1 || st.LeaseSeconds > MaxLeaseSeconds {
+			return Invalid(field+".lease_seconds", "must be between 1 and %d", MaxLeaseSeconds)
+		}
+		maxTimeout = MaxLeaseSeconds
+	case "":
+		return Invalid(field+".action", "is required: one of %s", strings.Join(Actions(), ", "))
+	default:
+		return Invalid(field+".action", "%q is not one of %s", st.Action, strings.Join(Actions(), ", "))
+	}
+	if st.TimeoutSeconds == 0 {
+		st.TimeoutSeconds = DefaultTimeoutSecs
+	} else if st.TimeoutSeconds < 1 || st.TimeoutSeconds > maxTimeout {
+		return Invalid(field+".timeout_seconds", "must be between 1 and %d for action %s", maxTimeout, st.Action)
+	}
+	if st.Retry == nil {
+		p := DefaultRetryPolicy()
+		st.Retry = &p
+	}
+	return st.Retry.validate(field + ".retry")
+}

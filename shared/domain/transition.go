@@ -1,0 +1,163 @@
+package domain
+
+import (
+	"fmt"
+	"slices"
+)
+
+// StepEvent is what moves a step from one state to another.
+type StepEvent string
+
+const (
+	StepEvWaitDeps       StepEvent = "wait_deps"       // an upstream step is not done yet
+	StepEvDepsMet        StepEvent = "deps_met"        // every upstream step succeeded
+	StepEvLease          StepEvent = "lease"           // an executor or worker takes the lease
+	StepEvStart          StepEvent = "start"           // the leaseholder starts (or resumes) running it
+	StepEvSucceed        StepEvent = "succeed"         // critic decision accept
+	StepEvFailRetryable  StepEvent = "fail_retryable"  // critic decision retry
+	StepEvRetry          StepEvent = "retry"           // backoff scheduled
+	StepEvFailResource   StepEvent = "fail_resource"   // critic decision switch_resource
+	StepEvSwitchResource StepEvent = "switch_resource" // resource put on the avoid list
+	StepEvFailFatal      StepEvent = "fail_fatal"      // critic decision replan or fatal, or attempts exhausted
+	StepEvFail           StepEvent = "fail"            // final failure
+	StepEvNeedsUser      StepEvent = "needs_user"      // critic decision needs_user, or an approval gate opens
+	StepEvApprove        StepEvent = "approve"         // a person approves the gate
+	StepEvReject         StepEvent = "reject"          // a person rejects the gate
+	StepEvLeaseTimeout   StepEvent = "lease_timeout"   // the lease expired without an outcome
+	StepEvRequeue        StepEvent = "requeue"         // a timed-out lease goes back to the queue
+	StepEvTimeOut        StepEvent = "time_out"        // the attempt ran past timeout_seconds
+	StepEvCancel         StepEvent = "cancel"          // the job was cancelled
+)
+
+// Transition is one row of a transition table: the event moves any of Sources
+// to Destination. Everything else about an event is refused.
+type Transition[S ~string, E ~string] struct {
+	Event       E
+	Sources     []S
+	Destination S
+}
+
+// StepTransitions is the canonical step machine. Validation, the store's
+// conditions, replay and the tests all read this one table.
+var StepTransitions = []Transition[StepState, StepEvent]{
+	{StepEvWaitDeps, []StepState{StepPending}, StepWaitingDeps},
+	{StepEvDepsMet, []StepState{StepWaitingDeps}, StepPending},
+	{StepEvLease, []StepState{StepPending, StepWaitingDeps, StepSwitchingResource}, StepLeased},
+	{StepEvStart, []StepState{StepLeased, StepRetrying, StepNeedsUser}, StepRunning},
+	{StepEvSucceed, []StepState{StepRunning}, StepSucceeded},
+	{StepEvFailRetryable, []StepState{StepRunning}, StepFailedRetryable},
+	{StepEvRetry, []StepState{StepFailedRetryable, StepTimedOut}, StepRetrying},
+	{StepEvFailResource, []StepState{StepRunning}, StepFailedResource},
+	{StepEvSwitchResource, []StepState{StepFailedResource}, StepSwitchingResource},
+	{StepEvFailFatal, []StepState{StepRunning, StepFailedResource}, StepFailedFatal},
+	{StepEvFail, []StepState{StepFailedFatal, StepFailedRetryable, StepTimedOut, StepLeaseTimeout}, StepFailed},
+	{StepEvNeedsUser, []StepState{StepRunning, StepPending}, StepNeedsUser},
+	{StepEvApprove, []StepState{StepNeedsUser}, StepSucceeded},
+	{StepEvReject, []StepState{StepNeedsUser}, StepFailed},
+	{StepEvLeaseTimeout, []StepState{StepLeased, StepRunning}, StepLeaseTimeout},
+	{StepEvRequeue, []StepState{StepLeaseTimeout}, StepPending},
+	{StepEvTimeOut, []StepState{StepRunning}, StepTimedOut},
+	{StepEvCancel, []StepState{
+		StepPending, StepWaitingDeps, StepLeased, StepRunning, StepFailedRetryable, StepRetrying,
+		StepFailedResource, StepSwitchingResource, StepFailedFatal, StepNeedsUser, StepLeaseTimeout, StepTimedOut,
+	}, StepCanceled},
+}
+
+// JobEvent is a job-level event of seed 002, plus job_parked and
+// job_retrying for the two states seed 002 names but gives no event.
+type JobEvent string
+
+const (
+	JobEvCreated       JobEvent = "job_created"
+	JobEvQueued        JobEvent = "job_queued"
+	JobEvRequeued      JobEvent = "job_requeued"
+	JobEvLeased        JobEvent = "job_leased"
+	JobEvRunning       JobEvent = "job_running"
+	JobEvWaiting       JobEvent = "job_waiting"
+	JobEvParked        JobEvent = "job_parked"
+	JobEvRetrying      JobEvent = "job_retrying"
+	JobEvWaitCompleted JobEvent = "wait_completed"
+	JobEvCompleted     JobEvent = "job_completed"
+	JobEvFailed        JobEvent = "job_failed"
+	JobEvCancelled     JobEvent = "job_cancelled"
+)
+
+// JobInitial is the pseudo-state before job_created.
+const JobInitial JobState = ""
+
+// JobTransitions is seed 002's state x event table, widened where the
+// canonical model needs it: cancel also from QUEUED and RETRYING (seed 003
+// cancels a PENDING run); job_parked and job_retrying, the events of the two
+// states seed 002 names without one; job_completed and job_failed from
+// WAITING (seed 003: an approval that closes the last gate completes the
+// run; a rejected one fails it) and job_failed from RETRYING (a retry
+// timer that finds the attempts spent).
+var JobTransitions = []Transition[JobState, JobEvent]{
+	{JobEvCreated, []JobState{JobInitial}, JobQueued},
+	{JobEvQueued, []JobState{JobInitial}, JobQueued},
+	{JobEvRequeued, []JobState{JobInitial, JobQueued, JobRunning, JobRetrying, JobFailed}, JobQueued},
+	{JobEvLeased, []JobState{JobQueued, JobRetrying}, JobRunning},
+	{JobEvRunning, []JobState{JobQueued, JobRetrying}, JobRunning},
+	{JobEvWaiting, []JobState{JobRunning}, JobWaiting},
+	{JobEvParked, []JobState{JobWaiting}, JobParked},
+	{JobEvRetrying, []JobState{JobRunning}, JobRetrying},
+	{JobEvWaitCompleted, []JobState{JobQueued, JobRunning, JobWaiting, JobParked, JobRetrying}, JobQueued},
+	{JobEvCompleted, []JobState{JobRunning, JobWaiting}, JobCompleted},
+	{JobEvFailed, []JobState{JobRunning, JobWaiting, JobRetrying}, JobFailed},
+	{JobEvCancelled, []JobState{JobQueued, JobRunning, JobWaiting, JobParked, JobRetrying}, JobCancelled},
+}
+
+// next looks event up in table and answers the destination from state, or
+// an *IllegalTransitionError.
+func next[S ~string, E ~string](table []Transition[S, E], kind string, state S, event E) (S, error) {
+	for _, t := range table {
+		if t.Event != event {
+			continue
+		}
+		if slices.Contains(t.Sources, state) {
+			return t.Destination, nil
+		}
+		return state, &IllegalTransitionError{Kind: kind, From: string(state), Event: string(event)}
+	}
+	return state, &IllegalTransitionError{Kind: kind, From: string(state), Event: string(event)}
+}
+
+// NextStepState answers where event takes a step in state.
+func NextStepState(state StepState, event StepEvent) (StepState, error) {
+	return next(StepTransitions, "step", state, event)
+}
+
+// NextJobState answers where event takes a job in state.
+func NextJobState(state JobState, event JobEvent) (JobState, error) {
+	return next(JobTransitions, "job", state, event)
+}
+
+// JobSources lists the states event may leave, for the store's conditions.
+func JobSources(event JobEvent) []JobState {
+	for _, t := range JobTransitions {
+		if t.Event == event {
+			return t.Sources
+		}
+	}
+	return nil
+}
+
+// IllegalTransitionError says that event cannot move a job or step from its
+// state. It answers 409.
+type IllegalTransitionError struct {
+	Kind  string // "job" or "step"
+	ID    string
+	From  string
+	Event string
+}
+
+func (e *IllegalTransitionError) Error() string {
+	from := e.From
+	if from == "" {
+		from = "(initial)"
+	}
+	if e.ID != "" {
+		return fmt.Sprintf("%s %s is %s: %s is not allowed", e.Kind, e.ID, from, e.Event)
+	}
+	return fmt.Sprintf("%s in state %s: %s is not allowed", e.Kind, from, e.Event)
+}

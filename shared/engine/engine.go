@@ -1,0 +1,307 @@
+// Package engine runs the canonical model against its adapters: it loads a
+// job, lets the domain decide a change, saves it with one conditional write,
+// and only then sends the messages the change calls for. A crash between
+// the write and the send loses nothing: the sweep finds the step overdue and
+// sends again.
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/stepflow/stepflow/shared/actions"
+	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/queue"
+	"github.com/stepflow/stepflow/shared/store"
+)
+
+// Store is what the engine needs of the job store.
+type Store interface {
+	Create(ctx context.Context, j *domain.Job, requestHash string, now time.Time) (*domain.Job, bool, error)
+	Get(ctx context.Context, tenant, id string) (*domain.Job, error)
+	Save(ctx context.Context, j *domain.Job, loadedEvents int) error
+	List(ctx context.Context, tenant string, f store.ListFilter) ([]store.Summary, string, error)
+	Due(ctx context.Context, now time.Time, limit int32) ([]store.JobKey, error)
+	TenantForKey(ctx context.Context, key string) (string, error)
+	RecordOutcome(ctx context.Context, tenant string, state domain.JobState, blockedDelta int, now time.Time) error
+	Stats(ctx context.Context, tenant string, now time.Time) (store.Stats, error)
+}
+
+// Queue is what the engine needs of the queues.
+type Queue interface {
+	Dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispatch) error
+	WorkerQueueURL(ctx context.Context, tenant, name string) (string, error)
+	Receive(ctx context.Context, url string, max int, wait time.Duration) ([]queue.Received, error)
+	Delete(ctx context.Context, url, receipt string) error
+	Hide(ctx context.Context, url, receipt string, d time.Duration) error
+	Backlog(ctx context.Context) (int, error)
+}
+
+// Clock tells the time; tests set it.
+type Clock func() time.Time
+
+// Engine is stepflow's core.
+type Engine struct {
+	Store  Store
+	Queue  Queue
+	Runner *actions.Runner
+	Now    Clock
+	Log    *slog.Logger
+	// BuiltinLease is how long the execute function holds a step: the ready
+	// queues' visibility timeout, after which SQS hands the message out again.
+	BuiltinLease time.Duration
+
+	rngMu sync.Mutex
+	rng   *mrand.Rand
+}
+
+// New wires an engine with a real clock.
+func New(st Store, q Queue, runner *actions.Runner, builtinLease time.Duration, log *slog.Logger) *Engine {
+	if log == nil {
+		log = slog.Default()
+	}
+	seed := make([]byte, 16)
+	_, _ = rand.Read(seed)
+	return &Engine{
+		Store: st, Queue: q, Runner: runner, Now: func() time.Time { return time.Now().UTC() }, Log: log,
+		BuiltinLease: builtinLease,
+		rng:          mrand.New(mrand.NewPCG(uint64(seed[0])<<56|uint64(seed[1])<<48|uint64(seed[2]), uint64(seed[3]))),
+	}
+}
+
+func (e *Engine) now() time.Time { return e.Now().UTC().Truncate(time.Millisecond) }
+
+// jitterRNG answers a random source for backoff jitter; math/rand/v2's Rand
+// is not safe for concurrent use, so each caller gets its own.
+func (e *Engine) jitterRNG() *mrand.Rand {
+	e.rngMu.Lock()
+	defer e.rngMu.Unlock()
+	return mrand.New(mrand.NewPCG(e.rng.Uint64(), e.rng.Uint64()))
+}
+
+func nonce() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// maxRaces bounds how often a change is decided again after losing a
+// version race to another writer.
+const maxRaces = 8
+
+// errNoChange tells mutate that the decision needs no write.
+var errNoChange = errors.New("no change")
+
+// mutate loads a job, lets decide change it and saves it conditionally,
+// deciding again on a lost race. decide returning errNoChange answers the
+// job as loaded without a write.
+func (e *Engine) mutate(ctx context.Context, tenant, id string, decide func(j *domain.Job, now time.Time) error) (*domain.Job, error) {
+	for range maxRaces {
+		j, err := e.Store.Get(ctx, tenant, id)
+		if err != nil {
+			return nil, err
+		}
+		prevState := j.State
+		loaded := len(j.Events)
+		waitingBefore := j.State == domain.JobWaiting
+		now := e.now()
+		if err := decide(j, now); err != nil {
+			if errors.Is(err, errNoChange) {
+				return j, nil
+			}
+			return j, err
+		}
+		err = e.Store.Save(ctx, j, loaded)
+		if errors.Is(err, domain.ErrVersionConflict) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		e.recordStats(ctx, j, prevState, waitingBefore, now)
+		return j, nil
+	}
+	return nil, fmt.Errorf("job %s: gave up after %d lost races: %w", id, maxRaces, domain.ErrVersionConflict)
+}
+
+// recordStats keeps the health counters; they are advisory, so a failure is
+// logged, not returned.
+func (e *Engine) recordStats(ctx context.Context, j *domain.Job, prev domain.JobState, waitingBefore bool, now time.Time) {
+	delta := 0
+	if w := j.State == domain.JobWaiting; w != waitingBefore {
+		delta = map[bool]int{true: 1, false: -1}[w]
+	}
+	terminalNow := j.State.Terminal() && !prev.Terminal()
+	if !terminalNow && delta == 0 {
+		return
+	}
+	state := j.State
+	if !terminalNow {
+		state = ""
+	}
+	if err := e.Store.RecordOutcome(ctx, j.Tenant, state, delta, now); err != nil {
+		e.Log.Warn("stats not recorded", "job", j.ID, "err", err)
+	}
+}
+
+// dispatch sends what a saved change calls for. A failed send is logged,
+// not returned: the job is saved, and the sweep re-sends overdue steps.
+func (e *Engine) dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispatch) {
+	if len(ds) == 0 {
+		return
+	}
+	if err := e.Queue.Dispatch(ctx, j, ds); err != nil {
+		e.Log.Warn("dispatch failed; the sweep will re-send", "job", j.ID, "err", err)
+	}
+}
+
+// Submit validates and creates a job and dispatches its first step. With
+// an idempotency key, the same key and body answer the job already made
+// (created false); the same key with another body is refused.
+func (e *Engine) Submit(ctx context.Context, tenant string, body []byte, idemKey string) (*domain.Job, bool, error) {
+	spec, err := domain.ParseJobSpec(body)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(idemKey) > 255 {
+		return nil, false, domain.Invalid("Idempotency-Key", "is %d characters; the limit is 255", len(idemKey))
+	}
+	now := e.now()
+	id := ulid.MustNew(ulid.Timestamp(now), rand.Reader).String()
+	j, err := domain.NewJob(tenant, id, spec, idemKey, now)
+	if err != nil {
+		return nil, false, err
+	}
+	j, created, err := e.Store.Create(ctx, j, requestHash(body), now)
+	if err != nil {
+		return nil, false, err
+	}
+	if created {
+		var ds []domain.Dispatch
+		for _, s := range j.Runnable() {
+			ds = append(ds, domain.Dispatch{Step: s})
+		}
+		e.dispatch(ctx, j, ds)
+	}
+	return j, created, nil
+}
+
+// requestHash identifies a request body for idempotency, ignoring white
+// space outside strings.
+func requestHash(body []byte) string {
+	var buf []byte
+	if c, err := compactJSON(body); err == nil {
+		buf = c
+	} else {
+		buf = body
+	}
+	sum := sha256.Sum256(buf)
+	return hex.EncodeToString(sum[:])
+}
+
+func compactJSON(b []byte) ([]byte, error) {
+	var v json.RawMessage
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
+}
+
+// Get answers one of tenant's jobs.
+func (e *Engine) Get(ctx context.Context, tenant, id string) (*domain.Job, error) {
+	return e.Store.Get(ctx, tenant, id)
+}
+
+// List pages through tenant's jobs.
+func (e *Engine) List(ctx context.Context, tenant string, f store.ListFilter) ([]store.Summary, string, error) {
+	return e.Store.List(ctx, tenant, f)
+}
+
+// Cancel ends a job now. Cancelling a cancelled job answers it unchanged;
+// cancelling a finished one is an illegal transition. Worker messages still
+// out are deleted so no worker is handed the job again.
+func (e *Engine) Cancel(ctx context.Context, tenant, id string) (*domain.Job, error) {
+	var receipts []leaseMsg
+	j, err := e.mutate(ctx, tenant, id, func(j *domain.Job, now time.Time) error {
+		receipts = receipts[:0]
+		for _, s := range j.Steps {
+			if s.Lease != nil && s.Lease.Receipt != "" && s.Spec.Action == domain.ActionWorker {
+				receipts = append(receipts, leaseMsg{queue: s.Spec.Queue, receipt: s.Lease.Receipt})
+			}
+		}
+		changed, err := j.Cancel(now)
+		if err == nil && !changed {
+			return errNoChange
+		}
+		return err
+	})
+	if err != nil {
+		return j, fmt.Errorf("cancel job %s: %w", id, err)
+	}
+	for _, r := range receipts {
+		if url, err := e.Queue.WorkerQueueURL(ctx, tenant, r.queue); err == nil {
+			_ = e.Queue.Delete(ctx, url, r.receipt) // best effort: a stale message is dropped when next received
+		}
+	}
+	return j, nil
+}
+
+type leaseMsg struct{ queue, receipt string }
+
+// Health is the verdict of GET /v1/health (seed 001's thresholds).
+type Health struct {
+	Status      string   `json:"status"` // ok, degraded, unhealthy
+	Reasons     []string `json:"reasons,omitempty"`
+	SuccessRate *float64 `json:"success_rate,omitempty"` // completed / finished over 24 h; absent with no finished job
+	Backlog     int      `json:"backlog"`
+	Blocked     int64    `json:"blocked"`
+	Completed   int64    `json:"completed_24h"`
+	Failed      int64    `json:"failed_24h"`
+	Cancelled   int64    `json:"cancelled_24h"`
+}
+
+// Health judges a tenant's health: success rate over 24 h (> 95% ok,
+// >= 80% degraded), ready-queue backlog (< 10 ok, <= 50 degraded) and jobs
+// waiting on a person (< 3 ok, <= 10 degraded).
+func (e *Engine) Health(ctx context.Context, tenant string) (Health, error) {
+	st, err := e.Store.Stats(ctx, tenant, e.now())
+	if err != nil {
+		return Health{}, err
+	}
+	backlog, err := e.Queue.Backlog(ctx)
+	if err != nil {
+		return Health{}, err
+	}
+	h := Health{Status: "ok", Backlog: backlog, Blocked: max(st.Blocked, 0), Completed: st.Completed, Failed: st.Failed, Cancelled: st.Cancelled}
+	level := 0
+	judge := func(bad, worse bool, what string) {
+		switch {
+		case worse:
+			level = max(level, 2)
+			h.Reasons = append(h.Reasons, what)
+		case bad:
+			level = max(level, 1)
+			h.Reasons = append(h.Reasons, what)
+		}
+	}
+	if done := st.Completed + st.Failed; done > 0 {
+		rate := float64(st.Completed) / float64(done)
+		h.SuccessRate = &rate
+		judge(rate <= 0.95, rate < 0.80, fmt.Sprintf("success rate %.1f%%", rate*100))
+	}
+	judge(backlog >= 10, backlog > 50, fmt.Sprintf("backlog %d", backlog))
+	judge(h.Blocked >= 3, h.Blocked > 10, fmt.Sprintf("%d jobs blocked on a person", h.Blocked))
+	h.Status = []string{"ok", "degraded", "unhealthy"}[level]
+	return h, nil
+}

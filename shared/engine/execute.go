@@ -1,0 +1,130 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/stepflow/stepflow/shared/actions"
+	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/queue"
+)
+
+// deadlineMargin is kept back from the function's deadline to record the
+// outcome after an action that ran to its timeout.
+const deadlineMargin = 5 * time.Second
+
+// ExecuteResult says what became of one ready-queue message.
+type ExecuteResult string
+
+const (
+	Executed ExecuteResult = "executed" // ran an attempt and recorded its outcome
+	Stale    ExecuteResult = "stale"    // nothing to do: a duplicate, or the job moved on
+	Deferred ExecuteResult = "deferred" // not due yet; sent again with the rest of its delay
+)
+
+// Execute handles one ready-queue message: it takes the step's lease with a
+// conditional write (reclaiming an expired one), runs the built-in action,
+// records the outcome under the lease and dispatches what comes next. An
+// error means the message must come back (a batch item failure).
+func (e *Engine) Execute(ctx context.Context, m queue.Message) (ExecuteResult, error) {
+	var lease *domain.Lease
+	var call actions.Call
+	j, err := e.mutate(ctx, m.Tenant, m.Job, func(j *domain.Job, now time.Time) error {
+		s, i, err := j.Step(m.Step)
+		if err != nil {
+			return err
+		}
+		if held, err := reclaimIfExpired(j, s, now); held || err != nil {
+			return err
+		}
+		lease, err = j.Lease(m.Step, domain.LeaseRequest{Nonce: nonce(), Duration: e.BuiltinLease}, now)
+		if err != nil {
+			return err
+		}
+		call = actions.Call{Spec: s.Spec, Input: j.Input(i), IdempotencyKey: j.IdempotencyToken(s)}
+		return nil
+	})
+	var notYet *domain.NotYetError
+	switch {
+	case errors.As(err, &notYet):
+		e.dispatch(ctx, j, []domain.Dispatch{{Step: mustStep(j, m.Step), Delay: notYet.Until.Sub(e.now())}})
+		return Deferred, nil
+	case isStale(err):
+		return Stale, nil
+	case err != nil:
+		return "", fmt.Errorf("lease step %s of job %s: %w", m.Step, m.Job, err)
+	case lease == nil:
+		return Stale, nil // the reclaim spent the last attempt: the job failed
+	}
+
+	runCtx, cancel := context.WithTimeout(ctx, time.Duration(call.Spec.TimeoutSeconds)*time.Second)
+	if dl, ok := ctx.Deadline(); ok {
+		runCtx, cancel = context.WithDeadline(runCtx, dl.Add(-deadlineMargin))
+	}
+	output, failure := e.Runner.Run(runCtx, call)
+	cancel()
+	if err := e.record(ctx, m.Tenant, m.Job, m.Step, lease.ID, output, failure); err != nil {
+		if isStale(err) {
+			return Stale, nil // cancelled or taken over meanwhile: the outcome is refused
+		}
+		return "", err
+	}
+	return Executed, nil
+}
+
+func mustStep(j *domain.Job, id string) *domain.Step {
+	s, _, _ := j.Step(id)
+	return s
+}
+
+var errLiveLease = errors.New("step holds a live lease")
+
+// reclaimIfExpired settles a step still marked leased before a new lease is
+// taken: a live lease answers errLiveLease (a duplicate delivery: the
+// holder's own message covers it); an expired one is reclaimed, and when
+// that spent the last attempt the change is saved as it is (held true, no
+// error) with nothing left to lease.
+func reclaimIfExpired(j *domain.Job, s *domain.Step, now time.Time) (held bool, err error) {
+	if (s.State != domain.StepLeased && s.State != domain.StepRunning) || s.Lease == nil {
+		return false, nil
+	}
+	if now.Before(s.Lease.ExpiresAt) {
+		return true, errLiveLease
+	}
+	if _, err := j.Reclaim(s.ID(), now); err != nil {
+		return true, err
+	}
+	return s.State != domain.StepPending, nil
+}
+
+// isStale reports errors that mean a message or outcome has nothing left
+// to act on: the job is gone or finished, the step moved on, the lease was
+// lost, or another executor holds it.
+func isStale(err error) bool {
+	var ite *domain.IllegalTransitionError
+	return errors.As(err, &ite) || errors.Is(err, domain.ErrNotFound) || errors.Is(err, domain.ErrLeaseLost) || errors.Is(err, errLiveLease)
+}
+
+// record saves an attempt's outcome under its lease and dispatches the
+// next step or the retry.
+func (e *Engine) record(ctx context.Context, tenant, jobID, stepID, leaseID string, output json.RawMessage, failure *domain.Failure) error {
+	var ds []domain.Dispatch
+	rng := e.jitterRNG()
+	j, err := e.mutate(ctx, tenant, jobID, func(j *domain.Job, now time.Time) error {
+		var err error
+		if failure == nil {
+			ds, err = j.Complete(stepID, leaseID, output, now)
+		} else {
+			ds, err = j.Fail(stepID, leaseID, *failure, now, rng)
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("record outcome of step %s of job %s: %w", stepID, jobID, err)
+	}
+	e.dispatch(ctx, j, ds)
+	return nil
+}

@@ -1,0 +1,89 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/stepflow/stepflow/shared/domain"
+)
+
+// SweepLimit bounds the jobs one sweep takes from each due-index shard; a
+// backlog larger than that is worked off over the next sweeps.
+const SweepLimit = 100
+
+// SweepReport says what a sweep did.
+type SweepReport struct {
+	Due          int `json:"due"`
+	Reclaimed    int `json:"reclaimed"`
+	Redispatched int `json:"redispatched"`
+	Errors       int `json:"errors"`
+}
+
+// Sweep is the heartbeat's pass over the work that is due: leases that
+// expired without their message coming back are reclaimed (LEASE_TIMEOUT ->
+// PENDING, attempt + 1) and runnable steps whose message went missing (the
+// process died between the DynamoDB write and the SQS send) are sent again.
+// It reads only the sparse due index, so its cost follows the work due, not
+// the jobs stored. Two sweeps at once are safe: each change is conditional,
+// and a duplicate message finds nothing to do.
+func (e *Engine) Sweep(ctx context.Context) (SweepReport, error) {
+	var rep SweepReport
+	keys, err := e.Store.Due(ctx, e.now(), SweepLimit)
+	if err != nil {
+		return rep, fmt.Errorf("sweep: %w", err)
+	}
+	rep.Due = len(keys)
+	for _, k := range keys {
+		if ctx.Err() != nil {
+			break
+		}
+		if err := e.sweepJob(ctx, k.Tenant, k.ID, &rep); err != nil {
+			rep.Errors++
+			e.Log.Warn("sweep skipped a job", "tenant", k.Tenant, "job", k.ID, "err", err)
+		}
+	}
+	return rep, nil
+}
+
+func (e *Engine) sweepJob(ctx context.Context, tenant, id string, rep *SweepReport) error {
+	var ds []domain.Dispatch
+	reclaimed, redispatched := 0, 0
+	j, err := e.mutate(ctx, tenant, id, func(j *domain.Job, now time.Time) error {
+		ds, reclaimed, redispatched = ds[:0], 0, 0
+		for _, s := range j.Steps {
+			redispatch, reclaim := j.NeedsSweep(s, now)
+			switch {
+			case reclaim:
+				more, err := j.Reclaim(s.ID(), now)
+				if err != nil {
+					return err
+				}
+				ds = append(ds, more...)
+				reclaimed++
+			case redispatch:
+				j.Redispatched(s, now)
+				delay := time.Duration(0)
+				if s.ReadyAt != nil && s.ReadyAt.After(now) {
+					delay = s.ReadyAt.Sub(now)
+				}
+				ds = append(ds, domain.Dispatch{Step: s, Delay: delay})
+				redispatched++
+			}
+		}
+		if len(ds) == 0 && reclaimed == 0 {
+			return errNoChange // the index was behind the item; nothing is due
+		}
+		return nil
+	})
+	if err != nil {
+		if isStale(err) {
+			return nil
+		}
+		return err
+	}
+	rep.Reclaimed += reclaimed
+	rep.Redispatched += redispatched
+	e.dispatch(ctx, j, ds)
+	return nil
+}

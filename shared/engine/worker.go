@@ -1,0 +1,288 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/stepflow/stepflow/shared/domain"
+)
+
+// Claim limits.
+const (
+	MaxClaim     = 10               // SQS hands out at most ten messages a receive
+	MaxClaimWait = 20 * time.Second // SQS's longest long-poll
+)
+
+// ClaimRequest is POST /v1/claim.
+type ClaimRequest struct {
+	Queue       string `json:"queue"`
+	Max         int    `json:"max"`
+	WaitSeconds int    `json:"wait_seconds"`
+	Worker      string `json:"worker"`
+}
+
+// Validate checks a claim and fills its defaults.
+func (r *ClaimRequest) Validate() error {
+	if r.Queue == "" {
+		r.Queue = domain.DefaultQueue
+	}
+	if r.Max == 0 {
+		r.Max = 1
+	}
+	switch {
+	case r.Max < 1 || r.Max > MaxClaim:
+		return domain.Invalid("max", "must be between 1 and %d", MaxClaim)
+	case r.WaitSeconds < 0 || r.WaitSeconds > int(MaxClaimWait/time.Second):
+		return domain.Invalid("wait_seconds", "must be between 0 and %d", int(MaxClaimWait/time.Second))
+	case len(r.Worker) > 128:
+		return domain.Invalid("worker", "is longer than 128 characters")
+	}
+	if !domain.ValidName(r.Queue) {
+		return domain.Invalid("queue", "must be 1 to 40 letters, digits, '-' or '_'")
+	}
+	return nil
+}
+
+// ClaimedLease is one lease handed to a worker.
+type ClaimedLease struct {
+	LeaseID        string          `json:"lease_id"`
+	JobID          string          `json:"job_id"`
+	StepID         string          `json:"step_id"`
+	Attempt        int             `json:"attempt"`
+	MaxAttempts    int             `json:"max_attempts"`
+	Input          json.RawMessage `json:"input"`
+	ExpiresAt      time.Time       `json:"expires_at"`
+	LeaseSeconds   int             `json:"lease_seconds"`
+	IdempotencyKey string          `json:"idempotency_key"`
+}
+
+// Claim takes up to Max leases from a tenant's worker queue, long-polling
+// up to WaitSeconds for the first. Each lease is a conditional write; the
+// message then stays hidden for the lease's length, so if the worker dies
+// SQS hands it out again when the lease has expired.
+func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]ClaimedLease, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	url, err := e.Queue.WorkerQueueURL(ctx, tenant, r.Queue)
+	if err != nil {
+		return nil, err
+	}
+	deadline := e.Now().Add(time.Duration(r.WaitSeconds) * time.Second)
+	var out []ClaimedLease
+	for {
+		wait := max(time.Until(deadline).Truncate(time.Second), 0)
+		if len(out) > 0 {
+			wait = 0
+		}
+		msgs, err := e.Queue.Receive(ctx, url, r.Max-len(out), wait)
+		if err != nil {
+			return out, err
+		}
+		for _, m := range msgs {
+			cl, err := e.claimOne(ctx, tenant, r.Worker, m.Message.Job, m.Message.Step, m.Receipt, url)
+			if err != nil {
+				e.Log.Warn("claim skipped a message", "job", m.Message.Job, "step", m.Message.Step, "err", err)
+				continue
+			}
+			if cl != nil {
+				out = append(out, *cl)
+			}
+		}
+		if len(out) >= r.Max || len(msgs) == 0 && !e.Now().Before(deadline) || ctx.Err() != nil || len(msgs) == 0 && len(out) > 0 {
+			return out, nil
+		}
+	}
+}
+
+// claimOne leases the step a worker-queue message names, or settles the
+// message: deleted when stale, hidden again until a live lease or a backoff
+// runs out.
+func (e *Engine) claimOne(ctx context.Context, tenant, worker, jobID, stepID, receipt, url string) (*ClaimedLease, error) {
+	var lease *domain.Lease
+	var hideFor time.Duration
+	j, err := e.mutate(ctx, tenant, jobID, func(j *domain.Job, now time.Time) error {
+		s, _, err := j.Step(stepID)
+		if err != nil {
+			return err
+		}
+		if s.Lease != nil {
+			hideFor = s.Lease.ExpiresAt.Sub(now) + time.Second
+		}
+		if held, err := reclaimIfExpired(j, s, now); held || err != nil {
+			return err
+		}
+		lease, err = j.Lease(stepID, domain.LeaseRequest{
+			Worker: worker, ViaWorker: true, Nonce: nonce(),
+			Duration: time.Duration(s.Spec.LeaseSeconds) * time.Second, Receipt: receipt,
+		}, now)
+		return err
+	})
+	var notYet *domain.NotYetError
+	switch {
+	case errors.Is(err, errLiveLease):
+		return nil, e.Queue.Hide(ctx, url, receipt, hideFor)
+	case errors.As(err, &notYet):
+		return nil, e.Queue.Hide(ctx, url, receipt, notYet.Until.Sub(e.now()))
+	case isStale(err):
+		return nil, e.Queue.Delete(ctx, url, receipt)
+	case err != nil:
+		return nil, err
+	case lease == nil:
+		return nil, e.Queue.Delete(ctx, url, receipt) // the reclaim spent the last attempt
+	}
+	s, i, _ := j.Step(stepID)
+	if err := e.Queue.Hide(ctx, url, receipt, lease.ExpiresAt.Sub(e.now())); err != nil {
+		// The lease is written; if the message shows up early, the next
+		// claimer finds the lease live and hides it again.
+		e.Log.Warn("lease visibility not set", "lease", lease.ID, "err", err)
+	}
+	return &ClaimedLease{
+		LeaseID: lease.ID, JobID: j.ID, StepID: stepID, Attempt: lease.Attempt, MaxAttempts: s.Spec.Retry.MaxAttempts,
+		Input: j.Input(i), ExpiresAt: lease.ExpiresAt, LeaseSeconds: s.Spec.LeaseSeconds, IdempotencyKey: j.IdempotencyToken(s),
+	}, nil
+}
+
+// leaseTarget resolves a lease id to its job and step, within the tenant.
+func leaseTarget(j *domain.Job, ref domain.LeaseRef) (*domain.Step, error) {
+	if ref.StepIndex >= len(j.Steps) {
+		return nil, fmt.Errorf("lease %s: %w", ref, domain.ErrNotFound)
+	}
+	return j.Steps[ref.StepIndex], nil
+}
+
+// HeartbeatResult answers POST /v1/leases/{lease}/heartbeat.
+type HeartbeatResult struct {
+	LeaseID         string    `json:"lease_id"`
+	ExpiresAt       time.Time `json:"expires_at"`
+	CancelRequested bool      `json:"cancel_requested"`
+}
+
+// Heartbeat extends a worker's lease by extend (the step's lease_seconds
+// when zero), in DynamoDB and in the message's visibility. A lease whose job
+// was cancelled answers cancel_requested and is not extended; a lease
+// taken over or expired answers ErrLeaseLost.
+func (e *Engine) Heartbeat(ctx context.Context, tenant, leaseID string, extend time.Duration) (HeartbeatResult, error) {
+	ref, err := domain.ParseLeaseID(leaseID)
+	if err != nil {
+		return HeartbeatResult{}, err
+	}
+	var lease *domain.Lease
+	var queueName string
+	res := HeartbeatResult{LeaseID: leaseID}
+	_, err = e.mutate(ctx, tenant, ref.JobID, func(j *domain.Job, now time.Time) error {
+		s, err := leaseTarget(j, ref)
+		if err != nil {
+			return err
+		}
+		if s.State == domain.StepCanceled && s.Attempt == ref.Attempt {
+			res.CancelRequested = true
+			return errNoChange
+		}
+		d := extend
+		if d <= 0 {
+			d = time.Duration(s.Spec.LeaseSeconds) * time.Second
+		}
+		lease, err = j.Heartbeat(s.ID(), leaseID, d, now)
+		queueName = s.Spec.Queue
+		return err
+	})
+	if err != nil {
+		return res, fmt.Errorf("heartbeat lease %s: %w", leaseID, err)
+	}
+	if res.CancelRequested {
+		return res, nil
+	}
+	res.ExpiresAt = lease.ExpiresAt
+	if lease.Receipt != "" {
+		if url, err := e.Queue.WorkerQueueURL(ctx, tenant, queueName); err == nil {
+			if err := e.Queue.Hide(ctx, url, lease.Receipt, lease.ExpiresAt.Sub(e.now())); err != nil {
+				e.Log.Warn("heartbeat could not extend the message's visibility", "lease", leaseID, "err", err)
+			}
+		}
+	}
+	return res, nil
+}
+
+// Outcome is POST /v1/leases/{lease}/complete or /fail.
+type Outcome struct {
+	Output            json.RawMessage `json:"output,omitempty"`
+	Class             string          `json:"class,omitempty"`
+	Message           string          `json:"message,omitempty"`
+	RetryAfterSeconds int             `json:"retry_after_seconds,omitempty"`
+}
+
+// OutcomeResult answers an outcome: where the step and job went.
+type OutcomeResult struct {
+	JobID     string           `json:"job_id"`
+	StepID    string           `json:"step_id"`
+	StepState domain.StepState `json:"step_state"`
+	JobState  domain.JobState  `json:"job_state"`
+}
+
+// Complete records a worker's success under its lease.
+func (e *Engine) Complete(ctx context.Context, tenant, leaseID string, output json.RawMessage) (OutcomeResult, error) {
+	if len(output) > 256*1024 {
+		return OutcomeResult{}, &domain.Error{Code: domain.CodeTooLarge, Message: "output is over 256 KB"}
+	}
+	return e.finishLease(ctx, tenant, leaseID, output, nil)
+}
+
+// Fail records a worker's failure under its lease; its class decides the
+// step's fate.
+func (e *Engine) Fail(ctx context.Context, tenant, leaseID string, o Outcome) (OutcomeResult, error) {
+	class, err := domain.ParseFailureClass("class", o.Class)
+	if err != nil {
+		return OutcomeResult{}, err
+	}
+	if o.RetryAfterSeconds < 0 || o.RetryAfterSeconds > 7*24*3600 {
+		return OutcomeResult{}, domain.Invalid("retry_after_seconds", "must be between 0 and %d", 7*24*3600)
+	}
+	msg := o.Message
+	if msg == "" {
+		msg = "worker reported " + string(class)
+	}
+	return e.finishLease(ctx, tenant, leaseID, nil, &domain.Failure{Class: class, Message: msg, RetryAfter: time.Duration(o.RetryAfterSeconds) * time.Second})
+}
+
+func (e *Engine) finishLease(ctx context.Context, tenant, leaseID string, output json.RawMessage, failure *domain.Failure) (OutcomeResult, error) {
+	ref, err := domain.ParseLeaseID(leaseID)
+	if err != nil {
+		return OutcomeResult{}, err
+	}
+	var receipt, queueName, stepID string
+	var ds []domain.Dispatch
+	rng := e.jitterRNG()
+	j, err := e.mutate(ctx, tenant, ref.JobID, func(j *domain.Job, now time.Time) error {
+		s, err := leaseTarget(j, ref)
+		if err != nil {
+			return err
+		}
+		stepID, queueName = s.ID(), s.Spec.Queue
+		if s.Lease != nil {
+			receipt = s.Lease.Receipt
+		}
+		if failure == nil {
+			ds, err = j.Complete(stepID, leaseID, output, now)
+		} else {
+			ds, err = j.Fail(stepID, leaseID, *failure, now, rng)
+		}
+		return err
+	})
+	if err != nil {
+		return OutcomeResult{}, fmt.Errorf("lease %s: %w", leaseID, err)
+	}
+	if receipt != "" {
+		if url, err := e.Queue.WorkerQueueURL(ctx, tenant, queueName); err == nil {
+			if err := e.Queue.Delete(ctx, url, receipt); err != nil {
+				e.Log.Warn("finished lease's message not deleted; it is dropped when next received", "lease", leaseID, "err", err)
+			}
+		}
+	}
+	e.dispatch(ctx, j, ds)
+	s, _, _ := j.Step(stepID)
+	return OutcomeResult{JobID: j.ID, StepID: stepID, StepState: s.State, JobState: j.State}, nil
+}

@@ -1,0 +1,66 @@
+// Package handlers holds the Lambda handlers as plain typed functions, so
+// the functions/ mains and the local runner call the very same code.
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/stepflow/stepflow/shared/engine"
+	"github.com/stepflow/stepflow/shared/queue"
+)
+
+// Execute is the ready queues' SQS handler. Each record is handled on its
+// own goroutine; a record that must come back is reported as a batch item
+// failure, the others are deleted by the event source mapping.
+func Execute(e *engine.Engine, log *slog.Logger) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
+	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+		var mu sync.Mutex
+		var resp events.SQSEventResponse
+		var wg sync.WaitGroup
+		for _, rec := range ev.Records {
+			wg.Go(func() {
+				if err := executeRecord(ctx, e, rec); err != nil {
+					log.Warn("message will be redelivered", "message_id", rec.MessageId, "err", err)
+					mu.Lock()
+					resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		return resp, nil
+	}
+}
+
+func executeRecord(ctx context.Context, e *engine.Engine, rec events.SQSMessage) error {
+	var m queue.Message
+	if err := json.Unmarshal([]byte(rec.Body), &m); err != nil || m.Job == "" || m.Tenant == "" || m.Step == "" {
+		// Not a stepflow message: redelivering it cannot help; drop it.
+		e.Log.Warn("dropped a message that names no step", "message_id", rec.MessageId)
+		return nil
+	}
+	if _, err := e.Execute(ctx, m); err != nil {
+		return fmt.Errorf("message %s: %w", rec.MessageId, err)
+	}
+	return nil
+}
+
+// Heartbeat is the EventBridge schedule's handler: one sweep.
+func Heartbeat(e *engine.Engine) func(context.Context, events.EventBridgeEvent) (engine.SweepReport, error) {
+	return func(ctx context.Context, _ events.EventBridgeEvent) (engine.SweepReport, error) {
+		rep, err := e.Sweep(ctx)
+		if err != nil {
+			return rep, err
+		}
+		if rep.Due > 0 {
+			e.Log.Info("sweep", "due", rep.Due, "reclaimed", rep.Reclaimed, "redispatched", rep.Redispatched, "errors", rep.Errors)
+		}
+		return rep, nil
+	}
+}

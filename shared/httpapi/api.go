@@ -1,0 +1,361 @@
+// Package httpapi serves stepflow's HTTP API v1 as an API Gateway HTTP API
+// (payload format 2.0) Lambda handler. Routes are matched on the event's
+// routeKey, which API Gateway sets from template.yaml's routes.
+package httpapi
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
+	"github.com/stepflow/stepflow/shared/store"
+)
+
+// statusOf maps each error code to its HTTP status: the one table.
+var statusOf = map[domain.Code]int{
+	domain.CodeInvalid:             http.StatusBadRequest,
+	domain.CodeUnauthorized:        http.StatusUnauthorized,
+	domain.CodeNotFound:            http.StatusNotFound,
+	domain.CodeMethodNotAllowed:    http.StatusMethodNotAllowed,
+	domain.CodeConflict:            http.StatusConflict,
+	domain.CodeLeaseLost:           http.StatusConflict,
+	domain.CodeTooLarge:            http.StatusRequestEntityTooLarge,
+	domain.CodeIdempotencyMismatch: http.StatusUnprocessableEntity,
+	domain.CodeThrottled:           http.StatusTooManyRequests,
+	domain.CodeInternal:            http.StatusInternalServerError,
+}
+
+// API is the HTTP handler over an engine.
+type API struct {
+	Engine *engine.Engine
+	Log    *slog.Logger
+	keys   keyCache
+}
+
+// New answers an API.
+func New(e *engine.Engine, log *slog.Logger) *API {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &API{Engine: e, Log: log}
+}
+
+type route func(ctx context.Context, tenant string, req *request) (int, any, error)
+
+// Handle is the Lambda handler for every HTTP route.
+func (a *API) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	req := &request{ev: ev}
+	h, ok := a.routes()[ev.RouteKey]
+	if !ok {
+		return a.fail(ev, &domain.Error{Code: domain.CodeNotFound, Message: fmt.Sprintf("no route %s %s", ev.RequestContext.HTTP.Method, ev.RawPath)}), nil
+	}
+	tenant, err := a.authenticate(ctx, ev.Headers)
+	if err != nil {
+		return a.fail(ev, err), nil
+	}
+	status, body, err := h(ctx, tenant, req)
+	if err != nil {
+		return a.fail(ev, err), nil
+	}
+	return respond(status, body, req.extraHeaders), nil
+}
+
+func (a *API) routes() map[string]route {
+	return map[string]route{
+		"POST /v1/jobs":                     a.submit,
+		"GET /v1/jobs":                      a.list,
+		"GET /v1/jobs/{id}":                 a.get,
+		"GET /v1/jobs/{id}/events":          a.events,
+		"POST /v1/jobs/{id}/cancel":         a.cancel,
+		"GET /v1/health":                    a.health,
+		"POST /v1/claim":                    a.claim,
+		"POST /v1/leases/{lease}/heartbeat": a.heartbeat,
+		"POST /v1/leases/{lease}/complete":  a.complete,
+		"POST /v1/leases/{lease}/fail":      a.failLease,
+	}
+}
+
+// request wraps the event with helpers.
+type request struct {
+	ev           events.APIGatewayV2HTTPRequest
+	extraHeaders map[string]string
+}
+
+func (r *request) header(name string) string {
+	for k, v := range r.ev.Headers {
+		if strings.EqualFold(k, name) {
+			return v
+		}
+	}
+	return ""
+}
+
+func (r *request) body() ([]byte, error) {
+	if !r.ev.IsBase64Encoded {
+		return []byte(r.ev.Body), nil
+	}
+	b, err := base64.StdEncoding.DecodeString(r.ev.Body)
+	if err != nil {
+		return nil, domain.Invalid("body", "is not valid base64")
+	}
+	return b, nil
+}
+
+// decode reads an optional JSON body into v, refusing unknown fields.
+func (r *request) decode(v any) error {
+	b, err := r.body()
+	if err != nil {
+		return err
+	}
+	if len(b) > domain.MaxBodyBytes {
+		return &domain.Error{Code: domain.CodeTooLarge, Message: fmt.Sprintf("body is %d bytes; the limit is %d", len(b), domain.MaxBodyBytes)}
+	}
+	if strings.TrimSpace(string(b)) == "" {
+		return nil
+	}
+	return domain.DecodeStrict(b, v)
+}
+
+func (r *request) setHeader(k, v string) {
+	if r.extraHeaders == nil {
+		r.extraHeaders = map[string]string{}
+	}
+	r.extraHeaders[k] = v
+}
+
+// keyCache remembers API keys a warm Lambda has checked, so a busy worker
+// does not pay a DynamoDB read per request.
+type keyCache struct {
+	mu sync.Mutex
+	m  map[string]cachedKey
+}
+
+type cachedKey struct {
+	tenant string
+	until  time.Time
+}
+
+const keyCacheTTL = time.Minute
+
+func (a *API) authenticate(ctx context.Context, headers map[string]string) (string, error) {
+	r := request{ev: events.APIGatewayV2HTTPRequest{Headers: headers}}
+	auth := r.header("Authorization")
+	key, ok := strings.CutPrefix(auth, "Bearer ")
+	if !ok || strings.TrimSpace(key) == "" {
+		return "", &domain.Error{Code: domain.CodeUnauthorized, Message: "Authorization: Bearer <api key> is required"}
+	}
+	hashed := store.HashKey(strings.TrimSpace(key))
+	a.keys.mu.Lock()
+	if c, ok := a.keys.m[hashed]; ok && time.Now().Before(c.until) {
+		a.keys.mu.Unlock()
+		return c.tenant, nil
+	}
+	a.keys.mu.Unlock()
+	tenant, err := a.Engine.Store.TenantForKey(ctx, strings.TrimSpace(key))
+	if err != nil {
+		return "", err
+	}
+	a.keys.mu.Lock()
+	if a.keys.m == nil {
+		a.keys.m = map[string]cachedKey{}
+	}
+	a.keys.m[hashed] = cachedKey{tenant: tenant, until: time.Now().Add(keyCacheTTL)}
+	a.keys.mu.Unlock()
+	return tenant, nil
+}
+
+// ErrorBody is every error's JSON shape.
+type ErrorBody struct {
+	Error struct {
+		Code    domain.Code `json:"code"`
+		Message string      `json:"message"`
+		Field   string      `json:"field,omitempty"`
+	} `json:"error"`
+}
+
+func (a *API) fail(ev events.APIGatewayV2HTTPRequest, err error) events.APIGatewayV2HTTPResponse {
+	code := domain.CodeOf(err)
+	status := statusOf[code]
+	var body ErrorBody
+	body.Error.Code = code
+	var de *domain.Error
+	switch {
+	case code == domain.CodeInternal:
+		a.Log.Error("request failed", "route", ev.RouteKey, "request_id", ev.RequestContext.RequestID, "err", err)
+		body.Error.Message = "internal error; request id " + ev.RequestContext.RequestID
+	case errors.As(err, &de):
+		body.Error.Message, body.Error.Field = de.Error(), de.Field
+		if de.Code == domain.CodeNotFound || de.Code == domain.CodeLeaseLost {
+			body.Error.Message = err.Error() // carries what was not found
+		}
+	default:
+		body.Error.Message = err.Error()
+	}
+	return respond(status, body, nil)
+}
+
+func respond(status int, body any, headers map[string]string) events.APIGatewayV2HTTPResponse {
+	h := map[string]string{"content-type": "application/json"}
+	for k, v := range headers {
+		h[k] = v
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":{"code":"internal","message":"encode response"}}`)
+	}
+	return events.APIGatewayV2HTTPResponse{StatusCode: status, Headers: h, Body: string(b)}
+}
+
+func (a *API) submit(ctx context.Context, tenant string, r *request) (int, any, error) {
+	b, err := r.body()
+	if err != nil {
+		return 0, nil, err
+	}
+	j, created, err := a.Engine.Submit(ctx, tenant, b, r.header("Idempotency-Key"))
+	if err != nil {
+		return 0, nil, err
+	}
+	r.setHeader("location", "/v1/jobs/"+j.ID)
+	if !created {
+		r.setHeader("idempotent-replayed", "true")
+		return http.StatusOK, jobView(j), nil
+	}
+	return http.StatusCreated, jobView(j), nil
+}
+
+func (a *API) get(ctx context.Context, tenant string, r *request) (int, any, error) {
+	j, err := a.Engine.Get(ctx, tenant, r.ev.PathParameters["id"])
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, jobView(j), nil
+}
+
+func (a *API) events(ctx context.Context, tenant string, r *request) (int, any, error) {
+	j, err := a.Engine.Get(ctx, tenant, r.ev.PathParameters["id"])
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, map[string]any{"job_id": j.ID, "events": j.Events}, nil
+}
+
+func (a *API) list(ctx context.Context, tenant string, r *request) (int, any, error) {
+	q := r.ev.QueryStringParameters
+	f := store.ListFilter{Limit: 50, Queue: q["queue"], Cursor: q["cursor"]}
+	if s := q["state"]; s != "" {
+		st := domain.JobState(strings.ToUpper(s))
+		valid := false
+		for _, x := range domain.AllJobStates() {
+			valid = valid || x == st
+		}
+		if !valid {
+			return 0, nil, domain.Invalid("state", "%q is not a job state", s)
+		}
+		f.State = st
+	}
+	if l := q["limit"]; l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 100 {
+			return 0, nil, domain.Invalid("limit", "must be a whole number from 1 to 100")
+		}
+		f.Limit = int32(n)
+	}
+	jobs, next, err := a.Engine.List(ctx, tenant, f)
+	if err != nil {
+		return 0, nil, err
+	}
+	if jobs == nil {
+		jobs = []store.Summary{}
+	}
+	return http.StatusOK, map[string]any{"jobs": jobs, "next_cursor": next}, nil
+}
+
+func (a *API) cancel(ctx context.Context, tenant string, r *request) (int, any, error) {
+	j, err := a.Engine.Cancel(ctx, tenant, r.ev.PathParameters["id"])
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, jobView(j), nil
+}
+
+func (a *API) health(ctx context.Context, tenant string, _ *request) (int, any, error) {
+	h, err := a.Engine.Health(ctx, tenant)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, h, nil
+}
+
+func (a *API) claim(ctx context.Context, tenant string, r *request) (int, any, error) {
+	var c engine.ClaimRequest
+	if err := r.decode(&c); err != nil {
+		return 0, nil, err
+	}
+	leases, err := a.Engine.Claim(ctx, tenant, c)
+	if err != nil {
+		return 0, nil, err
+	}
+	if leases == nil {
+		leases = []engine.ClaimedLease{}
+	}
+	return http.StatusOK, map[string]any{"leases": leases}, nil
+}
+
+func (a *API) heartbeat(ctx context.Context, tenant string, r *request) (int, any, error) {
+	var body struct {
+		ExtendSeconds int `json:"extend_seconds"`
+	}
+	if err := r.decode(&body); err != nil {
+		return 0, nil, err
+	}
+	if body.ExtendSeconds < 0 || body.ExtendSeconds > domain.MaxLeaseSeconds {
+		return 0, nil, domain.Invalid("extend_seconds", "must be between 1 and %d", domain.MaxLeaseSeconds)
+	}
+	res, err := a.Engine.Heartbeat(ctx, tenant, r.ev.PathParameters["lease"], time.Duration(body.ExtendSeconds)*time.Second)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, res, nil
+}
+
+func (a *API) complete(ctx context.Context, tenant string, r *request) (int, any, error) {
+	var o engine.Outcome
+	if err := r.decode(&o); err != nil {
+		return 0, nil, err
+	}
+	if o.Class != "" || o.Message != "" || o.RetryAfterSeconds != 0 {
+		return 0, nil, domain.Invalid("class", "belongs on /fail; /complete takes only output")
+	}
+	res, err := a.Engine.Complete(ctx, tenant, r.ev.PathParameters["lease"], o.Output)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, res, nil
+}
+
+func (a *API) failLease(ctx context.Context, tenant string, r *request) (int, any, error) {
+	var o engine.Outcome
+	if err := r.decode(&o); err != nil {
+		return 0, nil, err
+	}
+	if len(o.Output) > 0 {
+		return 0, nil, domain.Invalid("output", "belongs on /complete")
+	}
+	res, err := a.Engine.Fail(ctx, tenant, r.ev.PathParameters["lease"], o)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, res, nil
+}

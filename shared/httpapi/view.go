@@ -1,0 +1,67 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/stepflow/stepflow/shared/domain"
+)
+
+// JobView is a job as GET /v1/jobs/{id} answers it.
+type JobView struct {
+	ID        string          `json:"id"`
+	State     domain.JobState `json:"state"`
+	Queue     string          `json:"queue"`
+	Priority  int             `json:"priority"`
+	Payload   json.RawMessage `json:"payload"`
+	CreatedAt time.Time       `json:"created_at"`
+	UpdatedAt time.Time       `json:"updated_at"`
+	EndedAt   *time.Time      `json:"ended_at,omitempty"`
+	Steps     []StepView      `json:"steps"`
+}
+
+// StepView is one step with its attempts.
+type StepView struct {
+	ID          string            `json:"id"`
+	Action      string            `json:"action"`
+	State       domain.StepState  `json:"state"`
+	Attempt     int               `json:"attempt"`
+	MaxAttempts int               `json:"max_attempts"`
+	NextRunAt   *time.Time        `json:"next_run_at,omitempty"`
+	Output      json.RawMessage   `json:"output,omitempty"`
+	Error       *domain.StepError `json:"error,omitempty"`
+	Attempts    []domain.Attempt  `json:"attempts"`
+	Lease       *LeaseView        `json:"lease,omitempty"`
+}
+
+// LeaseView shows who holds a step. The lease id is the holder's fencing
+// token and stays with the holder; the SQS receipt is internal.
+type LeaseView struct {
+	Attempt   int       `json:"attempt"`
+	Worker    string    `json:"worker,omitempty"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+func jobView(j *domain.Job) JobView {
+	v := JobView{
+		ID: j.ID, State: j.State, Queue: j.Queue, Priority: j.Priority, Payload: j.Payload,
+		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, EndedAt: j.EndedAt, Steps: make([]StepView, 0, len(j.Steps)),
+	}
+	for _, s := range j.Steps {
+		sv := StepView{
+			ID: s.ID(), Action: s.Spec.Action, State: s.State, Attempt: s.Attempt, MaxAttempts: s.Spec.Retry.MaxAttempts,
+			Output: s.Output, Error: s.Error, Attempts: s.Attempts,
+		}
+		if sv.Attempts == nil {
+			sv.Attempts = []domain.Attempt{}
+		}
+		if s.State == domain.StepRetrying {
+			sv.NextRunAt = s.ReadyAt
+		}
+		if s.Lease != nil {
+			sv.Lease = &LeaseView{Attempt: s.Lease.Attempt, Worker: s.Lease.Worker, ExpiresAt: s.Lease.ExpiresAt}
+		}
+		v.Steps = append(v.Steps, sv)
+	}
+	return v
+}

@@ -1,0 +1,234 @@
+// Package queue carries work and time on SQS. A message names one runnable
+// step; its visibility timeout is the lease; DelaySeconds is the retry
+// backoff. Built-in actions go to the ready queues, one per priority;
+// worker steps go to a queue per tenant and worker queue name, created on
+// first use.
+package queue
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/stepflow/stepflow/shared/domain"
+)
+
+// API is the part of the SQS client the queue uses; a fault-injection
+// layer can wrap it.
+type API interface {
+	SendMessageBatch(context.Context, *sqs.SendMessageBatchInput, ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error)
+	ReceiveMessage(context.Context, *sqs.ReceiveMessageInput, ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error)
+	DeleteMessage(context.Context, *sqs.DeleteMessageInput, ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error)
+	ChangeMessageVisibility(context.Context, *sqs.ChangeMessageVisibilityInput, ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
+	GetQueueUrl(context.Context, *sqs.GetQueueUrlInput, ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error)
+	CreateQueue(context.Context, *sqs.CreateQueueInput, ...func(*sqs.Options)) (*sqs.CreateQueueOutput, error)
+	GetQueueAttributes(context.Context, *sqs.GetQueueAttributesInput, ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
+}
+
+// MaxDelay is the longest DelaySeconds SQS allows. A longer backoff is sent
+// at this delay and re-sent by the receiver until it is due.
+const MaxDelay = 900 * time.Second
+
+// Message is the body of a dispatch message: which step of which job.
+type Message struct {
+	Tenant string `json:"tenant"`
+	Job    string `json:"job"`
+	Step   string `json:"step"`
+}
+
+// Config names the queues.
+type Config struct {
+	ReadyURLs          [domain.MaxPriority + 1]string // index = priority
+	DLQARN             string                         // worker queues redrive here
+	WorkerQueuePrefix  string                         // e.g. "<stack>-w-"
+	WorkerMaxReceives  int                            // redrive after this many receives of one worker message
+	WorkerQueueVisible time.Duration                  // visibility before a claim sets the lease's
+}
+
+// Queue is the SQS adapter.
+type Queue struct {
+	api  API
+	cfg  Config
+	urls sync.Map // worker queue name -> url
+}
+
+// New answers a queue adapter.
+func New(api API, cfg Config) *Queue {
+	if cfg.WorkerMaxReceives == 0 {
+		cfg.WorkerMaxReceives = 100
+	}
+	if cfg.WorkerQueueVisible == 0 {
+		cfg.WorkerQueueVisible = 30 * time.Second
+	}
+	return &Queue{api: api, cfg: cfg}
+}
+
+// WorkerQueueName is the SQS name of a tenant's worker queue: readable when
+// it fits SQS's 80 characters, hashed when it does not.
+func (q *Queue) WorkerQueueName(tenant, name string) string {
+	n := q.cfg.WorkerQueuePrefix + tenant + "-" + name
+	if len(n) <= 80 {
+		return n
+	}
+	sum := sha256.Sum256([]byte(tenant + "/" + name))
+	return q.cfg.WorkerQueuePrefix + hex.EncodeToString(sum[:])[:32]
+}
+
+// WorkerQueueURL answers the URL of a worker queue, creating it the first
+// time (CreateQueue is idempotent for equal attributes).
+func (q *Queue) WorkerQueueURL(ctx context.Context, tenant, name string) (string, error) {
+	qn := q.WorkerQueueName(tenant, name)
+	if u, ok := q.urls.Load(qn); ok {
+		return u.(string), nil
+	}
+	out, err := q.api.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: &qn})
+	var missing *sqstypes.QueueDoesNotExist
+	switch {
+	case err == nil:
+		q.urls.Store(qn, *out.QueueUrl)
+		return *out.QueueUrl, nil
+	case !errors.As(err, &missing):
+		return "", fmt.Errorf("worker queue %s: %w", qn, err)
+	}
+	attrs := map[string]string{
+		"VisibilityTimeout":      strconv.Itoa(int(q.cfg.WorkerQueueVisible.Seconds())),
+		"MessageRetentionPeriod": "1209600",
+	}
+	if q.cfg.DLQARN != "" {
+		rp, _ := json.Marshal(map[string]any{"deadLetterTargetArn": q.cfg.DLQARN, "maxReceiveCount": q.cfg.WorkerMaxReceives})
+		attrs["RedrivePolicy"] = string(rp)
+	}
+	created, err := q.api.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: &qn, Attributes: attrs})
+	if err != nil {
+		return "", fmt.Errorf("create worker queue %s: %w", qn, err)
+	}
+	q.urls.Store(qn, *created.QueueUrl)
+	return *created.QueueUrl, nil
+}
+
+// QueueFor answers where a step's messages go.
+func (q *Queue) QueueFor(ctx context.Context, j *domain.Job, s *domain.Step) (string, error) {
+	if s.Spec.Action == domain.ActionWorker {
+		return q.WorkerQueueURL(ctx, j.Tenant, s.Spec.Queue)
+	}
+	p := min(max(j.Priority, 0), domain.MaxPriority)
+	if q.cfg.ReadyURLs[p] == "" {
+		return "", fmt.Errorf("no ready queue for priority %d", p)
+	}
+	return q.cfg.ReadyURLs[p], nil
+}
+
+// Dispatch sends one message per dispatch, batched per queue (up to ten a
+// request). It answers the first error; the caller relies on the sweep to
+// re-send what did not go.
+func (q *Queue) Dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispatch) error {
+	byURL := map[string][]sqstypes.SendMessageBatchRequestEntry{}
+	var order []string
+	for i, d := range ds {
+		url, err := q.QueueFor(ctx, j, d.Step)
+		if err != nil {
+			return fmt.Errorf("dispatch job %s step %s: %w", j.ID, d.Step.ID(), err)
+		}
+		body, _ := json.Marshal(Message{Tenant: j.Tenant, Job: j.ID, Step: d.Step.ID()})
+		delay := int32(min(max(d.Delay, 0), MaxDelay).Round(time.Second) / time.Second)
+		if _, ok := byURL[url]; !ok {
+			order = append(order, url)
+		}
+		byURL[url] = append(byURL[url], sqstypes.SendMessageBatchRequestEntry{
+			Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(string(body)), DelaySeconds: delay,
+		})
+	}
+	for _, url := range order {
+		entries := byURL[url]
+		for len(entries) > 0 {
+			n := min(len(entries), 10)
+			out, err := q.api.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: entries[:n]})
+			if err != nil {
+				return fmt.Errorf("dispatch job %s: %w", j.ID, err)
+			}
+			if len(out.Failed) > 0 {
+				f := out.Failed[0]
+				return fmt.Errorf("dispatch job %s: %d of %d messages refused: %s", j.ID, len(out.Failed), n, aws.ToString(f.Message))
+			}
+			entries = entries[n:]
+		}
+	}
+	return nil
+}
+
+// Received is a message taken from a worker queue.
+type Received struct {
+	Message  Message
+	Receipt  string
+	QueueURL string
+	Receives int // how often SQS has handed this message out
+}
+
+// Receive long-polls a worker queue for up to max messages.
+func (q *Queue) Receive(ctx context.Context, url string, max int, wait time.Duration) ([]Received, error) {
+	out, err := q.api.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+		QueueUrl: &url, MaxNumberOfMessages: int32(max), WaitTimeSeconds: int32(wait / time.Second),
+		MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameApproximateReceiveCount},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("receive from %s: %w", url, err)
+	}
+	res := make([]Received, 0, len(out.Messages))
+	for _, m := range out.Messages {
+		r := Received{Receipt: aws.ToString(m.ReceiptHandle), QueueURL: url}
+		r.Receives, _ = strconv.Atoi(m.Attributes[string(sqstypes.MessageSystemAttributeNameApproximateReceiveCount)])
+		if err := json.Unmarshal([]byte(aws.ToString(m.Body)), &r.Message); err != nil || r.Message.Job == "" {
+			// Not ours: drop it rather than hand it out again and again.
+			_ = q.Delete(ctx, url, r.Receipt)
+			continue
+		}
+		res = append(res, r)
+	}
+	return res, nil
+}
+
+// Delete removes a message that needs no more delivery.
+func (q *Queue) Delete(ctx context.Context, url, receipt string) error {
+	if _, err := q.api.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: &url, ReceiptHandle: &receipt}); err != nil {
+		return fmt.Errorf("delete message: %w", err)
+	}
+	return nil
+}
+
+// Hide makes a received message invisible for d from now: the lease timer.
+func (q *Queue) Hide(ctx context.Context, url, receipt string, d time.Duration) error {
+	secs := int32(min(max(d.Round(time.Second), 0), 12*time.Hour) / time.Second)
+	if _, err := q.api.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: &url, ReceiptHandle: &receipt, VisibilityTimeout: secs}); err != nil {
+		return fmt.Errorf("change visibility: %w", err)
+	}
+	return nil
+}
+
+// Backlog answers how many messages wait on the ready queues.
+func (q *Queue) Backlog(ctx context.Context) (int, error) {
+	total := 0
+	for _, url := range q.cfg.ReadyURLs {
+		if url == "" {
+			continue
+		}
+		out, err := q.api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+			QueueUrl: aws.String(url), AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameApproximateNumberOfMessages},
+		})
+		if err != nil {
+			return 0, fmt.Errorf("backlog of %s: %w", url, err)
+		}
+		n, _ := strconv.Atoi(out.Attributes[string(sqstypes.QueueAttributeNameApproximateNumberOfMessages)])
+		total += n
+	}
+	return total, nil
+}

@@ -1,0 +1,343 @@
+// Package store keeps jobs in one DynamoDB table. A job is one item holding
+// its projection and its event log, so every transition is one conditional
+// write that checks the version and state it was decided on and changes the
+// state and the log together, or not at all.
+//
+// Keys (single-table):
+//
+//	job           pk J#<tenant>#<job id>         sk J
+//	idempotency   pk I#<tenant>#<key>            sk I
+//	api key       pk K#<sha256 of the key>       sk K
+//	stats         pk S#<tenant>#<hour>#<shard>   sk S
+//	index by_tenant: gsi1pk T#<tenant>, gsi1sk <job id> (ULIDs sort by time)
+//	index due:       gsi2pk D#<shard>, gsi2sk <due time>; only unfinished jobs
+//
+// The tenant is part of every job key, so another tenant's job is simply
+// not found.
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/stepflow/stepflow/shared/domain"
+)
+
+// API is the part of the DynamoDB client the store uses; a fault-injection
+// layer can wrap it.
+type API interface {
+	GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	PutItem(context.Context, *dynamodb.PutItemInput, ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	Query(context.Context, *dynamodb.QueryInput, ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+	TransactWriteItems(context.Context, *dynamodb.TransactWriteItemsInput, ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
+	BatchGetItem(context.Context, *dynamodb.BatchGetItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
+}
+
+// Index names and shard counts; template.yaml declares the same indexes.
+const (
+	IndexByTenant  = "by_tenant"
+	IndexDue       = "due"
+	DueShards      = 8 // spreads due-index writes; a sweep queries each shard once
+	StatsShards    = 4
+	dueLayout      = "2006-01-02T15:04:05.000Z"
+	idempotencyTTL = 24 * time.Hour
+)
+
+// Store is the DynamoDB adapter.
+type Store struct {
+	db    API
+	table string
+}
+
+// New answers a store over table.
+func New(db API, table string) *Store { return &Store{db: db, table: table} }
+
+func jobPK(tenant, id string) string { return "J#" + tenant + "#" + id }
+
+var (
+	encoder = attributevalue.NewEncoder(func(o *attributevalue.EncoderOptions) { o.TagKey = "json" })
+	decoder = attributevalue.NewDecoder(func(o *attributevalue.DecoderOptions) { o.TagKey = "json" })
+)
+
+func dueShard(id string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return fmt.Sprintf("D#%d", h.Sum32()%DueShards)
+}
+
+// item renders a job as its table item, with the index and TTL attributes
+// derived from it.
+func item(j *domain.Job) (map[string]ddb.AttributeValue, error) {
+	av, err := encoder.Encode(j)
+	if err != nil {
+		return nil, fmt.Errorf("encode job %s: %w", j.ID, err)
+	}
+	m, ok := av.(*ddb.AttributeValueMemberM)
+	if !ok {
+		return nil, fmt.Errorf("encode job %s: not a map", j.ID)
+	}
+	it := m.Value
+	it["pk"] = &ddb.AttributeValueMemberS{Value: jobPK(j.Tenant, j.ID)}
+	it["sk"] = &ddb.AttributeValueMemberS{Value: "J"}
+	it["gsi1pk"] = &ddb.AttributeValueMemberS{Value: "T#" + j.Tenant}
+	it["gsi1sk"] = &ddb.AttributeValueMemberS{Value: j.ID}
+	if j.DueAt != nil {
+		it["gsi2pk"] = &ddb.AttributeValueMemberS{Value: dueShard(j.ID)}
+		it["gsi2sk"] = &ddb.AttributeValueMemberS{Value: j.DueAt.UTC().Format(dueLayout)}
+	}
+	if j.ExpiresAt != nil {
+		it["ttl"] = &ddb.AttributeValueMemberN{Value: fmt.Sprint(j.ExpiresAt.Unix())}
+	}
+	return it, nil
+}
+
+func decodeJob(it map[string]ddb.AttributeValue) (*domain.Job, error) {
+	var j domain.Job
+	if err := decoder.Decode(&ddb.AttributeValueMemberM{Value: it}, &j); err != nil {
+		return nil, fmt.Errorf("decode job: %w", err)
+	}
+	return &j, nil
+}
+
+// Create writes a new job. With an idempotency key the job and the key's
+// record are written in one transaction; when the key is taken, the job it
+// names is answered (created false) if requestHash matches, else
+// ErrIdempotencyMismatch.
+func (s *Store) Create(ctx context.Context, j *domain.Job, requestHash string, now time.Time) (*domain.Job, bool, error) {
+	j.Version = 1
+	it, err := item(j)
+	if err != nil {
+		return nil, false, err
+	}
+	notExists := expression.AttributeNotExists(expression.Name("pk"))
+	jobCond, err := expression.NewBuilder().WithCondition(notExists).Build()
+	if err != nil {
+		return nil, false, fmt.Errorf("create job %s: %w", j.ID, err)
+	}
+	if j.IdempotencyKey == "" {
+		_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{
+			TableName: &s.table, Item: it,
+			ConditionExpression:      jobCond.Condition(),
+			ExpressionAttributeNames: jobCond.Names(),
+		})
+		if err != nil {
+			return nil, false, fmt.Errorf("create job %s: %w", j.ID, err)
+		}
+		return j, true, nil
+	}
+	idemPK := "I#" + j.Tenant + "#" + j.IdempotencyKey
+	idemItem := map[string]ddb.AttributeValue{
+		"pk":     &ddb.AttributeValueMemberS{Value: idemPK},
+		"sk":     &ddb.AttributeValueMemberS{Value: "I"},
+		"job_id": &ddb.AttributeValueMemberS{Value: j.ID},
+		"hash":   &ddb.AttributeValueMemberS{Value: requestHash},
+		"ttl":    &ddb.AttributeValueMemberN{Value: fmt.Sprint(now.Add(idempotencyTTL).Unix())},
+	}
+	// An expired record that TTL has not deleted yet counts as free.
+	idemCond, err := expression.NewBuilder().WithCondition(
+		notExists.Or(expression.Name("ttl").LessThan(expression.Value(now.Unix()))),
+	).Build()
+	if err != nil {
+		return nil, false, fmt.Errorf("create job %s: %w", j.ID, err)
+	}
+	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []ddb.TransactWriteItem{
+		{Put: &ddb.Put{TableName: &s.table, Item: it, ConditionExpression: jobCond.Condition(), ExpressionAttributeNames: jobCond.Names()}},
+		{Put: &ddb.Put{TableName: &s.table, Item: idemItem, ConditionExpression: idemCond.Condition(),
+			ExpressionAttributeNames: idemCond.Names(), ExpressionAttributeValues: idemCond.Values()}},
+	}})
+	if err == nil {
+		return j, true, nil
+	}
+	var tce *ddb.TransactionCanceledException
+	if !errors.As(err, &tce) || !conditionFailed(tce, 1) {
+		return nil, false, fmt.Errorf("create job %s: %w", j.ID, err)
+	}
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: &s.table, ConsistentRead: aws.Bool(true),
+		Key: map[string]ddb.AttributeValue{"pk": &ddb.AttributeValueMemberS{Value: idemPK}, "sk": &ddb.AttributeValueMemberS{Value: "I"}},
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("read idempotency key: %w", err)
+	}
+	var rec struct {
+		JobID string `json:"job_id"`
+		Hash  string `json:"hash"`
+	}
+	if err := decoder.Decode(&ddb.AttributeValueMemberM{Value: out.Item}, &rec); err != nil || rec.JobID == "" {
+		return nil, false, fmt.Errorf("read idempotency key: record unreadable: %v", err)
+	}
+	if rec.Hash != requestHash {
+		return nil, false, domain.ErrIdempotencyMismatch
+	}
+	existing, err := s.Get(ctx, j.Tenant, rec.JobID)
+	if err != nil {
+		return nil, false, fmt.Errorf("idempotent replay of job %s: %w", rec.JobID, err)
+	}
+	return existing, false, nil
+}
+
+func conditionFailed(tce *ddb.TransactionCanceledException, i int) bool {
+	if len(tce.CancellationReasons) > i {
+		return aws.ToString(tce.CancellationReasons[i].Code) == "ConditionalCheckFailed"
+	}
+	// Some emulators omit the reasons; the message still names the check.
+	return strings.Contains(tce.ErrorMessage(), "ConditionalCheckFailed")
+}
+
+// Get reads a job with a strongly consistent read, or ErrNotFound.
+func (s *Store) Get(ctx context.Context, tenant, id string) (*domain.Job, error) {
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: &s.table, ConsistentRead: aws.Bool(true),
+		Key: map[string]ddb.AttributeValue{"pk": &ddb.AttributeValueMemberS{Value: jobPK(tenant, id)}, "sk": &ddb.AttributeValueMemberS{Value: "J"}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("get job %s: %w", id, err)
+	}
+	if out.Item == nil {
+		return nil, fmt.Errorf("job %s: %w", id, domain.ErrNotFound)
+	}
+	return decodeJob(out.Item)
+}
+
+// Save writes a changed job if, and only if, the stored one is still the
+// version it was read at and in the state the change's first job event
+// leaves (from domain.JobTransitions). loadedEvents is how many events the
+// job had when read. A lost race answers domain.ErrVersionConflict and
+// leaves j's version as it was.
+func (s *Store) Save(ctx context.Context, j *domain.Job, loadedEvents int) error {
+	cond := expression.Name("version").Equal(expression.Value(j.Version))
+	if src := sourceStates(j, loadedEvents); len(src) > 0 {
+		ops := make([]expression.OperandBuilder, 0, len(src))
+		for _, st := range src {
+			ops = append(ops, expression.Value(string(st)))
+		}
+		in := expression.Name("state").In(ops[0], ops[1:]...)
+		if len(ops) == 1 {
+			in = expression.Name("state").Equal(ops[0])
+		}
+		cond = cond.And(in)
+	}
+	expr, err := expression.NewBuilder().WithCondition(cond).Build()
+	if err != nil {
+		return fmt.Errorf("save job %s: %w", j.ID, err)
+	}
+	j.Version++
+	it, err := item(j)
+	if err != nil {
+		j.Version--
+		return err
+	}
+	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: &s.table, Item: it,
+		ConditionExpression:       expr.Condition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	})
+	if err != nil {
+		j.Version--
+		var ccf *ddb.ConditionalCheckFailedException
+		if errors.As(err, &ccf) {
+			return fmt.Errorf("save job %s at version %d: %w", j.ID, j.Version, domain.ErrVersionConflict)
+		}
+		return fmt.Errorf("save job %s: %w", j.ID, err)
+	}
+	return nil
+}
+
+// sourceStates answers the job states the change may start from: the
+// sources of its first job event, or the job's own state when the change
+// has no job event.
+func sourceStates(j *domain.Job, loadedEvents int) []domain.JobState {
+	for _, ev := range j.Events[min(loadedEvents, len(j.Events)):] {
+		if ev.Step == "" {
+			return domain.JobSources(domain.JobEvent(ev.Type))
+		}
+	}
+	return []domain.JobState{j.State}
+}
+
+// JobKey names a job.
+type JobKey struct{ Tenant, ID string }
+
+// Due lists up to limit jobs per shard whose due time is at or before now,
+// from the sparse due index: the sweep's cost follows the work due, not the
+// number of jobs stored.
+func (s *Store) Due(ctx context.Context, now time.Time, limit int32) ([]JobKey, error) {
+	var keys []JobKey
+	for shard := range DueShards {
+		kc := expression.Key("gsi2pk").Equal(expression.Value(fmt.Sprintf("D#%d", shard))).
+			And(expression.Key("gsi2sk").LessThanEqual(expression.Value(now.UTC().Format(dueLayout))))
+		expr, err := expression.NewBuilder().WithKeyCondition(kc).Build()
+		if err != nil {
+			return nil, fmt.Errorf("due query: %w", err)
+		}
+		out, err := s.db.Query(ctx, &dynamodb.QueryInput{
+			TableName: &s.table, IndexName: aws.String(IndexDue), Limit: aws.Int32(limit),
+			KeyConditionExpression:    expr.KeyCondition(),
+			ExpressionAttributeNames:  expr.Names(),
+			ExpressionAttributeValues: expr.Values(),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("due query shard %d: %w", shard, err)
+		}
+		for _, it := range out.Items {
+			pk, _ := it["pk"].(*ddb.AttributeValueMemberS)
+			if pk == nil {
+				continue
+			}
+			parts := strings.SplitN(pk.Value, "#", 3)
+			if len(parts) == 3 && parts[0] == "J" {
+				keys = append(keys, JobKey{Tenant: parts[1], ID: parts[2]})
+			}
+		}
+	}
+	return keys, nil
+}
+
+// HashKey answers how an API key is stored: its SHA-256, never the key.
+func HashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+// PutAPIKey records that key belongs to tenant.
+func (s *Store) PutAPIKey(ctx context.Context, tenant, key string) error {
+	_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.table, Item: map[string]ddb.AttributeValue{
+		"pk":     &ddb.AttributeValueMemberS{Value: "K#" + HashKey(key)},
+		"sk":     &ddb.AttributeValueMemberS{Value: "K"},
+		"tenant": &ddb.AttributeValueMemberS{Value: tenant},
+	}})
+	if err != nil {
+		return fmt.Errorf("put api key for tenant %s: %w", tenant, err)
+	}
+	return nil
+}
+
+// TenantForKey answers the tenant an API key names, or ErrUnauthorized.
+func (s *Store) TenantForKey(ctx context.Context, key string) (string, error) {
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: map[string]ddb.AttributeValue{
+		"pk": &ddb.AttributeValueMemberS{Value: "K#" + HashKey(key)},
+		"sk": &ddb.AttributeValueMemberS{Value: "K"},
+	}})
+	if err != nil {
+		return "", fmt.Errorf("look up api key: %w", err)
+	}
+	t, _ := out.Item["tenant"].(*ddb.AttributeValueMemberS)
+	if t == nil {
+		return "", domain.ErrUnauthorized
+	}
+	return t.Value, nil
+}

@@ -51,6 +51,8 @@ type Options struct {
 	// clients the engine uses.
 	WrapDynamoDB func(store.API) store.API
 	WrapSQS      func(queue.API) queue.API
+	// Now replaces the engine's clock (tests move time forward with it).
+	Now func() time.Time
 	// NoRunner provisions and wires without serving or polling, for tests
 	// that drive the handlers themselves.
 	NoRunner bool
@@ -176,6 +178,9 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		clients.SQS = o.WrapSQS(clients.SQS)
 	}
 	s.Engine = config.Engine(settings, clients, o.Log)
+	if o.Now != nil {
+		s.Engine.Now = o.Now
+	}
 	st := store.New(s.DynamoDB, settings.Table)
 	for key, tenant := range o.APIKeys {
 		if err := st.PutAPIKey(ctx, tenant, key); err != nil {

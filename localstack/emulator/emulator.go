@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -125,6 +126,12 @@ type Proxy struct {
 func NewProxy(target *url.URL) *Proxy {
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.Transport = &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}
+	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+		if r.Context().Err() == nil { // a client that hung up needs no answer or log line
+			log.Printf("emulator proxy: %s %s: %v", r.Method, r.URL.Path, err)
+		}
+		w.WriteHeader(http.StatusBadGateway)
+	}
 	return &Proxy{rp: rp, counts: map[string]int64{}}
 }
 

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/stretchr/testify/require"
 
@@ -228,16 +229,36 @@ func (h *Harness) Sweep(t testing.TB) engine.SweepReport {
 // process "dies" after its DynamoDB write and before its SQS send.
 type FaultSQS struct {
 	queue.API
-	failSends atomic.Int32
+	mu        sync.Mutex
+	failStep  string
+	failSends int
 	Failed    atomic.Int32
 }
 
-// FailNextSends makes the next n SendMessageBatch calls fail.
-func (f *FaultSQS) FailNextSends(n int) { f.failSends.Store(int32(n)) }
+// FailNextSends makes the next n SendMessageBatch calls that dispatch step
+// fail.
+func (f *FaultSQS) FailNextSends(n int, step string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failSends, f.failStep = n, step
+}
 
 // SendMessageBatch fails while failures are due, else sends.
 func (f *FaultSQS) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, o ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
-	if f.failSends.Add(-1) >= 0 {
+	f.mu.Lock()
+	fail := false
+	if f.failSends > 0 {
+		for _, e := range in.Entries {
+			if strings.Contains(aws.ToString(e.MessageBody), `"step":"`+f.failStep+`"`) {
+				fail = true
+			}
+		}
+	}
+	if fail {
+		f.failSends--
+	}
+	f.mu.Unlock()
+	if fail {
 		f.Failed.Add(1)
 		return nil, fmt.Errorf("injected fault: process died before SendMessageBatch")
 	}

@@ -1,0 +1,353 @@
+package devstack_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepflow/stepflow/localstack/devstack"
+	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
+	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
+)
+
+const (
+	keyA    = stacktest.KeyA
+	tenantA = stacktest.TenantA
+)
+
+func TestPassJobCompletes(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t)
+	j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "hello", "action": "pass"}}, "payload": map[string]any{"hi": 1}})
+	require.Equal(t, domain.JobQueued, j.State)
+
+	j = h.AwaitState(t, keyA, j.ID, domain.JobCompleted)
+	require.Equal(t, domain.StepSucceeded, j.Steps[0].State)
+	require.JSONEq(t, `{"hi":1}`, string(j.Steps[0].Output))
+	require.Len(t, j.Steps[0].Attempts, 1)
+	require.Equal(t, domain.AttemptSucceeded, j.Steps[0].Attempts[0].State)
+	require.Equal(t, []string{"job_created", "step_leased", "step_running", "job_running", "step_succeeded", "job_completed"}, h.EventTypes(t, keyA, j.ID))
+	h.CheckReplay(t, tenantA, j.ID)
+}
+
+func TestThreeStepsRunInOrder(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t)
+	j := h.Submit(t, keyA, map[string]any{
+		"steps":   []any{map[string]any{"id": "a", "action": "pass"}, map[string]any{"id": "b", "action": "pass"}, map[string]any{"id": "c", "action": "pass"}},
+		"payload": map[string]any{"n": 3},
+	})
+	j = h.AwaitState(t, keyA, j.ID, domain.JobCompleted)
+
+	// Each step starts only after the one before it succeeded, and runs on
+	// its output.
+	var order []string
+	for _, e := range h.Events(t, keyA, j.ID) {
+		if e.Type == "step_running" || e.Type == "step_succeeded" {
+			order = append(order, e.Step+":"+e.Type)
+		}
+	}
+	require.Equal(t, []string{"a:step_running", "a:step_succeeded", "b:step_running", "b:step_succeeded", "c:step_running", "c:step_succeeded"}, order)
+	for i, s := range j.Steps {
+		require.Equal(t, domain.StepSucceeded, s.State, "step %d", i)
+		require.JSONEq(t, `{"n":3}`, string(s.Output))
+		if i > 0 {
+			require.False(t, s.Attempts[0].StartedAt.Before(*j.Steps[i-1].Attempts[0].EndedAt), "step %s started before %s ended", s.ID, j.Steps[i-1].ID)
+		}
+	}
+	h.CheckReplay(t, tenantA, j.ID)
+}
+
+func TestRetryableFailureRetriesAfterBackoffThenFails(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t)
+	j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{
+		"id": "flaky", "action": "fail", "class": "retryable",
+		"retry": map[string]any{"max_attempts": 3, "backoff": "exponential", "initial_delay_ms": 1000, "max_delay_ms": 2000},
+	}}})
+	j = h.AwaitState(t, keyA, j.ID, domain.JobFailed)
+
+	s := j.Steps[0]
+	require.Equal(t, domain.StepFailed, s.State)
+	require.Len(t, s.Attempts, 3, "exactly max_attempts attempts")
+	for i, a := range s.Attempts {
+		require.Equal(t, i+1, a.N)
+		require.Equal(t, domain.AttemptFailed, a.State)
+		require.Equal(t, domain.ClassRetryable, a.Error.Class)
+	}
+	// The backoff is 1 s, then 2 s: no retry started before its delay ran out.
+	for i, wait := range []time.Duration{time.Second, 2 * time.Second} {
+		prev, next := s.Attempts[i], s.Attempts[i+1]
+		require.GreaterOrEqual(t, next.StartedAt.Sub(*prev.EndedAt), wait, "attempt %d started too soon after %d", next.N, prev.N)
+	}
+	require.Equal(t, []string{
+		"job_created", "step_leased", "step_running", "job_running",
+		"step_failed_retryable", "step_retrying", "job_retrying", "step_running", "job_running",
+		"step_failed_retryable", "step_retrying", "job_retrying", "step_running", "job_running",
+		"step_failed_fatal", "step_failed", "job_failed",
+	}, h.EventTypes(t, keyA, j.ID))
+	h.CheckReplay(t, tenantA, j.ID)
+}
+
+func TestFatalFailureIsNotRetried(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t)
+	j := h.Submit(t, keyA, map[string]any{"steps": []any{
+		map[string]any{"id": "boom", "action": "fail", "class": "fatal", "message": "no such customer"},
+		map[string]any{"id": "never", "action": "pass"},
+	}})
+	j = h.AwaitState(t, keyA, j.ID, domain.JobFailed)
+	require.Len(t, j.Steps[0].Attempts, 1)
+	require.Equal(t, "no such customer", j.Steps[0].Error.Message)
+	require.Equal(t, domain.StepWaitingDeps, j.Steps[1].State, "the step after a failed one never runs")
+	h.CheckReplay(t, tenantA, j.ID)
+}
+
+func TestSleepingJobIsCancelled(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t)
+	j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "nap", "action": "sleep", "seconds": 2}}})
+	h.Await(t, keyA, j.ID, "sleeping", func(j stacktest.Job) bool { return j.Steps[0].State == domain.StepRunning })
+
+	var cancelled stacktest.Job
+	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/jobs/"+j.ID+"/cancel", keyA, nil, &cancelled)
+	require.Equal(t, domain.JobCancelled, cancelled.State)
+	require.Equal(t, domain.StepCanceled, cancelled.Steps[0].State)
+	require.Equal(t, domain.AttemptCancelled, cancelled.Steps[0].Attempts[0].State)
+
+	// The sleep ends after the cancel; its outcome is refused under the
+	// fenced-off lease and its message deleted. Wait for the ready queue to
+	// hold nothing in flight, then the job is still cancelled.
+	queueURL := h.Resources.QueueURLs["ReadyQueueP1"]
+	require.Eventually(t, func() bool {
+		out, err := h.SQS.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{
+			QueueUrl:       aws.String(queueURL),
+			AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible, sqstypes.QueueAttributeNameApproximateNumberOfMessages},
+		})
+		require.NoError(t, err)
+		return out.Attributes["ApproximateNumberOfMessagesNotVisible"] == "0" && out.Attributes["ApproximateNumberOfMessages"] == "0"
+	}, 30*time.Second, 50*time.Millisecond)
+	j = h.Get(t, keyA, j.ID)
+	require.Equal(t, domain.JobCancelled, j.State)
+	types := h.EventTypes(t, keyA, j.ID)
+	require.Equal(t, "job_cancelled", types[len(types)-1])
+	h.CheckReplay(t, tenantA, j.ID)
+}
+
+type claimed struct {
+	Leases []engine.ClaimedLease `json:"leases"`
+}
+
+func claim(t *testing.T, h *stacktest.Harness, key, queue, worker string, max, wait int) []engine.ClaimedLease {
+	t.Helper()
+	var c claimed
+	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/claim", key, map[string]any{"queue": queue, "max": max, "wait_seconds": wait, "worker": worker}, &c)
+	return c.Leases
+}
+
+func TestExternalWorkerClaimsHeartbeatsAndCompletes(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t)
+	j := h.Submit(t, keyA, map[string]any{"steps": []any{
+		map[string]any{"id": "render", "action": "worker", "queue": "gpu", "lease_seconds": 30},
+		map[string]any{"id": "after", "action": "pass"},
+	}, "payload": map[string]any{"frame": 7}})
+
+	leases := claim(t, h, keyA, "gpu", "w1", 1, 5)
+	require.Len(t, leases, 1)
+	l := leases[0]
+	require.Equal(t, j.ID, l.JobID)
+	require.Equal(t, "render", l.StepID)
+	require.Equal(t, 1, l.Attempt)
+	require.JSONEq(t, `{"frame":7}`, string(l.Input))
+	require.Equal(t, j.ID+"/render/1", l.IdempotencyKey)
+
+	var hb engine.HeartbeatResult
+	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+l.LeaseID+"/heartbeat", keyA, map[string]any{"extend_seconds": 60}, &hb)
+	require.False(t, hb.CancelRequested)
+	require.True(t, hb.ExpiresAt.After(l.ExpiresAt), "heartbeat extends the lease")
+
+	var res engine.OutcomeResult
+	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+l.LeaseID+"/complete", keyA, map[string]any{"output": map[string]any{"png": "s3://x"}}, &res)
+	require.Equal(t, domain.StepSucceeded, res.StepState)
+
+	j = h.AwaitState(t, keyA, j.ID, domain.JobCompleted)
+	require.JSONEq(t, `{"png":"s3://x"}`, string(j.Steps[1].Output), "the next step ran on the worker's output")
+	require.Equal(t, "w1", j.Steps[0].Attempts[0].Worker)
+	types := h.EventTypes(t, keyA, j.ID)
+	require.Contains(t, types, "job_leased", "a worker's claim is job_leased")
+	h.CheckReplay(t, tenantA, j.ID)
+}
+
+func TestExpiredLeaseGoesToTheNextWorkerAndFencesTheFirst(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t)
+	j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "w", "action": "worker", "queue": "slow", "lease_seconds": 1}}})
+
+	first := claim(t, h, keyA, "slow", "zombie", 1, 5)
+	require.Len(t, first, 1)
+	// The first worker goes silent. Once its lease expires SQS hands the
+	// message out again and the next claim reclaims the step: attempt 2.
+	var second []engine.ClaimedLease
+	require.Eventually(t, func() bool {
+		second = claim(t, h, keyA, "slow", "healthy", 1, 2)
+		return len(second) == 1
+	}, 30*time.Second, 10*time.Millisecond)
+	require.Equal(t, 2, second[0].Attempt)
+	require.NotEqual(t, first[0].LeaseID, second[0].LeaseID)
+
+	for _, op := range []struct{ path, body string }{
+		{"/heartbeat", `{}`},
+		{"/complete", `{"output":{"late":true}}`},
+		{"/fail", `{"class":"retryable"}`},
+	} {
+		status, body := h.Call(t, http.MethodPost, "/v1/leases/"+first[0].LeaseID+op.path, keyA, op.body)
+		require.Equal(t, http.StatusConflict, status, "%s: %s", op.path, body)
+		require.Contains(t, string(body), `"lease_lost"`)
+	}
+	before := h.Get(t, keyA, j.ID)
+	require.Equal(t, domain.JobRunning, before.State, "the zombie changed nothing")
+	require.Equal(t, domain.AttemptTimeout, before.Steps[0].Attempts[0].State)
+
+	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+second[0].LeaseID+"/complete", keyA, `{"output":1}`, nil)
+	j = h.AwaitState(t, keyA, j.ID, domain.JobCompleted)
+	require.Len(t, j.Steps[0].Attempts, 2)
+	h.CheckReplay(t, tenantA, j.ID)
+}
+
+func TestSixWorkersNeverShareALease(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t)
+	const jobs, workers = 20, 6
+	ids := map[string]bool{}
+	for range jobs {
+		j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "w", "action": "worker", "queue": "pool", "lease_seconds": 120}}})
+		ids[j.ID] = true
+	}
+
+	var mu sync.Mutex
+	var all []engine.ClaimedLease
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(60 * time.Second)
+	for w := range workers {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				mu.Lock()
+				done := len(all) >= jobs
+				mu.Unlock()
+				if done {
+					return
+				}
+				got := claim(t, h, keyA, "pool", fmt.Sprintf("w%d", w), 3, 1)
+				mu.Lock()
+				all = append(all, got...)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+
+	require.Len(t, all, jobs, "every job claimed exactly once")
+	seen := map[string]bool{}
+	for _, l := range all {
+		require.False(t, seen[l.JobID], "job %s was leased twice", l.JobID)
+		seen[l.JobID] = true
+		require.True(t, ids[l.JobID])
+		require.Equal(t, 1, l.Attempt)
+	}
+	for _, l := range all {
+		h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+l.LeaseID+"/complete", keyA, nil, nil)
+	}
+	for id := range ids {
+		j := h.AwaitState(t, keyA, id, domain.JobCompleted)
+		require.Len(t, j.Steps[0].Attempts, 1)
+		h.CheckReplay(t, tenantA, id)
+	}
+}
+
+func TestCrashBetweenWriteAndSendLosesNothing(t *testing.T) {
+	t.Parallel()
+	faults := &stacktest.FaultSQS{}
+	h := stacktest.New(t, stacktest.WithFaultSQS(faults))
+
+	// Submit: the job is written, then the process "dies" before the send.
+	faults.FailNextSends(1, "a")
+	j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "a", "action": "pass"}, map[string]any{"id": "b", "action": "pass"}}})
+	require.EqualValues(t, 1, faults.Failed.Load())
+	require.Equal(t, domain.JobQueued, h.Get(t, keyA, j.ID).State)
+
+	// Nothing is due until the dispatch grace has passed.
+	require.Zero(t, h.Sweep(t).Redispatched)
+	h.Clock.Advance(domain.DispatchGrace + time.Second)
+
+	// After step a completes, the send of step b is lost too.
+	faults.FailNextSends(1, "b")
+	rep := h.Sweep(t)
+	require.Equal(t, 1, rep.Redispatched, "the heartbeat re-sends the lost first dispatch")
+	j = h.Await(t, keyA, j.ID, "stuck after step a", func(j stacktest.Job) bool {
+		return j.Steps[0].State == domain.StepSucceeded && j.Steps[1].State == domain.StepPending
+	})
+	require.EqualValues(t, 2, faults.Failed.Load())
+
+	h.Clock.Advance(domain.DispatchGrace + time.Second)
+	rep = h.Sweep(t)
+	require.Equal(t, 1, rep.Redispatched, "the heartbeat re-sends step b")
+	j = h.AwaitState(t, keyA, j.ID, domain.JobCompleted)
+	require.Len(t, j.Steps[1].Attempts, 1)
+	require.Zero(t, h.Sweep(t).Due, "a finished job leaves the due index")
+	h.CheckReplay(t, tenantA, j.ID)
+}
+
+func TestSweepReclaimsAnExpiredLease(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t)
+	j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "w", "action": "worker", "queue": "q", "lease_seconds": 600}}})
+	l := claim(t, h, keyA, "q", "doomed", 1, 5)
+	require.Len(t, l, 1)
+
+	h.Clock.Advance(600*time.Second + domain.DispatchGrace)
+	rep := h.Sweep(t)
+	require.Equal(t, 1, rep.Reclaimed)
+	j = h.Get(t, keyA, j.ID)
+	require.Equal(t, domain.JobQueued, j.State)
+	require.Equal(t, domain.StepPending, j.Steps[0].State)
+	require.Equal(t, domain.AttemptTimeout, j.Steps[0].Attempts[0].State)
+
+	next := claim(t, h, keyA, "q", "fresh", 1, 5)
+	require.Len(t, next, 1, "the reclaimed step was dispatched again")
+	require.Equal(t, 2, next[0].Attempt)
+	h.CheckReplay(t, tenantA, j.ID)
+}
+
+func TestTwoInstancesDoNotShareData(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	endpoint := stacktest.Endpoint(t)
+	keys := map[string]string{"same-key": "dev"}
+	a, err := devstack.Start(ctx, devstack.Options{EndpointURL: endpoint, StackName: "iso-a", APIKeys: keys, PollWait: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(a.Close)
+	b, err := devstack.Start(ctx, devstack.Options{EndpointURL: endpoint, StackName: "iso-b", APIKeys: keys, PollWait: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(b.Close)
+	require.NotEqual(t, a.URL, b.URL)
+
+	ha, hb := &stacktest.Harness{Stack: a, HTTP: http.DefaultClient}, &stacktest.Harness{Stack: b, HTTP: http.DefaultClient}
+	j := ha.Submit(t, "same-key", map[string]any{"steps": []any{map[string]any{"id": "x", "action": "pass"}}})
+	ha.AwaitState(t, "same-key", j.ID, domain.JobCompleted)
+	status, _ := hb.Call(t, http.MethodGet, "/v1/jobs/"+j.ID, "same-key", nil)
+	require.Equal(t, http.StatusNotFound, status)
+	var list struct{ Jobs []json.RawMessage }
+	hb.JSON(t, http.StatusOK, http.MethodGet, "/v1/jobs", "same-key", nil, &list)
+	require.Empty(t, list.Jobs)
+}

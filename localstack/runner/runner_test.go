@@ -1,0 +1,153 @@
+package runner_test
+
+import (
+	"context"
+	"encoding/base64"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepflow/stepflow/infra/bootstrap"
+	"github.com/stepflow/stepflow/localstack/devstack"
+	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
+	"github.com/stepflow/stepflow/localstack/runner"
+)
+
+func start(t *testing.T, r *runner.Runner) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx, ln) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	return "http://" + ln.Addr().String()
+}
+
+func TestHTTPRequestsBecomeAPIGatewayV2Events(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var got events.APIGatewayV2HTTPRequest
+	h := func(_ context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+		mu.Lock()
+		got = ev
+		mu.Unlock()
+		return events.APIGatewayV2HTTPResponse{StatusCode: 201, Headers: map[string]string{"x-answer": "yes"}, Body: `{"ok":true}`}, nil
+	}
+	r := &runner.Runner{
+		Stack: &bootstrap.Stack{Functions: []bootstrap.Function{{LogicalID: "Api", Routes: []bootstrap.Route{
+			{Method: "GET", Path: "/v1/jobs/{id}"}, {Method: "POST", Path: "/v1/jobs"},
+		}}}},
+		Handlers: runner.Handlers{HTTP: map[string]func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error){"Api": h}},
+		Log:      slog.Default(),
+	}
+	url := start(t, r)
+
+	req, _ := http.NewRequest(http.MethodGet, url+"/v1/jobs/abc?state=x&state=y&limit=2", nil)
+	req.Header.Set("Authorization", "Bearer k")
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.Equal(t, 201, res.StatusCode)
+	require.Equal(t, "yes", res.Header.Get("X-Answer"))
+	require.JSONEq(t, `{"ok":true}`, string(body))
+	mu.Lock()
+	require.Equal(t, "2.0", got.Version)
+	require.Equal(t, "GET /v1/jobs/{id}", got.RouteKey)
+	require.Equal(t, "GET /v1/jobs/{id}", got.RequestContext.RouteKey)
+	require.Equal(t, "/v1/jobs/abc", got.RawPath)
+	require.Equal(t, map[string]string{"id": "abc"}, got.PathParameters)
+	require.Equal(t, "x,y", got.QueryStringParameters["state"], "repeated parameters are comma-joined, as API Gateway does")
+	require.Equal(t, "Bearer k", got.Headers["authorization"], "header names are lower case")
+	require.Equal(t, "GET", got.RequestContext.HTTP.Method)
+	require.NotEmpty(t, got.RequestContext.RequestID)
+	require.False(t, got.IsBase64Encoded)
+	mu.Unlock()
+
+	binary := []byte{0xff, 0xfe, 0x00, 0x01}
+	res, err = http.Post(url+"/v1/jobs", "application/octet-stream", strings.NewReader(string(binary)))
+	require.NoError(t, err)
+	res.Body.Close()
+	mu.Lock()
+	require.True(t, got.IsBase64Encoded, "a body that is not UTF-8 is base64-encoded")
+	require.Equal(t, base64.StdEncoding.EncodeToString(binary), got.Body)
+	mu.Unlock()
+
+	res, err = http.Get(url + "/v1/nothing")
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusNotFound, res.StatusCode)
+
+	res, err = http.Post(url+"/v1/jobs/abc", "application/json", nil)
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusMethodNotAllowed, res.StatusCode)
+	require.Equal(t, "GET", res.Header.Get("Allow"))
+}
+
+func TestEventSourceMappingRedeliversOnlyFailedItems(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, err := devstack.AWSConfig(ctx, stacktest.Endpoint(t), "us-east-1")
+	require.NoError(t, err)
+	client := sqs.NewFromConfig(cfg)
+	q, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("esm-" + strings.ReplaceAll(t.Name(), "/", "-")), Attributes: map[string]string{"VisibilityTimeout": "1"}})
+	require.NoError(t, err)
+	for _, body := range []string{"a", "b", "poison", "c"} {
+		_, err := client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String(body)})
+		require.NoError(t, err)
+	}
+
+	var mu sync.Mutex
+	deliveries := map[string]int{}
+	h := func(_ context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		var resp events.SQSEventResponse
+		for _, rec := range ev.Records {
+			require.Equal(t, "aws:sqs", rec.EventSource)
+			require.Equal(t, "arn:aws:sqs:us-east-1:000000000000:esm", rec.EventSourceARN)
+			deliveries[rec.Body]++
+			if rec.Body == "poison" && deliveries[rec.Body] == 1 {
+				resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
+			}
+		}
+		return resp, nil
+	}
+	r := &runner.Runner{
+		Stack: &bootstrap.Stack{
+			QueueARNs: map[string]string{"Q": "arn:aws:sqs:us-east-1:000000000000:esm"},
+			Functions: []bootstrap.Function{{LogicalID: "Fn", Timeout: 5, SQS: []bootstrap.SQSSource{{QueueLogicalID: "Q", BatchSize: 10, ReportBatchItemFailures: true, QueueURL: *q.QueueUrl}}}},
+		},
+		Handlers: runner.Handlers{SQS: map[string]func(context.Context, events.SQSEvent) (events.SQSEventResponse, error){"Fn": h}},
+		SQS:      client, Log: slog.Default(), Region: "us-east-1", PollWait: time.Second,
+	}
+	start(t, r)
+
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return deliveries["poison"] == 2
+	}, 30*time.Second, 20*time.Millisecond, "the failed item comes back after its visibility timeout")
+	// Wait for the queue to drain, then nothing else was delivered twice.
+	require.Eventually(t, func() bool {
+		out, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: q.QueueUrl, AttributeNames: []sqstypes.QueueAttributeName{"ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"}})
+		require.NoError(t, err)
+		return out.Attributes["ApproximateNumberOfMessages"] == "0" && out.Attributes["ApproximateNumberOfMessagesNotVisible"] == "0"
+	}, 30*time.Second, 20*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, map[string]int{"a": 1, "b": 1, "c": 1, "poison": 2}, deliveries)
+}

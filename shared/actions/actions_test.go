@@ -1,0 +1,131 @@
+package actions_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepflow/stepflow/shared/actions"
+	"github.com/stepflow/stepflow/shared/domain"
+)
+
+func seconds(s float64) *float64 { return &s }
+
+func TestBuiltinActions(t *testing.T) {
+	t.Parallel()
+	r := &actions.Runner{}
+	in := json.RawMessage(`{"a":1}`)
+
+	out, f := r.Run(context.Background(), actions.Call{Spec: domain.StepSpec{Action: domain.ActionPass}, Input: in})
+	require.Nil(t, f)
+	require.JSONEq(t, `{"a":1}`, string(out))
+
+	out, f = r.Run(context.Background(), actions.Call{Spec: domain.StepSpec{Action: domain.ActionSleep, Seconds: seconds(0)}, Input: in})
+	require.Nil(t, f)
+	require.JSONEq(t, `{"a":1}`, string(out))
+
+	_, f = r.Run(context.Background(), actions.Call{Spec: domain.StepSpec{Action: domain.ActionFail, Class: "resource"}})
+	require.Equal(t, domain.ClassResource, f.Class)
+	require.NotEmpty(t, f.Message)
+}
+
+func TestSleepPastItsTimeoutIsATimeout(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	_, f := (&actions.Runner{}).Run(ctx, actions.Call{Spec: domain.StepSpec{Action: domain.ActionSleep, Seconds: seconds(60), TimeoutSeconds: 1}})
+	require.NotNil(t, f)
+	require.Equal(t, domain.ClassTimeout, f.Class)
+}
+
+func TestHTTPAction(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var gotKey, gotBody, gotType string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		gotKey, gotBody, gotType = r.Header.Get("Idempotency-Key"), string(b), r.Header.Get("Content-Type")
+		mu.Unlock()
+		switch r.URL.Path {
+		case "/ok":
+			_, _ = w.Write([]byte(`{"done":true}`))
+		case "/text":
+			_, _ = w.Write([]byte(`plain words`))
+		case "/empty":
+			w.WriteHeader(http.StatusNoContent)
+		case "/busy":
+			w.Header().Set("Retry-After", "7")
+			w.WriteHeader(http.StatusServiceUnavailable)
+		case "/slow-down":
+			w.WriteHeader(http.StatusTooManyRequests)
+		case "/timeout":
+			w.WriteHeader(http.StatusRequestTimeout)
+		case "/bad":
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			_, _ = w.Write([]byte(`{"error":"no"}`))
+		default:
+			w.WriteHeader(http.StatusNotFound)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	r := &actions.Runner{HTTP: srv.Client()}
+	call := func(path string) (json.RawMessage, *domain.Failure) {
+		return r.Run(context.Background(), actions.Call{
+			Spec: domain.StepSpec{Action: domain.ActionHTTP, URL: srv.URL + path}, Input: json.RawMessage(`{"x":2}`), IdempotencyKey: "job/step/1",
+		})
+	}
+
+	out, f := call("/ok")
+	require.Nil(t, f)
+	require.JSONEq(t, `{"done":true}`, string(out))
+	mu.Lock()
+	require.Equal(t, "job/step/1", gotKey, "the attempt's idempotency key is passed on")
+	require.JSONEq(t, `{"x":2}`, gotBody, "the step input is the request body")
+	require.Equal(t, "application/json", gotType)
+	mu.Unlock()
+
+	out, f = call("/text")
+	require.Nil(t, f)
+	require.JSONEq(t, `"plain words"`, string(out))
+	out, f = call("/empty")
+	require.Nil(t, f)
+	require.JSONEq(t, `null`, string(out))
+
+	_, f = call("/busy")
+	require.Equal(t, domain.ClassRetryable, f.Class)
+	require.Equal(t, 7*time.Second, f.RetryAfter)
+	for _, p := range []string{"/slow-down", "/timeout"} {
+		_, f = call(p)
+		require.Equal(t, domain.ClassRetryable, f.Class, p)
+	}
+	for _, p := range []string{"/bad", "/missing"} {
+		_, f = call(p)
+		require.Equal(t, domain.ClassFatal, f.Class, p)
+	}
+
+	// A connection refused is retryable: the far end may come back.
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close()
+	_, f = r.Run(context.Background(), actions.Call{Spec: domain.StepSpec{Action: domain.ActionHTTP, URL: closed.URL}, Input: json.RawMessage(`{}`)})
+	require.Equal(t, domain.ClassRetryable, f.Class)
+}
+
+func TestOutputOverTheLimitFails(t *testing.T) {
+	t.Parallel()
+	big := make([]byte, actions.MaxOutputBytes+10)
+	for i := range big {
+		big[i] = 'a'
+	}
+	in, _ := json.Marshal(string(big))
+	_, f := (&actions.Runner{}).Run(context.Background(), actions.Call{Spec: domain.StepSpec{Action: domain.ActionPass}, Input: in})
+	require.NotNil(t, f)
+	require.Equal(t, domain.ClassFatal, f.Class)
+}

@@ -107,10 +107,20 @@ var errNoChange = errors.New("no change")
 // deciding again on a lost race. decide returning errNoChange answers the
 // job as loaded without a write.
 func (e *Engine) mutate(ctx context.Context, tenant, id string, decide func(j *domain.Job, now time.Time) error) (*domain.Job, error) {
+	return e.mutateFrom(ctx, tenant, id, nil, decide)
+}
+
+// mutateFrom is mutate starting from a job this process just saved, which
+// saves a read when no one else wrote in between. cached is consumed.
+func (e *Engine) mutateFrom(ctx context.Context, tenant, id string, cached *domain.Job, decide func(j *domain.Job, now time.Time) error) (*domain.Job, error) {
 	for range maxRaces {
-		j, err := e.Store.Get(ctx, tenant, id)
-		if err != nil {
-			return nil, err
+		j := cached
+		cached = nil
+		if j == nil {
+			var err error
+			if j, err = e.Store.Get(ctx, tenant, id); err != nil {
+				return nil, err
+			}
 		}
 		prevState := j.State
 		loaded := len(j.Events)
@@ -122,7 +132,7 @@ func (e *Engine) mutate(ctx context.Context, tenant, id string, decide func(j *d
 			}
 			return j, err
 		}
-		err = e.Store.Save(ctx, j, loaded)
+		err := e.Store.Save(ctx, j, loaded)
 		if errors.Is(err, domain.ErrVersionConflict) {
 			continue
 		}

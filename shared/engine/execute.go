@@ -66,7 +66,7 @@ func (e *Engine) Execute(ctx context.Context, m queue.Message) (ExecuteResult, e
 	}
 	output, failure := e.Runner.Run(runCtx, call)
 	cancel()
-	if err := e.record(ctx, m.Tenant, m.Job, m.Step, lease.ID, output, failure); err != nil {
+	if err := e.record(ctx, j, m.Step, lease.ID, output, failure); err != nil {
 		if isStale(err) {
 			return Stale, nil // cancelled or taken over meanwhile: the outcome is refused
 		}
@@ -110,10 +110,11 @@ func isStale(err error) bool {
 
 // record saves an attempt's outcome under its lease and dispatches the
 // next step or the retry.
-func (e *Engine) record(ctx context.Context, tenant, jobID, stepID, leaseID string, output json.RawMessage, failure *domain.Failure) error {
+func (e *Engine) record(ctx context.Context, leased *domain.Job, stepID, leaseID string, output json.RawMessage, failure *domain.Failure) error {
 	var ds []domain.Dispatch
 	rng := e.jitterRNG()
-	j, err := e.mutate(ctx, tenant, jobID, func(j *domain.Job, now time.Time) error {
+	jobID := leased.ID
+	j, err := e.mutateFrom(ctx, leased.Tenant, jobID, leased, func(j *domain.Job, now time.Time) error {
 		var err error
 		if failure == nil {
 			ds, err = j.Complete(stepID, leaseID, output, now)

@@ -140,7 +140,8 @@ func (q *Queue) Dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispatc
 			return fmt.Errorf("dispatch job %s step %s: %w", j.ID, d.Step.ID(), err)
 		}
 		body, _ := json.Marshal(Message{Tenant: j.Tenant, Job: j.ID, Step: d.Step.ID()})
-		delay := int32(min(max(d.Delay, 0), MaxDelay).Round(time.Second) / time.Second)
+		// Rounded up: a message must not arrive before its step is due.
+		delay := int32((min(max(d.Delay, 0), MaxDelay) + time.Second - 1) / time.Second)
 		if _, ok := byURL[url]; !ok {
 			order = append(order, url)
 		}

@@ -28,6 +28,7 @@ func TestParseRealTemplate(t *testing.T) {
 	enq := byID["EnqueueFunction"]
 	require.Equal(t, 30, enq.Timeout, "Globals timeout")
 	require.Equal(t, []Route{
+		{"ANY", "$default"},
 		{"GET", "/v1/health"},
 		{"GET", "/v1/jobs"},
 		{"POST", "/v1/jobs"},

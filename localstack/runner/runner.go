@@ -67,23 +67,36 @@ type route struct {
 	key      string
 }
 
+// defaultRoute is API Gateway's catch-all route key.
+const defaultRoute = "$default"
+
 func (r *Runner) routes() []route {
 	var out []route
 	for _, f := range r.Stack.Functions {
 		for _, rt := range f.Routes {
-			out = append(out, route{fn: f.LogicalID, method: strings.ToUpper(rt.Method), segments: strings.Split(strings.Trim(rt.Path, "/"), "/"), key: strings.ToUpper(rt.Method) + " " + rt.Path})
+			key := strings.ToUpper(rt.Method) + " " + rt.Path
+			if rt.Path == defaultRoute {
+				key = defaultRoute
+			}
+			out = append(out, route{fn: f.LogicalID, method: strings.ToUpper(rt.Method), segments: strings.Split(strings.Trim(rt.Path, "/"), "/"), key: key})
 		}
 	}
 	return out
 }
 
-// match finds the route for a request and its path parameters. A path that
-// matches with another method answers the allowed methods instead.
+// match finds the route for a request and its path parameters, as API
+// Gateway does: a declared route first, else the $default route. Without
+// a $default route, a path declared for other methods answers those.
 func match(routes []route, method, path string) (*route, map[string]string, []string) {
 	segs := strings.Split(strings.Trim(path, "/"), "/")
 	var allowed []string
+	var fallback *route
 	for i := range routes {
 		rt := &routes[i]
+		if rt.key == defaultRoute {
+			fallback = rt
+			continue
+		}
 		params, ok := matchSegments(rt.segments, segs)
 		if !ok {
 			continue
@@ -93,6 +106,9 @@ func match(routes []route, method, path string) (*route, map[string]string, []st
 			continue
 		}
 		return rt, params, nil
+	}
+	if fallback != nil {
+		return fallback, nil, nil
 	}
 	return nil, nil, allowed
 }

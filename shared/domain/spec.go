@@ -100,7 +100,7 @@ func ParseJobSpec(body []byte) (*JobSpec, error) {
 	}
 	var spec JobSpec
 	if err := DecodeStrict(body, &spec); err != nil {
-		return nil, err
+		return nil, locateStepError(body, err)
 	}
 	if err := spec.Validate(); err != nil {
 		return nil, err
@@ -123,6 +123,41 @@ func DecodeStrict(body []byte, v any) error {
 		return Invalid("body", "has data after the JSON object")
 	}
 	return nil
+}
+
+// locateStepError names the step a decoding error came from: encoding/json
+// reports unknown fields without a path and type errors without an index.
+func locateStepError(body []byte, err error) error {
+	var loose struct {
+		Steps []json.RawMessage `json:"steps"`
+	}
+	if json.Unmarshal(body, &loose) != nil {
+		return err
+	}
+	for i, raw := range loose.Steps {
+		var st StepSpec
+		serr := DecodeStrict(raw, &st)
+		var de *Error
+		if serr == nil || !errors.As(serr, &de) {
+			continue
+		}
+		field := strings.TrimPrefix(strings.TrimPrefix(de.Field, "body"), "steps.")
+		var inner struct {
+			Retry json.RawMessage `json:"retry"`
+		}
+		if json.Unmarshal(raw, &inner) == nil && len(inner.Retry) > 0 && !strings.HasPrefix(field, "retry.") {
+			var rp RetryPolicy
+			if rerr := DecodeStrict(inner.Retry, &rp); rerr != nil && errors.As(rerr, &de) {
+				field = "retry." + strings.TrimPrefix(strings.TrimPrefix(de.Field, "body"), "retry.")
+				field = strings.TrimSuffix(field, ".")
+			}
+		}
+		if field == "" {
+			return Invalid(fmt.Sprintf("steps[%d]", i), "%s", de.Message)
+		}
+		return Invalid(fmt.Sprintf("steps[%d].%s", i, field), "%s", de.Message)
+	}
+	return err
 }
 
 func decodeError(err error) error {

@@ -64,6 +64,20 @@ type Engine struct {
 
 	rngMu sync.Mutex
 	rng   *mrand.Rand
+
+	idMu      sync.Mutex
+	idEntropy *ulid.MonotonicEntropy
+}
+
+// newID answers a job id that sorts after every id this process made
+// before, even within one millisecond, so listings are newest first.
+func (e *Engine) newID(now time.Time) string {
+	e.idMu.Lock()
+	defer e.idMu.Unlock()
+	if e.idEntropy == nil {
+		e.idEntropy = ulid.Monotonic(rand.Reader, 0)
+	}
+	return ulid.MustNew(ulid.Timestamp(now), e.idEntropy).String()
 }
 
 // New wires an engine with a real clock.
@@ -188,7 +202,7 @@ func (e *Engine) Submit(ctx context.Context, tenant string, body []byte, idemKey
 		return nil, false, domain.Invalid("Idempotency-Key", "is %d characters; the limit is 255", len(idemKey))
 	}
 	now := e.now()
-	id := ulid.MustNew(ulid.Timestamp(now), rand.Reader).String()
+	id := e.newID(now)
 	j, err := domain.NewJob(tenant, id, spec, idemKey, now)
 	if err != nil {
 		return nil, false, err

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,7 +60,7 @@ func (a *API) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 	req := &request{ev: ev}
 	h, ok := a.routes()[ev.RouteKey]
 	if !ok {
-		return a.fail(ev, &domain.Error{Code: domain.CodeNotFound, Message: fmt.Sprintf("no route %s %s", ev.RequestContext.HTTP.Method, ev.RawPath)}), nil
+		return a.noRoute(ev), nil
 	}
 	tenant, err := a.authenticate(ctx, ev.Headers)
 	if err != nil {
@@ -85,6 +86,36 @@ func (a *API) routes() map[string]route {
 		"POST /v1/leases/{lease}/complete":  a.complete,
 		"POST /v1/leases/{lease}/fail":      a.failLease,
 	}
+}
+
+// noRoute answers a request API Gateway sent to the $default route: 405
+// with the allowed methods when the path is a route of another method, 404
+// otherwise.
+func (a *API) noRoute(ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
+	method, path := ev.RequestContext.HTTP.Method, ev.RawPath
+	segs := strings.Split(strings.Trim(path, "/"), "/")
+	var allowed []string
+	for key := range a.routes() {
+		m, pattern, _ := strings.Cut(key, " ")
+		ps := strings.Split(strings.Trim(pattern, "/"), "/")
+		if len(ps) != len(segs) {
+			continue
+		}
+		same := true
+		for i, p := range ps {
+			same = same && (p == segs[i] || strings.HasPrefix(p, "{") && segs[i] != "")
+		}
+		if same && m != method {
+			allowed = append(allowed, m)
+		}
+	}
+	if len(allowed) > 0 {
+		slices.Sort(allowed)
+		resp := a.fail(ev, &domain.Error{Code: domain.CodeMethodNotAllowed, Message: fmt.Sprintf("%s %s: use %s", method, path, strings.Join(allowed, ", "))})
+		resp.Headers["allow"] = strings.Join(allowed, ", ")
+		return resp
+	}
+	return a.fail(ev, &domain.Error{Code: domain.CodeNotFound, Message: fmt.Sprintf("no route %s %s", method, path)})
 }
 
 // request wraps the event with helpers.
@@ -151,9 +182,8 @@ const keyCacheTTL = time.Minute
 
 func (a *API) authenticate(ctx context.Context, headers map[string]string) (string, error) {
 	r := request{ev: events.APIGatewayV2HTTPRequest{Headers: headers}}
-	auth := r.header("Authorization")
-	key, ok := strings.CutPrefix(auth, "Bearer ")
-	if !ok || strings.TrimSpace(key) == "" {
+	scheme, key, ok := strings.Cut(strings.TrimSpace(r.header("Authorization")), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(key) == "" {
 		return "", &domain.Error{Code: domain.CodeUnauthorized, Message: "Authorization: Bearer <api key> is required"}
 	}
 	hashed := store.HashKey(strings.TrimSpace(key))

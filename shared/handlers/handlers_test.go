@@ -1,0 +1,264 @@
+package handlers_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepflow/stepflow/localstack/devstack"
+	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
+	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
+	"github.com/stepflow/stepflow/shared/handlers"
+	"github.com/stepflow/stepflow/shared/queue"
+	"github.com/stepflow/stepflow/shared/store"
+)
+
+const (
+	awsEvents     = "../../../shared/aws-events"
+	projectEvents = "../../events"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// noRunner builds a stack where nothing polls the queues: the test is the
+// event source mapping.
+func noRunner(o *devstack.Options) { o.NoRunner = true }
+
+func readJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		t.Skipf("%s is absent", path)
+	}
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(raw, v), "decode %s", path)
+}
+
+func record(t *testing.T, messageID string, m queue.Message) events.SQSMessage {
+	t.Helper()
+	body, err := json.Marshal(m)
+	require.NoError(t, err)
+	return events.SQSMessage{
+		MessageId: messageID, ReceiptHandle: "receipt-" + messageID, Body: string(body),
+		EventSource: "aws:sqs", EventSourceARN: "arn:aws:sqs:us-east-1:000000000000:ready", AWSRegion: "us-east-1",
+		Attributes: map[string]string{"ApproximateReceiveCount": "1"},
+	}
+}
+
+func submit(t *testing.T, h *stacktest.Harness, spec string) *domain.Job {
+	t.Helper()
+	j, created, err := h.Engine.Submit(context.Background(), stacktest.TenantA, []byte(spec), "")
+	require.NoError(t, err)
+	require.True(t, created)
+	return j
+}
+
+func get(t *testing.T, h *stacktest.Harness, id string) *domain.Job {
+	t.Helper()
+	j, err := h.Engine.Get(context.Background(), stacktest.TenantA, id)
+	require.NoError(t, err)
+	return j
+}
+
+// TestExecuteDropsForeignMessages: the real SQS sample, the project's own
+// sample (its job does not exist here) and other bodies that name no
+// stepflow step are dropped, not redelivered forever.
+func TestExecuteDropsForeignMessages(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t, noRunner)
+	exec := handlers.Execute(h.Engine, quiet)
+	ctx := context.Background()
+
+	for _, tc := range []struct{ name, path string }{
+		{"aws sample", awsEvents + "/sqs-event.json"},
+		{"project sample", projectEvents + "/execute-sqs.json"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var ev events.SQSEvent
+			readJSON(t, tc.path, &ev)
+			require.NotEmpty(t, ev.Records)
+			resp, err := exec(ctx, ev)
+			require.NoError(t, err)
+			require.Empty(t, resp.BatchItemFailures)
+		})
+	}
+
+	t.Run("odd bodies", func(t *testing.T) {
+		t.Parallel()
+		var ev events.SQSEvent
+		for i, body := range []string{
+			"", "null", "[]", "{}", "{not json", `{"tenant":"tenant-a"}`,
+			`{"tenant":"tenant-a","job":"01JEXAMPLE0000000000000000"}`,
+			`{"tenant":"tenant-a","job":"01JEXAMPLE0000000000000000","step":"nope"}`,
+			`{"tenant":"no-such-tenant","job":"01JEXAMPLE0000000000000000","step":"a"}`,
+		} {
+			ev.Records = append(ev.Records, events.SQSMessage{MessageId: string(rune('a' + i)), Body: body})
+		}
+		resp, err := exec(ctx, ev)
+		require.NoError(t, err)
+		require.Empty(t, resp.BatchItemFailures)
+	})
+
+	t.Run("empty batch", func(t *testing.T) {
+		t.Parallel()
+		resp, err := exec(ctx, events.SQSEvent{})
+		require.NoError(t, err)
+		require.Empty(t, resp.BatchItemFailures)
+	})
+}
+
+// TestExecuteRunsSteps: a record naming a runnable step runs it; the same
+// record delivered again finds nothing left to do.
+func TestExecuteRunsSteps(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t, noRunner)
+	exec := handlers.Execute(h.Engine, quiet)
+	ctx := context.Background()
+
+	one := submit(t, h, `{"steps":[{"id":"only","action":"pass"}],"payload":{"x":1}}`)
+	two := submit(t, h, `{"steps":[{"id":"a","action":"pass"},{"id":"b","action":"pass"}]}`)
+	require.Equal(t, domain.JobQueued, one.State)
+
+	resp, err := exec(ctx, events.SQSEvent{Records: []events.SQSMessage{
+		record(t, "m1", queue.Message{Tenant: stacktest.TenantA, Job: one.ID, Step: "only"}),
+		record(t, "m2", queue.Message{Tenant: stacktest.TenantA, Job: two.ID, Step: "a"}),
+	}})
+	require.NoError(t, err)
+	require.Empty(t, resp.BatchItemFailures)
+
+	j := get(t, h, one.ID)
+	require.Equal(t, domain.JobCompleted, j.State)
+	require.Equal(t, domain.StepSucceeded, j.Steps[0].State)
+	require.JSONEq(t, `{"x":1}`, string(j.Steps[0].Output), "pass hands its input on")
+	require.NoError(t, domain.CheckReplay(j))
+
+	j = get(t, h, two.ID)
+	require.NotEqual(t, domain.JobCompleted, j.State)
+	require.Equal(t, domain.StepSucceeded, j.Steps[0].State)
+	require.Equal(t, domain.StepPending, j.Steps[1].State)
+
+	// A duplicate delivery of a finished step changes nothing.
+	events1 := len(get(t, h, one.ID).Events)
+	resp, err = exec(ctx, events.SQSEvent{Records: []events.SQSMessage{
+		record(t, "m1-again", queue.Message{Tenant: stacktest.TenantA, Job: one.ID, Step: "only"}),
+		record(t, "m3", queue.Message{Tenant: stacktest.TenantA, Job: two.ID, Step: "b"}),
+	}})
+	require.NoError(t, err)
+	require.Empty(t, resp.BatchItemFailures)
+	require.Len(t, get(t, h, one.ID).Events, events1)
+
+	j = get(t, h, two.ID)
+	require.Equal(t, domain.JobCompleted, j.State)
+	require.NoError(t, domain.CheckReplay(j))
+
+	// Another tenant's name on the message finds no job: dropped.
+	resp, err = exec(ctx, events.SQSEvent{Records: []events.SQSMessage{
+		record(t, "m4", queue.Message{Tenant: stacktest.TenantB, Job: one.ID, Step: "only"}),
+	}})
+	require.NoError(t, err)
+	require.Empty(t, resp.BatchItemFailures)
+}
+
+// faultDB fails GetItem for one job's item.
+type faultDB struct {
+	store.API
+	failPK atomic.Pointer[string]
+	failed atomic.Int32
+}
+
+func (f *faultDB) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	if pk, ok := in.Key["pk"].(*ddb.AttributeValueMemberS); ok {
+		if bad := f.failPK.Load(); bad != nil && pk.Value == *bad {
+			f.failed.Add(1)
+			return nil, errors.New("injected fault: GetItem throttled")
+		}
+	}
+	return f.API.GetItem(ctx, in, o...)
+}
+
+// TestExecuteReportsFailedRecords: a record whose job cannot be read is a
+// batch item failure, so SQS redelivers it; the healthy records of the
+// same batch are not.
+func TestExecuteReportsFailedRecords(t *testing.T) {
+	t.Parallel()
+	fault := &faultDB{}
+	h := stacktest.New(t, noRunner, stacktest.WithFaultDynamoDB(func(api store.API) store.API {
+		fault.API = api
+		return fault
+	}))
+	exec := handlers.Execute(h.Engine, quiet)
+	ctx := context.Background()
+
+	good := submit(t, h, `{"steps":[{"id":"s","action":"pass"}]}`)
+	bad := submit(t, h, `{"steps":[{"id":"s","action":"pass"}]}`)
+	pk := "J#" + stacktest.TenantA + "#" + bad.ID
+	fault.failPK.Store(&pk)
+
+	resp, err := exec(ctx, events.SQSEvent{Records: []events.SQSMessage{
+		record(t, "good-msg", queue.Message{Tenant: stacktest.TenantA, Job: good.ID, Step: "s"}),
+		record(t, "bad-msg", queue.Message{Tenant: stacktest.TenantA, Job: bad.ID, Step: "s"}),
+		{MessageId: "foreign-msg", Body: "Message Body"},
+	}})
+	require.NoError(t, err)
+	require.Equal(t, []events.SQSBatchItemFailure{{ItemIdentifier: "bad-msg"}}, resp.BatchItemFailures)
+	require.Positive(t, fault.failed.Load())
+	require.Equal(t, domain.JobCompleted, get(t, h, good.ID).State)
+
+	// Once the store answers again, the redelivered record runs.
+	fault.failPK.Store(nil)
+	require.Equal(t, domain.JobQueued, get(t, h, bad.ID).State, "a failed read changed nothing")
+	resp, err = exec(ctx, events.SQSEvent{Records: []events.SQSMessage{
+		record(t, "bad-msg", queue.Message{Tenant: stacktest.TenantA, Job: bad.ID, Step: "s"}),
+	}})
+	require.NoError(t, err)
+	require.Empty(t, resp.BatchItemFailures)
+	j := get(t, h, bad.ID)
+	require.Equal(t, domain.JobCompleted, j.State)
+	require.NoError(t, domain.CheckReplay(j))
+}
+
+// TestHeartbeatSample: the heartbeat handler takes the schedule's payload
+// and answers what its sweep did.
+func TestHeartbeatSample(t *testing.T) {
+	t.Parallel()
+	var ev events.EventBridgeEvent
+	readJSON(t, projectEvents+"/heartbeat-schedule.json", &ev)
+	require.Equal(t, "Scheduled Event", ev.DetailType)
+	h := stacktest.New(t, noRunner)
+	beat := handlers.Heartbeat(h.Engine)
+	ctx := context.Background()
+
+	rep, err := beat(ctx, ev)
+	require.NoError(t, err)
+	require.Equal(t, engine.SweepReport{}, rep, "a fresh stack has nothing due")
+
+	// A step whose message nobody took for longer than the grace is sent
+	// again.
+	j := submit(t, h, `{"steps":[{"id":"s","action":"pass"}]}`)
+	h.Clock.Advance(domain.DispatchGrace + time.Second)
+	rep, err = beat(ctx, ev)
+	require.NoError(t, err)
+	require.Equal(t, engine.SweepReport{Due: 1, Redispatched: 1}, rep)
+	got := get(t, h, j.ID)
+	require.Equal(t, 1, got.Steps[0].Redispatches)
+	require.NoError(t, domain.CheckReplay(got))
+
+	// Right after, it is not due again.
+	rep, err = beat(ctx, ev)
+	require.NoError(t, err)
+	require.Zero(t, rep.Redispatched)
+	require.Zero(t, rep.Errors)
+}

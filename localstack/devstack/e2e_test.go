@@ -351,3 +351,27 @@ func TestTwoInstancesDoNotShareData(t *testing.T) {
 	hb.JSON(t, http.StatusOK, http.MethodGet, "/v1/jobs", "same-key", nil, &list)
 	require.Empty(t, list.Jobs)
 }
+
+func TestOutputThatOverflowsTheJobIsRefusedNotStuck(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t)
+	big := func(n int) string {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = 'x'
+		}
+		return string(b)
+	}
+	j := h.Submit(t, keyA, map[string]any{"payload": map[string]any{"blob": big(200 * 1024)}, "steps": []any{map[string]any{"id": "w", "action": "worker"}}})
+	l := claim(t, h, keyA, "default", "w1", 1, 5)
+	require.Len(t, l, 1)
+
+	status, body := h.Call(t, http.MethodPost, "/v1/leases/"+l[0].LeaseID+"/complete", keyA, map[string]any{"output": big(250 * 1024)})
+	require.Equal(t, http.StatusRequestEntityTooLarge, status, "%s", body)
+	require.Contains(t, string(body), "S3")
+	require.Equal(t, domain.JobRunning, h.Get(t, keyA, j.ID).State, "the refused outcome changed nothing")
+
+	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+l[0].LeaseID+"/fail", keyA, map[string]any{"class": "fatal", "message": "output too large"}, nil)
+	h.AwaitState(t, keyA, j.ID, domain.JobFailed)
+	h.CheckReplay(t, tenantA, j.ID)
+}

@@ -66,7 +66,7 @@ func (e *Engine) Execute(ctx context.Context, m queue.Message) (ExecuteResult, e
 	}
 	output, failure := e.Runner.Run(runCtx, call)
 	cancel()
-	if err := e.record(ctx, j, m.Step, lease.ID, output, failure); err != nil {
+	if err := e.record(ctx, m.Tenant, m.Job, j, m.Step, lease.ID, output, failure); err != nil {
 		if isStale(err) {
 			return Stale, nil // cancelled or taken over meanwhile: the outcome is refused
 		}
@@ -110,11 +110,12 @@ func isStale(err error) bool {
 
 // record saves an attempt's outcome under its lease and dispatches the
 // next step or the retry.
-func (e *Engine) record(ctx context.Context, leased *domain.Job, stepID, leaseID string, output json.RawMessage, failure *domain.Failure) error {
+// leased, the job as this process saved it with the lease, saves a read;
+// it is consumed.
+func (e *Engine) record(ctx context.Context, tenant, jobID string, leased *domain.Job, stepID, leaseID string, output json.RawMessage, failure *domain.Failure) error {
 	var ds []domain.Dispatch
 	rng := e.jitterRNG()
-	jobID := leased.ID
-	j, err := e.mutateFrom(ctx, leased.Tenant, jobID, leased, func(j *domain.Job, now time.Time) error {
+	j, err := e.mutateFrom(ctx, tenant, jobID, leased, func(j *domain.Job, now time.Time) error {
 		var err error
 		if failure == nil {
 			ds, err = j.Complete(stepID, leaseID, output, now)
@@ -123,6 +124,11 @@ func (e *Engine) record(ctx context.Context, leased *domain.Job, stepID, leaseID
 		}
 		return err
 	})
+	if failure == nil && domain.CodeOf(err) == domain.CodeTooLarge {
+		// The output does not fit the job's item: the step fails for good
+		// rather than the job sticking.
+		return e.record(ctx, tenant, jobID, nil, stepID, leaseID, nil, &domain.Failure{Class: domain.ClassFatal, Message: err.Error()})
+	}
 	if err != nil {
 		return fmt.Errorf("record outcome of step %s of job %s: %w", stepID, jobID, err)
 	}

@@ -153,16 +153,30 @@ func (s *Store) Create(ctx context.Context, j *domain.Job, requestHash string, n
 	if err != nil {
 		return nil, false, fmt.Errorf("create job %s: %w", j.ID, err)
 	}
-	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []ddb.TransactWriteItem{
+	in := &dynamodb.TransactWriteItemsInput{TransactItems: []ddb.TransactWriteItem{
 		{Put: &ddb.Put{TableName: &s.table, Item: it, ConditionExpression: jobCond.Condition(), ExpressionAttributeNames: jobCond.Names()}},
 		{Put: &ddb.Put{TableName: &s.table, Item: idemItem, ConditionExpression: idemCond.Condition(),
 			ExpressionAttributeNames: idemCond.Names(), ExpressionAttributeValues: idemCond.Values()}},
-	}})
-	if err == nil {
-		return j, true, nil
-	}
+	}}
 	var tce *ddb.TransactionCanceledException
-	if !errors.As(err, &tce) || !conditionFailed(tce, 1) {
+	for try := 0; ; try++ {
+		_, err = s.db.TransactWriteItems(ctx, in)
+		if err == nil {
+			return j, true, nil
+		}
+		if !errors.As(err, &tce) {
+			return nil, false, fmt.Errorf("create job %s: %w", j.ID, err)
+		}
+		// Two submissions with one key in flight together: DynamoDB cancels
+		// one with TransactionConflict. Its retry then fails the condition
+		// and answers the winner's job below.
+		if transactionConflict(tce) && try < 4 {
+			time.Sleep(time.Duration(10<<try) * time.Millisecond) // backoff between retries of one call
+			continue
+		}
+		break
+	}
+	if !conditionFailed(tce, 1) {
 		return nil, false, fmt.Errorf("create job %s: %w", j.ID, err)
 	}
 	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
@@ -187,6 +201,15 @@ func (s *Store) Create(ctx context.Context, j *domain.Job, requestHash string, n
 		return nil, false, fmt.Errorf("idempotent replay of job %s: %w", rec.JobID, err)
 	}
 	return existing, false, nil
+}
+
+func transactionConflict(tce *ddb.TransactionCanceledException) bool {
+	for _, r := range tce.CancellationReasons {
+		if aws.ToString(r.Code) == "TransactionConflict" {
+			return true
+		}
+	}
+	return false
 }
 
 func conditionFailed(tce *ddb.TransactionCanceledException, i int) bool {
@@ -240,6 +263,10 @@ func (s *Store) Save(ctx context.Context, j *domain.Job, loadedEvents int) error
 		j.Version--
 		return err
 	}
+	if n := itemSize(it); n > MaxItemBytes {
+		j.Version--
+		return &domain.Error{Code: domain.CodeTooLarge, Message: fmt.Sprintf("job %s would be %d bytes stored; DynamoDB's limit is %d: keep large outputs elsewhere (S3) and pass references", j.ID, n, MaxItemBytes)}
+	}
 	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: &s.table, Item: it,
 		ConditionExpression:       expr.Condition(),
@@ -267,6 +294,40 @@ func sourceStates(j *domain.Job, loadedEvents int) []domain.JobState {
 		}
 	}
 	return []domain.JobState{j.State}
+}
+
+// MaxItemBytes is DynamoDB's item size limit.
+const MaxItemBytes = 400 * 1024
+
+// itemSize computes an item's size as DynamoDB counts it: attribute names
+// plus values (numbers approximated by their digits).
+func itemSize(it map[string]ddb.AttributeValue) int {
+	n := 0
+	for k, v := range it {
+		n += len(k) + valueSize(v)
+	}
+	return n
+}
+
+func valueSize(v ddb.AttributeValue) int {
+	switch x := v.(type) {
+	case *ddb.AttributeValueMemberS:
+		return len(x.Value)
+	case *ddb.AttributeValueMemberN:
+		return len(x.Value)
+	case *ddb.AttributeValueMemberB:
+		return len(x.Value)
+	case *ddb.AttributeValueMemberM:
+		return 3 + itemSize(x.Value)
+	case *ddb.AttributeValueMemberL:
+		n := 3
+		for _, e := range x.Value {
+			n += 1 + valueSize(e)
+		}
+		return n
+	default:
+		return 1
+	}
 }
 
 // JobKey names a job.

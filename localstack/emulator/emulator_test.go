@@ -1,0 +1,201 @@
+package emulator_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/oklog/ulid/v2"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepflow/stepflow/localstack/emulator"
+)
+
+// racers is how many writers race one conditional update per round.
+const racers = 8
+
+type bundle struct {
+	emu   *emulator.Emulator
+	db    *dynamodb.Client
+	table string
+}
+
+// setup starts an emulator of the test's own and creates a small table
+// through its proxy.
+func setup(t *testing.T) bundle {
+	t.Helper()
+	ctx := context.Background()
+	emu, err := emulator.Start(ctx, "127.0.0.1:0", nil)
+	require.NoError(t, err)
+	t.Cleanup(emu.Close)
+
+	db := dynamodb.New(dynamodb.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(emu.URL),
+		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
+	})
+	table := "atomicity-" + ulid.Make().String()
+	_, err = db.CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName:   aws.String(table),
+		BillingMode: ddb.BillingModePayPerRequest,
+		AttributeDefinitions: []ddb.AttributeDefinition{
+			{AttributeName: aws.String("pk"), AttributeType: ddb.ScalarAttributeTypeS},
+		},
+		KeySchema: []ddb.KeySchemaElement{
+			{AttributeName: aws.String("pk"), KeyType: ddb.KeyTypeHash},
+		},
+	})
+	require.NoError(t, err)
+	return bundle{emu: emu, db: db, table: table}
+}
+
+func rounds(t *testing.T) int {
+	t.Helper()
+	s := os.Getenv("STEPFLOW_ATOMICITY_ROUNDS")
+	if s == "" {
+		return 200
+	}
+	n, err := strconv.Atoi(s)
+	require.NoError(t, err, "STEPFLOW_ATOMICITY_ROUNDS=%q", s)
+	require.Positive(t, n, "STEPFLOW_ATOMICITY_ROUNDS")
+	return n
+}
+
+func key(pk string) map[string]ddb.AttributeValue {
+	return map[string]ddb.AttributeValue{"pk": &ddb.AttributeValueMemberS{Value: pk}}
+}
+
+// TestConditionalUpdateIsAtomic races racers conditional updates on one item
+// per round: DynamoDB lets exactly one win (moto alone sometimes lets two).
+// The items are written and read back in batches, so nearly every request
+// the test makes is a racing one.
+func TestConditionalUpdateIsAtomic(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	n := rounds(t)
+	pk := func(round int) string { return fmt.Sprintf("item-%d", round) }
+
+	for first := 0; first < n; first += 25 {
+		var puts []ddb.WriteRequest
+		for round := first; round < min(first+25, n); round++ {
+			puts = append(puts, ddb.WriteRequest{PutRequest: &ddb.PutRequest{Item: map[string]ddb.AttributeValue{
+				"pk": &ddb.AttributeValueMemberS{Value: pk(round)},
+				"v":  &ddb.AttributeValueMemberN{Value: "0"},
+			}}})
+		}
+		out, err := b.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]ddb.WriteRequest{b.table: puts}})
+		require.NoError(t, err)
+		require.Empty(t, out.UnprocessedItems)
+	}
+
+	winners := make([]int, n)
+	for round := range n {
+		errs := make([]error, racers)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for g := range racers {
+			wg.Go(func() {
+				<-start
+				_, errs[g] = b.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+					TableName:           aws.String(b.table),
+					Key:                 key(pk(round)),
+					UpdateExpression:    aws.String("SET v = :me"),
+					ConditionExpression: aws.String("v = :zero"),
+					ExpressionAttributeValues: map[string]ddb.AttributeValue{
+						":me":   &ddb.AttributeValueMemberN{Value: strconv.Itoa(g + 1)},
+						":zero": &ddb.AttributeValueMemberN{Value: "0"},
+					},
+				})
+			})
+		}
+		close(start)
+		wg.Wait()
+
+		won, lost := 0, 0
+		for g, err := range errs {
+			var ccf *ddb.ConditionalCheckFailedException
+			switch {
+			case err == nil:
+				won++
+				winners[round] = g + 1
+			case errors.As(err, &ccf):
+				lost++
+			default:
+				require.NoError(t, err, "round %d racer %d", round, g+1)
+			}
+		}
+		require.Equal(t, 1, won, "round %d: winners", round)
+		require.Equal(t, racers-1, lost, "round %d: conditional check failures", round)
+	}
+
+	stored := map[string]string{}
+	for first := 0; first < n; first += 100 {
+		var keys []map[string]ddb.AttributeValue
+		for round := first; round < min(first+100, n); round++ {
+			keys = append(keys, key(pk(round)))
+		}
+		req := map[string]ddb.KeysAndAttributes{b.table: {Keys: keys, ConsistentRead: aws.Bool(true)}}
+		for len(req) > 0 {
+			out, err := b.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+			require.NoError(t, err)
+			for _, it := range out.Responses[b.table] {
+				stored[it["pk"].(*ddb.AttributeValueMemberS).Value] = it["v"].(*ddb.AttributeValueMemberN).Value
+			}
+			req = out.UnprocessedKeys
+		}
+	}
+	require.Len(t, stored, n)
+	for round, w := range winners {
+		require.Equal(t, strconv.Itoa(w), stored[pk(round)], "round %d: stored value is not the winner's", round)
+	}
+}
+
+func TestCountsByOperation(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+
+	before := b.emu.Counts()
+	require.Equal(t, int64(1), before["dynamodb.CreateTable"])
+
+	for i := range 3 {
+		_, err := b.db.PutItem(ctx, &dynamodb.PutItemInput{
+			TableName: aws.String(b.table),
+			Item:      map[string]ddb.AttributeValue{"pk": &ddb.AttributeValueMemberS{Value: fmt.Sprint(i)}},
+		})
+		require.NoError(t, err)
+	}
+	_, err := b.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(b.table), Key: key("0")})
+	require.NoError(t, err)
+	// A refused request is counted too.
+	_, err = b.db.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:           aws.String(b.table),
+		Item:                map[string]ddb.AttributeValue{"pk": &ddb.AttributeValueMemberS{Value: "0"}},
+		ConditionExpression: aws.String("attribute_not_exists(pk)"),
+	})
+	var ccf *ddb.ConditionalCheckFailedException
+	require.ErrorAs(t, err, &ccf)
+
+	after := b.emu.Counts()
+	require.Equal(t, int64(4), after["dynamodb.PutItem"]-before["dynamodb.PutItem"])
+	require.Equal(t, int64(1), after["dynamodb.GetItem"]-before["dynamodb.GetItem"])
+	require.Equal(t, int64(1), after["dynamodb.CreateTable"])
+	require.NotContains(t, after, "dynamodb.Query")
+
+	// Counts answers a copy: changing it changes nothing in the emulator.
+	after["dynamodb.PutItem"] = 1000
+	require.Equal(t, int64(4), b.emu.Counts()["dynamodb.PutItem"]-before["dynamodb.PutItem"])
+
+	lines := emulator.SortedCounts(b.emu.Counts())
+	require.Contains(t, lines, "dynamodb.GetItem 1")
+	require.IsNonDecreasing(t, lines)
+}

@@ -1,0 +1,244 @@
+package store_test
+
+import (
+	"context"
+	"encoding/base64"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/store"
+)
+
+// countingAPI counts the Query requests a store makes.
+type countingAPI struct {
+	store.API
+	queries atomic.Int64
+}
+
+func (c *countingAPI) Query(ctx context.Context, in *dynamodb.QueryInput, o ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	c.queries.Add(1)
+	return c.API.Query(ctx, in, o...)
+}
+
+// listAll pages through a listing with f until its cursor runs out,
+// requiring every page to keep to the limit.
+func listAll(t *testing.T, st *store.Store, tenant string, f store.ListFilter) (ids []string, pages int) {
+	t.Helper()
+	for {
+		page, cur, err := st.List(context.Background(), tenant, f)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(page), int(f.Limit))
+		pages++
+		for _, s := range page {
+			if f.State != "" {
+				require.Equal(t, f.State, s.State, "job %s", s.ID)
+			}
+			if f.Queue != "" {
+				require.Equal(t, f.Queue, s.Queue, "job %s", s.ID)
+			}
+			ids = append(ids, s.ID)
+		}
+		if cur == "" {
+			return ids, pages
+		}
+		require.Less(t, pages, 100, "the listing does not end")
+		f.Cursor = cur
+	}
+}
+
+func newestFirst(jobs []*domain.Job) []string {
+	ids := make([]string, 0, len(jobs))
+	for _, j := range jobs {
+		ids = append(ids, j.ID)
+	}
+	slices.Sort(ids)
+	slices.Reverse(ids)
+	return ids
+}
+
+func TestListPagesThroughTheTenantsJobsNewestFirst(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var mine []*domain.Job
+	for i := range 7 {
+		mine = append(mine, b.create(t, tenantA, simpleSpec))
+		if i%3 == 0 {
+			b.create(t, tenantB, simpleSpec)
+		}
+	}
+	want := newestFirst(mine)
+
+	page, cur, err := b.st.List(ctx, tenantA, store.ListFilter{Limit: 3})
+	require.NoError(t, err)
+	require.Len(t, page, 3)
+	require.NotEmpty(t, cur)
+	require.Equal(t, want[:3], []string{page[0].ID, page[1].ID, page[2].ID})
+	require.Equal(t, store.Summary{ID: want[0], State: domain.JobQueued, Queue: domain.DefaultQueue}, page[0])
+
+	ids, pages := listAll(t, b.st, tenantA, store.ListFilter{Limit: 3})
+	require.Equal(t, want, ids)
+	require.GreaterOrEqual(t, pages, 3)
+
+	ids, _ = listAll(t, b.st, tenantA, store.ListFilter{Limit: 100})
+	require.Equal(t, want, ids, "one page holds them all")
+
+	ids, _ = listAll(t, b.st, "tenant-none", store.ListFilter{Limit: 10})
+	require.Empty(t, ids)
+}
+
+func TestListFilters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	api := &countingAPI{API: b.db}
+	st := store.New(api, b.table)
+
+	var alpha, beta, cancelled []*domain.Job
+	for i := range 16 {
+		spec := `{"queue":"alpha","steps":[{"id":"s","action":"pass"}]}`
+		if i == 2 || i == 11 {
+			spec = `{"queue":"beta","steps":[{"id":"s","action":"pass"}]}`
+		}
+		j := b.create(t, tenantA, spec)
+		if i == 0 || i == 9 {
+			loaded, n := b.load(t, tenantA, j.ID)
+			_, err := loaded.Cancel(b.now)
+			require.NoError(t, err)
+			require.NoError(t, b.st.Save(ctx, loaded, n))
+			cancelled = append(cancelled, loaded)
+		}
+		if j.Queue == "beta" {
+			beta = append(beta, j)
+		} else {
+			alpha = append(alpha, j)
+		}
+	}
+	// Another tenant's jobs match the same filters and are never listed.
+	b.create(t, tenantB, `{"queue":"beta","steps":[{"id":"s","action":"pass"}]}`)
+
+	t.Run("queue", func(t *testing.T) {
+		t.Parallel()
+		ids, _ := listAll(t, st, tenantA, store.ListFilter{Queue: "beta", Limit: 2})
+		require.Equal(t, newestFirst(beta), ids)
+		ids, _ = listAll(t, st, tenantA, store.ListFilter{Queue: "alpha", Limit: 5})
+		require.Equal(t, newestFirst(alpha), ids)
+		ids, _ = listAll(t, st, tenantA, store.ListFilter{Queue: "gamma", Limit: 5})
+		require.Empty(t, ids)
+	})
+
+	t.Run("state", func(t *testing.T) {
+		t.Parallel()
+		ids, _ := listAll(t, st, tenantA, store.ListFilter{State: domain.JobCancelled, Limit: 2})
+		require.Equal(t, newestFirst(cancelled), ids)
+		ids, _ = listAll(t, st, tenantA, store.ListFilter{State: domain.JobQueued, Limit: 4})
+		require.Len(t, ids, 14)
+	})
+
+	t.Run("state and queue", func(t *testing.T) {
+		t.Parallel()
+		ids, _ := listAll(t, st, tenantA, store.ListFilter{State: domain.JobQueued, Queue: "beta", Limit: 1})
+		require.Equal(t, newestFirst(beta), ids)
+		ids, _ = listAll(t, st, tenantA, store.ListFilter{State: domain.JobCancelled, Queue: "beta", Limit: 1})
+		require.Empty(t, ids)
+	})
+
+	t.Run("a filter that skips most jobs reads several pages", func(t *testing.T) {
+		t.Parallel()
+		// Two of seventeen jobs match; a limit of one job means the listing
+		// reads the index a page of one item at a time.
+		f := store.ListFilter{State: domain.JobCancelled, Queue: "alpha", Limit: 1}
+		local := &countingAPI{API: b.db}
+		ids, _ := listAll(t, store.New(local, b.table), tenantA, f)
+		require.Equal(t, newestFirst(cancelled), ids)
+		require.Greater(t, local.queries.Load(), int64(10), "queries made")
+
+		// One call reads a bounded number of pages and hands back a cursor.
+		local.queries.Store(0)
+		page, cur, err := store.New(local, b.table).List(ctx, tenantA, store.ListFilter{State: domain.JobCancelled, Queue: "beta", Limit: 1})
+		require.NoError(t, err)
+		require.Empty(t, page)
+		require.NotEmpty(t, cur, "a listing that stops early hands back a cursor")
+		require.Greater(t, local.queries.Load(), int64(1))
+		require.LessOrEqual(t, local.queries.Load(), int64(10))
+	})
+}
+
+func TestListRefusesForeignOrGarbageCursors(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	for range 3 {
+		b.create(t, tenantA, simpleSpec)
+	}
+	_, cur, err := b.st.List(ctx, tenantA, store.ListFilter{Limit: 1})
+	require.NoError(t, err)
+	require.NotEmpty(t, cur)
+
+	for name, bad := range map[string]struct{ tenant, cursor string }{
+		"another tenant's cursor": {tenantB, cur},
+		"not base64":              {tenantA, "%%% not a cursor %%%"},
+		"base64, not JSON":        {tenantA, base64.RawURLEncoding.EncodeToString([]byte("garbage"))},
+		"JSON, not a key":         {tenantA, base64.RawURLEncoding.EncodeToString([]byte(`{"gsi1pk":"T#tenant-a"}`))},
+		"a key of other fields": {tenantA, base64.RawURLEncoding.EncodeToString(
+			[]byte(`{"gsi1pk":"T#tenant-a","a":"1","b":"2","c":"3"}`))},
+		"JSON of other types": {tenantA, base64.RawURLEncoding.EncodeToString([]byte(`{"gsi1pk":1}`))},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, _, err := b.st.List(ctx, bad.tenant, store.ListFilter{Limit: 5, Cursor: bad.cursor})
+			var de *domain.Error
+			require.ErrorAs(t, err, &de)
+			require.Equal(t, "cursor", de.Field)
+			require.Equal(t, domain.CodeInvalid, de.Code)
+		})
+	}
+}
+
+func TestRecordOutcomeAndStats(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := b.now
+
+	for _, o := range []struct {
+		state domain.JobState
+		delta int
+	}{
+		{domain.JobCompleted, 0},
+		{domain.JobCompleted, 0},
+		{domain.JobCompleted, 0},
+		{domain.JobFailed, 0},
+		{domain.JobCancelled, 0},
+		{domain.JobWaiting, +1},
+		{domain.JobWaiting, +1},
+		{domain.JobQueued, -1},
+	} {
+		require.NoError(t, b.st.RecordOutcome(ctx, tenantA, o.state, o.delta, now))
+	}
+	// An outcome within the last 24 hours counts; an older one does not.
+	require.NoError(t, b.st.RecordOutcome(ctx, tenantA, domain.JobFailed, 0, now.Add(-23*time.Hour)))
+	require.NoError(t, b.st.RecordOutcome(ctx, tenantA, domain.JobCompleted, 0, now.Add(-25*time.Hour)))
+	// A non-terminal state with no delta records nothing.
+	require.NoError(t, b.st.RecordOutcome(ctx, tenantA, domain.JobRunning, 0, now))
+	// Another tenant's counters are its own.
+	require.NoError(t, b.st.RecordOutcome(ctx, tenantB, domain.JobCompleted, 1, now))
+
+	st, err := b.st.Stats(ctx, tenantA, now)
+	require.NoError(t, err)
+	require.Equal(t, store.Stats{Completed: 3, Failed: 2, Cancelled: 1, Blocked: 1}, st)
+
+	st, err = b.st.Stats(ctx, tenantB, now)
+	require.NoError(t, err)
+	require.Equal(t, store.Stats{Completed: 1, Blocked: 1}, st)
+
+	st, err = b.st.Stats(ctx, "tenant-none", now)
+	require.NoError(t, err)
+	require.Equal(t, store.Stats{}, st)
+}

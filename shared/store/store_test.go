@@ -1,0 +1,616 @@
+package store_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+	"github.com/oklog/ulid/v2"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepflow/stepflow/localstack/devstack"
+	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
+	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/store"
+)
+
+const (
+	tenantA = "tenant-a"
+	tenantB = "tenant-b"
+)
+
+// bundle is one test's store over a stack of its own.
+type bundle struct {
+	h     *stacktest.Harness
+	st    *store.Store
+	db    *dynamodb.Client
+	table string
+	now   time.Time
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	h := stacktest.New(t, func(o *devstack.Options) { o.NoRunner = true })
+	table := h.Resources.Tables["JobsTable"]
+	require.NotEmpty(t, table)
+	return bundle{h: h, st: store.New(h.DynamoDB, table), db: h.DynamoDB, table: table, now: h.Clock.Now()}
+}
+
+// simpleSpec is a one-step job on the default queue.
+const simpleSpec = `{"steps":[{"id":"only","action":"pass"}]}`
+
+// newJob builds an unsaved job from a submission body.
+func newJob(t *testing.T, tenant, spec, idemKey string, now time.Time) *domain.Job {
+	t.Helper()
+	s, err := domain.ParseJobSpec([]byte(spec))
+	require.NoError(t, err)
+	j, err := domain.NewJob(tenant, ulid.Make().String(), s, idemKey, now)
+	require.NoError(t, err)
+	return j
+}
+
+// create builds a job and stores it without an idempotency key.
+func (b bundle) create(t *testing.T, tenant, spec string) *domain.Job {
+	t.Helper()
+	j := newJob(t, tenant, spec, "", b.now)
+	got, created, err := b.st.Create(context.Background(), j, "", b.now)
+	require.NoError(t, err)
+	require.True(t, created)
+	return got
+}
+
+// load reads a job and how many events it had, as a caller of Save does.
+func (b bundle) load(t *testing.T, tenant, id string) (*domain.Job, int) {
+	t.Helper()
+	j, err := b.st.Get(context.Background(), tenant, id)
+	require.NoError(t, err)
+	return j, len(j.Events)
+}
+
+// raw reads a job's table item as DynamoDB holds it.
+func (b bundle) raw(t *testing.T, pk, sk string) map[string]ddb.AttributeValue {
+	t.Helper()
+	out, err := b.db.GetItem(context.Background(), &dynamodb.GetItemInput{
+		TableName: aws.String(b.table), ConsistentRead: aws.Bool(true),
+		Key: map[string]ddb.AttributeValue{
+			"pk": &ddb.AttributeValueMemberS{Value: pk},
+			"sk": &ddb.AttributeValueMemberS{Value: sk},
+		},
+	})
+	require.NoError(t, err)
+	return out.Item
+}
+
+func (b bundle) rawJob(t *testing.T, j *domain.Job) map[string]ddb.AttributeValue {
+	t.Helper()
+	it := b.raw(t, "J#"+j.Tenant+"#"+j.ID, "J")
+	require.NotNil(t, it, "job %s is not stored", j.ID)
+	return it
+}
+
+func TestCreateThenGetRoundtripsTheWholeJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	spec := `{
+		"queue": "billing", "priority": 0,
+		"payload": {"order": 42, "items": ["a", "b"], "nested": {"ok": true, "none": null}},
+		"steps": [
+			{"id": "charge", "action": "worker", "queue": "cards", "lease_seconds": 90, "timeout_seconds": 600,
+			 "retry": {"max_attempts": 5, "backoff": "linear", "initial_delay_ms": 250, "max_delay_ms": 4000, "jitter": true}},
+			{"id": "nap", "action": "sleep", "seconds": 1.5},
+			{"id": "notify", "action": "http", "url": "https://example.com/hook",
+			 "retry": {"max_attempts": 1, "initial_delay_ms": 0}},
+			{"id": "boom", "action": "fail", "class": "needs_user", "message": "ask a person"}
+		]}`
+	j := newJob(t, tenantA, spec, "", b.now)
+	want := *j
+
+	got, created, err := b.st.Create(ctx, j, "", b.now)
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, int64(1), got.Version)
+
+	loaded, err := b.st.Get(ctx, tenantA, j.ID)
+	require.NoError(t, err)
+	want.Version = 1
+	require.Equal(t, &want, loaded)
+
+	// Spot checks of what the whole-job comparison covers.
+	require.Equal(t, domain.JobQueued, loaded.State)
+	require.Equal(t, "billing", loaded.Queue)
+	require.Equal(t, 0, loaded.Priority)
+	require.JSONEq(t, `{"order": 42, "items": ["a", "b"], "nested": {"ok": true, "none": null}}`, string(loaded.Payload))
+	require.True(t, loaded.CreatedAt.Equal(b.now), "created_at %s, want %s", loaded.CreatedAt, b.now)
+	require.Len(t, loaded.Steps, 4)
+	charge := loaded.Steps[0]
+	require.Equal(t, domain.StepPending, charge.State)
+	require.NotNil(t, charge.ReadyAt)
+	require.Equal(t, "cards", charge.Spec.Queue)
+	require.Equal(t, 90, charge.Spec.LeaseSeconds)
+	require.Equal(t, 600, charge.Spec.TimeoutSeconds)
+	require.Equal(t, 5, charge.Spec.Retry.MaxAttempts)
+	require.Equal(t, domain.BackoffLinear, charge.Spec.Retry.Backoff)
+	require.Equal(t, int64(250), *charge.Spec.Retry.InitialDelayMS)
+	require.Equal(t, int64(4000), *charge.Spec.Retry.MaxDelayMS)
+	require.True(t, charge.Spec.Retry.Jitter)
+	require.NotNil(t, loaded.Steps[2].Spec.Retry.InitialDelayMS, "an explicit 0 delay survives")
+	require.Zero(t, *loaded.Steps[2].Spec.Retry.InitialDelayMS)
+	require.Equal(t, 1.5, *loaded.Steps[1].Spec.Seconds)
+	require.Equal(t, domain.StepWaitingDeps, loaded.Steps[3].State)
+	require.Equal(t, []string{"job_created", "step_waiting_deps", "step_waiting_deps", "step_waiting_deps"}, eventTypes(loaded))
+	require.NotNil(t, loaded.DueAt)
+	require.True(t, loaded.DueAt.Equal(b.now.Add(domain.DispatchGrace)))
+
+	// A saved change roundtrips too: a lease, an attempt, a running job.
+	_, err = loaded.Lease("charge", domain.LeaseRequest{Worker: "w-1", ViaWorker: true, Nonce: "n1", Duration: time.Minute, Receipt: "rh-1"}, b.now)
+	require.NoError(t, err)
+	n := len(want.Events)
+	require.NoError(t, b.st.Save(ctx, loaded, n))
+	require.Equal(t, int64(2), loaded.Version)
+	again, err := b.st.Get(ctx, tenantA, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, loaded, again)
+	require.Equal(t, domain.JobRunning, again.State)
+	require.Equal(t, "rh-1", again.Steps[0].Lease.Receipt)
+	require.Len(t, again.Steps[0].Attempts, 1)
+}
+
+func eventTypes(j *domain.Job) []string {
+	var out []string
+	for _, e := range j.Events {
+		out = append(out, e.Type)
+	}
+	return out
+}
+
+func TestGetMissingOrOtherTenantsJobIsNotFound(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+
+	_, err := b.st.Get(ctx, tenantA, ulid.Make().String())
+	require.ErrorIs(t, err, domain.ErrNotFound)
+
+	j := b.create(t, tenantA, simpleSpec)
+	_, err = b.st.Get(ctx, tenantB, j.ID)
+	require.ErrorIs(t, err, domain.ErrNotFound)
+	got, err := b.st.Get(ctx, tenantA, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, j.ID, got.ID)
+}
+
+func TestSaveIsConditionalOnVersion(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	j := b.create(t, tenantA, `{"steps":[{"id":"s","action":"worker"}]}`)
+
+	first, n1 := b.load(t, tenantA, j.ID)
+	second, n2 := b.load(t, tenantA, j.ID)
+	require.Equal(t, first.Version, second.Version)
+
+	changed, err := first.Cancel(b.now)
+	require.NoError(t, err)
+	require.True(t, changed)
+	_, err = second.Lease("s", domain.LeaseRequest{Worker: "w", ViaWorker: true, Nonce: "x", Duration: time.Minute}, b.now)
+	require.NoError(t, err)
+
+	require.NoError(t, b.st.Save(ctx, first, n1))
+	require.Equal(t, int64(2), first.Version)
+
+	err = b.st.Save(ctx, second, n2)
+	require.ErrorIs(t, err, domain.ErrVersionConflict)
+	require.Equal(t, int64(1), second.Version, "the loser's version is unchanged")
+
+	stored, err := b.st.Get(ctx, tenantA, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, first, stored)
+	require.Equal(t, domain.JobCancelled, stored.State)
+	require.Equal(t, eventTypes(first), eventTypes(stored))
+	require.Contains(t, eventTypes(stored), "job_cancelled")
+	require.NotContains(t, eventTypes(stored), "job_leased")
+
+	// The loser reloads and decides again; the cancel stands.
+	retry, _ := b.load(t, tenantA, j.ID)
+	require.Equal(t, int64(2), retry.Version)
+	_, err = retry.Lease("s", domain.LeaseRequest{Worker: "w", Nonce: "y", Duration: time.Minute}, b.now)
+	var ie *domain.IllegalTransitionError
+	require.ErrorAs(t, err, &ie)
+}
+
+func TestSaveRefusesAChangeFromAnotherState(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	j := b.create(t, tenantA, simpleSpec)
+
+	// A job event whose sources exclude the stored state, at the right version.
+	loaded, n := b.load(t, tenantA, j.ID)
+	require.Equal(t, domain.JobQueued, loaded.State)
+	require.NotContains(t, domain.JobSources(domain.JobEvCompleted), domain.JobQueued)
+	loaded.Events = append(loaded.Events, domain.Event{Seq: n + 1, Type: string(domain.JobEvCompleted), At: b.now})
+	loaded.State = domain.JobCompleted
+	err := b.st.Save(ctx, loaded, n)
+	require.ErrorIs(t, err, domain.ErrVersionConflict)
+	require.Equal(t, int64(1), loaded.Version)
+
+	// No job event, yet the state was changed: the condition is the state the
+	// change leaves, which is not the stored one.
+	loaded, n = b.load(t, tenantA, j.ID)
+	loaded.Events = append(loaded.Events, domain.Event{Seq: n + 1, Type: domain.StepRunning.EventType(), Step: "only", At: b.now})
+	loaded.State = domain.JobRunning
+	err = b.st.Save(ctx, loaded, n)
+	require.ErrorIs(t, err, domain.ErrVersionConflict)
+
+	stored, err := b.st.Get(ctx, tenantA, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, j, stored, "nothing was written")
+
+	// The same version with a job event the stored state allows is saved.
+	loaded, n = b.load(t, tenantA, j.ID)
+	_, err = loaded.Lease("only", domain.LeaseRequest{Nonce: "z", Duration: time.Minute}, b.now)
+	require.NoError(t, err)
+	require.NoError(t, b.st.Save(ctx, loaded, n))
+}
+
+func TestCreateWithIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	key := "key-" + ulid.Make().String()
+
+	first := newJob(t, tenantA, simpleSpec, key, b.now)
+	got, created, err := b.st.Create(ctx, first, "hash-1", b.now)
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, first.ID, got.ID)
+
+	t.Run("same key and hash answers the first job", func(t *testing.T) {
+		t.Parallel()
+		dup := newJob(t, tenantA, simpleSpec, key, b.now)
+		got, created, err := b.st.Create(ctx, dup, "hash-1", b.now)
+		require.NoError(t, err)
+		require.False(t, created)
+		require.Equal(t, first.ID, got.ID)
+		stored, err := b.st.Get(ctx, tenantA, first.ID)
+		require.NoError(t, err)
+		require.Equal(t, stored, got)
+		_, err = b.st.Get(ctx, tenantA, dup.ID)
+		require.ErrorIs(t, err, domain.ErrNotFound, "the duplicate was not written")
+	})
+
+	t.Run("same key, another hash", func(t *testing.T) {
+		t.Parallel()
+		other := newJob(t, tenantA, simpleSpec, key, b.now)
+		_, _, err := b.st.Create(ctx, other, "hash-2", b.now)
+		require.ErrorIs(t, err, domain.ErrIdempotencyMismatch)
+		_, err = b.st.Get(ctx, tenantA, other.ID)
+		require.ErrorIs(t, err, domain.ErrNotFound)
+	})
+
+	t.Run("another tenant's key is its own", func(t *testing.T) {
+		t.Parallel()
+		theirs := newJob(t, tenantB, simpleSpec, key, b.now)
+		got, created, err := b.st.Create(ctx, theirs, "hash-2", b.now)
+		require.NoError(t, err)
+		require.True(t, created)
+		require.Equal(t, theirs.ID, got.ID)
+		require.Equal(t, tenantB, got.Tenant)
+		require.NotEqual(t, first.ID, got.ID)
+	})
+}
+
+func TestCreateWithIdempotencyKeyRace(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	key := "race-" + ulid.Make().String()
+
+	const racers = 8
+	jobs := make([]*domain.Job, racers)
+	for i := range jobs {
+		jobs[i] = newJob(t, tenantA, simpleSpec, key, b.now)
+	}
+	type answer struct {
+		job     *domain.Job
+		created bool
+		err     error
+	}
+	answers := make([]answer, racers)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range racers {
+		wg.Go(func() {
+			<-start
+			j, created, err := b.st.Create(ctx, jobs[i], "same-hash", b.now)
+			answers[i] = answer{j, created, err}
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	winner := ""
+	for i, a := range answers {
+		require.NoError(t, a.err, "racer %d", i)
+		if a.created {
+			require.Empty(t, winner, "two racers created a job")
+			winner = a.job.ID
+			require.Equal(t, jobs[i].ID, winner)
+		}
+	}
+	require.NotEmpty(t, winner, "no racer created the job")
+	for i, a := range answers {
+		require.Equal(t, winner, a.job.ID, "racer %d", i)
+		if jobs[i].ID != winner {
+			_, err := b.st.Get(ctx, tenantA, jobs[i].ID)
+			require.ErrorIs(t, err, domain.ErrNotFound, "racer %d's job was written", i)
+		}
+	}
+}
+
+func TestCreateWithAnExpiredIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	key := "old-" + ulid.Make().String()
+
+	// Recorded more than a day ago: TTL may not have deleted it yet, but it
+	// no longer holds.
+	then := b.now.Add(-25 * time.Hour)
+	old := newJob(t, tenantA, simpleSpec, key, then)
+	_, created, err := b.st.Create(ctx, old, "hash-1", then)
+	require.NoError(t, err)
+	require.True(t, created)
+
+	fresh := newJob(t, tenantA, simpleSpec, key, b.now)
+	got, created, err := b.st.Create(ctx, fresh, "hash-2", b.now)
+	require.NoError(t, err)
+	require.True(t, created, "an expired key is free")
+	require.Equal(t, fresh.ID, got.ID)
+
+	// From now on the key names the new job.
+	again := newJob(t, tenantA, simpleSpec, key, b.now)
+	got, created, err = b.st.Create(ctx, again, "hash-2", b.now)
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, fresh.ID, got.ID)
+}
+
+// conflictOnce answers the first TransactWriteItems as DynamoDB answers a
+// transaction that overlapped another one on the same item: cancelled, with
+// reason TransactionConflict (not ConditionalCheckFailed). The SDK does not
+// retry it.
+type conflictOnce struct {
+	store.API
+	done atomic.Bool
+}
+
+func (c *conflictOnce) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, o ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	if c.done.CompareAndSwap(false, true) {
+		return nil, &smithy.OperationError{ServiceID: "DynamoDB", OperationName: "TransactWriteItems", Err: &ddb.TransactionCanceledException{
+			Message: aws.String("Transaction cancelled, please refer cancellation reasons for specific reasons [None, TransactionConflict]"),
+			CancellationReasons: []ddb.CancellationReason{
+				{Code: aws.String("None")},
+				{Code: aws.String("TransactionConflict"), Message: aws.String("Transaction is ongoing for the item")},
+			},
+		}}
+	}
+	return c.API.TransactWriteItems(ctx, in, o...)
+}
+
+// On DynamoDB itself two requests racing with one idempotency key can
+// overlap, and the loser's transaction is cancelled for TransactionConflict.
+// That is the race idempotency keys exist for (a client retrying a request
+// still in flight), so the loser must still get the first job.
+func TestCreateWithIdempotencyKeySurvivesATransactionConflict(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	key := "overlap-" + ulid.Make().String()
+
+	first := newJob(t, tenantA, simpleSpec, key, b.now)
+	_, created, err := b.st.Create(ctx, first, "hash", b.now)
+	require.NoError(t, err)
+	require.True(t, created)
+
+	racing := store.New(&conflictOnce{API: b.db}, b.table)
+	got, created, err := racing.Create(ctx, newJob(t, tenantA, simpleSpec, key, b.now), "hash", b.now)
+	require.NoError(t, err, "a transaction conflict is a lost race, not a failure")
+	require.False(t, created)
+	require.Equal(t, first.ID, got.ID)
+}
+
+func TestDueListsOnlyUnfinishedJobsPastTheirTime(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	j := b.create(t, tenantA, simpleSpec)
+	require.NotNil(t, j.DueAt)
+	require.True(t, j.DueAt.After(b.now))
+	key := store.JobKey{Tenant: tenantA, ID: j.ID}
+
+	due, err := b.st.Due(ctx, b.now, 100)
+	require.NoError(t, err)
+	require.NotContains(t, due, key)
+
+	due, err = b.st.Due(ctx, j.DueAt.Add(-time.Millisecond), 100)
+	require.NoError(t, err)
+	require.NotContains(t, due, key)
+
+	due, err = b.st.Due(ctx, *j.DueAt, 100)
+	require.NoError(t, err)
+	require.Contains(t, due, key, "due at its due time")
+
+	later := b.now.Add(2 * domain.DispatchGrace)
+	due, err = b.st.Due(ctx, later, 100)
+	require.NoError(t, err)
+	require.Equal(t, []store.JobKey{key}, due)
+
+	loaded, n := b.load(t, tenantA, j.ID)
+	_, err = loaded.Cancel(b.now)
+	require.NoError(t, err)
+	require.NoError(t, b.st.Save(ctx, loaded, n))
+
+	due, err = b.st.Due(ctx, later, 100)
+	require.NoError(t, err)
+	require.Empty(t, due)
+	it := b.rawJob(t, loaded)
+	require.NotContains(t, it, "gsi2pk", "a finished job leaves the sparse due index")
+	require.NotContains(t, it, "gsi2sk")
+}
+
+func TestDueSpansShards(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	want := map[store.JobKey]bool{}
+	for range 3 * store.DueShards {
+		j := b.create(t, tenantA, simpleSpec)
+		want[store.JobKey{Tenant: tenantA, ID: j.ID}] = true
+	}
+	j := b.create(t, tenantB, simpleSpec)
+	want[store.JobKey{Tenant: tenantB, ID: j.ID}] = true
+
+	due, err := b.st.Due(ctx, b.now.Add(2*domain.DispatchGrace), 100)
+	require.NoError(t, err)
+	got := map[store.JobKey]bool{}
+	for _, k := range due {
+		require.False(t, got[k], "%v listed twice", k)
+		got[k] = true
+	}
+	require.Equal(t, want, got)
+}
+
+func TestFinishedJobGetsATTL(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	j := b.create(t, tenantA, simpleSpec)
+	require.NotContains(t, b.rawJob(t, j), "ttl", "an unfinished job does not expire")
+
+	loaded, n := b.load(t, tenantA, j.ID)
+	_, err := loaded.Cancel(b.now)
+	require.NoError(t, err)
+	require.NoError(t, b.st.Save(ctx, loaded, n))
+
+	it := b.rawJob(t, loaded)
+	ttl, ok := it["ttl"].(*ddb.AttributeValueMemberN)
+	require.True(t, ok, "ttl is a number attribute: %#v", it["ttl"])
+	secs, err := strconv.ParseInt(ttl.Value, 10, 64)
+	require.NoError(t, err)
+	require.InDelta(t, b.now.Add(7*24*time.Hour).Unix(), secs, 60)
+}
+
+func TestAPIKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+
+	tenant, err := b.st.TenantForKey(ctx, stacktest.KeyA)
+	require.NoError(t, err)
+	require.Equal(t, stacktest.TenantA, tenant, "the stack's own keys are stored")
+
+	key := "secret-" + ulid.Make().String()
+	require.NoError(t, b.st.PutAPIKey(ctx, "tenant-k", key))
+	tenant, err = b.st.TenantForKey(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, "tenant-k", tenant)
+
+	_, err = b.st.TenantForKey(ctx, "unknown-"+ulid.Make().String())
+	require.ErrorIs(t, err, domain.ErrUnauthorized)
+	_, err = b.st.TenantForKey(ctx, "")
+	require.ErrorIs(t, err, domain.ErrUnauthorized)
+
+	it := b.raw(t, "K#"+store.HashKey(key), "K")
+	require.NotNil(t, it, "the key is stored under its hash")
+	for name, v := range it {
+		require.NotContains(t, name, key)
+		if s, ok := v.(*ddb.AttributeValueMemberS); ok {
+			require.NotContains(t, s.Value, key, "attribute %s holds the key", name)
+		}
+	}
+	require.Nil(t, b.raw(t, "K#"+key, "K"), "the key itself is no item's key")
+	require.Len(t, store.HashKey(key), 64)
+	require.NotEqual(t, store.HashKey(key), store.HashKey(key+"x"))
+}
+
+// TestSaveAppliesEachKindOfChange saves the changes the engine makes, one
+// save each, so every shape of Save's condition meets the table: one source
+// state, several, the initial pseudo-state among them, and no job event.
+func TestSaveAppliesEachKindOfChange(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	lease := func(j *domain.Job) (string, error) {
+		l, err := j.Lease("s", domain.LeaseRequest{Worker: "w", ViaWorker: true, Nonce: "n", Duration: time.Minute}, b.now)
+		if err != nil {
+			return "", err
+		}
+		return l.ID, nil
+	}
+	type change func(j *domain.Job, leaseID string) error
+	for name, tc := range map[string]struct {
+		steps []change
+		want  domain.JobState
+	}{
+		"lease (job_leased from QUEUED or RETRYING)": {want: domain.JobRunning},
+		"heartbeat (no event at all)": {want: domain.JobRunning, steps: []change{func(j *domain.Job, id string) error {
+			_, err := j.Heartbeat("s", id, 5*time.Minute, b.now)
+			return err
+		}}},
+		"complete (job_completed)": {want: domain.JobCompleted, steps: []change{func(j *domain.Job, id string) error {
+			_, err := j.Complete("s", id, []byte(`{"done":true}`), b.now)
+			return err
+		}}},
+		"fail needs_user (job_waiting from RUNNING only)": {want: domain.JobWaiting, steps: []change{func(j *domain.Job, id string) error {
+			_, err := j.Fail("s", id, domain.Failure{Class: domain.ClassNeedsUser, Message: "ask"}, b.now, nil)
+			return err
+		}}},
+		"fail retryable (job_retrying from RUNNING only)": {want: domain.JobRetrying, steps: []change{func(j *domain.Job, id string) error {
+			_, err := j.Fail("s", id, domain.Failure{Class: domain.ClassRetryable, Message: "again"}, b.now, nil)
+			return err
+		}}},
+		"fail fatal (job_failed)": {want: domain.JobFailed, steps: []change{func(j *domain.Job, id string) error {
+			_, err := j.Fail("s", id, domain.Failure{Class: domain.ClassFatal, Message: "no"}, b.now, nil)
+			return err
+		}}},
+		"reclaim (job_requeued, whose sources include the initial state)": {want: domain.JobQueued, steps: []change{func(j *domain.Job, _ string) error {
+			_, err := j.Reclaim("s", b.now.Add(2*time.Minute))
+			return err
+		}}},
+		"cancel while running (job_cancelled)": {want: domain.JobCancelled, steps: []change{func(j *domain.Job, _ string) error {
+			_, err := j.Cancel(b.now)
+			return err
+		}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			j := b.create(t, tenantA, `{"steps":[{"id":"s","action":"worker","retry":{"max_attempts":2}}]}`)
+			loaded, n := b.load(t, tenantA, j.ID)
+			id, err := lease(loaded)
+			require.NoError(t, err)
+			require.NoError(t, b.st.Save(ctx, loaded, n))
+			for _, step := range tc.steps {
+				before, n := b.load(t, tenantA, j.ID)
+				stale, _ := b.load(t, tenantA, j.ID)
+				require.NoError(t, step(before, id))
+				require.NoError(t, b.st.Save(ctx, before, n), "events %v", eventTypes(before)[n:])
+				// The same change decided on the copy read before it is refused.
+				require.NoError(t, step(stale, id))
+				require.ErrorIs(t, b.st.Save(ctx, stale, n), domain.ErrVersionConflict)
+			}
+			stored, err := b.st.Get(ctx, tenantA, j.ID)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, stored.State)
+			require.Equal(t, int64(2+len(tc.steps)), stored.Version)
+		})
+	}
+}

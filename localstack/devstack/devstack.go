@@ -51,6 +51,12 @@ type Options struct {
 	// clients the engine uses.
 	WrapDynamoDB func(store.API) store.API
 	WrapSQS      func(queue.API) queue.API
+	// WrapRunnerSQS puts a fault-injection layer around the SQS client the
+	// event source mapping polls with (duplicate deliveries).
+	WrapRunnerSQS func(runner.SQSAPI) runner.SQSAPI
+	// Lease overrides the ready queues' visibility timeout and the built-in
+	// lease (template: 1800 s), so a crashed execution is redelivered soon.
+	Lease time.Duration
 	// Now replaces the engine's clock (tests move time forward with it).
 	Now func() time.Time
 	// NoRunner provisions and wires without serving or polling, for tests
@@ -70,6 +76,7 @@ type Stack struct {
 	DynamoDB  *dynamodb.Client
 	SQS       *sqs.Client
 	Handlers  runner.Handlers
+	Runner    *runner.Runner // nil with NoRunner
 
 	cancel context.CancelFunc
 	done   chan error
@@ -165,6 +172,16 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		return nil, err
 	}
 	s.Resources = res
+	if o.Lease > 0 {
+		secs := fmt.Sprint(int(o.Lease.Seconds()))
+		for _, id := range []string{"ReadyQueueP0", "ReadyQueueP1", "ReadyQueueP2"} {
+			if _, err := s.SQS.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{QueueUrl: aws.String(res.QueueURLs[id]), Attributes: map[string]string{"VisibilityTimeout": secs}}); err != nil {
+				ln.Close()
+				return nil, fmt.Errorf("shorten the lease of %s: %w", id, err)
+			}
+		}
+		res.Env["STEPFLOW_LEASE_SECONDS"] = secs
+	}
 	settings, err := config.FromEnv(func(k string) string { return res.Env[k] })
 	if err != nil {
 		ln.Close()
@@ -209,10 +226,15 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		ok = true
 		return s, nil
 	}
+	var pollSQS runner.SQSAPI = s.SQS
+	if o.WrapRunnerSQS != nil {
+		pollSQS = o.WrapRunnerSQS(pollSQS)
+	}
 	r := &runner.Runner{
-		Stack: res, Handlers: s.Handlers, SQS: s.SQS, Log: o.Log, Region: o.Region,
+		Stack: res, Handlers: s.Handlers, SQS: pollSQS, Log: o.Log, Region: o.Region,
 		ScheduleEvery: o.ScheduleEvery, PollWait: o.PollWait,
 	}
+	s.Runner = r
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel, s.done = cancel, make(chan error, 1)
 	go func() { s.done <- r.Run(runCtx, ln) }()

@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -45,6 +46,8 @@ type SQSAPI interface {
 
 // Runner serves one stack.
 type Runner struct {
+	invocations sync.Map // function logical id -> *atomic.Int64
+
 	Stack    *bootstrap.Stack
 	Handlers Handlers
 	SQS      SQSAPI
@@ -57,6 +60,35 @@ type Runner struct {
 	// Concurrency bounds the batches in flight per queue, as Lambda's
 	// scaling would run them side by side.
 	Concurrency int
+}
+
+// count records one Lambda invocation of fn.
+func (r *Runner) count(fn string) {
+	c, _ := r.invocations.LoadOrStore(fn, new(atomic.Int64))
+	c.(*atomic.Int64).Add(1)
+}
+
+// Invocations answers how often each function was invoked: what Lambda
+// would bill as requests.
+func (r *Runner) Invocations() map[string]int64 {
+	out := map[string]int64{}
+	r.invocations.Range(func(k, v any) bool {
+		out[k.(string)] = v.(*atomic.Int64).Load()
+		return true
+	})
+	return out
+}
+
+// invokeSafely runs a handler as Lambda does: a panic ends the invocation
+// with an error (the event is retried or the caller gets a 5xx), never the
+// runner.
+func invokeSafely[T any](call func() (T, error)) (out T, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("function crashed: %v", p)
+		}
+	}()
+	return call()
 }
 
 // route is one HTTP route of a function.
@@ -176,7 +208,8 @@ func (r *Runner) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "no handler for function "+rt.fn, http.StatusBadGateway)
 		return
 	}
-	resp, err := h(req.Context(), lambdaEv)
+	r.count(rt.fn)
+	resp, err := invokeSafely(func() (events.APIGatewayV2HTTPResponse, error) { return h(req.Context(), lambdaEv) })
 	if err != nil {
 		r.Log.Error("function error", "function", rt.fn, "err", err)
 		w.Header().Set("Content-Type", "application/json")
@@ -346,7 +379,8 @@ func (r *Runner) deliver(ctx context.Context, fn string, src bootstrap.SQSSource
 		}
 	}
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
-	resp, err := h(callCtx, lambdaEv)
+	r.count(fn)
+	resp, err := invokeSafely(func() (events.SQSEventResponse, error) { return h(callCtx, lambdaEv) })
 	cancel()
 	if err != nil {
 		r.Log.Warn("batch failed; every message will be redelivered", "function", fn, "err", err)
@@ -386,7 +420,8 @@ func (r *Runner) schedule(ctx context.Context, fn string, every time.Duration, h
 				AccountID: "000000000000", Time: now.UTC(), Region: r.Region, Detail: json.RawMessage(`{}`),
 				Resources: []string{fmt.Sprintf("arn:aws:events:%s:000000000000:rule/%s-%s", r.Region, r.Stack.Name, fn)},
 			}
-			if err := h(ctx, ev); err != nil {
+			r.count(fn)
+			if _, err := invokeSafely(func() (struct{}, error) { return struct{}{}, h(ctx, ev) }); err != nil {
 				r.Log.Warn("scheduled run failed", "function", fn, "err", err)
 			}
 		}

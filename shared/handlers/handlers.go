@@ -38,7 +38,14 @@ func Execute(e *engine.Engine, log *slog.Logger) func(context.Context, events.SQ
 	}
 }
 
-func executeRecord(ctx context.Context, e *engine.Engine, rec events.SQSMessage) error {
+func executeRecord(ctx context.Context, e *engine.Engine, rec events.SQSMessage) (err error) {
+	// A panic on one record's goroutine would kill the whole runtime; this
+	// record comes back instead, and the others are unaffected.
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("message %s: panic: %v", rec.MessageId, p)
+		}
+	}()
 	var m queue.Message
 	if err := json.Unmarshal([]byte(rec.Body), &m); err != nil || m.Job == "" || m.Tenant == "" || m.Step == "" {
 		// Not a stepflow message: redelivering it cannot help; drop it.

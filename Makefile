@@ -3,7 +3,7 @@ SHELL := /bin/bash
 GO    ?= go
 FUNCTIONS := enqueue claim execute heartbeat
 
-.PHONY: dev test vet lint build invoke clean
+.PHONY: dev test vet lint build invoke clean bench
 
 ## dev: serve the HTTP API on STEPFLOW_ADDR (127.0.0.1:3000) over a local AWS emulator; stays in the foreground
 dev:
@@ -16,6 +16,10 @@ test: vet
 
 vet:
 	$(GO) vet ./...
+
+## bench: throughput, latency, every AWS request and its price vs the floor and Step Functions; writes docs/benchmarks.md (not part of test)
+bench:
+	$(GO) run ./cmd/stepflow-bench $(BENCH_FLAGS)
 
 ## invoke: run one handler on one event against the running dev stack, e.g. make invoke FN=enqueue EVENT=events/enqueue-submit.json
 invoke:

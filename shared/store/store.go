@@ -263,7 +263,7 @@ func (s *Store) Save(ctx context.Context, j *domain.Job, loadedEvents int) error
 		j.Version--
 		return err
 	}
-	if n := itemSize(it); n > MaxItemBytes {
+	if n := ItemSize(it); n > MaxItemBytes {
 		j.Version--
 		return &domain.Error{Code: domain.CodeTooLarge, Message: fmt.Sprintf("job %s would be %d bytes stored; DynamoDB's limit is %d: keep large outputs elsewhere (S3) and pass references", j.ID, n, MaxItemBytes)}
 	}
@@ -299,9 +299,9 @@ func sourceStates(j *domain.Job, loadedEvents int) []domain.JobState {
 // MaxItemBytes is DynamoDB's item size limit.
 const MaxItemBytes = 400 * 1024
 
-// itemSize computes an item's size as DynamoDB counts it: attribute names
+// ItemSize computes an item's size as DynamoDB counts it: attribute names
 // plus values (numbers approximated by their digits).
-func itemSize(it map[string]ddb.AttributeValue) int {
+func ItemSize(it map[string]ddb.AttributeValue) int {
 	n := 0
 	for k, v := range it {
 		n += len(k) + valueSize(v)
@@ -318,7 +318,7 @@ func valueSize(v ddb.AttributeValue) int {
 	case *ddb.AttributeValueMemberB:
 		return len(x.Value)
 	case *ddb.AttributeValueMemberM:
-		return 3 + itemSize(x.Value)
+		return 3 + ItemSize(x.Value)
 	case *ddb.AttributeValueMemberL:
 		n := 3
 		for _, e := range x.Value {

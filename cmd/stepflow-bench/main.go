@@ -1,0 +1,455 @@
+// Command stepflow-bench measures stepflow on the local stack: throughput
+// and latency against a bare floor loop on the same emulator, every AWS
+// request it makes, and what those requests would cost on AWS next to Step
+// Functions for the same work. It writes docs/benchmarks.md and a chart.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stepflow/stepflow/localstack/costmeter"
+	"github.com/stepflow/stepflow/localstack/devstack"
+	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/store"
+)
+
+const (
+	benchKey    = "bench-key"
+	benchTenant = "bench"
+)
+
+type options struct {
+	jobs, concurrency, workers int
+	rest                       []int
+	out, chart, prices         string
+	skipBuild                  bool
+}
+
+func main() {
+	var o options
+	cmd := &cobra.Command{
+		Use:          "stepflow-bench",
+		Short:        "Benchmark stepflow on the local stack and price its AWS requests",
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return run(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.jobs, "jobs", 1000, "single-step jobs (five-step and worker workloads run a fifth as many jobs)")
+	f.IntVar(&o.concurrency, "concurrency", 8, "clients submitting at once (and floor producers)")
+	f.IntVar(&o.workers, "workers", 4, "external workers claiming worker steps")
+	f.IntSliceVar(&o.rest, "rest", []int{0, 10000, 100000}, "jobs at rest under which the heartbeat's sweep is measured")
+	f.StringVar(&o.out, "out", "docs/benchmarks.md", "markdown report (also printed)")
+	f.StringVar(&o.chart, "chart", "docs/benchmarks.png", "chart")
+	f.StringVar(&o.prices, "prices", "docs/costs.md", "price table")
+	f.BoolVar(&o.skipBuild, "skip-build", false, "do not build the Lambda bootstraps to measure their size")
+	if err := cmd.Execute(); err != nil {
+		os.Exit(1)
+	}
+}
+
+// result is one workload's measurement.
+type result struct {
+	Name        string
+	Jobs        int
+	StepsPerJob int
+	Wall        time.Duration
+	Requests    map[string]int64 // by service.Operation, at the emulator proxy
+	Units       costmeter.Units
+	Invocations map[string]int64
+	ToStart     []time.Duration
+	ToDone      []time.Duration
+	Attempts    int // step attempts in all
+}
+
+func (r result) jobsPerSec() float64 { return float64(r.Jobs) / r.Wall.Seconds() }
+
+func (r result) count(prefix string) int64 {
+	var n int64
+	for k, v := range r.Requests {
+		if strings.HasPrefix(k, prefix) {
+			n += v
+		}
+	}
+	return n
+}
+
+func (r result) invocations() int64 {
+	var n int64
+	for _, v := range r.Invocations {
+		n += v
+	}
+	return n
+}
+
+// cost answers USD per million jobs: DynamoDB units, SQS requests, Lambda
+// requests.
+func (r result) cost(p costmeter.Prices) (ddbUSD, sqsUSD, lambdaUSD float64) {
+	perJob := 1e6 / float64(r.Jobs)
+	ddbUSD = (r.Units.WRU*p["dynamodb_wru"] + r.Units.RRU*p["dynamodb_rru"]) * perJob
+	sqsUSD = float64(r.count("sqs.")) * p["sqs_request"] * perJob
+	lambdaUSD = float64(r.invocations()) * p["lambda_request"] * perJob
+	return
+}
+
+func (r result) total(p costmeter.Prices) float64 {
+	a, b, c := r.cost(p)
+	return a + b + c
+}
+
+// stepFunctions prices the same work as Step Functions Standard and Express
+// workflows (docs/costs.md says how).
+func (r result) stepFunctions(p costmeter.Prices) (standard, express float64) {
+	perJob := 1e6 / float64(r.Jobs)
+	transitions := float64(r.Attempts + r.Jobs)
+	standard = transitions * p["sfn_standard_transition"] * perJob
+	var secs float64
+	for _, d := range r.ToDone {
+		secs += max(0.1, float64((d+99*time.Millisecond)/(100*time.Millisecond))/10)
+	}
+	express = (float64(r.Jobs)*p["sfn_express_request"] + secs*0.064*p["sfn_express_gb_second"]) * perJob
+	return
+}
+
+func percentile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+type bench struct {
+	o      options
+	stack  *devstack.Stack
+	meter  *costmeter.Meter
+	direct *store.Store // reads the emulator directly, past the proxy, so observing costs nothing
+	http   *http.Client
+	log    *slog.Logger
+}
+
+func run(ctx context.Context, o options) error {
+	prices, err := costmeter.LoadPrices(o.prices)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	b := &bench{o: o, http: &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}, log: log}
+	st, err := devstack.Start(ctx, devstack.Options{
+		APIKeys: map[string]string{benchKey: benchTenant}, Log: log,
+		// The event source mapping long-polls as Lambda's does (20 s), so idle
+		// polls do not count against the work.
+		PollWait: 20 * time.Second,
+		WrapDynamoDB: func(api store.API) store.API {
+			b.meter = costmeter.Wrap(api)
+			return b.meter
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	b.stack = st
+	cfg, err := devstack.AWSConfig(ctx, st.Emulator.MotoURL, "us-east-1")
+	if err != nil {
+		return err
+	}
+	b.direct = store.New(dynamoFrom(cfg), st.Resources.Tables["JobsTable"])
+
+	fmt.Fprintf(os.Stderr, "bench: %d single-step jobs, %d five-step jobs, %d worker jobs, concurrency %d\n", o.jobs, o.jobs/5, o.jobs/5, o.concurrency)
+	var results []result
+	for _, w := range []struct {
+		name  string
+		n     int
+		steps int
+		spec  map[string]any
+	}{
+		{"single-step pass", o.jobs, 1, map[string]any{"steps": []any{map[string]any{"id": "a", "action": "pass"}}, "payload": map[string]any{"n": 1}}},
+		{"five-step pass", o.jobs / 5, 5, map[string]any{"steps": fiveSteps(), "payload": map[string]any{"n": 1}}},
+		{"worker step via /v1/claim", o.jobs / 5, 1, map[string]any{"steps": []any{map[string]any{"id": "w", "action": "worker", "queue": "bench", "lease_seconds": 60}}, "payload": map[string]any{"n": 1}}},
+	} {
+		fmt.Fprintf(os.Stderr, "bench: %s ...\n", w.name)
+		r, err := b.workload(ctx, w.name, w.n, w.steps, w.spec, strings.HasPrefix(w.name, "worker"))
+		if err != nil {
+			return fmt.Errorf("%s: %w", w.name, err)
+		}
+		results = append(results, r)
+	}
+	fmt.Fprintln(os.Stderr, "bench: floor ...")
+	floor, err := runFloor(ctx, st, o.jobs, o.concurrency)
+	if err != nil {
+		return fmt.Errorf("floor: %w", err)
+	}
+	fmt.Fprintln(os.Stderr, "bench: sweep at rest ...")
+	sweeps, err := b.sweepAtRest(ctx, o.rest)
+	if err != nil {
+		return fmt.Errorf("sweep: %w", err)
+	}
+	sizes := map[string]int64{}
+	if !o.skipBuild {
+		if sizes, err = bootstrapSizes(ctx); err != nil {
+			return err
+		}
+	}
+	report := render(results, floor, sweeps, sizes, prices, o)
+	fmt.Print(report)
+	if err := os.WriteFile(o.out, []byte(report), 0o644); err != nil {
+		return err
+	}
+	if err := chart(o.chart, results, floor, prices); err != nil {
+		return err
+	}
+	single := results[0]
+	std, _ := single.stepFunctions(prices)
+	reqs := float64(single.count("dynamodb.")+single.count("sqs.")) / float64(single.Jobs)
+	fmt.Printf("bench: %.0f jobs/s = %.2f of floor, %.1f requests/job, $%.2f per million jobs (Step Functions Standard $%.2f)\n",
+		single.jobsPerSec(), single.jobsPerSec()/floor.jobsPerSec(), reqs, single.total(prices), std)
+	return nil
+}
+
+func fiveSteps() []any {
+	var s []any
+	for i := range 5 {
+		s = append(s, map[string]any{"id": fmt.Sprintf("s%d", i+1), "action": "pass"})
+	}
+	return s
+}
+
+// workload submits n jobs over HTTP from concurrent clients, lets them run
+// (or has external workers claim them), waits for all to finish, and
+// measures what it took.
+func (b *bench) workload(ctx context.Context, name string, n, steps int, spec map[string]any, viaWorkers bool) (result, error) {
+	r := result{Name: name, Jobs: n, StepsPerJob: steps}
+	before, unitsBefore, invBefore := b.stack.Emulator.Counts(), b.meter.Units(), b.stack.Runner.Invocations()
+	body, _ := json.Marshal(spec)
+	ids := make([]string, n)
+	start := time.Now()
+	var wg sync.WaitGroup
+	var firstErr error
+	var errMu sync.Mutex
+	next := make(chan int)
+	go func() {
+		for i := range n {
+			next <- i
+		}
+		close(next)
+	}()
+	for range b.o.concurrency {
+		wg.Go(func() {
+			for i := range next {
+				var j struct{ ID string }
+				if err := b.call(ctx, http.MethodPost, "/v1/jobs", body, &j); err != nil {
+					errMu.Lock()
+					firstErr = err
+					errMu.Unlock()
+					continue
+				}
+				ids[i] = j.ID
+			}
+		})
+	}
+	stopWorkers := make(chan struct{})
+	var workersDone sync.WaitGroup
+	if viaWorkers {
+		for w := range b.o.workers {
+			workersDone.Go(func() { b.worker(ctx, fmt.Sprintf("bench-%d", w), stopWorkers) })
+		}
+	}
+	wg.Wait()
+	if firstErr != nil {
+		close(stopWorkers)
+		return r, firstErr
+	}
+	if err := b.awaitDone(ctx, ids, 5*time.Minute); err != nil {
+		close(stopWorkers)
+		return r, err
+	}
+	close(stopWorkers)
+	workersDone.Wait()
+	if err := b.awaitQuiet(ctx); err != nil {
+		return r, err
+	}
+	r.Wall = time.Since(start)
+	r.Requests = diff(b.stack.Emulator.Counts(), before)
+	u := b.meter.Units()
+	r.Units = costmeter.Units{WRU: u.WRU - unitsBefore.WRU, RRU: u.RRU - unitsBefore.RRU}
+	r.Invocations = diff(b.stack.Runner.Invocations(), invBefore)
+	var first, last time.Time
+	for _, id := range ids {
+		j, err := b.direct.Get(ctx, benchTenant, id)
+		if err != nil {
+			return r, err
+		}
+		if j.State != domain.JobCompleted {
+			return r, fmt.Errorf("job %s ended %s", id, j.State)
+		}
+		if first.IsZero() || j.CreatedAt.Before(first) {
+			first = j.CreatedAt
+		}
+		if j.EndedAt.After(last) {
+			last = *j.EndedAt
+		}
+		r.ToStart = append(r.ToStart, j.Steps[0].Attempts[0].StartedAt.Sub(j.CreatedAt))
+		r.ToDone = append(r.ToDone, j.EndedAt.Sub(j.CreatedAt))
+		for _, s := range j.Steps {
+			r.Attempts += len(s.Attempts)
+		}
+	}
+	// Throughput is jobs over the time from the first enqueue to the last
+	// completion, as the jobs themselves recorded it.
+	r.Wall = last.Sub(first)
+	return r, nil
+}
+
+func (b *bench) worker(ctx context.Context, name string, stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		var c struct {
+			Leases []struct {
+				LeaseID string `json:"lease_id"`
+			} `json:"leases"`
+		}
+		req, _ := json.Marshal(map[string]any{"queue": "bench", "max": 10, "wait_seconds": 1, "worker": name})
+		if err := b.call(ctx, http.MethodPost, "/v1/claim", req, &c); err != nil {
+			b.log.Warn("claim failed", "err", err)
+			continue
+		}
+		for _, l := range c.Leases {
+			if err := b.call(ctx, http.MethodPost, "/v1/leases/"+l.LeaseID+"/complete", []byte(`{"output":{"ok":true}}`), nil); err != nil {
+				b.log.Warn("complete failed", "err", err)
+			}
+		}
+	}
+}
+
+func (b *bench) call(ctx context.Context, method, path string, body []byte, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, b.stack.URL+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+benchKey)
+	res, err := b.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	if res.StatusCode >= 300 {
+		return fmt.Errorf("%s %s: %d %s", method, path, res.StatusCode, raw)
+	}
+	if out != nil {
+		return json.Unmarshal(raw, out)
+	}
+	return nil
+}
+
+// awaitDone polls the store directly (uncounted) until every job finished.
+func (b *bench) awaitDone(ctx context.Context, ids []string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	pending := slices.Clone(ids)
+	for len(pending) > 0 {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d jobs unfinished after %s", len(pending), len(ids), limit)
+		}
+		var still []string
+		for _, id := range pending {
+			j, err := b.direct.Get(ctx, benchTenant, id)
+			if err != nil || !j.State.Terminal() {
+				still = append(still, id)
+			}
+		}
+		pending = still
+		if len(pending) > 0 {
+			time.Sleep(100 * time.Millisecond) // polling the store from outside the system under test
+		}
+	}
+	return nil
+}
+
+// awaitQuiet waits until the ready queues hold nothing in flight, so the
+// event source mapping's last deletes are counted.
+func (b *bench) awaitQuiet(ctx context.Context) error {
+	cfg, err := devstack.AWSConfig(ctx, b.stack.Emulator.MotoURL, "us-east-1")
+	if err != nil {
+		return err
+	}
+	sq := sqsFrom(cfg)
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		busy, err := inFlight(ctx, sq, b.stack)
+		if err != nil {
+			return err
+		}
+		if busy == 0 {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond) // polling the emulator from outside
+	}
+	return fmt.Errorf("ready queues still busy after a minute")
+}
+
+func diff(now, before map[string]int64) map[string]int64 {
+	out := map[string]int64{}
+	for k, v := range now {
+		if d := v - before[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// bootstrapSizes builds each function as sam build does and answers the
+// bootstrap sizes.
+func bootstrapSizes(ctx context.Context) (map[string]int64, error) {
+	dir, err := os.MkdirTemp("", "stepflow-bootstraps")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	out := map[string]int64{}
+	for _, fn := range []string{"enqueue", "claim", "execute", "heartbeat"} {
+		bin := filepath.Join(dir, fn)
+		cmd := exec.CommandContext(ctx, "go", "build", "-tags", "lambda.norpc", "-trimpath", "-ldflags=-s -w", "-o", bin, "./functions/"+fn)
+		cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH=arm64", "CGO_ENABLED=0")
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("build %s: %v: %s", fn, err, msg)
+		}
+		fi, err := os.Stat(bin)
+		if err != nil {
+			return nil, err
+		}
+		out[fn] = fi.Size()
+	}
+	return out, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -19,7 +19,7 @@ import (
 )
 
 func dynamoFrom(cfg aws.Config) *dynamodb.Client { return dynamodb.NewFromConfig(cfg) }
-func sqsFrom(cfg aws.Config) *sqs.Client          { return sqs.NewFromConfig(cfg) }
+func sqsFrom(cfg aws.Config) *sqs.Client         { return sqs.NewFromConfig(cfg) }
 
 // inFlight answers the messages visible or in flight on the ready queues.
 func inFlight(ctx context.Context, sq *sqs.Client, st *devstack.Stack) (int, error) {

@@ -2,6 +2,8 @@ package devstack_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -355,12 +357,11 @@ func TestTwoInstancesDoNotShareData(t *testing.T) {
 func TestOutputThatOverflowsTheJobIsRefusedNotStuck(t *testing.T) {
 	t.Parallel()
 	h := stacktest.New(t)
+	// Random text: the store compresses jobs, so repeated bytes would fit.
 	big := func(n int) string {
-		b := make([]byte, n)
-		for i := range b {
-			b[i] = 'x'
-		}
-		return string(b)
+		b := make([]byte, n*3/4)
+		_, _ = rand.Read(b)
+		return base64.StdEncoding.EncodeToString(b)
 	}
 	j := h.Submit(t, keyA, map[string]any{"payload": map[string]any{"blob": big(200 * 1024)}, "steps": []any{map[string]any{"id": "w", "action": "worker"}}})
 	l := claim(t, h, keyA, "default", "w1", 1, 5)

@@ -436,6 +436,19 @@ func (j *Job) Redispatched(s *Step, now time.Time) {
 		s.ReadyAt = &now
 	}
 	j.settle(now)
+	j.Resweep()
+}
+
+// Resweep sets the due time to when the job next needs the sweep, later
+// as well as earlier, and reports whether it moved. The sweep calls it on
+// every job it looks at.
+func (j *Job) Resweep() bool {
+	want := j.due()
+	if (want == nil) == (j.DueAt == nil) && (want == nil || want.Equal(*j.DueAt)) {
+		return false
+	}
+	j.DueAt = want
+	return true
 }
 
 func (j *Job) endAttempt(s *Step, state AttemptState, serr *StepError, output json.RawMessage, now time.Time) {
@@ -493,7 +506,15 @@ func (j *Job) settleVia(now time.Time, viaWorker bool) {
 			}
 		}
 	}
-	j.DueAt = j.due()
+	// The due time only moves earlier here: pushing it later on every lease
+	// and heartbeat would rewrite the due index each time. A job found due
+	// too early costs the sweep one look, and Resweep pushes it on.
+	switch want := j.due(); {
+	case want == nil:
+		j.DueAt = nil
+	case j.DueAt == nil || want.Before(*j.DueAt):
+		j.DueAt = want
+	}
 	if j.State.Terminal() {
 		if j.EndedAt == nil {
 			j.EndedAt = &now

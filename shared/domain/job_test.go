@@ -90,7 +90,7 @@ func TestPassJob(t *testing.T) {
 	require.Equal(t, StepPending, s.State)
 	require.Equal(t, "a", s.ID())
 	require.Equal(t, ptr(t0), s.ReadyAt)
-	require.Equal(t, ptr(at(DispatchGrace)), j.DueAt)
+	requireDue(t, j, at(DispatchGrace))
 	require.Nil(t, j.EndedAt)
 	require.Nil(t, j.ExpiresAt)
 	require.Equal(t, []*Step{s}, j.Runnable())
@@ -106,7 +106,7 @@ func TestPassJob(t *testing.T) {
 	require.Nil(t, s.ReadyAt)
 	require.Empty(t, j.Runnable())
 	require.Equal(t, []Attempt{{N: 1, State: AttemptRunning, StartedAt: &t1}}, s.Attempts)
-	require.Equal(t, ptr(l.ExpiresAt.Add(DispatchGrace)), j.DueAt)
+	requireDue(t, j, l.ExpiresAt.Add(DispatchGrace))
 	ref, err := ParseLeaseID(l.ID)
 	require.NoError(t, err)
 	require.Equal(t, LeaseRef{JobID: "job1", StepIndex: 0, Attempt: 1, Nonce: "n1"}, ref)
@@ -215,7 +215,7 @@ func TestThreeStepsRunInOrder(t *testing.T) {
 	require.Equal(t, []string{"step_succeeded", "step_pending", "job_requeued"}, since(j, n))
 	require.JSONEq(t, `{"x":1}`, string(j.Input(1)))
 	require.Equal(t, []*Step{b}, j.Runnable())
-	require.Equal(t, ptr(at(2*time.Second+DispatchGrace)), j.DueAt)
+	requireDue(t, j, at(2*time.Second+DispatchGrace))
 
 	_, err = j.Lease("c", builtin("x"), at(3*time.Second))
 	requireIllegal(t, err, "step", "WAITING_DEPS", "lease")
@@ -263,7 +263,7 @@ func TestRetryableFailure(t *testing.T) {
 	require.Equal(t, s.Error, s.Attempts[0].Error)
 	require.Equal(t, &t2, s.Attempts[0].EndedAt)
 	require.Equal(t, []*Step{s}, j.Runnable())
-	require.Equal(t, ptr(t2.Add(time.Second+DispatchGrace)), j.DueAt)
+	requireDue(t, j, t2.Add(time.Second+DispatchGrace))
 
 	// The old lease is gone.
 	_, err = j.Complete("a", l1.ID, nil, t2)
@@ -612,7 +612,7 @@ func TestHeartbeatExtendsLease(t *testing.T) {
 	require.Same(t, s.Lease, got)
 	require.Equal(t, l.ID, got.ID)
 	require.Equal(t, hb.Add(5*time.Minute), got.ExpiresAt)
-	require.Equal(t, ptr(hb.Add(5*time.Minute+DispatchGrace)), j.DueAt)
+	requireDue(t, j, hb.Add(5*time.Minute+DispatchGrace))
 	require.Equal(t, hb, j.UpdatedAt)
 	require.Len(t, j.Events, n, "a heartbeat logs nothing")
 
@@ -777,7 +777,7 @@ func TestSweepRedispatchAfterGrace(t *testing.T) {
 		require.Equal(t, tc.redispatch, redispatch, "at +%s", tc.now)
 		require.False(t, reclaim)
 	}
-	require.Equal(t, ptr(at(DispatchGrace)), j.DueAt)
+	requireDue(t, j, at(DispatchGrace))
 
 	// Each re-dispatch doubles the wait, counted from the re-dispatch.
 	now := at(DispatchGrace)
@@ -808,7 +808,7 @@ func TestSweepRedispatchAfterGrace(t *testing.T) {
 	redispatch, reclaim = j.NeedsSweep(s, l.ExpiresAt)
 	require.False(t, redispatch)
 	require.True(t, reclaim)
-	require.Equal(t, ptr(l.ExpiresAt.Add(DispatchGrace)), j.DueAt)
+	requireDue(t, j, l.ExpiresAt.Add(DispatchGrace))
 
 	_, err := j.Reclaim("a", l.ExpiresAt)
 	require.NoError(t, err)
@@ -816,7 +816,7 @@ func TestSweepRedispatchAfterGrace(t *testing.T) {
 	redispatch, reclaim = j.NeedsSweep(s, l.ExpiresAt)
 	require.False(t, redispatch)
 	require.False(t, reclaim)
-	require.Equal(t, ptr(l.ExpiresAt.Add(DispatchGrace)), j.DueAt)
+	requireDue(t, j, l.ExpiresAt.Add(DispatchGrace))
 }
 
 func TestSweepRetryingStepWaitsForBackoff(t *testing.T) {
@@ -836,7 +836,7 @@ func TestSweepRetryingStepWaitsForBackoff(t *testing.T) {
 	j.Redispatched(s, at(time.Minute))
 	replayOK(t, j)
 	require.Equal(t, &ready, s.ReadyAt)
-	require.Equal(t, ptr(ready.Add(2*DispatchGrace)), j.DueAt)
+	requireDue(t, j, ready.Add(2*DispatchGrace))
 }
 
 func TestSweepIgnoresWaitingAndFinished(t *testing.T) {
@@ -987,4 +987,35 @@ func TestRetentionCoversTerminalStates(t *testing.T) {
 	require.Equal(t, 30*24*time.Hour, Retention[JobCompleted])
 	require.Equal(t, 7*24*time.Hour, Retention[JobCancelled])
 	require.Equal(t, 14*24*time.Hour, Retention[JobFailed])
+}
+
+// requireDue checks the job's due time: the sweep needs it at want, and the
+// stored due time is no later (it is only pushed on by Resweep).
+func requireDue(t *testing.T, j *Job, want time.Time) {
+	t.Helper()
+	require.NotNil(t, j.due())
+	require.Equal(t, want, *j.due())
+	require.NotNil(t, j.DueAt)
+	require.False(t, j.DueAt.After(want), "due %s is later than %s", j.DueAt, want)
+}
+
+func TestDueOnlyMovesEarlierUntilResweep(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, passJob)
+	created := *j.DueAt
+	require.Equal(t, t0.Add(DispatchGrace), created)
+
+	// A lease would push the due time out to the lease's end; the stored one
+	// stays, so the lease rewrites no index entry.
+	l, err := j.Lease("a", LeaseRequest{Nonce: "n", Duration: time.Hour}, at(time.Second))
+	require.NoError(t, err)
+	require.Equal(t, created, *j.DueAt)
+	require.False(t, j.Resweep() == false && j.DueAt.Equal(created), "Resweep pushes it on")
+	require.Equal(t, l.ExpiresAt.Add(DispatchGrace), *j.DueAt)
+	require.False(t, j.Resweep(), "a second Resweep changes nothing")
+
+	// Finishing removes it.
+	_, err = j.Complete("a", l.ID, nil, at(2*time.Second))
+	require.NoError(t, err)
+	require.Nil(t, j.DueAt)
 }

@@ -34,7 +34,7 @@ type Store interface {
 	List(ctx context.Context, tenant string, f store.ListFilter) ([]store.Summary, string, error)
 	Due(ctx context.Context, now time.Time, limit int32) ([]store.JobKey, error)
 	TenantForKey(ctx context.Context, key string) (string, error)
-	RecordOutcome(ctx context.Context, tenant string, state domain.JobState, blockedDelta int, now time.Time) error
+	RecordStats(ctx context.Context, tenant string, d store.StatsDelta, now time.Time) error
 	Stats(ctx context.Context, tenant string, now time.Time) (store.Stats, error)
 }
 
@@ -67,6 +67,9 @@ type Engine struct {
 
 	idMu      sync.Mutex
 	idEntropy *ulid.MonotonicEntropy
+
+	statsMu sync.Mutex
+	stats   map[string]store.StatsDelta // per tenant, since the last FlushStats
 }
 
 // newID answers a job id that sorts after every id this process made
@@ -159,23 +162,53 @@ func (e *Engine) mutateFrom(ctx context.Context, tenant, id string, cached *doma
 	return nil, fmt.Errorf("job %s: gave up after %d lost races: %w", id, maxRaces, domain.ErrVersionConflict)
 }
 
-// recordStats keeps the health counters; they are advisory, so a failure is
-// logged, not returned.
-func (e *Engine) recordStats(ctx context.Context, j *domain.Job, prev domain.JobState, waitingBefore bool, now time.Time) {
-	delta := 0
-	if w := j.State == domain.JobWaiting; w != waitingBefore {
-		delta = map[bool]int{true: 1, false: -1}[w]
+// recordStats notes a saved change in the health counters. They are kept
+// in memory and written by FlushStats, once per invocation, so a batch of
+// ten jobs costs one counter write rather than ten.
+func (e *Engine) recordStats(_ context.Context, j *domain.Job, prev domain.JobState, waitingBefore bool, _ time.Time) {
+	var d store.StatsDelta
+	if j.State.Terminal() && !prev.Terminal() {
+		switch j.State {
+		case domain.JobCompleted:
+			d.Completed = 1
+		case domain.JobFailed:
+			d.Failed = 1
+		case domain.JobCancelled:
+			d.Cancelled = 1
+		}
 	}
-	terminalNow := j.State.Terminal() && !prev.Terminal()
-	if !terminalNow && delta == 0 {
+	if w := j.State == domain.JobWaiting; w != waitingBefore {
+		d.Blocked = map[bool]int64{true: 1, false: -1}[w]
+	}
+	if d.Zero() {
 		return
 	}
-	state := j.State
-	if !terminalNow {
-		state = ""
+	e.statsMu.Lock()
+	defer e.statsMu.Unlock()
+	if e.stats == nil {
+		e.stats = map[string]store.StatsDelta{}
 	}
-	if err := e.Store.RecordOutcome(ctx, j.Tenant, state, delta, now); err != nil {
-		e.Log.Warn("stats not recorded", "job", j.ID, "err", err)
+	t := e.stats[j.Tenant]
+	t.Completed += d.Completed
+	t.Failed += d.Failed
+	t.Cancelled += d.Cancelled
+	t.Blocked += d.Blocked
+	e.stats[j.Tenant] = t
+}
+
+// FlushStats writes the health counters gathered since the last flush; the
+// handlers call it at the end of each invocation. The counters are
+// advisory: a failed write is logged and its delta dropped.
+func (e *Engine) FlushStats(ctx context.Context) {
+	e.statsMu.Lock()
+	pending := e.stats
+	e.stats = nil
+	e.statsMu.Unlock()
+	now := e.now()
+	for tenant, d := range pending {
+		if err := e.Store.RecordStats(context.WithoutCancel(ctx), tenant, d, now); err != nil {
+			e.Log.Warn("stats not recorded", "tenant", tenant, "err", err)
+		}
 	}
 }
 

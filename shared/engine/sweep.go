@@ -71,7 +71,8 @@ func (e *Engine) sweepJob(ctx context.Context, tenant, id string, rep *SweepRepo
 				redispatched++
 			}
 		}
-		if len(ds) == 0 && reclaimed == 0 {
+		moved := j.Resweep()
+		if len(ds) == 0 && reclaimed == 0 && !moved {
 			return errNoChange // the index was behind the item; nothing is due
 		}
 		return nil

@@ -34,6 +34,7 @@ func Execute(e *engine.Engine, log *slog.Logger) func(context.Context, events.SQ
 			})
 		}
 		wg.Wait()
+		e.FlushStats(ctx)
 		return resp, nil
 	}
 }
@@ -62,6 +63,7 @@ func executeRecord(ctx context.Context, e *engine.Engine, rec events.SQSMessage)
 func Heartbeat(e *engine.Engine) func(context.Context, events.EventBridgeEvent) (engine.SweepReport, error) {
 	return func(ctx context.Context, _ events.EventBridgeEvent) (engine.SweepReport, error) {
 		rep, err := e.Sweep(ctx)
+		e.FlushStats(ctx)
 		if err != nil {
 			return rep, err
 		}

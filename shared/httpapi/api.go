@@ -67,6 +67,7 @@ func (a *API) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 		return a.fail(ev, err), nil
 	}
 	status, body, err := h(ctx, tenant, req)
+	a.Engine.FlushStats(ctx)
 	if err != nil {
 		return a.fail(ev, err), nil
 	}

@@ -155,29 +155,55 @@ type Stats struct {
 
 const hourLayout = "2006010215"
 
-// RecordOutcome counts a finished job (completed, failed, cancelled) in its
-// hour, on one of a few shards so a busy tenant has no hot key; blockedDelta
-// moves the tenant's count of jobs waiting on a person. One write each.
+// StatsDelta is what a batch of changes adds to a tenant's counters.
+type StatsDelta struct {
+	Completed, Failed, Cancelled int64
+	Blocked                      int64 // jobs that started (+) or stopped (-) waiting on a person
+}
+
+// Zero reports whether the delta changes nothing.
+func (d StatsDelta) Zero() bool { return d == StatsDelta{} }
+
+// RecordOutcome counts one finished job (state completed, failed or
+// cancelled; others count nothing) and moves the blocked gauge.
 func (s *Store) RecordOutcome(ctx context.Context, tenant string, state domain.JobState, blockedDelta int, now time.Time) error {
-	if state.Terminal() {
+	d := StatsDelta{Blocked: int64(blockedDelta)}
+	switch state {
+	case domain.JobCompleted:
+		d.Completed = 1
+	case domain.JobFailed:
+		d.Failed = 1
+	case domain.JobCancelled:
+		d.Cancelled = 1
+	}
+	return s.RecordStats(ctx, tenant, d, now)
+}
+
+// RecordStats adds a delta to a tenant's counters: the outcomes in their
+// hour, on one of a few shards so a busy tenant has no hot key, and the
+// blocked gauge. One write each, whatever the delta's size: the engine
+// batches a whole invocation's changes into one call.
+func (s *Store) RecordStats(ctx context.Context, tenant string, d StatsDelta, now time.Time) error {
+	if d.Completed+d.Failed+d.Cancelled > 0 {
 		pk := fmt.Sprintf("S#%s#%s#%d", tenant, now.UTC().Format(hourLayout), rand.IntN(StatsShards))
+		n := func(v int64) ddb.AttributeValue { return &ddb.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)} }
 		_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName:                 &s.table,
 			Key:                       map[string]ddb.AttributeValue{"pk": &ddb.AttributeValueMemberS{Value: pk}, "sk": &ddb.AttributeValueMemberS{Value: "S"}},
-			UpdateExpression:          aws.String("ADD #c :one SET #ttl = :ttl"),
-			ExpressionAttributeNames:  map[string]string{"#c": "n_" + string(state), "#ttl": "ttl"},
-			ExpressionAttributeValues: map[string]ddb.AttributeValue{":one": &ddb.AttributeValueMemberN{Value: "1"}, ":ttl": &ddb.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(48*time.Hour).Unix(), 10)}},
+			UpdateExpression:          aws.String("ADD n_COMPLETED :c, n_FAILED :f, n_CANCELLED :x SET #ttl = :ttl"),
+			ExpressionAttributeNames:  map[string]string{"#ttl": "ttl"},
+			ExpressionAttributeValues: map[string]ddb.AttributeValue{":c": n(d.Completed), ":f": n(d.Failed), ":x": n(d.Cancelled), ":ttl": n(now.Add(48 * time.Hour).Unix())},
 		})
 		if err != nil {
-			return fmt.Errorf("record outcome of tenant %s: %w", tenant, err)
+			return fmt.Errorf("record outcomes of tenant %s: %w", tenant, err)
 		}
 	}
-	if blockedDelta != 0 {
+	if d.Blocked != 0 {
 		_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName:                 &s.table,
 			Key:                       map[string]ddb.AttributeValue{"pk": &ddb.AttributeValueMemberS{Value: "S#" + tenant + "#blocked"}, "sk": &ddb.AttributeValueMemberS{Value: "S"}},
 			UpdateExpression:          aws.String("ADD blocked :d"),
-			ExpressionAttributeValues: map[string]ddb.AttributeValue{":d": &ddb.AttributeValueMemberN{Value: strconv.Itoa(blockedDelta)}},
+			ExpressionAttributeValues: map[string]ddb.AttributeValue{":d": &ddb.AttributeValueMemberN{Value: strconv.FormatInt(d.Blocked, 10)}},
 		})
 		if err != nil {
 			return fmt.Errorf("record blocked count of tenant %s: %w", tenant, err)

@@ -17,12 +17,17 @@
 package store
 
 import (
+	"bytes"
+	"compress/flate"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"encoding/json"
 	"hash/fnv"
+	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -67,10 +72,7 @@ func New(db API, table string) *Store { return &Store{db: db, table: table} }
 
 func jobPK(tenant, id string) string { return "J#" + tenant + "#" + id }
 
-var (
-	encoder = attributevalue.NewEncoder(func(o *attributevalue.EncoderOptions) { o.TagKey = "json" })
-	decoder = attributevalue.NewDecoder(func(o *attributevalue.DecoderOptions) { o.TagKey = "json" })
-)
+var decoder = attributevalue.NewDecoder(func(o *attributevalue.DecoderOptions) { o.TagKey = "json" })
 
 func dueShard(id string) string {
 	h := fnv.New32a()
@@ -78,22 +80,34 @@ func dueShard(id string) string {
 	return fmt.Sprintf("D#%d", h.Sum32()%DueShards)
 }
 
-// item renders a job as its table item, with the index and TTL attributes
-// derived from it.
+// item renders a job as its table item: the attributes conditions and
+// indexes read (state, version, queue, index keys, ttl) stand on their own;
+// the rest of the job, its steps and event log, is one compressed JSON
+// document. Write units are billed per KB, and a job's JSON compresses
+// several times over, so most jobs stay one unit per write.
 func item(j *domain.Job) (map[string]ddb.AttributeValue, error) {
-	av, err := encoder.Encode(j)
+	doc, err := json.Marshal(j)
 	if err != nil {
 		return nil, fmt.Errorf("encode job %s: %w", j.ID, err)
 	}
-	m, ok := av.(*ddb.AttributeValueMemberM)
-	if !ok {
-		return nil, fmt.Errorf("encode job %s: not a map", j.ID)
+	var buf bytes.Buffer
+	zw, _ := flate.NewWriter(&buf, flate.DefaultCompression)
+	if _, err := zw.Write(doc); err != nil {
+		return nil, fmt.Errorf("compress job %s: %w", j.ID, err)
 	}
-	it := m.Value
-	it["pk"] = &ddb.AttributeValueMemberS{Value: jobPK(j.Tenant, j.ID)}
-	it["sk"] = &ddb.AttributeValueMemberS{Value: "J"}
-	it["gsi1pk"] = &ddb.AttributeValueMemberS{Value: "T#" + j.Tenant}
-	it["gsi1sk"] = &ddb.AttributeValueMemberS{Value: j.ID}
+	if err := zw.Close(); err != nil {
+		return nil, fmt.Errorf("compress job %s: %w", j.ID, err)
+	}
+	it := map[string]ddb.AttributeValue{
+		"pk":      &ddb.AttributeValueMemberS{Value: jobPK(j.Tenant, j.ID)},
+		"sk":      &ddb.AttributeValueMemberS{Value: "J"},
+		"state":   &ddb.AttributeValueMemberS{Value: string(j.State)},
+		"version": &ddb.AttributeValueMemberN{Value: strconv.FormatInt(j.Version, 10)},
+		"queue":   &ddb.AttributeValueMemberS{Value: j.Queue},
+		"gsi1pk":  &ddb.AttributeValueMemberS{Value: "T#" + j.Tenant},
+		"gsi1sk":  &ddb.AttributeValueMemberS{Value: j.ID},
+		"doc":     &ddb.AttributeValueMemberB{Value: buf.Bytes()},
+	}
 	if j.DueAt != nil {
 		it["gsi2pk"] = &ddb.AttributeValueMemberS{Value: dueShard(j.ID)}
 		it["gsi2sk"] = &ddb.AttributeValueMemberS{Value: j.DueAt.UTC().Format(dueLayout)}
@@ -105,8 +119,16 @@ func item(j *domain.Job) (map[string]ddb.AttributeValue, error) {
 }
 
 func decodeJob(it map[string]ddb.AttributeValue) (*domain.Job, error) {
+	doc, ok := it["doc"].(*ddb.AttributeValueMemberB)
+	if !ok {
+		return nil, errors.New("decode job: item has no doc")
+	}
+	raw, err := io.ReadAll(flate.NewReader(bytes.NewReader(doc.Value)))
+	if err != nil {
+		return nil, fmt.Errorf("decode job: inflate: %w", err)
+	}
 	var j domain.Job
-	if err := decoder.Decode(&ddb.AttributeValueMemberM{Value: it}, &j); err != nil {
+	if err := json.Unmarshal(raw, &j); err != nil {
 		return nil, fmt.Errorf("decode job: %w", err)
 	}
 	return &j, nil

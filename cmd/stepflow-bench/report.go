@@ -21,13 +21,14 @@ func render(results []result, floor result, sweeps []sweepPoint, sizes map[strin
 	fmt.Fprintf(&b, "# stepflow benchmarks\n\nWritten by `make bench` on %s: the local stack (moto behind its serialising proxy) on this machine, %d submitting clients, %d external workers.\nAWS prices from [costs.md](costs.md); request charges only: DynamoDB request units, SQS requests, Lambda requests. Lambda duration and API Gateway are left out (see costs.md).\n\n",
 		time.Now().UTC().Format("2006-01-02"), o.concurrency, o.workers)
 
-	b.WriteString("## Throughput and latency\n\n| workload | jobs | jobs/s | of floor | enqueue to start p50 / p95 / p99 | enqueue to done p50 / p95 / p99 |\n|---|---|---|---|---|---|\n")
+	b.WriteString("## Throughput and latency\n\n| workload | jobs | jobs/s | steps/s | of floor (steps/s) | enqueue to start p50 / p95 / p99 | enqueue to done p50 / p95 / p99 |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
-		fmt.Fprintf(&b, "| %s | %d | %.0f | %.2f | %s / %s / %s | %s / %s / %s |\n", r.Name, r.Jobs, r.jobsPerSec(), r.jobsPerSec()/floor.jobsPerSec(),
+		steps := r.jobsPerSec() * float64(r.StepsPerJob)
+		fmt.Fprintf(&b, "| %s | %d | %.0f | %.0f | %.2f | %s / %s / %s | %s / %s / %s |\n", r.Name, r.Jobs, r.jobsPerSec(), steps, steps/floor.jobsPerSec(),
 			ms(percentile(r.ToStart, .5)), ms(percentile(r.ToStart, .95)), ms(percentile(r.ToStart, .99)),
 			ms(percentile(r.ToDone, .5)), ms(percentile(r.ToDone, .95)), ms(percentile(r.ToDone, .99)))
 	}
-	fmt.Fprintf(&b, "| %s | %d | %.0f | 1.00 | | |\n\n", floor.Name, floor.Jobs, floor.jobsPerSec())
+	fmt.Fprintf(&b, "| %s | %d | %.0f | %.0f | 1.00 | | |\n\n", floor.Name, floor.Jobs, floor.jobsPerSec(), floor.jobsPerSec())
 	b.WriteString("Locally every DynamoDB request is serialised (moto is not safe under concurrency), so throughput here is bounded by DynamoDB requests per job; the ratio to the floor is the figure that carries over.\n\n")
 
 	b.WriteString("## Requests and cost per job\n\n| workload | DynamoDB requests/job | WRU/job | RRU/job | SQS requests/job | Lambda invocations/job | $ per million jobs | Step Functions Standard | Step Functions Express |\n|---|---|---|---|---|---|---|---|---|\n")

@@ -180,7 +180,7 @@ type faultDB struct {
 }
 
 func (f *faultDB) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
-	if pk, ok := in.Key["pk"].(*ddb.AttributeValueMemberS); ok {
+	if pk, ok := in.Key["sk"].(*ddb.AttributeValueMemberS); ok { // the job id
 		if bad := f.failPK.Load(); bad != nil && pk.Value == *bad {
 			f.failed.Add(1)
 			return nil, errors.New("injected fault: GetItem throttled")
@@ -204,7 +204,7 @@ func TestExecuteReportsFailedRecords(t *testing.T) {
 
 	good := submit(t, h, `{"steps":[{"id":"s","action":"pass"}]}`)
 	bad := submit(t, h, `{"steps":[{"id":"s","action":"pass"}]}`)
-	pk := "J#" + stacktest.TenantA + "#" + bad.ID
+	pk := bad.ID
 	fault.failPK.Store(&pk)
 
 	resp, err := exec(ctx, events.SQSEvent{Records: []events.SQSMessage{

@@ -686,7 +686,7 @@ type failingDB struct {
 }
 
 func (f *failingDB) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
-	if pk, ok := in.Key["pk"].(*ddb.AttributeValueMemberS); ok {
+	if pk, ok := in.Key["sk"].(*ddb.AttributeValueMemberS); ok { // the job id
 		if bad := f.pk.Load(); bad != nil && pk.Value == *bad {
 			return nil, errors.New("injected fault: secret-table-detail")
 		}
@@ -704,7 +704,7 @@ func TestInternalErrorsAreOpaque(t *testing.T) {
 		return fault
 	}))
 	j := h.Submit(t, stacktest.KeyA, workerJob)
-	pk := "J#" + stacktest.TenantA + "#" + j.ID
+	pk := j.ID
 	fault.pk.Store(&pk)
 	for _, tc := range []struct{ method, path string }{
 		{"GET", "/v1/jobs/" + j.ID},

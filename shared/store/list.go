@@ -3,10 +3,11 @@ package store
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -32,50 +33,94 @@ type Summary struct {
 	Queue string          `json:"queue"`
 }
 
-// maxListPages bounds the pages one listing reads when a filter skips many
-// jobs; the caller gets a cursor to go on.
-const maxListPages = 10
+// maxShardPages bounds the pages one listing reads from each shard when a
+// filter skips many jobs; the caller gets a cursor to go on.
+const maxShardPages = 3
 
-// List pages through a tenant's jobs on the by_tenant index. A filter is
-// applied by DynamoDB as it reads; the answer's cursor resumes right after
-// the last job read.
+// List pages through a tenant's jobs, newest first: it queries each of the
+// tenant's partitions for jobs older than the cursor (DynamoDB applies the
+// filter as it reads) and merges them. The answer is complete down to its
+// last job, and the cursor resumes right after it.
 func (s *Store) List(ctx context.Context, tenant string, f ListFilter) ([]Summary, string, error) {
-	start, err := decodeCursor(f.Cursor, tenant)
+	before, err := decodeCursor(f.Cursor, tenant)
 	if err != nil {
 		return nil, "", err
 	}
-	b := expression.NewBuilder().WithKeyCondition(expression.Key("gsi1pk").Equal(expression.Value("T#" + tenant)))
-	var cond expression.ConditionBuilder
-	hasCond := false
-	add := func(c expression.ConditionBuilder) {
-		if hasCond {
-			cond = cond.And(c)
-		} else {
-			cond, hasCond = c, true
+	var all []Summary
+	// boundary is the highest id at which some partition stopped reading
+	// with jobs left: below it, that partition's jobs are unknown yet.
+	boundary := ""
+	for shard := range uint32(ListShards) {
+		found, stoppedAt, err := s.listShard(ctx, tenant, shard, before, f)
+		if err != nil {
+			return nil, "", err
+		}
+		all = append(all, found...)
+		if stoppedAt > boundary {
+			boundary = stoppedAt
 		}
 	}
+	sort.Slice(all, func(i, k int) bool { return all[i].ID > all[k].ID })
+	var page []Summary
+	for _, sm := range all {
+		if sm.ID < boundary || int32(len(page)) == f.Limit {
+			break
+		}
+		page = append(page, sm)
+	}
+	switch {
+	case int32(len(page)) == f.Limit:
+		return page, encodeCursor(tenant, page[len(page)-1].ID), nil
+	case boundary != "":
+		return page, encodeCursor(tenant, boundary), nil
+	default:
+		return page, "", nil
+	}
+}
+
+// listShard reads one partition newest first from before, until it has
+// f.Limit matching jobs, runs out, or has read maxShardPages pages. It
+// answers the id it stopped at when jobs are left unread.
+func (s *Store) listShard(ctx context.Context, tenant string, shard uint32, before string, f ListFilter) ([]Summary, string, error) {
+	kc := expression.Key("pk").Equal(expression.Value(jobPartition(tenant, shard)))
+	if before != "" {
+		kc = kc.And(expression.Key("sk").LessThan(expression.Value(before)))
+	}
+	b := expression.NewBuilder().WithKeyCondition(kc).
+		WithProjection(expression.NamesList(expression.Name("sk"), expression.Name("state"), expression.Name("queue")))
+	var conds []expression.ConditionBuilder
 	if f.State != "" {
-		add(expression.Name("state").Equal(expression.Value(string(f.State))))
+		conds = append(conds, expression.Name("state").Equal(expression.Value(string(f.State))))
 	}
 	if f.Queue != "" {
-		add(expression.Name("queue").Equal(expression.Value(f.Queue)))
+		conds = append(conds, expression.Name("queue").Equal(expression.Value(f.Queue)))
 	}
-	if hasCond {
-		b = b.WithFilter(cond)
+	switch len(conds) {
+	case 1:
+		b = b.WithFilter(conds[0])
+	case 2:
+		b = b.WithFilter(conds[0].And(conds[1]))
 	}
 	expr, err := b.Build()
 	if err != nil {
 		return nil, "", fmt.Errorf("list jobs: %w", err)
 	}
+	// Without a filter every job read is a match; with one, read pages
+	// large enough that a sparse match does not cost a request per job.
+	pageSize := f.Limit
+	if len(conds) > 0 {
+		pageSize = max(f.Limit, 50)
+	}
 	var out []Summary
-	for page := 0; page < maxListPages; page++ {
+	var start map[string]ddb.AttributeValue
+	for range maxShardPages {
 		res, err := s.db.Query(ctx, &dynamodb.QueryInput{
-			TableName: &s.table, IndexName: aws.String(IndexByTenant),
-			ScanIndexForward:          aws.Bool(false),
-			Limit:                     aws.Int32(f.Limit - int32(len(out))),
+			TableName: &s.table, ScanIndexForward: aws.Bool(false), ConsistentRead: aws.Bool(true),
+			Limit:                     aws.Int32(pageSize),
 			ExclusiveStartKey:         start,
 			KeyConditionExpression:    expr.KeyCondition(),
 			FilterExpression:          expr.Filter(),
+			ProjectionExpression:      expr.Projection(),
 			ExpressionAttributeNames:  expr.Names(),
 			ExpressionAttributeValues: expr.Values(),
 		})
@@ -84,7 +129,7 @@ func (s *Store) List(ctx context.Context, tenant string, f ListFilter) ([]Summar
 		}
 		for _, it := range res.Items {
 			var sm struct {
-				ID    string `json:"gsi1sk"`
+				ID    string `json:"sk"`
 				State string `json:"state"`
 				Queue string `json:"queue"`
 			}
@@ -98,52 +143,33 @@ func (s *Store) List(ctx context.Context, tenant string, f ListFilter) ([]Summar
 			break
 		}
 	}
-	if len(start) == 0 {
+	// Everything down to the last key read was seen; below it is unknown.
+	sk, _ := start["sk"].(*ddb.AttributeValueMemberS)
+	if sk == nil {
 		return out, "", nil
 	}
-	cur, err := encodeCursor(start)
-	return out, cur, err
+	return out, sk.Value, nil
 }
 
-func encodeCursor(key map[string]ddb.AttributeValue) (string, error) {
-	flat := map[string]string{}
-	for k, v := range key {
-		sv, ok := v.(*ddb.AttributeValueMemberS)
-		if !ok {
-			return "", fmt.Errorf("encode cursor: key %s is not a string", k)
-		}
-		flat[k] = sv.Value
-	}
-	raw, err := json.Marshal(flat)
-	if err != nil {
-		return "", fmt.Errorf("encode cursor: %w", err)
-	}
-	return base64.RawURLEncoding.EncodeToString(raw), nil
+func encodeCursor(tenant, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(tenant + "|" + id))
 }
 
 // decodeCursor reads a cursor, refusing one made for another tenant.
-func decodeCursor(cur, tenant string) (map[string]ddb.AttributeValue, error) {
+func decodeCursor(cur, tenant string) (string, error) {
 	if cur == "" {
-		return nil, nil
+		return "", nil
 	}
 	bad := domain.Invalid("cursor", "is not a cursor this listing returned")
 	raw, err := base64.RawURLEncoding.DecodeString(cur)
 	if err != nil {
-		return nil, bad
+		return "", bad
 	}
-	var flat map[string]string
-	if err := json.Unmarshal(raw, &flat); err != nil || flat["gsi1pk"] != "T#"+tenant || len(flat) != 4 {
-		return nil, bad
+	t, id, ok := strings.Cut(string(raw), "|")
+	if !ok || t != tenant || id == "" {
+		return "", bad
 	}
-	key := map[string]ddb.AttributeValue{}
-	for _, k := range []string{"pk", "sk", "gsi1pk", "gsi1sk"} {
-		v, ok := flat[k]
-		if !ok {
-			return nil, bad
-		}
-		key[k] = &ddb.AttributeValueMemberS{Value: v}
-	}
-	return key, nil
+	return id, nil
 }
 
 // Stats are a tenant's outcome counts over a window, and how many of its

@@ -5,15 +5,17 @@
 //
 // Keys (single-table):
 //
-//	job           pk J#<tenant>#<job id>         sk J
-//	idempotency   pk I#<tenant>#<key>            sk I
-//	api key       pk K#<sha256 of the key>       sk K
-//	stats         pk S#<tenant>#<hour>#<shard>   sk S
-//	index by_tenant: gsi1pk T#<tenant>, gsi1sk <job id> (ULIDs sort by time)
-//	index due:       gsi2pk D#<shard>, gsi2sk <due time>; only unfinished jobs
+//	job           pk J#<tenant>#<shard of the id>  sk <job id>
+//	idempotency   pk I#<tenant>#<key>              sk I
+//	api key       pk K#<sha256 of the key>         sk K
+//	stats         pk S#<tenant>#<hour>#<shard>     sk S
+//	index due:    gsi2pk D#<shard>, gsi2sk <due time>; only unfinished jobs
 //
-// The tenant is part of every job key, so another tenant's job is simply
-// not found.
+// A tenant's jobs sit in ListShards partitions, sorted by id (ULIDs sort by
+// time): listing queries them directly and merges, so no index has to be
+// rewritten when a job changes state, and a busy tenant's writes spread
+// over several partitions. The tenant is part of every job key, so another
+// tenant's job is simply not found.
 package store
 
 import (
@@ -22,9 +24,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"encoding/json"
 	"hash/fnv"
 	"io"
 	"strconv"
@@ -53,7 +55,7 @@ type API interface {
 
 // Index names and shard counts; template.yaml declares the same indexes.
 const (
-	IndexByTenant  = "by_tenant"
+	ListShards     = 8 // partitions per tenant; a listing queries each
 	IndexDue       = "due"
 	DueShards      = 8 // spreads due-index writes; a sweep queries each shard once
 	StatsShards    = 4
@@ -70,15 +72,30 @@ type Store struct {
 // New answers a store over table.
 func New(db API, table string) *Store { return &Store{db: db, table: table} }
 
-func jobPK(tenant, id string) string { return "J#" + tenant + "#" + id }
+func shardOf(id string, n int) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return h.Sum32() % uint32(n)
+}
+
+func jobPartition(tenant string, shard uint32) string { return fmt.Sprintf("J#%s#%d", tenant, shard) }
+
+// ItemKey answers the table key of a job, for tools and tests that read
+// the raw item.
+func ItemKey(tenant, id string) (pk, sk string) {
+	return jobPartition(tenant, shardOf(id, ListShards)), id
+}
+
+func jobKey(tenant, id string) map[string]ddb.AttributeValue {
+	return map[string]ddb.AttributeValue{
+		"pk": &ddb.AttributeValueMemberS{Value: jobPartition(tenant, shardOf(id, ListShards))},
+		"sk": &ddb.AttributeValueMemberS{Value: id},
+	}
+}
 
 var decoder = attributevalue.NewDecoder(func(o *attributevalue.DecoderOptions) { o.TagKey = "json" })
 
-func dueShard(id string) string {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(id))
-	return fmt.Sprintf("D#%d", h.Sum32()%DueShards)
-}
+func dueShard(id string) string { return fmt.Sprintf("D#%d", shardOf(id, DueShards)) }
 
 // item renders a job as its table item: the attributes conditions and
 // indexes read (state, version, queue, index keys, ttl) stand on their own;
@@ -98,16 +115,11 @@ func item(j *domain.Job) (map[string]ddb.AttributeValue, error) {
 	if err := zw.Close(); err != nil {
 		return nil, fmt.Errorf("compress job %s: %w", j.ID, err)
 	}
-	it := map[string]ddb.AttributeValue{
-		"pk":      &ddb.AttributeValueMemberS{Value: jobPK(j.Tenant, j.ID)},
-		"sk":      &ddb.AttributeValueMemberS{Value: "J"},
-		"state":   &ddb.AttributeValueMemberS{Value: string(j.State)},
-		"version": &ddb.AttributeValueMemberN{Value: strconv.FormatInt(j.Version, 10)},
-		"queue":   &ddb.AttributeValueMemberS{Value: j.Queue},
-		"gsi1pk":  &ddb.AttributeValueMemberS{Value: "T#" + j.Tenant},
-		"gsi1sk":  &ddb.AttributeValueMemberS{Value: j.ID},
-		"doc":     &ddb.AttributeValueMemberB{Value: buf.Bytes()},
-	}
+	it := jobKey(j.Tenant, j.ID)
+	it["state"] = &ddb.AttributeValueMemberS{Value: string(j.State)}
+	it["version"] = &ddb.AttributeValueMemberN{Value: strconv.FormatInt(j.Version, 10)}
+	it["queue"] = &ddb.AttributeValueMemberS{Value: j.Queue}
+	it["doc"] = &ddb.AttributeValueMemberB{Value: buf.Bytes()}
 	if j.DueAt != nil {
 		it["gsi2pk"] = &ddb.AttributeValueMemberS{Value: dueShard(j.ID)}
 		it["gsi2sk"] = &ddb.AttributeValueMemberS{Value: j.DueAt.UTC().Format(dueLayout)}
@@ -246,7 +258,7 @@ func conditionFailed(tce *ddb.TransactionCanceledException, i int) bool {
 func (s *Store) Get(ctx context.Context, tenant, id string) (*domain.Job, error) {
 	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: &s.table, ConsistentRead: aws.Bool(true),
-		Key: map[string]ddb.AttributeValue{"pk": &ddb.AttributeValueMemberS{Value: jobPK(tenant, id)}, "sk": &ddb.AttributeValueMemberS{Value: "J"}},
+		Key: jobKey(tenant, id),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("get job %s: %w", id, err)
@@ -378,12 +390,13 @@ func (s *Store) Due(ctx context.Context, now time.Time, limit int32) ([]JobKey, 
 		}
 		for _, it := range out.Items {
 			pk, _ := it["pk"].(*ddb.AttributeValueMemberS)
-			if pk == nil {
+			sk, _ := it["sk"].(*ddb.AttributeValueMemberS)
+			if pk == nil || sk == nil {
 				continue
 			}
-			parts := strings.SplitN(pk.Value, "#", 3)
+			parts := strings.Split(pk.Value, "#")
 			if len(parts) == 3 && parts[0] == "J" {
-				keys = append(keys, JobKey{Tenant: parts[1], ID: parts[2]})
+				keys = append(keys, JobKey{Tenant: parts[1], ID: sk.Value})
 			}
 		}
 	}

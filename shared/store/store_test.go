@@ -90,7 +90,8 @@ func (b bundle) raw(t *testing.T, pk, sk string) map[string]ddb.AttributeValue {
 
 func (b bundle) rawJob(t *testing.T, j *domain.Job) map[string]ddb.AttributeValue {
 	t.Helper()
-	it := b.raw(t, "J#"+j.Tenant+"#"+j.ID, "J")
+	pk, sk := store.ItemKey(j.Tenant, j.ID)
+	it := b.raw(t, pk, sk)
 	require.NotNil(t, it, "job %s is not stored", j.ID)
 	return it
 }

@@ -105,26 +105,35 @@ func runFloor(ctx context.Context, st *devstack.Stack, n, producers int) (result
 					continue
 				}
 				batches.Add(1)
-				var del []sqstypes.DeleteMessageBatchRequestEntry
+				// Each message of a batch is claimed and completed on its own
+				// goroutine, as the engine's execute handler does.
+				del := make([]sqstypes.DeleteMessageBatchRequestEntry, len(out.Messages))
+				var each sync.WaitGroup
 				for i, m := range out.Messages {
-					k := map[string]ddb.AttributeValue{"pk": &ddb.AttributeValueMemberS{Value: aws.ToString(m.Body)}, "sk": &ddb.AttributeValueMemberS{Value: "J"}}
-					lease := strconv.Itoa(i) + aws.ToString(m.MessageId)
-					_, err := meter.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &table, Key: k,
-						UpdateExpression: aws.String("SET #s = :r, lease = :l"), ConditionExpression: aws.String("#s = :q"),
-						ExpressionAttributeNames:  map[string]string{"#s": "state"},
-						ExpressionAttributeValues: map[string]ddb.AttributeValue{":r": &ddb.AttributeValueMemberS{Value: "running"}, ":q": &ddb.AttributeValueMemberS{Value: "queued"}, ":l": &ddb.AttributeValueMemberS{Value: lease}}})
-					if err == nil {
-						_, err = meter.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &table, Key: k,
-							UpdateExpression: aws.String("SET #s = :d REMOVE lease"), ConditionExpression: aws.String("#s = :r AND lease = :l"),
+					each.Go(func() {
+						k := map[string]ddb.AttributeValue{"pk": &ddb.AttributeValueMemberS{Value: aws.ToString(m.Body)}, "sk": &ddb.AttributeValueMemberS{Value: "J"}}
+						lease := strconv.Itoa(i) + aws.ToString(m.MessageId)
+						_, err := meter.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &table, Key: k,
+							UpdateExpression: aws.String("SET #s = :r, lease = :l"), ConditionExpression: aws.String("#s = :q"),
 							ExpressionAttributeNames:  map[string]string{"#s": "state"},
-							ExpressionAttributeValues: map[string]ddb.AttributeValue{":r": &ddb.AttributeValueMemberS{Value: "running"}, ":d": &ddb.AttributeValueMemberS{Value: "done"}, ":l": &ddb.AttributeValueMemberS{Value: lease}}})
-					}
-					if err != nil {
-						fail(err)
-						return
-					}
-					done.Add(1)
-					del = append(del, sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
+							ExpressionAttributeValues: map[string]ddb.AttributeValue{":r": &ddb.AttributeValueMemberS{Value: "running"}, ":q": &ddb.AttributeValueMemberS{Value: "queued"}, ":l": &ddb.AttributeValueMemberS{Value: lease}}})
+						if err == nil {
+							_, err = meter.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &table, Key: k,
+								UpdateExpression: aws.String("SET #s = :d REMOVE lease"), ConditionExpression: aws.String("#s = :r AND lease = :l"),
+								ExpressionAttributeNames:  map[string]string{"#s": "state"},
+								ExpressionAttributeValues: map[string]ddb.AttributeValue{":r": &ddb.AttributeValueMemberS{Value: "running"}, ":d": &ddb.AttributeValueMemberS{Value: "done"}, ":l": &ddb.AttributeValueMemberS{Value: lease}}})
+						}
+						if err != nil {
+							fail(err)
+							return
+						}
+						done.Add(1)
+						del[i] = sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle}
+					})
+				}
+				each.Wait()
+				if firstErr.Load() != nil {
+					return
 				}
 				if _, err := sq.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: q.QueueUrl, Entries: del}); err != nil {
 					fail(err)

@@ -63,20 +63,10 @@ func call(t *testing.T, h *stacktest.Harness, method, path, auth, body string, h
 	if body != "" {
 		r = strings.NewReader(body)
 	}
-	req, err := http.NewRequest(method, h.URL+path, r)
-	require.NoError(t, err)
 	if auth != "" {
-		req.Header.Set("Authorization", auth)
+		headers = append([]string{"Authorization", auth}, headers...)
 	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	res, err := h.HTTP.Do(req)
-	require.NoError(t, err)
-	defer res.Body.Close()
-	raw, err := io.ReadAll(res.Body)
-	require.NoError(t, err)
-	return res, raw
+	return h.Raw(t, method, path, r, headers...)
 }
 
 type listPage struct {

@@ -118,11 +118,19 @@ func (h *Harness) Call(t testing.TB, method, path, key string, body any, headers
 		require.NoError(t, err)
 		r = bytes.NewReader(raw)
 	}
-	req, err := http.NewRequest(method, h.URL+path, r)
-	require.NoError(t, err)
 	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
+		headers = append([]string{"Authorization", "Bearer " + key}, headers...)
 	}
+	res, out := h.Raw(t, method, path, r, headers...)
+	return res.StatusCode, out
+}
+
+// Raw makes an HTTP request with the given headers (name, value, ...) and
+// answers the response, its body read.
+func (h *Harness) Raw(t testing.TB, method, path string, body io.Reader, headers ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, h.URL+path, body)
+	require.NoError(t, err)
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
@@ -131,7 +139,7 @@ func (h *Harness) Call(t testing.TB, method, path, key string, body any, headers
 	defer res.Body.Close()
 	out, err := io.ReadAll(res.Body)
 	require.NoError(t, err)
-	return res.StatusCode, out
+	return res, out
 }
 
 // JSON makes a call and decodes its answer into out, requiring status.

@@ -277,7 +277,19 @@ func compactJSON(b []byte) ([]byte, error) {
 
 // Get answers one of tenant's jobs.
 func (e *Engine) Get(ctx context.Context, tenant, id string) (*domain.Job, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
 	return e.Store.Get(ctx, tenant, id)
+}
+
+// checkID answers not found for anything that cannot be a job id, before
+// it reaches the table (whose keys have limits of their own).
+func checkID(id string) error {
+	if _, err := ulid.ParseStrict(id); err != nil {
+		return fmt.Errorf("job %.40q: %w", id, domain.ErrNotFound)
+	}
+	return nil
 }
 
 // List pages through tenant's jobs.
@@ -289,6 +301,9 @@ func (e *Engine) List(ctx context.Context, tenant string, f store.ListFilter) ([
 // cancelling a finished one is an illegal transition. Worker messages still
 // out are deleted so no worker is handed the job again.
 func (e *Engine) Cancel(ctx context.Context, tenant, id string) (*domain.Job, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
 	var receipts []leaseMsg
 	j, err := e.mutate(ctx, tenant, id, func(j *domain.Job, now time.Time) error {
 		receipts = receipts[:0]

@@ -169,6 +169,9 @@ type HeartbeatResult struct {
 // taken over or expired answers ErrLeaseLost.
 func (e *Engine) Heartbeat(ctx context.Context, tenant, leaseID string, extend time.Duration) (HeartbeatResult, error) {
 	ref, err := domain.ParseLeaseID(leaseID)
+	if err == nil {
+		err = checkID(ref.JobID)
+	}
 	if err != nil {
 		return HeartbeatResult{}, err
 	}
@@ -252,6 +255,9 @@ func (e *Engine) Fail(ctx context.Context, tenant, leaseID string, o Outcome) (O
 
 func (e *Engine) finishLease(ctx context.Context, tenant, leaseID string, output json.RawMessage, failure *domain.Failure) (OutcomeResult, error) {
 	ref, err := domain.ParseLeaseID(leaseID)
+	if err == nil {
+		err = checkID(ref.JobID)
+	}
 	if err != nil {
 		return OutcomeResult{}, err
 	}

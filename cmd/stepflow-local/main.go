@@ -7,6 +7,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,11 +25,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/stepflow/stepflow/localstack/devstack"
+	"github.com/stepflow/stepflow/shared/config"
+	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/store"
 )
 
 func main() {
 	root := &cobra.Command{Use: "stepflow-local", Short: "Run stepflow on this machine against a local AWS emulator", SilenceUsage: true}
-	root.AddCommand(devCmd(), invokeCmd())
+	root.AddCommand(devCmd(), invokeCmd(), apiKeyCmd())
 	if err := root.Execute(); err != nil {
 		os.Exit(1)
 	}
@@ -175,6 +180,43 @@ func invokeCmd() *cobra.Command {
 			return enc.Encode(out)
 		},
 	}
+}
+
+func apiKeyCmd() *cobra.Command {
+	var table, tenant, key string
+	cmd := &cobra.Command{
+		Use:   "apikey --table TABLE --tenant TENANT [--key KEY]",
+		Short: "Add an API key for a tenant to a stack's table (on AWS, or wherever AWS_ENDPOINT_URL points)",
+		Long:  "Stores the key hashed. Without --key a random one is made and printed once. Uses the default AWS credential chain.",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !domain.ValidName(tenant) {
+				return fmt.Errorf("--tenant must be 1 to 40 letters, digits, '-' or '_'")
+			}
+			if table == "" {
+				return fmt.Errorf("--table is required (the stack output TableName)")
+			}
+			if key == "" {
+				b := make([]byte, 24)
+				if _, err := rand.Read(b); err != nil {
+					return err
+				}
+				key = "sf_" + base64.RawURLEncoding.EncodeToString(b)
+			}
+			clients, _, err := config.NewClients(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if err := store.New(clients.DynamoDB, table).PutAPIKey(cmd.Context(), tenant, key); err != nil {
+				return err
+			}
+			fmt.Printf("tenant %s: Authorization: Bearer %s\n", tenant, key)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&table, "table", os.Getenv("STEPFLOW_TABLE"), "the stack's DynamoDB table")
+	cmd.Flags().StringVar(&tenant, "tenant", "", "tenant the key names")
+	cmd.Flags().StringVar(&key, "key", "", "the key (default: a new random one)")
+	return cmd
 }
 
 func invoke(ctx context.Context, st *devstack.Stack, fn string, event []byte) (any, error) {

@@ -1,0 +1,346 @@
+// Package chaos is stepflow's fault-injection suite: a seeded, replayable
+// fault layer in front of every AWS call the engine makes (and of the SQS
+// event source mapping's receives), and a run that submits a random mix of
+// jobs to a local stack under those faults, with misbehaving workers and
+// concurrent sweeps, then checks that nothing was lost, nothing happened
+// twice and every job's log replays to its stored state.
+//
+// Every random decision comes from PCG generators seeded from one seed,
+// under one mutex. Each kind of decision has its own stream (the workload
+// plan, the engine's AWS calls, deliveries, leases handed to workers,
+// sweeps), so the n-th decision of a stream is the same for a seed however
+// the goroutines interleave; which call, message or lease meets it follows
+// wall-clock scheduling and may differ from one run of a seed to the next.
+package chaos
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// Kind names a fault.
+type Kind string
+
+// The fault kinds.
+const (
+	KindCrashBefore Kind = "crash_before" // the invocation dies before an AWS call
+	KindCrashAfter  Kind = "crash_after"  // the invocation dies right after an AWS call returned
+	KindThrottle    Kind = "throttle"     // DynamoDB answers ProvisionedThroughputExceeded
+	KindServerError Kind = "5xx"          // DynamoDB answers an internal server error
+	KindAmbiguous   Kind = "ambiguous"    // a DynamoDB write is applied, then reported as a timeout
+	KindSendLost    Kind = "send_lost"    // SendMessageBatch fails after the DynamoDB write committed
+	KindDuplicate   Kind = "duplicate"    // the event source mapping hands a message out twice at once
+	KindDoubleSweep Kind = "double_sweep" // two heartbeat sweeps run at once
+	KindZombie      Kind = "zombie"       // a worker stalls past its lease, then reports anyway
+	KindSkew        Kind = "skew"         // a worker's clock is off by seconds
+)
+
+// Kinds lists every fault kind in report order.
+var Kinds = [...]Kind{
+	KindCrashBefore, KindCrashAfter, KindThrottle, KindServerError, KindAmbiguous,
+	KindSendLost, KindDuplicate, KindDoubleSweep, KindZombie, KindSkew,
+}
+
+func kindIndex(k Kind) int {
+	for i, x := range Kinds {
+		if x == k {
+			return i
+		}
+	}
+	panic("chaos: unknown fault kind " + string(k))
+}
+
+// Probabilities are the chance of each fault at each opportunity: per
+// AWS call of the engine for the call faults (CrashBefore and CrashAfter on
+// every call; Throttle and ServerError on DynamoDB calls; Ambiguous on
+// DynamoDB writes; SendLost on SendMessageBatch), per message received by
+// the event source mapping for Duplicate, per sweeper tick for DoubleSweep
+// and Advance, per lease handed to a chaos worker for Zombie and Skew.
+type Probabilities struct {
+	CrashBefore float64
+	CrashAfter  float64
+	Throttle    float64
+	ServerError float64
+	Ambiguous   float64
+	SendLost    float64
+	Duplicate   float64
+	DoubleSweep float64
+	Zombie      float64
+	Skew        float64
+	// Advance is the chance a sweeper tick moves the stack's clock past
+	// domain.DispatchGrace, so overdue work is found (not a fault itself).
+	Advance float64
+}
+
+// DefaultProbabilities are what the chaos command runs with.
+func DefaultProbabilities() Probabilities {
+	return Probabilities{
+		CrashBefore: 0.015, CrashAfter: 0.015, Throttle: 0.01, ServerError: 0.01, Ambiguous: 0.02,
+		SendLost: 0.06, Duplicate: 0.06, DoubleSweep: 0.5, Zombie: 0.25, Skew: 0.3, Advance: 0.3,
+	}
+}
+
+// call-fault layout: one draw per AWS call, compared against these
+// consecutive ranges, so the n-th call decision of a seed is the same
+// whatever operation meets it. A range the operation does not support
+// (throttling an SQS send) is no fault.
+func (p Probabilities) callRanges() [6]struct {
+	kind Kind
+	p    float64
+} {
+	return [6]struct {
+		kind Kind
+		p    float64
+	}{
+		{KindCrashBefore, p.CrashBefore}, {KindCrashAfter, p.CrashAfter}, {KindThrottle, p.Throttle},
+		{KindServerError, p.ServerError}, {KindAmbiguous, p.Ambiguous}, {KindSendLost, p.SendLost},
+	}
+}
+
+// Stream is an independent sequence of decisions.
+type Stream int
+
+// The decision streams.
+const (
+	StreamPlan    Stream = iota // the jobs a run submits
+	StreamCalls                 // the engine's AWS calls
+	StreamDeliver               // messages the event source mapping receives
+	StreamWorkers               // leases handed to chaos workers
+	StreamSweeps                // sweeper ticks
+	numStreams
+)
+
+// Crash is what a crash fault panics with: the Lambda invocation dies at
+// an AWS call boundary. The local runner (and shared/handlers, per SQS
+// record) turn it into what Lambda does: a 5xx, or a redelivery.
+type Crash struct {
+	Call  string // "DynamoDB.PutItem", "SQS.SendMessageBatch", ...
+	After bool   // the call was made (and took effect) before the crash
+	N     int64  // the call's decision number in StreamCalls
+}
+
+func (c Crash) String() string {
+	when := "before"
+	if c.After {
+		when = "after"
+	}
+	return fmt.Sprintf("chaos: invocation crashed %s %s (call #%d)", when, c.Call, c.N)
+}
+
+// Error makes a recovered Crash print well wherever it is formatted.
+func (c Crash) Error() string { return c.String() }
+
+// Decision is one injected fault, for replay traces.
+type Decision struct {
+	Stream Stream
+	N      int64 // the decision's number within its stream
+	Kind   Kind
+	Call   string // the AWS call, for call faults
+}
+
+// maxTrace bounds the decisions a Faults remembers.
+const maxTrace = 100000
+
+// Faults is the fault layer's state: the seeded streams, the
+// probabilities, and a counter per kind.
+type Faults struct {
+	P    Probabilities
+	Seed uint64
+
+	mu      sync.Mutex
+	streams [numStreams]*rand.Rand
+	drawn   [numStreams]int64
+	trace   []Decision
+
+	counts [len(Kinds)]atomic.Int64
+	paused atomic.Bool
+	calls  sync.Map // "Service.Operation" -> *atomic.Int64, every wrapped call made
+}
+
+// New answers a fault layer seeded with seed.
+func New(seed uint64, p Probabilities) *Faults {
+	f := &Faults{P: p, Seed: seed}
+	for s := range numStreams {
+		// Both PCG words come from the seed and the stream through
+		// SplitMix64, so small neighbouring seeds (1, 2, 3) start far apart.
+		x := seed ^ 0x9e3779b97f4a7c15*uint64(s+1)
+		hi := splitmix64(&x)
+		lo := splitmix64(&x)
+		f.streams[s] = rand.New(rand.NewPCG(hi, lo))
+	}
+	return f
+}
+
+func splitmix64(x *uint64) uint64 {
+	*x += 0x9e3779b97f4a7c15
+	z := *x
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
+// Pause stops injecting (wrapped calls pass straight through and draw
+// nothing) until Resume; a run pauses while it drains the queues.
+func (f *Faults) Pause() { f.paused.Store(true) }
+
+// Resume injects again.
+func (f *Faults) Resume() { f.paused.Store(false) }
+
+// Paused reports whether injection is paused.
+func (f *Faults) Paused() bool { return f.paused.Load() }
+
+// Float64 draws from a stream.
+func (f *Faults) Float64(s Stream) float64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.drawn[s]++
+	return f.streams[s].Float64()
+}
+
+// IntN draws from [0, n) on a stream.
+func (f *Faults) IntN(s Stream, n int) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.drawn[s]++
+	return f.streams[s].IntN(n)
+}
+
+// Draw runs fn with a stream's generator, under the lock, for decisions
+// that take several numbers at once.
+func (f *Faults) Draw(s Stream, fn func(r *rand.Rand)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.drawn[s]++
+	fn(f.streams[s])
+}
+
+// Chance decides a fault of kind with probability p on stream s, and
+// counts it when it is injected.
+func (f *Faults) Chance(s Stream, kind Kind, p float64) bool {
+	if f.Paused() {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.drawn[s]++
+	n := f.drawn[s]
+	if f.streams[s].Float64() >= p {
+		return false
+	}
+	f.record(Decision{Stream: s, N: n, Kind: kind})
+	return true
+}
+
+// Count records a fault injected without a draw of its own (a duplicate
+// delivery handed out).
+func (f *Faults) Count(kind Kind) { f.counts[kindIndex(kind)].Add(1) }
+
+func (f *Faults) record(d Decision) {
+	f.counts[kindIndex(d.Kind)].Add(1)
+	if len(f.trace) < maxTrace {
+		f.trace = append(f.trace, d)
+	}
+}
+
+// decideCall draws the fault for one AWS call; supported says which call
+// faults the operation can suffer. It answers "" for none.
+func (f *Faults) decideCall(call string, supported func(Kind) bool) (Kind, int64) {
+	c, _ := f.calls.LoadOrStore(call, new(atomic.Int64))
+	c.(*atomic.Int64).Add(1)
+	if f.Paused() {
+		return "", 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.drawn[StreamCalls]++
+	n := f.drawn[StreamCalls]
+	x := f.streams[StreamCalls].Float64()
+	for _, r := range f.P.callRanges() {
+		if x < r.p {
+			if !supported(r.kind) {
+				return "", n
+			}
+			f.record(Decision{Stream: StreamCalls, N: n, Kind: r.kind, Call: call})
+			return r.kind, n
+		}
+		x -= r.p
+	}
+	return "", n
+}
+
+// Counts answers how many faults of each kind were injected.
+func (f *Faults) Counts() map[Kind]int64 {
+	out := make(map[Kind]int64, len(Kinds))
+	for i, k := range Kinds {
+		out[k] = f.counts[i].Load()
+	}
+	return out
+}
+
+// Calls answers how many calls of each operation went through the
+// fault layer.
+func (f *Faults) Calls() map[string]int64 {
+	out := map[string]int64{}
+	f.calls.Range(func(k, v any) bool {
+		out[k.(string)] = v.(*atomic.Int64).Load()
+		return true
+	})
+	return out
+}
+
+// Total answers how many faults were injected.
+func (f *Faults) Total() int64 {
+	var n int64
+	for i := range Kinds {
+		n += f.counts[i].Load()
+	}
+	return n
+}
+
+// Trace answers the faults injected so far, in the order they were
+// decided (at most the first 100 000).
+func (f *Faults) Trace() []Decision {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]Decision(nil), f.trace...)
+}
+
+// Drawn answers how many decisions each stream has made.
+func (f *Faults) Drawn() map[Stream]int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[Stream]int64{}
+	for s := range numStreams {
+		out[s] = f.drawn[s]
+	}
+	return out
+}
+
+// FormatCounts renders counts as "kind n, kind n" in report order,
+// leaving out kinds with none.
+func FormatCounts(c map[Kind]int64) string {
+	var parts []string
+	for _, k := range Kinds {
+		if c[k] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", k, c[k]))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// sortedKeys answers a map's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

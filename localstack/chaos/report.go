@@ -1,0 +1,74 @@
+package chaos
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/stepflow/stepflow/shared/domain"
+)
+
+// Report writes a run's table: its seed, jobs, faults by kind and checks.
+func (r *Result) Report(w io.Writer, verbose bool) {
+	status := "ok"
+	if !r.Passed() {
+		status = "FAILED"
+	}
+	var states []string
+	for _, s := range domain.AllJobStates() {
+		if n := r.States[s]; n > 0 {
+			states = append(states, fmt.Sprintf("%s %d", strings.ToLower(string(s)), n))
+		}
+	}
+	fmt.Fprintf(w, "seed %d: %s, %d jobs (plan %s: %s), finished in %s, drained in %s\n", r.Seed, status, r.Jobs, r.Plan, strings.Join(states, ", "),
+		r.Waited.Round(100*time.Millisecond), (r.Duration - r.Waited).Round(100*time.Millisecond))
+	fmt.Fprintf(w, "  faults %d: %s\n", r.FaultTotal(), FormatCounts(r.Faults))
+	fmt.Fprintf(w, "  sweeps %d (%d crashed, clock advanced %d times): reclaimed %d, re-dispatched %d; workers claimed %d, outcomes accepted %d, refused 409 %d; dead-lettered %d\n",
+		r.Sweeps.Sweeps, r.Sweeps.Crashed, r.Sweeps.Advances, r.Sweeps.Reclaimed, r.Sweeps.Redispatched,
+		r.Claimed, r.WorkerOutcomes, r.WorkerRefused, r.Dead)
+	if r.RetriedOutcomes > 0 {
+		fmt.Fprintf(w, "  worker outcomes retried after a 5xx then answered 409: %d, of which applied by the first send: %d\n", r.RetriedOutcomes, r.AppliedButRefused)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  check\tok\tfailed\tcounts as\n")
+	for _, c := range r.Checks {
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t%s\n", c.Name, c.OK, c.Failed, c.Category)
+	}
+	_ = tw.Flush()
+	for _, c := range r.Checks {
+		for _, e := range c.Examples {
+			fmt.Fprintf(w, "    FAIL %s: %s\n", c.Name, e)
+		}
+	}
+	if verbose {
+		var calls []string
+		for _, k := range sortedKeys(r.Calls) {
+			calls = append(calls, fmt.Sprintf("%s %d", k, r.Calls[k]))
+		}
+		fmt.Fprintf(w, "    engine AWS calls: %s\n", strings.Join(calls, ", "))
+		var at []string
+		for _, k := range sortedKeys(r.FaultsByCall) {
+			at = append(at, fmt.Sprintf("%s %d", k, r.FaultsByCall[k]))
+		}
+		fmt.Fprintf(w, "    faults by call: %s\n", strings.Join(at, ", "))
+		for _, n := range r.Notes {
+			fmt.Fprintf(w, "    note: %s\n", n)
+		}
+	}
+}
+
+// Summary is the one line that ends a chaos command.
+func Summary(results []*Result) string {
+	var faults int64
+	jobs, lost, dup, mis := 0, 0, 0, 0
+	for _, r := range results {
+		faults += r.FaultTotal()
+		jobs += r.Jobs
+		lost += r.Lost
+		dup += r.Duplicated
+		mis += r.Mismatched
+	}
+	return fmt.Sprintf("chaos: %d runs, %d faults injected, %d jobs, lost %d, duplicated %d, mismatched %d", len(results), faults, jobs, lost, dup, mis)
+}

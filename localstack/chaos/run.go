@@ -1,0 +1,443 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/stepflow/stepflow/localstack/devstack"
+	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
+	"github.com/stepflow/stepflow/shared/handlers"
+	"github.com/stepflow/stepflow/shared/queue"
+	"github.com/stepflow/stepflow/shared/store"
+)
+
+// Config is one run.
+type Config struct {
+	Seed     uint64
+	Jobs     int
+	Endpoint string // a running emulator; required (the command starts one)
+	// Bound is how long the run waits for every job to finish, from its
+	// first submit; a job not finished by then is lost.
+	Bound time.Duration
+	// Drain bounds the wait, after every job finished, for the queues to
+	// hold no message.
+	Drain time.Duration
+	// Lease is the built-in lease and the ready queues' visibility timeout.
+	Lease         time.Duration
+	Probabilities Probabilities
+	Workers       int          // chaos workers per worker queue
+	Log           *slog.Logger // the stack's log; nil discards it
+	Progress      io.Writer    // progress lines; nil for none
+}
+
+func (c *Config) defaults() {
+	if c.Jobs == 0 {
+		c.Jobs = 30
+	}
+	if c.Bound == 0 {
+		c.Bound = 120 * time.Second
+	}
+	if c.Drain == 0 {
+		c.Drain = 30 * time.Second
+	}
+	if c.Lease == 0 {
+		c.Lease = 3 * time.Second
+	}
+	if c.Workers == 0 {
+		c.Workers = 2
+	}
+	if c.Probabilities == (Probabilities{}) {
+		c.Probabilities = DefaultProbabilities()
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+}
+
+// WorkerVisibility is the worker queues' visibility timeout in a run.
+const WorkerVisibility = 5 * time.Second
+
+// Tenant and APIKey are the run's one tenant.
+const (
+	Tenant = "chaos"
+	APIKey = "chaos-key"
+)
+
+// submission is what the client learnt submitting one planned job.
+type submission struct {
+	plan     JobPlan
+	ids      map[string]int // job ids answered with 2xx, with how often
+	statuses []int          // every status answered (0 for a transport error)
+	id       string         // the first id answered
+}
+
+// SweepTotals add up the sweeps the run drove itself.
+type SweepTotals struct {
+	Sweeps, Crashed, Advances            int
+	Due, Reclaimed, Redispatched, Errors int
+}
+
+// Run runs one seed: a stack under the fault layer, the jobs of the seed's
+// plan, chaos workers and sweepers, then the checks. An error means the
+// run could not be made (the stack did not start), not that a check
+// failed: those are in the result.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	cfg.defaults()
+	if cfg.Endpoint == "" {
+		return nil, errors.New("chaos: Config.Endpoint is required")
+	}
+	started := time.Now()
+	f := New(cfg.Seed, cfg.Probabilities)
+	plan := f.Plan(cfg.Jobs)
+	clock := &Clock{}
+	name := fmt.Sprintf("chaos-%d-%x", cfg.Seed, time.Now().UnixNano()&0xffffff)
+	st, err := devstack.Start(ctx, devstack.Options{
+		EndpointURL: cfg.Endpoint, StackName: name, APIKeys: map[string]string{APIKey: Tenant},
+		ScheduleEvery: 2 * time.Second, PollWait: time.Second, Lease: cfg.Lease, Now: clock.Now, Log: cfg.Log,
+		WrapDynamoDB: f.DynamoDB, WrapSQS: f.SQS, WrapRunnerSQS: f.RunnerSQS,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("chaos: start the stack: %w", err)
+	}
+	defer st.Close()
+
+	r := &run{
+		cfg: cfg, f: f, st: st, clock: clock,
+		raw:  store.New(st.DynamoDB, st.Resources.Env["STEPFLOW_TABLE"]),
+		c:    &client{base: st.URL, key: APIKey, hc: &http.Client{Timeout: 30 * time.Second}},
+		subs: make([]*submission, len(plan)),
+	}
+	r.w = &workers{f: f, c: r.c, clock: clock}
+	// The worker queues are made before the engine first uses them, with a
+	// 5 s visibility timeout instead of the engine's 30 s (as Lease shortens
+	// the ready queues'), so a message a crashed claim took comes back soon.
+	wq := queue.New(st.SQS, queue.Config{
+		WorkerQueuePrefix: st.Resources.Env["STEPFLOW_WORKER_QUEUE_PREFIX"], DLQARN: st.Resources.Env["STEPFLOW_DLQ_ARN"],
+		WorkerQueueVisible: WorkerVisibility,
+	})
+	for _, name := range WorkerQueues {
+		if _, err := wq.WorkerQueueURL(ctx, Tenant, name); err != nil {
+			return nil, fmt.Errorf("chaos: create worker queue %s: %w", name, err)
+		}
+	}
+	res := &Result{Seed: cfg.Seed, Jobs: len(plan), Stack: name, Plan: PlanDigest(plan)}
+	fmt.Fprintf(cfg.Progress, "seed %d: stack %s at %s, %d jobs\n", cfg.Seed, name, st.URL, len(plan))
+
+	workCtx, stopWork := context.WithCancel(ctx)
+	defer stopWork()
+	sweepCtx, stopSweeps := context.WithCancel(ctx)
+	defer stopSweeps()
+	r.w.start(workCtx, cfg.Workers)
+	var sweeper sync.WaitGroup
+	sweeper.Go(func() { r.sweeper(sweepCtx) })
+
+	deadline := time.Now().Add(cfg.Bound)
+	r.submitAll(ctx, plan, deadline)
+	r.submitted.Store(true)
+	finished := r.await(ctx, deadline)
+	res.Waited = time.Since(started)
+	fmt.Fprintf(cfg.Progress, "seed %d: %d of %d jobs finished after %s\n", cfg.Seed, finished, len(plan), res.Waited.Round(time.Millisecond))
+
+	// Drain without faults: what is left in the queues now was left by
+	// the engine, not by a fault still in progress.
+	stopSweeps()
+	sweeper.Wait()
+	f.Pause()
+	res.Queues, res.Dead = r.drain(ctx, time.Now().Add(cfg.Drain))
+	stopWork()
+	r.cancels.Wait()
+	r.w.wg.Wait()
+
+	r.check(ctx, res)
+	res.Faults = f.Counts()
+	res.Calls = f.Calls()
+	res.FaultsByCall = map[string]int64{}
+	for _, d := range f.Trace() {
+		if d.Call != "" {
+			res.FaultsByCall[string(d.Kind)+" "+d.Call]++
+		}
+	}
+	res.Sweeps = r.sweeps
+	res.Claimed, res.WorkerOutcomes, res.WorkerRefused = r.w.claimed.Load(), r.w.outcomes.Load(), r.w.refused.Load()
+	res.Notes = append(res.Notes, r.w.notes...)
+	res.Duration = time.Since(started)
+	return res, nil
+}
+
+type run struct {
+	cfg   Config
+	f     *Faults
+	st    *devstack.Stack
+	clock *Clock
+	raw   *store.Store // the table without the fault layer, for the checks
+	c     *client
+	w     *workers
+
+	mu        sync.Mutex
+	subs      []*submission
+	finished  map[string]bool // jobs seen finished within the bound
+	cancels   sync.WaitGroup
+	sweeps    SweepTotals
+	submitted atomic.Bool // every planned job has been submitted
+}
+
+// submitAll submits the plan from four goroutines, each job with its own
+// Idempotency-Key, again on a 5xx or a transport error with the same key
+// and body; a job planned for cancelling is cancelled that long after its
+// submit answered.
+func (r *run) submitAll(ctx context.Context, plan []JobPlan, deadline time.Time) {
+	next := atomic.Int64{}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(plan) || ctx.Err() != nil {
+					return
+				}
+				r.submit(ctx, plan[i], deadline)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func (r *run) submit(ctx context.Context, p JobPlan, deadline time.Time) {
+	s := &submission{plan: p, ids: map[string]int{}}
+	for _, a := range r.c.retry(ctx, deadline, http.MethodPost, "/v1/jobs", p.Body, "Idempotency-Key", p.Key) {
+		s.statuses = append(s.statuses, a.status)
+		if !a.ok() {
+			continue
+		}
+		var j struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal(a.body, &j) == nil && j.ID != "" {
+			s.ids[j.ID]++
+			if s.id == "" {
+				s.id = j.ID
+			}
+		}
+	}
+	// A second submit of the same key and body must answer the same job:
+	// send it once more, as a client that lost the first answer would.
+	if s.id != "" && p.N%5 == 0 {
+		for _, a := range r.c.retry(ctx, deadline, http.MethodPost, "/v1/jobs", p.Body, "Idempotency-Key", p.Key) {
+			s.statuses = append(s.statuses, a.status)
+			var j struct {
+				ID string `json:"id"`
+			}
+			if a.ok() && json.Unmarshal(a.body, &j) == nil && j.ID != "" {
+				s.ids[j.ID]++
+			}
+		}
+	}
+	r.mu.Lock()
+	r.subs[p.N] = s
+	r.mu.Unlock()
+	if s.id != "" && p.CancelAfter > 0 {
+		r.cancels.Go(func() {
+			sleep(ctx, p.CancelAfter)
+			r.c.retry(ctx, deadline, http.MethodPost, "/v1/jobs/"+s.id+"/cancel", nil)
+		})
+	}
+}
+
+// await polls the table (without faults) until every submitted job is
+// finished or the deadline passes, and answers how many finished.
+func (r *run) await(ctx context.Context, deadline time.Time) int {
+	done := map[string]bool{}
+	lastNote := time.Now()
+	for {
+		r.mu.Lock()
+		subs := append([]*submission(nil), r.subs...)
+		r.mu.Unlock()
+		unknown := 0 // never answered with a job: nothing to wait for
+		for _, s := range subs {
+			if s == nil || s.id == "" {
+				unknown++
+				continue
+			}
+			if done[s.id] {
+				continue
+			}
+			j, err := r.raw.Get(ctx, Tenant, s.id)
+			switch {
+			case err == nil && j.State.Terminal():
+				done[s.id] = true
+			case err == nil && time.Since(lastNote) >= 5*time.Second:
+				fmt.Fprintf(r.cfg.Progress, "seed %d: waiting for job %s (%s): %s, steps %s, due %v\n", r.cfg.Seed, j.ID, s.plan.Kind, j.State, stepStates(j), j.DueAt)
+			}
+		}
+		if time.Since(lastNote) >= 5*time.Second {
+			lastNote = time.Now()
+		}
+		if len(done)+unknown >= len(subs) || !time.Now().Before(deadline) || ctx.Err() != nil {
+			r.mu.Lock()
+			r.finished = done
+			r.mu.Unlock()
+			return len(done)
+		}
+		sleep(ctx, 250*time.Millisecond)
+	}
+}
+
+// sweeper is the heartbeat under chaos: every second, by chance, the
+// stack's clock jumps past domain.DispatchGrace so overdue dispatches and
+// expired leases are due, and one sweep runs, or, by chance, two at once.
+// (The runner's own schedule sweeps every 2 s besides.)
+func (r *run) sweeper(ctx context.Context) {
+	heartbeat := handlers.Heartbeat(r.st.Engine)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		// Once every job is submitted, jump more often and further: a
+		// dispatch lost k times in a row waits DispatchGrace << k.
+		p, shifts := r.f.P.Advance, 1
+		if r.submitted.Load() {
+			p, shifts = min(2*p, 1), 3
+		}
+		advance, by := false, time.Duration(0)
+		r.f.Draw(StreamSweeps, func(rng *rand.Rand) {
+			advance = rng.Float64() < p
+			by = (domain.DispatchGrace + time.Second) << rng.IntN(shifts)
+		})
+		if advance {
+			r.clock.Advance(by)
+		}
+		n := 1
+		if r.f.Chance(StreamSweeps, KindDoubleSweep, r.f.P.DoubleSweep) {
+			n = 2
+		}
+		reps := make([]engine.SweepReport, n)
+		crashed := make([]bool, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				defer func() {
+					if p := recover(); p != nil {
+						crashed[i] = true // the invocation died; the next one picks up
+					}
+				}()
+				reps[i], _ = heartbeat(ctx, events.EventBridgeEvent{DetailType: "Scheduled Event", Source: "aws.events"})
+			})
+		}
+		wg.Wait()
+		r.mu.Lock()
+		if advance {
+			r.sweeps.Advances++
+		}
+		for i, rep := range reps {
+			r.sweeps.Sweeps++
+			if crashed[i] {
+				r.sweeps.Crashed++
+			}
+			r.sweeps.Due += rep.Due
+			r.sweeps.Reclaimed += rep.Reclaimed
+			r.sweeps.Redispatched += rep.Redispatched
+			r.sweeps.Errors += rep.Errors
+		}
+		r.mu.Unlock()
+	}
+}
+
+// queueCount is what a queue holds.
+type queueCount struct {
+	Name                       string
+	Visible, InFlight, Delayed int
+	Err                        string // the attributes could not be read
+}
+
+func (q queueCount) total() int { return q.Visible + q.InFlight + q.Delayed }
+
+// drain waits until the ready and worker queues hold no message (visible,
+// in flight or delayed), while the runner and the chaos workers go on
+// consuming; it answers what each held when it stopped, and what the
+// dead-letter queue holds.
+func (r *run) drain(ctx context.Context, deadline time.Time) ([]queueCount, int) {
+	urls := map[string]string{}
+	for _, id := range []string{"ReadyQueueP0", "ReadyQueueP1", "ReadyQueueP2"} {
+		urls[id] = r.st.Resources.QueueURLs[id]
+	}
+	q := queue.New(r.st.SQS, queue.Config{WorkerQueuePrefix: r.st.Resources.Env["STEPFLOW_WORKER_QUEUE_PREFIX"]})
+	for _, name := range WorkerQueues {
+		if u, err := q.WorkerQueueURL(ctx, Tenant, name); err == nil {
+			urls["worker queue "+name] = u
+		}
+	}
+	var all, left []queueCount
+	lastNote := time.Now()
+	for {
+		all, left = all[:0], left[:0]
+		for _, name := range sortedKeys(urls) {
+			c, err := r.count(ctx, name, urls[name])
+			if err != nil {
+				c.Err = err.Error()
+			}
+			all = append(all, c)
+			if err != nil || c.total() > 0 {
+				left = append(left, c)
+			}
+		}
+		if len(left) == 0 || !time.Now().Before(deadline) || ctx.Err() != nil {
+			break
+		}
+		if time.Since(lastNote) >= 5*time.Second {
+			lastNote = time.Now()
+			for _, c := range left {
+				fmt.Fprintf(r.cfg.Progress, "seed %d: draining %s: %d visible, %d in flight, %d delayed\n", r.cfg.Seed, c.Name, c.Visible, c.InFlight, c.Delayed)
+			}
+		}
+		sleep(ctx, 500*time.Millisecond)
+	}
+	dead := 0
+	if u := r.st.Resources.QueueURLs["DeadLetterQueue"]; u != "" {
+		if c, err := r.count(ctx, "dead-letter queue", u); err == nil {
+			dead = c.total()
+		}
+	}
+	return all, dead
+}
+
+func (r *run) count(ctx context.Context, name, url string) (queueCount, error) {
+	out, err := r.st.SQS.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(url),
+		AttributeNames: []sqstypes.QueueAttributeName{
+			sqstypes.QueueAttributeNameApproximateNumberOfMessages,
+			sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
+			sqstypes.QueueAttributeNameApproximateNumberOfMessagesDelayed,
+		},
+	})
+	c := queueCount{Name: name}
+	if err != nil {
+		return c, err
+	}
+	c.Visible, _ = strconv.Atoi(out.Attributes[string(sqstypes.QueueAttributeNameApproximateNumberOfMessages)])
+	c.InFlight, _ = strconv.Atoi(out.Attributes[string(sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible)])
+	c.Delayed, _ = strconv.Atoi(out.Attributes[string(sqstypes.QueueAttributeNameApproximateNumberOfMessagesDelayed)])
+	return c, nil
+}

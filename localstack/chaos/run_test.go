@@ -1,0 +1,49 @@
+package chaos
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepflow/stepflow/localstack/emulator"
+)
+
+// TestShortRun runs one small seed against moto: every check must hold.
+// Zombie and skewed workers are left to the chaos command here, to keep
+// the run short.
+func TestShortRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts moto; skipped with -short")
+	}
+	if _, err := exec.LookPath("moto_server"); err != nil {
+		t.Skip("moto_server is not on PATH")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	em, err := emulator.Start(ctx, "127.0.0.1:0", nil)
+	require.NoError(t, err)
+	t.Cleanup(em.Close)
+
+	p := DefaultProbabilities()
+	p.Zombie, p.Skew = 0, 0
+	var progress strings.Builder
+	start := time.Now()
+	res, err := Run(ctx, Config{Seed: 5, Jobs: 10, Endpoint: em.URL, Bound: 60 * time.Second, Drain: 15 * time.Second, Probabilities: p, Progress: &progress})
+	require.NoError(t, err)
+	var report strings.Builder
+	res.Report(&report, true)
+	t.Logf("%s\n%s(%s)", progress.String(), report.String(), time.Since(start).Round(time.Millisecond))
+
+	require.True(t, res.Passed(), "a check failed:\n%s", report.String())
+	require.Positive(t, res.FaultTotal())
+	require.Len(t, res.Checks, 10)
+	for _, c := range res.Checks[:9] {
+		require.Equal(t, 10, c.OK+c.Failed, "check %q ran on every job", c.Name)
+	}
+	require.Equal(t, 10, res.States["COMPLETED"]+res.States["FAILED"]+res.States["CANCELLED"])
+	require.Contains(t, Summary([]*Result{res}), "chaos: 1 runs, ")
+}

@@ -1,0 +1,276 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/stepflow/stepflow/shared/engine"
+)
+
+// ZombieTag marks what a chaos worker reports after its lease was lost: a
+// complete's output carries {"zombie": true} and a fail's message starts
+// with "[zombie]". The engine must refuse every such outcome, so no job may
+// end up holding one.
+const ZombieTag = "zombie"
+
+// lateAnswer is an outcome or heartbeat sent after its lease had expired
+// by the stack's clock that the engine accepted anyway.
+type lateAnswer struct {
+	Job, Step, Lease, Op string
+	Status               int
+	Answer               string
+	Sent, Expires        time.Time
+}
+
+// workers are the chaos workers: goroutines claiming worker steps over
+// HTTP, each lease handled by one of three behaviours (normal, zombie,
+// skewed clock) drawn from StreamWorkers.
+type workers struct {
+	f     *Faults
+	c     *client
+	clock *Clock
+	wg    sync.WaitGroup
+
+	claimed  atomic.Int64
+	outcomes atomic.Int64 // outcomes the engine accepted
+	refused  atomic.Int64 // 409s
+	odd      atomic.Int64 // answers no worker should get (4xx other than 409)
+
+	mu      sync.Mutex
+	late    []lateAnswer
+	retried []retriedOutcome
+	notes   []string
+}
+
+// retriedOutcome is an outcome sent again after a 5xx or no answer, then
+// answered 409: the worker cannot tell whether its first send was applied.
+type retriedOutcome struct {
+	Job, Step, Lease, Op string
+	Attempt              int
+	Body                 []byte // the last body sent
+}
+
+type claimAnswer struct {
+	Leases []engine.ClaimedLease `json:"leases"`
+}
+
+func (w *workers) start(ctx context.Context, per int) {
+	for _, q := range WorkerQueues {
+		for i := range per {
+			name := fmt.Sprintf("%s-w%d", q, i)
+			w.wg.Go(func() { w.loop(ctx, name, q) })
+		}
+	}
+}
+
+func (w *workers) loop(ctx context.Context, name, queue string) {
+	// Short polls, paced here: a long-poll claim (wait_seconds >= 1)
+	// busy-polls SQS through its last second (engine.Claim truncates the
+	// remaining wait to whole seconds), which would spend most of the
+	// fault budget on empty receives.
+	body, _ := json.Marshal(map[string]any{"queue": queue, "max": 2, "wait_seconds": 0, "worker": name})
+	for ctx.Err() == nil {
+		a := w.c.once(ctx, http.MethodPost, "/v1/claim", body)
+		if a.ok() && bytes.Equal(bytes.TrimSpace(a.body), []byte(`{"leases":[]}`)) {
+			sleep(ctx, 100*time.Millisecond)
+			continue
+		}
+		if !a.ok() {
+			if a.status != 0 && !a.retryable() {
+				w.note("claim answered %d: %s", a.status, a.body)
+			}
+			sleep(ctx, 100*time.Millisecond)
+			continue
+		}
+		var ca claimAnswer
+		if err := json.Unmarshal(a.body, &ca); err != nil {
+			w.note("claim answer unreadable: %v", err)
+			continue
+		}
+		for _, l := range ca.Leases {
+			w.claimed.Add(1)
+			w.wg.Go(func() { w.handle(ctx, name, l) })
+		}
+	}
+}
+
+func (w *workers) note(format string, args ...any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.notes) < 20 {
+		w.notes = append(w.notes, fmt.Sprintf(format, args...))
+	}
+}
+
+// behaviour is how a worker treats one lease.
+type behaviour struct {
+	zombie    bool          // stall past the lease, then report anyway
+	skew      time.Duration // the worker's clock minus the stack's; non-zero for a skewed worker
+	stall     time.Duration // how long past the lease a zombie wakes
+	work      time.Duration // how long the work takes
+	heartbeat bool
+	outcome   string // complete, retryable, fatal, resource, timeout
+}
+
+func (w *workers) behaviour() behaviour {
+	var b behaviour
+	b.zombie = w.f.Chance(StreamWorkers, KindZombie, w.f.P.Zombie)
+	skewed := !b.zombie && w.f.Chance(StreamWorkers, KindSkew, w.f.P.Skew)
+	w.f.Draw(StreamWorkers, func(r *rand.Rand) {
+		if skewed {
+			b.skew = time.Duration(1000+r.IntN(3000)) * time.Millisecond
+			if r.IntN(2) == 0 {
+				b.skew = -b.skew
+			}
+		}
+		b.stall = time.Duration(50+r.IntN(600)) * time.Millisecond
+		b.work = time.Duration(r.IntN(150)) * time.Millisecond
+		b.heartbeat = r.IntN(2) == 0
+		switch x := r.IntN(100); {
+		case x < 70:
+			b.outcome = "complete"
+		case x < 82:
+			b.outcome = "retryable"
+		case x < 90:
+			b.outcome = "fatal"
+		case x < 95:
+			b.outcome = "resource"
+		default:
+			b.outcome = "timeout"
+		}
+	})
+	return b
+}
+
+func (w *workers) handle(ctx context.Context, name string, l engine.ClaimedLease) {
+	b := w.behaviour()
+	expires := l.ExpiresAt
+	switch {
+	case b.zombie:
+		w.waitUntil(ctx, func() bool { return w.clock.Now().After(expires.Add(b.stall)) })
+	case b.skew != 0:
+		// The worker plans by its own clock: act 300 ms before the lease
+		// runs out, as it reckons. Behind the stack's clock, it acts late.
+		own := func() time.Time { return w.clock.Now().Add(b.skew) }
+		w.waitUntil(ctx, func() bool { return !own().Before(expires.Add(-300 * time.Millisecond)) })
+	default:
+		sleep(ctx, b.work)
+	}
+	if b.heartbeat {
+		a := w.send(ctx, l, "heartbeat", &expires, func(bool) []byte { return []byte(`{}`) })
+		if a.ok() {
+			var hb engine.HeartbeatResult
+			if json.Unmarshal(a.body, &hb) == nil {
+				if hb.CancelRequested {
+					return // the job was cancelled: stop working
+				}
+				expires = hb.ExpiresAt
+			}
+		}
+		switch {
+		case b.zombie:
+		case b.skew != 0:
+			own := func() time.Time { return w.clock.Now().Add(b.skew) }
+			w.waitUntil(ctx, func() bool { return !own().Before(expires.Add(-300 * time.Millisecond)) })
+		default:
+			sleep(ctx, b.work)
+		}
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	op := "complete"
+	if b.outcome != "complete" {
+		op = "fail"
+	}
+	w.send(ctx, l, op, &expires, func(late bool) []byte {
+		var v map[string]any
+		if op == "complete" {
+			out := map[string]any{"worker": name, "attempt": l.Attempt}
+			if late {
+				out[ZombieTag] = true
+			}
+			v = map[string]any{"output": out}
+		} else {
+			msg := fmt.Sprintf("worker %s reports %s", name, b.outcome)
+			if late {
+				msg = "[" + ZombieTag + "] " + msg
+			}
+			v = map[string]any{"class": b.outcome, "message": msg}
+		}
+		raw, _ := json.Marshal(v)
+		return raw
+	})
+}
+
+// waitUntil polls cond every 20 ms (the stack's clock may jump).
+func (w *workers) waitUntil(ctx context.Context, cond func() bool) {
+	for ctx.Err() == nil && !cond() {
+		sleep(ctx, 20*time.Millisecond)
+	}
+}
+
+// send posts a heartbeat or an outcome under a lease, again after a 5xx
+// or a transport error (the same lease). Whether it is late is judged by
+// the stack's clock just before each send against *expires, the latest
+// the lease may run to: a late one is tagged, and the engine must refuse
+// it. A heartbeat answered 5xx or not at all may have been applied, so
+// *expires moves to the latest expiry it could have set.
+func (w *workers) send(ctx context.Context, l engine.ClaimedLease, op string, expires *time.Time, body func(late bool) []byte) answer {
+	wait := 50 * time.Millisecond
+	var a answer
+	retried := false
+	for try := 0; try < 6 && ctx.Err() == nil; try++ {
+		sent := w.clock.Now()
+		late := !sent.Before(*expires)
+		b := body(late)
+		a = w.c.once(ctx, http.MethodPost, "/v1/leases/"+l.LeaseID+"/"+op, b)
+		switch {
+		case a.ok():
+			if late {
+				w.mu.Lock()
+				w.late = append(w.late, lateAnswer{Job: l.JobID, Step: l.StepID, Lease: l.LeaseID, Op: op, Status: a.status, Answer: truncate(a.body, 160), Sent: sent, Expires: *expires})
+				w.mu.Unlock()
+			}
+			if op != "heartbeat" {
+				w.outcomes.Add(1)
+			}
+			return a
+		case a.status == http.StatusConflict:
+			w.refused.Add(1)
+			if retried && op != "heartbeat" {
+				w.mu.Lock()
+				w.retried = append(w.retried, retriedOutcome{Job: l.JobID, Step: l.StepID, Lease: l.LeaseID, Op: op, Attempt: l.Attempt, Body: b})
+				w.mu.Unlock()
+			}
+			return a
+		case !a.retryable():
+			w.odd.Add(1)
+			w.note("%s of lease %s answered %d: %s", op, l.LeaseID, a.status, a.body)
+			return a
+		}
+		retried = true
+		if op == "heartbeat" {
+			if maybe := w.clock.Now().Add(time.Duration(l.LeaseSeconds) * time.Second); maybe.After(*expires) {
+				*expires = maybe
+			}
+		}
+		sleep(ctx, wait)
+		wait *= 2
+	}
+	return a
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "..."
+	}
+	return string(b)
+}

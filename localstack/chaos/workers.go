@@ -168,10 +168,10 @@ func (w *workers) handle(ctx context.Context, name string, l engine.ClaimedLease
 		if a.ok() {
 			var hb engine.HeartbeatResult
 			if json.Unmarshal(a.body, &hb) == nil {
-				if hb.CancelRequested {
+				if hb.CancelRequested || hb.ExpiresAt == nil {
 					return // the job was cancelled: stop working
 				}
-				expires = hb.ExpiresAt
+				expires = *hb.ExpiresAt
 			}
 		}
 		switch {

@@ -20,6 +20,7 @@ import (
 	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
+	"github.com/stepflow/stepflow/shared/queue"
 )
 
 const (
@@ -375,4 +376,84 @@ func TestOutputThatOverflowsTheJobIsRefusedNotStuck(t *testing.T) {
 	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+l[0].LeaseID+"/fail", keyA, map[string]any{"class": "fatal", "message": "output too large"}, nil)
 	h.AwaitState(t, keyA, j.ID, domain.JobFailed)
 	h.CheckReplay(t, tenantA, j.ID)
+}
+
+func TestIdempotentReplayDispatchesAJobThatNeverStarted(t *testing.T) {
+	t.Parallel()
+	faults := &stacktest.FaultSQS{}
+	h := stacktest.New(t, stacktest.WithFaultSQS(faults))
+	spec := map[string]any{"steps": []any{map[string]any{"id": "a", "action": "pass"}}}
+
+	// The first request writes the job and dies before its send.
+	faults.FailNextSends(1, "a")
+	var first, again stacktest.Job
+	h.JSON(t, http.StatusCreated, http.MethodPost, "/v1/jobs", keyA, spec, &first, "Idempotency-Key", "retry-me")
+	require.EqualValues(t, 1, faults.Failed.Load())
+	// The client retries with the same key: the same job, sent this time,
+	// with no sweep needed.
+	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/jobs", keyA, spec, &again, "Idempotency-Key", "retry-me")
+	require.Equal(t, first.ID, again.ID)
+	h.AwaitState(t, keyA, again.ID, domain.JobCompleted)
+}
+
+func TestCancelledWorkerHearsItButAnExpiredOrForgedLeaseDoesNot(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t)
+	live := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "w", "action": "worker", "queue": "c", "lease_seconds": 300}}})
+	l := claim(t, h, keyA, "c", "w1", 1, 5)
+	require.Len(t, l, 1)
+	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/jobs/"+live.ID+"/cancel", keyA, nil, nil)
+
+	var hb map[string]any
+	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+l[0].LeaseID+"/heartbeat", keyA, nil, &hb)
+	require.Equal(t, true, hb["cancel_requested"])
+	require.NotContains(t, hb, "expires_at", "a cancelled lease has no expiry to report")
+
+	forged := l[0].LeaseID[:len(l[0].LeaseID)-4] + "beef"
+	status, body := h.Call(t, http.MethodPost, "/v1/leases/"+forged+"/heartbeat", keyA, nil)
+	require.Equal(t, http.StatusConflict, status, "%s", body)
+
+	// A lease that had expired before the cancel was already lost.
+	old := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "w", "action": "worker", "queue": "c", "lease_seconds": 1}}})
+	l = claim(t, h, keyA, "c", "w2", 1, 5)
+	require.Len(t, l, 1)
+	require.Equal(t, old.ID, l[0].JobID)
+	h.Clock.Advance(2 * time.Second)
+	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/jobs/"+old.ID+"/cancel", keyA, nil, nil)
+	status, body = h.Call(t, http.MethodPost, "/v1/leases/"+l[0].LeaseID+"/heartbeat", keyA, nil)
+	require.Equal(t, http.StatusConflict, status, "%s", body)
+	require.Equal(t, domain.AttemptTimeout, h.Get(t, keyA, old.ID).Steps[0].Attempts[0].State)
+	h.CheckReplay(t, tenantA, old.ID)
+}
+
+func TestDuplicateDeliveryOfALeasedStepIsHeldNotDropped(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t, func(o *devstack.Options) { o.NoRunner = true })
+	ctx := context.Background()
+	j, _, err := h.Engine.Submit(ctx, tenantA, []byte(`{"steps":[{"id":"nap","action":"sleep","seconds":1}]}`), "")
+	require.NoError(t, err)
+	m := queue.Message{Tenant: tenantA, Job: j.ID, Step: "nap"}
+
+	done := make(chan engine.ExecuteResult, 1)
+	go func() {
+		res, err := h.Engine.Execute(ctx, m, "")
+		require.NoError(t, err)
+		done <- res
+	}()
+	require.Eventually(t, func() bool {
+		got, err := h.Engine.Get(ctx, tenantA, j.ID)
+		require.NoError(t, err)
+		return got.Steps[0].State == domain.StepRunning
+	}, 10*time.Second, 10*time.Millisecond)
+
+	// The same message again while the first run holds the lease: kept for
+	// later, not deleted, and nothing runs twice.
+	res, err := h.Engine.Execute(ctx, m, "")
+	require.NoError(t, err)
+	require.Equal(t, engine.Held, res)
+	require.Equal(t, engine.Executed, <-done)
+	got, err := h.Engine.Get(ctx, tenantA, j.ID)
+	require.NoError(t, err)
+	require.Len(t, got.Steps[0].Attempts, 1)
+	require.Equal(t, domain.JobCompleted, got.State)
 }

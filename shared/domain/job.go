@@ -9,6 +9,9 @@ import (
 	"time"
 )
 
+// leaseExpired is the error of an attempt whose lease ran out.
+const leaseExpired = "lease expired before an outcome was reported"
+
 // DispatchGrace is how long a runnable step may wait for its message, or a
 // lease may stay expired, before the heartbeat's sweep acts on it. It bounds
 // how long a message lost between a DynamoDB write and an SQS send delays a
@@ -85,8 +88,11 @@ type StepError struct {
 
 // Attempt is one execution of a step.
 type Attempt struct {
-	N         int             `json:"n"`
-	State     AttemptState    `json:"state"`
+	N     int          `json:"n"`
+	State AttemptState `json:"state"`
+	// Lease is the id of the lease the attempt ran under: its holder may
+	// repeat its outcome, or learn of a cancel, after the lease is gone.
+	Lease     string          `json:"lease,omitempty"`
 	Worker    string          `json:"worker,omitempty"`
 	StartedAt *time.Time      `json:"started_at,omitempty"`
 	EndedAt   *time.Time      `json:"ended_at,omitempty"`
@@ -235,7 +241,7 @@ func (j *Job) Lease(stepID string, req LeaseRequest, now time.Time) (*Lease, err
 	s.Lease = lease
 	s.ReadyAt = nil
 	s.Redispatches = 0
-	s.Attempts = append(s.Attempts, Attempt{N: s.Attempt, State: AttemptRunning, Worker: req.Worker, StartedAt: &now})
+	s.Attempts = append(s.Attempts, Attempt{N: s.Attempt, State: AttemptRunning, Lease: lease.ID, Worker: req.Worker, StartedAt: &now})
 	j.settleVia(now, req.ViaWorker)
 	return lease, nil
 }
@@ -263,7 +269,7 @@ func (j *Job) reclaim(s *Step, now time.Time) error {
 	if err := j.stepTo(s, StepEvLeaseTimeout, now, "lease "+s.Lease.ID+" expired"); err != nil {
 		return err
 	}
-	j.endAttempt(s, AttemptTimeout, &StepError{Class: ClassTimeout, Message: "lease expired before an outcome was reported"}, nil, now)
+	j.endAttempt(s, AttemptTimeout, &StepError{Class: ClassTimeout, Message: leaseExpired}, nil, now)
 	s.Lease = nil
 	if s.Attempt >= s.Spec.Retry.MaxAttempts {
 		s.Error = s.Attempts[len(s.Attempts)-1].Error
@@ -413,7 +419,11 @@ func (j *Job) Cancel(now time.Time) (bool, error) {
 		if s.State.Terminal() {
 			continue
 		}
-		if s.Lease != nil {
+		switch {
+		case s.Lease != nil && !now.Before(s.Lease.ExpiresAt):
+			// Its lease had run out: the attempt timed out before the cancel.
+			j.endAttempt(s, AttemptTimeout, &StepError{Class: ClassTimeout, Message: leaseExpired}, nil, now)
+		case s.Lease != nil:
 			j.endAttempt(s, AttemptCancelled, nil, nil, now)
 		}
 		if err := j.stepTo(s, StepEvCancel, now, ""); err != nil {
@@ -614,6 +624,39 @@ func (j *Job) NeedsSweep(s *Step, now time.Time) (redispatch, reclaim bool) {
 		return false, !now.Before(s.Lease.ExpiresAt)
 	}
 	return false, false
+}
+
+// AttemptUnder answers the attempt that ran under leaseID, if any.
+func (s *Step) AttemptUnder(leaseID string) *Attempt {
+	for i := len(s.Attempts) - 1; i >= 0; i-- {
+		if s.Attempts[i].Lease == leaseID {
+			return &s.Attempts[i]
+		}
+	}
+	return nil
+}
+
+// CancelledUnder reports whether leaseID's attempt was live when its job
+// was cancelled: its holder is told to stop rather than that it lost.
+func (s *Step) CancelledUnder(leaseID string) bool {
+	a := s.AttemptUnder(leaseID)
+	return s.State == StepCanceled && a != nil && a.State == AttemptCancelled
+}
+
+// AlreadyRecorded reports whether leaseID's attempt already ended with the
+// outcome now reported again (a retry of a request whose answer was lost):
+// success for a completion, failure for a failure.
+func (s *Step) AlreadyRecorded(leaseID string, success bool) bool {
+	a := s.AttemptUnder(leaseID)
+	if a == nil {
+		return false
+	}
+	if success {
+		return a.State == AttemptSucceeded
+	}
+	// A reported timeout also ends the attempt "timeout"; an expired lease
+	// does too, but that is no outcome of the holder's.
+	return a.State == AttemptFailed || a.State == AttemptTimeout && a.Error != nil && a.Error.Message != leaseExpired
 }
 
 // IdempotencyToken is the key an attempt passes to the action, so the

@@ -105,7 +105,7 @@ func TestPassJob(t *testing.T) {
 	require.Same(t, l, s.Lease)
 	require.Nil(t, s.ReadyAt)
 	require.Empty(t, j.Runnable())
-	require.Equal(t, []Attempt{{N: 1, State: AttemptRunning, StartedAt: &t1}}, s.Attempts)
+	require.Equal(t, []Attempt{{N: 1, State: AttemptRunning, Lease: l.ID, StartedAt: &t1}}, s.Attempts)
 	requireDue(t, j, l.ExpiresAt.Add(DispatchGrace))
 	ref, err := ParseLeaseID(l.ID)
 	require.NoError(t, err)

@@ -174,6 +174,9 @@ func decodeError(err error) error {
 		return Invalid(field, "must be %s, not JSON %s", typ.Type.String(), typ.Value)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		if name == "" {
+			return Invalid("body", `has an unknown field ""`)
+		}
 		return Invalid(name, "is not a known field")
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return Invalid("body", "is truncated JSON")

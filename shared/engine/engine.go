@@ -45,6 +45,7 @@ type Queue interface {
 	Receive(ctx context.Context, url string, max int, wait time.Duration) ([]queue.Received, error)
 	Delete(ctx context.Context, url, receipt string) error
 	Hide(ctx context.Context, url, receipt string, d time.Duration) error
+	QueueFor(ctx context.Context, j *domain.Job, s *domain.Step) (string, error)
 	Backlog(ctx context.Context) (int, error)
 }
 
@@ -244,10 +245,15 @@ func (e *Engine) Submit(ctx context.Context, tenant string, body []byte, idemKey
 	if err != nil {
 		return nil, false, err
 	}
-	if created {
+	// A replay of a job that has not started yet dispatches again: the
+	// first request may have died between its write and its send, and a
+	// duplicate message finds nothing to do.
+	if created || j.State == domain.JobQueued {
 		var ds []domain.Dispatch
 		for _, s := range j.Runnable() {
-			ds = append(ds, domain.Dispatch{Step: s})
+			if s.Attempt == 0 {
+				ds = append(ds, domain.Dispatch{Step: s})
+			}
 		}
 		e.dispatch(ctx, j, ds)
 	}

@@ -23,19 +23,29 @@ const (
 	Executed ExecuteResult = "executed" // ran an attempt and recorded its outcome
 	Stale    ExecuteResult = "stale"    // nothing to do: a duplicate, or the job moved on
 	Deferred ExecuteResult = "deferred" // not due yet; sent again with the rest of its delay
+	// Held: another executor holds a live lease on the step (a duplicate
+	// delivery, or the redelivery of a crashed run whose lease began after
+	// the message's visibility did). The message is hidden until the lease
+	// runs out and must not be deleted: if the holder died, it comes back
+	// and the step is reclaimed.
+	Held ExecuteResult = "held"
 )
 
 // Execute handles one ready-queue message: it takes the step's lease with a
 // conditional write (reclaiming an expired one), runs the built-in action,
 // records the outcome under the lease and dispatches what comes next. An
 // error means the message must come back (a batch item failure).
-func (e *Engine) Execute(ctx context.Context, m queue.Message) (ExecuteResult, error) {
+func (e *Engine) Execute(ctx context.Context, m queue.Message, receipt string) (ExecuteResult, error) {
 	var lease *domain.Lease
 	var call actions.Call
+	var hideFor time.Duration
 	j, err := e.mutate(ctx, m.Tenant, m.Job, func(j *domain.Job, now time.Time) error {
 		s, i, err := j.Step(m.Step)
 		if err != nil {
 			return err
+		}
+		if s.Lease != nil {
+			hideFor = s.Lease.ExpiresAt.Sub(now) + time.Second
 		}
 		if held, err := reclaimIfExpired(j, s, now); held || err != nil {
 			return err
@@ -49,6 +59,15 @@ func (e *Engine) Execute(ctx context.Context, m queue.Message) (ExecuteResult, e
 	})
 	var notYet *domain.NotYetError
 	switch {
+	case errors.Is(err, errLiveLease):
+		url, qerr := e.Queue.QueueFor(ctx, j, mustStep(j, m.Step))
+		if qerr == nil && receipt != "" {
+			qerr = e.Queue.Hide(ctx, url, receipt, hideFor)
+		}
+		if qerr != nil {
+			e.Log.Warn("held message not hidden; it comes back at its visibility timeout", "job", m.Job, "err", qerr)
+		}
+		return Held, nil
 	case errors.As(err, &notYet):
 		e.dispatch(ctx, j, []domain.Dispatch{{Step: mustStep(j, m.Step), Delay: notYet.Until.Sub(e.now())}})
 		return Deferred, nil

@@ -76,9 +76,12 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 	deadline := time.Now().Add(time.Duration(r.WaitSeconds) * time.Second)
 	var out []ClaimedLease
 	for {
-		wait := max(time.Until(deadline).Truncate(time.Second), 0)
-		if len(out) > 0 {
-			wait = 0
+		wait := time.Duration(0)
+		if len(out) == 0 {
+			// Whole seconds, rounded up: SQS long-polls in seconds, and a
+			// wait rounded down to 0 would poll in a busy loop.
+			wait = min((time.Until(deadline)+time.Second-1).Truncate(time.Second), MaxClaimWait)
+			wait = max(wait, 0)
 		}
 		msgs, err := e.Queue.Receive(ctx, url, r.Max-len(out), wait)
 		if err != nil {
@@ -94,7 +97,8 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 				out = append(out, *cl)
 			}
 		}
-		if len(out) >= r.Max || len(msgs) == 0 && !time.Now().Before(deadline) || ctx.Err() != nil || len(msgs) == 0 && len(out) > 0 {
+		// An empty poll ends the claim: it waited as long as it was asked.
+		if len(msgs) == 0 || len(out) >= r.Max || ctx.Err() != nil || len(out) > 0 && !time.Now().Before(deadline) {
 			return out, nil
 		}
 	}
@@ -158,9 +162,9 @@ func leaseTarget(j *domain.Job, ref domain.LeaseRef) (*domain.Step, error) {
 
 // HeartbeatResult answers POST /v1/leases/{lease}/heartbeat.
 type HeartbeatResult struct {
-	LeaseID         string    `json:"lease_id"`
-	ExpiresAt       time.Time `json:"expires_at"`
-	CancelRequested bool      `json:"cancel_requested"`
+	LeaseID         string     `json:"lease_id"`
+	ExpiresAt       *time.Time `json:"expires_at,omitempty"` // absent once a cancel ended the lease
+	CancelRequested bool       `json:"cancel_requested"`
 }
 
 // Heartbeat extends a worker's lease by extend (the step's lease_seconds
@@ -183,7 +187,7 @@ func (e *Engine) Heartbeat(ctx context.Context, tenant, leaseID string, extend t
 		if err != nil {
 			return err
 		}
-		if s.State == domain.StepCanceled && s.Attempt == ref.Attempt {
+		if s.CancelledUnder(leaseID) {
 			res.CancelRequested = true
 			return errNoChange
 		}
@@ -201,7 +205,7 @@ func (e *Engine) Heartbeat(ctx context.Context, tenant, leaseID string, extend t
 	if res.CancelRequested {
 		return res, nil
 	}
-	res.ExpiresAt = lease.ExpiresAt
+	res.ExpiresAt = &lease.ExpiresAt
 	if lease.Receipt != "" {
 		if url, err := e.Queue.WorkerQueueURL(ctx, tenant, queueName); err == nil {
 			if err := e.Queue.Hide(ctx, url, lease.Receipt, lease.ExpiresAt.Sub(e.now())); err != nil {
@@ -270,6 +274,9 @@ func (e *Engine) finishLease(ctx context.Context, tenant, leaseID string, output
 			return err
 		}
 		stepID, queueName = s.ID(), s.Spec.Queue
+		if s.AlreadyRecorded(leaseID, failure == nil) {
+			return errNoChange // a retry whose first answer was lost: answer it again
+		}
 		if s.Lease != nil {
 			receipt = s.Lease.Receipt
 		}

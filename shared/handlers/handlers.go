@@ -5,6 +5,7 @@ package handlers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -26,7 +27,9 @@ func Execute(e *engine.Engine, log *slog.Logger) func(context.Context, events.SQ
 		for _, rec := range ev.Records {
 			wg.Go(func() {
 				if err := executeRecord(ctx, e, rec); err != nil {
-					log.Warn("message will be redelivered", "message_id", rec.MessageId, "err", err)
+					if !errors.Is(err, errHeld) {
+						log.Warn("message will be redelivered", "message_id", rec.MessageId, "err", err)
+					}
 					mu.Lock()
 					resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
 					mu.Unlock()
@@ -38,6 +41,8 @@ func Execute(e *engine.Engine, log *slog.Logger) func(context.Context, events.SQ
 		return resp, nil
 	}
 }
+
+var errHeld = errors.New("step is held by a live lease")
 
 func executeRecord(ctx context.Context, e *engine.Engine, rec events.SQSMessage) (err error) {
 	// A panic on one record's goroutine would kill the whole runtime; this
@@ -53,8 +58,13 @@ func executeRecord(ctx context.Context, e *engine.Engine, rec events.SQSMessage)
 		e.Log.Warn("dropped a message that names no step", "message_id", rec.MessageId)
 		return nil
 	}
-	if _, err := e.Execute(ctx, m); err != nil {
+	res, err := e.Execute(ctx, m, rec.ReceiptHandle)
+	if err != nil {
 		return fmt.Errorf("message %s: %w", rec.MessageId, err)
+	}
+	if res == engine.Held {
+		// Kept, hidden until the holder's lease runs out.
+		return fmt.Errorf("message %s: %w", rec.MessageId, errHeld)
 	}
 	return nil
 }

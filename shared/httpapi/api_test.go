@@ -482,8 +482,14 @@ func TestLostLease(t *testing.T) {
 	got := h.Get(t, stacktest.KeyA, j.ID)
 	require.Equal(t, domain.JobCompleted, got.State)
 	require.JSONEq(t, `{"from":"w2"}`, string(got.Steps[0].Output))
-	// A finished lease is lost too.
-	status, raw = h.Call(t, "POST", "/v1/leases/"+second.LeaseID+"/complete", stacktest.KeyA, `{"output":1}`)
+	// Completing again (a retry whose answer was lost) answers the same
+	// outcome and changes nothing; anything else on a finished lease is lost.
+	h.JSON(t, http.StatusOK, "POST", "/v1/leases/"+second.LeaseID+"/complete", stacktest.KeyA, `{"output":1}`, &out)
+	require.Equal(t, domain.JobCompleted, out.JobState)
+	require.JSONEq(t, `{"from":"w2"}`, string(h.Get(t, stacktest.KeyA, j.ID).Steps[0].Output), "the first outcome stands")
+	status, raw = h.Call(t, "POST", "/v1/leases/"+second.LeaseID+"/fail", stacktest.KeyA, `{"class":"fatal"}`)
+	requireError(t, status, raw, http.StatusConflict, domain.CodeLeaseLost, "")
+	status, raw = h.Call(t, "POST", "/v1/leases/"+second.LeaseID+"/heartbeat", stacktest.KeyA, `{}`)
 	requireError(t, status, raw, http.StatusConflict, domain.CodeLeaseLost, "")
 	h.CheckReplay(t, stacktest.TenantA, j.ID)
 }

@@ -30,8 +30,20 @@ type StepView struct {
 	NextRunAt   *time.Time        `json:"next_run_at,omitempty"`
 	Output      json.RawMessage   `json:"output,omitempty"`
 	Error       *domain.StepError `json:"error,omitempty"`
-	Attempts    []domain.Attempt  `json:"attempts"`
+	Attempts    []AttemptView     `json:"attempts"`
 	Lease       *LeaseView        `json:"lease,omitempty"`
+}
+
+// AttemptView is one attempt; the lease id it ran under stays with its
+// holder.
+type AttemptView struct {
+	N         int                 `json:"n"`
+	State     domain.AttemptState `json:"state"`
+	Worker    string              `json:"worker,omitempty"`
+	StartedAt *time.Time          `json:"started_at,omitempty"`
+	EndedAt   *time.Time          `json:"ended_at,omitempty"`
+	Error     *domain.StepError   `json:"error,omitempty"`
+	Output    json.RawMessage     `json:"output,omitempty"`
 }
 
 // LeaseView shows who holds a step. The lease id is the holder's fencing
@@ -50,10 +62,10 @@ func jobView(j *domain.Job) JobView {
 	for _, s := range j.Steps {
 		sv := StepView{
 			ID: s.ID(), Action: s.Spec.Action, State: s.State, Attempt: s.Attempt, MaxAttempts: s.Spec.Retry.MaxAttempts,
-			Output: s.Output, Error: s.Error, Attempts: s.Attempts,
+			Output: s.Output, Error: s.Error, Attempts: make([]AttemptView, 0, len(s.Attempts)),
 		}
-		if sv.Attempts == nil {
-			sv.Attempts = []domain.Attempt{}
+		for _, a := range s.Attempts {
+			sv.Attempts = append(sv.Attempts, AttemptView{N: a.N, State: a.State, Worker: a.Worker, StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: a.Error, Output: a.Output})
 		}
 		if s.State == domain.StepRetrying {
 			sv.NextRunAt = s.ReadyAt

@@ -80,7 +80,7 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 		if len(out) == 0 {
 			// Whole seconds, rounded up: SQS long-polls in seconds, and a
 			// wait rounded down to 0 would poll in a busy loop.
-			wait = min((time.Until(deadline)+time.Second-1).Truncate(time.Second), MaxClaimWait)
+			wait = min((time.Until(deadline) + time.Second - 1).Truncate(time.Second), MaxClaimWait)
 			wait = max(wait, 0)
 		}
 		msgs, err := e.Queue.Receive(ctx, url, r.Max-len(out), wait)

@@ -3,16 +3,29 @@ SHELL := /bin/bash
 GO    ?= go
 FUNCTIONS := enqueue claim execute heartbeat
 
-.PHONY: dev test vet lint build invoke clean bench
+.PHONY: dev test vet lint build invoke clean bench chaos
 
 ## dev: serve the HTTP API on STEPFLOW_ADDR (127.0.0.1:3000) over a local AWS emulator; stays in the foreground
 dev:
 	$(GO) run ./cmd/stepflow-local dev
 
-## test: go vet, every test with the race detector (each starts its own moto), cfn-lint on template.yaml
+## test: go vet, every test with the race detector (each binary starts its own moto; the atomicity test
+## races 1000 rounds), each fuzz target briefly, a short fixed chaos run, cfn-lint on template.yaml
 test: vet
-	$(GO) test -race -count=1 ./...
+	STEPFLOW_ATOMICITY_ROUNDS=1000 $(GO) test -race -count=1 ./...
+	$(GO) test -run='^$$' -fuzz='^FuzzParseJobSpec$$' -fuzztime=$(FUZZTIME) ./shared/domain
+	$(GO) test -run='^$$' -fuzz='^FuzzTransitions$$' -fuzztime=$(FUZZTIME) ./shared/domain
+	$(GO) test -run='^$$' -fuzz='^FuzzAPIGatewayEvent$$' -fuzztime=$(FUZZTIME) ./shared/httpapi
+	$(GO) run ./cmd/stepflow-chaos --runs 3 --seed 1
 	cfn-lint template.yaml
+
+FUZZTIME ?= 10s
+
+## chaos: many seeded fault-injection runs (CHAOS_FLAGS="--runs 50 --seed 100" for others) and 1000 atomicity rounds
+CHAOS_FLAGS ?= --runs 20 --seed 1
+chaos:
+	STEPFLOW_ATOMICITY_ROUNDS=1000 $(GO) test -count=1 -run TestConditionalUpdateIsAtomic -v ./localstack/emulator | grep -E '^(---|ok|FAIL)|rounds'
+	$(GO) run ./cmd/stepflow-chaos $(CHAOS_FLAGS)
 
 vet:
 	$(GO) vet ./...

@@ -71,15 +71,11 @@ func (w *workers) start(ctx context.Context, per int) {
 }
 
 func (w *workers) loop(ctx context.Context, name, queue string) {
-	// Short polls, paced here: a long-poll claim (wait_seconds >= 1)
-	// busy-polls SQS through its last second (engine.Claim truncates the
-	// remaining wait to whole seconds), which would spend most of the
-	// fault budget on empty receives.
-	body, _ := json.Marshal(map[string]any{"queue": queue, "max": 2, "wait_seconds": 0, "worker": name})
+	// Long polls of one second, as a real worker would claim.
+	body, _ := json.Marshal(map[string]any{"queue": queue, "max": 2, "wait_seconds": 1, "worker": name})
 	for ctx.Err() == nil {
 		a := w.c.once(ctx, http.MethodPost, "/v1/claim", body)
 		if a.ok() && bytes.Equal(bytes.TrimSpace(a.body), []byte(`{"leases":[]}`)) {
-			sleep(ctx, 100*time.Millisecond)
 			continue
 		}
 		if !a.ok() {

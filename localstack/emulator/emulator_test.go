@@ -157,6 +157,7 @@ func TestConditionalUpdateIsAtomic(t *testing.T) {
 	for round, w := range winners {
 		require.Equal(t, strconv.Itoa(w), stored[pk(round)], "round %d: stored value is not the winner's", round)
 	}
+	t.Logf("%d rounds of %d racers: exactly one winner in every round", n, racers)
 }
 
 func TestCountsByOperation(t *testing.T) {

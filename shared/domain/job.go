@@ -92,12 +92,16 @@ type Attempt struct {
 	State AttemptState `json:"state"`
 	// Lease is the id of the lease the attempt ran under: its holder may
 	// repeat its outcome, or learn of a cancel, after the lease is gone.
-	Lease     string          `json:"lease,omitempty"`
-	Worker    string          `json:"worker,omitempty"`
-	StartedAt *time.Time      `json:"started_at,omitempty"`
-	EndedAt   *time.Time      `json:"ended_at,omitempty"`
-	Error     *StepError      `json:"error,omitempty"`
-	Output    json.RawMessage `json:"output,omitempty"`
+	Lease string `json:"lease,omitempty"`
+	// LeaseUntil is when the lease would have run out, kept when a cancel
+	// ends it: until then its holder hears cancel_requested, after it the
+	// lease is simply lost.
+	LeaseUntil *time.Time      `json:"lease_until,omitempty"`
+	Worker     string          `json:"worker,omitempty"`
+	StartedAt  *time.Time      `json:"started_at,omitempty"`
+	EndedAt    *time.Time      `json:"ended_at,omitempty"`
+	Error      *StepError      `json:"error,omitempty"`
+	Output     json.RawMessage `json:"output,omitempty"`
 }
 
 // Event is one entry of a job's log. Type is a job event (job_created ...)
@@ -425,6 +429,8 @@ func (j *Job) Cancel(now time.Time) (bool, error) {
 			j.endAttempt(s, AttemptTimeout, &StepError{Class: ClassTimeout, Message: leaseExpired}, nil, now)
 		case s.Lease != nil:
 			j.endAttempt(s, AttemptCancelled, nil, nil, now)
+			until := s.Lease.ExpiresAt
+			s.Attempts[len(s.Attempts)-1].LeaseUntil = &until
 		}
 		if err := j.stepTo(s, StepEvCancel, now, ""); err != nil {
 			return false, err
@@ -637,10 +643,11 @@ func (s *Step) AttemptUnder(leaseID string) *Attempt {
 }
 
 // CancelledUnder reports whether leaseID's attempt was live when its job
-// was cancelled: its holder is told to stop rather than that it lost.
-func (s *Step) CancelledUnder(leaseID string) bool {
+// was cancelled and its lease would still be: its holder is told to stop
+// rather than that it lost.
+func (s *Step) CancelledUnder(leaseID string, now time.Time) bool {
 	a := s.AttemptUnder(leaseID)
-	return s.State == StepCanceled && a != nil && a.State == AttemptCancelled
+	return s.State == StepCanceled && a != nil && a.State == AttemptCancelled && a.LeaseUntil != nil && now.Before(*a.LeaseUntil)
 }
 
 // AlreadyRecorded reports whether leaseID's attempt already ended with the

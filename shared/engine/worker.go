@@ -187,7 +187,7 @@ func (e *Engine) Heartbeat(ctx context.Context, tenant, leaseID string, extend t
 		if err != nil {
 			return err
 		}
-		if s.CancelledUnder(leaseID) {
+		if s.CancelledUnder(leaseID, now) {
 			res.CancelRequested = true
 			return errNoChange
 		}

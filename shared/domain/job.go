@@ -93,9 +93,9 @@ type Attempt struct {
 	// Lease is the id of the lease the attempt ran under: its holder may
 	// repeat its outcome, or learn of a cancel, after the lease is gone.
 	Lease string `json:"lease,omitempty"`
-	// LeaseUntil is when the lease would have run out, kept when a cancel
-	// ends it: until then its holder hears cancel_requested, after it the
-	// lease is simply lost.
+	// LeaseUntil is when the attempt's lease would have run out. Until then
+	// its holder may repeat its outcome or hear cancel_requested; after it
+	// the lease is simply lost.
 	LeaseUntil *time.Time      `json:"lease_until,omitempty"`
 	Worker     string          `json:"worker,omitempty"`
 	StartedAt  *time.Time      `json:"started_at,omitempty"`
@@ -429,8 +429,6 @@ func (j *Job) Cancel(now time.Time) (bool, error) {
 			j.endAttempt(s, AttemptTimeout, &StepError{Class: ClassTimeout, Message: leaseExpired}, nil, now)
 		case s.Lease != nil:
 			j.endAttempt(s, AttemptCancelled, nil, nil, now)
-			until := s.Lease.ExpiresAt
-			s.Attempts[len(s.Attempts)-1].LeaseUntil = &until
 		}
 		if err := j.stepTo(s, StepEvCancel, now, ""); err != nil {
 			return false, err
@@ -471,6 +469,10 @@ func (j *Job) endAttempt(s *Step, state AttemptState, serr *StepError, output js
 	if n := len(s.Attempts); n > 0 && !s.Attempts[n-1].State.Terminal() {
 		a := &s.Attempts[n-1]
 		a.State, a.Error, a.Output, a.EndedAt = state, serr, output, &now
+		if s.Lease != nil {
+			until := s.Lease.ExpiresAt
+			a.LeaseUntil = &until
+		}
 	}
 }
 
@@ -653,9 +655,9 @@ func (s *Step) CancelledUnder(leaseID string, now time.Time) bool {
 // AlreadyRecorded reports whether leaseID's attempt already ended with the
 // outcome now reported again (a retry of a request whose answer was lost):
 // success for a completion, failure for a failure.
-func (s *Step) AlreadyRecorded(leaseID string, success bool) bool {
+func (s *Step) AlreadyRecorded(leaseID string, success bool, now time.Time) bool {
 	a := s.AttemptUnder(leaseID)
-	if a == nil {
+	if a == nil || a.LeaseUntil == nil || !now.Before(*a.LeaseUntil) {
 		return false
 	}
 	if success {

@@ -1019,3 +1019,30 @@ func TestDueOnlyMovesEarlierUntilResweep(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, j.DueAt)
 }
+
+func TestALeaseIdIsGoodUntilItsExpiryOnly(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, workerJob)
+	l, err := j.Lease("a", viaWorker("w", "n1"), at(0))
+	require.NoError(t, err)
+	_, err = j.Complete("a", l.ID, []byte(`1`), at(10*time.Second))
+	require.NoError(t, err)
+	s, _, _ := j.Step("a")
+
+	// A repeated completion while the lease would still run is the same
+	// outcome again; after its expiry the lease is just lost.
+	require.True(t, s.AlreadyRecorded(l.ID, true, at(30*time.Second)))
+	require.False(t, s.AlreadyRecorded(l.ID, false, at(30*time.Second)), "a failure was never recorded")
+	require.False(t, s.AlreadyRecorded(l.ID, true, l.ExpiresAt))
+	require.False(t, s.AlreadyRecorded("job1.0.1.other", true, at(30*time.Second)))
+
+	c := newJob(t, workerJob)
+	l, err = c.Lease("a", viaWorker("w", "n2"), at(0))
+	require.NoError(t, err)
+	_, err = c.Cancel(at(time.Second))
+	require.NoError(t, err)
+	s, _, _ = c.Step("a")
+	require.True(t, s.CancelledUnder(l.ID, at(2*time.Second)))
+	require.False(t, s.CancelledUnder(l.ID, l.ExpiresAt))
+	require.False(t, s.CancelledUnder("job1.0.1.forged", at(2*time.Second)))
+}

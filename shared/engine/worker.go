@@ -274,7 +274,7 @@ func (e *Engine) finishLease(ctx context.Context, tenant, leaseID string, output
 			return err
 		}
 		stepID, queueName = s.ID(), s.Spec.Queue
-		if s.AlreadyRecorded(leaseID, failure == nil) {
+		if s.AlreadyRecorded(leaseID, failure == nil, now) {
 			return errNoChange // a retry whose first answer was lost: answer it again
 		}
 		if s.Lease != nil {

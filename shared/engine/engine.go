@@ -69,8 +69,9 @@ type Engine struct {
 	idMu      sync.Mutex
 	idEntropy *ulid.MonotonicEntropy
 
-	statsMu sync.Mutex
-	stats   map[string]store.StatsDelta // per tenant, since the last FlushStats
+	statsMu      sync.Mutex
+	stats        map[string]store.StatsDelta // per tenant, not written yet
+	statsFlushed time.Time
 }
 
 // newID answers a job id that sorts after every id this process made
@@ -163,9 +164,13 @@ func (e *Engine) mutateFrom(ctx context.Context, tenant, id string, cached *doma
 	return nil, fmt.Errorf("job %s: gave up after %d lost races: %w", id, maxRaces, domain.ErrVersionConflict)
 }
 
-// recordStats notes a saved change in the health counters. They are kept
-// in memory and written by FlushStats, once per invocation, so a batch of
-// ten jobs costs one counter write rather than ten.
+// StatsFlushEvery is how long a process keeps outcome counts before the
+// end of an invocation writes them: under load, a Lambda instance writes
+// its counters a few times a minute rather than once per job.
+const StatsFlushEvery = 10 * time.Second
+
+// recordStats notes a saved change in the health counters, in memory;
+// FlushStats writes them.
 func (e *Engine) recordStats(_ context.Context, j *domain.Job, prev domain.JobState, waitingBefore bool, _ time.Time) {
 	var d store.StatsDelta
 	if j.State.Terminal() && !prev.Terminal() {
@@ -197,15 +202,27 @@ func (e *Engine) recordStats(_ context.Context, j *domain.Job, prev domain.JobSt
 	e.stats[j.Tenant] = t
 }
 
-// FlushStats writes the health counters gathered since the last flush; the
-// handlers call it at the end of each invocation. The counters are
-// advisory: a failed write is logged and its delta dropped.
-func (e *Engine) FlushStats(ctx context.Context) {
-	e.statsMu.Lock()
-	pending := e.stats
-	e.stats = nil
-	e.statsMu.Unlock()
+// FlushStats is called at the end of each invocation. It writes the
+// counters gathered so far when a blocked count moved (a gauge must not
+// drift) or StatsFlushEvery has passed since the last write; outcome counts
+// otherwise wait, so a process that stops loses at most that many seconds
+// of them. The counters are advisory: a failed write is logged and dropped.
+func (e *Engine) FlushStats(ctx context.Context) { e.flushStats(ctx, false) }
+
+func (e *Engine) flushStats(ctx context.Context, force bool) {
 	now := e.now()
+	e.statsMu.Lock()
+	due := force || now.Sub(e.statsFlushed) >= StatsFlushEvery
+	for _, d := range e.stats {
+		due = due || d.Blocked != 0
+	}
+	if !due || len(e.stats) == 0 {
+		e.statsMu.Unlock()
+		return
+	}
+	pending := e.stats
+	e.stats, e.statsFlushed = nil, now
+	e.statsMu.Unlock()
 	for tenant, d := range pending {
 		if err := e.Store.RecordStats(context.WithoutCancel(ctx), tenant, d, now); err != nil {
 			e.Log.Warn("stats not recorded", "tenant", tenant, "err", err)
@@ -353,6 +370,7 @@ type Health struct {
 // >= 80% degraded), ready-queue backlog (< 10 ok, <= 50 degraded) and jobs
 // waiting on a person (< 3 ok, <= 10 degraded).
 func (e *Engine) Health(ctx context.Context, tenant string) (Health, error) {
+	e.flushStats(ctx, true) // this process's own counts, before reading them back
 	st, err := e.Store.Stats(ctx, tenant, e.now())
 	if err != nil {
 		return Health{}, err

@@ -3,170 +3,47 @@ package chaos
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
-	"sync/atomic"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 	"github.com/stretchr/testify/require"
-
-	"github.com/stepflow/stepflow/shared/queue"
-	"github.com/stepflow/stepflow/shared/store"
 )
 
-// fakeDynamo answers every call with an empty success and counts them.
-type fakeDynamo struct{ calls atomic.Int64 }
-
-func (f *fakeDynamo) GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
-	f.calls.Add(1)
-	return &dynamodb.GetItemOutput{}, nil
-}
-
-func (f *fakeDynamo) PutItem(context.Context, *dynamodb.PutItemInput, ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
-	f.calls.Add(1)
-	return &dynamodb.PutItemOutput{}, nil
-}
-
-func (f *fakeDynamo) UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	f.calls.Add(1)
-	return &dynamodb.UpdateItemOutput{}, nil
-}
-
-func (f *fakeDynamo) Query(context.Context, *dynamodb.QueryInput, ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
-	f.calls.Add(1)
-	return &dynamodb.QueryOutput{}, nil
-}
-
-func (f *fakeDynamo) TransactWriteItems(context.Context, *dynamodb.TransactWriteItemsInput, ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
-	f.calls.Add(1)
-	return &dynamodb.TransactWriteItemsOutput{}, nil
-}
-
-func (f *fakeDynamo) BatchGetItem(context.Context, *dynamodb.BatchGetItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
-	f.calls.Add(1)
-	return &dynamodb.BatchGetItemOutput{}, nil
-}
-
-// fakeSQS answers every call with an empty success and counts them; its
-// receives hand out one message each, numbered.
-type fakeSQS struct {
-	calls    atomic.Int64
-	received atomic.Int64
-}
-
-func (f *fakeSQS) SendMessageBatch(context.Context, *sqs.SendMessageBatchInput, ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
-	f.calls.Add(1)
-	return &sqs.SendMessageBatchOutput{}, nil
-}
-
-func (f *fakeSQS) ReceiveMessage(context.Context, *sqs.ReceiveMessageInput, ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
-	f.calls.Add(1)
-	n := f.received.Add(1)
-	return &sqs.ReceiveMessageOutput{Messages: []sqstypes.Message{{
-		MessageId: aws.String(fmt.Sprintf("m%d", n)), ReceiptHandle: aws.String(fmt.Sprintf("r%d", n)), Body: aws.String(`{}`),
-	}}}, nil
-}
-
-func (f *fakeSQS) DeleteMessage(context.Context, *sqs.DeleteMessageInput, ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error) {
-	f.calls.Add(1)
-	return &sqs.DeleteMessageOutput{}, nil
-}
-
-func (f *fakeSQS) DeleteMessageBatch(context.Context, *sqs.DeleteMessageBatchInput, ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
-	f.calls.Add(1)
-	return &sqs.DeleteMessageBatchOutput{}, nil
-}
-
-func (f *fakeSQS) ChangeMessageVisibility(context.Context, *sqs.ChangeMessageVisibilityInput, ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
-	f.calls.Add(1)
-	return &sqs.ChangeMessageVisibilityOutput{}, nil
-}
-
-func (f *fakeSQS) GetQueueUrl(context.Context, *sqs.GetQueueUrlInput, ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error) {
-	f.calls.Add(1)
-	return &sqs.GetQueueUrlOutput{QueueUrl: aws.String("http://q")}, nil
-}
-
-func (f *fakeSQS) CreateQueue(context.Context, *sqs.CreateQueueInput, ...func(*sqs.Options)) (*sqs.CreateQueueOutput, error) {
-	f.calls.Add(1)
-	return &sqs.CreateQueueOutput{QueueUrl: aws.String("http://q")}, nil
-}
-
-func (f *fakeSQS) GetQueueAttributes(context.Context, *sqs.GetQueueAttributesInput, ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {
-	f.calls.Add(1)
-	return &sqs.GetQueueAttributesOutput{}, nil
-}
-
-var _ queue.API = (*fakeSQS)(nil)
-var _ store.API = (*fakeDynamo)(nil)
-
-// outcome is what one wrapped call did.
-type outcome struct {
-	crash  *Crash
-	err    error
-	called bool
-}
-
-// try makes a call through the fault layer, recovering a crash.
-func try(calls *atomic.Int64, call func() error) (o outcome) {
-	before := calls.Load()
-	defer func() {
-		o.called = calls.Load() > before
-		if p := recover(); p != nil {
-			c := p.(Crash)
-			o.crash = &c
-		}
-	}()
-	o.err = call()
-	return o
-}
-
-// every AWS call of the engine, in turn.
-func allCalls(db store.API, q queue.API) []func() error {
-	ctx := context.Background()
-	return []func() error{
-		func() error { _, err := db.GetItem(ctx, &dynamodb.GetItemInput{}); return err },
-		func() error { _, err := db.PutItem(ctx, &dynamodb.PutItemInput{}); return err },
-		func() error { _, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{}); return err },
-		func() error { _, err := db.Query(ctx, &dynamodb.QueryInput{}); return err },
-		func() error { _, err := db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{}); return err },
-		func() error { _, err := db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{}); return err },
-		func() error { _, err := q.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{}); return err },
-		func() error { _, err := q.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{}); return err },
-		func() error { _, err := q.DeleteMessage(ctx, &sqs.DeleteMessageInput{}); return err },
-		func() error {
-			_, err := q.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{})
-			return err
-		},
-		func() error { _, err := q.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{}); return err },
-		func() error { _, err := q.CreateQueue(ctx, &sqs.CreateQueueInput{}); return err },
-		func() error { _, err := q.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{}); return err },
-	}
-}
+// The fault layer wraps real SDK clients talking to moto (helpers_test.go):
+// whether a call reached moto is counted in the clients' own middleware
+// stack, and whether it took effect is read back from moto.
 
 // replay drives a fixed sequence of calls, deliveries, leases and sweeps
-// through a fault layer, and answers its trace and counts.
-func replay(seed uint64) ([]Decision, map[Kind]int64, []JobPlan) {
+// through a fault layer around a's clients, and answers its trace and
+// counts.
+func replay(t *testing.T, a *realAWS, seed uint64, n int) ([]Decision, map[Kind]int64, []JobPlan) {
+	t.Helper()
 	p := DefaultProbabilities()
-	// Higher than the defaults, so a short sequence meets every kind.
-	p.CrashBefore, p.CrashAfter, p.Throttle, p.ServerError, p.Ambiguous, p.SendLost, p.Duplicate = 0.05, 0.05, 0.05, 0.05, 0.1, 0.1, 0.2
+	// Far higher than the defaults, so a short sequence (each call a
+	// request to moto) meets every kind.
+	p.CrashBefore, p.CrashAfter, p.Throttle, p.ServerError, p.Ambiguous, p.SendLost, p.Duplicate = 0.05, 0.05, 0.05, 0.05, 0.15, 0.3, 0.5
 	f := New(seed, p)
 	plan := f.Plan(20)
-	db, q := &fakeDynamo{}, &fakeSQS{}
-	calls := allCalls(f.DynamoDB(db), f.SQS(q))
-	rq := f.RunnerSQS(&fakeSQS{})
+	ops := a.ops(f.DynamoDB(a.DB), f.SQS(a.Q))
+	rq := f.RunnerSQS(a.Q)
 	w := &workers{f: f}
-	for i := range 2000 {
-		try(&db.calls, calls[i%len(calls)])
+	for i := range n {
+		a.fire(ops[i%len(ops)])
 		if i%10 == 0 {
-			_, _ = rq.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String("http://ready")})
+			// recv hides nothing, so every receive hands out its one
+			// message (or the wrapper's duplicate of it): one delivery
+			// decision each, whatever moto's timing.
+			out, err := rq.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(a.recvURL)})
+			require.NoError(t, err)
+			require.Len(t, out.Messages, 1)
 			w.behaviour()
 			f.Chance(StreamSweeps, KindDoubleSweep, p.DoubleSweep)
 		}
@@ -176,8 +53,10 @@ func replay(seed uint64) ([]Decision, map[Kind]int64, []JobPlan) {
 
 func TestSameSeedMakesTheSameDecisions(t *testing.T) {
 	t.Parallel()
-	trace1, counts1, plan1 := replay(42)
-	trace2, counts2, plan2 := replay(42)
+	a := newRealAWS(t)
+	const n = 12 * 13 // each call of the engine 12 times, 16 deliveries
+	trace1, counts1, plan1 := replay(t, a, 42, n)
+	trace2, counts2, plan2 := replay(t, a, 42, n)
 	require.NotEmpty(t, trace1)
 	require.Equal(t, trace1, trace2, "the same seed must replay the same fault decisions")
 	require.Equal(t, counts1, counts2)
@@ -186,7 +65,7 @@ func TestSameSeedMakesTheSameDecisions(t *testing.T) {
 		require.Positive(t, counts1[k], "kind %s never injected in the replay sequence", k)
 	}
 
-	trace3, _, plan3 := replay(43)
+	trace3, _, plan3 := replay(t, a, 43, n)
 	require.NotEqual(t, trace1, trace3, "another seed makes other decisions")
 	require.NotEqual(t, plan1, plan3)
 }
@@ -236,134 +115,166 @@ func only(k Kind) Probabilities {
 
 func TestCrashBeforeDiesWithoutCalling(t *testing.T) {
 	t.Parallel()
+	a := newRealAWS(t)
 	f := New(1, only(KindCrashBefore))
-	db, q := &fakeDynamo{}, &fakeSQS{}
-	for i, call := range allCalls(f.DynamoDB(db), f.SQS(q)) {
-		calls := &db.calls
-		if i >= 6 {
-			calls = &q.calls
+	for _, o := range a.ops(f.DynamoDB(a.DB), f.SQS(a.Q)) {
+		out := a.try(o)
+		require.NotNil(t, out.crash, o.name)
+		require.False(t, out.crash.After)
+		require.Equal(t, o.name, out.crash.Call)
+		require.False(t, out.called, "%s reached moto before the crash", o.name)
+		if out.effect {
+			require.False(t, out.applied, "%s took effect in moto", o.name)
 		}
-		o := try(calls, call)
-		require.NotNil(t, o.crash, "call %d", i)
-		require.False(t, o.crash.After)
-		require.False(t, o.called, "call %d was made before the crash", i)
 	}
 	require.EqualValues(t, 13, f.Counts()[KindCrashBefore])
+	require.Zero(t, a.Reached.total(), "no request may reach moto")
 }
 
 func TestCrashAfterDiesAfterTheCall(t *testing.T) {
 	t.Parallel()
+	a := newRealAWS(t)
 	f := New(1, only(KindCrashAfter))
-	db, q := &fakeDynamo{}, &fakeSQS{}
-	for i, call := range allCalls(f.DynamoDB(db), f.SQS(q)) {
-		calls := &db.calls
-		if i >= 6 {
-			calls = &q.calls
+	effects := 0
+	for _, o := range a.ops(f.DynamoDB(a.DB), f.SQS(a.Q)) {
+		out := a.try(o)
+		require.NotNil(t, out.crash, o.name)
+		require.True(t, out.crash.After)
+		require.Contains(t, out.crash.Error(), "crashed after "+o.name)
+		require.True(t, out.called, "%s did not reach moto before the crash", o.name)
+		if out.effect {
+			effects++
+			require.True(t, out.applied, "%s did not take effect in moto", o.name)
 		}
-		o := try(calls, call)
-		require.NotNil(t, o.crash, "call %d", i)
-		require.True(t, o.crash.After)
-		require.True(t, o.called, "call %d was not made before the crash", i)
-		require.Contains(t, o.crash.Error(), "crashed after")
 	}
+	require.Equal(t, 7, effects, "writes, send, delete, visibility change and queue creation are read back")
 	require.EqualValues(t, 13, f.Counts()[KindCrashAfter])
+	require.EqualValues(t, 13, a.Reached.total())
 }
 
 func TestThrottleAnd5xxFailDynamoDBCallsWithoutCalling(t *testing.T) {
 	t.Parallel()
+	a := newRealAWS(t)
 	for _, kind := range []Kind{KindThrottle, KindServerError} {
 		f := New(1, only(kind))
-		db, q := &fakeDynamo{}, &fakeSQS{}
-		for i, call := range allCalls(f.DynamoDB(db), f.SQS(q)) {
-			if i >= 6 { // SQS calls: not this kind's
-				o := try(&q.calls, call)
-				require.NoError(t, o.err)
-				require.True(t, o.called)
+		for _, o := range a.ops(f.DynamoDB(a.DB), f.SQS(a.Q)) {
+			out := a.try(o)
+			require.Nil(t, out.crash)
+			if strings.HasPrefix(o.name, "SQS.") { // not this kind's
+				require.NoError(t, out.err, "%s: %s", kind, o.name)
+				require.True(t, out.called)
+				require.True(t, !out.effect || out.applied, "%s: %s did not take effect", kind, o.name)
 				continue
 			}
-			o := try(&db.calls, call)
-			require.Nil(t, o.crash)
-			require.False(t, o.called, "%s: call %d was made", kind, i)
+			require.False(t, out.called, "%s: %s reached moto", kind, o.name)
+			require.False(t, out.applied, "%s: %s took effect in moto", kind, o.name)
 			var oe *smithy.OperationError
-			require.ErrorAs(t, o.err, &oe)
+			require.ErrorAs(t, out.err, &oe)
 			require.Equal(t, "DynamoDB", oe.ServiceID)
 			if kind == KindThrottle {
 				var pte *ddb.ProvisionedThroughputExceededException
-				require.ErrorAs(t, o.err, &pte)
+				require.ErrorAs(t, out.err, &pte)
 			} else {
 				var ae smithy.APIError
-				require.ErrorAs(t, o.err, &ae)
+				require.ErrorAs(t, out.err, &ae)
 				require.Equal(t, smithy.FaultServer, ae.ErrorFault())
 			}
 		}
 		require.EqualValues(t, 6, f.Counts()[kind])
 	}
+	require.Zero(t, a.Reached.of("DynamoDB.PutItem")+a.Reached.of("DynamoDB.GetItem"))
 }
 
 func TestAmbiguousWritesAreAppliedThenTimeOut(t *testing.T) {
 	t.Parallel()
+	a := newRealAWS(t)
 	f := New(1, only(KindAmbiguous))
-	db, q := &fakeDynamo{}, &fakeSQS{}
-	writes := map[int]bool{1: true, 2: true, 4: true} // PutItem, UpdateItem, TransactWriteItems
-	for i, call := range allCalls(f.DynamoDB(db), f.SQS(q)) {
-		calls := &db.calls
-		if i >= 6 {
-			calls = &q.calls
-		}
-		o := try(calls, call)
-		require.True(t, o.called, "call %d", i)
-		if !writes[i] {
-			require.NoError(t, o.err, "call %d is no write", i)
+	writes := 0
+	for _, o := range a.ops(f.DynamoDB(a.DB), f.SQS(a.Q)) {
+		out := a.try(o)
+		require.Nil(t, out.crash)
+		require.True(t, out.called, o.name)
+		require.True(t, !out.effect || out.applied, "%s did not take effect in moto", o.name)
+		if !o.write {
+			require.NoError(t, out.err, "%s is no write", o.name)
 			continue
 		}
+		writes++
+		require.True(t, out.applied, "the ambiguous %s must be applied", o.name)
 		var ne net.Error
-		require.ErrorAs(t, o.err, &ne, "call %d", i)
+		require.ErrorAs(t, out.err, &ne, o.name)
 		require.True(t, ne.Timeout())
 	}
+	require.Equal(t, 3, writes) // PutItem, UpdateItem, TransactWriteItems
 	require.EqualValues(t, 3, f.Counts()[KindAmbiguous])
 }
 
 func TestSendLostFailsOnlySendsWithoutSending(t *testing.T) {
 	t.Parallel()
+	a := newRealAWS(t)
 	f := New(1, only(KindSendLost))
-	db, q := &fakeDynamo{}, &fakeSQS{}
-	for i, call := range allCalls(f.DynamoDB(db), f.SQS(q)) {
-		calls := &db.calls
-		if i >= 6 {
-			calls = &q.calls
-		}
-		o := try(calls, call)
-		if i != 6 {
-			require.NoError(t, o.err, "call %d", i)
-			require.True(t, o.called)
+	for _, o := range a.ops(f.DynamoDB(a.DB), f.SQS(a.Q)) {
+		out := a.try(o)
+		require.Nil(t, out.crash)
+		if o.name != "SQS.SendMessageBatch" {
+			require.NoError(t, out.err, o.name)
+			require.True(t, out.called, o.name)
+			require.True(t, !out.effect || out.applied, "%s did not take effect in moto", o.name)
 			continue
 		}
-		require.Error(t, o.err)
-		require.False(t, o.called, "the batch was sent")
+		require.Error(t, out.err)
+		require.False(t, out.called, "the batch reached moto")
+		require.False(t, out.applied, "the message is in the queue")
 	}
+	require.Zero(t, a.inQueue(a.sendURL))
 	require.EqualValues(t, 1, f.Counts()[KindSendLost])
 }
 
 func TestDuplicateHandsTheSameMessageOutAgain(t *testing.T) {
 	t.Parallel()
+	a := newRealAWS(t)
+	ready, other := a.Queue("ready"), a.Queue("other")
+	a.Send(ready, "job-1")
+	a.Send(other, "job-2")
 	f := New(1, only(KindDuplicate))
-	real := &fakeSQS{}
-	rq := f.RunnerSQS(real)
+	rq := f.RunnerSQS(a.Q)
 	ctx := context.Background()
-	in := &sqs.ReceiveMessageInput{QueueUrl: aws.String("http://ready")}
-	first, err := rq.ReceiveMessage(ctx, in)
-	require.NoError(t, err)
-	again, err := rq.ReceiveMessage(ctx, in)
-	require.NoError(t, err)
-	require.EqualValues(t, 1, real.received.Load(), "the duplicate comes from the wrapper, not from SQS")
-	require.Len(t, again.Messages, 1)
-	require.Equal(t, aws.ToString(first.Messages[0].MessageId), aws.ToString(again.Messages[0].MessageId))
-	require.Equal(t, aws.ToString(first.Messages[0].ReceiptHandle), aws.ToString(again.Messages[0].ReceiptHandle))
+	receive := func(url string) []sqstypes.Message {
+		out, err := rq.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(url)})
+		require.NoError(t, err)
+		return out.Messages
+	}
+
+	first := receive(ready)
+	require.Len(t, first, 1)
+	require.Equal(t, "job-1", aws.ToString(first[0].Body))
+	again := receive(ready)
+	require.EqualValues(t, 1, a.Reached.of("SQS.ReceiveMessage"), "the duplicate comes from the wrapper, not from SQS")
+	require.Len(t, again, 1)
+	require.Equal(t, aws.ToString(first[0].MessageId), aws.ToString(again[0].MessageId))
+	require.Equal(t, aws.ToString(first[0].ReceiptHandle), aws.ToString(again[0].ReceiptHandle))
+	require.Equal(t, "job-1", aws.ToString(again[0].Body))
+
 	// Another queue's receive does not get it.
-	other, err := rq.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String("http://other")})
-	require.NoError(t, err)
-	require.NotEqual(t, aws.ToString(first.Messages[0].MessageId), aws.ToString(other.Messages[0].MessageId))
+	o := receive(other)
+	require.Len(t, o, 1)
+	require.NotEqual(t, aws.ToString(first[0].MessageId), aws.ToString(o[0].MessageId))
+	require.Equal(t, "job-2", aws.ToString(o[0].Body))
 	require.EqualValues(t, 2, f.Counts()[KindDuplicate])
+
+	// It is handed out twice, not more: the next receive asks SQS, where
+	// the message is in flight.
+	require.Empty(t, receive(ready))
+	require.EqualValues(t, 3, a.Reached.of("SQS.ReceiveMessage"))
+
+	// Both deliveries hold the one receipt handle: the mapping's delete
+	// goes through to SQS and removes the message.
+	del, err := rq.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(ready), Entries: []sqstypes.DeleteMessageBatchRequestEntry{
+		{Id: aws.String("1"), ReceiptHandle: again[0].ReceiptHandle},
+	}})
+	require.NoError(t, err)
+	require.Empty(t, del.Failed)
+	require.Zero(t, a.inQueue(ready))
 }
 
 func TestWorkerAndSweepKindsInject(t *testing.T) {
@@ -397,38 +308,57 @@ func TestWorkerAndSweepKindsInject(t *testing.T) {
 
 func TestPausedInjectsNothingAndDrawsNothing(t *testing.T) {
 	t.Parallel()
+	a := newRealAWS(t)
 	f := New(1, only(KindCrashBefore))
 	f.Pause()
-	db, q := &fakeDynamo{}, &fakeSQS{}
-	for _, call := range allCalls(f.DynamoDB(db), f.SQS(q)) {
-		o := try(&db.calls, call)
-		require.Nil(t, o.crash)
-		require.NoError(t, o.err)
+	ops := a.ops(f.DynamoDB(a.DB), f.SQS(a.Q))
+	for _, o := range ops {
+		out := a.try(o)
+		require.Nil(t, out.crash)
+		require.NoError(t, out.err, o.name)
+		require.True(t, out.called, o.name)
+		require.True(t, !out.effect || out.applied, "%s did not take effect in moto", o.name)
 	}
 	require.Zero(t, f.Total())
 	require.Zero(t, f.Drawn()[StreamCalls], "a paused layer must not move the stream")
 	f.Resume()
-	o := try(&db.calls, allCalls(f.DynamoDB(db), f.SQS(q))[0])
-	require.NotNil(t, o.crash)
-	require.EqualValues(t, 1, o.crash.N, "the first decision after the pause is the stream's first")
+	out := a.try(ops[1])
+	require.NotNil(t, out.crash)
+	require.EqualValues(t, 1, out.crash.N, "the first decision after the pause is the stream's first")
+	require.False(t, out.called)
+	require.False(t, out.applied)
 }
 
 func TestCallFaultsFollowTheirProbabilities(t *testing.T) {
 	t.Parallel()
+	a := newRealAWS(t)
 	p := Probabilities{CrashBefore: 0.1, CrashAfter: 0.1, Throttle: 0.1, ServerError: 0.1, Ambiguous: 0.1, SendLost: 0.1}
 	f := New(3, p)
-	db := f.DynamoDB(&fakeDynamo{})
-	var n atomic.Int64
-	const calls = 20000
-	for range calls {
-		try(&n, func() error { _, err := db.PutItem(context.Background(), &dynamodb.PutItemInput{}); return err })
+	put := a.ops(f.DynamoDB(a.DB), f.SQS(a.Q))[1]
+	require.Equal(t, "DynamoDB.PutItem", put.name)
+	// Every call is a PutItem, so the faults drawn do not depend on which
+	// goroutine meets which decision.
+	const calls, goroutines = 1000, 8
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for range calls / goroutines {
+				a.fire(put)
+			}
+		})
 	}
+	wg.Wait()
 	c := f.Counts()
 	for _, k := range []Kind{KindCrashBefore, KindCrashAfter, KindThrottle, KindServerError, KindAmbiguous} {
 		require.InDelta(t, 0.1*calls, c[k], 0.02*calls, "kind %s", k)
 	}
 	require.Zero(t, c[KindSendLost], "PutItem cannot lose a send")
 	require.EqualValues(t, calls, f.Calls()["DynamoDB.PutItem"])
+	// What was not stopped in front of moto was written, including the
+	// calls that crashed after it or were reported as timeouts.
+	through := calls - c[KindCrashBefore] - c[KindThrottle] - c[KindServerError]
+	require.Equal(t, through, a.Reached.of("DynamoDB.PutItem"))
+	require.EqualValues(t, through+1, a.items(), "one item per PutItem that reached moto, and the seed")
 }
 
 func TestErrorsAreNotCrashes(t *testing.T) {

@@ -173,15 +173,8 @@ const StatsFlushEvery = 10 * time.Second
 // FlushStats writes them.
 func (e *Engine) recordStats(_ context.Context, j *domain.Job, prev domain.JobState, waitingBefore bool, _ time.Time) {
 	var d store.StatsDelta
-	if j.State.Terminal() && !prev.Terminal() {
-		switch j.State {
-		case domain.JobCompleted:
-			d.Completed = 1
-		case domain.JobFailed:
-			d.Failed = 1
-		case domain.JobCancelled:
-			d.Cancelled = 1
-		}
+	if !prev.Terminal() {
+		d = store.OutcomeDelta(j.State)
 	}
 	if w := j.State == domain.JobWaiting; w != waitingBefore {
 		d.Blocked = map[bool]int64{true: 1, false: -1}[w]

@@ -193,16 +193,23 @@ func (d StatsDelta) Zero() bool { return d == StatsDelta{} }
 // RecordOutcome counts one finished job (state completed, failed or
 // cancelled; others count nothing) and moves the blocked gauge.
 func (s *Store) RecordOutcome(ctx context.Context, tenant string, state domain.JobState, blockedDelta int, now time.Time) error {
-	d := StatsDelta{Blocked: int64(blockedDelta)}
+	d := OutcomeDelta(state)
+	d.Blocked = int64(blockedDelta)
+	return s.RecordStats(ctx, tenant, d, now)
+}
+
+// OutcomeDelta counts one job finished in state (completed, failed or
+// cancelled; any other state counts nothing).
+func OutcomeDelta(state domain.JobState) StatsDelta {
 	switch state {
 	case domain.JobCompleted:
-		d.Completed = 1
+		return StatsDelta{Completed: 1}
 	case domain.JobFailed:
-		d.Failed = 1
+		return StatsDelta{Failed: 1}
 	case domain.JobCancelled:
-		d.Cancelled = 1
+		return StatsDelta{Cancelled: 1}
 	}
-	return s.RecordStats(ctx, tenant, d, now)
+	return StatsDelta{}
 }
 
 // RecordStats adds a delta to a tenant's counters: the outcomes in their

@@ -39,6 +39,18 @@ func main() {
 }
 
 // stateFile is where a running dev stack leaves what `invoke` needs.
+// passedSettings are the functions' optional settings `make dev` takes
+// from its own environment.
+func passedSettings() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{"STEPFLOW_P0_TENANTS", "STEPFLOW_MAX_WORKER_QUEUES"} {
+		if v, ok := os.LookupEnv(k); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
 func stateFile(addr string) string {
 	_, port, _ := net.SplitHostPort(addr)
 	return filepath.Join(".stepflow", "dev-"+port+".json")
@@ -64,10 +76,14 @@ func devCmd() *cobra.Command {
 		Short: "Serve the HTTP API and run the stack in the foreground (Ctrl-C stops it)",
 		Long: `Environment:
   STEPFLOW_ADDR         HTTP API address (default 127.0.0.1:3000)
-  AWS_ENDPOINT_URL      use this running emulator (e.g. LocalStack) instead of starting moto
+  AWS_ENDPOINT_URL      use this running emulator (e.g. LocalStack) instead of starting moto;
+                        its DynamoDB requests are serialised by the same proxy
   STEPFLOW_API_KEYS     tenant:key,... (default dev:dev-key)
   STEPFLOW_STACK        resource name prefix (default stepflow-<port>)
-  STEPFLOW_SWEEP_EVERY  heartbeat period (default: template.yaml's schedule, 1m)`,
+  STEPFLOW_SWEEP_EVERY  heartbeat period (default: template.yaml's schedule, 1m)
+  STEPFLOW_HTTP_ALLOW   CIDRs and host names the http action may reach despite the
+                        guard (default none: loopback, private, link-local refused),
+                        e.g. 127.0.0.1/32,localhost`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -95,6 +111,7 @@ func devCmd() *cobra.Command {
 			st, err := devstack.Start(ctx, devstack.Options{
 				Addr: addr, EndpointURL: os.Getenv("AWS_ENDPOINT_URL"), StackName: os.Getenv("STEPFLOW_STACK"),
 				APIKeys: keys, ScheduleEvery: every, Region: env("AWS_REGION", "us-east-1"), Log: log, MotoLog: motoLog,
+				HTTPAllow: os.Getenv("STEPFLOW_HTTP_ALLOW"), Env: passedSettings(),
 			})
 			if err != nil {
 				return err
@@ -106,9 +123,9 @@ func devCmd() *cobra.Command {
 				return err
 			}
 			defer os.Remove(sf)
-			emu := "moto (started here, DynamoDB serialised by a proxy)"
-			if st.Emulator == nil {
-				emu = "the emulator at " + st.Endpoint
+			emu := st.Emulator.MotoURL + ", moto started here"
+			if !st.Emulator.Launched() {
+				emu = st.Emulator.MotoURL + " from AWS_ENDPOINT_URL"
 			}
 			var tenants []string
 			for k, t := range keys {
@@ -117,7 +134,7 @@ func devCmd() *cobra.Command {
 			fmt.Fprintf(os.Stderr, `
 stepflow is running
   HTTP API   %s
-  AWS        %s, endpoint %s
+  emulator   %s (DynamoDB serialised by proxy at %s)
   stack      %s (resources from template.yaml)
   tenants    %s
 
@@ -166,7 +183,8 @@ func invokeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			st, err := devstack.Start(ctx, devstack.Options{EndpointURL: state.Endpoint, StackName: state.Stack, NoRunner: true, Region: env("AWS_REGION", "us-east-1")})
+			st, err := devstack.Start(ctx, devstack.Options{EndpointURL: state.Endpoint, StackName: state.Stack, NoRunner: true, Region: env("AWS_REGION", "us-east-1"),
+				HTTPAllow: state.Env["STEPFLOW_HTTP_ALLOW"]})
 			if err != nil {
 				return err
 			}

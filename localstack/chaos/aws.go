@@ -163,6 +163,10 @@ func (s *sqsAPI) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttribu
 	return around(s.f, "SQS", "GetQueueAttributes", sqsCall, func() (*sqs.GetQueueAttributesOutput, error) { return s.api.GetQueueAttributes(ctx, in, o...) })
 }
 
+func (s *sqsAPI) ListQueues(ctx context.Context, in *sqs.ListQueuesInput, o ...func(*sqs.Options)) (*sqs.ListQueuesOutput, error) {
+	return around(s.f, "SQS", "ListQueues", sqsCall, func() (*sqs.ListQueuesOutput, error) { return s.api.ListQueues(ctx, in, o...) })
+}
+
 // RunnerSQS wraps the client the local event source mapping polls with: a
 // message it receives is, by chance, handed out again by the next receive
 // on the same queue (the same message id and receipt handle) while the

@@ -1,5 +1,6 @@
 // Package devstack assembles the whole stack on one machine: the emulator
-// (moto behind its serialising proxy, unless an endpoint is given), the
+// (moto, or the running one EndpointURL names, behind a proxy that
+// serialises DynamoDB requests), the
 // resources of template.yaml, the API keys, the engine and the runner that
 // plays API Gateway, the SQS event source mapping and the schedule. `make
 // dev` and the end-to-end tests both start it.
@@ -38,7 +39,7 @@ import (
 // Options configure a stack.
 type Options struct {
 	Addr          string            // HTTP API listen address; "127.0.0.1:0" for any port
-	EndpointURL   string            // a running emulator (AWS_ENDPOINT_URL); empty starts moto
+	EndpointURL   string            // a running emulator (AWS_ENDPOINT_URL), put behind a serialising proxy; empty starts moto
 	StackName     string            // resource name prefix; derived from the port when empty
 	TemplatePath  string            // template.yaml
 	APIKeys       map[string]string // key -> tenant
@@ -57,11 +58,18 @@ type Options struct {
 	// Lease overrides the ready queues' visibility timeout and the built-in
 	// lease (template: 1800 s), so a crashed execution is redelivered soon.
 	Lease time.Duration
+	// Env sets the functions' environment variables beyond the template's
+	// (STEPFLOW_P0_TENANTS, STEPFLOW_MAX_WORKER_QUEUES...).
+	Env map[string]string
 	// Now replaces the engine's clock (tests move time forward with it).
 	Now func() time.Time
 	// NoRunner provisions and wires without serving or polling, for tests
 	// that drive the handlers themselves.
 	NoRunner bool
+	// HTTPAllow is the http action's allow list (STEPFLOW_HTTP_ALLOW, e.g.
+	// "127.0.0.1/32" for a test server); empty keeps the guard's default,
+	// which refuses loopback, private and link-local addresses.
+	HTTPAllow string
 }
 
 // Stack is a running local stack.
@@ -72,7 +80,7 @@ type Stack struct {
 	Resources *bootstrap.Stack
 	Engine    *engine.Engine
 	API       *httpapi.API
-	Emulator  *emulator.Emulator // nil when EndpointURL was given
+	Emulator  *emulator.Emulator // the serialising proxy, and the moto it started when EndpointURL was empty
 	DynamoDB  *dynamodb.Client
 	SQS       *sqs.Client
 	Handlers  runner.Handlers
@@ -146,15 +154,20 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		o.StackName = fmt.Sprintf("stepflow-%d", ln.Addr().(*net.TCPAddr).Port)
 	}
 	s.Name = o.StackName
-	s.Endpoint = o.EndpointURL
-	if s.Endpoint == "" {
-		em, err := emulator.Start(ctx, "127.0.0.1:0", o.MotoLog)
-		if err != nil {
-			ln.Close()
-			return nil, err
-		}
-		s.Emulator, s.Endpoint = em, em.URL
+	// Every AWS request goes through a proxy that serialises DynamoDB
+	// requests: moto applies conditional writes without a lock, and an
+	// emulator named by EndpointURL is not known to be atomic either.
+	var em *emulator.Emulator
+	if o.EndpointURL == "" {
+		em, err = emulator.Start(ctx, "127.0.0.1:0", o.MotoLog)
+	} else {
+		em, err = emulator.Front(ctx, "127.0.0.1:0", o.EndpointURL)
 	}
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	s.Emulator, s.Endpoint = em, em.URL
 	cfg, err := AWSConfig(ctx, s.Endpoint, o.Region)
 	if err != nil {
 		ln.Close()
@@ -181,6 +194,12 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 			}
 		}
 		res.Env["STEPFLOW_LEASE_SECONDS"] = secs
+	}
+	if o.HTTPAllow != "" {
+		res.Env["STEPFLOW_HTTP_ALLOW"] = o.HTTPAllow // validated by FromEnv
+	}
+	for k, v := range o.Env {
+		res.Env[k] = v // validated by FromEnv
 	}
 	settings, err := config.FromEnv(func(k string) string { return res.Env[k] })
 	if err != nil {

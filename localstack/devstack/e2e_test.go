@@ -355,7 +355,7 @@ func TestTwoInstancesDoNotShareData(t *testing.T) {
 	require.Empty(t, list.Jobs)
 }
 
-func TestOutputThatOverflowsTheJobIsRefusedNotStuck(t *testing.T) {
+func TestOutputThatOverflowsTheJobFailsTheAttemptAtOnce(t *testing.T) {
 	t.Parallel()
 	h := stacktest.New(t)
 	// Random text: the store compresses jobs, so repeated bytes would fit.
@@ -371,10 +371,18 @@ func TestOutputThatOverflowsTheJobIsRefusedNotStuck(t *testing.T) {
 	status, body := h.Call(t, http.MethodPost, "/v1/leases/"+l[0].LeaseID+"/complete", keyA, map[string]any{"output": big(250 * 1024)})
 	require.Equal(t, http.StatusRequestEntityTooLarge, status, "%s", body)
 	require.Contains(t, string(body), "S3")
-	require.Equal(t, domain.JobRunning, h.Get(t, keyA, j.ID).State, "the refused outcome changed nothing")
+	require.Contains(t, string(body), "the attempt was failed as fatal")
 
-	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+l[0].LeaseID+"/fail", keyA, map[string]any{"class": "fatal", "message": "output too large"}, nil)
-	h.AwaitState(t, keyA, j.ID, domain.JobFailed)
+	// The attempt ended at once, with an error that says why; the job did
+	// not wait for the lease to run out.
+	got := h.Get(t, keyA, j.ID)
+	require.Equal(t, domain.JobFailed, got.State)
+	a := got.Steps[0].Attempts[0]
+	require.Equal(t, domain.AttemptFailed, a.State)
+	require.Contains(t, a.Error.Message, "could not be stored")
+	// The lease is spent: the worker's late outcome changes nothing.
+	status, _ = h.Call(t, http.MethodPost, "/v1/leases/"+l[0].LeaseID+"/complete", keyA, map[string]any{"output": 1})
+	require.Equal(t, http.StatusConflict, status)
 	h.CheckReplay(t, tenantA, j.ID)
 }
 

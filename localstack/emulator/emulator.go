@@ -4,6 +4,10 @@
 // two winners in 14 of 200 rounds); one lock around each DynamoDB request
 // gives DynamoDB's real atomicity, which the engine's fencing relies on.
 // The proxy also counts requests by service and operation.
+//
+// Start launches moto and the proxy; Front puts the same proxy in front
+// of an emulator that is already running (AWS_ENDPOINT_URL: another moto,
+// LocalStack), since nothing proves that one atomic either.
 package emulator
 
 import (
@@ -23,11 +27,13 @@ import (
 	"time"
 )
 
-// Emulator is a running moto server and its proxy.
+// Emulator is a serialising proxy in front of an emulator: a moto server
+// it started (Start) or one that was already running (Front).
 type Emulator struct {
 	// URL is the proxy's address: the AWS_ENDPOINT_URL for clients.
 	URL string
-	// MotoURL is moto's own address, for its /moto-api.
+	// MotoURL is the emulator's own address behind the proxy (moto's, for
+	// its /moto-api, when Start launched it).
 	MotoURL string
 
 	cmd    *exec.Cmd
@@ -55,28 +61,61 @@ func Start(ctx context.Context, addr string, logFile *os.File) (*Emulator, error
 		return nil, fmt.Errorf("start moto_server: %w", err)
 	}
 	e := &Emulator{MotoURL: fmt.Sprintf("http://127.0.0.1:%d", port), cmd: cmd}
-	if err := waitReady(ctx, e.MotoURL+"/moto-api/", 30*time.Second); err != nil {
+	if err := waitReady(ctx, "moto_server", e.MotoURL+"/moto-api/", 30*time.Second); err != nil {
 		e.Close()
 		return nil, err
 	}
-	target, _ := url.Parse(e.MotoURL)
+	if err := e.serve(addr); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// Front puts a serialising proxy on addr ("127.0.0.1:0" for any free port)
+// in front of the emulator already running at endpoint (an http or https
+// base URL), once it answers. Close stops the proxy, never the emulator.
+func Front(ctx context.Context, addr, endpoint string) (*Emulator, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("emulator endpoint %q is not an http(s) URL", endpoint)
+	}
+	if err := waitReady(ctx, "the emulator", endpoint, 10*time.Second); err != nil {
+		return nil, err
+	}
+	e := &Emulator{MotoURL: strings.TrimSuffix(endpoint, "/")}
+	if err := e.serve(addr); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// serve starts the proxy to e.MotoURL on addr.
+func (e *Emulator) serve(addr string) error {
+	target, err := url.Parse(e.MotoURL)
+	if err != nil {
+		return fmt.Errorf("emulator address %q: %w", e.MotoURL, err)
+	}
 	e.proxy = NewProxy(target)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		e.Close()
-		return nil, fmt.Errorf("listen for the emulator proxy on %s: %w", addr, err)
+		return fmt.Errorf("listen for the emulator proxy on %s: %w", addr, err)
 	}
 	e.ln = ln
 	e.URL = "http://" + ln.Addr().String()
 	e.server = &http.Server{Handler: e.proxy, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = e.server.Serve(ln) }()
-	return e, nil
+	return nil
 }
+
+// Launched reports whether this Emulator started moto itself (Start)
+// rather than fronting a running emulator (Front).
+func (e *Emulator) Launched() bool { return e.cmd != nil }
 
 // Counts answers the requests the proxy has passed, by "service.Operation".
 func (e *Emulator) Counts() map[string]int64 { return e.proxy.Counts() }
 
-// Close stops the proxy and moto.
+// Close stops the proxy, and moto if Start launched it.
 func (e *Emulator) Close() {
 	if e.server != nil {
 		_ = e.server.Close()
@@ -96,7 +135,8 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func waitReady(ctx context.Context, u string, limit time.Duration) error {
+// waitReady polls u until it answers anything at all over HTTP.
+func waitReady(ctx context.Context, what, u string, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
@@ -106,14 +146,16 @@ func waitReady(ctx context.Context, u string, limit time.Duration) error {
 			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("moto_server did not answer at %s within %s: %w", u, limit, errors.Join(err, ctx.Err()))
+			return fmt.Errorf("%s did not answer at %s within %s: %w", what, u, limit, errors.Join(err, ctx.Err()))
 		}
 		time.Sleep(50 * time.Millisecond) // polling a process start-up; there is no event to wait on
 	}
 }
 
 // Proxy forwards to an emulator, holding one lock around every DynamoDB
-// request, and counts requests.
+// request, and counts requests. The lock is the proxy's own: clients that
+// share an emulator are serialised with each other only when they share
+// a proxy too.
 type Proxy struct {
 	rp     *httputil.ReverseProxy
 	dynamo sync.Mutex

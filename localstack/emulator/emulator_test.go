@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -99,42 +101,7 @@ func TestConditionalUpdateIsAtomic(t *testing.T) {
 
 	winners := make([]int, n)
 	for round := range n {
-		errs := make([]error, racers)
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for g := range racers {
-			wg.Go(func() {
-				<-start
-				_, errs[g] = b.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-					TableName:           aws.String(b.table),
-					Key:                 key(pk(round)),
-					UpdateExpression:    aws.String("SET v = :me"),
-					ConditionExpression: aws.String("v = :zero"),
-					ExpressionAttributeValues: map[string]ddb.AttributeValue{
-						":me":   &ddb.AttributeValueMemberN{Value: strconv.Itoa(g + 1)},
-						":zero": &ddb.AttributeValueMemberN{Value: "0"},
-					},
-				})
-			})
-		}
-		close(start)
-		wg.Wait()
-
-		won, lost := 0, 0
-		for g, err := range errs {
-			var ccf *ddb.ConditionalCheckFailedException
-			switch {
-			case err == nil:
-				won++
-				winners[round] = g + 1
-			case errors.As(err, &ccf):
-				lost++
-			default:
-				require.NoError(t, err, "round %d racer %d", round, g+1)
-			}
-		}
-		require.Equal(t, 1, won, "round %d: winners", round)
-		require.Equal(t, racers-1, lost, "round %d: conditional check failures", round)
+		winners[round] = raceOnce(t, b.db, b.table, pk(round), round)
 	}
 
 	stored := map[string]string{}
@@ -158,6 +125,114 @@ func TestConditionalUpdateIsAtomic(t *testing.T) {
 		require.Equal(t, strconv.Itoa(w), stored[pk(round)], "round %d: stored value is not the winner's", round)
 	}
 	t.Logf("%d rounds of %d racers: exactly one winner in every round", n, racers)
+}
+
+// raceOnce races racers conditional updates of item pk (v = 0 -> v = racer)
+// and requires exactly one winner; it answers the winner (1..racers).
+func raceOnce(t *testing.T, db *dynamodb.Client, table, pk string, round int) int {
+	t.Helper()
+	ctx := context.Background()
+	errs := make([]error, racers)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range racers {
+		wg.Go(func() {
+			<-start
+			_, errs[g] = db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+				TableName:           aws.String(table),
+				Key:                 key(pk),
+				UpdateExpression:    aws.String("SET v = :me"),
+				ConditionExpression: aws.String("v = :zero"),
+				ExpressionAttributeValues: map[string]ddb.AttributeValue{
+					":me":   &ddb.AttributeValueMemberN{Value: strconv.Itoa(g + 1)},
+					":zero": &ddb.AttributeValueMemberN{Value: "0"},
+				},
+			})
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	won, lost, winner := 0, 0, 0
+	for g, err := range errs {
+		var ccf *ddb.ConditionalCheckFailedException
+		switch {
+		case err == nil:
+			won++
+			winner = g + 1
+		case errors.As(err, &ccf):
+			lost++
+		default:
+			require.NoError(t, err, "round %d racer %d", round, g+1)
+		}
+	}
+	require.Equal(t, 1, won, "round %d: winners", round)
+	require.Equal(t, racers-1, lost, "round %d: conditional check failures", round)
+	return winner
+}
+
+func client(endpoint string) *dynamodb.Client {
+	return dynamodb.New(dynamodb.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(endpoint),
+		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
+	})
+}
+
+// TestFrontSerialisesARunningEmulator: a proxy put in front of an emulator
+// that is already running (here a moto reached directly, not through the
+// proxy Start gave it) gives the same one winner per round.
+func TestFrontSerialisesARunningEmulator(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	front, err := emulator.Front(ctx, "127.0.0.1:0", b.emu.MotoURL)
+	require.NoError(t, err)
+	require.False(t, front.Launched())
+	require.Equal(t, b.emu.MotoURL, front.MotoURL)
+	require.NotEqual(t, b.emu.URL, front.URL)
+	db := client(front.URL)
+
+	n := min(rounds(t), 50)
+	for round := range n {
+		pk := fmt.Sprintf("front-%d", round)
+		_, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(b.table), Item: map[string]ddb.AttributeValue{
+			"pk": &ddb.AttributeValueMemberS{Value: pk},
+			"v":  &ddb.AttributeValueMemberN{Value: "0"},
+		}})
+		require.NoError(t, err)
+		w := raceOnce(t, db, b.table, pk, round)
+		got, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(b.table), Key: key(pk), ConsistentRead: aws.Bool(true)})
+		require.NoError(t, err)
+		require.Equal(t, strconv.Itoa(w), got.Item["v"].(*ddb.AttributeValueMemberN).Value, "round %d", round)
+	}
+	// Its own counts, not those of the proxy Start made.
+	require.Equal(t, int64(n*racers), front.Counts()["dynamodb.UpdateItem"])
+
+	// Closing the front leaves the emulator running.
+	front.Close()
+	_, err = b.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(b.table), Key: key("front-0")})
+	require.NoError(t, err)
+	_, err = client(front.URL).GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(b.table), Key: key("front-0")})
+	require.Error(t, err, "the front is closed")
+}
+
+func TestFrontRefusesBadEndpoints(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, ep := range []string{"", "localhost:4566", "ftp://127.0.0.1:21", "http://"} {
+		_, err := emulator.Front(ctx, "127.0.0.1:0", ep)
+		require.ErrorContains(t, err, "not an http(s) URL", "%q", ep)
+	}
+	// Nothing listening: refused once ctx ends, not after a hang.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := "http://" + ln.Addr().String()
+	require.NoError(t, ln.Close())
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err = emulator.Front(short, "127.0.0.1:0", dead)
+	require.ErrorContains(t, err, "did not answer")
 }
 
 func TestCountsByOperation(t *testing.T) {

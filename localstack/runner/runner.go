@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -119,8 +120,14 @@ func (r *Runner) routes() []route {
 // match finds the route for a request and its path parameters, as API
 // Gateway does: a declared route first, else the $default route. Without
 // a $default route, a path declared for other methods answers those.
+//
+// path is the request path decoded once, as API Gateway HTTP APIs route
+// it: an encoded slash (%2F) is a separator by then, so it can never end
+// up inside a {param}. Segments are taken as they are, with no trimming:
+// a trailing slash or a doubled one makes an empty segment, which no
+// declared route has, so such a path goes to $default.
 func match(routes []route, method, path string) (*route, map[string]string, []string) {
-	segs := strings.Split(strings.Trim(path, "/"), "/")
+	segs := strings.Split(strings.TrimPrefix(path, "/"), "/")
 	var allowed []string
 	var fallback *route
 	for i := range routes {
@@ -165,6 +172,14 @@ func matchSegments(pattern, segs []string) (map[string]string, bool) {
 	return params, true
 }
 
+// eventPath is what API Gateway HTTP APIs hand the function as rawPath and
+// path parameters: the path decoded once more after routing (live captures
+// show /a%252Fb arriving as rawPath /a/b, and /a%25zz refused with 400).
+func eventPath(routed string) (string, bool) {
+	p, err := url.PathUnescape(routed)
+	return p, err == nil
+}
+
 // maxPayload is API Gateway's request payload limit.
 const maxPayload = 10 * 1024 * 1024
 
@@ -172,6 +187,13 @@ const maxPayload = 10 * 1024 * 1024
 // round-trips it through JSON as Lambda would, calls the route's handler
 // and writes its response.
 func (r *Runner) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	rawPath, ok := eventPath(req.URL.Path)
+	if !ok {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `{"message":"Bad Request"}`)
+		return
+	}
 	rt, params, allowed := match(r.routes(), req.Method, req.URL.Path)
 	if rt == nil {
 		w.Header().Set("Content-Type", "application/json")
@@ -192,7 +214,10 @@ func (r *Runner) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		_, _ = io.WriteString(w, `{"message":"Request Entity Too Large"}`)
 		return
 	}
-	ev := r.event(req, rt, params, body)
+	for k, v := range params {
+		params[k], _ = eventPath(v) // a part of a path that decoded whole
+	}
+	ev := r.event(req, rt, rawPath, params, body)
 	raw, err := json.Marshal(ev)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -240,7 +265,7 @@ func (r *Runner) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	_, _ = w.Write(out)
 }
 
-func (r *Runner) event(req *http.Request, rt *route, params map[string]string, body []byte) events.APIGatewayV2HTTPRequest {
+func (r *Runner) event(req *http.Request, rt *route, rawPath string, params map[string]string, body []byte) events.APIGatewayV2HTTPRequest {
 	headers := map[string]string{}
 	for k, vs := range req.Header {
 		headers[strings.ToLower(k)] = strings.Join(vs, ",")
@@ -259,14 +284,14 @@ func (r *Runner) event(req *http.Request, rt *route, params map[string]string, b
 	now := time.Now().UTC()
 	ip, _, _ := net.SplitHostPort(req.RemoteAddr)
 	ev := events.APIGatewayV2HTTPRequest{
-		Version: "2.0", RouteKey: rt.key, RawPath: req.URL.Path, RawQueryString: req.URL.RawQuery,
+		Version: "2.0", RouteKey: rt.key, RawPath: rawPath, RawQueryString: req.URL.RawQuery,
 		Headers: headers, QueryStringParameters: query, PathParameters: params,
 		RequestContext: events.APIGatewayV2HTTPRequestContext{
 			RouteKey: rt.key, AccountID: "000000000000", Stage: "$default", RequestID: requestID(),
 			APIID: "local", DomainName: req.Host, DomainPrefix: strings.Split(req.Host, ".")[0],
 			Time: now.Format("02/Jan/2006:15:04:05 -0700"), TimeEpoch: now.UnixMilli(),
 			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{
-				Method: req.Method, Path: req.URL.Path, Protocol: req.Proto, SourceIP: ip, UserAgent: req.UserAgent(),
+				Method: req.Method, Path: rawPath, Protocol: req.Proto, SourceIP: ip, UserAgent: req.UserAgent(),
 			},
 		},
 	}

@@ -10,19 +10,64 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/netguard"
 )
 
 // MaxOutputBytes bounds what an action may return; the job item carries
 // every output and DynamoDB items stop at 400 KB.
 const MaxOutputBytes = 64 * 1024
 
+// MaxRetryAfter bounds the Retry-After an http step's callee may ask for:
+// a longer wait is cut to this.
+const MaxRetryAfter = time.Hour
+
+// DefaultHTTPTimeout bounds one http call made with the guarded default
+// client (the step's timeout_seconds bounds it too).
+const DefaultHTTPTimeout = time.Duration(domain.MaxBuiltinSeconds) * time.Second
+
+// maxQuote bounds how much of a URL or a response body a failure message
+// quotes.
+const maxQuote = 200
+
 // Runner runs built-in actions.
 type Runner struct {
+	// Guard decides which destinations the http action may reach; the zero
+	// Policy refuses loopback, link-local (cloud metadata), private and
+	// other non-public addresses. It is also what Submit checks step URLs
+	// against (see Policy).
+	Guard netguard.Policy
+	// HTTP, when set, replaces the client built from Guard. Guard's static
+	// URL check still applies, but the dial-time check (DNS answers,
+	// redirects) only does if the client comes from Guard.Client.
 	HTTP *http.Client
+
+	once   sync.Once
+	client *http.Client
+}
+
+// Policy answers the runner's guard; a nil Runner answers the default
+// Policy.
+func (r *Runner) Policy() netguard.Policy {
+	if r == nil {
+		return netguard.Policy{}
+	}
+	return r.Guard
+}
+
+func (r *Runner) httpClient() *http.Client {
+	if r.HTTP != nil {
+		return r.HTTP
+	}
+	r.once.Do(func() { r.client = r.Guard.Client(DefaultHTTPTimeout) })
+	return r.client
 }
 
 // Call is one attempt to run.
@@ -73,30 +118,43 @@ func (r *Runner) run(ctx context.Context, c Call) (json.RawMessage, *domain.Fail
 }
 
 // post sends the input to the step's url: 2xx succeeds with the response
-// body as output; 408, 429 and 5xx are retryable (honouring Retry-After);
-// any other status is fatal.
+// body as output; 408, 429 and 5xx are retryable (honouring Retry-After up
+// to MaxRetryAfter); any other status is fatal, and so is a destination
+// the guard refuses (the URL, an address it resolves to, a redirect).
 func (r *Runner) post(ctx context.Context, c Call) (json.RawMessage, *domain.Failure) {
-	client := r.HTTP
-	if client == nil {
-		client = http.DefaultClient
+	target := clip(redact(c.Spec.URL))
+	if err := r.Guard.CheckURL(c.Spec.URL); err != nil {
+		return nil, refused(target, "", err)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.Spec.URL, bytes.NewReader(c.Input))
 	if err != nil {
-		return nil, &domain.Failure{Class: domain.ClassFatal, Message: fmt.Sprintf("build request: %v", err)}
+		return nil, &domain.Failure{Class: domain.ClassFatal, Message: clip(fmt.Sprintf("build request for %s: %v", target, err))}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", c.IdempotencyKey)
-	res, err := client.Do(req)
+	res, err := r.httpClient().Do(req)
 	if err != nil {
-		return nil, &domain.Failure{Class: domain.ClassRetryable, Message: fmt.Sprintf("POST %s: %v", c.Spec.URL, err)}
+		var re *netguard.RefusedError
+		if errors.As(err, &re) {
+			where := redact(c.Spec.URL)
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				where = ue.URL
+			}
+			return nil, refused(target, where, re)
+		}
+		return nil, &domain.Failure{Class: domain.ClassRetryable, Message: fmt.Sprintf("POST %s: %s", target, clip(err.Error()))}
 	}
 	defer res.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(res.Body, MaxOutputBytes+1))
 	if err != nil {
-		return nil, &domain.Failure{Class: domain.ClassRetryable, Message: fmt.Sprintf("POST %s: read body: %v", c.Spec.URL, err)}
+		return nil, &domain.Failure{Class: domain.ClassRetryable, Message: fmt.Sprintf("POST %s: read body: %s", target, clip(err.Error()))}
 	}
 	switch code := res.StatusCode; {
 	case code >= 200 && code < 300:
+		if len(body) > MaxOutputBytes {
+			return nil, &domain.Failure{Class: domain.ClassFatal, Message: fmt.Sprintf("POST %s answered %d with a body over the limit of %d bytes", target, code, MaxOutputBytes)}
+		}
 		if len(bytes.TrimSpace(body)) == 0 {
 			return json.RawMessage(`null`), nil
 		}
@@ -108,24 +166,69 @@ func (r *Runner) post(ctx context.Context, c Call) (json.RawMessage, *domain.Fai
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
 		return nil, &domain.Failure{
 			Class:      domain.ClassRetryable,
-			Message:    fmt.Sprintf("POST %s answered %d", c.Spec.URL, code),
+			Message:    fmt.Sprintf("POST %s answered %d", target, code),
 			RetryAfter: retryAfter(res.Header.Get("Retry-After"), time.Now()),
 		}
 	default:
-		return nil, &domain.Failure{Class: domain.ClassFatal, Message: fmt.Sprintf("POST %s answered %d: %.200s", c.Spec.URL, code, body)}
+		return nil, &domain.Failure{Class: domain.ClassFatal, Message: fmt.Sprintf("POST %s answered %d: %s", target, code, clip(string(body)))}
 	}
 }
 
-// retryAfter reads a Retry-After header: seconds or an HTTP date.
+// refused is the fatal failure of a destination the guard refuses: target
+// is the step's URL, where the URL refused (a redirect's, or the same).
+func refused(target, where string, err error) *domain.Failure {
+	rule := err.Error()
+	var re *netguard.RefusedError
+	if errors.As(err, &re) {
+		rule = re.Rule
+	}
+	msg := fmt.Sprintf("POST %s refused: %s", target, rule)
+	if where != "" && clip(where) != target {
+		msg = fmt.Sprintf("POST %s refused: redirect to %s: %s", target, clip(where), rule)
+	}
+	return &domain.Failure{Class: domain.ClassFatal, Message: msg}
+}
+
+// redact hides a URL's password, as net/http does in its errors.
+func redact(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
+	}
+	return raw
+}
+
+// clip bounds a quoted string to maxQuote bytes (at a rune boundary).
+func clip(s string) string {
+	if len(s) <= maxQuote {
+		return s
+	}
+	cut := maxQuote
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
+}
+
+// retryAfter reads a Retry-After header, seconds or an HTTP date, and caps
+// it at MaxRetryAfter.
 func retryAfter(h string, now time.Time) time.Duration {
+	h = strings.TrimSpace(h)
 	if h == "" {
 		return 0
 	}
-	if secs, err := strconv.Atoi(h); err == nil && secs > 0 {
+	if secs, err := strconv.ParseInt(h, 10, 64); err == nil {
+		if secs <= 0 {
+			return 0
+		}
+		if secs >= int64(MaxRetryAfter/time.Second) {
+			return MaxRetryAfter
+		}
 		return time.Duration(secs) * time.Second
+	} else if errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(h, "-") {
+		return MaxRetryAfter
 	}
 	if t, err := http.ParseTime(h); err == nil && t.After(now) {
-		return t.Sub(now)
+		return min(t.Sub(now), MaxRetryAfter)
 	}
 	return 0
 }

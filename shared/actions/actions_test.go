@@ -76,7 +76,7 @@ func TestHTTPAction(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	r := &actions.Runner{HTTP: srv.Client()}
+	r := &actions.Runner{Guard: allow(t, "127.0.0.1/32")} // the test server, on loopback
 	call := func(path string) (json.RawMessage, *domain.Failure) {
 		return r.Run(context.Background(), actions.Call{
 			Spec: domain.StepSpec{Action: domain.ActionHTTP, URL: srv.URL + path}, Input: json.RawMessage(`{"x":2}`), IdempotencyKey: "job/step/1",

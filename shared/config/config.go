@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"strconv"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"github.com/stepflow/stepflow/shared/actions"
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
+	"github.com/stepflow/stepflow/shared/netguard"
 	"github.com/stepflow/stepflow/shared/queue"
 	"github.com/stepflow/stepflow/shared/store"
 )
@@ -32,6 +32,17 @@ type Settings struct {
 	DLQARN            string        // STEPFLOW_DLQ_ARN
 	WorkerQueuePrefix string        // STEPFLOW_WORKER_QUEUE_PREFIX
 	Lease             time.Duration // STEPFLOW_LEASE_SECONDS: the ready queues' visibility timeout
+	// HTTPAllow is STEPFLOW_HTTP_ALLOW (optional): CIDRs and host names the
+	// http action may reach although the guard refuses them by default
+	// (loopback, link-local, private...). Empty allows none of them.
+	HTTPAllow string
+	// P0Tenants is STEPFLOW_P0_TENANTS (optional): "*" or empty lets every
+	// tenant submit priority 0; otherwise a comma-separated list of the
+	// tenants that may.
+	P0Tenants string
+	// MaxWorkerQueues is STEPFLOW_MAX_WORKER_QUEUES (optional): how many
+	// worker queues one tenant may have (queue.DefaultMaxWorkerQueues).
+	MaxWorkerQueues int
 }
 
 // FromEnv reads Settings, naming any variable that is missing.
@@ -40,6 +51,7 @@ func FromEnv(getenv func(string) string) (Settings, error) {
 		Table:             getenv("STEPFLOW_TABLE"),
 		DLQARN:            getenv("STEPFLOW_DLQ_ARN"),
 		WorkerQueuePrefix: getenv("STEPFLOW_WORKER_QUEUE_PREFIX"),
+		HTTPAllow:         getenv(netguard.EnvAllow),
 	}
 	for p := range s.ReadyQueues {
 		s.ReadyQueues[p] = getenv(fmt.Sprintf("STEPFLOW_QUEUE_P%d", p))
@@ -57,6 +69,15 @@ func FromEnv(getenv func(string) string) (Settings, error) {
 		return s, fmt.Errorf("environment variable STEPFLOW_LEASE_SECONDS must be a positive number of seconds")
 	}
 	s.Lease = time.Duration(secs) * time.Second
+	s.P0Tenants = getenv("STEPFLOW_P0_TENANTS")
+	if v := getenv("STEPFLOW_MAX_WORKER_QUEUES"); v != "" {
+		if s.MaxWorkerQueues, err = strconv.Atoi(v); err != nil || s.MaxWorkerQueues < 1 {
+			return s, fmt.Errorf("environment variable STEPFLOW_MAX_WORKER_QUEUES must be a positive number")
+		}
+	}
+	if _, err := netguard.ParseAllow(s.HTTPAllow); err != nil {
+		return s, fmt.Errorf("environment variable %s: %w", netguard.EnvAllow, err)
+	}
 	return s, nil
 }
 
@@ -81,9 +102,20 @@ func Engine(s Settings, c Clients, log *slog.Logger) *engine.Engine {
 	st := store.New(c.DynamoDB, s.Table)
 	q := queue.New(c.SQS, queue.Config{
 		ReadyURLs: [domain.MaxPriority + 1]string(s.ReadyQueues), DLQARN: s.DLQARN, WorkerQueuePrefix: s.WorkerQueuePrefix,
+		MaxWorkerQueues: s.MaxWorkerQueues,
 	})
-	runner := &actions.Runner{HTTP: &http.Client{Timeout: time.Duration(domain.MaxBuiltinSeconds) * time.Second}}
-	return engine.New(st, q, runner, s.Lease, log)
+	// FromEnv refuses a bad allow list; Settings built by hand fail closed.
+	guard, err := netguard.ParseAllow(s.HTTPAllow)
+	if err != nil {
+		guard = netguard.Policy{}
+		if log != nil {
+			log.Error("ignoring "+netguard.EnvAllow+": the http action reaches public addresses only", "err", err)
+		}
+	}
+	runner := &actions.Runner{Guard: guard}
+	e := engine.New(st, q, runner, s.Lease, log)
+	e.P0Tenants = engine.ParseTenantList(s.P0Tenants)
+	return e
 }
 
 // FromLambdaEnv is what each function's main calls: settings from the

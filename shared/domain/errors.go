@@ -47,6 +47,10 @@ var (
 	ErrLeaseLost           = &Error{Code: CodeLeaseLost, Message: "lease lost: it expired or was taken over"}
 	ErrIdempotencyMismatch = &Error{Code: CodeIdempotencyMismatch, Message: "Idempotency-Key was already used with a different request body"}
 	ErrUnauthorized        = &Error{Code: CodeUnauthorized, Message: "missing or unknown API key"}
+	// ErrUnreadable is a stored job that cannot be decoded: the sweep and
+	// the handlers set it aside (quarantine) instead of failing on it again
+	// and again.
+	ErrUnreadable = &Error{Code: CodeInternal, Message: "the job's stored data cannot be read; it is quarantined"}
 	// ErrVersionConflict means a conditional write lost a race; the caller
 	// reloads and decides again.
 	ErrVersionConflict = errors.New("version conflict")

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // leaseExpired is the error of an attempt whose lease ran out.
@@ -346,6 +347,9 @@ type Failure struct {
 	Class      FailureClass
 	Message    string
 	RetryAfter time.Duration // the remote asked to wait at least this long
+	// Unstorable marks the fatal failure recorded in place of an outcome
+	// the job's item could not hold.
+	Unstorable bool
 }
 
 // Fail records a failed attempt under leaseID and applies the critic
@@ -356,7 +360,7 @@ func (j *Job) Fail(stepID, leaseID string, f Failure, now time.Time, rng *rand.R
 	if err != nil {
 		return nil, err
 	}
-	serr := &StepError{Class: f.Class, Message: f.Message}
+	serr := &StepError{Class: f.Class, Message: Truncate(f.Message, MaxErrorMessageBytes)}
 	attemptState := AttemptFailed
 	if f.Class == ClassTimeout {
 		attemptState = AttemptTimeout
@@ -505,7 +509,30 @@ func (j *Job) jobTo(event JobEvent, now time.Time, detail string) error {
 }
 
 func (j *Job) log(typ, step string, attempt int, detail string, now time.Time) {
+	detail = Truncate(detail, MaxEventDetailBytes)
 	j.Events = append(j.Events, Event{Seq: len(j.Events) + 1, Type: typ, At: now, Step: step, Attempt: attempt, Detail: detail})
+}
+
+// Bounds on what a failure writes into the job's item, which DynamoDB caps
+// at 400 KB: an attempt's error message is cut to MaxErrorMessageBytes, the
+// copy in the event log to MaxEventDetailBytes, each ending in "…
+// (truncated from N bytes)".
+const (
+	MaxErrorMessageBytes = 4096
+	MaxEventDetailBytes  = 512
+)
+
+// Truncate cuts s to at most limit bytes on a UTF-8 boundary, saying so.
+func Truncate(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	note := fmt.Sprintf("… (truncated from %d bytes)", len(s))
+	cut := max(limit-len(note), 0)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + note
 }
 
 // settle moves the job to the state its steps imply, through the job table,
@@ -609,7 +636,7 @@ func (j *Job) due() *time.Time {
 		case s.State.leasable() && s.ReadyAt != nil:
 			t = s.ReadyAt.Add(DispatchGrace << min(s.Redispatches, 6))
 		case s.State.leased() && s.Lease != nil:
-			t = s.Lease.ExpiresAt.Add(DispatchGrace)
+			t = s.Lease.ExpiresAt.Add(leaseGrace(s))
 		default:
 			continue
 		}
@@ -618,6 +645,19 @@ func (j *Job) due() *time.Time {
 		}
 	}
 	return at
+}
+
+// leaseGrace is how long the sweep leaves an expired lease alone. A worker
+// step's message comes back when its lease runs out and the next claim
+// reclaims it, so the sweep only backs that up, after DispatchGrace. A
+// built-in step's message stays invisible far longer than its lease (the
+// ready queues' visibility is six times the function's timeout), so the
+// sweep reclaims it as soon as the lease has run out.
+func leaseGrace(s *Step) time.Duration {
+	if s.Spec.Action == ActionWorker {
+		return DispatchGrace
+	}
+	return 0
 }
 
 // NeedsSweep answers what the sweep does for step at now: re-dispatch a

@@ -3,8 +3,11 @@ package domain
 import (
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 )
@@ -106,7 +109,7 @@ func TestPassJob(t *testing.T) {
 	require.Nil(t, s.ReadyAt)
 	require.Empty(t, j.Runnable())
 	require.Equal(t, []Attempt{{N: 1, State: AttemptRunning, Lease: l.ID, StartedAt: &t1}}, s.Attempts)
-	requireDue(t, j, l.ExpiresAt.Add(DispatchGrace))
+	requireDue(t, j, l.ExpiresAt) // a built-in lease is reclaimed as soon as it runs out
 	ref, err := ParseLeaseID(l.ID)
 	require.NoError(t, err)
 	require.Equal(t, LeaseRef{JobID: "job1", StepIndex: 0, Attempt: 1, Nonce: "n1"}, ref)
@@ -808,7 +811,7 @@ func TestSweepRedispatchAfterGrace(t *testing.T) {
 	redispatch, reclaim = j.NeedsSweep(s, l.ExpiresAt)
 	require.False(t, redispatch)
 	require.True(t, reclaim)
-	requireDue(t, j, l.ExpiresAt.Add(DispatchGrace))
+	requireDue(t, j, l.ExpiresAt) // a built-in lease is reclaimed as soon as it runs out
 
 	_, err := j.Reclaim("a", l.ExpiresAt)
 	require.NoError(t, err)
@@ -1011,7 +1014,7 @@ func TestDueOnlyMovesEarlierUntilResweep(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, created, *j.DueAt)
 	require.False(t, j.Resweep() == false && j.DueAt.Equal(created), "Resweep pushes it on")
-	require.Equal(t, l.ExpiresAt.Add(DispatchGrace), *j.DueAt)
+	require.Equal(t, l.ExpiresAt, *j.DueAt)
 	require.False(t, j.Resweep(), "a second Resweep changes nothing")
 
 	// Finishing removes it.
@@ -1045,4 +1048,42 @@ func TestALeaseIdIsGoodUntilItsExpiryOnly(t *testing.T) {
 	require.True(t, s.CancelledUnder(l.ID, at(2*time.Second)))
 	require.False(t, s.CancelledUnder(l.ID, l.ExpiresAt))
 	require.False(t, s.CancelledUnder("job1.0.1.forged", at(2*time.Second)))
+}
+
+func TestTruncateKeepsUTF8AndSaysSo(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "short", Truncate("short", 10))
+	long := strings.Repeat("é", 3000) // 6000 bytes of two-byte runes
+	got := Truncate(long, 100)
+	require.LessOrEqual(t, len(got), 100)
+	require.True(t, utf8.ValidString(got), "cut on a rune boundary")
+	require.Contains(t, got, "(truncated from 6000 bytes)")
+}
+
+func TestHugeFailureMessageIsBounded(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, workerJob)
+	l := mustLease(t, j, "a", viaWorker("w1", "n1"), t0)
+	msg := strings.Repeat("x", 120*1024)
+	_, err := j.Fail("a", l.ID, Failure{Class: ClassFatal, Message: msg}, at(time.Second), rand.New(rand.NewPCG(1, 2)))
+	require.NoError(t, err)
+	replayOK(t, j)
+	s := j.Steps[0]
+	require.Equal(t, StepFailed, s.State)
+	require.LessOrEqual(t, len(s.Error.Message), MaxErrorMessageBytes)
+	require.Contains(t, s.Error.Message, "truncated from 122880 bytes")
+	require.LessOrEqual(t, len(s.Attempts[0].Error.Message), MaxErrorMessageBytes)
+	for _, ev := range j.Events {
+		require.LessOrEqual(t, len(ev.Detail), MaxEventDetailBytes, ev.Type)
+	}
+}
+
+func TestExpiredLeaseIsDueAtOnceForBuiltinAfterGraceForWorker(t *testing.T) {
+	t.Parallel()
+	b := newJob(t, passJob)
+	lb := mustLease(t, b, "a", builtin("n"), t0)
+	requireDue(t, b, lb.ExpiresAt)
+	w := newJob(t, workerJob)
+	lw := mustLease(t, w, "a", viaWorker("w1", "n"), t0)
+	requireDue(t, w, lw.ExpiresAt.Add(DispatchGrace))
 }

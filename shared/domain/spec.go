@@ -3,12 +3,13 @@ package domain
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/url"
+	"reflect"
 	"regexp"
 	"strings"
+
+	jsonv2 "github.com/go-json-experiment/json"
 )
 
 // Limits of a job submission.
@@ -100,7 +101,7 @@ func ParseJobSpec(body []byte) (*JobSpec, error) {
 	}
 	var spec JobSpec
 	if err := DecodeStrict(body, &spec); err != nil {
-		return nil, locateStepError(body, err)
+		return nil, err
 	}
 	if err := spec.Validate(); err != nil {
 		return nil, err
@@ -108,81 +109,24 @@ func ParseJobSpec(body []byte) (*JobSpec, error) {
 	return &spec, nil
 }
 
-// DecodeStrict decodes one JSON object into v, refusing unknown fields and
-// trailing data, and answers an *Error that names the field at fault.
+// DecodeStrict decodes one JSON object into v and answers an *Error that
+// names the field at fault (steps[2].retry.backoff). It first checks the
+// whole body with the rules of CheckJSON (one value, UTF-8, nesting at
+// most MaxJSONDepth, no repeated member), then decodes with exact,
+// case-sensitive member names (json tags as written: "STEPS" is not
+// "steps"), refusing unknown members. Only decoding is strict: nothing
+// here changes how values are encoded.
 func DecodeStrict(body []byte, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return Invalid("body", "is empty; expected a JSON object")
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return decodeError(err)
+	if p := scanJSON(body); p != nil {
+		return p.toError("", reflect.TypeOf(v))
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return Invalid("body", "has data after the JSON object")
+	if err := jsonv2.Unmarshal(body, v, jsonv2.RejectUnknownMembers(true)); err != nil {
+		return decodeError(err, reflect.TypeOf(v))
 	}
 	return nil
-}
-
-// locateStepError names the step a decoding error came from: encoding/json
-// reports unknown fields without a path and type errors without an index.
-func locateStepError(body []byte, err error) error {
-	var loose struct {
-		Steps []json.RawMessage `json:"steps"`
-	}
-	if json.Unmarshal(body, &loose) != nil {
-		return err
-	}
-	for i, raw := range loose.Steps {
-		var st StepSpec
-		serr := DecodeStrict(raw, &st)
-		var de *Error
-		if serr == nil || !errors.As(serr, &de) {
-			continue
-		}
-		field := strings.TrimPrefix(strings.TrimPrefix(de.Field, "body"), "steps.")
-		var inner struct {
-			Retry json.RawMessage `json:"retry"`
-		}
-		if json.Unmarshal(raw, &inner) == nil && len(inner.Retry) > 0 && !strings.HasPrefix(field, "retry.") {
-			var rp RetryPolicy
-			if rerr := DecodeStrict(inner.Retry, &rp); rerr != nil && errors.As(rerr, &de) {
-				field = "retry." + strings.TrimPrefix(strings.TrimPrefix(de.Field, "body"), "retry.")
-				field = strings.TrimSuffix(field, ".")
-			}
-		}
-		if field == "" {
-			return Invalid(fmt.Sprintf("steps[%d]", i), "%s", de.Message)
-		}
-		return Invalid(fmt.Sprintf("steps[%d].%s", i, field), "%s", de.Message)
-	}
-	return err
-}
-
-func decodeError(err error) error {
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &syn):
-		return Invalid("body", "is not valid JSON at byte %d: %v", syn.Offset, err)
-	case errors.As(err, &typ):
-		field := typ.Field
-		if field == "" {
-			field = "body"
-		}
-		return Invalid(field, "must be %s, not JSON %s", typ.Type.String(), typ.Value)
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		if name == "" {
-			return Invalid("body", `has an unknown field ""`)
-		}
-		return Invalid(name, "is not a known field")
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return Invalid("body", "is truncated JSON")
-	default:
-		return Invalid("body", "%v", err)
-	}
 }
 
 // Validate checks a decoded spec and fills its defaults.

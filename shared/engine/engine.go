@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,6 +34,8 @@ type Store interface {
 	Save(ctx context.Context, j *domain.Job, loadedEvents int) error
 	List(ctx context.Context, tenant string, f store.ListFilter) ([]store.Summary, string, error)
 	Due(ctx context.Context, now time.Time, limit int32) ([]store.JobKey, error)
+	Quarantine(ctx context.Context, tenant, id, reason string, now time.Time) error
+	Defer(ctx context.Context, k store.JobKey, until time.Time) error
 	TenantForKey(ctx context.Context, key string) (string, error)
 	RecordStats(ctx context.Context, tenant string, d store.StatsDelta, now time.Time) error
 	Stats(ctx context.Context, tenant string, now time.Time) (store.Stats, error)
@@ -42,11 +45,11 @@ type Store interface {
 type Queue interface {
 	Dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispatch) error
 	WorkerQueueURL(ctx context.Context, tenant, name string) (string, error)
+	EnsureWorkerQueue(ctx context.Context, tenant, name string) (string, error)
 	Receive(ctx context.Context, url string, max int, wait time.Duration) ([]queue.Received, error)
 	Delete(ctx context.Context, url, receipt string) error
 	Hide(ctx context.Context, url, receipt string, d time.Duration) error
 	QueueFor(ctx context.Context, j *domain.Job, s *domain.Step) (string, error)
-	Backlog(ctx context.Context) (int, error)
 }
 
 // Clock tells the time; tests set it.
@@ -62,6 +65,9 @@ type Engine struct {
 	// BuiltinLease is how long the execute function holds a step: the ready
 	// queues' visibility timeout, after which SQS hands the message out again.
 	BuiltinLease time.Duration
+	// P0Tenants may submit priority 0; nil lets every tenant
+	// (STEPFLOW_P0_TENANTS).
+	P0Tenants map[string]bool
 
 	rngMu sync.Mutex
 	rng   *mrand.Rand
@@ -179,6 +185,14 @@ func (e *Engine) recordStats(_ context.Context, j *domain.Job, prev domain.JobSt
 	if w := j.State == domain.JobWaiting; w != waitingBefore {
 		d.Blocked = map[bool]int64{true: 1, false: -1}[w]
 	}
+	if q := j.State == domain.JobQueued; q != (prev == domain.JobQueued) {
+		d.Queued = map[bool]int64{true: 1, false: -1}[q] // a reclaim or retry queues a job again
+	}
+	e.addStats(j.Tenant, d)
+}
+
+// addStats adds to the tenant's counters not written yet.
+func (e *Engine) addStats(tenant string, d store.StatsDelta) {
 	if d.Zero() {
 		return
 	}
@@ -187,12 +201,13 @@ func (e *Engine) recordStats(_ context.Context, j *domain.Job, prev domain.JobSt
 	if e.stats == nil {
 		e.stats = map[string]store.StatsDelta{}
 	}
-	t := e.stats[j.Tenant]
+	t := e.stats[tenant]
 	t.Completed += d.Completed
 	t.Failed += d.Failed
 	t.Cancelled += d.Cancelled
 	t.Blocked += d.Blocked
-	e.stats[j.Tenant] = t
+	t.Queued += d.Queued
+	e.stats[tenant] = t
 }
 
 // FlushStats is called at the end of each invocation. It writes the
@@ -242,8 +257,23 @@ func (e *Engine) Submit(ctx context.Context, tenant string, body []byte, idemKey
 	if err != nil {
 		return nil, false, err
 	}
+	guard := e.Runner.Policy() // a nil Runner answers the default policy
+	for i, st := range spec.Steps {
+		if st.Action != domain.ActionHTTP {
+			continue
+		}
+		if err := guard.CheckURL(st.URL); err != nil { // "<url> refused: <rule>"
+			return nil, false, domain.Invalid(fmt.Sprintf("steps[%d].url", i), "%s", err.Error())
+		}
+	}
 	if len(idemKey) > 255 {
 		return nil, false, domain.Invalid("Idempotency-Key", "is %d characters; the limit is 255", len(idemKey))
+	}
+	if *spec.Priority == 0 && e.P0Tenants != nil && !e.P0Tenants[tenant] {
+		return nil, false, domain.Invalid("priority", "tenant %s may not submit priority 0 (P0); use 1 or 2, or ask an operator to add it to STEPFLOW_P0_TENANTS", tenant)
+	}
+	if err := e.ensureWorkerQueues(ctx, tenant, spec); err != nil {
+		return nil, false, err
 	}
 	now := e.now()
 	id := e.newID(now)
@@ -254,6 +284,9 @@ func (e *Engine) Submit(ctx context.Context, tenant string, body []byte, idemKey
 	j, created, err := e.Store.Create(ctx, j, requestHash(body), now)
 	if err != nil {
 		return nil, false, err
+	}
+	if created {
+		e.addStats(tenant, store.StatsDelta{Queued: 1})
 	}
 	// A replay of a job that has not started yet dispatches again: the
 	// first request may have died between its write and its send, and a
@@ -268,6 +301,41 @@ func (e *Engine) Submit(ctx context.Context, tenant string, body []byte, idemKey
 		e.dispatch(ctx, j, ds)
 	}
 	return j, created, nil
+}
+
+// ParseTenantList reads a setting that lists tenants: "*" or empty is
+// every tenant (nil).
+func ParseTenantList(v string) map[string]bool {
+	if v = strings.TrimSpace(v); v == "" || v == "*" {
+		return nil
+	}
+	m := map[string]bool{}
+	for _, t := range strings.Split(v, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			m[t] = true
+		}
+	}
+	return m
+}
+
+// ensureWorkerQueues makes the worker queues a submission names before the
+// job is written, so a tenant over its bound is refused with nothing
+// written, and a claim never has to create a queue.
+func (e *Engine) ensureWorkerQueues(ctx context.Context, tenant string, spec *domain.JobSpec) error {
+	done := map[string]bool{}
+	for i, st := range spec.Steps {
+		if st.Action != domain.ActionWorker || done[st.Queue] {
+			continue
+		}
+		done[st.Queue] = true
+		if _, err := e.Queue.EnsureWorkerQueue(ctx, tenant, st.Queue); err != nil {
+			if de := (*domain.Error)(nil); errors.As(err, &de) && de.Code == domain.CodeInvalid {
+				return domain.Invalid(fmt.Sprintf("steps[%d].queue", i), "%s", de.Message)
+			}
+			return fmt.Errorf("worker queue %q: %w", st.Queue, err)
+		}
+	}
+	return nil
 }
 
 // requestHash identifies a request body for idempotency, ignoring white
@@ -289,6 +357,15 @@ func compactJSON(b []byte) ([]byte, error) {
 		return nil, err
 	}
 	return json.Marshal(v)
+}
+
+// quarantine sets aside a job that cannot be read, so no sweep or message
+// meets it again; the failure is logged and counted by the caller.
+func (e *Engine) quarantine(ctx context.Context, tenant, id string, cause error) {
+	e.Log.Error("job quarantined: its stored data cannot be read", "tenant", tenant, "job", id, "err", cause)
+	if err := e.Store.Quarantine(context.WithoutCancel(ctx), tenant, id, cause.Error(), e.now()); err != nil {
+		e.Log.Warn("quarantine not written; the next sweep tries again", "job", id, "err", err)
+	}
 }
 
 // Get answers one of tenant's jobs.
@@ -352,7 +429,7 @@ type Health struct {
 	Status      string   `json:"status"` // ok, degraded, unhealthy
 	Reasons     []string `json:"reasons,omitempty"`
 	SuccessRate *float64 `json:"success_rate,omitempty"` // completed / finished over 24 h; absent with no finished job
-	Backlog     int      `json:"backlog"`
+	Backlog     int      `json:"backlog"`                // the tenant's jobs submitted and not started yet (over 24 h)
 	Blocked     int64    `json:"blocked"`
 	Completed   int64    `json:"completed_24h"`
 	Failed      int64    `json:"failed_24h"`
@@ -361,17 +438,17 @@ type Health struct {
 
 // Health judges a tenant's health: success rate over 24 h (> 95% ok,
 // >= 80% degraded), ready-queue backlog (< 10 ok, <= 50 degraded) and jobs
-// waiting on a person (< 3 ok, <= 10 degraded).
+// waiting on a person (< 3 ok, <= 10 degraded). Every figure is the
+// tenant's own.
 func (e *Engine) Health(ctx context.Context, tenant string) (Health, error) {
 	e.flushStats(ctx, true) // this process's own counts, before reading them back
 	st, err := e.Store.Stats(ctx, tenant, e.now())
 	if err != nil {
 		return Health{}, err
 	}
-	backlog, err := e.Queue.Backlog(ctx)
-	if err != nil {
-		return Health{}, err
-	}
+	// The tenant's own backlog, not the ready queues' length: another
+	// tenant's work never makes this one look unhealthy.
+	backlog := int(max(st.Queued, 0))
 	h := Health{Status: "ok", Backlog: backlog, Blocked: max(st.Blocked, 0), Completed: st.Completed, Failed: st.Failed, Cancelled: st.Cancelled}
 	level := 0
 	judge := func(bad, worse bool, what string) {

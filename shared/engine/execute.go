@@ -50,7 +50,7 @@ func (e *Engine) Execute(ctx context.Context, m queue.Message, receipt string) (
 		if held, err := reclaimIfExpired(j, s, now); held || err != nil {
 			return err
 		}
-		lease, err = j.Lease(m.Step, domain.LeaseRequest{Nonce: nonce(), Duration: e.BuiltinLease}, now)
+		lease, err = j.Lease(m.Step, domain.LeaseRequest{Nonce: nonce(), Duration: e.builtinLease(s)}, now)
 		if err != nil {
 			return err
 		}
@@ -73,6 +73,9 @@ func (e *Engine) Execute(ctx context.Context, m queue.Message, receipt string) (
 		return Deferred, nil
 	case isStale(err):
 		return Stale, nil
+	case errors.Is(err, domain.ErrUnreadable):
+		e.quarantine(ctx, m.Tenant, m.Job, err)
+		return Stale, nil // redelivering it cannot help
 	case err != nil:
 		return "", fmt.Errorf("lease step %s of job %s: %w", m.Step, m.Job, err)
 	case lease == nil:
@@ -92,6 +95,36 @@ func (e *Engine) Execute(ctx context.Context, m queue.Message, receipt string) (
 		return "", err
 	}
 	return Executed, nil
+}
+
+// unstorable answers the fatal failure to record instead of an outcome the
+// job's item cannot hold, so the attempt ends now rather than the job
+// sticking until its lease runs out; nil when err is no such refusal, or
+// when the outcome refused was already that fatal failure.
+func unstorable(err error, failure *domain.Failure) *domain.Failure {
+	if domain.CodeOf(err) != domain.CodeTooLarge || failure != nil && failure.Unstorable {
+		return nil
+	}
+	return &domain.Failure{Class: domain.ClassFatal, Unstorable: true,
+		Message: domain.Truncate("the attempt's outcome could not be stored: "+err.Error(), 1024)}
+}
+
+// LeaseMargin is what a built-in step's lease adds to its timeout_seconds:
+// time to record the outcome after an action that ran to its timeout.
+const LeaseMargin = 30 * time.Second
+
+// builtinLease is how long the execute function holds a step: its own time
+// bound plus LeaseMargin, at most BuiltinLease (the ready queues' visibility
+// timeout). The lease, not the message's visibility, decides when a step
+// whose executor died is reclaimed: the sweep does it once the lease runs
+// out and sends a new message while the old one is still invisible (it
+// meets a finished or re-leased step when it comes back, and is dropped).
+func (e *Engine) builtinLease(s *domain.Step) time.Duration {
+	d := time.Duration(s.Spec.TimeoutSeconds)*time.Second + LeaseMargin
+	if e.BuiltinLease > 0 {
+		d = min(d, e.BuiltinLease)
+	}
+	return d
 }
 
 func mustStep(j *domain.Job, id string) *domain.Step {
@@ -132,6 +165,13 @@ func isStale(err error) bool {
 // leased, the job as this process saved it with the lease, saves a read;
 // it is consumed.
 func (e *Engine) record(ctx context.Context, tenant, jobID string, leased *domain.Job, stepID, leaseID string, output json.RawMessage, failure *domain.Failure) error {
+	if failure == nil && len(output) > 0 {
+		// A built-in action's output comes from outside (an http answer):
+		// poison JSON fails the attempt instead of being stored.
+		if err := domain.CheckJSON("output", output); err != nil {
+			output, failure = nil, &domain.Failure{Class: domain.ClassFatal, Message: "the action's output was refused: " + err.Error()}
+		}
+	}
 	var ds []domain.Dispatch
 	rng := e.jitterRNG()
 	j, err := e.mutateFrom(ctx, tenant, jobID, leased, func(j *domain.Job, now time.Time) error {
@@ -143,10 +183,8 @@ func (e *Engine) record(ctx context.Context, tenant, jobID string, leased *domai
 		}
 		return err
 	})
-	if failure == nil && domain.CodeOf(err) == domain.CodeTooLarge {
-		// The output does not fit the job's item: the step fails for good
-		// rather than the job sticking.
-		return e.record(ctx, tenant, jobID, nil, stepID, leaseID, nil, &domain.Failure{Class: domain.ClassFatal, Message: err.Error()})
+	if f := unstorable(err, failure); f != nil {
+		return e.record(ctx, tenant, jobID, nil, stepID, leaseID, nil, f)
 	}
 	if err != nil {
 		return fmt.Errorf("record outcome of step %s of job %s: %w", stepID, jobID, err)

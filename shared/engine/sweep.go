@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,8 +18,17 @@ type SweepReport struct {
 	Due          int `json:"due"`
 	Reclaimed    int `json:"reclaimed"`
 	Redispatched int `json:"redispatched"`
-	Errors       int `json:"errors"`
+	// Quarantined jobs could not be read and were taken out of the due
+	// index; Deferred ones could not be moved on and are looked at again
+	// after SweepRetryAfter.
+	Quarantined int `json:"quarantined"`
+	Deferred    int `json:"deferred"`
+	Errors      int `json:"errors"`
 }
+
+// SweepRetryAfter is how long the sweep leaves a job it could not move on
+// for a reason other than a failed AWS call (those are retried next sweep).
+const SweepRetryAfter = 5 * time.Minute
 
 // Sweep is the heartbeat's pass over the work that is due: leases that
 // expired without their message coming back are reclaimed (LEASE_TIMEOUT ->
@@ -26,7 +36,9 @@ type SweepReport struct {
 // process died between the DynamoDB write and the SQS send) are sent again.
 // It reads only the sparse due index, so its cost follows the work due, not
 // the jobs stored. Two sweeps at once are safe: each change is conditional,
-// and a duplicate message finds nothing to do.
+// and a duplicate message finds nothing to do. One bad job never holds the
+// others back: an unreadable one is quarantined, one that cannot be moved
+// on is deferred, and the sweep goes on.
 func (e *Engine) Sweep(ctx context.Context) (SweepReport, error) {
 	var rep SweepReport
 	keys, err := e.Store.Due(ctx, e.now(), SweepLimit)
@@ -38,7 +50,19 @@ func (e *Engine) Sweep(ctx context.Context) (SweepReport, error) {
 		if ctx.Err() != nil {
 			break
 		}
-		if err := e.sweepJob(ctx, k.Tenant, k.ID, &rep); err != nil {
+		err := e.sweepJob(ctx, k.Tenant, k.ID, &rep)
+		switch {
+		case err == nil:
+		case errors.Is(err, domain.ErrUnreadable):
+			e.quarantine(ctx, k.Tenant, k.ID, err)
+			rep.Quarantined++
+		case domain.CodeOf(err) != domain.CodeInternal || errors.Is(err, errPanic):
+			e.Log.Error("sweep could not move a job on; deferred", "tenant", k.Tenant, "job", k.ID, "err", err, "retry_after", SweepRetryAfter)
+			if derr := e.Store.Defer(ctx, k, e.now().Add(SweepRetryAfter)); derr != nil {
+				e.Log.Warn("deferral not written", "job", k.ID, "err", derr)
+			}
+			rep.Deferred++
+		default:
 			rep.Errors++
 			e.Log.Warn("sweep skipped a job", "tenant", k.Tenant, "job", k.ID, "err", err)
 		}
@@ -46,7 +70,14 @@ func (e *Engine) Sweep(ctx context.Context) (SweepReport, error) {
 	return rep, nil
 }
 
-func (e *Engine) sweepJob(ctx context.Context, tenant, id string, rep *SweepReport) error {
+var errPanic = errors.New("panic")
+
+func (e *Engine) sweepJob(ctx context.Context, tenant, id string, rep *SweepReport) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("sweep job %s: %w: %v", id, errPanic, p)
+		}
+	}()
 	var ds []domain.Dispatch
 	reclaimed, redispatched := 0, 0
 	j, err := e.mutate(ctx, tenant, id, func(j *domain.Job, now time.Time) error {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/queue"
 )
 
 // Claim limits.
@@ -67,13 +68,24 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
-	url, err := e.Queue.WorkerQueueURL(ctx, tenant, r.Queue)
-	if err != nil {
-		return nil, err
-	}
 	// The long-poll runs on the wall clock, not the engine's (tests move
 	// that one).
 	deadline := time.Now().Add(time.Duration(r.WaitSeconds) * time.Second)
+	url, err := e.Queue.WorkerQueueURL(ctx, tenant, r.Queue)
+	if errors.Is(err, queue.ErrNoWorkerQueue) {
+		// No work was ever submitted for this queue: nothing is created, and
+		// the claim waits as a long poll on an empty queue would (a worker
+		// started before its first job does not spin), then looks once more.
+		if !waitUntil(ctx, deadline) {
+			return nil, nil
+		}
+		if url, err = e.Queue.WorkerQueueURL(ctx, tenant, r.Queue); errors.Is(err, queue.ErrNoWorkerQueue) {
+			return nil, nil
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
 	var out []ClaimedLease
 	for {
 		wait := time.Duration(0)
@@ -88,6 +100,12 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 			return out, err
 		}
 		for _, m := range msgs {
+			if m.Message.Tenant != tenant {
+				// Queue names are per tenant, so this cannot be our own work:
+				// leave it for its owner rather than delete it.
+				e.Log.Warn("claim left a message of another tenant", "queue", r.Queue, "job", m.Message.Job)
+				continue
+			}
 			cl, err := e.claimOne(ctx, tenant, r.Worker, m.Message.Job, m.Message.Step, m.Receipt, url)
 			if err != nil {
 				e.Log.Warn("claim skipped a message", "job", m.Message.Job, "step", m.Message.Step, "err", err)
@@ -101,6 +119,23 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 		if len(msgs) == 0 || len(out) >= r.Max || ctx.Err() != nil || len(out) > 0 && !time.Now().Before(deadline) {
 			return out, nil
 		}
+	}
+}
+
+// waitUntil waits for the deadline or ctx, answering false when ctx ended
+// first.
+func waitUntil(ctx context.Context, deadline time.Time) bool {
+	d := time.Until(deadline)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
@@ -134,6 +169,9 @@ func (e *Engine) claimOne(ctx context.Context, tenant, worker, jobID, stepID, re
 	case errors.As(err, &notYet):
 		return nil, e.Queue.Hide(ctx, url, receipt, notYet.Until.Sub(e.now()))
 	case isStale(err):
+		return nil, e.Queue.Delete(ctx, url, receipt)
+	case errors.Is(err, domain.ErrUnreadable):
+		e.quarantine(ctx, tenant, jobID, err)
 		return nil, e.Queue.Delete(ctx, url, receipt)
 	case err != nil:
 		return nil, err
@@ -287,6 +325,14 @@ func (e *Engine) finishLease(ctx context.Context, tenant, leaseID string, output
 		}
 		return err
 	})
+	if f := unstorable(err, failure); f != nil {
+		// The attempt ends now, as a fatal failure; the worker still hears
+		// that its outcome was too large.
+		if _, ferr := e.finishLease(ctx, tenant, leaseID, nil, f); ferr != nil {
+			return OutcomeResult{}, fmt.Errorf("lease %s: %w (and recording the failure: %v)", leaseID, err, ferr)
+		}
+		return OutcomeResult{}, &domain.Error{Code: domain.CodeTooLarge, Message: fmt.Sprintf("lease %s: %v; the attempt was failed as fatal", leaseID, err)}
+	}
 	if err != nil {
 		return OutcomeResult{}, fmt.Errorf("lease %s: %w", leaseID, err)
 	}

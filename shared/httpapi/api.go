@@ -4,6 +4,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -16,8 +17,11 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/events"
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
@@ -59,7 +63,7 @@ type route func(ctx context.Context, tenant string, req *request) (int, any, err
 func (a *API) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 	req := &request{ev: ev}
 	h, ok := a.routes()[ev.RouteKey]
-	if !ok {
+	if !ok || !cleanPath(ev) {
 		return a.noRoute(ev), nil
 	}
 	tenant, err := a.authenticate(ctx, ev.Headers)
@@ -94,6 +98,9 @@ func (a *API) routes() map[string]route {
 // otherwise.
 func (a *API) noRoute(ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
 	method, path := ev.RequestContext.HTTP.Method, ev.RawPath
+	if !cleanPath(ev) {
+		return a.fail(ev, &domain.Error{Code: domain.CodeNotFound, Message: fmt.Sprintf("no route %s %s", method, path)})
+	}
 	segs := strings.Split(strings.Trim(path, "/"), "/")
 	var allowed []string
 	for key := range a.routes() {
@@ -117,6 +124,34 @@ func (a *API) noRoute(ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTP
 		return resp
 	}
 	return a.fail(ev, &domain.Error{Code: domain.CodeNotFound, Message: fmt.Sprintf("no route %s %s", method, path)})
+}
+
+// cleanPath reports a path that can name a route: no empty segment (a
+// doubled or trailing slash), no encoded slash, and none of the route's
+// {parameters} holding a slash. API Gateway decodes the path before it
+// routes, and decodes it again for rawPath and the parameters (so %252F
+// arrives as '/'): whatever a gateway does, an {id} that holds '/' is
+// refused here.
+func cleanPath(ev events.APIGatewayV2HTTPRequest) bool {
+	raw := ev.RawPath
+	if raw != "" && raw != "/" && (strings.HasSuffix(raw, "/") || strings.Contains(raw, "//")) {
+		return false
+	}
+	if strings.Contains(strings.ToLower(raw), "%2f") {
+		return false
+	}
+	_, pattern, _ := strings.Cut(ev.RouteKey, " ")
+	for _, seg := range strings.Split(pattern, "/") {
+		name, ok := strings.CutPrefix(seg, "{")
+		if !ok {
+			continue
+		}
+		v := ev.PathParameters[strings.TrimSuffix(name, "}")]
+		if strings.Contains(v, "/") || strings.Contains(strings.ToLower(v), "%2f") {
+			return false
+		}
+	}
+	return true
 }
 
 // request wraps the event with helpers.
@@ -168,10 +203,19 @@ func (r *request) setHeader(k, v string) {
 }
 
 // keyCache remembers API keys a warm Lambda has checked, so a busy worker
-// does not pay a DynamoDB read per request.
+// does not pay a DynamoDB read per request, and a flood of bad keys does
+// not pay one per request either. Known and unknown keys are kept apart,
+// each in its own bounded LRU keyed by the key's hash (never the key
+// itself): unknown keys, however many, only ever evict other unknown keys.
+// Expiry is checked on read rather than by a sweeper goroutine, so an API
+// leaves nothing running behind it; an expired entry keeps its slot until
+// it is looked up again or evicted, and the bounds hold either way.
 type keyCache struct {
-	mu sync.Mutex
-	m  map[string]cachedKey
+	once    sync.Once
+	known   *lru.Cache[string, cachedKey] // hash -> tenant
+	unknown *lru.Cache[string, time.Time] // hash -> refused until
+	// knownMax and unknownMax override the bounds before first use (tests).
+	knownMax, unknownMax int
 }
 
 type cachedKey struct {
@@ -179,32 +223,85 @@ type cachedKey struct {
 	until  time.Time
 }
 
-const keyCacheTTL = time.Minute
+const (
+	keyCacheTTL = time.Minute
+	// unknownKeyTTL is how long a key the table does not hold is refused
+	// without a read: also how long a key just added may be refused, if it
+	// was tried (unknown) shortly before.
+	unknownKeyTTL = 30 * time.Second
+	// knownKeysMax and unknownKeysMax bound each cache (a few MB at most).
+	knownKeysMax   = 10_000
+	unknownKeysMax = 10_000
+	// maxKeyBytes: no key stepflow issues is near this long.
+	maxKeyBytes = 256
+)
+
+func (c *keyCache) init() {
+	c.once.Do(func() {
+		var err error
+		if c.known, err = lru.New[string, cachedKey](cmp.Or(c.knownMax, knownKeysMax)); err != nil {
+			panic(err) // only for a size < 1, which the constants rule out
+		}
+		if c.unknown, err = lru.New[string, time.Time](cmp.Or(c.unknownMax, unknownKeysMax)); err != nil {
+			panic(err)
+		}
+	})
+}
+
+// wellFormedKey reports a key worth looking up: at most maxKeyBytes, valid
+// UTF-8, no control characters.
+func wellFormedKey(key string) bool {
+	if len(key) > maxKeyBytes || !utf8.ValidString(key) {
+		return false
+	}
+	for _, r := range key {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
 
 func (a *API) authenticate(ctx context.Context, headers map[string]string) (string, error) {
 	r := request{ev: events.APIGatewayV2HTTPRequest{Headers: headers}}
 	scheme, key, ok := strings.Cut(strings.TrimSpace(r.header("Authorization")), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(key) == "" {
+	key = strings.TrimSpace(key)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || key == "" {
 		return "", &domain.Error{Code: domain.CodeUnauthorized, Message: "Authorization: Bearer <api key> is required"}
 	}
-	hashed := store.HashKey(strings.TrimSpace(key))
-	a.keys.mu.Lock()
-	if c, ok := a.keys.m[hashed]; ok && time.Now().Before(c.until) {
-		a.keys.mu.Unlock()
-		return c.tenant, nil
+	if !wellFormedKey(key) {
+		return "", &domain.Error{Code: domain.CodeUnauthorized, Message: fmt.Sprintf("the API key is malformed (at most %d bytes, no control characters)", maxKeyBytes)}
 	}
-	a.keys.mu.Unlock()
-	tenant, err := a.Engine.Store.TenantForKey(ctx, strings.TrimSpace(key))
-	if err != nil {
+	c := &a.keys
+	c.init()
+	hashed := store.HashKey(key)
+	now := a.now()
+	if k, ok := c.known.Get(hashed); ok && now.Before(k.until) {
+		return k.tenant, nil
+	}
+	if until, ok := c.unknown.Get(hashed); ok && now.Before(until) {
+		return "", domain.ErrUnauthorized
+	}
+	tenant, err := a.Engine.Store.TenantForKey(ctx, key)
+	switch {
+	case errors.Is(err, domain.ErrUnauthorized):
+		c.known.Remove(hashed) // a revoked key
+		c.unknown.Add(hashed, now.Add(unknownKeyTTL))
 		return "", err
+	case err != nil:
+		return "", err // a failed read says nothing about the key: not cached
 	}
-	a.keys.mu.Lock()
-	if a.keys.m == nil {
-		a.keys.m = map[string]cachedKey{}
-	}
-	a.keys.m[hashed] = cachedKey{tenant: tenant, until: time.Now().Add(keyCacheTTL)}
-	a.keys.mu.Unlock()
+	c.unknown.Remove(hashed)
+	c.known.Add(hashed, cachedKey{tenant: tenant, until: now.Add(keyCacheTTL)})
 	return tenant, nil
+}
+
+// now is the engine's clock (tests move it), else the wall clock.
+func (a *API) now() time.Time {
+	if a.Engine != nil && a.Engine.Now != nil {
+		return a.Engine.Now()
+	}
+	return time.Now()
 }
 
 // ErrorBody is every error's JSON shape.

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -714,4 +715,37 @@ func TestInternalErrorsAreOpaque(t *testing.T) {
 	}
 	fault.pk.Store(nil)
 	require.Equal(t, domain.JobQueued, h.Get(t, stacktest.KeyA, j.ID).State)
+}
+
+// TestPoisonJSONIsRefused: JSON that could never be read back once stored
+// (nested past what a decoder takes, or not UTF-8) is refused at the door
+// with a 400 naming where, and nothing is written.
+func TestPoisonJSONIsRefused(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t)
+	bearer := "Bearer " + stacktest.KeyB
+	deep := strings.Repeat("[", 10000) + strings.Repeat("]", 10000)
+	cases := []struct{ name, path, body, field, inMsg string }{
+		{"payload 10,000 deep", "/v1/jobs", `{"steps":[{"id":"a","action":"pass"}],"payload":` + deep + `}`, "payload", "levels deep; the limit is 64"},
+		{"payload one level too deep", "/v1/jobs", `{"steps":[{"id":"a","action":"pass"}],"payload":` + strings.Repeat("[", domain.MaxJSONDepth) + strings.Repeat("]", domain.MaxJSONDepth) + `}`, "payload", "nests 65 levels deep"},
+		{"invalid UTF-8 in the payload", "/v1/jobs", `{"steps":[{"id":"a","action":"pass"}],"payload":{"name":"caf` + "\xe9" + `"}}`, "payload.name", "invalid UTF-8"},
+		{"STEPS", "/v1/jobs", `{"STEPS":[{"id":"a","action":"pass"}]}`, "STEPS", "is not a known field"},
+		{"duplicate member", "/v1/jobs", `{"steps":[{"id":"a","action":"pass"}],"payload":{"a":1,"a":2}}`, "payload.a", "appears twice"},
+		{"worker output 10,000 deep", "/v1/leases/" + newID() + ".0.1.abc/complete", `{"output":` + deep + `}`, "output", "levels deep; the limit is 64"},
+		{"claim with invalid UTF-8", "/v1/claim", `{"worker":"w` + "\xff" + `"}`, "worker", "invalid UTF-8"},
+	}
+	t.Run("answers", func(t *testing.T) {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				res, raw := call(t, h, "POST", tc.path, bearer, tc.body)
+				msg := requireError(t, res.StatusCode, raw, http.StatusBadRequest, domain.CodeInvalid, tc.field)
+				require.Contains(t, msg, tc.inMsg)
+				require.True(t, utf8.Valid(raw), "the answer echoes bytes that are not UTF-8: %q", raw)
+			})
+		}
+	})
+	var page listPage
+	h.JSON(t, http.StatusOK, http.MethodGet, "/v1/jobs", stacktest.KeyB, nil, &page)
+	require.Empty(t, page.Jobs, "a refused body left a job behind")
 }

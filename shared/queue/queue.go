@@ -1,8 +1,9 @@
 // Package queue carries work and time on SQS. A message names one runnable
 // step; its visibility timeout is the lease; DelaySeconds is the retry
 // backoff. Built-in actions go to the ready queues, one per priority;
-// worker steps go to a queue per tenant and worker queue name, created on
-// first use.
+// worker steps go to a queue per tenant and worker queue name, created when
+// work for it is first submitted (never by a claim), at most
+// Config.MaxWorkerQueues per tenant.
 package queue
 
 import (
@@ -33,6 +34,7 @@ type API interface {
 	GetQueueUrl(context.Context, *sqs.GetQueueUrlInput, ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error)
 	CreateQueue(context.Context, *sqs.CreateQueueInput, ...func(*sqs.Options)) (*sqs.CreateQueueOutput, error)
 	GetQueueAttributes(context.Context, *sqs.GetQueueAttributesInput, ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
+	ListQueues(context.Context, *sqs.ListQueuesInput, ...func(*sqs.Options)) (*sqs.ListQueuesOutput, error)
 }
 
 // MaxDelay is the longest DelaySeconds SQS allows. A longer backoff is sent
@@ -53,7 +55,17 @@ type Config struct {
 	WorkerQueuePrefix  string                         // e.g. "<stack>-w-"
 	WorkerMaxReceives  int                            // redrive after this many receives of one worker message
 	WorkerQueueVisible time.Duration                  // visibility before a claim sets the lease's
+	MaxWorkerQueues    int                            // worker queues one tenant may have; 0 means DefaultMaxWorkerQueues
 }
+
+// DefaultMaxWorkerQueues bounds a tenant's worker queues unless configured
+// (STEPFLOW_MAX_WORKER_QUEUES): each is an SQS queue that costs nothing idle
+// but must not be created without bound by one tenant.
+const DefaultMaxWorkerQueues = 50
+
+// ErrNoWorkerQueue answers a lookup of a worker queue no work was ever
+// submitted for.
+var ErrNoWorkerQueue = errors.New("no such worker queue")
 
 // Queue is the SQS adapter.
 type Queue struct {
@@ -70,22 +82,40 @@ func New(api API, cfg Config) *Queue {
 	if cfg.WorkerQueueVisible == 0 {
 		cfg.WorkerQueueVisible = 30 * time.Second
 	}
+	if cfg.MaxWorkerQueues == 0 {
+		cfg.MaxWorkerQueues = DefaultMaxWorkerQueues
+	}
 	return &Queue{api: api, cfg: cfg}
 }
 
-// WorkerQueueName is the SQS name of a tenant's worker queue: readable when
-// it fits SQS's 80 characters, hashed when it does not.
+// WorkerQueueName is the SQS name of a tenant's worker queue. Tenant and
+// queue names may both contain '-', so the tenant's length is written before
+// it: no two (tenant, queue) pairs share a name (tenant "a" with queue
+// "x-q1" is "1-a-x-q1", tenant "a-x" with queue "q1" is "3-a-x-q1"). A name
+// over SQS's 80 characters is hashed, still led by a tag of its tenant, so
+// one prefix lists each tenant's queues.
 func (q *Queue) WorkerQueueName(tenant, name string) string {
-	n := q.cfg.WorkerQueuePrefix + tenant + "-" + name
-	if len(n) <= 80 {
+	if n := q.readablePrefix(tenant) + name; len(n) <= 80 {
 		return n
 	}
-	sum := sha256.Sum256([]byte(tenant + "/" + name))
-	return q.cfg.WorkerQueuePrefix + hex.EncodeToString(sum[:])[:32]
+	sum := sha256.Sum256([]byte(tenant + "/" + name)) // '/' is in neither name
+	return q.hashedPrefix(tenant) + hex.EncodeToString(sum[:])[:32]
 }
 
-// WorkerQueueURL answers the URL of a worker queue, creating it the first
-// time (CreateQueue is idempotent for equal attributes).
+func (q *Queue) readablePrefix(tenant string) string {
+	return q.cfg.WorkerQueuePrefix + strconv.Itoa(len(tenant)) + "-" + tenant + "-"
+}
+
+// hashedPrefix starts with "h", which no readable name does (they start
+// with the tenant's length).
+func (q *Queue) hashedPrefix(tenant string) string {
+	sum := sha256.Sum256([]byte(tenant))
+	return q.cfg.WorkerQueuePrefix + "h" + hex.EncodeToString(sum[:])[:12] + "-"
+}
+
+// WorkerQueueURL answers the URL of an existing worker queue, or
+// ErrNoWorkerQueue: a claim on a name no work was submitted for creates
+// nothing.
 func (q *Queue) WorkerQueueURL(ctx context.Context, tenant, name string) (string, error) {
 	qn := q.WorkerQueueName(tenant, name)
 	if u, ok := q.urls.Load(qn); ok {
@@ -94,12 +124,34 @@ func (q *Queue) WorkerQueueURL(ctx context.Context, tenant, name string) (string
 	out, err := q.api.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: &qn})
 	var missing *sqstypes.QueueDoesNotExist
 	switch {
-	case err == nil:
-		q.urls.Store(qn, *out.QueueUrl)
-		return *out.QueueUrl, nil
-	case !errors.As(err, &missing):
+	case errors.As(err, &missing):
+		return "", fmt.Errorf("worker queue %q of tenant %s: %w", name, tenant, ErrNoWorkerQueue)
+	case err != nil:
 		return "", fmt.Errorf("worker queue %s: %w", qn, err)
 	}
+	q.urls.Store(qn, *out.QueueUrl)
+	return *out.QueueUrl, nil
+}
+
+// EnsureWorkerQueue answers a worker queue's URL, creating it when work is
+// submitted for it the first time, unless the tenant already has
+// MaxWorkerQueues (an *domain.Error, CodeInvalid). CreateQueue is
+// idempotent for equal attributes, so two creators at once are harmless;
+// the bound is checked with one ListQueues per creation, never per job.
+func (q *Queue) EnsureWorkerQueue(ctx context.Context, tenant, name string) (string, error) {
+	u, err := q.WorkerQueueURL(ctx, tenant, name)
+	if !errors.Is(err, ErrNoWorkerQueue) {
+		return u, err
+	}
+	n, err := q.countWorkerQueues(ctx, tenant)
+	if err != nil {
+		return "", err
+	}
+	if n >= q.cfg.MaxWorkerQueues {
+		return "", &domain.Error{Code: domain.CodeInvalid, Message: fmt.Sprintf(
+			"tenant %s already has %d worker queues, the limit; use one of them or raise STEPFLOW_MAX_WORKER_QUEUES", tenant, n)}
+	}
+	qn := q.WorkerQueueName(tenant, name)
 	attrs := map[string]string{
 		"VisibilityTimeout":      strconv.Itoa(int(q.cfg.WorkerQueueVisible.Seconds())),
 		"MessageRetentionPeriod": "1209600",
@@ -116,10 +168,31 @@ func (q *Queue) WorkerQueueURL(ctx context.Context, tenant, name string) (string
 	return *created.QueueUrl, nil
 }
 
+// countWorkerQueues counts a tenant's worker queues under both name forms.
+func (q *Queue) countWorkerQueues(ctx context.Context, tenant string) (int, error) {
+	n := 0
+	for _, prefix := range []string{q.readablePrefix(tenant), q.hashedPrefix(tenant)} {
+		in := &sqs.ListQueuesInput{QueueNamePrefix: aws.String(prefix), MaxResults: aws.Int32(1000)}
+		for {
+			out, err := q.api.ListQueues(ctx, in)
+			if err != nil {
+				return 0, fmt.Errorf("count worker queues of tenant %s: %w", tenant, err)
+			}
+			n += len(out.QueueUrls)
+			if out.NextToken == nil || n >= q.cfg.MaxWorkerQueues {
+				break
+			}
+			in.NextToken = out.NextToken
+		}
+	}
+	return n, nil
+}
+
 // QueueFor answers where a step's messages go.
 func (q *Queue) QueueFor(ctx context.Context, j *domain.Job, s *domain.Step) (string, error) {
 	if s.Spec.Action == domain.ActionWorker {
-		return q.WorkerQueueURL(ctx, j.Tenant, s.Spec.Queue)
+		// Made at submit; made again here only if it was deleted since.
+		return q.EnsureWorkerQueue(ctx, j.Tenant, s.Spec.Queue)
 	}
 	p := min(max(j.Priority, 0), domain.MaxPriority)
 	if q.cfg.ReadyURLs[p] == "" {
@@ -145,9 +218,16 @@ func (q *Queue) Dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispatc
 		if _, ok := byURL[url]; !ok {
 			order = append(order, url)
 		}
-		byURL[url] = append(byURL[url], sqstypes.SendMessageBatchRequestEntry{
+		entry := sqstypes.SendMessageBatchRequestEntry{
 			Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(string(body)), DelaySeconds: delay,
-		})
+		}
+		if d.Step.Spec.Action != domain.ActionWorker {
+			// The tenant is the message group: on a standard queue that makes
+			// it an SQS fair queue, which serves a quiet tenant's messages
+			// ahead of another's backlog (a worker queue is the tenant's own).
+			entry.MessageGroupId = aws.String(j.Tenant)
+		}
+		byURL[url] = append(byURL[url], entry)
 	}
 	for _, url := range order {
 		entries := byURL[url]
@@ -213,23 +293,4 @@ func (q *Queue) Hide(ctx context.Context, url, receipt string, d time.Duration) 
 		return fmt.Errorf("change visibility: %w", err)
 	}
 	return nil
-}
-
-// Backlog answers how many messages wait on the ready queues.
-func (q *Queue) Backlog(ctx context.Context) (int, error) {
-	total := 0
-	for _, url := range q.cfg.ReadyURLs {
-		if url == "" {
-			continue
-		}
-		out, err := q.api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-			QueueUrl: aws.String(url), AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameApproximateNumberOfMessages},
-		})
-		if err != nil {
-			return 0, fmt.Errorf("backlog of %s: %w", url, err)
-		}
-		n, _ := strconv.Atoi(out.Attributes[string(sqstypes.QueueAttributeNameApproximateNumberOfMessages)])
-		total += n
-	}
-	return total, nil
 }

@@ -177,6 +177,10 @@ func decodeCursor(cur, tenant string) (string, error) {
 type Stats struct {
 	Completed, Failed, Cancelled int64
 	Blocked                      int64
+	// Queued is the tenant's backlog: jobs submitted and not yet started,
+	// summed over the same 24 hourly buckets, so a count lost with a
+	// stopped process ages out of the window instead of drifting for ever.
+	Queued int64
 }
 
 const hourLayout = "2006010215"
@@ -185,18 +189,11 @@ const hourLayout = "2006010215"
 type StatsDelta struct {
 	Completed, Failed, Cancelled int64
 	Blocked                      int64 // jobs that started (+) or stopped (-) waiting on a person
+	Queued                       int64 // jobs submitted (+) or that left QUEUED (-)
 }
 
 // Zero reports whether the delta changes nothing.
 func (d StatsDelta) Zero() bool { return d == StatsDelta{} }
-
-// RecordOutcome counts one finished job (state completed, failed or
-// cancelled; others count nothing) and moves the blocked gauge.
-func (s *Store) RecordOutcome(ctx context.Context, tenant string, state domain.JobState, blockedDelta int, now time.Time) error {
-	d := OutcomeDelta(state)
-	d.Blocked = int64(blockedDelta)
-	return s.RecordStats(ctx, tenant, d, now)
-}
 
 // OutcomeDelta counts one job finished in state (completed, failed or
 // cancelled; any other state counts nothing).
@@ -217,15 +214,15 @@ func OutcomeDelta(state domain.JobState) StatsDelta {
 // blocked gauge. One write each, whatever the delta's size: the engine
 // batches a whole invocation's changes into one call.
 func (s *Store) RecordStats(ctx context.Context, tenant string, d StatsDelta, now time.Time) error {
-	if d.Completed+d.Failed+d.Cancelled > 0 {
+	if d.Completed+d.Failed+d.Cancelled > 0 || d.Queued != 0 {
 		pk := fmt.Sprintf("S#%s#%s#%d", tenant, now.UTC().Format(hourLayout), rand.IntN(StatsShards))
 		n := func(v int64) ddb.AttributeValue { return &ddb.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)} }
 		_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName:                 &s.table,
 			Key:                       map[string]ddb.AttributeValue{"pk": &ddb.AttributeValueMemberS{Value: pk}, "sk": &ddb.AttributeValueMemberS{Value: "S"}},
-			UpdateExpression:          aws.String("ADD n_COMPLETED :c, n_FAILED :f, n_CANCELLED :x SET #ttl = :ttl"),
+			UpdateExpression:          aws.String("ADD n_COMPLETED :c, n_FAILED :f, n_CANCELLED :x, n_QUEUED :q SET #ttl = :ttl"),
 			ExpressionAttributeNames:  map[string]string{"#ttl": "ttl"},
-			ExpressionAttributeValues: map[string]ddb.AttributeValue{":c": n(d.Completed), ":f": n(d.Failed), ":x": n(d.Cancelled), ":ttl": n(now.Add(48 * time.Hour).Unix())},
+			ExpressionAttributeValues: map[string]ddb.AttributeValue{":c": n(d.Completed), ":f": n(d.Failed), ":x": n(d.Cancelled), ":q": n(d.Queued), ":ttl": n(now.Add(48 * time.Hour).Unix())},
 		})
 		if err != nil {
 			return fmt.Errorf("record outcomes of tenant %s: %w", tenant, err)
@@ -273,6 +270,7 @@ func (s *Store) Stats(ctx context.Context, tenant string, now time.Time) (Stats,
 				Failed    int64 `json:"n_FAILED"`
 				Cancelled int64 `json:"n_CANCELLED"`
 				Blocked   int64 `json:"blocked"`
+				Queued    int64 `json:"n_QUEUED"`
 			}
 			if err := decoder.Decode(&ddb.AttributeValueMemberM{Value: it}, &c); err != nil {
 				return st, fmt.Errorf("read stats of tenant %s: %w", tenant, err)
@@ -281,6 +279,7 @@ func (s *Store) Stats(ctx context.Context, tenant string, now time.Time) (Stats,
 			st.Failed += c.Failed
 			st.Cancelled += c.Cancelled
 			st.Blocked += c.Blocked
+			st.Queued += c.Queued
 		}
 		req = out.UnprocessedKeys
 	}

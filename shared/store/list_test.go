@@ -202,38 +202,46 @@ func TestListRefusesForeignOrGarbageCursors(t *testing.T) {
 	}
 }
 
-func TestRecordOutcomeAndStats(t *testing.T) {
+func TestRecordStatsAndStats(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
 	now := b.now
+	record := func(tenant string, state domain.JobState, blocked, queued int64, at time.Time) {
+		d := store.OutcomeDelta(state)
+		d.Blocked, d.Queued = blocked, queued
+		require.NoError(t, b.st.RecordStats(ctx, tenant, d, at))
+	}
 
 	for _, o := range []struct {
-		state domain.JobState
-		delta int
+		state           domain.JobState
+		blocked, queued int64
 	}{
-		{domain.JobCompleted, 0},
-		{domain.JobCompleted, 0},
-		{domain.JobCompleted, 0},
-		{domain.JobFailed, 0},
-		{domain.JobCancelled, 0},
-		{domain.JobWaiting, +1},
-		{domain.JobWaiting, +1},
-		{domain.JobQueued, -1},
+		{domain.JobCompleted, 0, 0},
+		{domain.JobCompleted, 0, 0},
+		{domain.JobCompleted, 0, 0},
+		{domain.JobFailed, 0, 0},
+		{domain.JobCancelled, 0, 0},
+		{domain.JobWaiting, +1, 0},
+		{domain.JobWaiting, +1, 0},
+		{domain.JobQueued, -1, 0},
+		{domain.JobQueued, 0, +3},
+		{domain.JobRunning, 0, -1},
 	} {
-		require.NoError(t, b.st.RecordOutcome(ctx, tenantA, o.state, o.delta, now))
+		record(tenantA, o.state, o.blocked, o.queued, now)
 	}
-	// An outcome within the last 24 hours counts; an older one does not.
-	require.NoError(t, b.st.RecordOutcome(ctx, tenantA, domain.JobFailed, 0, now.Add(-23*time.Hour)))
-	require.NoError(t, b.st.RecordOutcome(ctx, tenantA, domain.JobCompleted, 0, now.Add(-25*time.Hour)))
+	// An outcome or a queued job within the last 24 hours counts; an older
+	// one does not.
+	record(tenantA, domain.JobFailed, 0, 0, now.Add(-23*time.Hour))
+	record(tenantA, domain.JobCompleted, 0, 5, now.Add(-25*time.Hour))
 	// A non-terminal state with no delta records nothing.
-	require.NoError(t, b.st.RecordOutcome(ctx, tenantA, domain.JobRunning, 0, now))
+	record(tenantA, domain.JobRunning, 0, 0, now)
 	// Another tenant's counters are its own.
-	require.NoError(t, b.st.RecordOutcome(ctx, tenantB, domain.JobCompleted, 1, now))
+	record(tenantB, domain.JobCompleted, 1, 0, now)
 
 	st, err := b.st.Stats(ctx, tenantA, now)
 	require.NoError(t, err)
-	require.Equal(t, store.Stats{Completed: 3, Failed: 2, Cancelled: 1, Blocked: 1}, st)
+	require.Equal(t, store.Stats{Completed: 3, Failed: 2, Cancelled: 1, Blocked: 1, Queued: 2}, st)
 
 	st, err = b.st.Stats(ctx, tenantB, now)
 	require.NoError(t, err)

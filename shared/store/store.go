@@ -266,7 +266,59 @@ func (s *Store) Get(ctx context.Context, tenant, id string) (*domain.Job, error)
 	if out.Item == nil {
 		return nil, fmt.Errorf("job %s: %w", id, domain.ErrNotFound)
 	}
-	return decodeJob(out.Item)
+	j, err := decodeJob(out.Item)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: %w (%v)", id, domain.ErrUnreadable, err)
+	}
+	return j, nil
+}
+
+// Quarantine sets aside a job that cannot be read or moved on: it leaves
+// the due index (so no sweep meets it again) and carries why and when, for
+// an operator. It is one write that needs no decoding of the job.
+func (s *Store) Quarantine(ctx context.Context, tenant, id, reason string, now time.Time) error {
+	upd := expression.Set(expression.Name("quarantined"), expression.Value(domain.Truncate(reason, 1024))).
+		Set(expression.Name("quarantined_at"), expression.Value(now.UTC().Format(time.RFC3339Nano))).
+		Remove(expression.Name("gsi2pk")).Remove(expression.Name("gsi2sk"))
+	expr, err := expression.NewBuilder().WithUpdate(upd).WithCondition(expression.AttributeExists(expression.Name("pk"))).Build()
+	if err != nil {
+		return fmt.Errorf("quarantine job %s: %w", id, err)
+	}
+	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &s.table, Key: jobKey(tenant, id),
+		UpdateExpression: expr.Update(), ConditionExpression: expr.Condition(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+	})
+	var ccf *ddb.ConditionalCheckFailedException
+	if err != nil && !errors.As(err, &ccf) {
+		return fmt.Errorf("quarantine job %s: %w", id, err)
+	}
+	return nil
+}
+
+// Defer moves a due job later without reading it, if its due time is still
+// the one the sweep saw: a job the sweep cannot move on is looked at again
+// after until, not on every sweep, and never holds the others back.
+func (s *Store) Defer(ctx context.Context, k JobKey, until time.Time) error {
+	if k.Due == "" {
+		return nil
+	}
+	cond := expression.Name("gsi2sk").Equal(expression.Value(k.Due))
+	upd := expression.Set(expression.Name("gsi2sk"), expression.Value(until.UTC().Format(dueLayout)))
+	expr, err := expression.NewBuilder().WithUpdate(upd).WithCondition(cond).Build()
+	if err != nil {
+		return fmt.Errorf("defer job %s: %w", k.ID, err)
+	}
+	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &s.table, Key: jobKey(k.Tenant, k.ID),
+		UpdateExpression: expr.Update(), ConditionExpression: expr.Condition(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+	})
+	var ccf *ddb.ConditionalCheckFailedException
+	if err != nil && !errors.As(err, &ccf) {
+		return fmt.Errorf("defer job %s: %w", k.ID, err)
+	}
+	return nil
 }
 
 // Save writes a changed job if, and only if, the stored one is still the
@@ -364,8 +416,8 @@ func valueSize(v ddb.AttributeValue) int {
 	}
 }
 
-// JobKey names a job.
-type JobKey struct{ Tenant, ID string }
+// JobKey names a job; Due is its due-index time as the sweep found it.
+type JobKey struct{ Tenant, ID, Due string }
 
 // Due lists up to limit jobs per shard whose due time is at or before now,
 // from the sparse due index: the sweep's cost follows the work due, not the
@@ -391,12 +443,13 @@ func (s *Store) Due(ctx context.Context, now time.Time, limit int32) ([]JobKey, 
 		for _, it := range out.Items {
 			pk, _ := it["pk"].(*ddb.AttributeValueMemberS)
 			sk, _ := it["sk"].(*ddb.AttributeValueMemberS)
-			if pk == nil || sk == nil {
+			due, _ := it["gsi2sk"].(*ddb.AttributeValueMemberS)
+			if pk == nil || sk == nil || due == nil {
 				continue
 			}
 			parts := strings.Split(pk.Value, "#")
 			if len(parts) == 3 && parts[0] == "J" {
-				keys = append(keys, JobKey{Tenant: parts[1], ID: sk.Value})
+				keys = append(keys, JobKey{Tenant: parts[1], ID: sk.Value, Due: due.Value})
 			}
 		}
 	}

@@ -439,7 +439,7 @@ func TestDueListsOnlyUnfinishedJobsPastTheirTime(t *testing.T) {
 	j := b.create(t, tenantA, simpleSpec)
 	require.NotNil(t, j.DueAt)
 	require.True(t, j.DueAt.After(b.now))
-	key := store.JobKey{Tenant: tenantA, ID: j.ID}
+	key := dueKey(tenantA, j)
 
 	due, err := b.st.Due(ctx, b.now, 100)
 	require.NoError(t, err)
@@ -471,6 +471,11 @@ func TestDueListsOnlyUnfinishedJobsPastTheirTime(t *testing.T) {
 	require.NotContains(t, it, "gsi2sk")
 }
 
+// dueKey is how Due lists a job: with the due time it found.
+func dueKey(tenant string, j *domain.Job) store.JobKey {
+	return store.JobKey{Tenant: tenant, ID: j.ID, Due: j.DueAt.UTC().Format("2006-01-02T15:04:05.000Z")}
+}
+
 func TestDueSpansShards(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -478,10 +483,10 @@ func TestDueSpansShards(t *testing.T) {
 	want := map[store.JobKey]bool{}
 	for range 3 * store.DueShards {
 		j := b.create(t, tenantA, simpleSpec)
-		want[store.JobKey{Tenant: tenantA, ID: j.ID}] = true
+		want[dueKey(tenantA, j)] = true
 	}
 	j := b.create(t, tenantB, simpleSpec)
-	want[store.JobKey{Tenant: tenantB, ID: j.ID}] = true
+	want[dueKey(tenantB, j)] = true
 
 	due, err := b.st.Due(ctx, b.now.Add(2*domain.DispatchGrace), 100)
 	require.NoError(t, err)
@@ -617,4 +622,47 @@ func TestSaveAppliesEachKindOfChange(t *testing.T) {
 			require.Equal(t, int64(2+len(tc.steps)), stored.Version)
 		})
 	}
+}
+
+func TestDeferMovesADueJobOnlyIfUnchanged(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	j := b.create(t, tenantA, simpleSpec)
+	key := dueKey(tenantA, j)
+	at := *j.DueAt
+	later := at.Add(5 * time.Minute)
+
+	require.NoError(t, b.st.Defer(ctx, key, later))
+	due, err := b.st.Due(ctx, at, 100)
+	require.NoError(t, err)
+	require.Empty(t, due, "deferred past its old due time")
+	due, err = b.st.Due(ctx, later, 100)
+	require.NoError(t, err)
+	require.Len(t, due, 1)
+
+	// A deferral decided on a due time that has moved since changes nothing.
+	require.NoError(t, b.st.Defer(ctx, key, later.Add(time.Hour)))
+	due, err = b.st.Due(ctx, later, 100)
+	require.NoError(t, err)
+	require.Len(t, due, 1)
+	got, err := b.st.Get(ctx, tenantA, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, j.Version, got.Version, "a deferral is no transition")
+}
+
+func TestQuarantineTakesAJobOutOfTheDueIndex(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	j := b.create(t, tenantA, simpleSpec)
+	require.NoError(t, b.st.Quarantine(ctx, tenantA, j.ID, "cannot be read", b.now))
+	due, err := b.st.Due(ctx, j.DueAt.Add(time.Hour), 100)
+	require.NoError(t, err)
+	require.Empty(t, due)
+	it := b.rawJob(t, j)
+	require.Contains(t, it, "quarantined")
+	require.NotContains(t, it, "gsi2pk")
+	// A job that is gone is no error.
+	require.NoError(t, b.st.Quarantine(ctx, tenantA, "01JZZZZZZZZZZZZZZZZZZZZZZZ", "gone", b.now))
 }

@@ -1,0 +1,30 @@
+package httpapi
+
+// Internals the tests of package httpapi_test look at.
+
+// Key cache bounds and the longest key looked up.
+const (
+	KnownKeysMax   = knownKeysMax
+	UnknownKeysMax = unknownKeysMax
+	MaxKeyBytes    = maxKeyBytes
+	UnknownKeyTTL  = unknownKeyTTL
+)
+
+// KeyCacheLens answers how many known and unknown keys a's cache holds.
+func (a *API) KeyCacheLens() (known, unknown int) {
+	a.keys.init()
+	return a.keys.known.Len(), a.keys.unknown.Len()
+}
+
+// SetKeyCacheBounds changes a's cache bounds; it takes effect only before
+// a's first request.
+func (a *API) SetKeyCacheBounds(known, unknown int) {
+	a.keys.knownMax, a.keys.unknownMax = known, unknown
+}
+
+// CacheUnknownKey records hash as unknown, as a refused lookup would,
+// without a table read: for filling the cache to its bound quickly.
+func (a *API) CacheUnknownKey(hash string) {
+	a.keys.init()
+	a.keys.unknown.Add(hash, a.now().Add(unknownKeyTTL))
+}

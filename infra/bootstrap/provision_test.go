@@ -84,6 +84,9 @@ func TestProvisionRealTemplate(t *testing.T) {
 		"STEPFLOW_DLQ_ARN":             "arn:aws:sqs:us-east-1:" + acct + ":stepflow-DeadLetterQueue",
 		"STEPFLOW_WORKER_QUEUE_PREFIX": "stepflow-w-",
 		"STEPFLOW_LEASE_SECONDS":       "1800",
+		"STEPFLOW_P0_TENANTS":          "*",
+		"STEPFLOW_MAX_WORKER_QUEUES":   "50",
+		"STEPFLOW_HTTP_ALLOW":          "",
 	}
 	require.Equal(t, want, st.Env)
 	require.True(t, strings.HasPrefix(st.Env["STEPFLOW_QUEUE_P0"], "http://127.0.0.1:"), st.Env["STEPFLOW_QUEUE_P0"])

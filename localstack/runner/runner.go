@@ -358,30 +358,62 @@ func (r *Runner) Run(ctx context.Context, ln net.Listener) error {
 // poll is one SQS event source mapping: receive a batch, hand it to the
 // handler, delete what it did not report as failed. A failed item, or a
 // whole batch whose handler erred, stays and comes back after its
-// visibility timeout, as on Lambda.
+// visibility timeout, as on Lambda. Messages are received ahead into a
+// fairBuffer and handed out round-robin across message groups, as an SQS
+// fair queue would serve them.
 func (r *Runner) poll(ctx context.Context, fn string, src bootstrap.SQSSource, h func(context.Context, events.SQSEvent) (events.SQSEventResponse, error)) {
 	arn := r.Stack.QueueARNs[src.QueueLogicalID]
-	batch := max(src.BatchSize, 1)
+	batch := min(max(src.BatchSize, 1), 10)
+	buf := newFairBuffer()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { r.receive(ctx, fn, src, buf) })
 	sem := make(chan struct{}, r.Concurrency)
+	for {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		msgs := buf.take(batch)
+		for len(msgs) == 0 && ctx.Err() == nil {
+			waitFor(ctx, buf.ready)
+			msgs = buf.take(batch)
+		}
+		if len(msgs) == 0 {
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			r.deliver(ctx, fn, src, arn, msgs, h)
+		})
+	}
+}
+
+// receive keeps a mapping's buffer filled up to FairBufferCap, long-polling
+// when the queue was found empty.
+func (r *Runner) receive(ctx context.Context, fn string, src bootstrap.SQSSource, buf *fairBuffer) {
+	wait := r.PollWait
 	for ctx.Err() == nil {
-		sem <- struct{}{}
+		if buf.len() >= FairBufferCap {
+			waitFor(ctx, buf.space)
+			continue
+		}
 		out, err := r.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-			QueueUrl: aws.String(src.QueueURL), MaxNumberOfMessages: int32(min(batch, 10)), WaitTimeSeconds: int32(r.PollWait / time.Second),
+			QueueUrl: aws.String(src.QueueURL), MaxNumberOfMessages: 10, WaitTimeSeconds: int32(wait / time.Second),
 			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
 			MessageAttributeNames:       []string{"All"},
 		})
-		if err != nil || len(out.Messages) == 0 {
-			<-sem
-			if err != nil && ctx.Err() == nil {
+		if err != nil {
+			if ctx.Err() == nil {
 				r.Log.Warn("event source mapping receive failed", "function", fn, "err", err)
 				sleepCtx(ctx, time.Second) // back off a failing poll, as the mapping does
 			}
 			continue
 		}
-		go func() {
-			defer func() { <-sem }()
-			r.deliver(ctx, fn, src, arn, out.Messages, h)
-		}()
+		buf.add(out.Messages)
+		// A full receive may have left more behind: look again at once.
+		wait = map[bool]time.Duration{true: 0, false: r.PollWait}[len(out.Messages) == 10]
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -150,4 +152,88 @@ func TestEventSourceMappingRedeliversOnlyFailedItems(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, map[string]int{"a": 1, "b": 1, "c": 1, "poison": 2}, deliveries)
+}
+
+// SQS fair queues serve a quiet message group ahead of a noisy group's
+// backlog; the local mapping does the same, so one tenant's job is not
+// served after another tenant's thousand.
+func TestEventSourceMappingServesMessageGroupsFairly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, err := devstack.AWSConfig(ctx, stacktest.Endpoint(t), "us-east-1")
+	require.NoError(t, err)
+	client := sqs.NewFromConfig(cfg)
+	q, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("fair-" + strings.ReplaceAll(t.Name(), "/", "-")), Attributes: map[string]string{"VisibilityTimeout": "300"}})
+	require.NoError(t, err)
+	const noisy = 300
+	for i := 0; i < noisy; i += 10 {
+		var entries []sqstypes.SendMessageBatchRequestEntry
+		for k := range 10 {
+			entries = append(entries, sqstypes.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(k)), MessageBody: aws.String("n"), MessageGroupId: aws.String("noisy")})
+		}
+		out, err := client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: q.QueueUrl, Entries: entries})
+		require.NoError(t, err)
+		require.Empty(t, out.Failed)
+	}
+	_, err = client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("q"), MessageGroupId: aws.String("quiet")})
+	require.NoError(t, err)
+
+	release := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	var mu sync.Mutex
+	var batches [][]string
+	h := func(_ context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+		mu.Lock()
+		first := len(batches) == 0
+		var groups []string
+		for _, rec := range ev.Records {
+			groups = append(groups, rec.Attributes["MessageGroupId"])
+		}
+		batches = append(batches, groups)
+		mu.Unlock()
+		if first {
+			<-release // the function is busy while the backlog builds up
+		}
+		return events.SQSEventResponse{}, nil
+	}
+	r := &runner.Runner{
+		Stack: &bootstrap.Stack{
+			QueueARNs: map[string]string{"Q": "arn:aws:sqs:us-east-1:000000000000:fair"},
+			Functions: []bootstrap.Function{{LogicalID: "Fn", Timeout: 60, SQS: []bootstrap.SQSSource{{QueueLogicalID: "Q", BatchSize: 10, ReportBatchItemFailures: true, QueueURL: *q.QueueUrl}}}},
+		},
+		Handlers: runner.Handlers{SQS: map[string]func(context.Context, events.SQSEvent) (events.SQSEventResponse, error){"Fn": h}},
+		SQS:      client, Log: slog.Default(), Region: "us-east-1", PollWait: time.Second, Concurrency: 1,
+	}
+	start(t, r)
+	t.Cleanup(open) // runs before start's: a failing test must not leave the function blocked
+
+	// Every message has been received while the first batch runs.
+	require.Eventually(t, func() bool {
+		out, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: q.QueueUrl, AttributeNames: []sqstypes.QueueAttributeName{"ApproximateNumberOfMessages"}})
+		require.NoError(t, err)
+		return out.Attributes["ApproximateNumberOfMessages"] == "0"
+	}, 30*time.Second, 20*time.Millisecond)
+	open()
+
+	total := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, b := range batches {
+			n += len(b)
+		}
+		return n
+	}
+	require.Eventually(t, func() bool { return total() == noisy+1 }, 60*time.Second, 20*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	quietAt := -1
+	for i, b := range batches {
+		if slices.Contains(b, "quiet") {
+			quietAt = i
+		}
+	}
+	require.GreaterOrEqual(t, quietAt, 0)
+	require.LessOrEqual(t, quietAt, 1, "the quiet group's message went out in the first batch after it arrived, not after %d noisy ones", noisy)
 }

@@ -31,7 +31,7 @@ type Settings struct {
 	ReadyQueues       [3]string     // STEPFLOW_QUEUE_P0..P2
 	DLQARN            string        // STEPFLOW_DLQ_ARN
 	WorkerQueuePrefix string        // STEPFLOW_WORKER_QUEUE_PREFIX
-	Lease             time.Duration // STEPFLOW_LEASE_SECONDS: the ready queues' visibility timeout
+	Lease             time.Duration // STEPFLOW_LEASE_SECONDS: the ready queues' visibility timeout, the longest built-in lease
 	// HTTPAllow is STEPFLOW_HTTP_ALLOW (optional): CIDRs and host names the
 	// http action may reach although the guard refuses them by default
 	// (loopback, link-local, private...). Empty allows none of them.

@@ -62,8 +62,9 @@ type Engine struct {
 	Runner *actions.Runner
 	Now    Clock
 	Log    *slog.Logger
-	// BuiltinLease is how long the execute function holds a step: the ready
-	// queues' visibility timeout, after which SQS hands the message out again.
+	// BuiltinLease is the longest the execute function holds a step: the
+	// ready queues' visibility timeout, after which SQS hands the message out
+	// again. A step's own lease is shorter (builtinLease).
 	BuiltinLease time.Duration
 	// P0Tenants may submit priority 0; nil lets every tenant
 	// (STEPFLOW_P0_TENANTS).

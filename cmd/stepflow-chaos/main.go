@@ -2,9 +2,16 @@
 // for each seed, a local stack under a seeded fault layer, a random mix of
 // jobs, misbehaving workers and concurrent sweeps, then the checks that
 // nothing was lost, nothing happened twice and every job's log replays to
-// its stored state. It prints a table per run and ends with one line:
+// its stored state. Beside each run a hostile tenant (chaos.HostileTenant)
+// attacks over the same API: it claims the queue names that collided with
+// the run's under the old worker queue naming and names no job used, sends
+// poison bodies, floods its own jobs and reaches for the run's; it must get
+// no lease but its own, create no queue, have every poison body refused
+// with 400, finish its flood, see none of the run's jobs, and not show in
+// the run's health. It prints a table per run (its first line ends with the
+// hostile tenant's figures) and ends with one line:
 //
-//	chaos: <runs> runs, <faults> faults injected, <jobs> jobs, lost 0, duplicated 0, mismatched 0
+//	chaos: <runs> runs, <faults> faults injected, <jobs> jobs, lost 0, duplicated 0, mismatched 0; hostile tenant: <claims> claims, foreign leases 0, queues made 0, poison accepted 0, checks failed 0
 //
 // and exits non-zero if any check failed. A seed replays the same job
 // plan and the same sequence of fault decisions; which call, message or
@@ -46,6 +53,7 @@ func command() *cobra.Command {
 		endpoint string
 		verbose  bool
 		bound    time.Duration
+		hostile  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "stepflow-chaos",
@@ -56,7 +64,12 @@ every AWS call boundary, DynamoDB throttling, 5xx and ambiguous writes, lost
 SQS sends, duplicate deliveries, concurrent sweeps, zombie and clock-skewed
 workers) and checks: every job finishes within --bound, none is lost, none
 finishes twice, no outcome is applied under a lost lease, every log replays
-to its stored state, and no message is left in flight.`,
+to its stored state, and no message is left in flight. With --hostile (the
+default) a second tenant attacks beside the run: claims on queue names that
+collided with the run's under the old naming and on unknown names, poison
+bodies, a flood of its own jobs, requests on the run's jobs; a lease it did
+not earn, a queue it made by claiming, a poison body not answered 400, an
+unfinished flood job or a leak between the tenants fails the run.`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -82,7 +95,8 @@ to its stored state, and no message is left in flight.`,
 			}
 			var results []*chaos.Result
 			for i := range runs {
-				cfg := chaos.Config{Seed: seed + uint64(i), Jobs: jobs, Endpoint: endpoint, Bound: bound, Log: logger}
+				cfg := chaos.Config{Seed: seed + uint64(i), Jobs: jobs, Endpoint: endpoint, Bound: bound, Log: logger,
+					Hostile: chaos.HostileConfig{Off: !hostile}}
 				if verbose {
 					cfg.Progress = cmd.ErrOrStderr()
 				}
@@ -116,5 +130,6 @@ to its stored state, and no message is left in flight.`,
 	f.StringVar(&endpoint, "endpoint", "", "a running AWS emulator (e.g. http://127.0.0.1:4566); empty starts moto_server behind the serialising proxy")
 	f.BoolVar(&verbose, "verbose", false, "log the stack's warnings and the run's progress to stderr")
 	f.DurationVar(&bound, "bound", 120*time.Second, "how long a run waits for every job to finish; a job not finished by then is lost")
+	f.BoolVar(&hostile, "hostile", true, "run a hostile tenant beside each run (--hostile=false for none)")
 	return cmd
 }

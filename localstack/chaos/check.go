@@ -68,10 +68,15 @@ type Result struct {
 	// lost" about its own recorded outcome.
 	RetriedOutcomes, AppliedButRefused int
 	FaultsByCall                       map[string]int64 // "kind Service.Operation" -> faults injected there
+	// Hostile is what the hostile tenant did beside the run, and its
+	// checks; nil when the run had none.
+	Hostile *HostileResult
 }
 
-// Passed reports whether every check held.
-func (r *Result) Passed() bool { return r.Lost+r.Duplicated+r.Mismatched == 0 }
+// Passed reports whether every check held, the hostile tenant's too.
+func (r *Result) Passed() bool {
+	return r.Lost+r.Duplicated+r.Mismatched == 0 && r.Hostile.Failed() == 0
+}
 
 // FaultTotal answers how many faults the run injected.
 func (r *Result) FaultTotal() int64 {

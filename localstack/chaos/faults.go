@@ -3,14 +3,19 @@
 // event source mapping's receives), and a run that submits a random mix of
 // jobs to a local stack under those faults, with misbehaving workers and
 // concurrent sweeps, then checks that nothing was lost, nothing happened
-// twice and every job's log replays to its stored state.
+// twice and every job's log replays to its stored state. Beside the run's
+// tenant, a hostile tenant works as an attacker would (hostile_plan.go):
+// it claims queue names that collided with the run's under the old worker
+// queue names, claims unknown names, sends poison bodies, floods its own
+// jobs and reaches for the run's; its checks fail a run as the others do.
 //
 // Every random decision comes from PCG generators seeded from one seed,
 // under one mutex. Each kind of decision has its own stream (the workload
 // plan, the engine's AWS calls, deliveries, leases handed to workers,
-// sweeps), so the n-th decision of a stream is the same for a seed however
-// the goroutines interleave; which call, message or lease meets it follows
-// wall-clock scheduling and may differ from one run of a seed to the next.
+// sweeps, the hostile tenant's plan), so the n-th decision of a stream is
+// the same for a seed however the goroutines interleave; which call,
+// message or lease meets it follows wall-clock scheduling and may differ
+// from one run of a seed to the next.
 package chaos
 
 import (
@@ -111,6 +116,7 @@ const (
 	StreamDeliver               // messages the event source mapping receives
 	StreamWorkers               // leases handed to chaos workers
 	StreamSweeps                // sweeper ticks
+	StreamHostile               // what the hostile tenant sends
 	numStreams
 )
 

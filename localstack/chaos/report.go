@@ -22,22 +22,35 @@ func (r *Result) Report(w io.Writer, verbose bool) {
 			states = append(states, fmt.Sprintf("%s %d", strings.ToLower(string(s)), n))
 		}
 	}
-	fmt.Fprintf(w, "seed %d: %s, %d jobs (plan %s: %s), finished in %s, drained in %s\n", r.Seed, status, r.Jobs, r.Plan, strings.Join(states, ", "),
-		r.Waited.Round(100*time.Millisecond), (r.Duration - r.Waited).Round(100*time.Millisecond))
+	fmt.Fprintf(w, "seed %d: %s, %d jobs (plan %s: %s), finished in %s, drained in %s%s\n", r.Seed, status, r.Jobs, r.Plan, strings.Join(states, ", "),
+		r.Waited.Round(100*time.Millisecond), (r.Duration - r.Waited).Round(100*time.Millisecond), r.Hostile.brief())
 	fmt.Fprintf(w, "  faults %d: %s\n", r.FaultTotal(), FormatCounts(r.Faults))
 	fmt.Fprintf(w, "  sweeps %d (%d crashed, clock advanced %d times): reclaimed %d, re-dispatched %d; workers claimed %d, outcomes accepted %d, refused 409 %d; dead-lettered %d\n",
 		r.Sweeps.Sweeps, r.Sweeps.Crashed, r.Sweeps.Advances, r.Sweeps.Reclaimed, r.Sweeps.Redispatched,
 		r.Claimed, r.WorkerOutcomes, r.WorkerRefused, r.Dead)
+	if h := r.Hostile; h != nil {
+		fmt.Fprintf(w, "  hostile tenant %s (plan %s): %d claims (%d on colliding names, %d on unknown names, %d answered 5xx), %d leases, foreign %d; "+
+			"worker queues %d (%d named by jobs, %d made by claims); poison bodies %d sent, refused %d, accepted %d, resent after a 5xx %d; "+
+			"flood %d/%d finished, %d parked; backlog %s %d -> %d (drift %d), %s %d -> %d; %d requests on the run's jobs\n",
+			h.Tenant, h.Plan, h.Claims, h.CollidingClaims, h.UnknownClaims, h.ClaimErrors, h.Leases, h.ForeignLeases,
+			h.Queues, h.LegitQueues, h.QueuesCreated, h.PoisonSent, h.PoisonRefused, h.PoisonAccepted, h.PoisonResent,
+			h.FloodFinished, h.Flood, h.Parked, Tenant, h.ChaosBacklog, h.ChaosBacklogAfter, h.ChaosBacklogDrift,
+			h.Tenant, h.HostileBacklog, h.HostileBacklogAfter, h.Reached)
+	}
 	if r.RetriedOutcomes > 0 {
 		fmt.Fprintf(w, "  worker outcomes retried after a 5xx then answered 409: %d, of which applied by the first send: %d\n", r.RetriedOutcomes, r.AppliedButRefused)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  check\tok\tfailed\tcounts as\n")
-	for _, c := range r.Checks {
+	checks := r.Checks
+	if r.Hostile != nil {
+		checks = append(append([]*Check(nil), checks...), r.Hostile.Checks...)
+	}
+	for _, c := range checks {
 		fmt.Fprintf(tw, "  %s\t%d\t%d\t%s\n", c.Name, c.OK, c.Failed, c.Category)
 	}
 	_ = tw.Flush()
-	for _, c := range r.Checks {
+	for _, c := range checks {
 		for _, e := range c.Examples {
 			fmt.Fprintf(w, "    FAIL %s: %s\n", c.Name, e)
 		}
@@ -56,19 +69,51 @@ func (r *Result) Report(w io.Writer, verbose bool) {
 		for _, n := range r.Notes {
 			fmt.Fprintf(w, "    note: %s\n", n)
 		}
+		if r.Hostile != nil {
+			for _, n := range r.Hostile.Notes {
+				fmt.Fprintf(w, "    hostile note: %s\n", n)
+			}
+		}
 	}
 }
 
-// Summary is the one line that ends a chaos command.
+// brief is the hostile tenant's part of a run's first line.
+func (h *HostileResult) brief() string {
+	if h == nil {
+		return ""
+	}
+	status := "ok"
+	if h.Failed() > 0 {
+		status = fmt.Sprintf("FAILED %d", h.Failed())
+	}
+	return fmt.Sprintf("; hostile %s: %d foreign leases in %d claims, %d queues made, poison %d/%d accepted, flood %d/%d",
+		status, h.ForeignLeases, h.Claims, h.QueuesCreated, h.PoisonAccepted, h.PoisonSent, h.FloodFinished, h.Flood)
+}
+
+// Summary is the one line that ends a chaos command; runs with a hostile
+// tenant add its totals.
 func Summary(results []*Result) string {
 	var faults int64
 	jobs, lost, dup, mis := 0, 0, 0, 0
+	hostile, claims, foreign, made, accepted, failed := 0, 0, 0, 0, 0, 0
 	for _, r := range results {
 		faults += r.FaultTotal()
 		jobs += r.Jobs
 		lost += r.Lost
 		dup += r.Duplicated
 		mis += r.Mismatched
+		if h := r.Hostile; h != nil {
+			hostile++
+			claims += h.Claims
+			foreign += h.ForeignLeases
+			made += h.QueuesCreated
+			accepted += h.PoisonAccepted
+			failed += h.Failed()
+		}
 	}
-	return fmt.Sprintf("chaos: %d runs, %d faults injected, %d jobs, lost %d, duplicated %d, mismatched %d", len(results), faults, jobs, lost, dup, mis)
+	line := fmt.Sprintf("chaos: %d runs, %d faults injected, %d jobs, lost %d, duplicated %d, mismatched %d", len(results), faults, jobs, lost, dup, mis)
+	if hostile > 0 {
+		line += fmt.Sprintf("; hostile tenant: %d claims, foreign leases %d, queues made %d, poison accepted %d, checks failed %d", claims, foreign, made, accepted, failed)
+	}
+	return line
 }

@@ -44,6 +44,9 @@ type Config struct {
 	Workers       int          // chaos workers per worker queue
 	Log           *slog.Logger // the stack's log; nil discards it
 	Progress      io.Writer    // progress lines; nil for none
+	// Hostile sizes the hostile tenant that works beside the run (see
+	// HostileTenant); Hostile.Off runs without one.
+	Hostile HostileConfig
 }
 
 func (c *Config) defaults() {
@@ -71,12 +74,14 @@ func (c *Config) defaults() {
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}
+	c.Hostile.defaults()
 }
 
 // WorkerVisibility is the worker queues' visibility timeout in a run.
 const WorkerVisibility = 5 * time.Second
 
-// Tenant and APIKey are the run's one tenant.
+// Tenant and APIKey are the run's tenant, whose jobs the run's checks
+// are about (HostileTenant is the other).
 const (
 	Tenant = "chaos"
 	APIKey = "chaos-key"
@@ -97,9 +102,10 @@ type SweepTotals struct {
 }
 
 // Run runs one seed: a stack under the fault layer, the jobs of the seed's
-// plan, chaos workers and sweepers, then the checks. An error means the
-// run could not be made (the stack did not start), not that a check
-// failed: those are in the result.
+// plan, chaos workers and sweepers, the hostile tenant beside them (unless
+// Config.Hostile.Off), then the checks. An error means the run could not
+// be made (the stack did not start), not that a check failed: those are in
+// the result.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	cfg.defaults()
 	if cfg.Endpoint == "" {
@@ -111,7 +117,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	clock := &Clock{}
 	name := fmt.Sprintf("chaos-%d-%x", cfg.Seed, time.Now().UnixNano()&0xffffff)
 	st, err := devstack.Start(ctx, devstack.Options{
-		EndpointURL: cfg.Endpoint, StackName: name, APIKeys: map[string]string{APIKey: Tenant},
+		EndpointURL: cfg.Endpoint, StackName: name, APIKeys: map[string]string{APIKey: Tenant, HostileKey: HostileTenant},
 		ScheduleEvery: 2 * time.Second, PollWait: time.Second, Lease: cfg.Lease, Now: clock.Now, Log: cfg.Log,
 		WrapDynamoDB: f.DynamoDB, WrapSQS: f.SQS, WrapRunnerSQS: f.RunnerSQS,
 	})
@@ -139,6 +145,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, fmt.Errorf("chaos: create worker queue %s: %w", name, err)
 		}
 	}
+	var h *hostile
+	if !cfg.Hostile.Off {
+		h = newHostile(r, f.HostilePlan(cfg.Hostile))
+	}
 	res := &Result{Seed: cfg.Seed, Jobs: len(plan), Stack: name, Plan: PlanDigest(plan)}
 	fmt.Fprintf(cfg.Progress, "seed %d: stack %s at %s, %d jobs\n", cfg.Seed, name, st.URL, len(plan))
 
@@ -151,9 +161,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	sweeper.Go(func() { r.sweeper(sweepCtx) })
 
 	deadline := time.Now().Add(cfg.Bound)
+	if h != nil {
+		h.start(workCtx, ctx, deadline)
+	}
 	r.submitAll(ctx, plan, deadline)
 	r.submitted.Store(true)
 	finished := r.await(ctx, deadline)
+	if h != nil {
+		h.await(ctx, deadline)
+	}
 	res.Waited = time.Since(started)
 	fmt.Fprintf(cfg.Progress, "seed %d: %d of %d jobs finished after %s\n", cfg.Seed, finished, len(plan), res.Waited.Round(time.Millisecond))
 
@@ -163,11 +179,17 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	sweeper.Wait()
 	f.Pause()
 	res.Queues, res.Dead = r.drain(ctx, time.Now().Add(cfg.Drain))
+	if h != nil {
+		h.endPhase(ctx)
+	}
 	stopWork()
 	r.cancels.Wait()
 	r.w.wg.Wait()
 
 	r.check(ctx, res)
+	if h != nil {
+		res.Hostile = h.check(ctx)
+	}
 	res.Faults = f.Counts()
 	res.Calls = f.Calls()
 	res.FaultsByCall = map[string]int64{}

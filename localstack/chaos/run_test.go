@@ -12,9 +12,9 @@ import (
 	"github.com/stepflow/stepflow/localstack/emulator"
 )
 
-// TestShortRun runs one small seed against moto: every check must hold.
-// Zombie and skewed workers are left to the chaos command here, to keep
-// the run short.
+// TestShortRun runs one small seed against moto, with a small hostile
+// tenant beside it: every check must hold. Zombie and skewed workers are
+// left to the chaos command here, to keep the run short.
 func TestShortRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts moto; skipped with -short")
@@ -32,7 +32,8 @@ func TestShortRun(t *testing.T) {
 	p.Zombie, p.Skew = 0, 0
 	var progress strings.Builder
 	start := time.Now()
-	res, err := Run(ctx, Config{Seed: 5, Jobs: 10, Endpoint: em.URL, Bound: 60 * time.Second, Drain: 15 * time.Second, Probabilities: p, Progress: &progress})
+	res, err := Run(ctx, Config{Seed: 5, Jobs: 10, Endpoint: em.URL, Bound: 60 * time.Second, Drain: 15 * time.Second, Probabilities: p, Progress: &progress,
+		Hostile: HostileConfig{Pass: 10, Unknown: 5}})
 	require.NoError(t, err)
 	var report strings.Builder
 	res.Report(&report, true)
@@ -46,4 +47,18 @@ func TestShortRun(t *testing.T) {
 	}
 	require.Equal(t, 10, res.States["COMPLETED"]+res.States["FAILED"]+res.States["CANCELLED"])
 	require.Contains(t, Summary([]*Result{res}), "chaos: 1 runs, ")
+
+	h := res.Hostile
+	require.NotNil(t, h)
+	require.Zero(t, h.Failed())
+	require.Positive(t, h.CollidingClaims)
+	require.Equal(t, 5, h.UnknownClaims)
+	require.Zero(t, h.ForeignLeases)
+	require.Zero(t, h.QueuesCreated)
+	require.Equal(t, 4, h.Queues, "the run's two worker queues and the hostile tenant's two")
+	require.Zero(t, h.PoisonAccepted)
+	require.Equal(t, 2*len(poisonBodies()), h.PoisonSent, "each poison body during the run and once more at the end")
+	require.Equal(t, 10+4, h.Flood)
+	require.Equal(t, h.Flood, h.FloodFinished)
+	require.Equal(t, 3, h.Parked)
 }

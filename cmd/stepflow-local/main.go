@@ -239,6 +239,9 @@ func apiKeyCmd() *cobra.Command {
 
 func invoke(ctx context.Context, st *devstack.Stack, fn string, event []byte) (any, error) {
 	id := strings.ToLower(strings.TrimSuffix(fn, "Function"))
+	if id == "" {
+		return nil, fmt.Errorf("name a function: enqueue, claim, execute or heartbeat")
+	}
 	id = strings.ToUpper(id[:1]) + id[1:] + "Function"
 	h := st.Handlers
 	if f := h.HTTP[id]; f != nil {

@@ -13,9 +13,9 @@ import (
 )
 
 func main() {
-	e, logger, err := config.FromLambdaEnv(context.Background())
+	app, err := config.FromLambdaEnv(context.Background())
 	if err != nil {
 		log.Fatal(err)
 	}
-	lambda.Start(httpapi.New(e, logger).Handle)
+	lambda.Start(httpapi.New(app.Engine, app.Log, httpapi.ClaimFunction).Handle)
 }

@@ -14,9 +14,9 @@ import (
 )
 
 func main() {
-	e, logger, err := config.FromLambdaEnv(context.Background())
+	app, err := config.FromLambdaEnv(context.Background())
 	if err != nil {
 		log.Fatal(err)
 	}
-	lambda.Start(handlers.Execute(e, logger))
+	lambda.Start(handlers.Execute(app.Engine, app.ReadyTokens(), app.Log))
 }

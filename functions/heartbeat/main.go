@@ -13,9 +13,9 @@ import (
 )
 
 func main() {
-	e, _, err := config.FromLambdaEnv(context.Background())
+	app, err := config.FromLambdaEnv(context.Background())
 	if err != nil {
 		log.Fatal(err)
 	}
-	lambda.Start(handlers.Heartbeat(e))
+	lambda.Start(handlers.Heartbeat(app.Engine))
 }

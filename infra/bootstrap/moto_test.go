@@ -18,13 +18,11 @@ import (
 )
 
 // startMoto runs a private moto_server for one test and returns its endpoint.
-// The test is skipped when moto_server is not installed.
+// The test fails when moto_server is not installed: CI always has it.
 func startMoto(t *testing.T) string {
 	t.Helper()
 	bin, err := exec.LookPath("moto_server")
-	if err != nil {
-		t.Skip("moto_server not on PATH (pip install \"moto[server]\")")
-	}
+	require.NoError(t, err, "moto_server is not on PATH: install it (pip install \"moto[server]\"); CI always has it")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	port := l.Addr().(*net.TCPAddr).Port

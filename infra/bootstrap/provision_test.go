@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"encoding/json"
+	"fmt"
 	"sort"
 	"strings"
 	"testing"
@@ -25,7 +26,7 @@ func TestProvisionRealTemplate(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "stepflow", st.Name)
 
-	// Table: keys, both GSIs with their projections, billing, TTL, PITR.
+	// Table: keys, the GSI with its projection, billing, TTL, PITR.
 	require.Equal(t, map[string]string{"JobsTable": "stepflow-JobsTable"}, st.Tables)
 	desc, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String("stepflow-JobsTable")})
 	require.NoError(t, err)
@@ -39,7 +40,7 @@ func TestProvisionRealTemplate(t *testing.T) {
 	}
 	require.Len(t, gsis, 1)
 	require.Equal(t, "[gsi2pk HASH, gsi2sk RANGE]", keysString(gsis["due"].KeySchema))
-	require.Equal(t, "KEYS_ONLY ", projectionString(gsis["due"].Projection))
+	require.Equal(t, dtypes.ProjectionTypeKeysOnly, gsis["due"].Projection.ProjectionType)
 
 	ttl, err := db.DescribeTimeToLive(ctx, &dynamodb.DescribeTimeToLiveInput{TableName: aws.String("stepflow-JobsTable")})
 	require.NoError(t, err)
@@ -58,7 +59,7 @@ func TestProvisionRealTemplate(t *testing.T) {
 		require.True(t, strings.HasSuffix(st.QueueARNs[id], ":stepflow-"+id), st.QueueARNs[id])
 	}
 	for _, id := range []string{"ReadyQueueP0", "ReadyQueueP1", "ReadyQueueP2"} {
-		attrs := queueAttributes(t, sq, st.QueueURLs[id])
+		attrs := sqsAttributes(t, sq, st.QueueURLs[id])
 		require.Equal(t, "1800", attrs["VisibilityTimeout"], id)
 		require.Equal(t, "1209600", attrs["MessageRetentionPeriod"], id)
 		var rp struct {
@@ -67,21 +68,19 @@ func TestProvisionRealTemplate(t *testing.T) {
 		}
 		require.NoError(t, json.Unmarshal([]byte(attrs["RedrivePolicy"]), &rp), attrs["RedrivePolicy"])
 		require.Equal(t, st.QueueARNs["DeadLetterQueue"], rp.DeadLetterTargetArn)
-		require.EqualValues(t, "5", toString(rp.MaxReceiveCount))
+		require.Equal(t, "5", fmt.Sprint(rp.MaxReceiveCount))
 	}
-	dlq := queueAttributes(t, sq, st.QueueURLs["DeadLetterQueue"])
+	dlq := sqsAttributes(t, sq, st.QueueURLs["DeadLetterQueue"])
 	require.Equal(t, "1209600", dlq["MessageRetentionPeriod"])
 	require.Empty(t, dlq["RedrivePolicy"])
 
 	// Environment: every reference resolved.
-	acct := arnAccount(st.QueueARNs["DeadLetterQueue"])
-	require.NotEmpty(t, acct)
 	want := map[string]string{
 		"STEPFLOW_TABLE":               "stepflow-JobsTable",
 		"STEPFLOW_QUEUE_P0":            st.QueueURLs["ReadyQueueP0"],
 		"STEPFLOW_QUEUE_P1":            st.QueueURLs["ReadyQueueP1"],
 		"STEPFLOW_QUEUE_P2":            st.QueueURLs["ReadyQueueP2"],
-		"STEPFLOW_DLQ_ARN":             "arn:aws:sqs:us-east-1:" + acct + ":stepflow-DeadLetterQueue",
+		"STEPFLOW_DLQ_ARN":             st.QueueARNs["DeadLetterQueue"],
 		"STEPFLOW_WORKER_QUEUE_PREFIX": "stepflow-w-",
 		"STEPFLOW_LEASE_SECONDS":       "1800",
 		"STEPFLOW_P0_TENANTS":          "*",
@@ -89,11 +88,8 @@ func TestProvisionRealTemplate(t *testing.T) {
 		"STEPFLOW_HTTP_ALLOW":          "",
 	}
 	require.Equal(t, want, st.Env)
+	require.Regexp(t, `^arn:aws:sqs:us-east-1:\d{12}:stepflow-DeadLetterQueue$`, st.Env["STEPFLOW_DLQ_ARN"])
 	require.True(t, strings.HasPrefix(st.Env["STEPFLOW_QUEUE_P0"], "http://127.0.0.1:"), st.Env["STEPFLOW_QUEUE_P0"])
-	require.Len(t, st.FuncEnv, 4)
-	for id, env := range st.FuncEnv {
-		require.Equal(t, want, env, id)
-	}
 
 	// Functions carry their queue URLs; the template's own copy is untouched.
 	require.Len(t, st.Functions, 4)
@@ -128,7 +124,7 @@ func TestProvisionIsIdempotent(t *testing.T) {
 	second, err := Provision(ctx, db, sq, tpl, "idem")
 	require.NoError(t, err)
 	require.Equal(t, first, second)
-	require.Equal(t, "1800", queueAttributes(t, sq, second.QueueURLs["ReadyQueueP2"])["VisibilityTimeout"])
+	require.Equal(t, "1800", sqsAttributes(t, sq, second.QueueURLs["ReadyQueueP2"])["VisibilityTimeout"])
 
 	tables, err := db.ListTables(ctx, &dynamodb.ListTablesInput{})
 	require.NoError(t, err)
@@ -160,7 +156,7 @@ func TestProvisionStacksDoNotCollide(t *testing.T) {
 	}
 	// Each stack's redrive points at its own DLQ.
 	for _, st := range []*Stack{a, b} {
-		rp := queueAttributes(t, sq, st.QueueURLs["ReadyQueueP0"])["RedrivePolicy"]
+		rp := sqsAttributes(t, sq, st.QueueURLs["ReadyQueueP0"])["RedrivePolicy"]
 		require.Contains(t, rp, st.QueueARNs["DeadLetterQueue"])
 	}
 
@@ -171,10 +167,10 @@ func TestProvisionStacksDoNotCollide(t *testing.T) {
 	require.Equal(t, []string{"alpha-JobsTable", "beta-JobsTable"}, names)
 }
 
-// A synthetic template exercises what the real one does not: parameters,
-// per-function environment, Fn::Sub literals and variables, FIFO queues,
-// queue dependency order independent of names, a GSI added to an existing
-// table, and refusal of resources that cannot be provisioned.
+// A synthetic template exercises, within what template.yaml uses, shapes the
+// real one does not have: parameters of both types and Fn::Sub over a
+// resource attribute in the environment, a queue whose dead-letter queue
+// sorts after it, and an existing table that no longer matches the template.
 func TestProvisionSyntheticTemplate(t *testing.T) {
 	t.Parallel()
 	db, sq := clients(startMoto(t))
@@ -185,6 +181,9 @@ Parameters:
   Mode:
     Type: String
     Default: fast
+  Count:
+    Type: Number
+    Default: 7
 Globals:
   Function:
     Timeout: 10
@@ -192,40 +191,26 @@ Globals:
       Variables:
         TABLE: !Ref T
         MODE: !Ref Mode
-        LITERAL: !Sub "${!NotResolved}-${AWS::Region}-${AWS::Partition}.${AWS::URLSuffix}"
-        VAR: !Sub ["${A}/${T.Arn}", {A: !GetAtt AQueue.QueueName}]
-        JOINED: !Join ["|", [!Ref AWS::StackName, !GetAtt AQueue.QueueUrl]]
-        ACCOUNT: !Ref AWS::AccountId
-        NUMBER: 42
+        COUNT: !Ref Count
+        SUB: !Sub "${AWS::StackName}-${Mode}/${T.Arn}"
+        QUEUE: !Ref AQueue
+        DLQ: !GetAtt ZDead.Arn
 Resources:
   Fn:
     Type: AWS::Serverless::Function
     Properties:
-      Environment:
-        Variables:
-          MODE: own
-          EXTRA: !GetAtt ZDead.Arn
       Events:
         Q: {Type: SQS, Properties: {Queue: !GetAtt AQueue.Arn, BatchSize: 3}}
-  Other:
-    Type: AWS::Serverless::Function
-  # AQueue sorts before ZDead but depends on it.
+  # AQueue sorts before ZDead but its redrive names ZDead.
   AQueue:
     Type: AWS::SQS::Queue
     Properties:
-      FifoQueue: true
-      ContentBasedDeduplication: true
-      DelaySeconds: "2"
-      ReceiveMessageWaitTimeSeconds: 1
-      QueueName: ignored-name
-      Tags: [{Key: k, Value: !Ref Unsupported}]
+      VisibilityTimeout: 60
       RedrivePolicy:
         deadLetterTargetArn: !GetAtt ZDead.Arn
-        maxReceiveCount: "3"
+        maxReceiveCount: 3
   ZDead:
     Type: AWS::SQS::Queue
-    Properties:
-      FifoQueue: "true"
   T:
     Type: AWS::DynamoDB::Table
     Properties:
@@ -235,125 +220,107 @@ Resources:
         - {AttributeName: g, AttributeType: N}
       KeySchema:
         - {AttributeName: pk, KeyType: HASH}
-      StreamSpecification: {StreamViewType: NEW_IMAGE}
-      TimeToLiveSpecification: {AttributeName: expires, Enabled: "true"}
+      TimeToLiveSpecification: {AttributeName: expires, Enabled: true}
       GlobalSecondaryIndexes:
         - IndexName: first
           KeySchema: [{AttributeName: g, KeyType: HASH}]
           Projection: {ProjectionType: ALL}
-  Unsupported:
-    Type: AWS::SNS::Topic
 `
 	tpl, err := Parse(writeTemplate(t, base))
 	require.NoError(t, err)
 	st, err := Provision(ctx, db, sq, tpl, "syn")
 	require.NoError(t, err)
 
-	acct := arnAccount(st.QueueARNs["ZDead"])
-	require.Equal(t, "syn-AQueue.fifo", st.QueueURLs["AQueue"][strings.LastIndex(st.QueueURLs["AQueue"], "/")+1:])
+	desc, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String("syn-T")})
+	require.NoError(t, err)
 	require.Equal(t, map[string]string{
-		"TABLE":   "syn-T",
-		"MODE":    "fast",
-		"LITERAL": "${NotResolved}-us-east-1-aws.amazonaws.com",
-		"VAR":     "syn-AQueue.fifo/arn:aws:dynamodb:us-east-1:" + acct + ":table/syn-T",
-		"JOINED":  "syn|" + st.QueueURLs["AQueue"],
-		"ACCOUNT": acct,
-		"NUMBER":  "42",
+		"TABLE": "syn-T",
+		"MODE":  "fast",
+		"COUNT": "7",
+		"SUB":   "syn-fast/" + aws.ToString(desc.Table.TableArn),
+		"QUEUE": st.QueueURLs["AQueue"],
+		"DLQ":   st.QueueARNs["ZDead"],
 	}, st.Env)
-	fnEnv := st.FuncEnv["Fn"]
-	require.Equal(t, "own", fnEnv["MODE"], "function env wins over Globals")
-	require.Equal(t, st.QueueARNs["ZDead"], fnEnv["EXTRA"])
-	require.Equal(t, st.Env, st.FuncEnv["Other"])
 	require.Equal(t, []SQSSource{{QueueLogicalID: "AQueue", BatchSize: 3, QueueURL: st.QueueURLs["AQueue"]}}, st.Functions[0].SQS)
 	require.Equal(t, 10, st.Functions[0].Timeout)
 
-	attrs := queueAttributes(t, sq, st.QueueURLs["AQueue"])
-	require.Equal(t, "true", attrs["FifoQueue"])
-	require.Equal(t, "true", attrs["ContentBasedDeduplication"])
-	require.Equal(t, "2", attrs["DelaySeconds"])
-	require.Equal(t, "1", attrs["ReceiveMessageWaitTimeSeconds"])
+	attrs := sqsAttributes(t, sq, st.QueueURLs["AQueue"])
+	require.Equal(t, "60", attrs["VisibilityTimeout"])
 	require.Contains(t, attrs["RedrivePolicy"], st.QueueARNs["ZDead"])
-
-	desc, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String("syn-T")})
-	require.NoError(t, err)
-	require.NotEmpty(t, aws.ToString(desc.Table.LatestStreamArn))
 	ttl, err := db.DescribeTimeToLive(ctx, &dynamodb.DescribeTimeToLiveInput{TableName: aws.String("syn-T")})
 	require.NoError(t, err)
 	require.Equal(t, "expires", aws.ToString(ttl.TimeToLiveDescription.AttributeName))
 
-	// The template grows a GSI: re-provisioning adds it to the existing table.
-	grown := strings.Replace(base, "      GlobalSecondaryIndexes:\n", `      GlobalSecondaryIndexes:
+	// An existing table whose keys or indexes differ from the template's is
+	// refused, naming the table: bootstrap does not migrate tables.
+	for name, changed := range map[string]string{
+		"key schema": strings.Replace(base, "        - {AttributeName: pk, KeyType: HASH}\n      TimeToLive",
+			"        - {AttributeName: pk, KeyType: HASH}\n        - {AttributeName: g, KeyType: RANGE}\n      TimeToLive", 1),
+		"new index": strings.Replace(base, "      GlobalSecondaryIndexes:\n", `      GlobalSecondaryIndexes:
         - IndexName: second
           KeySchema: [{AttributeName: pk, KeyType: HASH}, {AttributeName: g, KeyType: RANGE}]
-          Projection: {ProjectionType: INCLUDE, NonKeyAttributes: [x]}
-`, 1)
-	tpl2, err := Parse(writeTemplate(t, grown))
-	require.NoError(t, err)
-	_, err = Provision(ctx, db, sq, tpl2, "syn")
-	require.NoError(t, err)
-	desc, err = db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String("syn-T")})
-	require.NoError(t, err)
-	var names []string
-	for _, g := range desc.Table.GlobalSecondaryIndexes {
-		names = append(names, aws.ToString(g.IndexName))
+          Projection: {ProjectionType: KEYS_ONLY}
+`, 1),
+	} {
+		require.NotEqual(t, base, changed, name)
+		tpl, err := Parse(writeTemplate(t, changed))
+		require.NoError(t, err)
+		_, err = Provision(ctx, db, sq, tpl, "syn")
+		require.ErrorContains(t, err, "provision table T", name)
+		require.ErrorContains(t, err, "delete it to recreate", name)
 	}
-	sort.Strings(names)
-	require.Equal(t, []string{"first", "second"}, names)
-
-	// A changed key schema is refused, naming the table.
-	changed := strings.Replace(base, "        - {AttributeName: pk, KeyType: HASH}\n      StreamSpecification",
-		"        - {AttributeName: pk, KeyType: HASH}\n        - {AttributeName: g, KeyType: RANGE}\n      StreamSpecification", 1)
-	tpl3, err := Parse(writeTemplate(t, changed))
-	require.NoError(t, err)
-	_, err = Provision(ctx, db, sq, tpl3, "syn")
-	require.ErrorContains(t, err, "provision table T")
-	require.ErrorContains(t, err, "key schema")
 }
 
-func TestProvisionRefusesWhatItCannotCreate(t *testing.T) {
+// Provision refuses, before creating anything, a template that uses what
+// bootstrap does not handle, naming each thing and where it is.
+func TestProvisionRefusesUnsupportedTemplates(t *testing.T) {
 	t.Parallel()
 	db, sq := clients(startMoto(t))
 	ctx := testContext(t)
 
 	tpl, err := Parse(writeTemplate(t, `
+Globals:
+  Function:
+    Environment:
+      Variables:
+        JOINED: !Join ["|", [a, b]]
+Resources:
+  Fn:
+    Type: AWS::Serverless::Function
+  Q:
+    Type: AWS::SQS::Queue
+    Properties:
+      FifoQueue: true
+  T:
+    Type: AWS::DynamoDB::Table
+    Properties:
+      BillingMode: PAY_PER_REQUEST
+      AttributeDefinitions: [{AttributeName: pk, AttributeType: S}]
+      KeySchema: [{AttributeName: pk, KeyType: HASH}]
+      KinesisStreamSpecification: {StreamArn: arn:aws:kinesis:us-east-1:000000000000:stream/s}
+`))
+	require.NoError(t, err)
+	_, err = Provision(ctx, db, sq, tpl, "refuse")
+	require.ErrorContains(t, err, "Globals.Function.Environment.Variables.JOINED: intrinsic function Fn::Join")
+	require.ErrorContains(t, err, "Resources.Q.Properties.FifoQueue: AWS::SQS::Queue key FifoQueue")
+	require.ErrorContains(t, err, "Resources.T.Properties.KinesisStreamSpecification: AWS::DynamoDB::Table key KinesisStreamSpecification")
+
+	// A reference to a resource bootstrap does not create.
+	tpl, err = Parse(writeTemplate(t, `
 Resources:
   Api:
     Type: AWS::Serverless::HttpApi
-  Fn:
-    Type: AWS::Serverless::Function
-    Properties:
-      Environment:
-        Variables:
-          URL: !Sub "https://${Api}.execute-api.${AWS::Region}.${AWS::URLSuffix}/"
-`))
-	require.NoError(t, err)
-	_, err = Provision(ctx, db, sq, tpl, "refuse")
-	require.ErrorContains(t, err, "Api")
-	require.ErrorContains(t, err, "AWS::Serverless::HttpApi")
-
-	tpl, err = Parse(writeTemplate(t, `
-Resources:
-  Fn:
-    Type: AWS::Serverless::Function
-    Properties:
-      Environment: {Variables: {X: !Ref Nowhere}}
-`))
-	require.NoError(t, err)
-	_, err = Provision(ctx, db, sq, tpl, "refuse")
-	require.ErrorContains(t, err, "Nowhere")
-
-	tpl, err = Parse(writeTemplate(t, `
-Resources:
-  A:
+  Q:
     Type: AWS::SQS::Queue
-    Properties: {RedrivePolicy: {deadLetterTargetArn: !GetAtt B.Arn, maxReceiveCount: 1}}
-  B:
-    Type: AWS::SQS::Queue
-    Properties: {RedrivePolicy: {deadLetterTargetArn: !GetAtt A.Arn, maxReceiveCount: 1}}
+Globals:
+  Function:
+    Environment:
+      Variables:
+        URL: !Sub "https://${Api}.execute-api.example.com/"
 `))
 	require.NoError(t, err)
 	_, err = Provision(ctx, db, sq, tpl, "refuse")
-	require.ErrorContains(t, err, "cycle")
+	require.ErrorContains(t, err, "URL: Fn::Sub: Ref Api: Api is a AWS::Serverless::HttpApi, which is not created locally")
 
 	_, err = Provision(ctx, db, sq, tpl, "bad_name")
 	require.ErrorContains(t, err, "stack name")
@@ -367,7 +334,7 @@ Resources:
 	require.Empty(t, queues.QueueUrls)
 }
 
-func queueAttributes(t *testing.T, sq *sqs.Client, url string) map[string]string {
+func sqsAttributes(t *testing.T, sq *sqs.Client, url string) map[string]string {
 	t.Helper()
 	out, err := sq.GetQueueAttributes(testContext(t), &sqs.GetQueueAttributesInput{
 		QueueUrl:       aws.String(url),
@@ -375,12 +342,4 @@ func queueAttributes(t *testing.T, sq *sqs.Client, url string) map[string]string
 	})
 	require.NoError(t, err)
 	return out.Attributes
-}
-
-func toString(v any) string {
-	s, err := scalarString(v)
-	if err != nil {
-		return ""
-	}
-	return s
 }

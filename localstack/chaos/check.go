@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/stepflow/stepflow/shared/domain"
-	"github.com/stepflow/stepflow/shared/store"
+	"github.com/stepflow/stepflow/shared/engine"
 )
 
 // Category is what a failed check counts as in the summary line.
@@ -240,7 +240,7 @@ func (r *run) listAll(ctx context.Context) (map[string]bool, error) {
 	out := map[string]bool{}
 	cursor := ""
 	for range 1000 {
-		page, next, err := r.raw.List(ctx, Tenant, store.ListFilter{Limit: 100, Cursor: cursor})
+		page, next, err := r.raw.List(ctx, Tenant, engine.ListFilter{Limit: 100, Cursor: cursor})
 		if err != nil {
 			return nil, err
 		}

@@ -510,7 +510,7 @@ func (h *hostile) endPhase(ctx context.Context) {
 		h.health = rec
 		h.mu.Unlock()
 	}()
-	queued, _, err := h.raw.List(ctx, Tenant, store.ListFilter{State: domain.JobQueued, Limit: 100})
+	queued, _, err := h.raw.List(ctx, Tenant, engine.ListFilter{State: domain.JobQueued, Limit: 100})
 	if err != nil {
 		rec.Err = "list the run's queued jobs: " + err.Error()
 		return

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/store"
 )
 
@@ -142,7 +143,7 @@ func listTenant(ctx context.Context, raw *store.Store, tenant string) (map[strin
 	out := map[string]bool{}
 	cursor := ""
 	for range 1000 {
-		page, next, err := raw.List(ctx, tenant, store.ListFilter{Limit: 100, Cursor: cursor})
+		page, next, err := raw.List(ctx, tenant, engine.ListFilter{Limit: 100, Cursor: cursor})
 		if err != nil {
 			return nil, err
 		}

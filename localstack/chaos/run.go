@@ -141,7 +141,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		WorkerQueueVisible: WorkerVisibility,
 	})
 	for _, name := range WorkerQueues {
-		if _, err := wq.EnsureWorkerQueue(ctx, Tenant, name); err != nil {
+		if err := wq.EnsureWorkerQueue(ctx, Tenant, name); err != nil {
 			return nil, fmt.Errorf("chaos: create worker queue %s: %w", name, err)
 		}
 	}

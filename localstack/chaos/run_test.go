@@ -16,12 +16,12 @@ import (
 // tenant beside it: every check must hold. Zombie and skewed workers are
 // left to the chaos command here, to keep the run short.
 func TestShortRun(t *testing.T) {
+	// `make test` never passes -short; -short is for a quick local run.
 	if testing.Short() {
 		t.Skip("starts moto; skipped with -short")
 	}
-	if _, err := exec.LookPath("moto_server"); err != nil {
-		t.Skip("moto_server is not on PATH")
-	}
+	_, err := exec.LookPath("moto_server")
+	require.NoError(t, err, "moto_server is not on PATH: install it (pip install \"moto[server]\"); CI always has it")
 	t.Parallel()
 	ctx := context.Background()
 	em, err := emulator.Start(ctx, "127.0.0.1:0", nil)

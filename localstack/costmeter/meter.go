@@ -38,10 +38,8 @@ type Meter struct {
 }
 
 type itemInfo struct {
-	size       int
-	byTenant   string // the by_tenant index entry (keys and projected state, queue)
-	due        string // the due index entry (keys)
-	byTenantSz int
+	size int
+	due  string // the due index entry (keys); the table's only index
 }
 
 // Wrap answers a metering client around api.
@@ -69,10 +67,6 @@ func key(it map[string]ddb.AttributeValue) string { return s(it, "pk") + "|" + s
 
 func info(it map[string]ddb.AttributeValue) itemInfo {
 	in := itemInfo{size: store.ItemSize(it)}
-	if p := s(it, "gsi1pk"); p != "" {
-		in.byTenant = strings.Join([]string{s(it, "pk"), s(it, "sk"), p, s(it, "gsi1sk"), s(it, "state"), s(it, "queue")}, "|")
-		in.byTenantSz = len(in.byTenant) + 40
-	}
 	if p := s(it, "gsi2pk"); p != "" {
 		in.due = strings.Join([]string{s(it, "pk"), s(it, "sk"), p, s(it, "gsi2sk")}, "|")
 	}
@@ -80,17 +74,9 @@ func info(it map[string]ddb.AttributeValue) itemInfo {
 }
 
 // indexWrites answers the index write units a change from old to new costs:
-// a changed entry is a delete and a put when its keys move, a put when only
-// projected attributes change.
+// a changed due entry is a delete and a put (its keys move).
 func indexWrites(old, new itemInfo) float64 {
 	var w float64
-	if old.byTenant != new.byTenant {
-		if old.byTenant != "" {
-			w++ // the keys never move for by_tenant; the projected state does: one write
-		} else {
-			w += kb(new.byTenantSz)
-		}
-	}
 	if old.due != new.due {
 		if old.due != "" {
 			w++

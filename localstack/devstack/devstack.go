@@ -79,7 +79,7 @@ type Stack struct {
 	Name      string
 	Resources *bootstrap.Stack
 	Engine    *engine.Engine
-	API       *httpapi.API
+	API       *httpapi.API       // every route in one handler, for tests that call it directly; the runner serves each function's own
 	Emulator  *emulator.Emulator // the serialising proxy, and the moto it started when EndpointURL was empty
 	DynamoDB  *dynamodb.Client
 	SQS       *sqs.Client
@@ -228,10 +228,11 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	heartbeat := handlers.Heartbeat(s.Engine)
 	s.Handlers = runner.Handlers{
 		HTTP: map[string]func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error){
-			"EnqueueFunction": s.API.Handle, "ClaimFunction": s.API.Handle,
+			"EnqueueFunction": httpapi.New(s.Engine, o.Log, httpapi.EnqueueFunction).Handle,
+			"ClaimFunction":   httpapi.New(s.Engine, o.Log, httpapi.ClaimFunction).Handle,
 		},
 		SQS: map[string]func(context.Context, events.SQSEvent) (events.SQSEventResponse, error){
-			"ExecuteFunction": handlers.Execute(s.Engine, o.Log),
+			"ExecuteFunction": handlers.Execute(s.Engine, queue.ReadyTokens(settings.ReadyQueues), o.Log),
 		},
 		Schedule: map[string]func(context.Context, events.EventBridgeEvent) error{
 			"HeartbeatFunction": func(ctx context.Context, ev events.EventBridgeEvent) error {

@@ -20,7 +20,6 @@ import (
 	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
-	"github.com/stepflow/stepflow/shared/queue"
 )
 
 const (
@@ -440,11 +439,11 @@ func TestDuplicateDeliveryOfALeasedStepIsHeldNotDropped(t *testing.T) {
 	ctx := context.Background()
 	j, _, err := h.Engine.Submit(ctx, tenantA, []byte(`{"steps":[{"id":"nap","action":"sleep","seconds":1}]}`), "")
 	require.NoError(t, err)
-	m := queue.Message{Tenant: tenantA, Job: j.ID, Step: "nap"}
+	m := engine.Message{Tenant: tenantA, Job: j.ID, Step: "nap"}
 
 	done := make(chan engine.ExecuteResult, 1)
 	go func() {
-		res, err := h.Engine.Execute(ctx, m, "")
+		res, err := h.Engine.Execute(ctx, engine.Delivery{Message: m})
 		require.NoError(t, err)
 		done <- res
 	}()
@@ -456,7 +455,7 @@ func TestDuplicateDeliveryOfALeasedStepIsHeldNotDropped(t *testing.T) {
 
 	// The same message again while the first run holds the lease: kept for
 	// later, not deleted, and nothing runs twice.
-	res, err := h.Engine.Execute(ctx, m, "")
+	res, err := h.Engine.Execute(ctx, engine.Delivery{Message: m})
 	require.NoError(t, err)
 	require.Equal(t, engine.Held, res)
 	require.Equal(t, engine.Executed, <-done)

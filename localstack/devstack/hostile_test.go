@@ -272,7 +272,7 @@ func TestBuiltinStepOfADeadExecutorIsReclaimedAfterItsOwnBound(t *testing.T) {
 	// The executor takes the message and the lease, then dies.
 	msgs := recv(5)
 	require.Len(t, msgs, 1)
-	var m queue.Message
+	var m engine.Message
 	require.NoError(t, json.Unmarshal([]byte(aws.ToString(msgs[0].Body)), &m))
 	dead, err := h.Engine.Store.Get(ctx, tenantA, j.ID)
 	require.NoError(t, err)
@@ -293,7 +293,7 @@ func TestBuiltinStepOfADeadExecutorIsReclaimedAfterItsOwnBound(t *testing.T) {
 	fresh := recv(5)
 	require.Len(t, fresh, 1)
 	require.NotEqual(t, aws.ToString(msgs[0].MessageId), aws.ToString(fresh[0].MessageId))
-	resp, err := handlers.Execute(h.Engine, h.Engine.Log)(ctx, events.SQSEvent{Records: []events.SQSMessage{{
+	resp, err := handlers.Execute(h.Engine, h.ReadyTokens(), h.Engine.Log)(ctx, events.SQSEvent{Records: []events.SQSMessage{{
 		MessageId: aws.ToString(fresh[0].MessageId), ReceiptHandle: aws.ToString(fresh[0].ReceiptHandle), Body: aws.ToString(fresh[0].Body),
 	}}})
 	require.NoError(t, err)
@@ -307,7 +307,7 @@ func TestBuiltinStepOfADeadExecutorIsReclaimedAfterItsOwnBound(t *testing.T) {
 
 	// The dead executor's message, when it comes back, finds a finished job
 	// and is dropped.
-	res, err := h.Engine.Execute(ctx, m, aws.ToString(msgs[0].ReceiptHandle))
+	res, err := h.Engine.Execute(ctx, engine.Delivery{Message: m, Token: queue.Token(readyURL, aws.ToString(msgs[0].ReceiptHandle))})
 	require.NoError(t, err)
 	require.Equal(t, engine.Stale, res)
 	require.NoError(t, domain.CheckReplay(done))

@@ -324,6 +324,10 @@ func (r *Runner) Run(ctx context.Context, ln net.Listener) error {
 		r.PollWait = time.Second
 	}
 	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
+	// If serving fails, the pollers and schedules stop too: Run returns
+	// the error instead of waiting for a ctx no one will cancel.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	var wg sync.WaitGroup
 	for _, f := range r.Stack.Functions {
 		for _, src := range f.SQS {
@@ -348,6 +352,7 @@ func (r *Runner) Run(ctx context.Context, ln net.Listener) error {
 		_ = srv.Shutdown(shut)
 	}()
 	err := srv.Serve(ln)
+	stop()
 	wg.Wait()
 	if err == http.ErrServerClosed {
 		return nil

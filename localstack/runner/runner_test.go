@@ -237,3 +237,18 @@ func TestEventSourceMappingServesMessageGroupsFairly(t *testing.T) {
 	require.GreaterOrEqual(t, quietAt, 0)
 	require.LessOrEqual(t, quietAt, 1, "the quiet group's message went out in the first batch after it arrived, not after %d noisy ones", noisy)
 }
+
+func TestRunReturnsWhenServingFails(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	require.NoError(t, ln.Close()) // Serve fails at once on a closed listener
+	r := &runner.Runner{
+		Stack: &bootstrap.Stack{Functions: []bootstrap.Function{{LogicalID: "Beat", Schedules: []bootstrap.Schedule{{Every: time.Hour}}}}},
+		Handlers: runner.Handlers{Schedule: map[string]func(context.Context, events.EventBridgeEvent) error{
+			"Beat": func(context.Context, events.EventBridgeEvent) error { return nil },
+		}},
+		Log: slog.Default(),
+	}
+	require.Error(t, r.Run(context.Background(), ln), "the error, not a hang on the schedule")
+}

@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/netguard"
 )
 
@@ -53,13 +54,15 @@ type Runner struct {
 	client *http.Client
 }
 
-// Policy answers the runner's guard; a nil Runner answers the default
-// Policy.
-func (r *Runner) Policy() netguard.Policy {
+// CheckTarget answers why an http step's url may never be called under the
+// runner's guard (a literal address it refuses), so the job is refused at
+// submit; host names are checked when dialled.
+// A nil Runner checks with the default guard.
+func (r *Runner) CheckTarget(url string) error {
 	if r == nil {
-		return netguard.Policy{}
+		return netguard.Policy{}.CheckURL(url)
 	}
-	return r.Guard
+	return r.Guard.CheckURL(url)
 }
 
 func (r *Runner) httpClient() *http.Client {
@@ -70,17 +73,10 @@ func (r *Runner) httpClient() *http.Client {
 	return r.client
 }
 
-// Call is one attempt to run.
-type Call struct {
-	Spec           domain.StepSpec
-	Input          json.RawMessage
-	IdempotencyKey string // job/step/attempt, passed on so callees can de-duplicate
-}
-
 // Run runs the call until it ends or ctx is done, and answers its output or
 // the failure that decides what happens next. A ctx that expires is a
 // timeout.
-func (r *Runner) Run(ctx context.Context, c Call) (json.RawMessage, *domain.Failure) {
+func (r *Runner) Run(ctx context.Context, c engine.ActionCall) (json.RawMessage, *domain.Failure) {
 	out, f := r.run(ctx, c)
 	if f == nil && len(out) > MaxOutputBytes {
 		return nil, &domain.Failure{Class: domain.ClassFatal, Message: fmt.Sprintf("output is %d bytes; the limit is %d", len(out), MaxOutputBytes)}
@@ -91,7 +87,7 @@ func (r *Runner) Run(ctx context.Context, c Call) (json.RawMessage, *domain.Fail
 	return out, f
 }
 
-func (r *Runner) run(ctx context.Context, c Call) (json.RawMessage, *domain.Failure) {
+func (r *Runner) run(ctx context.Context, c engine.ActionCall) (json.RawMessage, *domain.Failure) {
 	switch c.Spec.Action {
 	case domain.ActionPass:
 		return c.Input, nil
@@ -121,7 +117,7 @@ func (r *Runner) run(ctx context.Context, c Call) (json.RawMessage, *domain.Fail
 // body as output; 408, 429 and 5xx are retryable (honouring Retry-After up
 // to MaxRetryAfter); any other status is fatal, and so is a destination
 // the guard refuses (the URL, an address it resolves to, a redirect).
-func (r *Runner) post(ctx context.Context, c Call) (json.RawMessage, *domain.Failure) {
+func (r *Runner) post(ctx context.Context, c engine.ActionCall) (json.RawMessage, *domain.Failure) {
 	target := clip(redact(c.Spec.URL))
 	if err := r.Guard.CheckURL(c.Spec.URL); err != nil {
 		return nil, refused(target, "", err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stepflow/stepflow/shared/actions"
 	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
 )
 
 func seconds(s float64) *float64 { return &s }
@@ -23,15 +24,15 @@ func TestBuiltinActions(t *testing.T) {
 	r := &actions.Runner{}
 	in := json.RawMessage(`{"a":1}`)
 
-	out, f := r.Run(context.Background(), actions.Call{Spec: domain.StepSpec{Action: domain.ActionPass}, Input: in})
+	out, f := r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionPass}, Input: in})
 	require.Nil(t, f)
 	require.JSONEq(t, `{"a":1}`, string(out))
 
-	out, f = r.Run(context.Background(), actions.Call{Spec: domain.StepSpec{Action: domain.ActionSleep, Seconds: seconds(0)}, Input: in})
+	out, f = r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSleep, Seconds: seconds(0)}, Input: in})
 	require.Nil(t, f)
 	require.JSONEq(t, `{"a":1}`, string(out))
 
-	_, f = r.Run(context.Background(), actions.Call{Spec: domain.StepSpec{Action: domain.ActionFail, Class: "resource"}})
+	_, f = r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionFail, Class: "resource"}})
 	require.Equal(t, domain.ClassResource, f.Class)
 	require.NotEmpty(t, f.Message)
 }
@@ -40,7 +41,7 @@ func TestSleepPastItsTimeoutIsATimeout(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
-	_, f := (&actions.Runner{}).Run(ctx, actions.Call{Spec: domain.StepSpec{Action: domain.ActionSleep, Seconds: seconds(60), TimeoutSeconds: 1}})
+	_, f := (&actions.Runner{}).Run(ctx, engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSleep, Seconds: seconds(60), TimeoutSeconds: 1}})
 	require.NotNil(t, f)
 	require.Equal(t, domain.ClassTimeout, f.Class)
 }
@@ -78,7 +79,7 @@ func TestHTTPAction(t *testing.T) {
 	t.Cleanup(srv.Close)
 	r := &actions.Runner{Guard: allow(t, "127.0.0.1/32")} // the test server, on loopback
 	call := func(path string) (json.RawMessage, *domain.Failure) {
-		return r.Run(context.Background(), actions.Call{
+		return r.Run(context.Background(), engine.ActionCall{
 			Spec: domain.StepSpec{Action: domain.ActionHTTP, URL: srv.URL + path}, Input: json.RawMessage(`{"x":2}`), IdempotencyKey: "job/step/1",
 		})
 	}
@@ -114,7 +115,7 @@ func TestHTTPAction(t *testing.T) {
 	// A connection refused is retryable: the far end may come back.
 	closed := httptest.NewServer(http.NotFoundHandler())
 	closed.Close()
-	_, f = r.Run(context.Background(), actions.Call{Spec: domain.StepSpec{Action: domain.ActionHTTP, URL: closed.URL}, Input: json.RawMessage(`{}`)})
+	_, f = r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionHTTP, URL: closed.URL}, Input: json.RawMessage(`{}`)})
 	require.Equal(t, domain.ClassRetryable, f.Class)
 }
 
@@ -125,7 +126,7 @@ func TestOutputOverTheLimitFails(t *testing.T) {
 		big[i] = 'a'
 	}
 	in, _ := json.Marshal(string(big))
-	_, f := (&actions.Runner{}).Run(context.Background(), actions.Call{Spec: domain.StepSpec{Action: domain.ActionPass}, Input: in})
+	_, f := (&actions.Runner{}).Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionPass}, Input: in})
 	require.NotNil(t, f)
 	require.Equal(t, domain.ClassFatal, f.Class)
 }

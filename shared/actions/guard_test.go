@@ -16,6 +16,7 @@ import (
 
 	"github.com/stepflow/stepflow/shared/actions"
 	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/netguard"
 )
 
@@ -27,7 +28,7 @@ func allow(t *testing.T, s string) netguard.Policy {
 }
 
 func post(r *actions.Runner, url string) (json.RawMessage, *domain.Failure) {
-	return r.Run(context.Background(), actions.Call{
+	return r.Run(context.Background(), engine.ActionCall{
 		Spec: domain.StepSpec{Action: domain.ActionHTTP, URL: url}, Input: json.RawMessage(`{"x":1}`), IdempotencyKey: "j/s/1",
 	})
 }

@@ -118,17 +118,31 @@ func Engine(s Settings, c Clients, log *slog.Logger) *engine.Engine {
 	return e
 }
 
+// App is what a function's main wires: the engine, the settings it was
+// made from, and a logger.
+type App struct {
+	Engine   *engine.Engine
+	Settings Settings
+	Log      *slog.Logger
+}
+
+// ReadyTokens makes the queue's token of a message the execute function
+// received from a ready queue.
+func (a App) ReadyTokens() func(queueARN, receipt string) string {
+	return queue.ReadyTokens(a.Settings.ReadyQueues)
+}
+
 // FromLambdaEnv is what each function's main calls: settings from the
 // environment, clients from the default chain, a JSON logger.
-func FromLambdaEnv(ctx context.Context) (*engine.Engine, *slog.Logger, error) {
+func FromLambdaEnv(ctx context.Context) (App, error) {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	s, err := FromEnv(os.Getenv)
 	if err != nil {
-		return nil, log, err
+		return App{Log: log}, err
 	}
 	c, _, err := NewClients(ctx)
 	if err != nil {
-		return nil, log, err
+		return App{Log: log}, err
 	}
-	return Engine(s, c, log), log, nil
+	return App{Engine: Engine(s, c, log), Settings: s, Log: log}, nil
 }

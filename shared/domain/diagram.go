@@ -12,7 +12,7 @@ func Diagram() string {
 	var b strings.Builder
 	b.WriteString("# stepflow states\n\nGenerated from `shared/domain/transition.go` by `go test ./shared/domain -run TestStatesDoc -update`; do not edit.\n\n")
 	b.WriteString("## Step\n\n```mermaid\nstateDiagram-v2\n    [*] --> PENDING\n")
-	for _, t := range StepTransitions {
+	for _, t := range stepTransitions {
 		for _, s := range t.Sources {
 			fmt.Fprintf(&b, "    %s --> %s: %s\n", s, t.Destination, t.Event)
 		}
@@ -23,7 +23,7 @@ func Diagram() string {
 		}
 	}
 	b.WriteString("```\n\n## Job\n\n```mermaid\nstateDiagram-v2\n")
-	for _, t := range JobTransitions {
+	for _, t := range jobTransitions {
 		for _, s := range t.Sources {
 			from := string(s)
 			if s == JobInitial {

@@ -107,7 +107,7 @@ func mustJSON(v any) string {
 // knows.
 func stepEvents() []domain.StepEvent {
 	var out []domain.StepEvent
-	for _, t := range domain.StepTransitions {
+	for _, t := range domain.StepTable() {
 		out = append(out, t.Event)
 	}
 	return append(out, "no_such_event")
@@ -115,7 +115,7 @@ func stepEvents() []domain.StepEvent {
 
 func jobEvents() []domain.JobEvent {
 	var out []domain.JobEvent
-	for _, t := range domain.JobTransitions {
+	for _, t := range domain.JobTable() {
 		out = append(out, t.Event)
 	}
 	return append(out, "no_such_event")
@@ -142,12 +142,12 @@ func checkTables(t *testing.T, data []byte) {
 	for i := 0; i+1 < len(data); i += 2 {
 		s, e := steps[int(data[i])%len(steps)], sevs[int(data[i+1])%len(sevs)]
 		to, err := domain.NextStepState(s, e)
-		want, ok := lookupRow(domain.StepTransitions, s, e)
+		want, ok := lookupRow(domain.StepTable(), s, e)
 		agree(t, "step", string(s), string(e), string(to), err, string(want), ok)
 
 		js, je := jobs[int(data[i+1])%len(jobs)], jevs[int(data[i])%len(jevs)]
 		jto, err := domain.NextJobState(js, je)
-		jwant, ok := lookupRow(domain.JobTransitions, js, je)
+		jwant, ok := lookupRow(domain.JobTable(), js, je)
 		agree(t, "job", string(js), string(je), string(jto), err, string(jwant), ok)
 	}
 }

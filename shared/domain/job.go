@@ -19,8 +19,9 @@ const leaseExpired = "lease expired before an outcome was reported"
 // job.
 const DispatchGrace = 60 * time.Second
 
-// Retention of finished jobs (seed 001's cleanup rules), applied as a TTL.
-var Retention = map[JobState]time.Duration{
+// retention of finished jobs (the quality platform's cleanup rules,
+// docs/model.md#retention), applied as a TTL.
+var retention = map[JobState]time.Duration{
 	JobCompleted: 30 * 24 * time.Hour,
 	JobCancelled: 7 * 24 * time.Hour,
 	JobFailed:    14 * 24 * time.Hour,
@@ -76,9 +77,9 @@ type Lease struct {
 	Attempt   int       `json:"attempt"`
 	ExpiresAt time.Time `json:"expires_at"`
 	Worker    string    `json:"worker,omitempty"`
-	// Receipt is the SQS receipt handle of the message the lease was taken
-	// from, so a heartbeat can extend its visibility and completion delete it.
-	Receipt string `json:"receipt,omitempty"`
+	// Token is the queue's handle on the delivery the lease was taken from
+	// (opaque here), so a heartbeat can extend it and completion ack it.
+	Token string `json:"token,omitempty"`
 }
 
 // StepError is why an attempt failed.
@@ -124,8 +125,8 @@ type Dispatch struct {
 }
 
 // NewJob builds a job from a validated spec: QUEUED, its first step PENDING
-// and the others WAITING_DEPS on the step before them (seed 003's order of
-// position).
+// and the others WAITING_DEPS on the step before them (the approval-gated
+// runs' order of position, docs/model.md#approval-gated-runs).
 func NewJob(tenant, id string, spec *JobSpec, idemKey string, now time.Time) (*Job, error) {
 	j := &Job{
 		Tenant: tenant, ID: id, Queue: spec.Queue, Priority: *spec.Priority,
@@ -196,7 +197,7 @@ type LeaseRequest struct {
 	ViaWorker bool          // taken through /v1/claim (job_leased) rather than run in place (job_running)
 	Nonce     string        // random part of the lease id
 	Duration  time.Duration // lease length
-	Receipt   string        // SQS receipt handle of the message it came from
+	Token     string        // the queue's handle on the delivery it came from
 }
 
 // Lease gives step id a lease for one new attempt and starts it: PENDING
@@ -233,7 +234,7 @@ func (j *Job) Lease(stepID string, req LeaseRequest, now time.Time) (*Lease, err
 		Attempt:   s.Attempt,
 		ExpiresAt: now.Add(req.Duration),
 		Worker:    req.Worker,
-		Receipt:   req.Receipt,
+		Token:     req.Token,
 	}
 	if s.State != StepRetrying {
 		if err := j.stepTo(s, StepEvLease, now, req.Worker); err != nil {
@@ -564,7 +565,7 @@ func (j *Job) settleVia(now time.Time, viaWorker bool) {
 		if j.EndedAt == nil {
 			j.EndedAt = &now
 		}
-		exp := now.Add(Retention[j.State])
+		exp := now.Add(retention[j.State])
 		j.ExpiresAt = &exp
 	}
 }

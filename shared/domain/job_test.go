@@ -48,7 +48,7 @@ func builtin(nonce string) LeaseRequest {
 }
 
 func viaWorker(worker, nonce string) LeaseRequest {
-	return LeaseRequest{Worker: worker, ViaWorker: true, Nonce: nonce, Duration: time.Minute, Receipt: "rcpt-" + nonce}
+	return LeaseRequest{Worker: worker, ViaWorker: true, Nonce: nonce, Duration: time.Minute, Token: "rcpt-" + nonce}
 }
 
 func mustLease(t *testing.T, j *Job, step string, req LeaseRequest, now time.Time) *Lease {
@@ -163,7 +163,7 @@ func TestLeaseViaWorkerLogsJobLeased(t *testing.T) {
 	l := mustLease(t, j, "a", viaWorker("w1", "n1"), t0)
 	require.Equal(t, []string{"job_created", "step_leased", "step_running", "job_leased"}, eventTypes(j.Events))
 	require.Equal(t, "w1", l.Worker)
-	require.Equal(t, "rcpt-n1", l.Receipt)
+	require.Equal(t, "rcpt-n1", l.Token)
 	require.Equal(t, "w1", j.Steps[0].Attempts[0].Worker)
 	require.Equal(t, "w1", j.Events[1].Detail)
 }
@@ -984,12 +984,12 @@ func TestEveryNonTerminalStepStateCanBeCancelled(t *testing.T) {
 func TestRetentionCoversTerminalStates(t *testing.T) {
 	t.Parallel()
 	for _, s := range AllJobStates() {
-		_, ok := Retention[s]
+		_, ok := retention[s]
 		require.Equal(t, s.Terminal(), ok, "%s", s)
 	}
-	require.Equal(t, 30*24*time.Hour, Retention[JobCompleted])
-	require.Equal(t, 7*24*time.Hour, Retention[JobCancelled])
-	require.Equal(t, 14*24*time.Hour, Retention[JobFailed])
+	require.Equal(t, 30*24*time.Hour, retention[JobCompleted])
+	require.Equal(t, 7*24*time.Hour, retention[JobCancelled])
+	require.Equal(t, 14*24*time.Hour, retention[JobFailed])
 }
 
 // requireDue checks the job's due time: the sweep needs it at want, and the

@@ -12,8 +12,8 @@ type Replayed struct {
 	Steps map[string]StepState
 }
 
-// Replay folds a job's events through the transition tables (seed 002's
-// DeriveStatusFromEvents). Steps start PENDING; every event must be a legal
+// Replay folds a job's events through the transition tables (the formal
+// job machine's DeriveStatusFromEvents, docs/model.md#event-log-and-replay). Steps start PENDING; every event must be a legal
 // move from the state before it, or Replay says which one is not.
 func Replay(events []Event) (Replayed, error) {
 	r := Replayed{Job: JobInitial, Steps: map[string]StepState{}}
@@ -40,7 +40,7 @@ func Replay(events []Event) (Replayed, error) {
 }
 
 func stepMoveAllowed(from, to StepState) bool {
-	for _, t := range StepTransitions {
+	for _, t := range stepTransitions {
 		if t.Destination == to && slices.Contains(t.Sources, from) {
 			return true
 		}

@@ -6,7 +6,8 @@ import (
 	"time"
 )
 
-// Backoff strategies of seed 000's RetryPolicy.
+// Backoff strategies of the step machine's RetryPolicy
+// (docs/model.md#step-machine-agent-platform).
 const (
 	BackoffExponential = "exponential"
 	BackoffLinear      = "linear"
@@ -14,16 +15,19 @@ const (
 )
 
 // RetryPolicy says how often and how soon a failed step runs again.
-// MaxAttempts counts every attempt, the first included.
+// MaxAttempts counts every attempt, the first included; 0, like leaving it
+// out, means DefaultMaxAttempts (as a zero MaxAttempts does in River), so a
+// step cannot be given no attempt at all.
 type RetryPolicy struct {
-	MaxAttempts    int    `json:"max_attempts,omitempty" dynamodbav:"max_attempts"`
-	Backoff        string `json:"backoff,omitempty" dynamodbav:"backoff"`
-	InitialDelayMS *int64 `json:"initial_delay_ms,omitempty" dynamodbav:"initial_delay_ms"`
-	MaxDelayMS     *int64 `json:"max_delay_ms,omitempty" dynamodbav:"max_delay_ms"`
-	Jitter         bool   `json:"jitter,omitempty" dynamodbav:"jitter,omitempty"`
+	MaxAttempts    int    `json:"max_attempts,omitempty"`
+	Backoff        string `json:"backoff,omitempty"`
+	InitialDelayMS *int64 `json:"initial_delay_ms,omitempty"`
+	MaxDelayMS     *int64 `json:"max_delay_ms,omitempty"`
+	Jitter         bool   `json:"jitter,omitempty"`
 }
 
-// Seed 000's defaults: three attempts, exponential from 1 s, at most 30 s.
+// The step machine's defaults (docs/model.md#retries-and-backoff): three
+// attempts, exponential from 1 s, at most 30 s.
 const (
 	DefaultMaxAttempts    = 3
 	DefaultInitialDelayMS = 1000
@@ -69,7 +73,8 @@ func (p *RetryPolicy) validate(field string) error {
 }
 
 // Delay answers the wait before retry number retry (0 for the first retry),
-// seed 000's get_delay: initial*2^n, initial*(n+1) or initial, capped at max.
+// the step machine's get_delay (docs/model.md#retries-and-backoff):
+// initial*2^n, initial*(n+1) or initial, capped at max.
 // With jitter the delay is drawn from [delay/2, delay] ("equal jitter"), so
 // retries of many steps spread out but never come sooner than half the policy.
 func (p RetryPolicy) Delay(retry int, rng *rand.Rand) time.Duration {

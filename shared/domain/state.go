@@ -6,8 +6,8 @@ package domain
 
 import "strings"
 
-// StepState is the canonical state of one step (seed 000's thirteen states,
-// plus CANCELED and TIMED_OUT).
+// StepState is the canonical state of one step (the step machine's thirteen
+// states, plus CANCELED and TIMED_OUT; docs/model.md#step-states).
 type StepState string
 
 const (
@@ -45,7 +45,8 @@ func (s StepState) Terminal() bool {
 // EventType is the event a step transition into s appends: step_<state>.
 func (s StepState) EventType() string { return "step_" + strings.ToLower(string(s)) }
 
-// JobState is the canonical state of a job (seed 002's formal machine).
+// JobState is the canonical state of a job (the formal job machine,
+// docs/model.md#formal-job-machine).
 type JobState string
 
 const (
@@ -69,7 +70,8 @@ func (s JobState) Terminal() bool {
 	return s == JobCompleted || s == JobFailed || s == JobCancelled
 }
 
-// AttemptState is the state of one execution of a step (seed 001's Run).
+// AttemptState is the state of one execution of a step (the quality
+// platform's run, docs/model.md#tasks-and-runs-quality-platform).
 type AttemptState string
 
 const (

@@ -37,9 +37,9 @@ type Transition[S ~string, E ~string] struct {
 	Destination S
 }
 
-// StepTransitions is the canonical step machine. Validation, the store's
+// stepTransitions is the canonical step machine. Validation, the store's
 // conditions, replay and the tests all read this one table.
-var StepTransitions = []Transition[StepState, StepEvent]{
+var stepTransitions = []Transition[StepState, StepEvent]{
 	{StepEvWaitDeps, []StepState{StepPending}, StepWaitingDeps},
 	{StepEvDepsMet, []StepState{StepWaitingDeps}, StepPending},
 	{StepEvLease, []StepState{StepPending, StepWaitingDeps, StepSwitchingResource}, StepLeased},
@@ -63,8 +63,9 @@ var StepTransitions = []Transition[StepState, StepEvent]{
 	}, StepCanceled},
 }
 
-// JobEvent is a job-level event of seed 002, plus job_parked and
-// job_retrying for the two states seed 002 names but gives no event.
+// JobEvent is a job-level event of the formal job machine
+// (docs/model.md#formal-job-machine), plus job_parked and job_retrying for
+// the two states it names but gives no event.
 type JobEvent string
 
 const (
@@ -85,14 +86,16 @@ const (
 // JobInitial is the pseudo-state before job_created.
 const JobInitial JobState = ""
 
-// JobTransitions is seed 002's state x event table, widened where the
-// canonical model needs it: cancel also from QUEUED and RETRYING (seed 003
-// cancels a PENDING run); job_parked and job_retrying, the events of the two
-// states seed 002 names without one; job_completed and job_failed from
-// WAITING (seed 003: an approval that closes the last gate completes the
-// run; a rejected one fails it) and job_failed from RETRYING (a retry
-// timer that finds the attempts spent).
-var JobTransitions = []Transition[JobState, JobEvent]{
+// jobTransitions is the formal job machine's state x event table
+// (docs/model.md#formal-job-machine), widened where the canonical model
+// needs it: cancel also from QUEUED and RETRYING (the approval-gated runs
+// cancel a PENDING run, docs/model.md#approval-gated-runs); job_parked and
+// job_retrying, the events of the two states the formal table names
+// without one; job_completed and job_failed from WAITING (an approval that
+// closes the last gate completes the run; a rejected one fails it:
+// docs/model.md#a-run-succeeds-straight-from-waiting_approval) and
+// job_failed from RETRYING (a retry timer that finds the attempts spent).
+var jobTransitions = []Transition[JobState, JobEvent]{
 	{JobEvCreated, []JobState{JobInitial}, JobQueued},
 	{JobEvQueued, []JobState{JobInitial}, JobQueued},
 	{JobEvRequeued, []JobState{JobInitial, JobQueued, JobRunning, JobRetrying, JobFailed}, JobQueued},
@@ -124,17 +127,17 @@ func next[S ~string, E ~string](table []Transition[S, E], kind string, state S, 
 
 // NextStepState answers where event takes a step in state.
 func NextStepState(state StepState, event StepEvent) (StepState, error) {
-	return next(StepTransitions, "step", state, event)
+	return next(stepTransitions, "step", state, event)
 }
 
 // NextJobState answers where event takes a job in state.
 func NextJobState(state JobState, event JobEvent) (JobState, error) {
-	return next(JobTransitions, "job", state, event)
+	return next(jobTransitions, "job", state, event)
 }
 
 // JobSources lists the states event may leave, for the store's conditions.
 func JobSources(event JobEvent) []JobState {
-	for _, t := range JobTransitions {
+	for _, t := range jobTransitions {
 		if t.Event == event {
 			return t.Sources
 		}
@@ -161,3 +164,23 @@ func (e *IllegalTransitionError) Error() string {
 	}
 	return fmt.Sprintf("%s in state %s: %s is not allowed", e.Kind, from, e.Event)
 }
+
+// SaveSources answers the job states a change may be saved from: the
+// sources of its first new job event (after the loadedEvents the job had
+// when read), or the job's own state when the change has no job event. A
+// store saves the change only if the stored job is still in one of them.
+func SaveSources(j *Job, loadedEvents int) []JobState {
+	for _, ev := range j.Events[min(loadedEvents, len(j.Events)):] {
+		if ev.Step == "" {
+			return JobSources(JobEvent(ev.Type))
+		}
+	}
+	return []JobState{j.State}
+}
+
+// StepTable answers a copy of the step machine's transitions, for tools and
+// tests outside the package; the table itself cannot be changed from there.
+func StepTable() []Transition[StepState, StepEvent] { return slices.Clone(stepTransitions) }
+
+// JobTable answers a copy of the formal job table's transitions.
+func JobTable() []Transition[JobState, JobEvent] { return slices.Clone(jobTransitions) }

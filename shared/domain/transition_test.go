@@ -49,8 +49,8 @@ func lookup[S ~string, E ~string](table []Transition[S, E], state S, event E) (S
 
 func TestStepTableCoversEveryEventOnce(t *testing.T) {
 	t.Parallel()
-	require.ElementsMatch(t, allStepEvents, tableEvents(t, StepTransitions))
-	for _, row := range StepTransitions {
+	require.ElementsMatch(t, allStepEvents, tableEvents(t, stepTransitions))
+	for _, row := range stepTransitions {
 		require.Contains(t, AllStepStates(), row.Destination, "event %s", row.Event)
 		for _, s := range row.Sources {
 			require.Contains(t, AllStepStates(), s, "event %s", row.Event)
@@ -60,9 +60,9 @@ func TestStepTableCoversEveryEventOnce(t *testing.T) {
 
 func TestJobTableCoversEveryEventOnce(t *testing.T) {
 	t.Parallel()
-	require.ElementsMatch(t, allJobEvents, tableEvents(t, JobTransitions))
+	require.ElementsMatch(t, allJobEvents, tableEvents(t, jobTransitions))
 	states := append([]JobState{JobInitial}, AllJobStates()...)
-	for _, row := range JobTransitions {
+	for _, row := range jobTransitions {
 		require.Contains(t, AllJobStates(), row.Destination, "event %s", row.Event)
 		for _, s := range row.Sources {
 			require.Contains(t, states, s, "event %s", row.Event)
@@ -74,7 +74,7 @@ func TestNextStepStateEveryPair(t *testing.T) {
 	t.Parallel()
 	for _, state := range AllStepStates() {
 		for _, event := range allStepEvents {
-			want, allowed := lookup(StepTransitions, state, event)
+			want, allowed := lookup(stepTransitions, state, event)
 			got, err := NextStepState(state, event)
 			if allowed {
 				require.NoError(t, err, "%s --%s-->", state, event)
@@ -99,7 +99,7 @@ func TestNextJobStateEveryPair(t *testing.T) {
 	states := append([]JobState{JobInitial}, AllJobStates()...)
 	for _, state := range states {
 		for _, event := range allJobEvents {
-			want, allowed := lookup(JobTransitions, state, event)
+			want, allowed := lookup(jobTransitions, state, event)
 			got, err := NextJobState(state, event)
 			if allowed {
 				require.NoError(t, err, "%q --%s-->", state, event)
@@ -153,14 +153,14 @@ func TestEveryStateIsReachable(t *testing.T) {
 	for _, s := range AllStepStates() {
 		// Steps are created PENDING; every other state must be a destination.
 		reached := s == StepPending
-		for _, row := range StepTransitions {
+		for _, row := range stepTransitions {
 			reached = reached || row.Destination == s
 		}
 		require.True(t, reached, "step state %s is unreachable", s)
 	}
 	for _, s := range AllJobStates() {
 		reached := false
-		for _, row := range JobTransitions {
+		for _, row := range jobTransitions {
 			reached = reached || (row.Destination == s && !(len(row.Sources) == 1 && row.Sources[0] == s))
 		}
 		require.True(t, reached, "job state %s is unreachable", s)
@@ -170,7 +170,7 @@ func TestEveryStateIsReachable(t *testing.T) {
 func TestTerminalStatesHaveNoWayOut(t *testing.T) {
 	t.Parallel()
 	stepOut := func(s StepState) (evs []StepEvent) {
-		for _, row := range StepTransitions {
+		for _, row := range stepTransitions {
 			if slices.Contains(row.Sources, s) {
 				evs = append(evs, row.Event)
 			}
@@ -178,7 +178,7 @@ func TestTerminalStatesHaveNoWayOut(t *testing.T) {
 		return evs
 	}
 	jobOut := func(s JobState) (evs []JobEvent) {
-		for _, row := range JobTransitions {
+		for _, row := range jobTransitions {
 			if slices.Contains(row.Sources, s) {
 				evs = append(evs, row.Event)
 			}
@@ -197,7 +197,8 @@ func TestTerminalStatesHaveNoWayOut(t *testing.T) {
 		require.True(t, s.Terminal())
 		require.Empty(t, jobOut(s), "terminal job state %s", s)
 	}
-	// Seed 002: a FAILED job may only be requeued.
+	// The formal job table (docs/model.md#formal-job-machine): a FAILED job
+	// may only be requeued.
 	require.True(t, JobFailed.Terminal())
 	require.Equal(t, []JobEvent{JobEvRequeued}, jobOut(JobFailed))
 	for _, s := range AllJobStates() {
@@ -208,8 +209,9 @@ func TestTerminalStatesHaveNoWayOut(t *testing.T) {
 	require.False(t, JobInitial.Terminal())
 }
 
-// seed002 is seed 002's state x event table, verbatim ("" is the initial
-// pseudo-state); absent pairs are "—".
+// seed002 is the formal job machine's state x event table, verbatim ("" is
+// the initial pseudo-state; docs/model.md#formal-job-machine); absent pairs
+// are "—".
 var seed002 = map[JobState]map[JobEvent]JobState{
 	JobInitial:   {JobEvCreated: JobQueued, JobEvQueued: JobQueued, JobEvRequeued: JobQueued},
 	JobQueued:    {JobEvRequeued: JobQueued, JobEvLeased: JobRunning, JobEvRunning: JobRunning, JobEvWaitCompleted: JobQueued},
@@ -222,9 +224,10 @@ var seed002 = map[JobState]map[JobEvent]JobState{
 	JobCancelled: {},
 }
 
-// widened are the pairs the canonical job table adds to seed 002 on purpose.
+// widened are the pairs the canonical job table adds to the formal job table
+// on purpose (docs/model.md#formal-job-machine).
 var widened = map[JobState][]JobEvent{
-	JobQueued:   {JobEvCancelled},                           // seed 003 cancels a PENDING run
+	JobQueued:   {JobEvCancelled},                           // approval-gated runs cancel a PENDING run
 	JobRetrying: {JobEvCancelled, JobEvFailed},              // cancel while backing off
 	JobRunning:  {JobEvRetrying},                            // explicit RETRYING
 	JobWaiting:  {JobEvParked, JobEvCompleted, JobEvFailed}, // approval gate approved / rejected
@@ -237,7 +240,7 @@ func TestJobTableAgainstSeed002(t *testing.T) {
 		for _, event := range allJobEvents {
 			got, err := NextJobState(state, event)
 			if want, ok := seed002[state][event]; ok {
-				require.NoError(t, err, "seed 002 allows %q --%s-->", state, event)
+				require.NoError(t, err, "the formal job table allows %q --%s-->", state, event)
 				require.Equal(t, want, got)
 				continue
 			}
@@ -245,7 +248,7 @@ func TestJobTableAgainstSeed002(t *testing.T) {
 				require.NoError(t, err, "deliberate widening %q --%s-->", state, event)
 				continue
 			}
-			require.Error(t, err, "seed 002 forbids %q --%s-->", state, event)
+			require.Error(t, err, "the formal job table forbids %q --%s-->", state, event)
 		}
 	}
 }

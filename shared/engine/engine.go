@@ -21,36 +21,8 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
-	"github.com/stepflow/stepflow/shared/actions"
 	"github.com/stepflow/stepflow/shared/domain"
-	"github.com/stepflow/stepflow/shared/queue"
-	"github.com/stepflow/stepflow/shared/store"
 )
-
-// Store is what the engine needs of the job store.
-type Store interface {
-	Create(ctx context.Context, j *domain.Job, requestHash string, now time.Time) (*domain.Job, bool, error)
-	Get(ctx context.Context, tenant, id string) (*domain.Job, error)
-	Save(ctx context.Context, j *domain.Job, loadedEvents int) error
-	List(ctx context.Context, tenant string, f store.ListFilter) ([]store.Summary, string, error)
-	Due(ctx context.Context, now time.Time, limit int32) ([]store.JobKey, error)
-	Quarantine(ctx context.Context, tenant, id, reason string, now time.Time) error
-	Defer(ctx context.Context, k store.JobKey, until time.Time) error
-	TenantForKey(ctx context.Context, key string) (string, error)
-	RecordStats(ctx context.Context, tenant string, d store.StatsDelta, now time.Time) error
-	Stats(ctx context.Context, tenant string, now time.Time) (store.Stats, error)
-}
-
-// Queue is what the engine needs of the queues.
-type Queue interface {
-	Dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispatch) error
-	WorkerQueueURL(ctx context.Context, tenant, name string) (string, error)
-	EnsureWorkerQueue(ctx context.Context, tenant, name string) (string, error)
-	Receive(ctx context.Context, url string, max int, wait time.Duration) ([]queue.Received, error)
-	Delete(ctx context.Context, url, receipt string) error
-	Hide(ctx context.Context, url, receipt string, d time.Duration) error
-	QueueFor(ctx context.Context, j *domain.Job, s *domain.Step) (string, error)
-}
 
 // Clock tells the time; tests set it.
 type Clock func() time.Time
@@ -59,7 +31,7 @@ type Clock func() time.Time
 type Engine struct {
 	Store  Store
 	Queue  Queue
-	Runner *actions.Runner
+	Runner Actions
 	Now    Clock
 	Log    *slog.Logger
 	// BuiltinLease is the longest the execute function holds a step: the
@@ -77,7 +49,7 @@ type Engine struct {
 	idEntropy *ulid.MonotonicEntropy
 
 	statsMu      sync.Mutex
-	stats        map[string]store.StatsDelta // per tenant, not written yet
+	stats        map[string]StatsDelta // per tenant, not written yet
 	statsFlushed time.Time
 }
 
@@ -93,7 +65,7 @@ func (e *Engine) newID(now time.Time) string {
 }
 
 // New wires an engine with a real clock.
-func New(st Store, q Queue, runner *actions.Runner, builtinLease time.Duration, log *slog.Logger) *Engine {
+func New(st Store, q Queue, runner Actions, builtinLease time.Duration, log *slog.Logger) *Engine {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -179,9 +151,9 @@ const StatsFlushEvery = 10 * time.Second
 // recordStats notes a saved change in the health counters, in memory;
 // FlushStats writes them.
 func (e *Engine) recordStats(_ context.Context, j *domain.Job, prev domain.JobState, waitingBefore bool, _ time.Time) {
-	var d store.StatsDelta
+	var d StatsDelta
 	if !prev.Terminal() {
-		d = store.OutcomeDelta(j.State)
+		d = OutcomeDelta(j.State)
 	}
 	if w := j.State == domain.JobWaiting; w != waitingBefore {
 		d.Blocked = map[bool]int64{true: 1, false: -1}[w]
@@ -193,14 +165,14 @@ func (e *Engine) recordStats(_ context.Context, j *domain.Job, prev domain.JobSt
 }
 
 // addStats adds to the tenant's counters not written yet.
-func (e *Engine) addStats(tenant string, d store.StatsDelta) {
+func (e *Engine) addStats(tenant string, d StatsDelta) {
 	if d.Zero() {
 		return
 	}
 	e.statsMu.Lock()
 	defer e.statsMu.Unlock()
 	if e.stats == nil {
-		e.stats = map[string]store.StatsDelta{}
+		e.stats = map[string]StatsDelta{}
 	}
 	t := e.stats[tenant]
 	t.Completed += d.Completed
@@ -258,12 +230,11 @@ func (e *Engine) Submit(ctx context.Context, tenant string, body []byte, idemKey
 	if err != nil {
 		return nil, false, err
 	}
-	guard := e.Runner.Policy() // a nil Runner answers the default policy
 	for i, st := range spec.Steps {
-		if st.Action != domain.ActionHTTP {
+		if st.Action != domain.ActionHTTP || e.Runner == nil {
 			continue
 		}
-		if err := guard.CheckURL(st.URL); err != nil { // "<url> refused: <rule>"
+		if err := e.Runner.CheckTarget(st.URL); err != nil { // "<url> refused: <rule>"
 			return nil, false, domain.Invalid(fmt.Sprintf("steps[%d].url", i), "%s", err.Error())
 		}
 	}
@@ -287,7 +258,7 @@ func (e *Engine) Submit(ctx context.Context, tenant string, body []byte, idemKey
 		return nil, false, err
 	}
 	if created {
-		e.addStats(tenant, store.StatsDelta{Queued: 1})
+		e.addStats(tenant, StatsDelta{Queued: 1})
 	}
 	// A replay of a job that has not started yet dispatches again: the
 	// first request may have died between its write and its send, and a
@@ -329,7 +300,7 @@ func (e *Engine) ensureWorkerQueues(ctx context.Context, tenant string, spec *do
 			continue
 		}
 		done[st.Queue] = true
-		if _, err := e.Queue.EnsureWorkerQueue(ctx, tenant, st.Queue); err != nil {
+		if err := e.Queue.EnsureWorkerQueue(ctx, tenant, st.Queue); err != nil {
 			if de := (*domain.Error)(nil); errors.As(err, &de) && de.Code == domain.CodeInvalid {
 				return domain.Invalid(fmt.Sprintf("steps[%d].queue", i), "%s", de.Message)
 			}
@@ -387,7 +358,7 @@ func checkID(id string) error {
 }
 
 // List pages through tenant's jobs.
-func (e *Engine) List(ctx context.Context, tenant string, f store.ListFilter) ([]store.Summary, string, error) {
+func (e *Engine) List(ctx context.Context, tenant string, f ListFilter) ([]JobSummary, string, error) {
 	return e.Store.List(ctx, tenant, f)
 }
 
@@ -398,12 +369,12 @@ func (e *Engine) Cancel(ctx context.Context, tenant, id string) (*domain.Job, er
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
-	var receipts []leaseMsg
+	var tokens []string
 	j, err := e.mutate(ctx, tenant, id, func(j *domain.Job, now time.Time) error {
-		receipts = receipts[:0]
+		tokens = tokens[:0]
 		for _, s := range j.Steps {
-			if s.Lease != nil && s.Lease.Receipt != "" && s.Spec.Action == domain.ActionWorker {
-				receipts = append(receipts, leaseMsg{queue: s.Spec.Queue, receipt: s.Lease.Receipt})
+			if s.Lease != nil && s.Lease.Token != "" && s.Spec.Action == domain.ActionWorker {
+				tokens = append(tokens, s.Lease.Token)
 			}
 		}
 		changed, err := j.Cancel(now)
@@ -415,17 +386,14 @@ func (e *Engine) Cancel(ctx context.Context, tenant, id string) (*domain.Job, er
 	if err != nil {
 		return j, fmt.Errorf("cancel job %s: %w", id, err)
 	}
-	for _, r := range receipts {
-		if url, err := e.Queue.WorkerQueueURL(ctx, tenant, r.queue); err == nil {
-			_ = e.Queue.Delete(ctx, url, r.receipt) // best effort: a stale message is dropped when next received
-		}
+	for _, t := range tokens {
+		_ = e.Queue.Ack(ctx, t) // best effort: a stale message is dropped when next taken
 	}
 	return j, nil
 }
 
-type leaseMsg struct{ queue, receipt string }
-
-// Health is the verdict of GET /v1/health (seed 001's thresholds).
+// Health is the verdict of GET /v1/health (the quality platform's
+// thresholds, docs/model.md#health).
 type Health struct {
 	Status      string   `json:"status"` // ok, degraded, unhealthy
 	Reasons     []string `json:"reasons,omitempty"`
@@ -438,7 +406,7 @@ type Health struct {
 }
 
 // Health judges a tenant's health: success rate over 24 h (> 95% ok,
-// >= 80% degraded), ready-queue backlog (< 10 ok, <= 50 degraded) and jobs
+// >= 80% degraded), backlog (its jobs submitted and not started) (< 10 ok, <= 50 degraded) and jobs
 // waiting on a person (< 3 ok, <= 10 degraded). Every figure is the
 // tenant's own.
 func (e *Engine) Health(ctx context.Context, tenant string) (Health, error) {

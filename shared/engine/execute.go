@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/stepflow/stepflow/shared/actions"
 	"github.com/stepflow/stepflow/shared/domain"
-	"github.com/stepflow/stepflow/shared/queue"
 )
 
 // deadlineMargin is kept back from the function's deadline to record the
@@ -35,9 +33,10 @@ const (
 // conditional write (reclaiming an expired one), runs the built-in action,
 // records the outcome under the lease and dispatches what comes next. An
 // error means the message must come back (a batch item failure).
-func (e *Engine) Execute(ctx context.Context, m queue.Message, receipt string) (ExecuteResult, error) {
+func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error) {
+	m := d.Message
 	var lease *domain.Lease
-	var call actions.Call
+	var call ActionCall
 	var hideFor time.Duration
 	j, err := e.mutate(ctx, m.Tenant, m.Job, func(j *domain.Job, now time.Time) error {
 		s, i, err := j.Step(m.Step)
@@ -54,18 +53,16 @@ func (e *Engine) Execute(ctx context.Context, m queue.Message, receipt string) (
 		if err != nil {
 			return err
 		}
-		call = actions.Call{Spec: s.Spec, Input: j.Input(i), IdempotencyKey: j.IdempotencyToken(s)}
+		call = ActionCall{Spec: s.Spec, Input: j.Input(i), IdempotencyKey: j.IdempotencyToken(s)}
 		return nil
 	})
 	var notYet *domain.NotYetError
 	switch {
 	case errors.Is(err, errLiveLease):
-		url, qerr := e.Queue.QueueFor(ctx, j, mustStep(j, m.Step))
-		if qerr == nil && receipt != "" {
-			qerr = e.Queue.Hide(ctx, url, receipt, hideFor)
-		}
-		if qerr != nil {
-			e.Log.Warn("held message not hidden; it comes back at its visibility timeout", "job", m.Job, "err", qerr)
+		if d.Token != "" {
+			if qerr := e.Queue.Extend(ctx, d.Token, hideFor); qerr != nil {
+				e.Log.Warn("held message not hidden; it comes back at its visibility timeout", "job", m.Job, "err", qerr)
+			}
 		}
 		return Held, nil
 	case errors.As(err, &notYet):

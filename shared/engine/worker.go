@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/stepflow/stepflow/shared/domain"
-	"github.com/stepflow/stepflow/shared/queue"
 )
 
 // Claim limits.
@@ -71,21 +70,6 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 	// The long-poll runs on the wall clock, not the engine's (tests move
 	// that one).
 	deadline := time.Now().Add(time.Duration(r.WaitSeconds) * time.Second)
-	url, err := e.Queue.WorkerQueueURL(ctx, tenant, r.Queue)
-	if errors.Is(err, queue.ErrNoWorkerQueue) {
-		// No work was ever submitted for this queue: nothing is created, and
-		// the claim waits as a long poll on an empty queue would (a worker
-		// started before its first job does not spin), then looks once more.
-		if !waitUntil(ctx, deadline) {
-			return nil, nil
-		}
-		if url, err = e.Queue.WorkerQueueURL(ctx, tenant, r.Queue); errors.Is(err, queue.ErrNoWorkerQueue) {
-			return nil, nil
-		}
-	}
-	if err != nil {
-		return nil, err
-	}
 	var out []ClaimedLease
 	for {
 		wait := time.Duration(0)
@@ -95,20 +79,32 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 			wait = min((time.Until(deadline) + time.Second - 1).Truncate(time.Second), MaxClaimWait)
 			wait = max(wait, 0)
 		}
-		msgs, err := e.Queue.Receive(ctx, url, r.Max-len(out), wait)
+		ds, err := e.Queue.Take(ctx, tenant, r.Queue, r.Max-len(out), wait)
+		if errors.Is(err, ErrNoWorkerQueue) {
+			// No job ever named this queue: a claim creates nothing, and
+			// waits as a long poll on an empty queue would (a worker started
+			// before its first job does not spin), then looks once more.
+			if !waitUntil(ctx, deadline) {
+				return out, nil
+			}
+			if ds, err = e.Queue.Take(ctx, tenant, r.Queue, r.Max-len(out), 0); errors.Is(err, ErrNoWorkerQueue) {
+				return out, nil
+			}
+		}
 		if err != nil {
 			return out, err
 		}
-		for _, m := range msgs {
-			if m.Message.Tenant != tenant {
-				// Queue names are per tenant, so this cannot be our own work:
-				// leave it for its owner rather than delete it.
-				e.Log.Warn("claim left a message of another tenant", "queue", r.Queue, "job", m.Message.Job)
+		for _, d := range ds {
+			if d.Message.Tenant != tenant {
+				// Queues are per tenant, so this cannot be our own work: leave
+				// it for its owner rather than delete it.
+				e.Log.Warn("claim left a message of another tenant", "queue", r.Queue, "job", d.Message.Job)
+				_ = e.Queue.Release(ctx, d.Token)
 				continue
 			}
-			cl, err := e.claimOne(ctx, tenant, r.Worker, m.Message.Job, m.Message.Step, m.Receipt, url)
+			cl, err := e.claimOne(ctx, tenant, r.Worker, d)
 			if err != nil {
-				e.Log.Warn("claim skipped a message", "job", m.Message.Job, "step", m.Message.Step, "err", err)
+				e.Log.Warn("claim skipped a message", "job", d.Message.Job, "step", d.Message.Step, "err", err)
 				continue
 			}
 			if cl != nil {
@@ -116,7 +112,7 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 			}
 		}
 		// An empty poll ends the claim: it waited as long as it was asked.
-		if len(msgs) == 0 || len(out) >= r.Max || ctx.Err() != nil || len(out) > 0 && !time.Now().Before(deadline) {
+		if len(ds) == 0 || len(out) >= r.Max || ctx.Err() != nil || len(out) > 0 && !time.Now().Before(deadline) {
 			return out, nil
 		}
 	}
@@ -142,7 +138,8 @@ func waitUntil(ctx context.Context, deadline time.Time) bool {
 // claimOne leases the step a worker-queue message names, or settles the
 // message: deleted when stale, hidden again until a live lease or a backoff
 // runs out.
-func (e *Engine) claimOne(ctx context.Context, tenant, worker, jobID, stepID, receipt, url string) (*ClaimedLease, error) {
+func (e *Engine) claimOne(ctx context.Context, tenant, worker string, d Delivery) (*ClaimedLease, error) {
+	jobID, stepID := d.Message.Job, d.Message.Step
 	var lease *domain.Lease
 	var hideFor time.Duration
 	j, err := e.mutate(ctx, tenant, jobID, func(j *domain.Job, now time.Time) error {
@@ -158,28 +155,28 @@ func (e *Engine) claimOne(ctx context.Context, tenant, worker, jobID, stepID, re
 		}
 		lease, err = j.Lease(stepID, domain.LeaseRequest{
 			Worker: worker, ViaWorker: true, Nonce: nonce(),
-			Duration: time.Duration(s.Spec.LeaseSeconds) * time.Second, Receipt: receipt,
+			Duration: time.Duration(s.Spec.LeaseSeconds) * time.Second, Token: d.Token,
 		}, now)
 		return err
 	})
 	var notYet *domain.NotYetError
 	switch {
 	case errors.Is(err, errLiveLease):
-		return nil, e.Queue.Hide(ctx, url, receipt, hideFor)
+		return nil, e.Queue.Extend(ctx, d.Token, hideFor)
 	case errors.As(err, &notYet):
-		return nil, e.Queue.Hide(ctx, url, receipt, notYet.Until.Sub(e.now()))
+		return nil, e.Queue.Extend(ctx, d.Token, notYet.Until.Sub(e.now()))
 	case isStale(err):
-		return nil, e.Queue.Delete(ctx, url, receipt)
+		return nil, e.Queue.Ack(ctx, d.Token)
 	case errors.Is(err, domain.ErrUnreadable):
 		e.quarantine(ctx, tenant, jobID, err)
-		return nil, e.Queue.Delete(ctx, url, receipt)
+		return nil, e.Queue.Ack(ctx, d.Token)
 	case err != nil:
 		return nil, err
 	case lease == nil:
-		return nil, e.Queue.Delete(ctx, url, receipt) // the reclaim spent the last attempt
+		return nil, e.Queue.Ack(ctx, d.Token) // the reclaim spent the last attempt
 	}
 	s, i, _ := j.Step(stepID)
-	if err := e.Queue.Hide(ctx, url, receipt, lease.ExpiresAt.Sub(e.now())); err != nil {
+	if err := e.Queue.Extend(ctx, d.Token, lease.ExpiresAt.Sub(e.now())); err != nil {
 		// The lease is written; if the message shows up early, the next
 		// claimer finds the lease live and hides it again.
 		e.Log.Warn("lease visibility not set", "lease", lease.ID, "err", err)
@@ -218,7 +215,6 @@ func (e *Engine) Heartbeat(ctx context.Context, tenant, leaseID string, extend t
 		return HeartbeatResult{}, err
 	}
 	var lease *domain.Lease
-	var queueName string
 	res := HeartbeatResult{LeaseID: leaseID}
 	_, err = e.mutate(ctx, tenant, ref.JobID, func(j *domain.Job, now time.Time) error {
 		s, err := leaseTarget(j, ref)
@@ -234,7 +230,6 @@ func (e *Engine) Heartbeat(ctx context.Context, tenant, leaseID string, extend t
 			d = time.Duration(s.Spec.LeaseSeconds) * time.Second
 		}
 		lease, err = j.Heartbeat(s.ID(), leaseID, d, now)
-		queueName = s.Spec.Queue
 		return err
 	})
 	if err != nil {
@@ -244,11 +239,9 @@ func (e *Engine) Heartbeat(ctx context.Context, tenant, leaseID string, extend t
 		return res, nil
 	}
 	res.ExpiresAt = &lease.ExpiresAt
-	if lease.Receipt != "" {
-		if url, err := e.Queue.WorkerQueueURL(ctx, tenant, queueName); err == nil {
-			if err := e.Queue.Hide(ctx, url, lease.Receipt, lease.ExpiresAt.Sub(e.now())); err != nil {
-				e.Log.Warn("heartbeat could not extend the message's visibility", "lease", leaseID, "err", err)
-			}
+	if lease.Token != "" {
+		if err := e.Queue.Extend(ctx, lease.Token, lease.ExpiresAt.Sub(e.now())); err != nil {
+			e.Log.Warn("heartbeat could not extend the message's visibility", "lease", leaseID, "err", err)
 		}
 	}
 	return res, nil
@@ -303,7 +296,7 @@ func (e *Engine) finishLease(ctx context.Context, tenant, leaseID string, output
 	if err != nil {
 		return OutcomeResult{}, err
 	}
-	var receipt, queueName, stepID string
+	var token, stepID string
 	var ds []domain.Dispatch
 	rng := e.jitterRNG()
 	j, err := e.mutate(ctx, tenant, ref.JobID, func(j *domain.Job, now time.Time) error {
@@ -311,12 +304,12 @@ func (e *Engine) finishLease(ctx context.Context, tenant, leaseID string, output
 		if err != nil {
 			return err
 		}
-		stepID, queueName = s.ID(), s.Spec.Queue
+		stepID = s.ID()
 		if s.AlreadyRecorded(leaseID, failure == nil, now) {
 			return errNoChange // a retry whose first answer was lost: answer it again
 		}
 		if s.Lease != nil {
-			receipt = s.Lease.Receipt
+			token = s.Lease.Token
 		}
 		if failure == nil {
 			ds, err = j.Complete(stepID, leaseID, output, now)
@@ -336,11 +329,9 @@ func (e *Engine) finishLease(ctx context.Context, tenant, leaseID string, output
 	if err != nil {
 		return OutcomeResult{}, fmt.Errorf("lease %s: %w", leaseID, err)
 	}
-	if receipt != "" {
-		if url, err := e.Queue.WorkerQueueURL(ctx, tenant, queueName); err == nil {
-			if err := e.Queue.Delete(ctx, url, receipt); err != nil {
-				e.Log.Warn("finished lease's message not deleted; it is dropped when next received", "lease", leaseID, "err", err)
-			}
+	if token != "" {
+		if err := e.Queue.Ack(ctx, token); err != nil {
+			e.Log.Warn("finished lease's message not deleted; it is dropped when next received", "lease", leaseID, "err", err)
 		}
 	}
 	e.dispatch(ctx, j, ds)

@@ -13,20 +13,20 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/stepflow/stepflow/shared/engine"
-	"github.com/stepflow/stepflow/shared/queue"
 )
 
 // Execute is the ready queues' SQS handler. Each record is handled on its
 // own goroutine; a record that must come back is reported as a batch item
 // failure, the others are deleted by the event source mapping.
-func Execute(e *engine.Engine, log *slog.Logger) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
+// tokens makes the queue's token of a record (config.App.ReadyTokens).
+func Execute(e *engine.Engine, tokens func(queueARN, receipt string) string, log *slog.Logger) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
 	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 		var mu sync.Mutex
 		var resp events.SQSEventResponse
 		var wg sync.WaitGroup
 		for _, rec := range ev.Records {
 			wg.Go(func() {
-				if err := executeRecord(ctx, e, rec); err != nil {
+				if err := executeRecord(ctx, e, tokens, rec); err != nil {
 					if !errors.Is(err, errHeld) {
 						log.Warn("message will be redelivered", "message_id", rec.MessageId, "err", err)
 					}
@@ -44,7 +44,7 @@ func Execute(e *engine.Engine, log *slog.Logger) func(context.Context, events.SQ
 
 var errHeld = errors.New("step is held by a live lease")
 
-func executeRecord(ctx context.Context, e *engine.Engine, rec events.SQSMessage) (err error) {
+func executeRecord(ctx context.Context, e *engine.Engine, tokens func(queueARN, receipt string) string, rec events.SQSMessage) (err error) {
 	// A panic on one record's goroutine would kill the whole runtime; this
 	// record comes back instead, and the others are unaffected.
 	defer func() {
@@ -52,13 +52,13 @@ func executeRecord(ctx context.Context, e *engine.Engine, rec events.SQSMessage)
 			err = fmt.Errorf("message %s: panic: %v", rec.MessageId, p)
 		}
 	}()
-	var m queue.Message
+	var m engine.Message
 	if err := json.Unmarshal([]byte(rec.Body), &m); err != nil || m.Job == "" || m.Tenant == "" || m.Step == "" {
 		// Not a stepflow message: redelivering it cannot help; drop it.
 		e.Log.Warn("dropped a message that names no step", "message_id", rec.MessageId)
 		return nil
 	}
-	res, err := e.Execute(ctx, m, rec.ReceiptHandle)
+	res, err := e.Execute(ctx, engine.Delivery{Message: m, Token: tokens(rec.EventSourceARN, rec.ReceiptHandle)})
 	if err != nil {
 		return fmt.Errorf("message %s: %w", rec.MessageId, err)
 	}

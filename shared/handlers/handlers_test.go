@@ -21,12 +21,15 @@ import (
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/handlers"
-	"github.com/stepflow/stepflow/shared/queue"
 	"github.com/stepflow/stepflow/shared/store"
 )
 
+// awsEvents holds a real SQS batch as AWS sends it (from aws-lambda-go's
+// events/testdata, Apache License 2.0); projectEvents the project's own
+// samples for `sam local invoke` and `make invoke`. Both are in the
+// repository: a missing file fails the test.
 const (
-	awsEvents     = "../../../shared/aws-events"
+	awsEvents     = "testdata/aws-events"
 	projectEvents = "../../events"
 )
 
@@ -39,14 +42,11 @@ func noRunner(o *devstack.Options) { o.NoRunner = true }
 func readJSON(t *testing.T, path string, v any) {
 	t.Helper()
 	raw, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		t.Skipf("%s is absent", path)
-	}
-	require.NoError(t, err)
+	require.NoError(t, err, "read fixture %s", path)
 	require.NoError(t, json.Unmarshal(raw, v), "decode %s", path)
 }
 
-func record(t *testing.T, messageID string, m queue.Message) events.SQSMessage {
+func record(t *testing.T, messageID string, m engine.Message) events.SQSMessage {
 	t.Helper()
 	body, err := json.Marshal(m)
 	require.NoError(t, err)
@@ -78,7 +78,7 @@ func get(t *testing.T, h *stacktest.Harness, id string) *domain.Job {
 func TestExecuteDropsForeignMessages(t *testing.T) {
 	t.Parallel()
 	h := stacktest.New(t, noRunner)
-	exec := handlers.Execute(h.Engine, quiet)
+	exec := handlers.Execute(h.Engine, h.ReadyTokens(), quiet)
 	ctx := context.Background()
 
 	for _, tc := range []struct{ name, path string }{
@@ -125,7 +125,7 @@ func TestExecuteDropsForeignMessages(t *testing.T) {
 func TestExecuteRunsSteps(t *testing.T) {
 	t.Parallel()
 	h := stacktest.New(t, noRunner)
-	exec := handlers.Execute(h.Engine, quiet)
+	exec := handlers.Execute(h.Engine, h.ReadyTokens(), quiet)
 	ctx := context.Background()
 
 	one := submit(t, h, `{"steps":[{"id":"only","action":"pass"}],"payload":{"x":1}}`)
@@ -133,8 +133,8 @@ func TestExecuteRunsSteps(t *testing.T) {
 	require.Equal(t, domain.JobQueued, one.State)
 
 	resp, err := exec(ctx, events.SQSEvent{Records: []events.SQSMessage{
-		record(t, "m1", queue.Message{Tenant: stacktest.TenantA, Job: one.ID, Step: "only"}),
-		record(t, "m2", queue.Message{Tenant: stacktest.TenantA, Job: two.ID, Step: "a"}),
+		record(t, "m1", engine.Message{Tenant: stacktest.TenantA, Job: one.ID, Step: "only"}),
+		record(t, "m2", engine.Message{Tenant: stacktest.TenantA, Job: two.ID, Step: "a"}),
 	}})
 	require.NoError(t, err)
 	require.Empty(t, resp.BatchItemFailures)
@@ -153,8 +153,8 @@ func TestExecuteRunsSteps(t *testing.T) {
 	// A duplicate delivery of a finished step changes nothing.
 	events1 := len(get(t, h, one.ID).Events)
 	resp, err = exec(ctx, events.SQSEvent{Records: []events.SQSMessage{
-		record(t, "m1-again", queue.Message{Tenant: stacktest.TenantA, Job: one.ID, Step: "only"}),
-		record(t, "m3", queue.Message{Tenant: stacktest.TenantA, Job: two.ID, Step: "b"}),
+		record(t, "m1-again", engine.Message{Tenant: stacktest.TenantA, Job: one.ID, Step: "only"}),
+		record(t, "m3", engine.Message{Tenant: stacktest.TenantA, Job: two.ID, Step: "b"}),
 	}})
 	require.NoError(t, err)
 	require.Empty(t, resp.BatchItemFailures)
@@ -166,7 +166,7 @@ func TestExecuteRunsSteps(t *testing.T) {
 
 	// Another tenant's name on the message finds no job: dropped.
 	resp, err = exec(ctx, events.SQSEvent{Records: []events.SQSMessage{
-		record(t, "m4", queue.Message{Tenant: stacktest.TenantB, Job: one.ID, Step: "only"}),
+		record(t, "m4", engine.Message{Tenant: stacktest.TenantB, Job: one.ID, Step: "only"}),
 	}})
 	require.NoError(t, err)
 	require.Empty(t, resp.BatchItemFailures)
@@ -199,7 +199,7 @@ func TestExecuteReportsFailedRecords(t *testing.T) {
 		fault.API = api
 		return fault
 	}))
-	exec := handlers.Execute(h.Engine, quiet)
+	exec := handlers.Execute(h.Engine, h.ReadyTokens(), quiet)
 	ctx := context.Background()
 
 	good := submit(t, h, `{"steps":[{"id":"s","action":"pass"}]}`)
@@ -208,8 +208,8 @@ func TestExecuteReportsFailedRecords(t *testing.T) {
 	fault.failPK.Store(&pk)
 
 	resp, err := exec(ctx, events.SQSEvent{Records: []events.SQSMessage{
-		record(t, "good-msg", queue.Message{Tenant: stacktest.TenantA, Job: good.ID, Step: "s"}),
-		record(t, "bad-msg", queue.Message{Tenant: stacktest.TenantA, Job: bad.ID, Step: "s"}),
+		record(t, "good-msg", engine.Message{Tenant: stacktest.TenantA, Job: good.ID, Step: "s"}),
+		record(t, "bad-msg", engine.Message{Tenant: stacktest.TenantA, Job: bad.ID, Step: "s"}),
 		{MessageId: "foreign-msg", Body: "Message Body"},
 	}})
 	require.NoError(t, err)
@@ -221,7 +221,7 @@ func TestExecuteReportsFailedRecords(t *testing.T) {
 	fault.failPK.Store(nil)
 	require.Equal(t, domain.JobQueued, get(t, h, bad.ID).State, "a failed read changed nothing")
 	resp, err = exec(ctx, events.SQSEvent{Records: []events.SQSMessage{
-		record(t, "bad-msg", queue.Message{Tenant: stacktest.TenantA, Job: bad.ID, Step: "s"}),
+		record(t, "bad-msg", engine.Message{Tenant: stacktest.TenantA, Job: bad.ID, Step: "s"}),
 	}})
 	require.NoError(t, err)
 	require.Empty(t, resp.BatchItemFailures)

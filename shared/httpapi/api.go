@@ -47,14 +47,64 @@ type API struct {
 	Engine *engine.Engine
 	Log    *slog.Logger
 	keys   keyCache
+	serves map[string]bool // route keys this function serves; nil: every route
 }
 
-// New answers an API.
-func New(e *engine.Engine, log *slog.Logger) *API {
+// Function names an HTTP function of template.yaml. Each serves exactly its
+// own routes: its IAM policy is scoped to them, so a route put under the
+// wrong function must fail here as it would on AWS.
+type Function string
+
+// The HTTP functions.
+const (
+	EnqueueFunction Function = "EnqueueFunction" // jobs and health; also the $default route
+	ClaimFunction   Function = "ClaimFunction"   // the worker protocol
+)
+
+// owners says which function serves each route; template.yaml must agree
+// (a test compares them).
+var owners = map[string]Function{
+	"POST /v1/jobs":                     EnqueueFunction,
+	"GET /v1/jobs":                      EnqueueFunction,
+	"GET /v1/jobs/{id}":                 EnqueueFunction,
+	"GET /v1/jobs/{id}/events":          EnqueueFunction,
+	"POST /v1/jobs/{id}/cancel":         EnqueueFunction,
+	"GET /v1/health":                    EnqueueFunction,
+	"POST /v1/claim":                    ClaimFunction,
+	"POST /v1/leases/{lease}/heartbeat": ClaimFunction,
+	"POST /v1/leases/{lease}/complete":  ClaimFunction,
+	"POST /v1/leases/{lease}/fail":      ClaimFunction,
+}
+
+// Routes answers the route keys fn serves, sorted.
+func Routes(fn Function) []string {
+	var out []string
+	for key, owner := range owners {
+		if owner == fn {
+			out = append(out, key)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// New answers the API of the functions named: the routes they serve. With
+// none named it serves every route, as one process playing the whole API
+// (tests) does.
+func New(e *engine.Engine, log *slog.Logger, fns ...Function) *API {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &API{Engine: e, Log: log}
+	a := &API{Engine: e, Log: log}
+	if len(fns) > 0 {
+		a.serves = map[string]bool{}
+		for _, fn := range fns {
+			for _, key := range Routes(fn) {
+				a.serves[key] = true
+			}
+		}
+	}
+	return a
 }
 
 type route func(ctx context.Context, tenant string, req *request) (int, any, error)
@@ -65,6 +115,12 @@ func (a *API) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 	h, ok := a.routes()[ev.RouteKey]
 	if !ok || !cleanPath(ev) {
 		return a.noRoute(ev), nil
+	}
+	if a.serves != nil && !a.serves[ev.RouteKey] {
+		// API Gateway sent a route of another function here: template.yaml
+		// and owners disagree, a deployment fault no request can fix.
+		a.Log.Error("route served by another function", "route", ev.RouteKey, "owner", owners[ev.RouteKey])
+		return a.fail(ev, &domain.Error{Code: domain.CodeInternal, Message: fmt.Sprintf("route %s is served by %s, not this function: check template.yaml", ev.RouteKey, owners[ev.RouteKey])}), nil
 	}
 	tenant, err := a.authenticate(ctx, ev.Headers)
 	if err != nil {
@@ -381,7 +437,7 @@ func (a *API) events(ctx context.Context, tenant string, r *request) (int, any, 
 
 func (a *API) list(ctx context.Context, tenant string, r *request) (int, any, error) {
 	q := r.ev.QueryStringParameters
-	f := store.ListFilter{Limit: 50, Queue: q["queue"], Cursor: q["cursor"]}
+	f := engine.ListFilter{Limit: 50, Queue: q["queue"], Cursor: q["cursor"]}
 	if s := q["state"]; s != "" {
 		st := domain.JobState(strings.ToUpper(s))
 		valid := false
@@ -405,7 +461,7 @@ func (a *API) list(ctx context.Context, tenant string, r *request) (int, any, er
 		return 0, nil, err
 	}
 	if jobs == nil {
-		jobs = []store.Summary{}
+		jobs = []engine.JobSummary{}
 	}
 	return http.StatusOK, map[string]any{"jobs": jobs, "next_cursor": next}, nil
 }

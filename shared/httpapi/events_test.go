@@ -19,12 +19,22 @@ import (
 )
 
 // awsEvents holds real payloads as AWS sends them (from aws-lambda-go's
-// test data); projectEvents the project's own samples for `sam local
-// invoke` and `make invoke`.
+// events/testdata, Apache License 2.0); projectEvents the project's own
+// samples for `sam local invoke` and `make invoke`. Both are in the
+// repository: a missing file fails the test.
 const (
-	awsEvents     = "../../../shared/aws-events"
+	awsEvents     = "testdata/aws-events"
 	projectEvents = "../../events"
 )
+
+// apigwSamples are API Gateway's payload 2.0 requests, with and without
+// authorizers, in awsEvents.
+var apigwSamples = []string{
+	"apigw-v2-request-iam.json",
+	"apigw-v2-request-jwt-authorizer.json",
+	"apigw-v2-request-lambda-authorizer.json",
+	"apigw-v2-request-no-authorizer.json",
+}
 
 func readEvent(t *testing.T, path string) events.APIGatewayV2HTTPRequest {
 	t.Helper()
@@ -41,9 +51,11 @@ func TestRealAPIGatewayPayloads(t *testing.T) {
 	t.Parallel()
 	files, err := filepath.Glob(filepath.Join(awsEvents, "apigw-v2-request-*.json"))
 	require.NoError(t, err)
-	if len(files) == 0 {
-		t.Skipf("no API Gateway samples in %s", awsEvents)
+	var names []string
+	for _, f := range files {
+		names = append(names, filepath.Base(f))
 	}
+	require.ElementsMatch(t, apigwSamples, names, "API Gateway samples in %s", awsEvents)
 	h := stacktest.New(t, func(o *devstack.Options) { o.NoRunner = true })
 	api := httpapi.New(h.Engine, nil)
 	ctx := context.Background()
@@ -114,9 +126,8 @@ func TestRealAPIGatewayPayloads(t *testing.T) {
 // and work once their dev key exists.
 func TestProjectSampleEvents(t *testing.T) {
 	t.Parallel()
-	if _, err := os.Stat(projectEvents); err != nil {
-		t.Skipf("no sample events: %v", err)
-	}
+	_, err := os.Stat(projectEvents)
+	require.NoError(t, err, "the project's sample events")
 	h := stacktest.New(t, func(o *devstack.Options) {
 		o.NoRunner = true
 		o.APIKeys["dev-key"] = "dev"

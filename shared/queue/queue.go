@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
 )
 
 // API is the part of the SQS client the queue uses; a fault-injection
@@ -41,13 +43,6 @@ type API interface {
 // at this delay and re-sent by the receiver until it is due.
 const MaxDelay = 900 * time.Second
 
-// Message is the body of a dispatch message: which step of which job.
-type Message struct {
-	Tenant string `json:"tenant"`
-	Job    string `json:"job"`
-	Step   string `json:"step"`
-}
-
 // Config names the queues.
 type Config struct {
 	ReadyURLs          [domain.MaxPriority + 1]string // index = priority
@@ -65,7 +60,7 @@ const DefaultMaxWorkerQueues = 50
 
 // ErrNoWorkerQueue answers a lookup of a worker queue no work was ever
 // submitted for.
-var ErrNoWorkerQueue = errors.New("no such worker queue")
+var ErrNoWorkerQueue = engine.ErrNoWorkerQueue
 
 // Queue is the SQS adapter.
 type Queue struct {
@@ -138,7 +133,12 @@ func (q *Queue) WorkerQueueURL(ctx context.Context, tenant, name string) (string
 // MaxWorkerQueues (an *domain.Error, CodeInvalid). CreateQueue is
 // idempotent for equal attributes, so two creators at once are harmless;
 // the bound is checked with one ListQueues per creation, never per job.
-func (q *Queue) EnsureWorkerQueue(ctx context.Context, tenant, name string) (string, error) {
+func (q *Queue) EnsureWorkerQueue(ctx context.Context, tenant, name string) error {
+	_, err := q.ensureWorkerQueue(ctx, tenant, name)
+	return err
+}
+
+func (q *Queue) ensureWorkerQueue(ctx context.Context, tenant, name string) (string, error) {
 	u, err := q.WorkerQueueURL(ctx, tenant, name)
 	if !errors.Is(err, ErrNoWorkerQueue) {
 		return u, err
@@ -192,7 +192,7 @@ func (q *Queue) countWorkerQueues(ctx context.Context, tenant string) (int, erro
 func (q *Queue) QueueFor(ctx context.Context, j *domain.Job, s *domain.Step) (string, error) {
 	if s.Spec.Action == domain.ActionWorker {
 		// Made at submit; made again here only if it was deleted since.
-		return q.EnsureWorkerQueue(ctx, j.Tenant, s.Spec.Queue)
+		return q.ensureWorkerQueue(ctx, j.Tenant, s.Spec.Queue)
 	}
 	p := min(max(j.Priority, 0), domain.MaxPriority)
 	if q.cfg.ReadyURLs[p] == "" {
@@ -212,7 +212,7 @@ func (q *Queue) Dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispatc
 		if err != nil {
 			return fmt.Errorf("dispatch job %s step %s: %w", j.ID, d.Step.ID(), err)
 		}
-		body, _ := json.Marshal(Message{Tenant: j.Tenant, Job: j.ID, Step: d.Step.ID()})
+		body, _ := json.Marshal(engine.Message{Tenant: j.Tenant, Job: j.ID, Step: d.Step.ID()})
 		// Rounded up: a message must not arrive before its step is due.
 		delay := int32((min(max(d.Delay, 0), MaxDelay) + time.Second - 1) / time.Second)
 		if _, ok := byURL[url]; !ok {
@@ -247,50 +247,83 @@ func (q *Queue) Dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispatc
 	return nil
 }
 
-// Received is a message taken from a worker queue.
-type Received struct {
-	Message  Message
-	Receipt  string
-	QueueURL string
-	Receives int // how often SQS has handed this message out
+// Token is the engine's handle on a delivery: the queue's URL and the
+// message's receipt handle, which is all SQS needs to extend or delete it.
+func Token(url, receipt string) string { return url + " " + receipt }
+
+func splitToken(token string) (url, receipt string, err error) {
+	url, receipt, ok := strings.Cut(token, " ")
+	if !ok || url == "" || receipt == "" {
+		return "", "", fmt.Errorf("delivery token %.40q is not a queue's", token)
+	}
+	return url, receipt, nil
 }
 
-// Receive long-polls a worker queue for up to max messages.
-func (q *Queue) Receive(ctx context.Context, url string, max int, wait time.Duration) ([]Received, error) {
+// ReadyTokens answers how the execute function makes the token of a
+// message it received from one of the ready queues (at readyURLs), named by
+// the queue's ARN (arn:aws:sqs:region:account:name); "" for another queue.
+func ReadyTokens(readyURLs [domain.MaxPriority + 1]string) func(queueARN, receipt string) string {
+	return func(queueARN, receipt string) string {
+		name := queueARN[strings.LastIndex(queueARN, ":")+1:]
+		for _, u := range readyURLs {
+			if u != "" && u[strings.LastIndex(u, "/")+1:] == name {
+				return Token(u, receipt)
+			}
+		}
+		return ""
+	}
+}
+
+// Take long-polls a tenant's worker queue for up to max deliveries.
+func (q *Queue) Take(ctx context.Context, tenant, name string, max int, wait time.Duration) ([]engine.Delivery, error) {
+	url, err := q.WorkerQueueURL(ctx, tenant, name)
+	if err != nil {
+		return nil, err
+	}
 	out, err := q.api.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 		QueueUrl: &url, MaxNumberOfMessages: int32(max), WaitTimeSeconds: int32(wait / time.Second),
-		MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameApproximateReceiveCount},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("receive from %s: %w", url, err)
 	}
-	res := make([]Received, 0, len(out.Messages))
+	res := make([]engine.Delivery, 0, len(out.Messages))
 	for _, m := range out.Messages {
-		r := Received{Receipt: aws.ToString(m.ReceiptHandle), QueueURL: url}
-		r.Receives, _ = strconv.Atoi(m.Attributes[string(sqstypes.MessageSystemAttributeNameApproximateReceiveCount)])
-		if err := json.Unmarshal([]byte(aws.ToString(m.Body)), &r.Message); err != nil || r.Message.Job == "" {
-			// Not ours: drop it rather than hand it out again and again.
-			_ = q.Delete(ctx, url, r.Receipt)
+		d := engine.Delivery{Token: Token(url, aws.ToString(m.ReceiptHandle))}
+		if err := json.Unmarshal([]byte(aws.ToString(m.Body)), &d.Message); err != nil || d.Message.Job == "" {
+			// Not a dispatch: drop it rather than hand it out again and again.
+			_ = q.Ack(ctx, d.Token)
 			continue
 		}
-		res = append(res, r)
+		res = append(res, d)
 	}
 	return res, nil
 }
 
-// Delete removes a message that needs no more delivery.
-func (q *Queue) Delete(ctx context.Context, url, receipt string) error {
+// Ack deletes a delivered message that needs no more delivery.
+func (q *Queue) Ack(ctx context.Context, token string) error {
+	url, receipt, err := splitToken(token)
+	if err != nil {
+		return err
+	}
 	if _, err := q.api.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: &url, ReceiptHandle: &receipt}); err != nil {
 		return fmt.Errorf("delete message: %w", err)
 	}
 	return nil
 }
 
-// Hide makes a received message invisible for d from now: the lease timer.
-func (q *Queue) Hide(ctx context.Context, url, receipt string, d time.Duration) error {
+// Extend makes a delivered message invisible for d from now: the lease
+// timer. SQS caps it at 12 hours.
+func (q *Queue) Extend(ctx context.Context, token string, d time.Duration) error {
+	url, receipt, err := splitToken(token)
+	if err != nil {
+		return err
+	}
 	secs := int32(min(max(d.Round(time.Second), 0), 12*time.Hour) / time.Second)
 	if _, err := q.api.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: &url, ReceiptHandle: &receipt, VisibilityTimeout: secs}); err != nil {
 		return fmt.Errorf("change visibility: %w", err)
 	}
 	return nil
 }
+
+// Release makes a delivered message visible again now.
+func (q *Queue) Release(ctx context.Context, token string) error { return q.Extend(ctx, token, 0) }

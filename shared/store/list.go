@@ -16,22 +16,8 @@ import (
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
 )
-
-// ListFilter selects jobs of one tenant, newest first.
-type ListFilter struct {
-	State  domain.JobState // "" for any
-	Queue  string          // "" for any
-	Limit  int32
-	Cursor string // from the previous page
-}
-
-// Summary is a job as the listing index holds it.
-type Summary struct {
-	ID    string          `json:"id"`
-	State domain.JobState `json:"state"`
-	Queue string          `json:"queue"`
-}
 
 // maxShardPages bounds the pages one listing reads from each shard when a
 // filter skips many jobs; the caller gets a cursor to go on.
@@ -41,12 +27,12 @@ const maxShardPages = 3
 // tenant's partitions for jobs older than the cursor (DynamoDB applies the
 // filter as it reads) and merges them. The answer is complete down to its
 // last job, and the cursor resumes right after it.
-func (s *Store) List(ctx context.Context, tenant string, f ListFilter) ([]Summary, string, error) {
+func (s *Store) List(ctx context.Context, tenant string, f engine.ListFilter) ([]engine.JobSummary, string, error) {
 	before, err := decodeCursor(f.Cursor, tenant)
 	if err != nil {
 		return nil, "", err
 	}
-	var all []Summary
+	var all []engine.JobSummary
 	// boundary is the highest id at which some partition stopped reading
 	// with jobs left: below it, that partition's jobs are unknown yet.
 	boundary := ""
@@ -61,7 +47,7 @@ func (s *Store) List(ctx context.Context, tenant string, f ListFilter) ([]Summar
 		}
 	}
 	sort.Slice(all, func(i, k int) bool { return all[i].ID > all[k].ID })
-	var page []Summary
+	var page []engine.JobSummary
 	for _, sm := range all {
 		if sm.ID < boundary || int32(len(page)) == f.Limit {
 			break
@@ -81,7 +67,7 @@ func (s *Store) List(ctx context.Context, tenant string, f ListFilter) ([]Summar
 // listShard reads one partition newest first from before, until it has
 // f.Limit matching jobs, runs out, or has read maxShardPages pages. It
 // answers the id it stopped at when jobs are left unread.
-func (s *Store) listShard(ctx context.Context, tenant string, shard uint32, before string, f ListFilter) ([]Summary, string, error) {
+func (s *Store) listShard(ctx context.Context, tenant string, shard uint32, before string, f engine.ListFilter) ([]engine.JobSummary, string, error) {
 	kc := expression.Key("pk").Equal(expression.Value(jobPartition(tenant, shard)))
 	if before != "" {
 		kc = kc.And(expression.Key("sk").LessThan(expression.Value(before)))
@@ -111,7 +97,7 @@ func (s *Store) listShard(ctx context.Context, tenant string, shard uint32, befo
 	if len(conds) > 0 {
 		pageSize = max(f.Limit, 50)
 	}
-	var out []Summary
+	var out []engine.JobSummary
 	var start map[string]ddb.AttributeValue
 	for range maxShardPages {
 		res, err := s.db.Query(ctx, &dynamodb.QueryInput{
@@ -136,7 +122,7 @@ func (s *Store) listShard(ctx context.Context, tenant string, shard uint32, befo
 			if err := decoder.Decode(&ddb.AttributeValueMemberM{Value: it}, &sm); err != nil {
 				return nil, "", fmt.Errorf("list jobs: %w", err)
 			}
-			out = append(out, Summary{ID: sm.ID, State: domain.JobState(sm.State), Queue: sm.Queue})
+			out = append(out, engine.JobSummary{ID: sm.ID, State: domain.JobState(sm.State), Queue: sm.Queue})
 		}
 		start = res.LastEvaluatedKey
 		if len(start) == 0 || int32(len(out)) >= f.Limit {
@@ -172,48 +158,13 @@ func decodeCursor(cur, tenant string) (string, error) {
 	return id, nil
 }
 
-// Stats are a tenant's outcome counts over a window, and how many of its
-// jobs wait on a person now.
-type Stats struct {
-	Completed, Failed, Cancelled int64
-	Blocked                      int64
-	// Queued is the tenant's backlog: jobs submitted and not yet started,
-	// summed over the same 24 hourly buckets, so a count lost with a
-	// stopped process ages out of the window instead of drifting for ever.
-	Queued int64
-}
-
 const hourLayout = "2006010215"
-
-// StatsDelta is what a batch of changes adds to a tenant's counters.
-type StatsDelta struct {
-	Completed, Failed, Cancelled int64
-	Blocked                      int64 // jobs that started (+) or stopped (-) waiting on a person
-	Queued                       int64 // jobs submitted (+) or that left QUEUED (-)
-}
-
-// Zero reports whether the delta changes nothing.
-func (d StatsDelta) Zero() bool { return d == StatsDelta{} }
-
-// OutcomeDelta counts one job finished in state (completed, failed or
-// cancelled; any other state counts nothing).
-func OutcomeDelta(state domain.JobState) StatsDelta {
-	switch state {
-	case domain.JobCompleted:
-		return StatsDelta{Completed: 1}
-	case domain.JobFailed:
-		return StatsDelta{Failed: 1}
-	case domain.JobCancelled:
-		return StatsDelta{Cancelled: 1}
-	}
-	return StatsDelta{}
-}
 
 // RecordStats adds a delta to a tenant's counters: the outcomes in their
 // hour, on one of a few shards so a busy tenant has no hot key, and the
 // blocked gauge. One write each, whatever the delta's size: the engine
 // batches a whole invocation's changes into one call.
-func (s *Store) RecordStats(ctx context.Context, tenant string, d StatsDelta, now time.Time) error {
+func (s *Store) RecordStats(ctx context.Context, tenant string, d engine.StatsDelta, now time.Time) error {
 	if d.Completed+d.Failed+d.Cancelled > 0 || d.Queued != 0 {
 		pk := fmt.Sprintf("S#%s#%s#%d", tenant, now.UTC().Format(hourLayout), rand.IntN(StatsShards))
 		n := func(v int64) ddb.AttributeValue { return &ddb.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)} }
@@ -242,9 +193,12 @@ func (s *Store) RecordStats(ctx context.Context, tenant string, d StatsDelta, no
 	return nil
 }
 
+// statsTries bounds the BatchGetItem calls one Stats makes.
+const statsTries = 5
+
 // Stats sums a tenant's outcome counters over the last 24 hours in one
 // BatchGetItem (24 hours x shards keys, under its limit of 100).
-func (s *Store) Stats(ctx context.Context, tenant string, now time.Time) (Stats, error) {
+func (s *Store) Stats(ctx context.Context, tenant string, now time.Time) (engine.Stats, error) {
 	keys := []map[string]ddb.AttributeValue{{
 		"pk": &ddb.AttributeValueMemberS{Value: "S#" + tenant + "#blocked"}, "sk": &ddb.AttributeValueMemberS{Value: "S"},
 	}}
@@ -257,9 +211,19 @@ func (s *Store) Stats(ctx context.Context, tenant string, now time.Time) (Stats,
 			})
 		}
 	}
-	var st Stats
+	var st engine.Stats
 	req := map[string]ddb.KeysAndAttributes{s.table: {Keys: keys}}
-	for tries := 0; len(req) > 0 && tries < 5; tries++ {
+	for tries := 0; len(req) > 0; tries++ {
+		if tries > 0 {
+			// Keys left unprocessed (throttling): back off before asking
+			// again, and never answer a partial count as a whole one.
+			if tries == statsTries {
+				return st, fmt.Errorf("read stats of tenant %s: %d keys unprocessed after %d tries", tenant, len(req[s.table].Keys), statsTries)
+			}
+			if err := pause(ctx, time.Duration(20<<tries)*time.Millisecond); err != nil {
+				return st, fmt.Errorf("read stats of tenant %s: %w", tenant, err)
+			}
+		}
 		out, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
 		if err != nil {
 			return st, fmt.Errorf("read stats of tenant %s: %w", tenant, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/store"
 )
 
@@ -28,7 +29,7 @@ func (c *countingAPI) Query(ctx context.Context, in *dynamodb.QueryInput, o ...f
 
 // listAll pages through a listing with f until its cursor runs out,
 // requiring every page to keep to the limit.
-func listAll(t *testing.T, st *store.Store, tenant string, f store.ListFilter) (ids []string, pages int) {
+func listAll(t *testing.T, st *store.Store, tenant string, f engine.ListFilter) (ids []string, pages int) {
 	t.Helper()
 	for {
 		page, cur, err := st.List(context.Background(), tenant, f)
@@ -75,21 +76,21 @@ func TestListPagesThroughTheTenantsJobsNewestFirst(t *testing.T) {
 	}
 	want := newestFirst(mine)
 
-	page, cur, err := b.st.List(ctx, tenantA, store.ListFilter{Limit: 3})
+	page, cur, err := b.st.List(ctx, tenantA, engine.ListFilter{Limit: 3})
 	require.NoError(t, err)
 	require.Len(t, page, 3)
 	require.NotEmpty(t, cur)
 	require.Equal(t, want[:3], []string{page[0].ID, page[1].ID, page[2].ID})
-	require.Equal(t, store.Summary{ID: want[0], State: domain.JobQueued, Queue: domain.DefaultQueue}, page[0])
+	require.Equal(t, engine.JobSummary{ID: want[0], State: domain.JobQueued, Queue: domain.DefaultQueue}, page[0])
 
-	ids, pages := listAll(t, b.st, tenantA, store.ListFilter{Limit: 3})
+	ids, pages := listAll(t, b.st, tenantA, engine.ListFilter{Limit: 3})
 	require.Equal(t, want, ids)
 	require.GreaterOrEqual(t, pages, 3)
 
-	ids, _ = listAll(t, b.st, tenantA, store.ListFilter{Limit: 100})
+	ids, _ = listAll(t, b.st, tenantA, engine.ListFilter{Limit: 100})
 	require.Equal(t, want, ids, "one page holds them all")
 
-	ids, _ = listAll(t, b.st, "tenant-none", store.ListFilter{Limit: 10})
+	ids, _ = listAll(t, b.st, "tenant-none", engine.ListFilter{Limit: 10})
 	require.Empty(t, ids)
 }
 
@@ -125,27 +126,27 @@ func TestListFilters(t *testing.T) {
 
 	t.Run("queue", func(t *testing.T) {
 		t.Parallel()
-		ids, _ := listAll(t, st, tenantA, store.ListFilter{Queue: "beta", Limit: 2})
+		ids, _ := listAll(t, st, tenantA, engine.ListFilter{Queue: "beta", Limit: 2})
 		require.Equal(t, newestFirst(beta), ids)
-		ids, _ = listAll(t, st, tenantA, store.ListFilter{Queue: "alpha", Limit: 5})
+		ids, _ = listAll(t, st, tenantA, engine.ListFilter{Queue: "alpha", Limit: 5})
 		require.Equal(t, newestFirst(alpha), ids)
-		ids, _ = listAll(t, st, tenantA, store.ListFilter{Queue: "gamma", Limit: 5})
+		ids, _ = listAll(t, st, tenantA, engine.ListFilter{Queue: "gamma", Limit: 5})
 		require.Empty(t, ids)
 	})
 
 	t.Run("state", func(t *testing.T) {
 		t.Parallel()
-		ids, _ := listAll(t, st, tenantA, store.ListFilter{State: domain.JobCancelled, Limit: 2})
+		ids, _ := listAll(t, st, tenantA, engine.ListFilter{State: domain.JobCancelled, Limit: 2})
 		require.Equal(t, newestFirst(cancelled), ids)
-		ids, _ = listAll(t, st, tenantA, store.ListFilter{State: domain.JobQueued, Limit: 4})
+		ids, _ = listAll(t, st, tenantA, engine.ListFilter{State: domain.JobQueued, Limit: 4})
 		require.Len(t, ids, 14)
 	})
 
 	t.Run("state and queue", func(t *testing.T) {
 		t.Parallel()
-		ids, _ := listAll(t, st, tenantA, store.ListFilter{State: domain.JobQueued, Queue: "beta", Limit: 1})
+		ids, _ := listAll(t, st, tenantA, engine.ListFilter{State: domain.JobQueued, Queue: "beta", Limit: 1})
 		require.Equal(t, newestFirst(beta), ids)
-		ids, _ = listAll(t, st, tenantA, store.ListFilter{State: domain.JobCancelled, Queue: "beta", Limit: 1})
+		ids, _ = listAll(t, st, tenantA, engine.ListFilter{State: domain.JobCancelled, Queue: "beta", Limit: 1})
 		require.Empty(t, ids)
 	})
 
@@ -153,7 +154,7 @@ func TestListFilters(t *testing.T) {
 		t.Parallel()
 		// Two of seventeen jobs match; a limit of one job means the listing
 		// reads the index a page of one item at a time.
-		f := store.ListFilter{State: domain.JobCancelled, Queue: "alpha", Limit: 1}
+		f := engine.ListFilter{State: domain.JobCancelled, Queue: "alpha", Limit: 1}
 		local := &countingAPI{API: b.db}
 		ids, _ := listAll(t, store.New(local, b.table), tenantA, f)
 		require.Equal(t, newestFirst(cancelled), ids)
@@ -162,7 +163,7 @@ func TestListFilters(t *testing.T) {
 		// One call reads a bounded number of pages from each partition:
 		// with nothing matching, it reads them all and says there is no more.
 		local.queries.Store(0)
-		page, cur, err := store.New(local, b.table).List(ctx, tenantA, store.ListFilter{State: domain.JobCancelled, Queue: "beta", Limit: 1})
+		page, cur, err := store.New(local, b.table).List(ctx, tenantA, engine.ListFilter{State: domain.JobCancelled, Queue: "beta", Limit: 1})
 		require.NoError(t, err)
 		require.Empty(t, page)
 		require.Empty(t, cur, "every partition was read to its end")
@@ -178,7 +179,7 @@ func TestListRefusesForeignOrGarbageCursors(t *testing.T) {
 	for range 3 {
 		b.create(t, tenantA, simpleSpec)
 	}
-	_, cur, err := b.st.List(ctx, tenantA, store.ListFilter{Limit: 1})
+	_, cur, err := b.st.List(ctx, tenantA, engine.ListFilter{Limit: 1})
 	require.NoError(t, err)
 	require.NotEmpty(t, cur)
 
@@ -193,7 +194,7 @@ func TestListRefusesForeignOrGarbageCursors(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			_, _, err := b.st.List(ctx, bad.tenant, store.ListFilter{Limit: 5, Cursor: bad.cursor})
+			_, _, err := b.st.List(ctx, bad.tenant, engine.ListFilter{Limit: 5, Cursor: bad.cursor})
 			var de *domain.Error
 			require.ErrorAs(t, err, &de)
 			require.Equal(t, "cursor", de.Field)
@@ -208,7 +209,7 @@ func TestRecordStatsAndStats(t *testing.T) {
 	ctx := context.Background()
 	now := b.now
 	record := func(tenant string, state domain.JobState, blocked, queued int64, at time.Time) {
-		d := store.OutcomeDelta(state)
+		d := engine.OutcomeDelta(state)
 		d.Blocked, d.Queued = blocked, queued
 		require.NoError(t, b.st.RecordStats(ctx, tenant, d, at))
 	}
@@ -241,13 +242,38 @@ func TestRecordStatsAndStats(t *testing.T) {
 
 	st, err := b.st.Stats(ctx, tenantA, now)
 	require.NoError(t, err)
-	require.Equal(t, store.Stats{Completed: 3, Failed: 2, Cancelled: 1, Blocked: 1, Queued: 2}, st)
+	require.Equal(t, engine.Stats{Completed: 3, Failed: 2, Cancelled: 1, Blocked: 1, Queued: 2}, st)
 
 	st, err = b.st.Stats(ctx, tenantB, now)
 	require.NoError(t, err)
-	require.Equal(t, store.Stats{Completed: 1, Blocked: 1}, st)
+	require.Equal(t, engine.Stats{Completed: 1, Blocked: 1}, st)
 
 	st, err = b.st.Stats(ctx, "tenant-none", now)
 	require.NoError(t, err)
-	require.Equal(t, store.Stats{}, st)
+	require.Equal(t, engine.Stats{}, st)
+}
+
+// throttledBatchGet answers every BatchGetItem with all its keys left
+// unprocessed, as a throttled table may, after the real call.
+type throttledBatchGet struct {
+	store.API
+	calls atomic.Int64
+}
+
+func (c *throttledBatchGet) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
+	c.calls.Add(1)
+	if _, err := c.API.BatchGetItem(ctx, in, o...); err != nil {
+		return nil, err
+	}
+	return &dynamodb.BatchGetItemOutput{UnprocessedKeys: in.RequestItems}, nil
+}
+
+func TestStatsNeverAnswersAPartialCount(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	throttled := &throttledBatchGet{API: b.db}
+	st := store.New(throttled, b.table)
+	_, err := st.Stats(context.Background(), tenantA, b.now)
+	require.ErrorContains(t, err, "unprocessed")
+	require.EqualValues(t, 5, throttled.calls.Load(), "it tried, with backoff, and gave up")
 }

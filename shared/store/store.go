@@ -40,6 +40,7 @@ import (
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
 )
 
 // API is the part of the DynamoDB client the store uses; a fault-injection
@@ -205,7 +206,9 @@ func (s *Store) Create(ctx context.Context, j *domain.Job, requestHash string, n
 		// one with TransactionConflict. Its retry then fails the condition
 		// and answers the winner's job below.
 		if transactionConflict(tce) && try < 4 {
-			time.Sleep(time.Duration(10<<try) * time.Millisecond) // backoff between retries of one call
+			if err := pause(ctx, time.Duration(10<<try)*time.Millisecond); err != nil { // backoff between retries of one call
+				return nil, false, fmt.Errorf("create job %s: %w", j.ID, err)
+			}
 			continue
 		}
 		break
@@ -235,6 +238,18 @@ func (s *Store) Create(ctx context.Context, j *domain.Job, requestHash string, n
 		return nil, false, fmt.Errorf("idempotent replay of job %s: %w", rec.JobID, err)
 	}
 	return existing, false, nil
+}
+
+// pause waits d, or answers ctx's error if it ends first.
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func transactionConflict(tce *ddb.TransactionCanceledException) bool {
@@ -299,7 +314,7 @@ func (s *Store) Quarantine(ctx context.Context, tenant, id, reason string, now t
 // Defer moves a due job later without reading it, if its due time is still
 // the one the sweep saw: a job the sweep cannot move on is looked at again
 // after until, not on every sweep, and never holds the others back.
-func (s *Store) Defer(ctx context.Context, k JobKey, until time.Time) error {
+func (s *Store) Defer(ctx context.Context, k engine.DueJob, until time.Time) error {
 	if k.Due == "" {
 		return nil
 	}
@@ -323,12 +338,12 @@ func (s *Store) Defer(ctx context.Context, k JobKey, until time.Time) error {
 
 // Save writes a changed job if, and only if, the stored one is still the
 // version it was read at and in the state the change's first job event
-// leaves (from domain.JobTransitions). loadedEvents is how many events the
+// leaves (from the formal job table). loadedEvents is how many events the
 // job had when read. A lost race answers domain.ErrVersionConflict and
 // leaves j's version as it was.
 func (s *Store) Save(ctx context.Context, j *domain.Job, loadedEvents int) error {
 	cond := expression.Name("version").Equal(expression.Value(j.Version))
-	if src := sourceStates(j, loadedEvents); len(src) > 0 {
+	if src := domain.SaveSources(j, loadedEvents); len(src) > 0 {
 		ops := make([]expression.OperandBuilder, 0, len(src))
 		for _, st := range src {
 			ops = append(ops, expression.Value(string(st)))
@@ -370,18 +385,6 @@ func (s *Store) Save(ctx context.Context, j *domain.Job, loadedEvents int) error
 	return nil
 }
 
-// sourceStates answers the job states the change may start from: the
-// sources of its first job event, or the job's own state when the change
-// has no job event.
-func sourceStates(j *domain.Job, loadedEvents int) []domain.JobState {
-	for _, ev := range j.Events[min(loadedEvents, len(j.Events)):] {
-		if ev.Step == "" {
-			return domain.JobSources(domain.JobEvent(ev.Type))
-		}
-	}
-	return []domain.JobState{j.State}
-}
-
 // MaxItemBytes is DynamoDB's item size limit.
 const MaxItemBytes = 400 * 1024
 
@@ -416,14 +419,11 @@ func valueSize(v ddb.AttributeValue) int {
 	}
 }
 
-// JobKey names a job; Due is its due-index time as the sweep found it.
-type JobKey struct{ Tenant, ID, Due string }
-
 // Due lists up to limit jobs per shard whose due time is at or before now,
 // from the sparse due index: the sweep's cost follows the work due, not the
 // number of jobs stored.
-func (s *Store) Due(ctx context.Context, now time.Time, limit int32) ([]JobKey, error) {
-	var keys []JobKey
+func (s *Store) Due(ctx context.Context, now time.Time, limit int) ([]engine.DueJob, error) {
+	var keys []engine.DueJob
 	for shard := range DueShards {
 		kc := expression.Key("gsi2pk").Equal(expression.Value(fmt.Sprintf("D#%d", shard))).
 			And(expression.Key("gsi2sk").LessThanEqual(expression.Value(now.UTC().Format(dueLayout))))
@@ -432,7 +432,7 @@ func (s *Store) Due(ctx context.Context, now time.Time, limit int32) ([]JobKey, 
 			return nil, fmt.Errorf("due query: %w", err)
 		}
 		out, err := s.db.Query(ctx, &dynamodb.QueryInput{
-			TableName: &s.table, IndexName: aws.String(IndexDue), Limit: aws.Int32(limit),
+			TableName: &s.table, IndexName: aws.String(IndexDue), Limit: aws.Int32(int32(limit)),
 			KeyConditionExpression:    expr.KeyCondition(),
 			ExpressionAttributeNames:  expr.Names(),
 			ExpressionAttributeValues: expr.Values(),
@@ -449,7 +449,7 @@ func (s *Store) Due(ctx context.Context, now time.Time, limit int32) ([]JobKey, 
 			}
 			parts := strings.Split(pk.Value, "#")
 			if len(parts) == 3 && parts[0] == "J" {
-				keys = append(keys, JobKey{Tenant: parts[1], ID: sk.Value, Due: due.Value})
+				keys = append(keys, engine.DueJob{Tenant: parts[1], ID: sk.Value, Due: due.Value})
 			}
 		}
 	}

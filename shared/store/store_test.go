@@ -18,6 +18,7 @@ import (
 	"github.com/stepflow/stepflow/localstack/devstack"
 	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
 	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/store"
 )
 
@@ -154,7 +155,7 @@ func TestCreateThenGetRoundtripsTheWholeJob(t *testing.T) {
 	require.True(t, loaded.DueAt.Equal(b.now.Add(domain.DispatchGrace)))
 
 	// A saved change roundtrips too: a lease, an attempt, a running job.
-	_, err = loaded.Lease("charge", domain.LeaseRequest{Worker: "w-1", ViaWorker: true, Nonce: "n1", Duration: time.Minute, Receipt: "rh-1"}, b.now)
+	_, err = loaded.Lease("charge", domain.LeaseRequest{Worker: "w-1", ViaWorker: true, Nonce: "n1", Duration: time.Minute, Token: "rh-1"}, b.now)
 	require.NoError(t, err)
 	n := len(want.Events)
 	require.NoError(t, b.st.Save(ctx, loaded, n))
@@ -163,7 +164,7 @@ func TestCreateThenGetRoundtripsTheWholeJob(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, loaded, again)
 	require.Equal(t, domain.JobRunning, again.State)
-	require.Equal(t, "rh-1", again.Steps[0].Lease.Receipt)
+	require.Equal(t, "rh-1", again.Steps[0].Lease.Token)
 	require.Len(t, again.Steps[0].Attempts, 1)
 }
 
@@ -456,7 +457,7 @@ func TestDueListsOnlyUnfinishedJobsPastTheirTime(t *testing.T) {
 	later := b.now.Add(2 * domain.DispatchGrace)
 	due, err = b.st.Due(ctx, later, 100)
 	require.NoError(t, err)
-	require.Equal(t, []store.JobKey{key}, due)
+	require.Equal(t, []engine.DueJob{key}, due)
 
 	loaded, n := b.load(t, tenantA, j.ID)
 	_, err = loaded.Cancel(b.now)
@@ -472,15 +473,15 @@ func TestDueListsOnlyUnfinishedJobsPastTheirTime(t *testing.T) {
 }
 
 // dueKey is how Due lists a job: with the due time it found.
-func dueKey(tenant string, j *domain.Job) store.JobKey {
-	return store.JobKey{Tenant: tenant, ID: j.ID, Due: j.DueAt.UTC().Format("2006-01-02T15:04:05.000Z")}
+func dueKey(tenant string, j *domain.Job) engine.DueJob {
+	return engine.DueJob{Tenant: tenant, ID: j.ID, Due: j.DueAt.UTC().Format("2006-01-02T15:04:05.000Z")}
 }
 
 func TestDueSpansShards(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	want := map[store.JobKey]bool{}
+	want := map[engine.DueJob]bool{}
 	for range 3 * store.DueShards {
 		j := b.create(t, tenantA, simpleSpec)
 		want[dueKey(tenantA, j)] = true
@@ -490,7 +491,7 @@ func TestDueSpansShards(t *testing.T) {
 
 	due, err := b.st.Due(ctx, b.now.Add(2*domain.DispatchGrace), 100)
 	require.NoError(t, err)
-	got := map[store.JobKey]bool{}
+	got := map[engine.DueJob]bool{}
 	for _, k := range due {
 		require.False(t, got[k], "%v listed twice", k)
 		got[k] = true

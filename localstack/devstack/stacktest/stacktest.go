@@ -284,3 +284,10 @@ func WithFaultSQS(f *FaultSQS) Option {
 func WithFaultDynamoDB(wrap func(store.API) store.API) Option {
 	return func(o *devstack.Options) { o.WrapDynamoDB = wrap }
 }
+
+// ReadyTokens makes the queue's token of a message received from one of the
+// stack's ready queues, as the execute function's wiring does.
+func (h *Harness) ReadyTokens() func(queueARN, receipt string) string {
+	env := h.Resources.Env
+	return queue.ReadyTokens([domain.MaxPriority + 1]string{env["STEPFLOW_QUEUE_P0"], env["STEPFLOW_QUEUE_P1"], env["STEPFLOW_QUEUE_P2"]})
+}

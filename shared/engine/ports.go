@@ -1,0 +1,156 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/stepflow/stepflow/shared/domain"
+)
+
+// The engine's ports: what it needs of the world, in its own terms. The
+// DynamoDB and SQS adapters (shared/store, shared/queue) implement them at
+// the edge, and so do the in-memory adapters (shared/memory), under one
+// contract suite (shared/enginetest). Nothing here names a table, a queue
+// URL or a receipt handle.
+
+// Store keeps jobs: each change is one conditional write on the version it
+// was decided at, so of two writers racing on one version exactly one wins
+// (the other gets domain.ErrVersionConflict).
+type Store interface {
+	// Create writes a new job. With an idempotency key, the key's first
+	// job is answered instead (created false) when requestHash matches,
+	// else domain.ErrIdempotencyMismatch.
+	Create(ctx context.Context, j *domain.Job, requestHash string, now time.Time) (*domain.Job, bool, error)
+	// Get answers a job of tenant, domain.ErrNotFound, or
+	// domain.ErrUnreadable for a stored job that cannot be decoded.
+	Get(ctx context.Context, tenant, id string) (*domain.Job, error)
+	// Save writes j if the stored job is still at j.Version and in a state
+	// its first new job event may leave; loadedEvents is how many events j
+	// had when read. It bumps j.Version on success.
+	Save(ctx context.Context, j *domain.Job, loadedEvents int) error
+	// List pages through a tenant's jobs, newest first.
+	List(ctx context.Context, tenant string, f ListFilter) ([]JobSummary, string, error)
+	// Due answers unfinished jobs due at or before now, earliest first, at
+	// most limit from each part of the due index.
+	Due(ctx context.Context, now time.Time, limit int) ([]DueJob, error)
+	// Quarantine takes a job out of the due index, noting why.
+	Quarantine(ctx context.Context, tenant, id, reason string, now time.Time) error
+	// Defer moves a due job to until if its due time is still k.Due.
+	Defer(ctx context.Context, k DueJob, until time.Time) error
+	// TenantForKey answers the tenant of an API key, or
+	// domain.ErrUnauthorized.
+	TenantForKey(ctx context.Context, key string) (string, error)
+	// RecordStats adds to a tenant's counters; Stats sums them over 24 h.
+	RecordStats(ctx context.Context, tenant string, d StatsDelta, now time.Time) error
+	Stats(ctx context.Context, tenant string, now time.Time) (Stats, error)
+}
+
+// Queue carries dispatches. Delivery is at least once: a taken delivery
+// comes back when its visibility runs out unless it is acked or extended.
+type Queue interface {
+	// Dispatch sends one message per dispatch, after its delay: built-in
+	// steps to the ready path at the job's priority, worker steps to the
+	// tenant's worker queue of the step.
+	Dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispatch) error
+	// EnsureWorkerQueue makes a tenant's worker queue exist, within the
+	// tenant's bound (an *domain.Error, CodeInvalid, past it).
+	EnsureWorkerQueue(ctx context.Context, tenant, name string) error
+	// Take waits up to wait for deliveries from a tenant's worker queue and
+	// answers at most max; ErrNoWorkerQueue if no job ever named it.
+	Take(ctx context.Context, tenant, name string, max int, wait time.Duration) ([]Delivery, error)
+	// Extend keeps a delivery invisible until d from now.
+	Extend(ctx context.Context, token string, d time.Duration) error
+	// Release makes a delivery visible again now.
+	Release(ctx context.Context, token string) error
+	// Ack removes a delivery for good.
+	Ack(ctx context.Context, token string) error
+}
+
+// ErrNoWorkerQueue answers a take from a worker queue no job ever named.
+var ErrNoWorkerQueue = errors.New("no such worker queue")
+
+// Message names one runnable step: the body of a dispatch.
+type Message struct {
+	Tenant string `json:"tenant"`
+	Job    string `json:"job"`
+	Step   string `json:"step"`
+}
+
+// Delivery is a message as taken from a queue, with the token that
+// extends, releases or acks it (opaque to the engine).
+type Delivery struct {
+	Message Message
+	Token   string
+}
+
+// Actions run built-in steps.
+type Actions interface {
+	// Run runs one attempt until it ends or ctx is done, and answers its
+	// output or the failure that decides what happens next.
+	Run(ctx context.Context, c ActionCall) (json.RawMessage, *domain.Failure)
+	// CheckTarget answers why a step's target may never be called (an http
+	// url the network guard refuses), before the job is written.
+	CheckTarget(url string) error
+}
+
+// ActionCall is one attempt of a built-in step.
+type ActionCall struct {
+	Spec           domain.StepSpec
+	Input          json.RawMessage
+	IdempotencyKey string // job/step/attempt, passed on so callees can de-duplicate
+}
+
+// ListFilter selects jobs of one tenant, newest first.
+type ListFilter struct {
+	State  domain.JobState // "" for any
+	Queue  string          // "" for any
+	Limit  int32
+	Cursor string // from the previous page
+}
+
+// JobSummary is a job as a listing shows it.
+type JobSummary struct {
+	ID    string          `json:"id"`
+	State domain.JobState `json:"state"`
+	Queue string          `json:"queue"`
+}
+
+// DueJob names a job in the due index; Due is its due time as found there.
+type DueJob struct{ Tenant, ID, Due string }
+
+// Stats are a tenant's outcome counts over a window, and how many of its
+// jobs wait on a person now.
+type Stats struct {
+	Completed, Failed, Cancelled int64
+	Blocked                      int64
+	// Queued is the tenant's backlog: jobs submitted and not yet started,
+	// summed over the same 24 hourly buckets, so a count lost with a
+	// stopped process ages out of the window instead of drifting for ever.
+	Queued int64
+}
+
+// StatsDelta is what a batch of changes adds to a tenant's counters.
+type StatsDelta struct {
+	Completed, Failed, Cancelled int64
+	Blocked                      int64 // jobs that started (+) or stopped (-) waiting on a person
+	Queued                       int64 // jobs submitted (+) or that left QUEUED (-)
+}
+
+// Zero reports whether the delta changes nothing.
+func (d StatsDelta) Zero() bool { return d == StatsDelta{} }
+
+// OutcomeDelta counts one job finished in state (completed, failed or
+// cancelled; any other state counts nothing).
+func OutcomeDelta(state domain.JobState) StatsDelta {
+	switch state {
+	case domain.JobCompleted:
+		return StatsDelta{Completed: 1}
+	case domain.JobFailed:
+		return StatsDelta{Failed: 1}
+	case domain.JobCancelled:
+		return StatsDelta{Cancelled: 1}
+	}
+	return StatsDelta{}
+}

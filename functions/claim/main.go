@@ -3,9 +3,6 @@
 package main
 
 import (
-	"context"
-	"log"
-
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/stepflow/stepflow/shared/config"
@@ -13,9 +10,6 @@ import (
 )
 
 func main() {
-	app, err := config.FromLambdaEnv(context.Background())
-	if err != nil {
-		log.Fatal(err)
-	}
+	app := config.MustFromLambdaEnv()
 	lambda.Start(httpapi.New(app.Engine, app.Log, httpapi.ClaimFunction).Handle)
 }

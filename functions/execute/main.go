@@ -4,9 +4,6 @@
 package main
 
 import (
-	"context"
-	"log"
-
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/stepflow/stepflow/shared/config"
@@ -14,9 +11,6 @@ import (
 )
 
 func main() {
-	app, err := config.FromLambdaEnv(context.Background())
-	if err != nil {
-		log.Fatal(err)
-	}
+	app := config.MustFromLambdaEnv()
 	lambda.Start(handlers.Execute(app.Engine, app.ReadyTokens(), app.Log))
 }

@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/stepflow/stepflow/shared/domain"
-	"github.com/stepflow/stepflow/shared/engine"
 )
 
 // Category is what a failed check counts as in the summary line.
@@ -237,22 +235,7 @@ func (r *run) check(ctx context.Context, res *Result) {
 }
 
 func (r *run) listAll(ctx context.Context) (map[string]bool, error) {
-	out := map[string]bool{}
-	cursor := ""
-	for range 1000 {
-		page, next, err := r.raw.List(ctx, Tenant, engine.ListFilter{Limit: 100, Cursor: cursor})
-		if err != nil {
-			return nil, err
-		}
-		for _, s := range page {
-			out[s.ID] = true
-		}
-		if next == "" {
-			return out, nil
-		}
-		cursor = next
-	}
-	return out, errors.New("list: more than 1000 pages")
+	return listTenant(ctx, r.raw, Tenant)
 }
 
 func stepStates(j *domain.Job) string {

@@ -146,3 +146,14 @@ func FromLambdaEnv(ctx context.Context) (App, error) {
 	}
 	return App{Engine: Engine(s, c, log), Settings: s, Log: log}, nil
 }
+
+// MustFromLambdaEnv is FromLambdaEnv for a function's main: a function that
+// cannot be wired stops at once, its error in the log.
+func MustFromLambdaEnv() App {
+	app, err := FromLambdaEnv(context.Background())
+	if err != nil {
+		app.Log.Error("function not wired", "err", err)
+		os.Exit(1)
+	}
+	return app
+}

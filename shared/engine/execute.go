@@ -39,14 +39,8 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 	var call ActionCall
 	var hideFor time.Duration
 	j, err := e.mutate(ctx, m.Tenant, m.Job, func(j *domain.Job, now time.Time) error {
-		s, i, err := j.Step(m.Step)
-		if err != nil {
-			return err
-		}
-		if s.Lease != nil {
-			hideFor = s.Lease.ExpiresAt.Sub(now) + time.Second
-		}
-		if held, err := reclaimIfExpired(j, s, now); held || err != nil {
+		s, i, hide, done, err := stepToLease(j, m.Step, now)
+		if hideFor = hide; done {
 			return err
 		}
 		lease, err = j.Lease(m.Step, domain.LeaseRequest{Nonce: nonce(), Duration: e.builtinLease(s)}, now)
@@ -130,6 +124,21 @@ func mustStep(j *domain.Job, id string) *domain.Step {
 }
 
 var errLiveLease = errors.New("step holds a live lease")
+
+// stepToLease finds the step a delivery names and settles a lease it still
+// holds (reclaimIfExpired); done means there is nothing to lease now, with
+// err saying why (nil when a reclaim spent the last attempt). hideFor is
+// how long a live holder's lease still runs.
+func stepToLease(j *domain.Job, stepID string, now time.Time) (s *domain.Step, i int, hideFor time.Duration, done bool, err error) {
+	if s, i, err = j.Step(stepID); err != nil {
+		return nil, 0, 0, true, err
+	}
+	if s.Lease != nil {
+		hideFor = s.Lease.ExpiresAt.Sub(now) + time.Second
+	}
+	held, err := reclaimIfExpired(j, s, now)
+	return s, i, hideFor, held || err != nil, err
+}
 
 // reclaimIfExpired settles a step still marked leased before a new lease is
 // taken: a live lease answers errLiveLease (a duplicate delivery: the

@@ -143,14 +143,8 @@ func (e *Engine) claimOne(ctx context.Context, tenant, worker string, d Delivery
 	var lease *domain.Lease
 	var hideFor time.Duration
 	j, err := e.mutate(ctx, tenant, jobID, func(j *domain.Job, now time.Time) error {
-		s, _, err := j.Step(stepID)
-		if err != nil {
-			return err
-		}
-		if s.Lease != nil {
-			hideFor = s.Lease.ExpiresAt.Sub(now) + time.Second
-		}
-		if held, err := reclaimIfExpired(j, s, now); held || err != nil {
+		s, _, hide, done, err := stepToLease(j, stepID, now)
+		if hideFor = hide; done {
 			return err
 		}
 		lease, err = j.Lease(stepID, domain.LeaseRequest{

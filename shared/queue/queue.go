@@ -108,6 +108,16 @@ func (q *Queue) hashedPrefix(tenant string) string {
 	return q.cfg.WorkerQueuePrefix + "h" + hex.EncodeToString(sum[:])[:12] + "-"
 }
 
+// forget drops a worker queue's cached URL.
+func (q *Queue) forget(url string) {
+	q.urls.Range(func(name, u any) bool {
+		if u == url {
+			q.urls.Delete(name)
+		}
+		return true
+	})
+}
+
 // WorkerQueueURL answers the URL of an existing worker queue, or
 // ErrNoWorkerQueue: a claim on a name no work was submitted for creates
 // nothing.
@@ -235,6 +245,9 @@ func (q *Queue) Dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispatc
 			n := min(len(entries), 10)
 			out, err := q.api.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: entries[:n]})
 			if err != nil {
+				if missing := (*sqstypes.QueueDoesNotExist)(nil); errors.As(err, &missing) {
+					q.forget(url) // deleted since: the sweep's re-send makes it again
+				}
 				return fmt.Errorf("dispatch job %s: %w", j.ID, err)
 			}
 			if len(out.Failed) > 0 {
@@ -283,6 +296,10 @@ func (q *Queue) Take(ctx context.Context, tenant, name string, max int, wait tim
 	out, err := q.api.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 		QueueUrl: &url, MaxNumberOfMessages: int32(max), WaitTimeSeconds: int32(wait / time.Second),
 	})
+	if missing := (*sqstypes.QueueDoesNotExist)(nil); errors.As(err, &missing) {
+		q.forget(url)
+		return nil, fmt.Errorf("worker queue %q of tenant %s: %w", name, tenant, ErrNoWorkerQueue)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("receive from %s: %w", url, err)
 	}

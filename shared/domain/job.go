@@ -670,7 +670,7 @@ func (j *Job) NeedsSweep(s *Step, now time.Time) (redispatch, reclaim bool) {
 	case s.State.leasable() && s.ReadyAt != nil:
 		return !now.Before(s.ReadyAt.Add(DispatchGrace << min(s.Redispatches, 6))), false
 	case s.State.leased() && s.Lease != nil:
-		return false, !now.Before(s.Lease.ExpiresAt)
+		return false, !now.Before(s.Lease.ExpiresAt.Add(leaseGrace(s)))
 	}
 	return false, false
 }

@@ -1086,4 +1086,12 @@ func TestExpiredLeaseIsDueAtOnceForBuiltinAfterGraceForWorker(t *testing.T) {
 	w := newJob(t, workerJob)
 	lw := mustLease(t, w, "a", viaWorker("w1", "n"), t0)
 	requireDue(t, w, lw.ExpiresAt.Add(DispatchGrace))
+
+	// The sweep acts on each as due says, whenever it happens to look.
+	_, reclaim := b.NeedsSweep(b.Steps[0], lb.ExpiresAt)
+	require.True(t, reclaim, "a built-in lease at once")
+	_, reclaim = w.NeedsSweep(w.Steps[0], lw.ExpiresAt)
+	require.False(t, reclaim, "a worker lease's message comes back first; the next claim reclaims it")
+	_, reclaim = w.NeedsSweep(w.Steps[0], lw.ExpiresAt.Add(DispatchGrace))
+	require.True(t, reclaim)
 }

@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/stepflow/stepflow/shared/domain"
@@ -108,6 +110,29 @@ type ListFilter struct {
 	Queue  string          // "" for any
 	Limit  int32
 	Cursor string // from the previous page
+}
+
+// EncodeCursor makes the opaque cursor of a listing that goes on after id;
+// it names the tenant, so another tenant's listing refuses it.
+func EncodeCursor(tenant, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(tenant + "|" + id))
+}
+
+// DecodeCursor reads a cursor EncodeCursor made for tenant ("" for none).
+func DecodeCursor(cur, tenant string) (string, error) {
+	if cur == "" {
+		return "", nil
+	}
+	bad := domain.Invalid("cursor", "is not a cursor this listing returned")
+	raw, err := base64.RawURLEncoding.DecodeString(cur)
+	if err != nil {
+		return "", bad
+	}
+	t, id, ok := strings.Cut(string(raw), "|")
+	if !ok || t != tenant || id == "" {
+		return "", bad
+	}
+	return id, nil
 }
 
 // JobSummary is a job as a listing shows it.

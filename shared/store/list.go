@@ -2,12 +2,10 @@ package store
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
 	"math/rand/v2"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -28,7 +26,7 @@ const maxShardPages = 3
 // filter as it reads) and merges them. The answer is complete down to its
 // last job, and the cursor resumes right after it.
 func (s *Store) List(ctx context.Context, tenant string, f engine.ListFilter) ([]engine.JobSummary, string, error) {
-	before, err := decodeCursor(f.Cursor, tenant)
+	before, err := engine.DecodeCursor(f.Cursor, tenant)
 	if err != nil {
 		return nil, "", err
 	}
@@ -56,9 +54,9 @@ func (s *Store) List(ctx context.Context, tenant string, f engine.ListFilter) ([
 	}
 	switch {
 	case int32(len(page)) == f.Limit:
-		return page, encodeCursor(tenant, page[len(page)-1].ID), nil
+		return page, engine.EncodeCursor(tenant, page[len(page)-1].ID), nil
 	case boundary != "":
-		return page, encodeCursor(tenant, boundary), nil
+		return page, engine.EncodeCursor(tenant, boundary), nil
 	default:
 		return page, "", nil
 	}
@@ -135,27 +133,6 @@ func (s *Store) listShard(ctx context.Context, tenant string, shard uint32, befo
 		return out, "", nil
 	}
 	return out, sk.Value, nil
-}
-
-func encodeCursor(tenant, id string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(tenant + "|" + id))
-}
-
-// decodeCursor reads a cursor, refusing one made for another tenant.
-func decodeCursor(cur, tenant string) (string, error) {
-	if cur == "" {
-		return "", nil
-	}
-	bad := domain.Invalid("cursor", "is not a cursor this listing returned")
-	raw, err := base64.RawURLEncoding.DecodeString(cur)
-	if err != nil {
-		return "", bad
-	}
-	t, id, ok := strings.Cut(string(raw), "|")
-	if !ok || t != tenant || id == "" {
-		return "", bad
-	}
-	return id, nil
 }
 
 const hourLayout = "2006010215"

@@ -1,0 +1,690 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepflow/stepflow/shared/actions"
+	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
+	"github.com/stepflow/stepflow/shared/memory"
+)
+
+// The engine's unit tests run it on the in-memory adapters and a clock
+// they move: no emulator, no sleeping, milliseconds a test. The adapters
+// keep the contract the DynamoDB and SQS ones keep (shared/enginetest).
+
+const (
+	tenantA = "tenant-a"
+	tenantB = "tenant-b"
+)
+
+// builtinLease is the ready queues' visibility timeout (template.yaml).
+const builtinLease = 1800 * time.Second
+
+// bundle is one test's engine over adapters of its own.
+type bundle struct {
+	ctx   context.Context
+	clock *memory.Clock
+	store *memory.Store
+	queue *memory.Queue
+	e     *engine.Engine
+	lossy *lossyQueue
+	gate  *gateRunner
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	clock := memory.NewClock(time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC))
+	st := memory.NewStore()
+	q := memory.NewQueue(clock.Now, memory.WithReadyVisibility(builtinLease))
+	lossy := &lossyQueue{Queue: q}
+	gate := &gateRunner{inner: &actions.Runner{}}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	e := engine.New(st, lossy, gate, builtinLease, log)
+	e.Now = clock.Now
+	return &bundle{ctx: context.Background(), clock: clock, store: st, queue: q, e: e, lossy: lossy, gate: gate}
+}
+
+// testWriter sends the engine's log to the test's.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// lossyQueue loses dispatches on demand: the process "dies" between its
+// write and its send.
+type lossyQueue struct {
+	*memory.Queue
+	drop atomic.Int32
+}
+
+func (q *lossyQueue) Dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispatch) error {
+	if q.drop.Add(-1) >= 0 {
+		return errors.New("injected: process died before the send")
+	}
+	q.drop.Store(0)
+	return q.Queue.Dispatch(ctx, j, ds)
+}
+
+// gateRunner runs the built-in actions, except that a step with id "gate"
+// waits, once started, until it is let go.
+type gateRunner struct {
+	inner   engine.Actions
+	mu      sync.Mutex
+	started chan struct{}
+	release chan struct{}
+}
+
+func (g *gateRunner) arm() (started, release chan struct{}) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.started, g.release = make(chan struct{}), make(chan struct{})
+	return g.started, g.release
+}
+
+func (g *gateRunner) Run(ctx context.Context, c engine.ActionCall) (json.RawMessage, *domain.Failure) {
+	if c.Spec.ID == "gate" {
+		g.mu.Lock()
+		started, release := g.started, g.release
+		g.mu.Unlock()
+		if started != nil {
+			close(started)
+			<-release
+		}
+	}
+	return g.inner.Run(ctx, c)
+}
+
+func (g *gateRunner) CheckTarget(url string) error { return g.inner.CheckTarget(url) }
+
+// submit submits a job for tenant and requires it made.
+func (b *bundle) submit(t *testing.T, tenant, body string) *domain.Job {
+	t.Helper()
+	j, created, err := b.e.Submit(b.ctx, tenant, []byte(body), "")
+	require.NoError(t, err)
+	require.True(t, created)
+	return j
+}
+
+// job reads a job as stored and requires its event log to replay to it.
+func (b *bundle) job(t *testing.T, tenant, id string) *domain.Job {
+	t.Helper()
+	j, err := b.store.Get(b.ctx, tenant, id)
+	require.NoError(t, err)
+	require.NoError(t, domain.CheckReplay(j))
+	return j
+}
+
+// execute runs the execute handler on one delivery as the SQS event source
+// mapping does: a message that ran, or has nothing left to do, is deleted;
+// a held one, or one that failed, stays for redelivery.
+func (b *bundle) execute(t *testing.T, d engine.Delivery) engine.ExecuteResult {
+	t.Helper()
+	res, err := b.e.Execute(b.ctx, d)
+	require.NoError(t, err)
+	if res != engine.Held {
+		require.NoError(t, b.queue.Ack(b.ctx, d.Token))
+	}
+	b.e.FlushStats(b.ctx)
+	return res
+}
+
+// drain executes what the ready path holds now, batch after batch, until
+// it is empty, and answers what became of each message.
+func (b *bundle) drain(t *testing.T) []engine.ExecuteResult {
+	t.Helper()
+	var out []engine.ExecuteResult
+	for range 100 {
+		ds := b.queue.TakeReady(10)
+		if len(ds) == 0 {
+			return out
+		}
+		for _, d := range ds {
+			out = append(out, b.execute(t, d))
+		}
+	}
+	require.Fail(t, "the ready path never emptied")
+	return out
+}
+
+// takeOne requires exactly one delivery on the ready path.
+func (b *bundle) takeOne(t *testing.T) engine.Delivery {
+	t.Helper()
+	ds := b.queue.TakeReady(10)
+	require.Len(t, ds, 1)
+	return ds[0]
+}
+
+// claim claims from tenant's worker queue without waiting.
+func (b *bundle) claim(t *testing.T, tenant, queue string) []engine.ClaimedLease {
+	t.Helper()
+	ls, err := b.e.Claim(b.ctx, tenant, engine.ClaimRequest{Queue: queue, Max: 5, Worker: "box-1"})
+	require.NoError(t, err)
+	return ls
+}
+
+func (b *bundle) sweep(t *testing.T) engine.SweepReport {
+	t.Helper()
+	rep, err := b.e.Sweep(b.ctx)
+	require.NoError(t, err)
+	return rep
+}
+
+func eventTypes(j *domain.Job) []string {
+	var out []string
+	for _, e := range j.Events {
+		out = append(out, e.Type)
+	}
+	return out
+}
+
+func TestPassJobCompletes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.submit(t, tenantA, `{"steps":[{"id":"hello","action":"pass"}],"payload":{"hi":1}}`)
+	require.Equal(t, domain.JobQueued, j.State)
+
+	d := b.takeOne(t)
+	require.Equal(t, engine.Message{Tenant: tenantA, Job: j.ID, Step: "hello"}, d.Message)
+	require.Equal(t, engine.Executed, b.execute(t, d))
+
+	got := b.job(t, tenantA, j.ID)
+	require.Equal(t, domain.JobCompleted, got.State)
+	s := got.Steps[0]
+	require.Equal(t, domain.StepSucceeded, s.State)
+	require.JSONEq(t, `{"hi":1}`, string(s.Output))
+	require.Len(t, s.Attempts, 1)
+	require.Equal(t, domain.AttemptSucceeded, s.Attempts[0].State)
+	require.Nil(t, got.DueAt, "a finished job leaves the due index")
+	require.NotNil(t, got.ExpiresAt)
+	require.Equal(t, []string{"job_created", "step_leased", "step_running", "job_running", "step_succeeded", "job_completed"}, eventTypes(got))
+	require.Empty(t, b.queue.TakeReady(10))
+	require.Equal(t, engine.SweepReport{}, b.sweep(t))
+}
+
+func TestThreeStepsRunInOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.submit(t, tenantA, `{"payload":{"n":1},"steps":[
+		{"id":"fetch","action":"pass"},
+		{"id":"nap","action":"sleep","seconds":0},
+		{"id":"notify","action":"pass"}]}`)
+	var ran []string
+	for i := range 3 {
+		d := b.takeOne(t) // one step at a time: the next is sent when the one before succeeds
+		ran = append(ran, d.Message.Step)
+		got := b.job(t, tenantA, j.ID)
+		for k, s := range got.Steps {
+			switch {
+			case k < i:
+				require.Equal(t, domain.StepSucceeded, s.State)
+			case k == i:
+				require.Equal(t, domain.StepPending, s.State)
+			default:
+				require.Equal(t, domain.StepWaitingDeps, s.State)
+			}
+		}
+		require.Equal(t, engine.Executed, b.execute(t, d))
+	}
+	require.Equal(t, []string{"fetch", "nap", "notify"}, ran)
+	got := b.job(t, tenantA, j.ID)
+	require.Equal(t, domain.JobCompleted, got.State)
+	for _, s := range got.Steps {
+		require.JSONEq(t, `{"n":1}`, string(s.Output), "each step runs on the output before it")
+	}
+	require.Empty(t, b.queue.TakeReady(10))
+}
+
+func TestRetryableFailureIsRetriedAfterItsBackoff(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.submit(t, tenantA, `{"steps":[{"id":"flaky","action":"fail","class":"retryable","message":"busy",
+		"retry":{"max_attempts":3,"backoff":"fixed","initial_delay_ms":10000}}]}`)
+	start := b.clock.Now()
+	require.Equal(t, engine.Executed, b.execute(t, b.takeOne(t)))
+	got := b.job(t, tenantA, j.ID)
+	require.Equal(t, domain.JobRetrying, got.State)
+	require.Equal(t, domain.StepRetrying, got.Steps[0].State)
+	require.Equal(t, 1, got.Steps[0].Attempt)
+	require.True(t, got.Steps[0].ReadyAt.Equal(start.Add(10*time.Second)))
+	require.Empty(t, b.queue.TakeReady(10), "the retry is sent with the backoff as its delay")
+
+	// A message that comes before the backoff has run out (a duplicate)
+	// runs nothing: it is sent again with the rest of the delay.
+	b.clock.Advance(4 * time.Second)
+	early := engine.Delivery{Message: engine.Message{Tenant: tenantA, Job: j.ID, Step: "flaky"}}
+	res, err := b.e.Execute(b.ctx, early)
+	require.NoError(t, err)
+	require.Equal(t, engine.Deferred, res)
+	require.Equal(t, 1, b.job(t, tenantA, j.ID).Steps[0].Attempt)
+
+	b.clock.Advance(6*time.Second - time.Millisecond)
+	require.Empty(t, b.queue.TakeReady(10))
+	b.clock.Advance(time.Millisecond)
+	// The retry and the re-sent duplicate: one runs attempt 2, the other
+	// finds the next backoff running and is deferred again.
+	require.ElementsMatch(t, []engine.ExecuteResult{engine.Executed, engine.Deferred}, b.drain(t))
+	got = b.job(t, tenantA, j.ID)
+	require.Equal(t, 2, got.Steps[0].Attempt)
+	require.True(t, got.Steps[0].Attempts[1].StartedAt.Equal(start.Add(10*time.Second)), "attempt 2 ran when its backoff ran out")
+
+	b.clock.Advance(10 * time.Second)
+	require.ElementsMatch(t, []engine.ExecuteResult{engine.Executed, engine.Stale}, b.drain(t))
+	got = b.job(t, tenantA, j.ID)
+	require.Equal(t, domain.JobFailed, got.State, "three attempts, all failed")
+	require.Len(t, got.Steps[0].Attempts, 3)
+	for _, a := range got.Steps[0].Attempts {
+		require.Equal(t, domain.AttemptFailed, a.State)
+		require.Equal(t, "busy", a.Error.Message)
+	}
+	b.clock.Advance(time.Hour)
+	require.Empty(t, b.drain(t))
+}
+
+func TestFatalFailureIsNotRetried(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.submit(t, tenantA, `{"steps":[{"id":"boom","action":"fail","class":"fatal","retry":{"max_attempts":3}},{"id":"never","action":"pass"}]}`)
+	require.Equal(t, engine.Executed, b.execute(t, b.takeOne(t)))
+	got := b.job(t, tenantA, j.ID)
+	require.Equal(t, domain.JobFailed, got.State)
+	require.Equal(t, domain.StepFailed, got.Steps[0].State)
+	require.Equal(t, 1, got.Steps[0].Attempt)
+	require.Equal(t, domain.ClassFatal, got.Steps[0].Error.Class)
+	require.Equal(t, domain.StepWaitingDeps, got.Steps[1].State)
+	b.clock.Advance(time.Hour)
+	require.Empty(t, b.queue.TakeReady(10))
+	require.Equal(t, engine.SweepReport{}, b.sweep(t))
+}
+
+const workerJob = `{"payload":{"frame":7},"steps":[{"id":"render","action":"worker","queue":"gpu","lease_seconds":60,"retry":{"max_attempts":3}}]}`
+
+func TestWorkerClaimsAndHeartbeats(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.submit(t, tenantA, workerJob)
+	require.Empty(t, b.queue.TakeReady(10), "a worker step is no built-in step")
+	require.Empty(t, b.claim(t, tenantB, "gpu"), "another tenant's gpu queue is its own")
+
+	start := b.clock.Now()
+	ls := b.claim(t, tenantA, "gpu")
+	require.Len(t, ls, 1)
+	l := ls[0]
+	require.Equal(t, j.ID, l.JobID)
+	require.Equal(t, "render", l.StepID)
+	require.Equal(t, 1, l.Attempt)
+	require.Equal(t, 3, l.MaxAttempts)
+	require.JSONEq(t, `{"frame":7}`, string(l.Input))
+	require.True(t, l.ExpiresAt.Equal(start.Add(time.Minute)))
+	require.Equal(t, j.ID+"/render/1", l.IdempotencyKey)
+	got := b.job(t, tenantA, j.ID)
+	require.Equal(t, domain.JobRunning, got.State)
+	require.Contains(t, eventTypes(got), "job_leased")
+	require.Equal(t, "box-1", got.Steps[0].Lease.Worker)
+
+	b.clock.Advance(50 * time.Second)
+	hb, err := b.e.Heartbeat(b.ctx, tenantA, l.LeaseID, time.Minute)
+	require.NoError(t, err)
+	require.False(t, hb.CancelRequested)
+	require.True(t, hb.ExpiresAt.Equal(start.Add(110*time.Second)))
+
+	// Past the first expiry, within the extended one: nobody else gets it,
+	// and the sweep leaves it alone.
+	b.clock.Advance(50 * time.Second)
+	require.Empty(t, b.claim(t, tenantA, "gpu"))
+	require.Zero(t, b.sweep(t).Reclaimed)
+	hb, err = b.e.Heartbeat(b.ctx, tenantA, l.LeaseID, time.Second)
+	require.NoError(t, err)
+	require.True(t, hb.ExpiresAt.Equal(start.Add(101*time.Second)), "a heartbeat may shorten the lease too")
+
+	b.clock.Advance(time.Second)
+	_, err = b.e.Heartbeat(b.ctx, tenantA, l.LeaseID, 10*time.Minute)
+	require.ErrorIs(t, err, domain.ErrLeaseLost, "the lease ran out at 101 s")
+	require.Equal(t, domain.CodeLeaseLost, domain.CodeOf(err))
+}
+
+func TestWorkerCompletesUnderItsLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.submit(t, tenantA, workerJob)
+	l := b.claim(t, tenantA, "gpu")[0]
+	b.clock.Advance(30 * time.Second)
+	_, err := b.e.Heartbeat(b.ctx, tenantA, l.LeaseID, 0) // 0: the step's lease_seconds
+	require.NoError(t, err)
+	b.clock.Advance(45 * time.Second)
+
+	res, err := b.e.Complete(b.ctx, tenantA, l.LeaseID, json.RawMessage(`{"png":"s3://frames/7"}`))
+	require.NoError(t, err)
+	require.Equal(t, engine.OutcomeResult{JobID: j.ID, StepID: "render", StepState: domain.StepSucceeded, JobState: domain.JobCompleted}, res)
+	require.Zero(t, b.queue.Len(tenantA, "gpu"), "the worker's message was deleted")
+	got := b.job(t, tenantA, j.ID)
+	require.JSONEq(t, `{"png":"s3://frames/7"}`, string(got.Steps[0].Output))
+
+	// A retry of a completion whose answer was lost answers the same.
+	again, err := b.e.Complete(b.ctx, tenantA, l.LeaseID, json.RawMessage(`{"png":"s3://frames/7"}`))
+	require.NoError(t, err)
+	require.Equal(t, res, again)
+	require.Equal(t, got.Version, b.job(t, tenantA, j.ID).Version, "and writes nothing")
+	_, err = b.e.Complete(b.ctx, tenantB, l.LeaseID, nil)
+	require.ErrorIs(t, err, domain.ErrNotFound, "another tenant's lease is not found")
+}
+
+func TestExpiredWorkerLeaseIsReclaimedBySweep(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.submit(t, tenantA, workerJob)
+	old := b.claim(t, tenantA, "gpu")[0]
+
+	// Live until its last millisecond: the sweep leaves it alone.
+	b.clock.Advance(time.Minute - time.Millisecond)
+	require.Zero(t, b.sweep(t).Reclaimed)
+	// Expired: a worker step's message comes back by itself, and the sweep
+	// backs that up, DispatchGrace after the expiry at the latest.
+	b.clock.Advance(time.Millisecond + domain.DispatchGrace)
+	rep := b.sweep(t)
+	require.Equal(t, 1, rep.Reclaimed)
+	got := b.job(t, tenantA, j.ID)
+	require.Equal(t, domain.JobQueued, got.State)
+	require.Equal(t, domain.StepPending, got.Steps[0].State)
+	require.Equal(t, domain.AttemptTimeout, got.Steps[0].Attempts[0].State)
+
+	// The old lease's outcome is refused, and changes nothing.
+	_, err := b.e.Complete(b.ctx, tenantA, old.LeaseID, json.RawMessage(`{"late":true}`))
+	require.ErrorIs(t, err, domain.ErrLeaseLost)
+	require.Equal(t, domain.CodeLeaseLost, domain.CodeOf(err), "409 lease_lost")
+	_, err = b.e.Fail(b.ctx, tenantA, old.LeaseID, engine.Outcome{Class: "retryable"})
+	require.ErrorIs(t, err, domain.ErrLeaseLost)
+	require.Equal(t, got.Version, b.job(t, tenantA, j.ID).Version)
+
+	// The next claimer gets the next attempt (its message is the sweep's,
+	// or the old one back from its visibility: one leases, the other is
+	// hidden behind the live lease).
+	ls := b.claim(t, tenantA, "gpu")
+	require.Len(t, ls, 1)
+	require.Equal(t, 2, ls[0].Attempt)
+	res, err := b.e.Complete(b.ctx, tenantA, ls[0].LeaseID, nil)
+	require.NoError(t, err)
+	require.Equal(t, domain.JobCompleted, res.JobState)
+	got = b.job(t, tenantA, j.ID)
+	require.Len(t, got.Steps[0].Attempts, 2)
+	b.clock.Advance(time.Hour)
+	require.Empty(t, b.claim(t, tenantA, "gpu"), "what was left of the messages is dropped as stale")
+	require.Zero(t, b.queue.Len(tenantA, "gpu"))
+}
+
+func TestCancelFencesARunningWorker(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.submit(t, tenantA, workerJob)
+	l := b.claim(t, tenantA, "gpu")[0]
+	b.clock.Advance(10 * time.Second)
+
+	got, err := b.e.Cancel(b.ctx, tenantA, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, domain.JobCancelled, got.State)
+	require.Zero(t, b.queue.Len(tenantA, "gpu"), "the worker's message was deleted")
+
+	hb, err := b.e.Heartbeat(b.ctx, tenantA, l.LeaseID, time.Minute)
+	require.NoError(t, err)
+	require.True(t, hb.CancelRequested)
+	require.Nil(t, hb.ExpiresAt, "not extended")
+	_, err = b.e.Complete(b.ctx, tenantA, l.LeaseID, json.RawMessage(`{}`))
+	require.ErrorIs(t, err, domain.ErrLeaseLost, "the outcome is refused")
+
+	again, err := b.e.Cancel(b.ctx, tenantA, j.ID)
+	require.NoError(t, err, "cancel is idempotent")
+	require.Equal(t, got.Version, again.Version)
+
+	// Once the lease would have run out, the holder has simply lost it.
+	b.clock.Advance(time.Minute)
+	_, err = b.e.Heartbeat(b.ctx, tenantA, l.LeaseID, time.Minute)
+	require.ErrorIs(t, err, domain.ErrLeaseLost)
+	final := b.job(t, tenantA, j.ID)
+	require.Equal(t, domain.AttemptCancelled, final.Steps[0].Attempts[0].State)
+}
+
+func TestDuplicateDeliveryOfALeasedStepIsHeld(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.submit(t, tenantA, `{"steps":[{"id":"gate","action":"pass"}]}`)
+	started, release := b.gate.arm()
+	first := b.takeOne(t)
+	done := make(chan engine.ExecuteResult, 1)
+	go func() {
+		res, err := b.e.Execute(b.ctx, first)
+		if err != nil {
+			res = engine.ExecuteResult("error: " + err.Error())
+		}
+		done <- res
+	}()
+	<-started // the first executor holds the lease and runs the action
+
+	// The same message again (SQS delivers at least once).
+	require.NoError(t, b.queue.Release(b.ctx, first.Token))
+	dup := b.takeOne(t)
+	require.Equal(t, first.Message, dup.Message)
+	require.Equal(t, engine.Held, b.execute(t, dup), "not run twice")
+	require.Empty(t, b.queue.TakeReady(10), "hidden while the lease is live")
+	require.Equal(t, 1, b.queue.Len("", ""), "and kept, in case the holder dies")
+	got := b.job(t, tenantA, j.ID)
+	require.Equal(t, domain.StepRunning, got.Steps[0].State)
+	require.Equal(t, 1, got.Steps[0].Attempt)
+
+	close(release)
+	require.Equal(t, engine.Executed, <-done)
+	require.NoError(t, b.queue.Ack(b.ctx, first.Token))
+	got = b.job(t, tenantA, j.ID)
+	require.Equal(t, domain.JobCompleted, got.State)
+	require.Len(t, got.Steps[0].Attempts, 1)
+}
+
+func TestHeldMessageComesBackAndFindsTheStepDone(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.submit(t, tenantA, `{"steps":[{"id":"gate","action":"pass"}]}`)
+	started, release := b.gate.arm()
+	first := b.takeOne(t)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.e.Execute(b.ctx, first)
+		done <- err
+	}()
+	<-started
+	// A second message for the step (a sweep's re-send) is held...
+	running := b.job(t, tenantA, j.ID)
+	require.NoError(t, b.queue.Dispatch(b.ctx, running, []domain.Dispatch{{Step: running.Steps[0]}}))
+	require.Equal(t, engine.Held, b.execute(t, b.takeOne(t)))
+	close(release)
+	require.NoError(t, <-done)
+	require.NoError(t, b.queue.Ack(b.ctx, first.Token))
+	// ...until the lease it waited on (timeout 60 s + 30 s) has run out; it
+	// then finds the step done and is dropped.
+	b.clock.Advance(60*time.Second + engine.LeaseMargin)
+	require.Empty(t, b.queue.TakeReady(10))
+	b.clock.Advance(time.Second)
+	require.Equal(t, []engine.ExecuteResult{engine.Stale}, b.drain(t))
+	require.Zero(t, b.queue.Len("", ""))
+}
+
+func TestLostDispatchIsResentBySweep(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.lossy.drop.Store(1)
+	j := b.submit(t, tenantA, `{"steps":[{"id":"only","action":"pass"}]}`)
+	require.Empty(t, b.queue.TakeReady(10), "the send was lost")
+
+	require.Zero(t, b.sweep(t).Due)
+	b.clock.Advance(domain.DispatchGrace - time.Millisecond)
+	require.Zero(t, b.sweep(t).Due, "not before DispatchGrace")
+	b.clock.Advance(time.Millisecond)
+	rep := b.sweep(t)
+	require.Equal(t, engine.SweepReport{Due: 1, Redispatched: 1}, rep)
+	require.Equal(t, 1, b.job(t, tenantA, j.ID).Steps[0].Redispatches)
+
+	require.Equal(t, []engine.ExecuteResult{engine.Executed}, b.drain(t))
+	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State)
+	b.clock.Advance(time.Hour)
+	require.Equal(t, engine.SweepReport{}, b.sweep(t))
+}
+
+func TestSweepReDispatchesLessOftenEachTime(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.lossy.drop.Store(3) // the submit's send and the next two re-sends are lost
+	j := b.submit(t, tenantA, `{"steps":[{"id":"only","action":"pass"}]}`)
+	b.clock.Advance(domain.DispatchGrace)
+	require.Equal(t, 1, b.sweep(t).Redispatched)
+	b.clock.Advance(domain.DispatchGrace)
+	require.Zero(t, b.sweep(t).Due, "the second re-send waits twice as long")
+	b.clock.Advance(domain.DispatchGrace)
+	require.Equal(t, 1, b.sweep(t).Redispatched)
+	b.clock.Advance(4 * domain.DispatchGrace)
+	require.Equal(t, 1, b.sweep(t).Redispatched)
+	require.Equal(t, []engine.ExecuteResult{engine.Executed}, b.drain(t))
+	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State)
+}
+
+func TestCorruptJobIsQuarantinedAndOthersServed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.lossy.drop.Store(2)
+	bad := b.submit(t, tenantA, `{"steps":[{"id":"only","action":"pass"}]}`)
+	good := b.submit(t, tenantA, `{"steps":[{"id":"only","action":"pass"}]}`)
+	require.NoError(t, b.store.Corrupt(tenantA, bad.ID))
+	_, err := b.e.Get(b.ctx, tenantA, bad.ID)
+	require.ErrorIs(t, err, domain.ErrUnreadable)
+
+	b.clock.Advance(domain.DispatchGrace)
+	rep := b.sweep(t)
+	require.Equal(t, engine.SweepReport{Due: 2, Quarantined: 1, Redispatched: 1}, rep)
+	why, ok := b.store.Quarantined(tenantA, bad.ID)
+	require.True(t, ok)
+	require.Contains(t, why, "cannot be read")
+
+	require.Equal(t, []engine.ExecuteResult{engine.Executed}, b.drain(t))
+	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, good.ID).State)
+	b.clock.Advance(time.Hour)
+	require.Equal(t, engine.SweepReport{}, b.sweep(t), "the quarantined job is never met again")
+
+	// A message naming it is dropped, not retried for ever.
+	res, err := b.e.Execute(b.ctx, engine.Delivery{Message: engine.Message{Tenant: tenantA, Job: bad.ID, Step: "only"}})
+	require.NoError(t, err)
+	require.Equal(t, engine.Stale, res)
+}
+
+func TestHealthBacklogIsTheTenantsOwn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for range 12 {
+		b.submit(t, tenantA, `{"steps":[{"id":"only","action":"pass"}]}`)
+	}
+	b.submit(t, tenantB, `{"steps":[{"id":"only","action":"pass"}]}`)
+
+	h, err := b.e.Health(b.ctx, tenantA)
+	require.NoError(t, err)
+	require.Equal(t, 12, h.Backlog)
+	require.Equal(t, "degraded", h.Status)
+	require.Contains(t, h.Reasons, "backlog 12")
+	require.Nil(t, h.SuccessRate, "nothing finished yet")
+	h, err = b.e.Health(b.ctx, tenantB)
+	require.NoError(t, err)
+	require.Equal(t, engine.Health{Status: "ok", Backlog: 1}, h, "another tenant's backlog never shows")
+
+	results := b.drain(t)
+	require.Len(t, results, 13)
+	h, err = b.e.Health(b.ctx, tenantA)
+	require.NoError(t, err)
+	require.Equal(t, "ok", h.Status)
+	require.Zero(t, h.Backlog)
+	require.Equal(t, int64(12), h.Completed)
+	require.Equal(t, 1.0, *h.SuccessRate)
+
+	// Outcomes count for 24 hours, then age out.
+	b.clock.Advance(25 * time.Hour)
+	h, err = b.e.Health(b.ctx, tenantA)
+	require.NoError(t, err)
+	require.Equal(t, engine.Health{Status: "ok"}, h)
+}
+
+func TestHealthCountsJobsBlockedOnAPerson(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var ids []string
+	for range 3 {
+		ids = append(ids, b.submit(t, tenantA, `{"steps":[{"id":"ask","action":"fail","class":"needs_user"}]}`).ID)
+	}
+	b.drain(t)
+	h, err := b.e.Health(b.ctx, tenantA)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), h.Blocked)
+	require.Equal(t, "degraded", h.Status)
+	require.Contains(t, h.Reasons, "3 jobs blocked on a person")
+
+	_, err = b.e.Cancel(b.ctx, tenantA, ids[0])
+	require.NoError(t, err)
+	h, err = b.e.Health(b.ctx, tenantA)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), h.Blocked)
+	require.Equal(t, "ok", h.Status)
+	require.Equal(t, int64(1), h.Cancelled)
+}
+
+func TestSubmitWithIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	body := `{"steps":[{"id":"only","action":"pass"}]}`
+	first, created, err := b.e.Submit(b.ctx, tenantA, []byte(body), "order-42")
+	require.NoError(t, err)
+	require.True(t, created)
+	// The same body, spaced differently, answers the same job; the replay
+	// of a job not started yet sends its message again (a duplicate finds
+	// nothing to do).
+	again, created, err := b.e.Submit(b.ctx, tenantA, []byte(" "+body+"\n"), "order-42")
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, first.ID, again.ID)
+	require.ElementsMatch(t, []engine.ExecuteResult{engine.Executed, engine.Stale}, b.drain(t))
+
+	_, _, err = b.e.Submit(b.ctx, tenantA, []byte(`{"steps":[{"id":"other","action":"pass"}]}`), "order-42")
+	require.ErrorIs(t, err, domain.ErrIdempotencyMismatch)
+	h, err := b.e.Health(b.ctx, tenantA)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), h.Completed)
+	require.Zero(t, h.Backlog, "a replay is not another job")
+}
+
+func TestSubmitPastTheWorkerQueueBoundWritesNothing(t *testing.T) {
+	t.Parallel()
+	clock := memory.NewClock(memory.Epoch)
+	st := memory.NewStore()
+	e := engine.New(st, memory.NewQueue(clock.Now, memory.WithMaxWorkerQueues(2)), &actions.Runner{}, builtinLease, nil)
+	e.Now = clock.Now
+	ctx := context.Background()
+	for _, q := range []string{"q1", "q2", "q1"} {
+		_, _, err := e.Submit(ctx, tenantA, fmt.Appendf(nil, `{"steps":[{"id":"w","action":"worker","queue":%q}]}`, q), "")
+		require.NoError(t, err)
+	}
+	_, _, err := e.Submit(ctx, tenantA, []byte(`{"steps":[{"id":"a","action":"pass"},{"id":"w","action":"worker","queue":"q3"}]}`), "")
+	var de *domain.Error
+	require.ErrorAs(t, err, &de)
+	require.Equal(t, domain.CodeInvalid, de.Code)
+	require.Equal(t, "steps[1].queue", de.Field)
+	page, _, err := e.List(ctx, tenantA, engine.ListFilter{Limit: 100})
+	require.NoError(t, err)
+	require.Len(t, page, 3, "the refused job was not written")
+	_, _, err = e.Submit(ctx, tenantB, []byte(`{"steps":[{"id":"w","action":"worker","queue":"q3"}]}`), "")
+	require.NoError(t, err, "the bound is each tenant's")
+}

@@ -1,0 +1,358 @@
+package enginetest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
+)
+
+var queueChecks = []check[QueueFixture]{
+	{"dispatch then take", queueDispatchTake},
+	{"worker queues are the tenant's own", queuePerTenant},
+	{"take from a queue no job named", queueNoWorkerQueue},
+	{"worker queues are bounded per tenant", queueBound},
+	{"a delayed message is not visible early", queueDelay},
+	{"delays are capped at 900 s", queueDelayCap},
+	{"take answers at most max", queueTakeMax},
+	{"extend hides a delivery", queueExtend},
+	{"release shows a delivery again", queueRelease},
+	{"ack removes a delivery", queueAck},
+	{"an unacked delivery comes back", queueRedelivery},
+	{"the ready path carries built-in steps", queueReady},
+}
+
+func workerJob(t *testing.T, tenant, queue string) *domain.Job {
+	t.Helper()
+	return newJob(t, tenant, fmt.Sprintf(`{"steps":[{"id":"w","action":"worker","queue":%q}]}`, queue), "", time.Now().UTC())
+}
+
+func builtinJob(t *testing.T, tenant string, priority int) *domain.Job {
+	t.Helper()
+	return newJob(t, tenant, fmt.Sprintf(`{"priority":%d,"steps":[{"id":"b","action":"pass"}]}`, priority), "", time.Now().UTC())
+}
+
+// dispatch sends j's first step after delay.
+func dispatch(t *testing.T, f QueueFixture, j *domain.Job, delay time.Duration) {
+	t.Helper()
+	require.NoError(t, f.Queue.Dispatch(context.Background(), j, []domain.Dispatch{{Step: j.Steps[0], Delay: delay}}))
+}
+
+func messageOf(j *domain.Job) engine.Message {
+	return engine.Message{Tenant: j.Tenant, Job: j.ID, Step: j.Steps[0].ID()}
+}
+
+// await requires cond to hold: without time passing on a fixture whose
+// time the suite moves (cond may take a few calls, each taking more), within
+// f.Wait on one on real time (polled, never slept on).
+func (f QueueFixture) await(t *testing.T, cond func() bool, what string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(what, args...)
+	if !f.RealTime {
+		for range 20 {
+			if cond() {
+				return
+			}
+		}
+		require.Fail(t, "not so, and the clock has not moved: "+msg)
+	}
+	if cond() {
+		return
+	}
+	require.Eventually(t, cond, f.Wait, 25*time.Millisecond, msg)
+}
+
+// take makes one Take from tenant's worker queue name.
+func take(t *testing.T, f QueueFixture, tenant, name string, max int) []engine.Delivery {
+	t.Helper()
+	ds, err := f.Queue.Take(context.Background(), tenant, name, max, 0)
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(ds), max)
+	return ds
+}
+
+// takeN takes from tenant's worker queue name until it has n deliveries.
+func takeN(t *testing.T, f QueueFixture, tenant, name string, n int) []engine.Delivery {
+	t.Helper()
+	var got []engine.Delivery
+	f.await(t, func() bool {
+		got = append(got, take(t, f, tenant, name, min(n-len(got), 10))...)
+		return len(got) >= n
+	}, "%d deliveries from %s/%s", n, tenant, name)
+	return got
+}
+
+// readyN takes from the ready path until it has n deliveries.
+func readyN(t *testing.T, f QueueFixture, n int) []engine.Delivery {
+	t.Helper()
+	var got []engine.Delivery
+	f.await(t, func() bool {
+		got = append(got, f.TakeReady(t, n-len(got))...)
+		return len(got) >= n
+	}, "%d deliveries from the ready path", n)
+	return got
+}
+
+func messages(ds []engine.Delivery) []engine.Message {
+	var out []engine.Message
+	for _, d := range ds {
+		out = append(out, d.Message)
+	}
+	return out
+}
+
+func queueDispatchTake(t *testing.T, f QueueFixture) {
+	ctx := context.Background()
+	j := workerJob(t, tenantA, "q1")
+	require.NoError(t, f.Queue.EnsureWorkerQueue(ctx, tenantA, "q1"))
+	require.Empty(t, take(t, f, tenantA, "q1", 10), "a new queue is empty")
+	dispatch(t, f, j, 0)
+	ds := takeN(t, f, tenantA, "q1", 1)
+	require.Len(t, ds, 1)
+	require.Equal(t, messageOf(j), ds[0].Message)
+	require.NotEmpty(t, ds[0].Token)
+	require.NoError(t, f.Queue.Ack(ctx, ds[0].Token))
+
+	// A worker step's dispatch makes its queue when no submission did.
+	k := workerJob(t, tenantA, "q2")
+	dispatch(t, f, k, 0)
+	ds = takeN(t, f, tenantA, "q2", 1)
+	require.Equal(t, messageOf(k), ds[0].Message)
+}
+
+// queuePerTenant: tenant "a" with queue "x-q1" and tenant "a-x" with queue
+// "q1" are two queues, although naive names would join them.
+func queuePerTenant(t *testing.T, f QueueFixture) {
+	ctx := context.Background()
+	require.NoError(t, f.Queue.EnsureWorkerQueue(ctx, "a", "x-q1"))
+	require.NoError(t, f.Queue.EnsureWorkerQueue(ctx, "a-x", "q1"))
+	ja, jax := workerJob(t, "a", "x-q1"), workerJob(t, "a-x", "q1")
+	dispatch(t, f, ja, 0)
+	dispatch(t, f, jax, 0)
+
+	got := takeN(t, f, "a", "x-q1", 1)
+	require.Equal(t, []engine.Message{messageOf(ja)}, messages(got))
+	got = takeN(t, f, "a-x", "q1", 1)
+	require.Equal(t, []engine.Message{messageOf(jax)}, messages(got))
+	require.Empty(t, take(t, f, "a", "x-q1", 10))
+	require.Empty(t, take(t, f, "a-x", "q1", 10))
+
+	_, err := f.Queue.Take(ctx, "b", "x-q1", 10, 0)
+	require.ErrorIs(t, err, engine.ErrNoWorkerQueue, "another tenant's name is no queue of b's")
+	_, err = f.Queue.Take(ctx, "a", "q1", 10, 0)
+	require.ErrorIs(t, err, engine.ErrNoWorkerQueue)
+}
+
+func queueNoWorkerQueue(t *testing.T, f QueueFixture) {
+	ctx := context.Background()
+	for range 2 { // a take creates nothing
+		_, err := f.Queue.Take(ctx, tenantA, "never", 10, 0)
+		require.ErrorIs(t, err, engine.ErrNoWorkerQueue)
+	}
+	require.NoError(t, f.Queue.EnsureWorkerQueue(ctx, tenantA, "never"))
+	require.Empty(t, take(t, f, tenantA, "never", 10))
+	require.NoError(t, f.Queue.EnsureWorkerQueue(ctx, tenantA, "never"), "ensuring it again is no error")
+}
+
+func queueBound(t *testing.T, f QueueFixture) {
+	ctx := context.Background()
+	for i := range f.MaxWorkerQueues {
+		require.NoError(t, f.Queue.EnsureWorkerQueue(ctx, tenantA, fmt.Sprintf("q%d", i)))
+	}
+	require.NoError(t, f.Queue.EnsureWorkerQueue(ctx, tenantA, "q0"), "a queue the tenant has is no new one")
+
+	err := f.Queue.EnsureWorkerQueue(ctx, tenantA, "one-more")
+	var de *domain.Error
+	require.ErrorAs(t, err, &de)
+	require.Equal(t, domain.CodeInvalid, de.Code)
+	require.NotEmpty(t, de.Message)
+	_, err = f.Queue.Take(ctx, tenantA, "one-more", 1, 0)
+	require.ErrorIs(t, err, engine.ErrNoWorkerQueue, "nothing was made")
+	over := workerJob(t, tenantA, "one-more")
+	require.Error(t, f.Queue.Dispatch(ctx, over, []domain.Dispatch{{Step: over.Steps[0]}}),
+		"a dispatch cannot make a queue past the bound either")
+
+	// The bound is each tenant's own.
+	require.NoError(t, f.Queue.EnsureWorkerQueue(ctx, tenantB, "one-more"))
+}
+
+func queueDelay(t *testing.T, f QueueFixture) {
+	ctx := context.Background()
+	require.NoError(t, f.Queue.EnsureWorkerQueue(ctx, tenantA, "q"))
+	j := workerJob(t, tenantA, "q")
+	dispatch(t, f, j, 1500*time.Millisecond) // rounded up to 2 s, as DelaySeconds
+	require.Empty(t, take(t, f, tenantA, "q", 10), "not visible before its delay")
+	f.Advance(time.Second)
+	require.Empty(t, take(t, f, tenantA, "q", 10), "a delay is rounded up to whole seconds")
+	f.Advance(time.Second)
+	got := takeN(t, f, tenantA, "q", 1)
+	require.Equal(t, messageOf(j), got[0].Message)
+
+	// A negative delay is none.
+	k := workerJob(t, tenantA, "q")
+	dispatch(t, f, k, -time.Hour)
+	got = takeN(t, f, tenantA, "q", 1)
+	require.Equal(t, messageOf(k), got[0].Message)
+}
+
+func queueDelayCap(t *testing.T, f QueueFixture) {
+	ctx := context.Background()
+	require.NoError(t, f.Queue.EnsureWorkerQueue(ctx, tenantA, "q"))
+	j := workerJob(t, tenantA, "q")
+	dispatch(t, f, j, time.Hour) // SQS refuses a DelaySeconds over 900: the adapter caps it
+	require.Empty(t, take(t, f, tenantA, "q", 10))
+	b := builtinJob(t, tenantA, 1)
+	dispatch(t, f, b, 2*time.Hour)
+	require.Empty(t, f.TakeReady(t, 10))
+	if f.RealTime {
+		t.Log("not waiting 900 s for the capped delays to run out on real time")
+		return
+	}
+	f.Advance(900*time.Second - time.Second)
+	require.Empty(t, take(t, f, tenantA, "q", 10))
+	f.Advance(time.Second)
+	require.Equal(t, []engine.Message{messageOf(j)}, messages(take(t, f, tenantA, "q", 10)), "visible after 900 s, not an hour")
+	require.Equal(t, []engine.Message{messageOf(b)}, messages(f.TakeReady(t, 10)))
+}
+
+func queueTakeMax(t *testing.T, f QueueFixture) {
+	ctx := context.Background()
+	require.NoError(t, f.Queue.EnsureWorkerQueue(ctx, tenantA, "q"))
+	var want []engine.Message
+	for range 5 {
+		j := workerJob(t, tenantA, "q")
+		dispatch(t, f, j, 0)
+		want = append(want, messageOf(j))
+	}
+	var got []engine.Message
+	f.await(t, func() bool {
+		ds := take(t, f, tenantA, "q", 2)
+		require.LessOrEqual(t, len(ds), 2)
+		got = append(got, messages(ds)...)
+		return len(got) >= len(want)
+	}, "every message, two at a time")
+	require.ElementsMatch(t, want, got, "each once: a taken message is hidden")
+	require.Empty(t, take(t, f, tenantA, "q", 10))
+}
+
+func queueExtend(t *testing.T, f QueueFixture) {
+	ctx := context.Background()
+	require.NoError(t, f.Queue.EnsureWorkerQueue(ctx, tenantA, "q"))
+	j := workerJob(t, tenantA, "q")
+	dispatch(t, f, j, 0)
+	d := takeN(t, f, tenantA, "q", 1)[0]
+	require.NoError(t, f.Queue.Extend(ctx, d.Token, time.Hour))
+	f.Advance(f.Visibility + time.Second)
+	require.Empty(t, take(t, f, tenantA, "q", 10), "hidden past the visibility timeout")
+	f.Advance(30 * time.Minute)
+	require.Empty(t, take(t, f, tenantA, "q", 10))
+	// It was this delivery that was hidden: releasing it shows it.
+	require.NoError(t, f.Queue.Release(ctx, d.Token))
+	got := takeN(t, f, tenantA, "q", 1)
+	require.Equal(t, messageOf(j), got[0].Message)
+}
+
+func queueRelease(t *testing.T, f QueueFixture) {
+	ctx := context.Background()
+	require.NoError(t, f.Queue.EnsureWorkerQueue(ctx, tenantA, "q"))
+	j := workerJob(t, tenantA, "q")
+	dispatch(t, f, j, 0)
+	d := takeN(t, f, tenantA, "q", 1)[0]
+	require.Empty(t, take(t, f, tenantA, "q", 10), "a taken message is hidden")
+	require.NoError(t, f.Queue.Release(ctx, d.Token))
+	again := takeN(t, f, tenantA, "q", 1)[0]
+	require.Equal(t, d.Message, again.Message)
+	require.NotEqual(t, d.Token, again.Token, "each receive has a token of its own")
+	require.NoError(t, f.Queue.Ack(ctx, again.Token))
+}
+
+func queueAck(t *testing.T, f QueueFixture) {
+	ctx := context.Background()
+	require.NoError(t, f.Queue.EnsureWorkerQueue(ctx, tenantA, "q"))
+	j, k := workerJob(t, tenantA, "q"), workerJob(t, tenantA, "q")
+	dispatch(t, f, j, 0)
+	dispatch(t, f, k, 0)
+	ds := takeN(t, f, tenantA, "q", 2)
+	acked := ds[0]
+	require.NoError(t, f.Queue.Ack(ctx, acked.Token))
+	require.NoError(t, f.Queue.Ack(ctx, acked.Token), "acking again is no error")
+	require.Error(t, f.Queue.Extend(ctx, acked.Token, time.Minute), "an acked delivery is gone")
+	require.Error(t, f.Queue.Release(ctx, acked.Token))
+	require.Error(t, f.Queue.Ack(ctx, "not a token"))
+
+	// The other comes back when released; the acked one never does.
+	require.NoError(t, f.Queue.Release(ctx, ds[1].Token))
+	got := takeN(t, f, tenantA, "q", 1)
+	require.Equal(t, ds[1].Message, got[0].Message)
+	require.NoError(t, f.Queue.Ack(ctx, got[0].Token))
+	f.Advance(2 * f.Visibility)
+	require.Empty(t, take(t, f, tenantA, "q", 10))
+}
+
+func queueRedelivery(t *testing.T, f QueueFixture) {
+	ctx := context.Background()
+	require.NoError(t, f.Queue.EnsureWorkerQueue(ctx, tenantA, "q"))
+	j := workerJob(t, tenantA, "q")
+	dispatch(t, f, j, 0)
+	d := takeN(t, f, tenantA, "q", 1)[0]
+	// Neither acked nor extended for long: it comes back (a second).
+	require.NoError(t, f.Queue.Extend(ctx, d.Token, time.Second))
+	f.Advance(time.Second)
+	again := takeN(t, f, tenantA, "q", 1)[0]
+	require.Equal(t, d.Message, again.Message)
+	require.NotEqual(t, d.Token, again.Token)
+	require.NoError(t, f.Queue.Ack(ctx, again.Token))
+	f.Advance(2 * f.Visibility)
+	require.Empty(t, take(t, f, tenantA, "q", 10))
+
+	if f.RealTime {
+		t.Logf("not waiting the visibility timeout (%s) itself out on real time", f.Visibility)
+		return
+	}
+	// Left alone, a delivery comes back at the visibility timeout.
+	k := workerJob(t, tenantA, "q")
+	dispatch(t, f, k, 0)
+	require.Len(t, take(t, f, tenantA, "q", 10), 1)
+	f.Advance(f.Visibility - time.Second)
+	require.Empty(t, take(t, f, tenantA, "q", 10))
+	f.Advance(time.Second)
+	require.Equal(t, []engine.Message{messageOf(k)}, messages(take(t, f, tenantA, "q", 10)))
+}
+
+func queueReady(t *testing.T, f QueueFixture) {
+	ctx := context.Background()
+	low, high := builtinJob(t, tenantA, 2), builtinJob(t, tenantB, 0)
+	w := workerJob(t, tenantA, "q")
+	dispatch(t, f, low, 0)
+	dispatch(t, f, w, 0)
+	dispatch(t, f, high, 0)
+
+	got := readyN(t, f, 2)
+	require.Equal(t, []engine.Message{messageOf(high), messageOf(low)}, messages(got), "P0 first; worker steps never on the ready path")
+	require.Empty(t, f.TakeReady(t, 10), "taken messages are hidden")
+	require.Equal(t, []engine.Message{messageOf(w)}, messages(takeN(t, f, tenantA, "q", 1)), "a worker step goes to its worker queue")
+
+	// Tokens of the ready path work as the worker queues' do (the execute
+	// function extends a held message, and acks a done one).
+	require.NoError(t, f.Queue.Ack(ctx, got[0].Token))
+	require.NoError(t, f.Queue.Extend(ctx, got[1].Token, time.Second))
+	f.Advance(time.Second)
+	again := readyN(t, f, 1)
+	require.Equal(t, messageOf(low), again[0].Message)
+	require.NoError(t, f.Queue.Ack(ctx, again[0].Token))
+	f.Advance(time.Hour)
+	require.Empty(t, f.TakeReady(t, 10))
+
+	// A retry is a delayed message on the ready path too.
+	r := builtinJob(t, tenantA, 1)
+	dispatch(t, f, r, 2*time.Second)
+	require.Empty(t, f.TakeReady(t, 10))
+	f.Advance(2 * time.Second)
+	require.True(t, slices.Equal([]engine.Message{messageOf(r)}, messages(readyN(t, f, 1))))
+}

@@ -1,0 +1,759 @@
+package enginetest
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
+)
+
+const (
+	tenantA = "tenant-a"
+	tenantB = "tenant-b"
+)
+
+// Specs the checks build jobs from.
+const (
+	passSpec   = `{"steps":[{"id":"only","action":"pass"}]}`
+	workerSpec = `{"steps":[{"id":"s","action":"worker","retry":{"max_attempts":2}}]}`
+)
+
+var storeChecks = []check[StoreFixture]{
+	{"create then get answers a fresh copy", storeCreateGet},
+	{"another tenant's job is not found", storeTenantIsolation},
+	{"idempotency key", storeIdempotency},
+	{"idempotency key race has one winner", storeIdempotencyRace},
+	{"save is conditional on version", storeSaveConditional},
+	{"racing saves have exactly one winner", storeSaveRace},
+	{"save refuses a change from another state", storeSaveState},
+	{"save refuses a job over the item limit", storeTooLarge},
+	{"due lists unfinished jobs past their time", storeDue},
+	{"defer moves a due job only if unchanged", storeDefer},
+	{"quarantine takes a job out of the due index", storeQuarantine},
+	{"an unreadable job answers ErrUnreadable", storeUnreadable},
+	{"list pages newest first", storeListPaging},
+	{"list filters by state and queue", storeListFilters},
+	{"list refuses foreign or garbage cursors", storeListCursor},
+	{"api keys", storeKeys},
+	{"stats sum 24 hours", storeStats},
+}
+
+// newJob builds an unsaved job from a submission body.
+func newJob(t *testing.T, tenant, spec, idemKey string, now time.Time) *domain.Job {
+	t.Helper()
+	s, err := domain.ParseJobSpec([]byte(spec))
+	require.NoError(t, err)
+	j, err := domain.NewJob(tenant, ulid.Make().String(), s, idemKey, now)
+	require.NoError(t, err)
+	return j
+}
+
+// create stores a new job without an idempotency key.
+func create(t *testing.T, f StoreFixture, tenant, spec string, now time.Time) *domain.Job {
+	t.Helper()
+	j := newJob(t, tenant, spec, "", now)
+	got, created, err := f.Store.Create(context.Background(), j, "", now)
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, int64(1), got.Version)
+	return got
+}
+
+// load reads a job and how many events it had, as a caller of Save does.
+func load(t *testing.T, f StoreFixture, tenant, id string) (*domain.Job, int) {
+	t.Helper()
+	j, err := f.Store.Get(context.Background(), tenant, id)
+	require.NoError(t, err)
+	return j, len(j.Events)
+}
+
+// leased stores a worker job whose step s is leased for an hour, and
+// answers it with the lease's id.
+func leased(t *testing.T, f StoreFixture) (*domain.Job, string) {
+	t.Helper()
+	j := create(t, f, tenantA, workerSpec, f.Now)
+	loaded, n := load(t, f, tenantA, j.ID)
+	l, err := loaded.Lease("s", domain.LeaseRequest{Worker: "w", ViaWorker: true, Nonce: "n", Duration: time.Hour}, f.Now)
+	require.NoError(t, err)
+	require.NoError(t, f.Store.Save(context.Background(), loaded, n))
+	return loaded, l.ID
+}
+
+func eventTypes(j *domain.Job) []string {
+	var out []string
+	for _, e := range j.Events {
+		out = append(out, e.Type)
+	}
+	return out
+}
+
+func storeCreateGet(t *testing.T, f StoreFixture) {
+	ctx := context.Background()
+	spec := `{
+		"queue": "billing", "priority": 0,
+		"payload": {"order": 42, "items": ["a", "b"], "nested": {"ok": true, "none": null}},
+		"steps": [
+			{"id": "charge", "action": "worker", "queue": "cards", "lease_seconds": 90, "timeout_seconds": 600,
+			 "retry": {"max_attempts": 5, "backoff": "linear", "initial_delay_ms": 250, "max_delay_ms": 4000, "jitter": true}},
+			{"id": "nap", "action": "sleep", "seconds": 1.5},
+			{"id": "boom", "action": "fail", "class": "needs_user", "message": "ask a person"}
+		]}`
+	j := newJob(t, tenantA, spec, "", f.Now)
+	got, created, err := f.Store.Create(ctx, j, "", f.Now)
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, j.ID, got.ID)
+	require.Equal(t, int64(1), j.Version, "Create sets version 1")
+
+	first, err := f.Store.Get(ctx, tenantA, j.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, string(j.Payload), string(first.Payload))
+	want := *j
+	want.Payload = first.Payload // kept compact; its meaning is what must survive
+	require.Equal(t, &want, first)
+
+	// Every Get is a copy of its own: changing one changes neither the
+	// store nor another copy, and neither does changing the created job.
+	second, err := f.Store.Get(ctx, tenantA, j.ID)
+	require.NoError(t, err)
+	require.NotSame(t, first, second)
+	first.State, first.Steps[0].State, first.Events = domain.JobFailed, domain.StepFailed, nil
+	j.Queue, j.Steps[1].Attempt = "mutated", 99
+	third, err := f.Store.Get(ctx, tenantA, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, second, third)
+	require.Equal(t, "billing", third.Queue)
+	require.Equal(t, domain.JobQueued, third.State)
+	require.Equal(t, []string{"job_created", "step_waiting_deps", "step_waiting_deps"}, eventTypes(third))
+
+	// A saved change roundtrips too.
+	_, err = third.Lease("charge", domain.LeaseRequest{Worker: "w-1", ViaWorker: true, Nonce: "n1", Duration: time.Minute, Token: "tok-1"}, f.Now)
+	require.NoError(t, err)
+	require.NoError(t, f.Store.Save(ctx, third, len(second.Events)))
+	require.Equal(t, int64(2), third.Version)
+	again, err := f.Store.Get(ctx, tenantA, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, third, again)
+	require.Equal(t, "tok-1", again.Steps[0].Lease.Token)
+}
+
+func storeTenantIsolation(t *testing.T, f StoreFixture) {
+	ctx := context.Background()
+	_, err := f.Store.Get(ctx, tenantA, ulid.Make().String())
+	require.ErrorIs(t, err, domain.ErrNotFound)
+
+	j := create(t, f, tenantA, passSpec, f.Now)
+	_, err = f.Store.Get(ctx, tenantB, j.ID)
+	require.ErrorIs(t, err, domain.ErrNotFound, "another tenant's job answers exactly as a missing one")
+	require.Equal(t, domain.CodeNotFound, domain.CodeOf(err))
+	got, err := f.Store.Get(ctx, tenantA, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, tenantA, got.Tenant)
+
+	// Another tenant's save of it is no save.
+	theirs := *got
+	theirs.Tenant = tenantB
+	_, err = theirs.Cancel(f.Now)
+	require.NoError(t, err)
+	require.ErrorIs(t, f.Store.Save(ctx, &theirs, len(got.Events)), domain.ErrVersionConflict)
+	got, err = f.Store.Get(ctx, tenantA, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, domain.JobQueued, got.State)
+}
+
+func storeIdempotency(t *testing.T, f StoreFixture) {
+	ctx := context.Background()
+	key := "key-" + ulid.Make().String()
+	first := newJob(t, tenantA, passSpec, key, f.Now)
+	got, created, err := f.Store.Create(ctx, first, "hash-1", f.Now)
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, first.ID, got.ID)
+
+	// The same key and hash answer the first job; the duplicate is not written.
+	dup := newJob(t, tenantA, passSpec, key, f.Now)
+	got, created, err = f.Store.Create(ctx, dup, "hash-1", f.Now.Add(time.Hour))
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, first.ID, got.ID)
+	stored, err := f.Store.Get(ctx, tenantA, first.ID)
+	require.NoError(t, err)
+	require.Equal(t, stored, got)
+	_, err = f.Store.Get(ctx, tenantA, dup.ID)
+	require.ErrorIs(t, err, domain.ErrNotFound)
+
+	// The same key with another body's hash is refused.
+	other := newJob(t, tenantA, passSpec, key, f.Now)
+	_, _, err = f.Store.Create(ctx, other, "hash-2", f.Now)
+	require.ErrorIs(t, err, domain.ErrIdempotencyMismatch)
+	_, err = f.Store.Get(ctx, tenantA, other.ID)
+	require.ErrorIs(t, err, domain.ErrNotFound)
+
+	// Another tenant's key is its own.
+	theirs := newJob(t, tenantB, passSpec, key, f.Now)
+	got, created, err = f.Store.Create(ctx, theirs, "hash-2", f.Now)
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, theirs.ID, got.ID)
+
+	// A key recorded more than a day ago no longer holds; the new job
+	// takes it over.
+	old := "old-" + ulid.Make().String()
+	then := f.Now.Add(-25 * time.Hour)
+	_, created, err = f.Store.Create(ctx, newJob(t, tenantA, passSpec, old, then), "hash-1", then)
+	require.NoError(t, err)
+	require.True(t, created)
+	fresh := newJob(t, tenantA, passSpec, old, f.Now)
+	got, created, err = f.Store.Create(ctx, fresh, "hash-2", f.Now)
+	require.NoError(t, err)
+	require.True(t, created, "an expired key is free")
+	got, created, err = f.Store.Create(ctx, newJob(t, tenantA, passSpec, old, f.Now), "hash-2", f.Now)
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, fresh.ID, got.ID)
+}
+
+func storeIdempotencyRace(t *testing.T, f StoreFixture) {
+	ctx := context.Background()
+	key := "race-" + ulid.Make().String()
+	const racers = 8
+	jobs := make([]*domain.Job, racers)
+	for i := range jobs {
+		jobs[i] = newJob(t, tenantA, passSpec, key, f.Now)
+	}
+	type answer struct {
+		id      string
+		created bool
+		err     error
+	}
+	answers := make([]answer, racers)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range racers {
+		wg.Go(func() {
+			<-start
+			j, created, err := f.Store.Create(ctx, jobs[i], "same-hash", f.Now)
+			if err == nil {
+				answers[i] = answer{j.ID, created, nil}
+			} else {
+				answers[i] = answer{err: err}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	winner := ""
+	for i, a := range answers {
+		require.NoError(t, a.err, "racer %d", i)
+		if a.created {
+			require.Empty(t, winner, "two racers created a job")
+			winner = a.id
+		}
+	}
+	require.NotEmpty(t, winner, "no racer created the job")
+	for i, a := range answers {
+		require.Equal(t, winner, a.id, "racer %d", i)
+	}
+}
+
+func storeSaveConditional(t *testing.T, f StoreFixture) {
+	ctx := context.Background()
+	j := create(t, f, tenantA, workerSpec, f.Now)
+	first, n1 := load(t, f, tenantA, j.ID)
+	second, n2 := load(t, f, tenantA, j.ID)
+
+	_, err := first.Cancel(f.Now)
+	require.NoError(t, err)
+	_, err = second.Lease("s", domain.LeaseRequest{Worker: "w", ViaWorker: true, Nonce: "x", Duration: time.Minute}, f.Now)
+	require.NoError(t, err)
+
+	require.NoError(t, f.Store.Save(ctx, first, n1))
+	require.Equal(t, int64(2), first.Version, "a save bumps the version")
+	err = f.Store.Save(ctx, second, n2)
+	require.ErrorIs(t, err, domain.ErrVersionConflict)
+	require.Equal(t, int64(1), second.Version, "the loser's version is unchanged")
+
+	stored, err := f.Store.Get(ctx, tenantA, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, first, stored)
+	require.Contains(t, eventTypes(stored), "job_cancelled")
+	require.NotContains(t, eventTypes(stored), "job_leased")
+
+	// A save of a job never created is a conflict too, and creates nothing.
+	ghost := newJob(t, tenantA, passSpec, "", f.Now)
+	ghost.Version = 1
+	_, err = ghost.Cancel(f.Now)
+	require.NoError(t, err)
+	require.ErrorIs(t, f.Store.Save(ctx, ghost, 1), domain.ErrVersionConflict)
+	_, err = f.Store.Get(ctx, tenantA, ghost.ID)
+	require.ErrorIs(t, err, domain.ErrNotFound)
+}
+
+// storeSaveRace races racers saves on one version, round after round:
+// exactly one wins each round, the others get ErrVersionConflict and keep
+// their version, and the store holds the winner's change.
+func storeSaveRace(t *testing.T, f StoreFixture) {
+	ctx := context.Background()
+	const racers, rounds = 8, 20
+	j, leaseID := leased(t, f)
+	for round := range rounds + 1 {
+		copies := make([]*domain.Job, racers)
+		loaded := make([]int, racers)
+		for i := range copies {
+			copies[i], loaded[i] = load(t, f, tenantA, j.ID)
+			var err error
+			switch {
+			case round < rounds: // a change with no job event: the state must be the one read
+				_, err = copies[i].Heartbeat("s", leaseID, time.Duration(round*racers+i+1)*time.Minute, f.Now)
+			case i%3 == 0: // the last round: job events of several kinds
+				_, err = copies[i].Complete("s", leaseID, json.RawMessage(fmt.Sprintf(`{"racer":%d}`, i)), f.Now)
+			case i%3 == 1:
+				_, err = copies[i].Cancel(f.Now)
+			default:
+				_, err = copies[i].Fail("s", leaseID, domain.Failure{Class: domain.ClassFatal, Message: fmt.Sprint(i)}, f.Now, nil)
+			}
+			require.NoError(t, err)
+		}
+		version := copies[0].Version
+		errs := make([]error, racers)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range racers {
+			wg.Go(func() {
+				<-start
+				errs[i] = f.Store.Save(ctx, copies[i], loaded[i])
+			})
+		}
+		close(start)
+		wg.Wait()
+		winner := -1
+		for i, err := range errs {
+			if err == nil {
+				require.Equal(t, -1, winner, "round %d: racers %d and %d both won", round, winner, i)
+				winner = i
+				require.Equal(t, version+1, copies[i].Version)
+				continue
+			}
+			require.ErrorIs(t, err, domain.ErrVersionConflict, "round %d racer %d", round, i)
+			require.Equal(t, version, copies[i].Version, "round %d: a loser's version is unchanged", round)
+		}
+		require.NotEqual(t, -1, winner, "round %d: no racer won", round)
+		stored, err := f.Store.Get(ctx, tenantA, j.ID)
+		require.NoError(t, err)
+		require.Equal(t, copies[winner], stored, "round %d: the store holds the winner's change", round)
+	}
+}
+
+func storeSaveState(t *testing.T, f StoreFixture) {
+	ctx := context.Background()
+	j := create(t, f, tenantA, passSpec, f.Now)
+
+	// A job event whose sources exclude the stored state, at the right version.
+	loaded, n := load(t, f, tenantA, j.ID)
+	require.NotContains(t, domain.JobSources(domain.JobEvCompleted), domain.JobQueued)
+	loaded.Events = append(loaded.Events, domain.Event{Seq: n + 1, Type: string(domain.JobEvCompleted), At: f.Now})
+	loaded.State = domain.JobCompleted
+	require.ErrorIs(t, f.Store.Save(ctx, loaded, n), domain.ErrVersionConflict)
+	require.Equal(t, int64(1), loaded.Version)
+
+	// No job event, yet the state changed: the condition is the state the
+	// change leaves, which is not the stored one.
+	loaded, n = load(t, f, tenantA, j.ID)
+	loaded.Events = append(loaded.Events, domain.Event{Seq: n + 1, Type: domain.StepRunning.EventType(), Step: "only", At: f.Now})
+	loaded.State = domain.JobRunning
+	require.ErrorIs(t, f.Store.Save(ctx, loaded, n), domain.ErrVersionConflict)
+
+	stored, err := f.Store.Get(ctx, tenantA, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, j, stored, "nothing was written")
+
+	// The same version with a job event the stored state allows is saved.
+	loaded, n = load(t, f, tenantA, j.ID)
+	_, err = loaded.Lease("only", domain.LeaseRequest{Nonce: "z", Duration: time.Minute}, f.Now)
+	require.NoError(t, err)
+	require.NoError(t, f.Store.Save(ctx, loaded, n))
+}
+
+// randomText answers n bytes of base64 that do not compress much.
+func randomText(seed uint64, n int) string {
+	raw := make([]byte, n*3/4+3)
+	r := rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8)})
+	_, _ = r.Read(raw)
+	return base64.RawStdEncoding.EncodeToString(raw)[:n]
+}
+
+// storeTooLarge: a job is bounded as DynamoDB bounds an item (400 KB,
+// counted on the stored, compressed form): a change over it is refused
+// with CodeTooLarge and writes nothing; one that compresses under it, or
+// is simply small enough, is saved.
+func storeTooLarge(t *testing.T, f StoreFixture) {
+	ctx := context.Background()
+	complete := func(output string) (*domain.Job, error) {
+		j, leaseID := leased(t, f)
+		loaded, n := load(t, f, tenantA, j.ID)
+		_, err := loaded.Complete("s", leaseID, json.RawMessage(`{"out":"`+output+`"}`), f.Now)
+		require.NoError(t, err)
+		return loaded, f.Store.Save(ctx, loaded, n)
+	}
+
+	// 400 KB of incompressible output, kept twice (the step's output and
+	// its attempt's): over the limit however it is stored.
+	loaded, err := complete(randomText(1, 400*1024))
+	var de *domain.Error
+	require.ErrorAs(t, err, &de)
+	require.Equal(t, domain.CodeTooLarge, de.Code)
+	require.Equal(t, int64(2), loaded.Version, "the refused change's version is unchanged")
+	stored, err := f.Store.Get(ctx, tenantA, loaded.ID)
+	require.NoError(t, err)
+	require.Equal(t, domain.JobRunning, stored.State, "nothing was written")
+	require.Equal(t, int64(2), stored.Version)
+
+	// 60 KB of it (the largest a built-in action may answer) fits.
+	loaded, err = complete(randomText(2, 60*1024))
+	require.NoError(t, err)
+	require.Equal(t, domain.JobCompleted, loaded.State)
+
+	// 300 KB that compresses well fits too, as a DynamoDB item would.
+	loaded, err = complete(strings.Repeat("stepflow ", 300*1024/9))
+	require.NoError(t, err)
+	stored, err = f.Store.Get(ctx, tenantA, loaded.ID)
+	require.NoError(t, err)
+	require.Equal(t, domain.JobCompleted, stored.State)
+}
+
+// dueIDs answers the jobs a due listing names, as tenant/id.
+func dueIDs(keys []engine.DueJob) []string {
+	var out []string
+	for _, k := range keys {
+		out = append(out, k.Tenant+"/"+k.ID)
+	}
+	return out
+}
+
+func due(t *testing.T, f StoreFixture, now time.Time, limit int) []engine.DueJob {
+	t.Helper()
+	keys, err := f.Store.Due(context.Background(), now, limit)
+	require.NoError(t, err)
+	return keys
+}
+
+func storeDue(t *testing.T, f StoreFixture) {
+	ctx := context.Background()
+	j := create(t, f, tenantA, passSpec, f.Now)
+	require.NotNil(t, j.DueAt)
+	require.True(t, j.DueAt.Equal(f.Now.Add(domain.DispatchGrace)))
+	me := tenantA + "/" + j.ID
+
+	require.NotContains(t, dueIDs(due(t, f, f.Now, 100)), me)
+	require.NotContains(t, dueIDs(due(t, f, j.DueAt.Add(-time.Millisecond), 100)), me)
+	require.Contains(t, dueIDs(due(t, f, *j.DueAt, 100)), me, "due at its due time")
+
+	// Earliest first: the limit never leaves out the earliest job due, and
+	// nothing answered is due later than asked.
+	var all []string
+	for i := range 4 {
+		at := f.Now.Add(time.Duration(i+1) * time.Second)
+		k := create(t, f, tenantB, passSpec, at)
+		all = append(all, tenantB+"/"+k.ID)
+	}
+	later := f.Now.Add(2 * domain.DispatchGrace)
+	keys := due(t, f, later, 100)
+	require.ElementsMatch(t, append([]string{me}, all...), dueIDs(keys))
+	for _, k := range keys {
+		require.NotEmpty(t, k.Due)
+	}
+	first := due(t, f, later, 1)
+	require.Contains(t, dueIDs(first), me, "the earliest due job comes first")
+	require.NotContains(t, dueIDs(due(t, f, j.DueAt.Add(time.Second), 100)), all[3])
+
+	// A finished job leaves the index.
+	loaded, n := load(t, f, tenantA, j.ID)
+	_, err := loaded.Cancel(f.Now)
+	require.NoError(t, err)
+	require.NoError(t, f.Store.Save(ctx, loaded, n))
+	require.NotContains(t, dueIDs(due(t, f, later, 100)), me)
+	require.ElementsMatch(t, all, dueIDs(due(t, f, later, 100)))
+}
+
+// dueKey answers j's entry in a due listing at now.
+func dueKey(t *testing.T, f StoreFixture, tenant, id string, now time.Time) (engine.DueJob, bool) {
+	t.Helper()
+	for _, k := range due(t, f, now, 100) {
+		if k.Tenant == tenant && k.ID == id {
+			return k, true
+		}
+	}
+	return engine.DueJob{}, false
+}
+
+func storeDefer(t *testing.T, f StoreFixture) {
+	ctx := context.Background()
+	j := create(t, f, tenantA, passSpec, f.Now)
+	at := *j.DueAt
+	later := at.Add(5 * time.Minute)
+	k, ok := dueKey(t, f, tenantA, j.ID, at)
+	require.True(t, ok)
+
+	require.NoError(t, f.Store.Defer(ctx, k, later))
+	_, ok = dueKey(t, f, tenantA, j.ID, at)
+	require.False(t, ok, "deferred past its old due time")
+	k2, ok := dueKey(t, f, tenantA, j.ID, later)
+	require.True(t, ok, "due again at the time it was deferred to")
+	require.NotEqual(t, k.Due, k2.Due)
+
+	// A deferral decided on a due time that has moved since changes nothing.
+	require.NoError(t, f.Store.Defer(ctx, k, later.Add(time.Hour)))
+	_, ok = dueKey(t, f, tenantA, j.ID, later)
+	require.True(t, ok)
+	// Nor does one with no due time, or of a missing job.
+	require.NoError(t, f.Store.Defer(ctx, engine.DueJob{Tenant: tenantA, ID: j.ID}, later.Add(time.Hour)))
+	_, ok = dueKey(t, f, tenantA, j.ID, later)
+	require.True(t, ok)
+	require.NoError(t, f.Store.Defer(ctx, engine.DueJob{Tenant: tenantA, ID: ulid.Make().String(), Due: k2.Due}, later))
+
+	got, err := f.Store.Get(ctx, tenantA, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, j.Version, got.Version, "a deferral is no transition")
+	require.Equal(t, j.State, got.State)
+}
+
+func storeQuarantine(t *testing.T, f StoreFixture) {
+	ctx := context.Background()
+	j := create(t, f, tenantA, passSpec, f.Now)
+	other := create(t, f, tenantA, passSpec, f.Now)
+	later := j.DueAt.Add(time.Hour)
+	require.NoError(t, f.Store.Quarantine(ctx, tenantA, j.ID, "cannot be read", f.Now))
+	require.Equal(t, []string{tenantA + "/" + other.ID}, dueIDs(due(t, f, later, 100)))
+	// The job itself is as it was.
+	got, err := f.Store.Get(ctx, tenantA, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, j, got)
+	// A job that is gone, or another tenant's, is no error.
+	require.NoError(t, f.Store.Quarantine(ctx, tenantA, ulid.Make().String(), "gone", f.Now))
+	require.NoError(t, f.Store.Quarantine(ctx, tenantB, other.ID, "not theirs", f.Now))
+	require.Equal(t, []string{tenantA + "/" + other.ID}, dueIDs(due(t, f, later, 100)))
+}
+
+func storeUnreadable(t *testing.T, f StoreFixture) {
+	ctx := context.Background()
+	bad := create(t, f, tenantA, passSpec, f.Now)
+	good := create(t, f, tenantA, passSpec, f.Now)
+	f.Corrupt(t, tenantA, bad.ID)
+
+	_, err := f.Store.Get(ctx, tenantA, bad.ID)
+	require.ErrorIs(t, err, domain.ErrUnreadable)
+	require.False(t, errors.Is(err, domain.ErrNotFound))
+	_, err = f.Store.Get(ctx, tenantB, bad.ID)
+	require.ErrorIs(t, err, domain.ErrNotFound, "still another tenant's business")
+	_, err = f.Store.Get(ctx, tenantA, good.ID)
+	require.NoError(t, err)
+
+	// The due index still names it, so the sweep meets it and quarantines it.
+	later := bad.DueAt.Add(time.Hour)
+	require.ElementsMatch(t, []string{tenantA + "/" + bad.ID, tenantA + "/" + good.ID}, dueIDs(due(t, f, later, 100)))
+	require.NoError(t, f.Store.Quarantine(ctx, tenantA, bad.ID, "unreadable", f.Now))
+	require.Equal(t, []string{tenantA + "/" + good.ID}, dueIDs(due(t, f, later, 100)))
+}
+
+// listAll pages through a listing until its cursor runs out, requiring
+// every page to keep to the limit and the filter.
+func listAll(t *testing.T, f StoreFixture, tenant string, lf engine.ListFilter) []string {
+	t.Helper()
+	var ids []string
+	for pages := 1; ; pages++ {
+		page, cur, err := f.Store.List(context.Background(), tenant, lf)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(page), int(lf.Limit))
+		for _, s := range page {
+			if lf.State != "" {
+				require.Equal(t, lf.State, s.State, "job %s", s.ID)
+			}
+			if lf.Queue != "" {
+				require.Equal(t, lf.Queue, s.Queue, "job %s", s.ID)
+			}
+			ids = append(ids, s.ID)
+		}
+		if cur == "" {
+			return ids
+		}
+		require.Less(t, pages, 100, "the listing does not end")
+		lf.Cursor = cur
+	}
+}
+
+func newestFirst(jobs []*domain.Job) []string {
+	ids := make([]string, 0, len(jobs))
+	for _, j := range jobs {
+		ids = append(ids, j.ID)
+	}
+	slices.Sort(ids)
+	slices.Reverse(ids)
+	return ids
+}
+
+func storeListPaging(t *testing.T, f StoreFixture) {
+	ctx := context.Background()
+	var mine []*domain.Job
+	for i := range 7 {
+		mine = append(mine, create(t, f, tenantA, passSpec, f.Now))
+		if i%3 == 0 {
+			create(t, f, tenantB, passSpec, f.Now)
+		}
+	}
+	want := newestFirst(mine)
+
+	page, cur, err := f.Store.List(ctx, tenantA, engine.ListFilter{Limit: 3})
+	require.NoError(t, err)
+	require.NotEmpty(t, cur)
+	require.NotEmpty(t, page)
+	require.Equal(t, want[:len(page)], ids(page))
+	require.Equal(t, engine.JobSummary{ID: want[0], State: domain.JobQueued, Queue: domain.DefaultQueue}, page[0])
+
+	require.Equal(t, want, listAll(t, f, tenantA, engine.ListFilter{Limit: 3}))
+	require.Equal(t, want, listAll(t, f, tenantA, engine.ListFilter{Limit: 1}))
+	require.Equal(t, want, listAll(t, f, tenantA, engine.ListFilter{Limit: 100}))
+	require.Len(t, listAll(t, f, tenantB, engine.ListFilter{Limit: 100}), 3)
+	require.Empty(t, listAll(t, f, "tenant-none", engine.ListFilter{Limit: 10}))
+}
+
+func ids(page []engine.JobSummary) []string {
+	var out []string
+	for _, s := range page {
+		out = append(out, s.ID)
+	}
+	return out
+}
+
+func storeListFilters(t *testing.T, f StoreFixture) {
+	ctx := context.Background()
+	var alpha, beta, cancelled []*domain.Job
+	for i := range 12 {
+		spec := `{"queue":"alpha","steps":[{"id":"s","action":"pass"}]}`
+		if i == 2 || i == 9 {
+			spec = `{"queue":"beta","steps":[{"id":"s","action":"pass"}]}`
+		}
+		j := create(t, f, tenantA, spec, f.Now)
+		if i == 0 || i == 7 {
+			loaded, n := load(t, f, tenantA, j.ID)
+			_, err := loaded.Cancel(f.Now)
+			require.NoError(t, err)
+			require.NoError(t, f.Store.Save(ctx, loaded, n))
+			cancelled = append(cancelled, loaded)
+		}
+		if j.Queue == "beta" {
+			beta = append(beta, j)
+		} else {
+			alpha = append(alpha, j)
+		}
+	}
+	// Another tenant's jobs match the same filters and are never listed.
+	create(t, f, tenantB, `{"queue":"beta","steps":[{"id":"s","action":"pass"}]}`, f.Now)
+
+	require.Equal(t, newestFirst(beta), listAll(t, f, tenantA, engine.ListFilter{Queue: "beta", Limit: 1}))
+	require.Equal(t, newestFirst(alpha), listAll(t, f, tenantA, engine.ListFilter{Queue: "alpha", Limit: 4}))
+	require.Empty(t, listAll(t, f, tenantA, engine.ListFilter{Queue: "gamma", Limit: 5}))
+	require.Equal(t, newestFirst(cancelled), listAll(t, f, tenantA, engine.ListFilter{State: domain.JobCancelled, Limit: 1}))
+	require.Len(t, listAll(t, f, tenantA, engine.ListFilter{State: domain.JobQueued, Limit: 4}), 10)
+	require.Equal(t, newestFirst(beta), listAll(t, f, tenantA, engine.ListFilter{State: domain.JobQueued, Queue: "beta", Limit: 1}))
+	require.Empty(t, listAll(t, f, tenantA, engine.ListFilter{State: domain.JobCancelled, Queue: "beta", Limit: 1}))
+	require.Equal(t, newestFirst(cancelled), listAll(t, f, tenantA, engine.ListFilter{State: domain.JobCancelled, Queue: "alpha", Limit: 1}))
+}
+
+func storeListCursor(t *testing.T, f StoreFixture) {
+	ctx := context.Background()
+	for range 3 {
+		create(t, f, tenantA, passSpec, f.Now)
+	}
+	_, cur, err := f.Store.List(ctx, tenantA, engine.ListFilter{Limit: 1})
+	require.NoError(t, err)
+	require.NotEmpty(t, cur)
+	for name, bad := range map[string]struct{ tenant, cursor string }{
+		"another tenant's cursor": {tenantB, cur},
+		"not base64":              {tenantA, "%%% not a cursor %%%"},
+		"base64 of garbage":       {tenantA, base64.RawURLEncoding.EncodeToString([]byte("garbage"))},
+		"base64 of JSON":          {tenantA, base64.RawURLEncoding.EncodeToString([]byte(`{"pk":"J#tenant-a#0"}`))},
+	} {
+		_, _, err := f.Store.List(ctx, bad.tenant, engine.ListFilter{Limit: 5, Cursor: bad.cursor})
+		var de *domain.Error
+		require.ErrorAs(t, err, &de, name)
+		require.Equal(t, domain.CodeInvalid, de.Code, name)
+		require.Equal(t, "cursor", de.Field, name)
+	}
+}
+
+func storeKeys(t *testing.T, f StoreFixture) {
+	ctx := context.Background()
+	key := "secret-" + ulid.Make().String()
+	f.AddKey(t, "tenant-k", key)
+	f.AddKey(t, "tenant-k", key+"-2")
+	f.AddKey(t, "tenant-j", key+"-3")
+	for k, want := range map[string]string{key: "tenant-k", key + "-2": "tenant-k", key + "-3": "tenant-j"} {
+		got, err := f.Store.TenantForKey(ctx, k)
+		require.NoError(t, err)
+		require.Equal(t, want, got)
+	}
+	for _, k := range []string{"unknown-" + ulid.Make().String(), "", key + "x", strings.ToUpper(key)} {
+		_, err := f.Store.TenantForKey(ctx, k)
+		require.ErrorIs(t, err, domain.ErrUnauthorized, "key %q", k)
+	}
+}
+
+func storeStats(t *testing.T, f StoreFixture) {
+	ctx := context.Background()
+	now := f.Now
+	record := func(tenant string, state domain.JobState, blocked, queued int64, at time.Time) {
+		d := engine.OutcomeDelta(state)
+		d.Blocked, d.Queued = blocked, queued
+		require.NoError(t, f.Store.RecordStats(ctx, tenant, d, at))
+	}
+	for _, o := range []struct {
+		state           domain.JobState
+		blocked, queued int64
+	}{
+		{domain.JobCompleted, 0, 0},
+		{domain.JobCompleted, 0, 0},
+		{domain.JobCompleted, 0, 0},
+		{domain.JobFailed, 0, 0},
+		{domain.JobCancelled, 0, 0},
+		{domain.JobWaiting, +1, 0},
+		{domain.JobWaiting, +1, 0},
+		{domain.JobQueued, -1, 0},
+		{domain.JobQueued, 0, +3},
+		{domain.JobRunning, 0, -1},
+	} {
+		record(tenantA, o.state, o.blocked, o.queued, now)
+	}
+	// Within the last 24 hours counts; older does not (the blocked gauge
+	// is no window's).
+	record(tenantA, domain.JobFailed, 0, 0, now.Add(-23*time.Hour))
+	record(tenantA, domain.JobCompleted, 1, 5, now.Add(-25*time.Hour))
+	record(tenantA, domain.JobRunning, 0, 0, now)
+	record(tenantB, domain.JobCompleted, 1, 0, now)
+
+	st, err := f.Store.Stats(ctx, tenantA, now)
+	require.NoError(t, err)
+	require.Equal(t, engine.Stats{Completed: 3, Failed: 2, Cancelled: 1, Blocked: 2, Queued: 2}, st)
+	st, err = f.Store.Stats(ctx, tenantB, now)
+	require.NoError(t, err)
+	require.Equal(t, engine.Stats{Completed: 1, Blocked: 1}, st)
+	st, err = f.Store.Stats(ctx, "tenant-none", now)
+	require.NoError(t, err)
+	require.Equal(t, engine.Stats{}, st)
+	// A day later only the gauge is left.
+	st, err = f.Store.Stats(ctx, tenantA, now.Add(25*time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, engine.Stats{Blocked: 2}, st)
+}

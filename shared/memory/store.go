@@ -1,0 +1,380 @@
+package memory
+
+import (
+	"bytes"
+	"cmp"
+	"compress/flate"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
+)
+
+var _ engine.Store = (*Store)(nil)
+
+// MaxItemBytes is the default bound on a job's stored size: DynamoDB's
+// item limit (shared/store.MaxItemBytes), which the job engine must meet
+// wherever it runs. The size is counted as the DynamoDB adapter counts its
+// item, closely enough for the bound to bite at the same jobs: the job's
+// JSON document deflated, plus its key and condition attributes.
+const MaxItemBytes = 400 * 1024
+
+// dueLayout renders due times as the due index holds them (millisecond
+// strings that sort as times).
+const dueLayout = "2006-01-02T15:04:05.000Z"
+
+// hourLayout names a stats bucket.
+const hourLayout = "2006010215"
+
+// idempotencyTTL is how long an idempotency key holds its job.
+const idempotencyTTL = 24 * time.Hour
+
+type jobKey struct{ tenant, id string }
+
+// record is a stored job: its encoded document and, beside it, what
+// conditions and indexes read, as in the DynamoDB item. A Save replaces the
+// whole record (quarantine marks included), as PutItem replaces the item.
+type record struct {
+	doc           []byte
+	state         domain.JobState
+	version       int64
+	queue         string
+	due           string // dueLayout; "" when out of the due index
+	quarantined   string // why, once quarantined
+	quarantinedAt time.Time
+}
+
+type idemRecord struct {
+	jobID, hash string
+	expires     time.Time
+}
+
+type statsKey struct{ tenant, hour string }
+
+// Store is the in-memory job store. It needs no clock: every method whose
+// answer depends on the time is given it by the engine.
+type Store struct {
+	mu       sync.Mutex
+	jobs     map[jobKey]*record
+	idem     map[jobKey]idemRecord // tenant, idempotency key
+	keys     map[string]string     // sha256 of an API key -> tenant
+	hours    map[statsKey]engine.StatsDelta
+	blocked  map[string]int64
+	maxBytes int
+}
+
+// StoreOption configures a Store.
+type StoreOption func(*Store)
+
+// WithMaxItemBytes bounds a job's stored size (MaxItemBytes by default);
+// n <= 0 removes the bound.
+func WithMaxItemBytes(n int) StoreOption { return func(s *Store) { s.maxBytes = n } }
+
+// NewStore answers an empty store.
+func NewStore(opts ...StoreOption) *Store {
+	s := &Store{
+		jobs: map[jobKey]*record{}, idem: map[jobKey]idemRecord{}, keys: map[string]string{},
+		hours: map[statsKey]engine.StatsDelta{}, blocked: map[string]int64{}, maxBytes: MaxItemBytes,
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// encode renders j as its record, refusing one over the size bound with
+// the DynamoDB adapter's error.
+func (s *Store) encode(j *domain.Job) (*record, error) {
+	doc, err := json.Marshal(j)
+	if err != nil {
+		return nil, fmt.Errorf("encode job %s: %w", j.ID, err)
+	}
+	r := &record{doc: doc, state: j.State, version: j.Version, queue: j.Queue}
+	if j.DueAt != nil {
+		r.due = j.DueAt.UTC().Format(dueLayout)
+	}
+	if n := r.size(j.Tenant, j.ID, s.maxBytes); s.maxBytes > 0 && n > s.maxBytes {
+		return nil, &domain.Error{Code: domain.CodeTooLarge, Message: fmt.Sprintf(
+			"job %s would be %d bytes stored; DynamoDB's limit is %d: keep large outputs elsewhere (S3) and pass references", j.ID, n, s.maxBytes)}
+	}
+	return r, nil
+}
+
+// size answers the record's size as the DynamoDB adapter's item would
+// count it; below limit without compressing, it answers the uncompressed
+// size (only an upper bound matters then).
+func (r *record) size(tenant, id string, limit int) int {
+	attrs := len("pk") + len("J#") + len(tenant) + len("#0") + len("sk") + len(id) +
+		len("state") + len(r.state) + len("version") + len(strconv.FormatInt(r.version, 10)) +
+		len("queue") + len(r.queue) + len("doc")
+	if r.due != "" {
+		attrs += len("gsi2pk") + len("D#0") + len("gsi2sk") + len(r.due)
+	}
+	if limit <= 0 || attrs+len(r.doc) <= limit {
+		return attrs + len(r.doc)
+	}
+	var buf bytes.Buffer
+	zw, _ := flate.NewWriter(&buf, flate.DefaultCompression)
+	_, _ = zw.Write(r.doc)
+	_ = zw.Close()
+	return attrs + buf.Len()
+}
+
+// decode answers a fresh copy of the stored job.
+func (r *record) decode(tenant, id string) (*domain.Job, error) {
+	var j domain.Job
+	if err := json.Unmarshal(r.doc, &j); err != nil {
+		return nil, fmt.Errorf("job %s: %w (decode job: %v)", id, domain.ErrUnreadable, err)
+	}
+	return &j, nil
+}
+
+// Create writes a new job at version 1. With an idempotency key, a key
+// recorded within the last 24 hours answers its job instead (created false)
+// when requestHash matches, else domain.ErrIdempotencyMismatch.
+func (s *Store) Create(_ context.Context, j *domain.Job, requestHash string, now time.Time) (*domain.Job, bool, error) {
+	j.Version = 1
+	r, err := s.encode(j)
+	if err != nil {
+		return nil, false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := jobKey{j.Tenant, j.ID}
+	if _, taken := s.jobs[k]; taken {
+		return nil, false, fmt.Errorf("create job %s: the id is taken", j.ID)
+	}
+	if j.IdempotencyKey != "" {
+		ik := jobKey{j.Tenant, j.IdempotencyKey}
+		if rec, ok := s.idem[ik]; ok && rec.expires.Unix() >= now.Unix() { // the table's ttl condition
+			if rec.hash != requestHash {
+				return nil, false, domain.ErrIdempotencyMismatch
+			}
+			existing, ok := s.jobs[jobKey{j.Tenant, rec.jobID}]
+			if !ok {
+				return nil, false, fmt.Errorf("idempotent replay of job %s: %w", rec.jobID, domain.ErrNotFound)
+			}
+			got, err := existing.decode(j.Tenant, rec.jobID)
+			if err != nil {
+				return nil, false, fmt.Errorf("idempotent replay of job %s: %w", rec.jobID, err)
+			}
+			return got, false, nil
+		}
+		s.idem[ik] = idemRecord{jobID: j.ID, hash: requestHash, expires: now.Add(idempotencyTTL)}
+	}
+	s.jobs[k] = r
+	return j, true, nil
+}
+
+// Get answers a fresh copy of one of tenant's jobs.
+func (s *Store) Get(_ context.Context, tenant, id string) (*domain.Job, error) {
+	s.mu.Lock()
+	r, ok := s.jobs[jobKey{tenant, id}]
+	s.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("job %s: %w", id, domain.ErrNotFound)
+	}
+	return r.decode(tenant, id) // a record is never changed in place
+}
+
+// Save writes j if the stored job is still at j.Version and in one of
+// domain.SaveSources(j, loadedEvents); it bumps j.Version on success. A lost
+// race answers domain.ErrVersionConflict and leaves j's version as it was.
+func (s *Store) Save(_ context.Context, j *domain.Job, loadedEvents int) error {
+	sources := domain.SaveSources(j, loadedEvents)
+	j.Version++
+	r, err := s.encode(j)
+	if err != nil {
+		j.Version--
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := jobKey{j.Tenant, j.ID}
+	cur, ok := s.jobs[k]
+	if !ok || cur.version != j.Version-1 || len(sources) > 0 && !slices.Contains(sources, cur.state) {
+		j.Version--
+		return fmt.Errorf("save job %s at version %d: %w", j.ID, j.Version, domain.ErrVersionConflict)
+	}
+	s.jobs[k] = r
+	return nil
+}
+
+// List pages through tenant's jobs, newest first (job ids are ULIDs, which
+// sort by time). A page holds at most f.Limit jobs; the cursor is empty
+// after the last.
+func (s *Store) List(_ context.Context, tenant string, f engine.ListFilter) ([]engine.JobSummary, string, error) {
+	before, err := engine.DecodeCursor(f.Cursor, tenant)
+	if err != nil {
+		return nil, "", err
+	}
+	if f.Limit < 1 {
+		return nil, "", domain.Invalid("limit", "must be at least 1")
+	}
+	s.mu.Lock()
+	var all []engine.JobSummary
+	for k, r := range s.jobs {
+		if k.tenant != tenant || before != "" && k.id >= before ||
+			f.State != "" && r.state != f.State || f.Queue != "" && r.queue != f.Queue {
+			continue
+		}
+		all = append(all, engine.JobSummary{ID: k.id, State: r.state, Queue: r.queue})
+	}
+	s.mu.Unlock()
+	slices.SortFunc(all, func(a, b engine.JobSummary) int { return strings.Compare(b.ID, a.ID) })
+	if len(all) <= int(f.Limit) {
+		return all, "", nil
+	}
+	page := all[:f.Limit]
+	return page, engine.EncodeCursor(tenant, page[len(page)-1].ID), nil
+}
+
+// Due answers up to limit jobs in the due index whose due time is at or
+// before now, earliest first. The index is one part here, so limit bounds
+// the whole answer (DynamoDB's bounds each of its shards).
+func (s *Store) Due(_ context.Context, now time.Time, limit int) ([]engine.DueJob, error) {
+	at := now.UTC().Format(dueLayout)
+	s.mu.Lock()
+	var out []engine.DueJob
+	for k, r := range s.jobs {
+		if r.due != "" && r.due <= at {
+			out = append(out, engine.DueJob{Tenant: k.tenant, ID: k.id, Due: r.due})
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b engine.DueJob) int {
+		return cmp.Or(strings.Compare(a.Due, b.Due), strings.Compare(a.Tenant, b.Tenant), strings.Compare(a.ID, b.ID))
+	})
+	if limit >= 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// Quarantine takes a job out of the due index and notes why; the job
+// itself is not read. A missing job is no error.
+func (s *Store) Quarantine(_ context.Context, tenant, id, reason string, now time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.jobs[jobKey{tenant, id}]
+	if !ok {
+		return nil
+	}
+	q := *r
+	q.due, q.quarantined, q.quarantinedAt = "", domain.Truncate(reason, 1024), now.UTC()
+	s.jobs[jobKey{tenant, id}] = &q
+	return nil
+}
+
+// Defer moves a due job to until if its due time is still k.Due; otherwise,
+// or for a missing or quarantined job, it changes nothing. It is no
+// transition: the job's version stays.
+func (s *Store) Defer(_ context.Context, k engine.DueJob, until time.Time) error {
+	if k.Due == "" {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.jobs[jobKey{k.Tenant, k.ID}]
+	if !ok || r.due != k.Due {
+		return nil
+	}
+	d := *r
+	d.due = until.UTC().Format(dueLayout)
+	s.jobs[jobKey{k.Tenant, k.ID}] = &d
+	return nil
+}
+
+// hashKey is how an API key is kept: its SHA-256, never the key (as the
+// DynamoDB store keeps it).
+func hashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+// AddKey records that key belongs to tenant.
+func (s *Store) AddKey(tenant, key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.keys[hashKey(key)] = tenant
+}
+
+// TenantForKey answers the tenant of an API key, or domain.ErrUnauthorized.
+func (s *Store) TenantForKey(_ context.Context, key string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.keys[hashKey(key)]
+	if !ok || key == "" {
+		return "", domain.ErrUnauthorized
+	}
+	return t, nil
+}
+
+// RecordStats adds d to tenant's counters: outcomes and the backlog in the
+// bucket of now's hour, the blocked gauge on its own.
+func (s *Store) RecordStats(_ context.Context, tenant string, d engine.StatsDelta, now time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := statsKey{tenant, now.UTC().Format(hourLayout)}
+	h := s.hours[k]
+	h.Completed += d.Completed
+	h.Failed += d.Failed
+	h.Cancelled += d.Cancelled
+	h.Queued += d.Queued
+	s.hours[k] = h
+	s.blocked[tenant] += d.Blocked
+	return nil
+}
+
+// Stats sums tenant's hourly buckets over the 24 hours up to now's (now's
+// hour and the 23 before it) and reads the blocked gauge.
+func (s *Store) Stats(_ context.Context, tenant string, now time.Time) (engine.Stats, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := engine.Stats{Blocked: s.blocked[tenant]}
+	for h := range 24 {
+		b := s.hours[statsKey{tenant, now.UTC().Add(-time.Duration(h) * time.Hour).Format(hourLayout)}]
+		st.Completed += b.Completed
+		st.Failed += b.Failed
+		st.Cancelled += b.Cancelled
+		st.Queued += b.Queued
+	}
+	return st, nil
+}
+
+// Corrupt is a test hook: it overwrites a stored job's document with bytes
+// that do not decode, leaving its attributes (state, version, due time) as
+// they were, so Get answers domain.ErrUnreadable and the sweep still finds
+// the job due.
+func (s *Store) Corrupt(tenant, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.jobs[jobKey{tenant, id}]
+	if !ok {
+		return fmt.Errorf("job %s: %w", id, domain.ErrNotFound)
+	}
+	c := *r
+	c.doc = []byte("\x00\x01 not a job")
+	s.jobs[jobKey{tenant, id}] = &c
+	return nil
+}
+
+// Quarantined answers why a job was quarantined, if it was.
+func (s *Store) Quarantined(tenant, id string) (reason string, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, found := s.jobs[jobKey{tenant, id}]
+	if !found || r.quarantined == "" {
+		return "", false
+	}
+	return r.quarantined, true
+}

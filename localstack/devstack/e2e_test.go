@@ -111,7 +111,8 @@ func TestFatalFailureIsNotRetried(t *testing.T) {
 	j = h.AwaitState(t, keyA, j.ID, domain.JobFailed)
 	require.Len(t, j.Steps[0].Attempts, 1)
 	require.Equal(t, "no such customer", j.Steps[0].Error.Message)
-	require.Equal(t, domain.StepWaitingDeps, j.Steps[1].State, "the step after a failed one never runs")
+	require.Equal(t, domain.StepCanceled, j.Steps[1].State, "the step after a failed one never runs, and is not left waiting")
+	require.Empty(t, j.Steps[1].Attempts)
 	h.CheckReplay(t, tenantA, j.ID)
 }
 
@@ -463,4 +464,42 @@ func TestDuplicateDeliveryOfALeasedStepIsHeldNotDropped(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got.Steps[0].Attempts, 1)
 	require.Equal(t, domain.JobCompleted, got.State)
+}
+
+func TestDiamondDAGRunsBranchesTogetherAndJoinsLast(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t)
+	j := h.Submit(t, keyA, map[string]any{"payload": map[string]any{"order": 7}, "steps": []any{
+		map[string]any{"id": "a", "action": "pass"},
+		map[string]any{"id": "b", "action": "sleep", "seconds": 1, "depends_on": []string{"a"}},
+		map[string]any{"id": "c", "action": "sleep", "seconds": 1, "depends_on": []string{"a"}},
+		map[string]any{"id": "d", "action": "pass", "depends_on": []string{"b", "c"}},
+	}})
+	j = h.AwaitState(t, keyA, j.ID, domain.JobCompleted)
+	b, c, d := j.Steps[1].Attempts[0], j.Steps[2].Attempts[0], j.Steps[3].Attempts[0]
+	require.True(t, b.StartedAt.Before(*c.EndedAt) && c.StartedAt.Before(*b.EndedAt), "b and c ran at the same time: b %s-%s, c %s-%s", b.StartedAt, b.EndedAt, c.StartedAt, c.EndedAt)
+	require.False(t, d.StartedAt.Before(*b.EndedAt) || d.StartedAt.Before(*c.EndedAt), "d ran last")
+	// d runs on both outputs (each branch's output is its own input: the
+	// payload and a's output).
+	var in struct {
+		Payload map[string]int             `json:"payload"`
+		Deps    map[string]json.RawMessage `json:"deps"`
+	}
+	require.NoError(t, json.Unmarshal(j.Steps[3].Output, &in))
+	require.Equal(t, map[string]int{"order": 7}, in.Payload)
+	require.Len(t, in.Deps, 2)
+	require.JSONEq(t, `{"payload":{"order":7},"deps":{"a":{"order":7}}}`, string(in.Deps["b"]))
+	h.CheckReplay(t, tenantA, j.ID)
+}
+
+func TestDependsOnErrorsNameTheSteps(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t)
+	status, body := h.Call(t, http.MethodPost, "/v1/jobs", keyA, map[string]any{"steps": []any{
+		map[string]any{"id": "a", "action": "pass", "depends_on": []string{"b"}},
+		map[string]any{"id": "b", "action": "pass", "depends_on": []string{"a"}},
+	}})
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, string(body), `"field":"steps"`)
+	require.Contains(t, string(body), "steps a, b can never start")
 }

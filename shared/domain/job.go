@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -136,9 +137,10 @@ func NewJob(tenant, id string, spec *JobSpec, idemKey string, now time.Time) (*J
 		return nil, err
 	}
 	for i := range spec.Steps {
-		s := &Step{Spec: spec.Steps[i], State: StepPending}
-		j.Steps = append(j.Steps, s)
-		if i == 0 {
+		j.Steps = append(j.Steps, &Step{Spec: spec.Steps[i], State: StepPending})
+	}
+	for i, s := range j.Steps {
+		if len(j.deps(i)) == 0 {
 			s.ReadyAt = &now
 			continue
 		}
@@ -160,13 +162,68 @@ func (j *Job) Step(id string) (*Step, int, error) {
 	return nil, -1, fmt.Errorf("job %s has no step %q: %w", j.ID, id, ErrNotFound)
 }
 
-// Input answers what step i runs on: the job's payload for the first step,
-// the previous step's output after that (as in Step Functions).
+// dag reports whether the job's steps declare their dependencies.
+func (j *Job) dag() bool {
+	for _, s := range j.Steps {
+		if len(s.Spec.DependsOn) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// deps answers the positions of the steps step i waits for: those it
+// depends_on in a DAG, else the step before it.
+func (j *Job) deps(i int) []int {
+	if !j.dag() {
+		if i == 0 {
+			return nil
+		}
+		return []int{i - 1}
+	}
+	var out []int
+	for _, id := range j.Steps[i].Spec.DependsOn {
+		if _, k, err := j.Step(id); err == nil {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// depsMet reports whether every step step i waits for has succeeded.
+func (j *Job) depsMet(i int) bool {
+	for _, k := range j.deps(i) {
+		if j.Steps[k].State != StepSucceeded {
+			return false
+		}
+	}
+	return true
+}
+
+// Input answers what step i runs on. In order: the job's payload for the
+// first step, the previous step's output after that (as in Step
+// Functions). In a DAG: the payload for a step that depends on nothing,
+// else {"payload": ..., "deps": {"<step id>": <its output>, ...}}.
 func (j *Job) Input(i int) json.RawMessage {
-	if i == 0 || j.Steps[i-1].Output == nil {
+	deps := j.deps(i)
+	switch {
+	case len(deps) == 0:
+		return j.Payload
+	case !j.dag():
+		if out := j.Steps[deps[0]].Output; out != nil {
+			return out
+		}
 		return j.Payload
 	}
-	return j.Steps[i-1].Output
+	outs := make(map[string]json.RawMessage, len(deps))
+	for _, k := range deps {
+		outs[j.Steps[k].ID()] = j.Steps[k].Output
+	}
+	in, _ := json.Marshal(struct {
+		Payload json.RawMessage            `json:"payload"`
+		Deps    map[string]json.RawMessage `json:"deps"`
+	}{j.Payload, outs})
+	return in
 }
 
 // Runnable lists the steps waiting for an executor now or after a backoff.
@@ -222,7 +279,7 @@ func (j *Job) Lease(stepID string, req LeaseRequest, now time.Time) (*Lease, err
 	if !s.State.leasable() {
 		return nil, &IllegalTransitionError{Kind: "step", ID: stepID, From: string(s.State), Event: string(StepEvLease)}
 	}
-	if i > 0 && j.Steps[i-1].State != StepSucceeded {
+	if !j.depsMet(i) {
 		return nil, &IllegalTransitionError{Kind: "step", ID: stepID, From: string(StepWaitingDeps), Event: string(StepEvLease)}
 	}
 	if s.State == StepRetrying && s.ReadyAt != nil && now.Before(*s.ReadyAt) {
@@ -330,9 +387,13 @@ func (j *Job) Complete(stepID, leaseID string, output json.RawMessage, now time.
 	}
 	j.endAttempt(s, AttemptSucceeded, nil, output, now)
 	s.Output, s.Error, s.Lease = output, nil, nil
+	// Every step waiting only on this one (and others already done) is
+	// released at once: fan-out and fan-in.
 	var out []Dispatch
-	if i+1 < len(j.Steps) {
-		n := j.Steps[i+1]
+	for k, n := range j.Steps {
+		if n.State != StepWaitingDeps || !slices.Contains(j.deps(k), i) || !j.depsMet(k) {
+			continue
+		}
 		if err := j.stepTo(n, StepEvDepsMet, now, ""); err != nil {
 			return nil, err
 		}
@@ -424,6 +485,21 @@ func (j *Job) Cancel(now time.Time) (bool, error) {
 	if j.State.Terminal() {
 		return false, &IllegalTransitionError{Kind: "job", ID: j.ID, From: string(j.State), Event: string(JobEvCancelled)}
 	}
+	if err := j.cancelOpen(now, ""); err != nil {
+		return false, err
+	}
+	if err := j.jobTo(JobEvCancelled, now, ""); err != nil {
+		return false, err
+	}
+	j.settle(now)
+	return true, nil
+}
+
+// cancelOpen ends every unfinished step CANCELED: a lease still out is
+// fenced off (its attempt ends cancelled, so its holder hears
+// cancel_requested and its outcome is refused), and nothing is left
+// waiting inside a finished job.
+func (j *Job) cancelOpen(now time.Time, detail string) error {
 	for _, s := range j.Steps {
 		if s.State.Terminal() {
 			continue
@@ -435,16 +511,12 @@ func (j *Job) Cancel(now time.Time) (bool, error) {
 		case s.Lease != nil:
 			j.endAttempt(s, AttemptCancelled, nil, nil, now)
 		}
-		if err := j.stepTo(s, StepEvCancel, now, ""); err != nil {
-			return false, err
+		if err := j.stepTo(s, StepEvCancel, now, detail); err != nil {
+			return err
 		}
 		s.Lease, s.ReadyAt = nil, nil
 	}
-	if err := j.jobTo(JobEvCancelled, now, ""); err != nil {
-		return false, err
-	}
-	j.settle(now)
-	return true, nil
+	return nil
 }
 
 // Redispatched notes that the sweep sent step's message again, so the next
@@ -544,6 +616,13 @@ func (j *Job) settleVia(now time.Time, viaWorker bool) {
 	j.UpdatedAt = now
 	if !j.State.Terminal() {
 		want := j.impliedState()
+		if want == JobFailed {
+			// A failed step fails the job: the steps that can no longer run
+			// end now, and running siblings are fenced.
+			if err := j.cancelOpen(now, "another step failed"); err != nil {
+				panic(fmt.Sprintf("job %s: %v", j.ID, err))
+			}
+		}
 		if want != j.State {
 			// The step transitions that got here were legal, so the job
 			// event is too; a failure here is a bug in the table.

@@ -75,6 +75,7 @@ type JobSpec struct {
 type StepSpec struct {
 	ID             string       `json:"id"`
 	Action         string       `json:"action"`
+	DependsOn      []string     `json:"depends_on,omitempty"`
 	Retry          *RetryPolicy `json:"retry,omitempty"`
 	TimeoutSeconds int          `json:"timeout_seconds,omitempty"`
 	Seconds        *float64     `json:"seconds,omitempty"`       // sleep
@@ -166,7 +167,70 @@ func (s *JobSpec) Validate() error {
 			return err
 		}
 	}
+	return s.validateDeps(seen)
+}
+
+// validateDeps checks depends_on: every step named exists, none is the step
+// itself or named twice, and the steps form no cycle.
+func (s *JobSpec) validateDeps(index map[string]int) error {
+	for i, st := range s.Steps {
+		named := map[string]bool{}
+		for k, dep := range st.DependsOn {
+			field := fmt.Sprintf("steps[%d].depends_on[%d]", i, k)
+			switch _, ok := index[dep]; {
+			case dep == st.ID:
+				return Invalid(field, "step %q cannot depend on itself", st.ID)
+			case !ok:
+				return Invalid(field, "names no step of this job: %q", dep)
+			case named[dep]:
+				return Invalid(field, "names %q twice", dep)
+			}
+			named[dep] = true
+		}
+	}
+	// Kahn's algorithm: what cannot be ordered lies on or behind a cycle.
+	waiting := make([]int, len(s.Steps))
+	after := make([][]int, len(s.Steps))
+	var ready []int
+	for i, st := range s.Steps {
+		waiting[i] = len(st.DependsOn)
+		for _, dep := range st.DependsOn {
+			after[index[dep]] = append(after[index[dep]], i)
+		}
+		if waiting[i] == 0 {
+			ready = append(ready, i)
+		}
+	}
+	for len(ready) > 0 {
+		i := ready[0]
+		ready = ready[1:]
+		for _, k := range after[i] {
+			if waiting[k]--; waiting[k] == 0 {
+				ready = append(ready, k)
+			}
+		}
+	}
+	var stuck []string
+	for i, n := range waiting {
+		if n > 0 {
+			stuck = append(stuck, s.Steps[i].ID)
+		}
+	}
+	if len(stuck) > 0 {
+		return Invalid("steps", "depends_on forms a cycle: steps %s can never start", strings.Join(stuck, ", "))
+	}
 	return nil
+}
+
+// DAG reports whether the steps declare their dependencies; if none does,
+// they run in order, each on the one before it.
+func (s *JobSpec) DAG() bool {
+	for _, st := range s.Steps {
+		if len(st.DependsOn) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (st *StepSpec) validate(field, jobQueue string) error {

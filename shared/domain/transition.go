@@ -94,13 +94,16 @@ const JobInitial JobState = ""
 // without one; job_completed and job_failed from WAITING (an approval that
 // closes the last gate completes the run; a rejected one fails it:
 // docs/model.md#a-run-succeeds-straight-from-waiting_approval) and
-// job_failed from RETRYING (a retry timer that finds the attempts spent).
+// job_failed from RETRYING (a retry timer that finds the attempts spent);
+// job_leased and job_running from WAITING (in a DAG one branch runs while
+// another waits on a person, as the agent platform's parallel steps do:
+// docs/model.md#formal-job-machine).
 var jobTransitions = []Transition[JobState, JobEvent]{
 	{JobEvCreated, []JobState{JobInitial}, JobQueued},
 	{JobEvQueued, []JobState{JobInitial}, JobQueued},
 	{JobEvRequeued, []JobState{JobInitial, JobQueued, JobRunning, JobRetrying, JobFailed}, JobQueued},
-	{JobEvLeased, []JobState{JobQueued, JobRetrying}, JobRunning},
-	{JobEvRunning, []JobState{JobQueued, JobRetrying}, JobRunning},
+	{JobEvLeased, []JobState{JobQueued, JobRetrying, JobWaiting}, JobRunning},
+	{JobEvRunning, []JobState{JobQueued, JobRetrying, JobWaiting}, JobRunning},
 	{JobEvWaiting, []JobState{JobRunning}, JobWaiting},
 	{JobEvParked, []JobState{JobWaiting}, JobParked},
 	{JobEvRetrying, []JobState{JobRunning}, JobRetrying},

@@ -503,3 +503,51 @@ func TestDependsOnErrorsNameTheSteps(t *testing.T) {
 	require.Contains(t, string(body), `"field":"steps"`)
 	require.Contains(t, string(body), "steps a, b can never start")
 }
+
+func TestNeedsUserStepResumesWithThePersonsInput(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t)
+	j := h.Submit(t, keyA, map[string]any{"payload": map[string]any{"doc": "x"}, "steps": []any{
+		map[string]any{"id": "review", "action": "worker", "queue": "people"},
+		map[string]any{"id": "after", "action": "pass"},
+	}})
+	l := claim(t, h, keyA, "people", "w1", 1, 5)
+	require.Len(t, l, 1)
+	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+l[0].LeaseID+"/fail", keyA, map[string]any{"class": "needs_user", "prompt": "Which locale?"}, nil)
+
+	var got struct {
+		State domain.JobState `json:"state"`
+		Steps []struct {
+			State     domain.StepState `json:"state"`
+			Prompt    string           `json:"prompt"`
+			UserInput json.RawMessage  `json:"user_input"`
+		} `json:"steps"`
+	}
+	h.JSON(t, http.StatusOK, http.MethodGet, "/v1/jobs/"+j.ID, keyA, nil, &got)
+	require.Equal(t, domain.JobWaiting, got.State)
+	require.Equal(t, domain.StepNeedsUser, got.Steps[0].State)
+	require.Equal(t, "Which locale?", got.Steps[0].Prompt)
+
+	path := "/v1/jobs/" + j.ID + "/steps/review/resume"
+	status, _ := h.Call(t, http.MethodPost, path, stacktest.KeyB, map[string]any{"input": "fr"})
+	require.Equal(t, http.StatusNotFound, status, "another tenant's job")
+	status, _ = h.Call(t, http.MethodPost, "/v1/jobs/"+j.ID+"/steps/nope/resume", keyA, map[string]any{"input": "fr"})
+	require.Equal(t, http.StatusNotFound, status, "an unknown step")
+	status, _ = h.Call(t, http.MethodPost, "/v1/jobs/"+j.ID+"/steps/after/resume", keyA, map[string]any{"input": "fr"})
+	require.Equal(t, http.StatusConflict, status, "a step that is not waiting")
+
+	got.Steps = nil // decode afresh: an absent prompt must read empty
+	h.JSON(t, http.StatusOK, http.MethodPost, path, keyA, map[string]any{"input": map[string]any{"locale": "fr"}}, &got)
+	require.Equal(t, domain.StepPending, got.Steps[0].State)
+	require.Empty(t, got.Steps[0].Prompt)
+	status, _ = h.Call(t, http.MethodPost, path, keyA, map[string]any{"input": "again"})
+	require.Equal(t, http.StatusConflict, status, "resumed already")
+
+	again := claim(t, h, keyA, "people", "w2", 1, 5)
+	require.Len(t, again, 1)
+	require.Equal(t, 2, again[0].Attempt)
+	require.JSONEq(t, `{"doc":"x","user_input":{"locale":"fr"}}`, string(again[0].Input))
+	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+again[0].LeaseID+"/complete", keyA, map[string]any{"output": "done"}, nil)
+	h.AwaitState(t, keyA, j.ID, domain.JobCompleted)
+	h.CheckReplay(t, tenantA, j.ID)
+}

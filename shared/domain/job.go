@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -66,6 +67,10 @@ type Step struct {
 	Error        *StepError      `json:"error,omitempty"`
 	Attempts     []Attempt       `json:"attempts,omitempty"`
 	Avoid        []string        `json:"avoid,omitempty"` // workers that failed it with class resource
+	// Prompt is what the step asks of a person while it is NEEDS_USER;
+	// UserInput is their answer, which the step's next attempts run on.
+	Prompt    string          `json:"prompt,omitempty"`
+	UserInput json.RawMessage `json:"user_input,omitempty"`
 }
 
 // ID is the step's id.
@@ -205,6 +210,27 @@ func (j *Job) depsMet(i int) bool {
 // Functions). In a DAG: the payload for a step that depends on nothing,
 // else {"payload": ..., "deps": {"<step id>": <its output>, ...}}.
 func (j *Job) Input(i int) json.RawMessage {
+	in := j.baseInput(i)
+	if ui := j.Steps[i].UserInput; ui != nil {
+		return withUserInput(in, ui)
+	}
+	return in
+}
+
+// withUserInput adds a person's answer to a step's input: as "user_input"
+// beside the input's own members when it is an object, else as
+// {"input": ..., "user_input": ...}.
+func withUserInput(in, ui json.RawMessage) json.RawMessage {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(in, &obj) != nil || obj == nil {
+		obj = map[string]json.RawMessage{"input": in}
+	}
+	obj["user_input"] = ui
+	out, _ := json.Marshal(obj)
+	return out
+}
+
+func (j *Job) baseInput(i int) json.RawMessage {
 	deps := j.deps(i)
 	switch {
 	case len(deps) == 0:
@@ -409,6 +435,7 @@ type Failure struct {
 	Class      FailureClass
 	Message    string
 	RetryAfter time.Duration // the remote asked to wait at least this long
+	Prompt     string        // class needs_user: what to ask the person (the message if empty)
 	// Unstorable marks the fatal failure recorded in place of an outcome
 	// the job's item could not hold.
 	Unstorable bool
@@ -463,6 +490,7 @@ func (j *Job) Fail(stepID, leaseID string, f Failure, now time.Time, rng *rand.R
 		}
 	case ClassNeedsUser:
 		steps = []StepEvent{StepEvNeedsUser}
+		s.Prompt = Truncate(cmp.Or(f.Prompt, f.Message), MaxErrorMessageBytes)
 	default:
 		steps = []StepEvent{StepEvFailFatal, StepEvFail}
 	}
@@ -473,6 +501,28 @@ func (j *Job) Fail(stepID, leaseID string, f Failure, now time.Time, rng *rand.R
 	}
 	j.settle(now)
 	return out, nil
+}
+
+// Resume answers a step waiting on a person (NEEDS_USER): it goes back to
+// PENDING with their input, for a new attempt, and the job back to the
+// queue. A step that is not waiting is an illegal transition.
+func (j *Job) Resume(stepID string, input json.RawMessage, now time.Time) ([]Dispatch, error) {
+	s, _, err := j.Step(stepID)
+	if err != nil {
+		return nil, err
+	}
+	if j.State.Terminal() {
+		return nil, &IllegalTransitionError{Kind: "job", ID: j.ID, From: string(j.State), Event: string(JobEvWaitCompleted)}
+	}
+	if len(input) == 0 {
+		input = json.RawMessage(`null`)
+	}
+	if err := j.stepTo(s, StepEvResume, now, "resumed with a person's input"); err != nil {
+		return nil, err
+	}
+	s.UserInput, s.Prompt, s.ReadyAt = input, "", &now
+	j.settle(now)
+	return []Dispatch{{Step: s}}, nil
 }
 
 // Cancel ends the job and every unfinished step at once; a lease still out

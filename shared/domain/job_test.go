@@ -1095,3 +1095,30 @@ func TestExpiredLeaseIsDueAtOnceForBuiltinAfterGraceForWorker(t *testing.T) {
 	_, reclaim = w.NeedsSweep(w.Steps[0], lw.ExpiresAt.Add(DispatchGrace))
 	require.True(t, reclaim)
 }
+
+func TestResumeRunsAWaitingStepAgainOnThePersonsInput(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, `{"payload":[1,2],"steps":[{"id":"a","action":"worker"}]}`)
+	l := mustLease(t, j, "a", viaWorker("w", "n1"), t0)
+	_, err := j.Resume("a", json.RawMessage(`"x"`), at(time.Second))
+	requireIllegal(t, err, "step", string(StepRunning), string(StepEvResume))
+
+	_, err = j.Fail("a", l.ID, Failure{Class: ClassNeedsUser, Message: "m", Prompt: "pick one"}, at(time.Second), rand.New(rand.NewPCG(1, 2)))
+	require.NoError(t, err)
+	require.Equal(t, "pick one", j.Steps[0].Prompt)
+	require.Equal(t, JobWaiting, j.State)
+
+	ds, err := j.Resume("a", json.RawMessage(`{"pick":2}`), at(2*time.Second))
+	require.NoError(t, err)
+	replayOK(t, j)
+	require.Len(t, ds, 1)
+	require.Equal(t, StepPending, j.Steps[0].State)
+	require.Equal(t, JobQueued, j.State)
+	require.Empty(t, j.Steps[0].Prompt)
+	require.JSONEq(t, `{"input":[1,2],"user_input":{"pick":2}}`, string(j.Input(0)), "a non-object input is wrapped")
+	mustLease(t, j, "a", viaWorker("w", "n2"), at(3*time.Second))
+	require.Equal(t, 2, j.Steps[0].Attempt)
+
+	_, err = j.Resume("zz", nil, at(4*time.Second))
+	require.ErrorIs(t, err, ErrNotFound)
+}

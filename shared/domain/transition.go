@@ -27,6 +27,7 @@ const (
 	StepEvRequeue        StepEvent = "requeue"         // a timed-out lease goes back to the queue
 	StepEvTimeOut        StepEvent = "time_out"        // the attempt ran past timeout_seconds
 	StepEvCancel         StepEvent = "cancel"          // the job was cancelled
+	StepEvResume         StepEvent = "resume"          // a person answered: the step runs again with their input
 )
 
 // Transition is one row of a transition table: the event moves any of Sources
@@ -57,6 +58,7 @@ var stepTransitions = []Transition[StepState, StepEvent]{
 	{StepEvLeaseTimeout, []StepState{StepLeased, StepRunning}, StepLeaseTimeout},
 	{StepEvRequeue, []StepState{StepLeaseTimeout}, StepPending},
 	{StepEvTimeOut, []StepState{StepRunning}, StepTimedOut},
+	{StepEvResume, []StepState{StepNeedsUser}, StepPending},
 	{StepEvCancel, []StepState{
 		StepPending, StepWaitingDeps, StepLeased, StepRunning, StepFailedRetryable, StepRetrying,
 		StepFailedResource, StepSwitchingResource, StepFailedFatal, StepNeedsUser, StepLeaseTimeout, StepTimedOut,

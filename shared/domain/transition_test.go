@@ -15,7 +15,7 @@ var allStepEvents = []StepEvent{
 	StepEvWaitDeps, StepEvDepsMet, StepEvLease, StepEvStart, StepEvSucceed, StepEvFailRetryable,
 	StepEvRetry, StepEvFailResource, StepEvSwitchResource, StepEvFailFatal, StepEvFail,
 	StepEvNeedsUser, StepEvApprove, StepEvReject, StepEvLeaseTimeout, StepEvRequeue,
-	StepEvTimeOut, StepEvCancel,
+	StepEvTimeOut, StepEvCancel, StepEvResume,
 }
 
 // allJobEvents is every JobEvent constant, written out by hand.

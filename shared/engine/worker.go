@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -247,6 +248,9 @@ type Outcome struct {
 	Class             string          `json:"class,omitempty"`
 	Message           string          `json:"message,omitempty"`
 	RetryAfterSeconds int             `json:"retry_after_seconds,omitempty"`
+	// Prompt is what a needs_user failure asks of a person (shown on the
+	// step until someone resumes it).
+	Prompt string `json:"prompt,omitempty"`
 }
 
 // OutcomeResult answers an outcome: where the step and job went.
@@ -275,11 +279,14 @@ func (e *Engine) Fail(ctx context.Context, tenant, leaseID string, o Outcome) (O
 	if o.RetryAfterSeconds < 0 || o.RetryAfterSeconds > 7*24*3600 {
 		return OutcomeResult{}, domain.Invalid("retry_after_seconds", "must be between 0 and %d", 7*24*3600)
 	}
+	if o.Prompt != "" && class != domain.ClassNeedsUser {
+		return OutcomeResult{}, domain.Invalid("prompt", "applies to class needs_user only, not %s", class)
+	}
 	msg := o.Message
 	if msg == "" {
-		msg = "worker reported " + string(class)
+		msg = cmp.Or(o.Prompt, "worker reported "+string(class))
 	}
-	return e.finishLease(ctx, tenant, leaseID, nil, &domain.Failure{Class: class, Message: msg, RetryAfter: time.Duration(o.RetryAfterSeconds) * time.Second})
+	return e.finishLease(ctx, tenant, leaseID, nil, &domain.Failure{Class: class, Message: msg, Prompt: o.Prompt, RetryAfter: time.Duration(o.RetryAfterSeconds) * time.Second})
 }
 
 func (e *Engine) finishLease(ctx context.Context, tenant, leaseID string, output json.RawMessage, failure *domain.Failure) (OutcomeResult, error) {

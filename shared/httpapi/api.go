@@ -64,16 +64,17 @@ const (
 // owners says which function serves each route; template.yaml must agree
 // (a test compares them).
 var owners = map[string]Function{
-	"POST /v1/jobs":                     EnqueueFunction,
-	"GET /v1/jobs":                      EnqueueFunction,
-	"GET /v1/jobs/{id}":                 EnqueueFunction,
-	"GET /v1/jobs/{id}/events":          EnqueueFunction,
-	"POST /v1/jobs/{id}/cancel":         EnqueueFunction,
-	"GET /v1/health":                    EnqueueFunction,
-	"POST /v1/claim":                    ClaimFunction,
-	"POST /v1/leases/{lease}/heartbeat": ClaimFunction,
-	"POST /v1/leases/{lease}/complete":  ClaimFunction,
-	"POST /v1/leases/{lease}/fail":      ClaimFunction,
+	"POST /v1/jobs":                          EnqueueFunction,
+	"GET /v1/jobs":                           EnqueueFunction,
+	"GET /v1/jobs/{id}":                      EnqueueFunction,
+	"GET /v1/jobs/{id}/events":               EnqueueFunction,
+	"POST /v1/jobs/{id}/cancel":              EnqueueFunction,
+	"POST /v1/jobs/{id}/steps/{step}/resume": EnqueueFunction,
+	"GET /v1/health":                         EnqueueFunction,
+	"POST /v1/claim":                         ClaimFunction,
+	"POST /v1/leases/{lease}/heartbeat":      ClaimFunction,
+	"POST /v1/leases/{lease}/complete":       ClaimFunction,
+	"POST /v1/leases/{lease}/fail":           ClaimFunction,
 }
 
 // Routes answers the route keys fn serves, sorted.
@@ -136,16 +137,17 @@ func (a *API) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 
 func (a *API) routes() map[string]route {
 	return map[string]route{
-		"POST /v1/jobs":                     a.submit,
-		"GET /v1/jobs":                      a.list,
-		"GET /v1/jobs/{id}":                 a.get,
-		"GET /v1/jobs/{id}/events":          a.events,
-		"POST /v1/jobs/{id}/cancel":         a.cancel,
-		"GET /v1/health":                    a.health,
-		"POST /v1/claim":                    a.claim,
-		"POST /v1/leases/{lease}/heartbeat": a.heartbeat,
-		"POST /v1/leases/{lease}/complete":  a.complete,
-		"POST /v1/leases/{lease}/fail":      a.failLease,
+		"POST /v1/jobs":                          a.submit,
+		"GET /v1/jobs":                           a.list,
+		"GET /v1/jobs/{id}":                      a.get,
+		"GET /v1/jobs/{id}/events":               a.events,
+		"POST /v1/jobs/{id}/cancel":              a.cancel,
+		"POST /v1/jobs/{id}/steps/{step}/resume": a.resume,
+		"GET /v1/health":                         a.health,
+		"POST /v1/claim":                         a.claim,
+		"POST /v1/leases/{lease}/heartbeat":      a.heartbeat,
+		"POST /v1/leases/{lease}/complete":       a.complete,
+		"POST /v1/leases/{lease}/fail":           a.failLease,
 	}
 }
 
@@ -468,6 +470,21 @@ func (a *API) list(ctx context.Context, tenant string, r *request) (int, any, er
 
 func (a *API) cancel(ctx context.Context, tenant string, r *request) (int, any, error) {
 	j, err := a.Engine.Cancel(ctx, tenant, r.ev.PathParameters["id"])
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, jobView(j), nil
+}
+
+// resume answers a step waiting on a person: {"input": ...}.
+func (a *API) resume(ctx context.Context, tenant string, r *request) (int, any, error) {
+	var body struct {
+		Input json.RawMessage `json:"input"`
+	}
+	if err := r.decode(&body); err != nil {
+		return 0, nil, err
+	}
+	j, err := a.Engine.Resume(ctx, tenant, r.ev.PathParameters["id"], r.ev.PathParameters["step"], body.Input)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -551,3 +551,86 @@ func TestNeedsUserStepResumesWithThePersonsInput(t *testing.T) {
 	h.AwaitState(t, keyA, j.ID, domain.JobCompleted)
 	h.CheckReplay(t, tenantA, j.ID)
 }
+
+func eventsOf(t *testing.T, h *stacktest.Harness, id string) []domain.Event {
+	t.Helper()
+	return h.Events(t, keyA, id)
+}
+
+func TestApprovalGateHoldsItsJobUntilApproved(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t)
+	j := h.Submit(t, keyA, map[string]any{"steps": []any{
+		map[string]any{"id": "build", "action": "pass"},
+		map[string]any{"id": "gate", "action": "approval"},
+		map[string]any{"id": "deploy", "action": "pass"},
+	}})
+	j = h.Await(t, keyA, j.ID, "at the gate", func(j stacktest.Job) bool { return j.Steps[1].State == domain.StepNeedsUser })
+	require.Equal(t, domain.JobWaiting, j.State)
+	require.Equal(t, domain.StepWaitingDeps, j.Steps[2].State, "nothing runs past a closed gate")
+	require.Empty(t, j.Steps[1].Attempts, "no executor ever runs a gate")
+
+	gate := "/v1/jobs/" + j.ID + "/steps/gate/"
+	status, _ := h.Call(t, http.MethodPost, gate+"approve", stacktest.KeyB, map[string]any{"by": "mallory"})
+	require.Equal(t, http.StatusNotFound, status, "another tenant's job")
+	status, _ = h.Call(t, http.MethodPost, "/v1/jobs/"+j.ID+"/steps/nope/approve", keyA, map[string]any{"by": "ann"})
+	require.Equal(t, http.StatusNotFound, status, "an unknown step")
+	status, _ = h.Call(t, http.MethodPost, "/v1/jobs/"+j.ID+"/steps/deploy/approve", keyA, map[string]any{"by": "ann"})
+	require.Equal(t, http.StatusConflict, status, "a step that is no gate")
+
+	h.JSON(t, http.StatusOK, http.MethodPost, gate+"approve", keyA, map[string]any{"by": "ann", "comment": "ship it"}, nil)
+	n := len(eventsOf(t, h, j.ID))
+	h.JSON(t, http.StatusOK, http.MethodPost, gate+"approve", keyA, map[string]any{"by": "ann"}, nil)
+	status, _ = h.Call(t, http.MethodPost, gate+"reject", keyA, map[string]any{"by": "bob"})
+	require.Equal(t, http.StatusConflict, status, "reject after approve")
+	j = h.AwaitState(t, keyA, j.ID, domain.JobCompleted)
+	evs := eventsOf(t, h, j.ID)
+	var approved []domain.Event
+	for _, e := range evs {
+		if e.Step == "gate" && e.Type == "step_succeeded" {
+			approved = append(approved, e)
+		}
+	}
+	require.Len(t, approved, 1, "the second approve wrote nothing")
+	require.Regexp(t, `^approved by ann \(key key_[0-9a-f]{12}\): ship it$`, approved[0].Detail)
+	require.GreaterOrEqual(t, len(evs), n)
+	h.CheckReplay(t, tenantA, j.ID)
+}
+
+func TestRejectedGateFailsItsJob(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t)
+	j := h.Submit(t, keyA, map[string]any{"steps": []any{
+		map[string]any{"id": "gate", "action": "approval"},
+		map[string]any{"id": "deploy", "action": "pass"},
+	}})
+	require.Equal(t, domain.JobWaiting, j.State, "a gate that opens first holds the job from the start")
+	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/jobs/"+j.ID+"/steps/gate/reject", keyA, map[string]any{"by": "bob", "comment": "not today"}, nil)
+	j = h.Get(t, keyA, j.ID)
+	require.Equal(t, domain.JobFailed, j.State)
+	require.Equal(t, domain.StepFailed, j.Steps[0].State)
+	require.Equal(t, domain.StepCanceled, j.Steps[1].State)
+	status, _ := h.Call(t, http.MethodPost, "/v1/jobs/"+j.ID+"/steps/gate/approve", keyA, map[string]any{"by": "ann"})
+	require.Equal(t, http.StatusConflict, status, "approve after reject")
+	h.CheckReplay(t, tenantA, j.ID)
+}
+
+func TestGatePastItsTimeoutFailsItsJob(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t)
+	j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "gate", "action": "approval", "timeout_seconds": 600}}})
+	h.Clock.Advance(599 * time.Second)
+	require.Zero(t, h.Sweep(t).Due)
+	h.Clock.Advance(time.Second)
+	h.Sweep(t)
+	j = h.Get(t, keyA, j.ID)
+	require.Equal(t, domain.JobFailed, j.State)
+	require.Equal(t, domain.StepFailed, j.Steps[0].State)
+	require.Contains(t, j.Steps[0].Error.Message, "approval gate timed out")
+	var types []string
+	for _, e := range eventsOf(t, h, j.ID) {
+		types = append(types, e.Type)
+	}
+	require.Equal(t, []string{"job_created", "step_needs_user", "job_waiting", "step_timed_out", "step_failed", "job_failed"}, types)
+	h.CheckReplay(t, tenantA, j.ID)
+}

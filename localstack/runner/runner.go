@@ -418,7 +418,20 @@ func (r *Runner) receive(ctx context.Context, fn string, src bootstrap.SQSSource
 		}
 		buf.add(out.Messages)
 		// A full receive may have left more behind: look again at once.
-		wait = map[bool]time.Duration{true: 0, false: r.PollWait}[len(out.Messages) == 10]
+		// Else, while the function still has messages to take, let more
+		// arrive first, as the mapping's batches gather under load: it
+		// does not pay a receive for every message that trickles in.
+		full := len(out.Messages) == 10
+		wait = map[bool]time.Duration{true: 0, false: r.PollWait}[full]
+		if !full && buf.len() > 0 {
+			t := time.NewTimer(r.PollWait)
+			select {
+			case <-buf.space:
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+		}
 	}
 }
 

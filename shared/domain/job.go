@@ -71,6 +71,19 @@ type Step struct {
 	// UserInput is their answer, which the step's next attempts run on.
 	Prompt    string          `json:"prompt,omitempty"`
 	UserInput json.RawMessage `json:"user_input,omitempty"`
+	// Deadline is when an open approval gate times out; Decision is how a
+	// person closed it.
+	Deadline *time.Time `json:"deadline,omitempty"`
+	Decision *Decision  `json:"decision,omitempty"`
+}
+
+// Decision is a person's answer at an approval gate.
+type Decision struct {
+	Approved bool      `json:"approved"`
+	By       string    `json:"by,omitempty"`
+	Comment  string    `json:"comment,omitempty"`
+	Key      string    `json:"key,omitempty"` // the id of the API key that decided
+	At       time.Time `json:"at"`
 }
 
 // ID is the step's id.
@@ -146,7 +159,9 @@ func NewJob(tenant, id string, spec *JobSpec, idemKey string, now time.Time) (*J
 	}
 	for i, s := range j.Steps {
 		if len(j.deps(i)) == 0 {
-			s.ReadyAt = &now
+			if _, err := j.ready(s, now); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		if err := j.stepTo(s, StepEvWaitDeps, now, ""); err != nil {
@@ -413,8 +428,17 @@ func (j *Job) Complete(stepID, leaseID string, output json.RawMessage, now time.
 	}
 	j.endAttempt(s, AttemptSucceeded, nil, output, now)
 	s.Output, s.Error, s.Lease = output, nil, nil
-	// Every step waiting only on this one (and others already done) is
-	// released at once: fan-out and fan-in.
+	out, err := j.releaseAfter(i, now)
+	if err != nil {
+		return nil, err
+	}
+	j.settle(now)
+	return out, nil
+}
+
+// releaseAfter releases every step waiting only on step i (and others
+// already done), at once: fan-out and fan-in. It answers what to dispatch.
+func (j *Job) releaseAfter(i int, now time.Time) ([]Dispatch, error) {
 	var out []Dispatch
 	for k, n := range j.Steps {
 		if n.State != StepWaitingDeps || !slices.Contains(j.deps(k), i) || !j.depsMet(k) {
@@ -423,11 +447,31 @@ func (j *Job) Complete(stepID, leaseID string, output json.RawMessage, now time.
 		if err := j.stepTo(n, StepEvDepsMet, now, ""); err != nil {
 			return nil, err
 		}
-		n.ReadyAt = &now
-		out = append(out, Dispatch{Step: n})
+		d, err := j.ready(n, now)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d...)
 	}
-	j.settle(now)
 	return out, nil
+}
+
+// ready makes a PENDING step runnable now: an approval gate opens
+// (NEEDS_USER, no executor ever runs it), any other step is to be
+// dispatched.
+func (j *Job) ready(s *Step, now time.Time) ([]Dispatch, error) {
+	if s.Spec.Action != ActionApproval {
+		s.ReadyAt = &now
+		return []Dispatch{{Step: s}}, nil
+	}
+	if err := j.stepTo(s, StepEvNeedsUser, now, "approval gate opened"); err != nil {
+		return nil, err
+	}
+	if s.Spec.TimeoutSeconds > 0 {
+		dl := now.Add(time.Duration(s.Spec.TimeoutSeconds) * time.Second)
+		s.Deadline = &dl
+	}
+	return nil, nil
 }
 
 // Failure is an attempt's failed outcome.
@@ -503,6 +547,107 @@ func (j *Job) Fail(stepID, leaseID string, f Failure, now time.Time, rng *rand.R
 	return out, nil
 }
 
+// Approve closes an open approval gate: the step SUCCEEDED, with the
+// decision as its output, and the steps after it run. Approving a gate
+// approved already changes nothing (false); a gate rejected, timed out or
+// not open, or a step that is no gate, is a conflict.
+func (j *Job) Approve(stepID string, d Decision, now time.Time) ([]Dispatch, bool, error) {
+	s, i, err := j.gate(stepID, d, true)
+	if err != nil || s == nil {
+		return nil, false, err
+	}
+	d.Approved, d.At = true, now
+	if err := j.stepTo(s, StepEvApprove, now, d.describe()); err != nil {
+		return nil, false, err
+	}
+	s.Decision, s.Deadline = &d, nil
+	s.Output, _ = json.Marshal(d)
+	out, err := j.releaseAfter(i, now)
+	if err != nil {
+		return nil, false, err
+	}
+	j.settle(now)
+	return out, true, nil
+}
+
+// Reject closes an open approval gate: the step FAILED, and with it the
+// job. Rejecting a gate rejected already changes nothing (false).
+func (j *Job) Reject(stepID string, d Decision, now time.Time) (bool, error) {
+	s, _, err := j.gate(stepID, d, false)
+	if err != nil || s == nil {
+		return false, err
+	}
+	d.Approved, d.At = false, now
+	if err := j.stepTo(s, StepEvReject, now, d.describe()); err != nil {
+		return false, err
+	}
+	s.Decision, s.Deadline = &d, nil
+	s.Error = &StepError{Class: ClassFatal, Message: Truncate(d.describe(), MaxErrorMessageBytes)}
+	j.settle(now)
+	return true, nil
+}
+
+// gate answers the open gate a decision is for, or nil with no error when
+// the same decision was made already.
+func (j *Job) gate(stepID string, d Decision, approve bool) (*Step, int, error) {
+	s, i, err := j.Step(stepID)
+	if err != nil {
+		return nil, 0, err
+	}
+	event := map[bool]StepEvent{true: StepEvApprove, false: StepEvReject}[approve]
+	switch {
+	case s.Spec.Action != ActionApproval:
+		return nil, 0, &IllegalTransitionError{Kind: "step", ID: stepID, From: string(s.State), Event: string(event) + " (not an approval gate: a step waiting on a person is resumed)"}
+	case s.Decision != nil && s.Decision.Approved == approve:
+		return nil, 0, nil
+	case j.State.Terminal() || s.State != StepNeedsUser:
+		return nil, 0, &IllegalTransitionError{Kind: "step", ID: stepID, From: string(s.State), Event: string(event)}
+	}
+	return s, i, nil
+}
+
+func (d Decision) describe() string {
+	verb := map[bool]string{true: "approved", false: "rejected"}[d.Approved]
+	out := verb
+	if d.By != "" {
+		out += " by " + d.By
+	}
+	if d.Key != "" {
+		out += " (key " + d.Key + ")"
+	}
+	if d.Comment != "" {
+		out += ": " + d.Comment
+	}
+	return out
+}
+
+// GateExpired reports whether step s is an open approval gate past its
+// deadline.
+func (s *Step) GateExpired(now time.Time) bool {
+	return s.State == StepNeedsUser && s.Deadline != nil && !now.Before(*s.Deadline)
+}
+
+// ExpireGate ends an open approval gate past its deadline: TIMED_OUT, then
+// FAILED, and the job with it.
+func (j *Job) ExpireGate(stepID string, now time.Time) error {
+	s, _, err := j.Step(stepID)
+	if err != nil {
+		return err
+	}
+	if !s.GateExpired(now) {
+		return &IllegalTransitionError{Kind: "step", ID: stepID, From: string(s.State), Event: string(StepEvTimeOut)}
+	}
+	msg := fmt.Sprintf("approval gate timed out: nobody decided within timeout_seconds (%d)", s.Spec.TimeoutSeconds)
+	for _, ev := range []StepEvent{StepEvTimeOut, StepEvFail} {
+		if err := j.stepTo(s, ev, now, msg); err != nil {
+			return err
+		}
+	}
+	s.Error, s.Deadline = &StepError{Class: ClassTimeout, Message: msg}, nil
+	j.settle(now)
+	return nil
+}
+
 // Resume answers a step waiting on a person (NEEDS_USER): it goes back to
 // PENDING with their input, for a new attempt, and the job back to the
 // queue. A step that is not waiting is an illegal transition.
@@ -513,6 +658,9 @@ func (j *Job) Resume(stepID string, input json.RawMessage, now time.Time) ([]Dis
 	}
 	if j.State.Terminal() {
 		return nil, &IllegalTransitionError{Kind: "job", ID: j.ID, From: string(j.State), Event: string(JobEvWaitCompleted)}
+	}
+	if s.Spec.Action == ActionApproval {
+		return nil, &IllegalTransitionError{Kind: "step", ID: stepID, From: string(s.State), Event: string(StepEvResume) + " (an approval gate is approved or rejected)"}
 	}
 	if len(input) == 0 {
 		input = json.RawMessage(`null`)
@@ -767,6 +915,8 @@ func (j *Job) due() *time.Time {
 			t = s.ReadyAt.Add(DispatchGrace << min(s.Redispatches, 6))
 		case s.State.leased() && s.Lease != nil:
 			t = s.Lease.ExpiresAt.Add(leaseGrace(s))
+		case s.State == StepNeedsUser && s.Deadline != nil:
+			t = *s.Deadline // an approval gate's deadline
 		default:
 			continue
 		}

@@ -32,11 +32,16 @@ const (
 	ActionFail   = "fail"
 	ActionHTTP   = "http"
 	ActionWorker = "worker"
+	// ActionApproval is a gate a person opens: no executor ever runs it.
+	ActionApproval = "approval"
 )
+
+// MaxGateSeconds bounds an approval gate's timeout_seconds (a year).
+const MaxGateSeconds = 365 * 24 * 3600
 
 // Actions lists the known actions.
 func Actions() []string {
-	return []string{ActionPass, ActionSleep, ActionFail, ActionHTTP, ActionWorker}
+	return []string{ActionPass, ActionSleep, ActionFail, ActionHTTP, ActionWorker, ActionApproval}
 }
 
 // FailureClass is how an attempt failed; it picks the next step state.
@@ -284,6 +289,17 @@ func (st *StepSpec) validate(field, jobQueue string) error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return Invalid(field+".url", "must be an absolute http or https URL")
 		}
+	case ActionApproval:
+		// timeout_seconds is the gate's deadline; none (0) waits for ever.
+		if st.TimeoutSeconds < 0 || st.TimeoutSeconds > MaxGateSeconds {
+			return Invalid(field+".timeout_seconds", "must be between 1 and %d (a year) for action approval, or left out for no deadline", MaxGateSeconds)
+		}
+		if st.Retry != nil {
+			return Invalid(field+".retry", "does not apply to action %q: no executor runs it", st.Action)
+		}
+		p := DefaultRetryPolicy()
+		st.Retry = &p
+		return nil
 	case ActionWorker:
 		if st.Queue == "" {
 			st.Queue = jobQueue

@@ -57,7 +57,7 @@ var stepTransitions = []Transition[StepState, StepEvent]{
 	{StepEvReject, []StepState{StepNeedsUser}, StepFailed},
 	{StepEvLeaseTimeout, []StepState{StepLeased, StepRunning}, StepLeaseTimeout},
 	{StepEvRequeue, []StepState{StepLeaseTimeout}, StepPending},
-	{StepEvTimeOut, []StepState{StepRunning}, StepTimedOut},
+	{StepEvTimeOut, []StepState{StepRunning, StepNeedsUser}, StepTimedOut},
 	{StepEvResume, []StepState{StepNeedsUser}, StepPending},
 	{StepEvCancel, []StepState{
 		StepPending, StepWaitingDeps, StepLeased, StepRunning, StepFailedRetryable, StepRetrying,
@@ -99,14 +99,15 @@ const JobInitial JobState = ""
 // job_failed from RETRYING (a retry timer that finds the attempts spent);
 // job_leased and job_running from WAITING (in a DAG one branch runs while
 // another waits on a person, as the agent platform's parallel steps do:
-// docs/model.md#formal-job-machine).
+// docs/model.md#formal-job-machine); job_waiting from QUEUED (an approval
+// gate opens before any step ran: docs/model.md#approval-gated-runs).
 var jobTransitions = []Transition[JobState, JobEvent]{
 	{JobEvCreated, []JobState{JobInitial}, JobQueued},
 	{JobEvQueued, []JobState{JobInitial}, JobQueued},
 	{JobEvRequeued, []JobState{JobInitial, JobQueued, JobRunning, JobRetrying, JobFailed}, JobQueued},
 	{JobEvLeased, []JobState{JobQueued, JobRetrying, JobWaiting}, JobRunning},
 	{JobEvRunning, []JobState{JobQueued, JobRetrying, JobWaiting}, JobRunning},
-	{JobEvWaiting, []JobState{JobRunning}, JobWaiting},
+	{JobEvWaiting, []JobState{JobRunning, JobQueued}, JobWaiting},
 	{JobEvParked, []JobState{JobWaiting}, JobParked},
 	{JobEvRetrying, []JobState{JobRunning}, JobRetrying},
 	{JobEvWaitCompleted, []JobState{JobQueued, JobRunning, JobWaiting, JobParked, JobRetrying}, JobQueued},

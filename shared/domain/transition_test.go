@@ -227,7 +227,7 @@ var seed002 = map[JobState]map[JobEvent]JobState{
 // widened are the pairs the canonical job table adds to the formal job table
 // on purpose (docs/model.md#formal-job-machine).
 var widened = map[JobState][]JobEvent{
-	JobQueued:   {JobEvCancelled},                                                      // approval-gated runs cancel a PENDING run
+	JobQueued:   {JobEvCancelled, JobEvWaiting},                                        // approval-gated runs cancel a PENDING run; a gate opens first
 	JobRetrying: {JobEvCancelled, JobEvFailed},                                         // cancel while backing off
 	JobRunning:  {JobEvRetrying},                                                       // explicit RETRYING
 	JobWaiting:  {JobEvParked, JobEvCompleted, JobEvFailed, JobEvLeased, JobEvRunning}, // approval gate approved / rejected; a DAG branch runs while another waits

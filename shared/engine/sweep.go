@@ -82,6 +82,12 @@ func (e *Engine) sweepJob(ctx context.Context, tenant, id string, rep *SweepRepo
 	reclaimed, redispatched := 0, 0
 	j, err := e.mutate(ctx, tenant, id, func(j *domain.Job, now time.Time) error {
 		ds, reclaimed, redispatched = ds[:0], 0, 0
+		// An approval gate past its deadline fails its job first: nothing
+		// else of it needs the sweep then.
+		expired, err := expireGates(j, now)
+		if err != nil {
+			return err
+		}
 		for _, s := range j.Steps {
 			redispatch, reclaim := j.NeedsSweep(s, now)
 			switch {
@@ -103,7 +109,7 @@ func (e *Engine) sweepJob(ctx context.Context, tenant, id string, rep *SweepRepo
 			}
 		}
 		moved := j.Resweep()
-		if len(ds) == 0 && reclaimed == 0 && !moved {
+		if len(ds) == 0 && reclaimed == 0 && expired == 0 && !moved {
 			return errNoChange // the index was behind the item; nothing is due
 		}
 		return nil

@@ -64,17 +64,19 @@ const (
 // owners says which function serves each route; template.yaml must agree
 // (a test compares them).
 var owners = map[string]Function{
-	"POST /v1/jobs":                          EnqueueFunction,
-	"GET /v1/jobs":                           EnqueueFunction,
-	"GET /v1/jobs/{id}":                      EnqueueFunction,
-	"GET /v1/jobs/{id}/events":               EnqueueFunction,
-	"POST /v1/jobs/{id}/cancel":              EnqueueFunction,
-	"POST /v1/jobs/{id}/steps/{step}/resume": EnqueueFunction,
-	"GET /v1/health":                         EnqueueFunction,
-	"POST /v1/claim":                         ClaimFunction,
-	"POST /v1/leases/{lease}/heartbeat":      ClaimFunction,
-	"POST /v1/leases/{lease}/complete":       ClaimFunction,
-	"POST /v1/leases/{lease}/fail":           ClaimFunction,
+	"POST /v1/jobs":                           EnqueueFunction,
+	"GET /v1/jobs":                            EnqueueFunction,
+	"GET /v1/jobs/{id}":                       EnqueueFunction,
+	"GET /v1/jobs/{id}/events":                EnqueueFunction,
+	"POST /v1/jobs/{id}/cancel":               EnqueueFunction,
+	"POST /v1/jobs/{id}/steps/{step}/resume":  EnqueueFunction,
+	"POST /v1/jobs/{id}/steps/{step}/approve": EnqueueFunction,
+	"POST /v1/jobs/{id}/steps/{step}/reject":  EnqueueFunction,
+	"GET /v1/health":                          EnqueueFunction,
+	"POST /v1/claim":                          ClaimFunction,
+	"POST /v1/leases/{lease}/heartbeat":       ClaimFunction,
+	"POST /v1/leases/{lease}/complete":        ClaimFunction,
+	"POST /v1/leases/{lease}/fail":            ClaimFunction,
 }
 
 // Routes answers the route keys fn serves, sorted.
@@ -137,17 +139,19 @@ func (a *API) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 
 func (a *API) routes() map[string]route {
 	return map[string]route{
-		"POST /v1/jobs":                          a.submit,
-		"GET /v1/jobs":                           a.list,
-		"GET /v1/jobs/{id}":                      a.get,
-		"GET /v1/jobs/{id}/events":               a.events,
-		"POST /v1/jobs/{id}/cancel":              a.cancel,
-		"POST /v1/jobs/{id}/steps/{step}/resume": a.resume,
-		"GET /v1/health":                         a.health,
-		"POST /v1/claim":                         a.claim,
-		"POST /v1/leases/{lease}/heartbeat":      a.heartbeat,
-		"POST /v1/leases/{lease}/complete":       a.complete,
-		"POST /v1/leases/{lease}/fail":           a.failLease,
+		"POST /v1/jobs":                           a.submit,
+		"GET /v1/jobs":                            a.list,
+		"GET /v1/jobs/{id}":                       a.get,
+		"GET /v1/jobs/{id}/events":                a.events,
+		"POST /v1/jobs/{id}/cancel":               a.cancel,
+		"POST /v1/jobs/{id}/steps/{step}/resume":  a.resume,
+		"POST /v1/jobs/{id}/steps/{step}/approve": a.decide(true),
+		"POST /v1/jobs/{id}/steps/{step}/reject":  a.decide(false),
+		"GET /v1/health":                          a.health,
+		"POST /v1/claim":                          a.claim,
+		"POST /v1/leases/{lease}/heartbeat":       a.heartbeat,
+		"POST /v1/leases/{lease}/complete":        a.complete,
+		"POST /v1/leases/{lease}/fail":            a.failLease,
 	}
 }
 
@@ -216,6 +220,14 @@ func cleanPath(ev events.APIGatewayV2HTTPRequest) bool {
 type request struct {
 	ev           events.APIGatewayV2HTTPRequest
 	extraHeaders map[string]string
+}
+
+// keyID names the API key a request came with, for the record of what a
+// person decided (approve, reject): the first 12 hex digits of the key's
+// stored hash, which say nothing of the key itself.
+func (r *request) keyID() string {
+	_, key, _ := strings.Cut(strings.TrimSpace(r.header("Authorization")), " ")
+	return "key_" + store.HashKey(strings.TrimSpace(key))[:12]
 }
 
 func (r *request) header(name string) string {
@@ -489,6 +501,29 @@ func (a *API) resume(ctx context.Context, tenant string, r *request) (int, any, 
 		return 0, nil, err
 	}
 	return http.StatusOK, jobView(j), nil
+}
+
+// decide answers a person's decision at an approval gate: {"by",
+// "comment"}, recorded with the calling key's id. 200 whether it changed
+// the job or repeated a decision made already.
+func (a *API) decide(approve bool) route {
+	return func(ctx context.Context, tenant string, r *request) (int, any, error) {
+		var d engine.Decision
+		if err := r.decode(&d); err != nil {
+			return 0, nil, err
+		}
+		d.Key = r.keyID()
+		id, step := r.ev.PathParameters["id"], r.ev.PathParameters["step"]
+		decide := a.Engine.Reject
+		if approve {
+			decide = a.Engine.Approve
+		}
+		j, _, err := decide(ctx, tenant, id, step, d)
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, jobView(j), nil
+	}
 }
 
 func (a *API) health(ctx context.Context, tenant string, _ *request) (int, any, error) {

@@ -35,6 +35,8 @@ type StepView struct {
 	DependsOn   []string          `json:"depends_on,omitempty"`
 	Prompt      string            `json:"prompt,omitempty"`     // what it asks of a person, while NEEDS_USER
 	UserInput   json.RawMessage   `json:"user_input,omitempty"` // their answer, once resumed
+	Deadline    *time.Time        `json:"deadline,omitempty"`   // when an open approval gate times out
+	Decision    *domain.Decision  `json:"decision,omitempty"`   // how a person closed an approval gate
 }
 
 // AttemptView is one attempt; the lease id it ran under stays with its
@@ -66,7 +68,7 @@ func jobView(j *domain.Job) JobView {
 		sv := StepView{
 			ID: s.ID(), Action: s.Spec.Action, State: s.State, Attempt: s.Attempt, MaxAttempts: s.Spec.Retry.MaxAttempts,
 			Output: s.Output, Error: s.Error, Attempts: make([]AttemptView, 0, len(s.Attempts)),
-			DependsOn: s.Spec.DependsOn, Prompt: s.Prompt, UserInput: s.UserInput,
+			DependsOn: s.Spec.DependsOn, Prompt: s.Prompt, UserInput: s.UserInput, Deadline: s.Deadline, Decision: s.Decision,
 		}
 		for _, a := range s.Attempts {
 			sv.Attempts = append(sv.Attempts, AttemptView{N: a.N, State: a.State, Worker: a.Worker, StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: a.Error, Output: a.Output})

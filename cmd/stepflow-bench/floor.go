@@ -48,7 +48,8 @@ func runFloor(ctx context.Context, st *devstack.Stack, n, producers int) (result
 	if err != nil {
 		return r, err
 	}
-	meter := costmeter.Wrap(dynamoFrom(cfg))
+	m := costmeter.New()
+	meter := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, m.Middleware) })
 	raw, sq := dynamoFrom(cfg), sqsFrom(cfg)
 	table := st.Name + "-floor"
 	if _, err := raw.CreateTable(ctx, &dynamodb.CreateTableInput{
@@ -62,7 +63,7 @@ func runFloor(ctx context.Context, st *devstack.Stack, n, producers int) (result
 	if err != nil {
 		return r, fmt.Errorf("floor queue: %w", err)
 	}
-	before, unitsBefore := st.Emulator.Counts(), meter.Units()
+	before, unitsBefore := st.Emulator.Counts(), m.Units()
 	var done atomic.Int64
 	var batches atomic.Int64
 	var firstErr atomic.Value
@@ -153,7 +154,7 @@ func runFloor(ctx context.Context, st *devstack.Stack, n, producers int) (result
 	r.Wall = time.Since(start)
 	r.Requests = diff(st.Emulator.Counts(), before)
 	delete(r.Requests, "dynamodb.CreateTable")
-	u := meter.Units()
+	u := m.Units()
 	r.Units = costmeter.Units{WRU: u.WRU - unitsBefore.WRU, RRU: u.RRU - unitsBefore.RRU}
 	// As Lambda functions, the floor would be invoked once per submit and
 	// once per non-empty batch.

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/smithy-go/middleware"
 	"github.com/spf13/cobra"
 
 	"github.com/stepflow/stepflow/localstack/costmeter"
@@ -152,7 +153,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	b := &bench{o: o, http: &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}, log: log}
+	b := &bench{o: o, meter: costmeter.New(), http: &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}, log: log}
 	st, err := devstack.Start(ctx, devstack.Options{
 		APIKeys: map[string]string{benchKey: benchTenant}, Log: log,
 		// The event source mapping long-polls as Lambda's does (20 s), so idle
@@ -161,10 +162,9 @@ func run(ctx context.Context, o options) error {
 		// The bench runs the heartbeat itself (sweep at rest); the schedule
 		// would add its requests to the workloads'.
 		ScheduleEvery: 24 * time.Hour,
-		WrapDynamoDB: func(api store.API) store.API {
-			b.meter = costmeter.Wrap(api)
-			return b.meter
-		},
+		// The meter is middleware in the engine's clients' stacks: it bills
+		// each attempt that reached DynamoDB.
+		APIOptions: []func(*middleware.Stack) error{b.meter.Middleware},
 	})
 	if err != nil {
 		return err

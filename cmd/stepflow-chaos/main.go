@@ -60,9 +60,9 @@ func command() *cobra.Command {
 		Short: "Seeded fault-injection runs against a local stepflow stack",
 		Long: `Runs seeds seed..seed+runs-1. Each run starts a stack (on its own moto,
 or on --endpoint), submits --jobs jobs under injected faults (crashes at
-every AWS call boundary, DynamoDB throttling, 5xx and ambiguous writes, lost
-SQS sends, duplicate deliveries, concurrent sweeps, zombie and clock-skewed
-workers) and checks: every job finishes within --bound, none is lost, none
+every AWS call boundary, DynamoDB throttling, 5xx and ambiguous writes on
+each attempt, inside the SDK's retries, lost SQS sends, duplicate
+deliveries, concurrent sweeps, zombie and clock-skewed workers) and checks: every job finishes within --bound, none is lost, none
 finishes twice, no outcome is applied under a lost lease, every log replays
 to its stored state, and no message is left in flight. With --hostile (the
 default) a second tenant attacks beside the run: claims on queue names that

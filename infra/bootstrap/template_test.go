@@ -36,7 +36,10 @@ func TestParseRealTemplate(t *testing.T) {
 		{"GET", "/v1/jobs/{id}"},
 		{"POST", "/v1/jobs/{id}/cancel"},
 		{"GET", "/v1/jobs/{id}/events"},
-	}, enq.Routes)
+		{"POST", "/v1/jobs/{id}/steps/{step}/approve"},
+		{"POST", "/v1/jobs/{id}/steps/{step}/reject"},
+		{"POST", "/v1/jobs/{id}/steps/{step}/resume"},
+	}, enq.Routes, "sorted by path, then method; which function serves which route is pinned in shared/httpapi")
 	require.Empty(t, enq.SQS)
 	require.Empty(t, enq.Schedules)
 

@@ -2,46 +2,140 @@ package chaos
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"net"
+	"net/http"
 	"os"
 	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
-	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
-	"github.com/stepflow/stepflow/localstack/runner"
-	"github.com/stepflow/stepflow/shared/queue"
-	"github.com/stepflow/stepflow/shared/store"
+	"github.com/stepflow/stepflow/localstack/awsfault"
 )
 
-// The errors a fault answers, shaped as the SDK's own: an
-// *smithy.OperationError around the service's error.
+// The fault layer is two middlewares in the SDK's own stack of each of the
+// engine's clients (Faults.Middleware, for devstack.Options.APIOptions),
+// placed by what each fault imitates:
+//
+//   - "chaos.Call", at the front of the Initialize step: once per call,
+//     before the SDK validates, serialises, signs or retries anything, and
+//     after it has answered. The invocation crashing before or after an
+//     AWS call (KindCrashBefore, KindCrashAfter) and a send that never got
+//     through (KindSendLost: the engine's SendMessageBatch fails, however
+//     many attempts the SDK would have made) are about the process and the
+//     call as the engine sees it, not about one request, so the SDK's
+//     retryer never sees them.
+//   - "chaos.Attempt", in the Finalize step right after the SDK's "Retry"
+//     middleware (before signing): once per attempt, inside the retry loop.
+//     A throttle (KindThrottle), a 5xx (KindServerError) and a write applied
+//     whose answer was lost (KindAmbiguous) are DynamoDB's answers to one
+//     request, so they meet the SDK's retryer as real ones do: the same
+//     error types the deserializer and the HTTP client produce, which the
+//     standard retryer classifies as throttle, retryable status and
+//     connection error, and retries with its backoff and retry quota. An
+//     ambiguous write is applied (the attempt goes on through signing and
+//     the transport) before its answer is replaced, so the SDK's retry meets
+//     the write already there (a conditional write fails its condition),
+//     exactly as on AWS.
+//
+// The errors are the bare service or transport errors a middleware sees;
+// the client wraps them in *smithy.OperationError (and, once attempts run
+// out, the retryer in *retry.MaxAttemptsError) as it does real ones.
 
-func opError(service, op string, err error) error {
-	return &smithy.OperationError{ServiceID: service, OperationName: op, Err: err}
+// dynamoOps are the DynamoDB operations the engine calls, true for writes.
+var dynamoOps = map[string]bool{
+	"GetItem": false, "Query": false, "BatchGetItem": false,
+	"PutItem": true, "UpdateItem": true, "TransactWriteItems": true,
 }
 
-func throttleError(op string) error {
-	return opError("DynamoDB", op, &ddb.ProvisionedThroughputExceededException{
+// sqsOps are the SQS operations the engine calls.
+var sqsOps = map[string]bool{
+	"SendMessageBatch": true, "ReceiveMessage": true, "DeleteMessage": true, "ChangeMessageVisibility": true,
+	"GetQueueUrl": true, "CreateQueue": true, "GetQueueAttributes": true, "ListQueues": true,
+}
+
+// faulted answers whether the layer draws for a service's operation: the
+// engine's own operations, as its clients' interfaces (store.API,
+// queue.API) name them. Others pass through unseen.
+func faulted(service, op string) bool {
+	switch service {
+	case "DynamoDB":
+		_, ok := dynamoOps[op]
+		return ok
+	case "SQS":
+		return sqsOps[op]
+	}
+	return false
+}
+
+// callKinds are the faults a call can suffer, per call.
+func callKinds(service, op string) func(Kind) bool {
+	return func(k Kind) bool {
+		switch k {
+		case KindCrashBefore, KindCrashAfter:
+			return true
+		case KindSendLost:
+			return service == "SQS" && op == "SendMessageBatch"
+		}
+		return false
+	}
+}
+
+// attemptKinds are the faults one attempt can suffer: DynamoDB's answers.
+func attemptKinds(service, op string) func(Kind) bool {
+	return func(k Kind) bool {
+		if service != "DynamoDB" {
+			return false
+		}
+		switch k {
+		case KindThrottle, KindServerError:
+			return true
+		case KindAmbiguous:
+			return dynamoOps[op]
+		}
+		return false
+	}
+}
+
+// responseError is a service error as the SDK's ResponseErrorWrapper
+// leaves it: with the HTTP response (its status code is what the retryer's
+// RetryableHTTPStatusCode reads) around the deserialized error.
+func responseError(status int, err error) error {
+	return &awshttp.ResponseError{
+		ResponseError: &smithyhttp.ResponseError{
+			Response: &smithyhttp.Response{Response: &http.Response{StatusCode: status, Header: http.Header{}}},
+			Err:      err,
+		},
+		RequestID: "chaos",
+	}
+}
+
+// throttleError is DynamoDB's 400 ProvisionedThroughputExceededException,
+// a throttle to the retryer (its error code).
+func throttleError() error {
+	return responseError(http.StatusBadRequest, &ddb.ProvisionedThroughputExceededException{
 		Message: aws.String("chaos: the level of configured provisioned throughput for the table was exceeded"),
 	})
 }
 
-func serverError(service, op string) error {
-	return opError(service, op, &smithy.GenericAPIError{
-		Code: "InternalServerError", Message: "chaos: internal server error", Fault: smithy.FaultServer,
+// serverError is DynamoDB's 500 InternalServerError, retryable by its status.
+func serverError() error {
+	return responseError(http.StatusInternalServerError, &ddb.InternalServerError{
+		Message: aws.String("chaos: internal server error"),
 	})
 }
 
-// timeoutError is a response that never arrived: the request may well have
-// been applied.
-func timeoutError(service, op string) error {
-	return opError(service, op, &net.OpError{Op: "read", Net: "tcp", Err: responseLost{}})
+// timeoutError is a response that never arrived, as the SDK's HTTP client
+// handler reports a failed round trip: the request may well have been
+// applied. The retryer takes it for a connection error and a timeout.
+func timeoutError() error {
+	return &smithyhttp.RequestSendError{Err: &net.OpError{Op: "read", Net: "tcp", Err: responseLost{}}}
 }
 
 // responseLost is a read that timed out after the request went out.
@@ -54,159 +148,110 @@ func (responseLost) Timeout() bool   { return true }
 func (responseLost) Temporary() bool { return true }
 func (responseLost) Unwrap() error   { return os.ErrDeadlineExceeded }
 
-func sendLostError(op string) error {
-	return opError("SQS", op, &net.OpError{Op: "dial", Net: "tcp", Err: fmt.Errorf("chaos: connection reset before the messages were sent")})
+// sendLostError is a send that never got through.
+func sendLostError() error {
+	return &smithyhttp.RequestSendError{Err: &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("chaos: connection reset before the messages were sent")}}
 }
 
-// around makes one AWS call under the fault layer.
-func around[T any](f *Faults, service, op string, supported func(Kind) bool, call func() (T, error)) (T, error) {
-	var zero T
+// Middleware is the fault layer's APIOptions entry (see above): it adds
+// "chaos.Call" to the front of the Initialize step and "chaos.Attempt"
+// right after "Retry" in the Finalize step.
+func (f *Faults) Middleware(s *middleware.Stack) error {
+	if err := s.Initialize.Add(middleware.InitializeMiddlewareFunc("chaos.Call", f.call), middleware.Before); err != nil {
+		return err
+	}
+	return s.Finalize.Insert(middleware.FinalizeMiddlewareFunc("chaos.Attempt", f.attempt), "Retry", middleware.After)
+}
+
+func (f *Faults) call(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+	service, op := awsfault.Call(ctx)
+	if !faulted(service, op) {
+		return next.HandleInitialize(ctx, in)
+	}
 	name := service + "." + op
-	kind, n := f.decideCall(name, supported)
+	f.countCall(name)
+	kind, n := f.decide(StreamCalls, f.P.callRanges(), name, callKinds(service, op))
 	switch kind {
 	case KindCrashBefore:
 		panic(Crash{Call: name, N: n})
-	case KindThrottle:
-		return zero, throttleError(op)
-	case KindServerError:
-		return zero, serverError(service, op)
 	case KindSendLost:
-		return zero, sendLostError(op)
+		return middleware.InitializeOutput{}, middleware.Metadata{}, sendLostError()
 	}
-	out, err := call()
-	switch kind {
-	case KindCrashAfter:
+	out, md, err := next.HandleInitialize(ctx, in)
+	if kind == KindCrashAfter {
 		panic(Crash{Call: name, After: true, N: n})
-	case KindAmbiguous:
-		return zero, timeoutError(service, op)
 	}
-	return out, err
+	return out, md, err
 }
 
-func dynamoRead(k Kind) bool {
-	return k == KindCrashBefore || k == KindCrashAfter || k == KindThrottle || k == KindServerError
+func (f *Faults) attempt(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+	service, op := awsfault.Call(ctx)
+	if !faulted(service, op) || service != "DynamoDB" {
+		return next.HandleFinalize(ctx, in)
+	}
+	kind, _ := f.decide(StreamAttempts, f.P.attemptRanges(), service+"."+op, attemptKinds(service, op))
+	switch kind {
+	case KindThrottle:
+		return middleware.FinalizeOutput{}, middleware.Metadata{}, throttleError()
+	case KindServerError:
+		return middleware.FinalizeOutput{}, middleware.Metadata{}, serverError()
+	}
+	out, md, err := next.HandleFinalize(ctx, in)
+	if kind == KindAmbiguous {
+		return middleware.FinalizeOutput{}, md, timeoutError()
+	}
+	return out, md, err
 }
 
-func dynamoWrite(k Kind) bool { return dynamoRead(k) || k == KindAmbiguous }
-
-func sqsCall(k Kind) bool { return k == KindCrashBefore || k == KindCrashAfter }
-
-func sqsSend(k Kind) bool { return sqsCall(k) || k == KindSendLost }
-
-// DynamoDB wraps the engine's DynamoDB client.
-func (f *Faults) DynamoDB(api store.API) store.API { return &dynamo{api: api, f: f} }
-
-type dynamo struct {
-	api store.API
-	f   *Faults
-}
-
-func (d *dynamo) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
-	return around(d.f, "DynamoDB", "GetItem", dynamoRead, func() (*dynamodb.GetItemOutput, error) { return d.api.GetItem(ctx, in, o...) })
-}
-
-func (d *dynamo) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
-	return around(d.f, "DynamoDB", "PutItem", dynamoWrite, func() (*dynamodb.PutItemOutput, error) { return d.api.PutItem(ctx, in, o...) })
-}
-
-func (d *dynamo) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	return around(d.f, "DynamoDB", "UpdateItem", dynamoWrite, func() (*dynamodb.UpdateItemOutput, error) { return d.api.UpdateItem(ctx, in, o...) })
-}
-
-func (d *dynamo) Query(ctx context.Context, in *dynamodb.QueryInput, o ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
-	return around(d.f, "DynamoDB", "Query", dynamoRead, func() (*dynamodb.QueryOutput, error) { return d.api.Query(ctx, in, o...) })
-}
-
-func (d *dynamo) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, o ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
-	return around(d.f, "DynamoDB", "TransactWriteItems", dynamoWrite, func() (*dynamodb.TransactWriteItemsOutput, error) { return d.api.TransactWriteItems(ctx, in, o...) })
-}
-
-func (d *dynamo) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
-	return around(d.f, "DynamoDB", "BatchGetItem", dynamoRead, func() (*dynamodb.BatchGetItemOutput, error) { return d.api.BatchGetItem(ctx, in, o...) })
-}
-
-// SQS wraps the engine's SQS client.
-func (f *Faults) SQS(api queue.API) queue.API { return &sqsAPI{api: api, f: f} }
-
-type sqsAPI struct {
-	api queue.API
-	f   *Faults
-}
-
-func (s *sqsAPI) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, o ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
-	return around(s.f, "SQS", "SendMessageBatch", sqsSend, func() (*sqs.SendMessageBatchOutput, error) { return s.api.SendMessageBatch(ctx, in, o...) })
-}
-
-func (s *sqsAPI) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, o ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
-	return around(s.f, "SQS", "ReceiveMessage", sqsCall, func() (*sqs.ReceiveMessageOutput, error) { return s.api.ReceiveMessage(ctx, in, o...) })
-}
-
-func (s *sqsAPI) DeleteMessage(ctx context.Context, in *sqs.DeleteMessageInput, o ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error) {
-	return around(s.f, "SQS", "DeleteMessage", sqsCall, func() (*sqs.DeleteMessageOutput, error) { return s.api.DeleteMessage(ctx, in, o...) })
-}
-
-func (s *sqsAPI) ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, o ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
-	return around(s.f, "SQS", "ChangeMessageVisibility", sqsCall, func() (*sqs.ChangeMessageVisibilityOutput, error) {
-		return s.api.ChangeMessageVisibility(ctx, in, o...)
-	})
-}
-
-func (s *sqsAPI) GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, o ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error) {
-	return around(s.f, "SQS", "GetQueueUrl", sqsCall, func() (*sqs.GetQueueUrlOutput, error) { return s.api.GetQueueUrl(ctx, in, o...) })
-}
-
-func (s *sqsAPI) CreateQueue(ctx context.Context, in *sqs.CreateQueueInput, o ...func(*sqs.Options)) (*sqs.CreateQueueOutput, error) {
-	return around(s.f, "SQS", "CreateQueue", sqsCall, func() (*sqs.CreateQueueOutput, error) { return s.api.CreateQueue(ctx, in, o...) })
-}
-
-func (s *sqsAPI) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, o ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {
-	return around(s.f, "SQS", "GetQueueAttributes", sqsCall, func() (*sqs.GetQueueAttributesOutput, error) { return s.api.GetQueueAttributes(ctx, in, o...) })
-}
-
-func (s *sqsAPI) ListQueues(ctx context.Context, in *sqs.ListQueuesInput, o ...func(*sqs.Options)) (*sqs.ListQueuesOutput, error) {
-	return around(s.f, "SQS", "ListQueues", sqsCall, func() (*sqs.ListQueuesOutput, error) { return s.api.ListQueues(ctx, in, o...) })
-}
-
-// RunnerSQS wraps the client the local event source mapping polls with: a
+// Duplicates answers the APIOptions entry for the SQS client the local
+// event source mapping polls with (devstack.Options.RunnerAPIOptions): a
 // message it receives is, by chance, handed out again by the next receive
 // on the same queue (the same message id and receipt handle) while the
 // first delivery is still being handled, as SQS's at-least-once delivery
-// may. It never crashes: the mapping is AWS's, not a function.
-func (f *Faults) RunnerSQS(api runner.SQSAPI) runner.SQSAPI {
-	return &runnerSQS{api: api, f: f, pending: map[string][]sqstypes.Message{}}
+// may. It is one middleware at the front of the Initialize step, so it
+// works on whole calls and typed outputs: a receive with a duplicate due
+// answers it without a request to SQS (the SDK short-circuited, as a
+// middleware may, with the earlier output's message), and a receive that
+// went to SQS decides, per message, whether it comes again. It never
+// crashes: the mapping is AWS's, not a function. Each entry has its own
+// pending duplicates; install one per client.
+func (f *Faults) Duplicates() func(*middleware.Stack) error {
+	d := &duplicates{f: f, pending: map[string][]sqstypes.Message{}}
+	mw := middleware.InitializeMiddlewareFunc("chaos.Duplicates", d.handle)
+	return func(s *middleware.Stack) error { return s.Initialize.Add(mw, middleware.Before) }
 }
 
-type runnerSQS struct {
-	api     runner.SQSAPI
+type duplicates struct {
 	f       *Faults
 	mu      sync.Mutex
 	pending map[string][]sqstypes.Message // queue url -> messages to hand out again
 }
 
-func (r *runnerSQS) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, o ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
-	url := aws.ToString(in.QueueUrl)
-	r.mu.Lock()
-	dups := r.pending[url]
-	delete(r.pending, url)
-	r.mu.Unlock()
+func (d *duplicates) handle(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+	recv, ok := in.Parameters.(*sqs.ReceiveMessageInput)
+	if service, _ := awsfault.Call(ctx); service != "SQS" || !ok {
+		return next.HandleInitialize(ctx, in)
+	}
+	url := aws.ToString(recv.QueueUrl)
+	d.mu.Lock()
+	dups := d.pending[url]
+	delete(d.pending, url)
+	d.mu.Unlock()
 	if len(dups) > 0 {
 		// Decided (and counted) when the original was received.
-		return &sqs.ReceiveMessageOutput{Messages: dups}, nil
+		return middleware.InitializeOutput{Result: &sqs.ReceiveMessageOutput{Messages: dups}}, middleware.Metadata{}, nil
 	}
-	out, err := r.api.ReceiveMessage(ctx, in, o...)
-	if err != nil || out == nil {
-		return out, err
+	out, md, err := next.HandleInitialize(ctx, in)
+	res, _ := out.Result.(*sqs.ReceiveMessageOutput)
+	if err != nil || res == nil {
+		return out, md, err
 	}
-	for _, m := range out.Messages {
-		if r.f.Chance(StreamDeliver, KindDuplicate, r.f.P.Duplicate) {
-			r.mu.Lock()
-			r.pending[url] = append(r.pending[url], m)
-			r.mu.Unlock()
+	for _, m := range res.Messages {
+		if d.f.Chance(StreamDeliver, KindDuplicate, d.f.P.Duplicate) {
+			d.mu.Lock()
+			d.pending[url] = append(d.pending[url], m)
+			d.mu.Unlock()
 		}
 	}
-	return out, nil
-}
-
-func (r *runnerSQS) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, o ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
-	return r.api.DeleteMessageBatch(ctx, in, o...)
+	return out, md, nil
 }

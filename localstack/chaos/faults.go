@@ -1,21 +1,22 @@
 // Package chaos is stepflow's fault-injection suite: a seeded, replayable
-// fault layer in front of every AWS call the engine makes (and of the SQS
-// event source mapping's receives), and a run that submits a random mix of
-// jobs to a local stack under those faults, with misbehaving workers and
-// concurrent sweeps, then checks that nothing was lost, nothing happened
-// twice and every job's log replays to its stored state. Beside the run's
-// tenant, a hostile tenant works as an attacker would (hostile_plan.go):
-// it claims queue names that collided with the run's under the old worker
-// queue names, claims unknown names, sends poison bodies, floods its own
-// jobs and reaches for the run's; its checks fail a run as the others do.
+// fault layer in the AWS SDK middleware stack of every client the engine
+// calls AWS with (and of the SQS event source mapping's), and a run that
+// submits a random mix of jobs to a local stack under those faults, with
+// misbehaving workers and concurrent sweeps, then checks that nothing was
+// lost, nothing happened twice and every job's log replays to its stored
+// state. Beside the run's tenant, a hostile tenant works as an attacker
+// would (hostile_plan.go): it claims queue names that collided with the
+// run's under the old worker queue names, claims unknown names, sends
+// poison bodies, floods its own jobs and reaches for the run's; its checks
+// fail a run as the others do.
 //
 // Every random decision comes from PCG generators seeded from one seed,
 // under one mutex. Each kind of decision has its own stream (the workload
-// plan, the engine's AWS calls, deliveries, leases handed to workers,
-// sweeps, the hostile tenant's plan), so the n-th decision of a stream is
-// the same for a seed however the goroutines interleave; which call,
-// message or lease meets it follows wall-clock scheduling and may differ
-// from one run of a seed to the next.
+// plan, the engine's AWS calls, their attempts, deliveries, leases handed
+// to workers, sweeps, the hostile tenant's plan), so the n-th decision of
+// a stream is the same for a seed however the goroutines interleave; which
+// call, message or lease meets it follows wall-clock scheduling and may
+// differ from one run of a seed to the next.
 package chaos
 
 import (
@@ -60,11 +61,13 @@ func kindIndex(k Kind) int {
 }
 
 // Probabilities are the chance of each fault at each opportunity: per
-// AWS call of the engine for the call faults (CrashBefore and CrashAfter on
-// every call; Throttle and ServerError on DynamoDB calls; Ambiguous on
-// DynamoDB writes; SendLost on SendMessageBatch), per message received by
-// the event source mapping for Duplicate, per sweeper tick for DoubleSweep
-// and Advance, per lease handed to a chaos worker for Zombie and Skew.
+// AWS call of the engine for CrashBefore and CrashAfter (every call) and
+// SendLost (SendMessageBatch); per attempt, each request the SDK sends for
+// a call, its retries included, for Throttle and ServerError (DynamoDB
+// calls) and Ambiguous (DynamoDB writes); per message received by the
+// event source mapping for Duplicate, per sweeper tick for DoubleSweep and
+// Advance, per lease handed to a chaos worker for Zombie and Skew. (aws.go
+// says why each sits where it does in the SDK's middleware stack.)
 type Probabilities struct {
 	CrashBefore float64
 	CrashAfter  float64
@@ -89,21 +92,23 @@ func DefaultProbabilities() Probabilities {
 	}
 }
 
-// call-fault layout: one draw per AWS call, compared against these
-// consecutive ranges, so the n-th call decision of a seed is the same
-// whatever operation meets it. A range the operation does not support
-// (throttling an SQS send) is no fault.
-func (p Probabilities) callRanges() [6]struct {
+// faultRange is one kind's share of a draw.
+type faultRange struct {
 	kind Kind
 	p    float64
-} {
-	return [6]struct {
-		kind Kind
-		p    float64
-	}{
-		{KindCrashBefore, p.CrashBefore}, {KindCrashAfter, p.CrashAfter}, {KindThrottle, p.Throttle},
-		{KindServerError, p.ServerError}, {KindAmbiguous, p.Ambiguous}, {KindSendLost, p.SendLost},
-	}
+}
+
+// call-fault layout: one draw per AWS call (StreamCalls), and one per
+// attempt (StreamAttempts), each compared against its consecutive ranges,
+// so the n-th decision of a stream is the same for a seed whatever
+// operation meets it. A range the operation does not support (losing a
+// DynamoDB read's send) is no fault.
+func (p Probabilities) callRanges() []faultRange {
+	return []faultRange{{KindCrashBefore, p.CrashBefore}, {KindCrashAfter, p.CrashAfter}, {KindSendLost, p.SendLost}}
+}
+
+func (p Probabilities) attemptRanges() []faultRange {
+	return []faultRange{{KindThrottle, p.Throttle}, {KindServerError, p.ServerError}, {KindAmbiguous, p.Ambiguous}}
 }
 
 // Stream is an independent sequence of decisions.
@@ -111,12 +116,13 @@ type Stream int
 
 // The decision streams.
 const (
-	StreamPlan    Stream = iota // the jobs a run submits
-	StreamCalls                 // the engine's AWS calls
-	StreamDeliver               // messages the event source mapping receives
-	StreamWorkers               // leases handed to chaos workers
-	StreamSweeps                // sweeper ticks
-	StreamHostile               // what the hostile tenant sends
+	StreamPlan     Stream = iota // the jobs a run submits
+	StreamCalls                  // the engine's AWS calls, once per call
+	StreamDeliver                // messages the event source mapping receives
+	StreamWorkers                // leases handed to chaos workers
+	StreamSweeps                 // sweeper ticks
+	StreamHostile                // what the hostile tenant sends
+	StreamAttempts               // the engine's AWS calls, once per attempt (the SDK's retries included)
 	numStreams
 )
 
@@ -145,7 +151,7 @@ type Decision struct {
 	Stream Stream
 	N      int64 // the decision's number within its stream
 	Kind   Kind
-	Call   string // the AWS call, for call faults
+	Call   string // the AWS call, for call and attempt faults
 }
 
 // maxTrace bounds the decisions a Faults remembers.
@@ -164,7 +170,7 @@ type Faults struct {
 
 	counts [len(Kinds)]atomic.Int64
 	paused atomic.Bool
-	calls  sync.Map // "Service.Operation" -> *atomic.Int64, every wrapped call made
+	calls  sync.Map // "Service.Operation" -> *atomic.Int64, every call the layer saw
 }
 
 // New answers a fault layer seeded with seed.
@@ -189,7 +195,7 @@ func splitmix64(x *uint64) uint64 {
 	return z ^ z>>31
 }
 
-// Pause stops injecting (wrapped calls pass straight through and draw
+// Pause stops injecting (calls pass straight through the layer and draw
 // nothing) until Resume; a run pauses while it drains the queues.
 func (f *Faults) Pause() { f.paused.Store(true) }
 
@@ -252,25 +258,30 @@ func (f *Faults) record(d Decision) {
 	}
 }
 
-// decideCall draws the fault for one AWS call; supported says which call
-// faults the operation can suffer. It answers "" for none.
-func (f *Faults) decideCall(call string, supported func(Kind) bool) (Kind, int64) {
+// countCall counts a call the layer saw.
+func (f *Faults) countCall(call string) {
 	c, _ := f.calls.LoadOrStore(call, new(atomic.Int64))
 	c.(*atomic.Int64).Add(1)
+}
+
+// decide draws the fault for one AWS call (StreamCalls) or attempt
+// (StreamAttempts) against ranges; supported says which of them the
+// operation can suffer. It answers "" for none, and the decision's number.
+func (f *Faults) decide(s Stream, ranges []faultRange, call string, supported func(Kind) bool) (Kind, int64) {
 	if f.Paused() {
 		return "", 0
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.drawn[StreamCalls]++
-	n := f.drawn[StreamCalls]
-	x := f.streams[StreamCalls].Float64()
-	for _, r := range f.P.callRanges() {
+	f.drawn[s]++
+	n := f.drawn[s]
+	x := f.streams[s].Float64()
+	for _, r := range ranges {
 		if x < r.p {
 			if !supported(r.kind) {
 				return "", n
 			}
-			f.record(Decision{Stream: StreamCalls, N: n, Kind: r.kind, Call: call})
+			f.record(Decision{Stream: s, N: n, Kind: r.kind, Call: call})
 			return r.kind, n
 		}
 		x -= r.p
@@ -287,8 +298,8 @@ func (f *Faults) Counts() map[Kind]int64 {
 	return out
 }
 
-// Calls answers how many calls of each operation went through the
-// fault layer.
+// Calls answers how many calls (not attempts) of each operation went
+// through the fault layer.
 func (f *Faults) Calls() map[string]int64 {
 	out := map[string]int64{}
 	f.calls.Range(func(k, v any) bool {

@@ -10,20 +10,24 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
 	"github.com/stretchr/testify/require"
 )
 
-// The fault layer wraps real SDK clients talking to moto (helpers_test.go):
-// whether a call reached moto is counted in the clients' own middleware
-// stack, and whether it took effect is read back from moto.
+// The fault layer is middleware in real SDK clients talking to moto
+// (helpers_test.go): whether a call reached moto is counted in the
+// clients' own middleware stack, and whether it took effect is read back
+// from moto.
 
 // replay drives a fixed sequence of calls, deliveries, leases and sweeps
-// through a fault layer around a's clients, and answers its trace and
-// counts.
+// through a fault layer in copies of a's clients, and answers its trace
+// and counts.
 func replay(t *testing.T, a *realAWS, seed uint64, n int) ([]Decision, map[Kind]int64, []JobPlan) {
 	t.Helper()
 	p := DefaultProbabilities()
@@ -32,14 +36,14 @@ func replay(t *testing.T, a *realAWS, seed uint64, n int) ([]Decision, map[Kind]
 	p.CrashBefore, p.CrashAfter, p.Throttle, p.ServerError, p.Ambiguous, p.SendLost, p.Duplicate = 0.05, 0.05, 0.05, 0.05, 0.15, 0.3, 0.5
 	f := New(seed, p)
 	plan := f.Plan(20)
-	ops := a.ops(f.DynamoDB(a.DB), f.SQS(a.Q))
-	rq := f.RunnerSQS(a.Q)
+	ops := a.ops(a.faulted(f))
+	rq := a.runner(f)
 	w := &workers{f: f}
 	for i := range n {
 		a.fire(ops[i%len(ops)])
 		if i%10 == 0 {
 			// recv hides nothing, so every receive hands out its one
-			// message (or the wrapper's duplicate of it): one delivery
+			// message (or the middleware's duplicate of it): one delivery
 			// decision each, whatever moto's timing.
 			out, err := rq.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(a.recvURL)})
 			require.NoError(t, err)
@@ -117,7 +121,7 @@ func TestCrashBeforeDiesWithoutCalling(t *testing.T) {
 	t.Parallel()
 	a := newRealAWS(t)
 	f := New(1, only(KindCrashBefore))
-	for _, o := range a.ops(f.DynamoDB(a.DB), f.SQS(a.Q)) {
+	for _, o := range a.ops(a.faulted(f)) {
 		out := a.try(o)
 		require.NotNil(t, out.crash, o.name)
 		require.False(t, out.crash.After)
@@ -136,7 +140,7 @@ func TestCrashAfterDiesAfterTheCall(t *testing.T) {
 	a := newRealAWS(t)
 	f := New(1, only(KindCrashAfter))
 	effects := 0
-	for _, o := range a.ops(f.DynamoDB(a.DB), f.SQS(a.Q)) {
+	for _, o := range a.ops(a.faulted(f)) {
 		out := a.try(o)
 		require.NotNil(t, out.crash, o.name)
 		require.True(t, out.crash.After)
@@ -157,7 +161,7 @@ func TestThrottleAnd5xxFailDynamoDBCallsWithoutCalling(t *testing.T) {
 	a := newRealAWS(t)
 	for _, kind := range []Kind{KindThrottle, KindServerError} {
 		f := New(1, only(kind))
-		for _, o := range a.ops(f.DynamoDB(a.DB), f.SQS(a.Q)) {
+		for _, o := range a.ops(a.faulted(f)) {
 			out := a.try(o)
 			require.Nil(t, out.crash)
 			if strings.HasPrefix(o.name, "SQS.") { // not this kind's
@@ -190,7 +194,7 @@ func TestAmbiguousWritesAreAppliedThenTimeOut(t *testing.T) {
 	a := newRealAWS(t)
 	f := New(1, only(KindAmbiguous))
 	writes := 0
-	for _, o := range a.ops(f.DynamoDB(a.DB), f.SQS(a.Q)) {
+	for _, o := range a.ops(a.faulted(f)) {
 		out := a.try(o)
 		require.Nil(t, out.crash)
 		require.True(t, out.called, o.name)
@@ -213,7 +217,7 @@ func TestSendLostFailsOnlySendsWithoutSending(t *testing.T) {
 	t.Parallel()
 	a := newRealAWS(t)
 	f := New(1, only(KindSendLost))
-	for _, o := range a.ops(f.DynamoDB(a.DB), f.SQS(a.Q)) {
+	for _, o := range a.ops(a.faulted(f)) {
 		out := a.try(o)
 		require.Nil(t, out.crash)
 		if o.name != "SQS.SendMessageBatch" {
@@ -237,7 +241,7 @@ func TestDuplicateHandsTheSameMessageOutAgain(t *testing.T) {
 	a.Send(ready, "job-1")
 	a.Send(other, "job-2")
 	f := New(1, only(KindDuplicate))
-	rq := f.RunnerSQS(a.Q)
+	rq := a.runner(f)
 	ctx := context.Background()
 	receive := func(url string) []sqstypes.Message {
 		out, err := rq.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(url)})
@@ -249,7 +253,7 @@ func TestDuplicateHandsTheSameMessageOutAgain(t *testing.T) {
 	require.Len(t, first, 1)
 	require.Equal(t, "job-1", aws.ToString(first[0].Body))
 	again := receive(ready)
-	require.EqualValues(t, 1, a.Reached.of("SQS.ReceiveMessage"), "the duplicate comes from the wrapper, not from SQS")
+	require.EqualValues(t, 1, a.Reached.of("SQS.ReceiveMessage"), "the duplicate comes from the middleware, not from SQS")
 	require.Len(t, again, 1)
 	require.Equal(t, aws.ToString(first[0].MessageId), aws.ToString(again[0].MessageId))
 	require.Equal(t, aws.ToString(first[0].ReceiptHandle), aws.ToString(again[0].ReceiptHandle))
@@ -311,7 +315,7 @@ func TestPausedInjectsNothingAndDrawsNothing(t *testing.T) {
 	a := newRealAWS(t)
 	f := New(1, only(KindCrashBefore))
 	f.Pause()
-	ops := a.ops(f.DynamoDB(a.DB), f.SQS(a.Q))
+	ops := a.ops(a.faulted(f))
 	for _, o := range ops {
 		out := a.try(o)
 		require.Nil(t, out.crash)
@@ -321,6 +325,7 @@ func TestPausedInjectsNothingAndDrawsNothing(t *testing.T) {
 	}
 	require.Zero(t, f.Total())
 	require.Zero(t, f.Drawn()[StreamCalls], "a paused layer must not move the stream")
+	require.Zero(t, f.Drawn()[StreamAttempts], "a paused layer must not move the stream")
 	f.Resume()
 	out := a.try(ops[1])
 	require.NotNil(t, out.crash)
@@ -334,7 +339,7 @@ func TestCallFaultsFollowTheirProbabilities(t *testing.T) {
 	a := newRealAWS(t)
 	p := Probabilities{CrashBefore: 0.1, CrashAfter: 0.1, Throttle: 0.1, ServerError: 0.1, Ambiguous: 0.1, SendLost: 0.1}
 	f := New(3, p)
-	put := a.ops(f.DynamoDB(a.DB), f.SQS(a.Q))[1]
+	put := a.ops(a.faulted(f))[1]
 	require.Equal(t, "DynamoDB.PutItem", put.name)
 	// Every call is a PutItem, so the faults drawn do not depend on which
 	// goroutine meets which decision.
@@ -349,8 +354,16 @@ func TestCallFaultsFollowTheirProbabilities(t *testing.T) {
 	}
 	wg.Wait()
 	c := f.Counts()
-	for _, k := range []Kind{KindCrashBefore, KindCrashAfter, KindThrottle, KindServerError, KindAmbiguous} {
+	// Crashes are drawn once per call; throttles, 5xx and ambiguous writes
+	// once per attempt, and a call that crashed before makes none (these
+	// clients do not retry: one attempt each).
+	attempts := calls - c[KindCrashBefore]
+	require.Equal(t, map[Stream]int64{StreamCalls: calls, StreamAttempts: attempts}, map[Stream]int64{StreamCalls: f.Drawn()[StreamCalls], StreamAttempts: f.Drawn()[StreamAttempts]})
+	for _, k := range []Kind{KindCrashBefore, KindCrashAfter} {
 		require.InDelta(t, 0.1*calls, c[k], 0.02*calls, "kind %s", k)
+	}
+	for _, k := range []Kind{KindThrottle, KindServerError, KindAmbiguous} {
+		require.InDelta(t, 0.1*float64(attempts), c[k], 0.02*calls, "kind %s", k)
 	}
 	require.Zero(t, c[KindSendLost], "PutItem cannot lose a send")
 	require.EqualValues(t, calls, f.Calls()["DynamoDB.PutItem"])
@@ -361,8 +374,102 @@ func TestCallFaultsFollowTheirProbabilities(t *testing.T) {
 	require.EqualValues(t, through+1, a.items(), "one item per PutItem that reached moto, and the seed")
 }
 
+// TestAttemptFaultsMeetTheSDKRetry: throttles, 5xx and ambiguous writes
+// sit inside the SDK's retry loop, so the standard retryer retries them as
+// it would real ones: a throttled or failed attempt is sent again and
+// reaches moto; an ambiguous write's retry meets the write already applied
+// and fails its condition, as on AWS. Crashes and lost sends are per call:
+// the retryer never sees them.
+func TestAttemptFaultsMeetTheSDKRetry(t *testing.T) {
+	t.Parallel()
+	a := newRealAWS(t)
+	retrying := func(o *dynamodb.Options) {
+		o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
+			so.Backoff = retry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return 0, nil })
+		})
+	}
+	ctx := context.Background()
+	put := func(db *dynamodb.Client) (string, error) {
+		sk := a.fresh("retry")
+		_, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(a.table), Item: key("retry", sk), ConditionExpression: aws.String("attribute_not_exists(pk)")})
+		return sk, err
+	}
+
+	for _, kind := range []Kind{KindThrottle, KindServerError} {
+		// Certain on the first attempt and on nothing after: the retry
+		// goes through.
+		f := New(1, only(kind))
+		first := true
+		next := f.Middleware
+		db := dynamodb.New(a.DB.Options(), retrying, func(o *dynamodb.Options) {
+			o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+				if err := next(s); err != nil {
+					return err
+				}
+				// After the first attempt, nothing more is injected.
+				return s.Finalize.Insert(middleware.FinalizeMiddlewareFunc("test.PauseAfterFirst",
+					func(ctx context.Context, in middleware.FinalizeInput, h middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+						if first {
+							first = false
+						} else {
+							f.Pause()
+						}
+						return h.HandleFinalize(ctx, in)
+					}), "Retry", middleware.After)
+			})
+		})
+		before := a.Reached.of("DynamoDB.PutItem")
+		sk, err := put(db)
+		require.NoError(t, err, "%s: the SDK retried the injected error", kind)
+		require.True(t, a.hasItem("retry", sk))
+		require.EqualValues(t, 1, f.Counts()[kind])
+		require.Equal(t, before+1, a.Reached.of("DynamoDB.PutItem"), "%s: only the retry reached moto", kind)
+	}
+
+	// Every attempt throttled: the retryer gives up after its attempts,
+	// with the throttle as the cause.
+	f := New(1, only(KindThrottle))
+	db := dynamodb.New(a.DB.Options(), retrying, func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, f.Middleware) })
+	_, err := put(db)
+	var pte *ddb.ProvisionedThroughputExceededException
+	require.ErrorAs(t, err, &pte)
+	var maxed *retry.MaxAttemptsError
+	require.ErrorAs(t, err, &maxed)
+	require.EqualValues(t, retry.DefaultMaxAttempts, f.Counts()[KindThrottle], "one throttle per attempt")
+	require.EqualValues(t, 1, f.Calls()["DynamoDB.PutItem"])
+
+	// An ambiguous conditional write: applied, the answer lost, the retry
+	// fails its condition (and is ambiguous again, and again).
+	f = New(1, only(KindAmbiguous))
+	db = dynamodb.New(a.DB.Options(), retrying, func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, f.Middleware) })
+	before := a.Reached.of("DynamoDB.PutItem")
+	sk, err := put(db)
+	var ne net.Error
+	require.ErrorAs(t, err, &ne)
+	require.True(t, ne.Timeout())
+	require.True(t, a.hasItem("retry", sk), "the first attempt was applied")
+	require.EqualValues(t, retry.DefaultMaxAttempts, f.Counts()[KindAmbiguous])
+	require.Equal(t, before+int64(retry.DefaultMaxAttempts), a.Reached.of("DynamoDB.PutItem"), "every attempt reached moto")
+
+	// A lost send is the call's, not an attempt's: not retried.
+	f = New(1, only(KindSendLost))
+	_, q := a.faulted(f)
+	q = sqs.New(q.Options(), func(o *sqs.Options) {
+		o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
+			so.Backoff = retry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return 0, nil })
+		})
+	})
+	_, err = q.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(a.sendURL), Entries: []sqstypes.SendMessageBatchRequestEntry{
+		{Id: aws.String("m"), MessageBody: aws.String(a.fresh("lost"))},
+	}})
+	require.Error(t, err)
+	require.False(t, errors.As(err, &maxed), "the retryer never saw it")
+	require.Zero(t, a.Reached.of("SQS.SendMessageBatch"))
+	require.EqualValues(t, 1, f.Counts()[KindSendLost])
+}
+
 func TestErrorsAreNotCrashes(t *testing.T) {
 	t.Parallel()
-	require.False(t, errors.Is(throttleError("GetItem"), context.DeadlineExceeded))
+	require.False(t, errors.Is(throttleError(), context.DeadlineExceeded))
 	require.Contains(t, Crash{Call: "DynamoDB.PutItem", N: 3}.String(), "before DynamoDB.PutItem (call #3)")
 }

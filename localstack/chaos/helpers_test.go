@@ -22,11 +22,9 @@ import (
 
 	"github.com/stepflow/stepflow/localstack/devstack"
 	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
-	"github.com/stepflow/stepflow/shared/queue"
-	"github.com/stepflow/stepflow/shared/store"
 )
 
-// The fault layer's tests wrap real SDK clients talking to the test
+// The fault layer's tests put it into real SDK clients talking to the test
 // binary's shared moto emulator (stacktest.Endpoint). Each test has a
 // table and queues of its own; what a call did is read back from moto.
 
@@ -40,7 +38,8 @@ var (
 // reached counts, by "Service.Operation", the requests of a client that
 // got an HTTP answer from moto: a step of the SDK's own stack, right in
 // front of the transport, so a call the fault layer stops never counts
-// and one it lets through counts once (the clients do not retry).
+// and one it lets through counts once per attempt (the clients of
+// newRealAWS do not retry).
 type reached struct {
 	mu sync.Mutex
 	n  map[string]int64
@@ -81,8 +80,9 @@ type realAWS struct {
 	t   testing.TB
 	ctx context.Context
 
-	// DB and Q are what the fault layer wraps; Reached counts their
-	// requests. look and lookQ set up and read back, uncounted.
+	// DB and Q are the clients the fault layer goes into (a copy of each
+	// with its middleware: with); Reached counts their requests. look and
+	// lookQ set up and read back, uncounted.
 	DB      *dynamodb.Client
 	Q       *sqs.Client
 	Reached *reached
@@ -136,6 +136,24 @@ func newRealAWS(t testing.TB) *realAWS {
 	a.sendURL, a.recvURL, a.delURL, a.visURL = a.Queue("send"), a.Queue("recv"), a.Queue("del"), a.Queue("vis")
 	a.Send(a.recvURL, "seed")
 	return a
+}
+
+// with answers copies of a's counted clients with opts added to their
+// middleware stacks.
+func (a *realAWS) with(opts ...func(*middleware.Stack) error) (*dynamodb.Client, *sqs.Client) {
+	db := dynamodb.New(a.DB.Options(), func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, opts...) })
+	q := sqs.New(a.Q.Options(), func(o *sqs.Options) { o.APIOptions = append(o.APIOptions, opts...) })
+	return db, q
+}
+
+// faulted answers a's clients with f's fault layer in them.
+func (a *realAWS) faulted(f *Faults) (*dynamodb.Client, *sqs.Client) { return a.with(f.Middleware) }
+
+// runner answers an SQS client with f's duplicate deliveries in it, as the
+// event source mapping's.
+func (a *realAWS) runner(f *Faults) *sqs.Client {
+	_, q := a.with(f.Duplicates())
+	return q
 }
 
 func key(pk, sk string) map[string]ddb.AttributeValue {
@@ -250,8 +268,8 @@ type op struct {
 }
 
 // ops answers each AWS call of the engine once, in a fixed order, made
-// through db and q (the fault layer around a's clients).
-func (a *realAWS) ops(db store.API, q queue.API) []op {
+// through db and q (a's clients with the fault layer in them).
+func (a *realAWS) ops(db *dynamodb.Client, q *sqs.Client) []op {
 	ctx, table := a.ctx, aws.String(a.table)
 	return []op{
 		{name: "DynamoDB.GetItem", arm: func() (func() error, func() bool) {
@@ -370,7 +388,7 @@ func (a *realAWS) ops(db store.API, q queue.API) []op {
 	}
 }
 
-// outcome is what one wrapped call did.
+// outcome is what one call through the fault layer did.
 type outcome struct {
 	crash   *Crash
 	err     error

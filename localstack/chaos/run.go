@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/stepflow/stepflow/localstack/devstack"
 	"github.com/stepflow/stepflow/shared/domain"
@@ -119,7 +120,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	st, err := devstack.Start(ctx, devstack.Options{
 		EndpointURL: cfg.Endpoint, StackName: name, APIKeys: map[string]string{APIKey: Tenant, HostileKey: HostileTenant},
 		ScheduleEvery: 2 * time.Second, PollWait: time.Second, Lease: cfg.Lease, Now: clock.Now, Log: cfg.Log,
-		WrapDynamoDB: f.DynamoDB, WrapSQS: f.SQS, WrapRunnerSQS: f.RunnerSQS,
+		APIOptions:       []func(*middleware.Stack) error{f.Middleware},
+		RunnerAPIOptions: []func(*middleware.Stack) error{f.Duplicates()},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("chaos: start the stack: %w", err)

@@ -1,14 +1,29 @@
 // Package costmeter prices the AWS requests a workload makes. moto reports
-// a constant ConsumedCapacity, so the meter sits between the engine and its
-// DynamoDB client and models the request units DynamoDB would bill from
-// the items themselves: write units by item size (the larger of the old and
-// new item), doubled in transactions, plus the index writes each change
-// causes; read units by the size of what is read.
+// a constant ConsumedCapacity, so the meter models the request units
+// DynamoDB would bill from the items themselves: write units by item size
+// (the larger of the old and new item), doubled in transactions, plus the
+// index writes each change causes; read units by the size of what is read.
+//
+// The meter is middleware in the SDK's own stack of a DynamoDB client
+// (Meter.Middleware, for devstack.Options.APIOptions or a client's
+// Options.APIOptions), and bills what AWS bills: each attempt that reached
+// the service and was answered with a success or a failed condition (a
+// conditional write that fails its check still consumes write units). It
+// sits at the front of the Deserialize step, below the SDK's retry loop
+// and signing and below any fault layer in the Finalize step, so it sees
+// every attempt the SDK sends, retries included, with the typed output
+// and error the deserializer made, and only attempts that went to the
+// transport: a throttled attempt, a 5xx or a request that never got an
+// answer is billed nothing, a write applied whose answer was then lost
+// (chaos's ambiguous fault, above it) is billed like any other. The typed
+// input it reads was kept in the context at the Initialize step
+// (awsfault.CaptureInput).
 package costmeter
 
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -19,7 +34,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
+	"github.com/stepflow/stepflow/localstack/awsfault"
 	"github.com/stepflow/stepflow/shared/store"
 )
 
@@ -28,10 +46,8 @@ type Units struct {
 	WRU, RRU float64
 }
 
-// Meter wraps a DynamoDB client.
+// Meter models the units of the DynamoDB requests it sees.
 type Meter struct {
-	api store.API
-
 	mu    sync.Mutex
 	items map[string]itemInfo
 	units Units
@@ -42,8 +58,42 @@ type itemInfo struct {
 	due  string // the due index entry (keys); the table's only index
 }
 
-// Wrap answers a metering client around api.
-func Wrap(api store.API) *Meter { return &Meter{api: api, items: map[string]itemInfo{}} }
+// New answers a meter with nothing billed.
+func New() *Meter { return &Meter{items: map[string]itemInfo{}} }
+
+// Middleware is the meter's APIOptions entry: it keeps the typed input in
+// the context at the Initialize step, and bills each attempt at the front
+// of the Deserialize step. It sees every operation of a client and bills
+// DynamoDB's it models; others pass through.
+func (m *Meter) Middleware(s *middleware.Stack) error {
+	if err := awsfault.CaptureInput(s); err != nil {
+		return err
+	}
+	return s.Deserialize.Add(middleware.DeserializeMiddlewareFunc("costmeter.Bill", m.bill), middleware.Before)
+}
+
+// conditionFailed answers whether a DynamoDB error is a failed condition,
+// which is billed as if applied (without the change).
+func conditionFailed(err error) bool {
+	var ccf *ddb.ConditionalCheckFailedException
+	var tce *ddb.TransactionCanceledException
+	return errors.As(err, &ccf) || errors.As(err, &tce)
+}
+
+func (m *Meter) bill(ctx context.Context, in middleware.DeserializeInput, next middleware.DeserializeHandler) (middleware.DeserializeOutput, middleware.Metadata, error) {
+	out, md, err := next.HandleDeserialize(ctx, in)
+	if service, _ := awsfault.Call(ctx); service != "DynamoDB" {
+		return out, md, err
+	}
+	if r, ok := out.RawResponse.(*smithyhttp.Response); !ok || r.Response == nil || r.StatusCode == 0 {
+		return out, md, err // no answer (the transport failed): nothing known billed
+	}
+	if err != nil && !conditionFailed(err) {
+		return out, md, err // throttled, refused or failed: not billed
+	}
+	m.meter(awsfault.Input(ctx), out.Result, err == nil)
+	return out, md, err
+}
 
 // Units answers the units so far.
 func (m *Meter) Units() Units {
@@ -101,36 +151,61 @@ func (m *Meter) put(it map[string]ddb.AttributeValue, factor float64, applied bo
 	}
 }
 
-// PutItem meters a put; a failed condition is billed too.
-func (m *Meter) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
-	out, err := m.api.PutItem(ctx, in, o...)
-	m.put(in.Item, 1, err == nil)
-	return out, err
-}
-
-// TransactWriteItems meters each put at twice its units.
-func (m *Meter) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, o ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
-	out, err := m.api.TransactWriteItems(ctx, in, o...)
-	for _, ti := range in.TransactItems {
-		switch {
-		case ti.Put != nil:
-			m.put(ti.Put.Item, 2, err == nil)
-		default:
-			m.mu.Lock()
-			m.units.WRU += 2
-			m.mu.Unlock()
+// meter bills one attempt of an operation on its typed input and output;
+// applied is false for a failed condition.
+func (m *Meter) meter(input, output any, applied bool) {
+	switch in := input.(type) {
+	case *dynamodb.PutItemInput:
+		m.put(in.Item, 1, applied)
+	case *dynamodb.TransactWriteItemsInput:
+		// Each put at twice its units, every other item at two.
+		for _, ti := range in.TransactItems {
+			switch {
+			case ti.Put != nil:
+				m.put(ti.Put.Item, 2, applied)
+			default:
+				m.add(Units{WRU: 2})
+			}
+		}
+	case *dynamodb.UpdateItemInput:
+		// An update of a small item (the counters) is one unit.
+		m.add(Units{WRU: 1})
+	case *dynamodb.GetItemInput:
+		// A read by the item's size.
+		n := 0
+		if out, ok := output.(*dynamodb.GetItemOutput); ok && out.Item != nil {
+			n = store.ItemSize(out.Item)
+		}
+		m.add(Units{RRU: readFactor(in.ConsistentRead) * fourKB(n)})
+	case *dynamodb.QueryInput:
+		// The total size read, rounded up to 4 KB.
+		n := 0
+		if out, ok := output.(*dynamodb.QueryOutput); ok {
+			for _, it := range out.Items {
+				n += store.ItemSize(it)
+			}
+		}
+		m.add(Units{RRU: readFactor(in.ConsistentRead) * fourKB(n)})
+	case *dynamodb.BatchGetItemInput:
+		// Each item read.
+		if out, ok := output.(*dynamodb.BatchGetItemOutput); ok {
+			var u Units
+			for table, items := range out.Responses {
+				f := readFactor(in.RequestItems[table].ConsistentRead)
+				for _, it := range items {
+					u.RRU += f * fourKB(store.ItemSize(it))
+				}
+			}
+			m.add(u)
 		}
 	}
-	return out, err
 }
 
-// UpdateItem meters an update of a small item (the counters) as one unit.
-func (m *Meter) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	out, err := m.api.UpdateItem(ctx, in, o...)
+func (m *Meter) add(u Units) {
 	m.mu.Lock()
-	m.units.WRU++
-	m.mu.Unlock()
-	return out, err
+	defer m.mu.Unlock()
+	m.units.WRU += u.WRU
+	m.units.RRU += u.RRU
 }
 
 func readFactor(consistent *bool) float64 {
@@ -138,50 +213,6 @@ func readFactor(consistent *bool) float64 {
 		return 1
 	}
 	return 0.5
-}
-
-// GetItem meters a read by the item's size.
-func (m *Meter) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
-	out, err := m.api.GetItem(ctx, in, o...)
-	n := 0
-	if err == nil && out.Item != nil {
-		n = store.ItemSize(out.Item)
-	}
-	m.mu.Lock()
-	m.units.RRU += readFactor(in.ConsistentRead) * fourKB(n)
-	m.mu.Unlock()
-	return out, err
-}
-
-// Query meters the total size read, rounded up to 4 KB.
-func (m *Meter) Query(ctx context.Context, in *dynamodb.QueryInput, o ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
-	out, err := m.api.Query(ctx, in, o...)
-	n := 0
-	if err == nil {
-		for _, it := range out.Items {
-			n += store.ItemSize(it)
-		}
-	}
-	m.mu.Lock()
-	m.units.RRU += readFactor(in.ConsistentRead) * fourKB(n)
-	m.mu.Unlock()
-	return out, err
-}
-
-// BatchGetItem meters each item read.
-func (m *Meter) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
-	out, err := m.api.BatchGetItem(ctx, in, o...)
-	if err == nil {
-		m.mu.Lock()
-		for table, items := range out.Responses {
-			f := readFactor(in.RequestItems[table].ConsistentRead)
-			for _, it := range items {
-				m.units.RRU += f * fourKB(store.ItemSize(it))
-			}
-		}
-		m.mu.Unlock()
-	}
-	return out, err
 }
 
 // Prices maps a price key of docs/costs.md to USD per unit.

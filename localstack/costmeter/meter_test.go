@@ -2,10 +2,19 @@ package costmeter_test
 
 import (
 	"context"
+	"net/http"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/oklog/ulid/v2"
 	"github.com/stretchr/testify/require"
 
@@ -31,8 +40,9 @@ func TestPricesComeFromTheCostsTable(t *testing.T) {
 func TestUnitsFollowTheItems(t *testing.T) {
 	t.Parallel()
 	h := stacktest.New(t, func(o *devstack.Options) { o.NoRunner = true })
-	m := costmeter.Wrap(h.DynamoDB)
-	st := store.New(m, h.Resources.Tables["JobsTable"])
+	m := costmeter.New()
+	db := dynamodb.New(h.DynamoDB.Options(), func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, m.Middleware) })
+	st := store.New(db, h.Resources.Tables["JobsTable"])
 	ctx := context.Background()
 	now := time.Now().UTC()
 
@@ -54,4 +64,58 @@ func TestUnitsFollowTheItems(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, st.Save(ctx, j, n))
 	require.Equal(t, costmeter.Units{WRU: 3, RRU: 1}, m.Units())
+}
+
+// TestBillsEachAttemptThatReachedTheService: the meter sits below the
+// SDK's retry loop. An attempt throttled in front of the service (a
+// Finalize middleware after "Retry", as chaos's) is billed nothing; the
+// retry that reaches the table is billed once; a write that fails its
+// condition is billed its units without changing what the meter knows of
+// the item.
+func TestBillsEachAttemptThatReachedTheService(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t, func(o *devstack.Options) { o.NoRunner = true })
+	table := h.Resources.Tables["JobsTable"]
+	m := costmeter.New()
+	var throttleNext, attempts atomic.Int64
+	throttle := func(s *middleware.Stack) error {
+		return s.Finalize.Insert(middleware.FinalizeMiddlewareFunc("test.Throttle",
+			func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+				attempts.Add(1)
+				if throttleNext.Add(-1) >= 0 {
+					return middleware.FinalizeOutput{}, middleware.Metadata{}, &awshttp.ResponseError{ResponseError: &smithyhttp.ResponseError{
+						Response: &smithyhttp.Response{Response: &http.Response{StatusCode: 400, Header: http.Header{}}},
+						Err:      &ddb.ProvisionedThroughputExceededException{Message: aws.String("test: throttled")},
+					}}
+				}
+				return next.HandleFinalize(ctx, in)
+			}), "Retry", middleware.After)
+	}
+	db := dynamodb.New(h.DynamoDB.Options(), func(o *dynamodb.Options) {
+		o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
+			so.Backoff = retry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return 0, nil })
+		})
+		o.APIOptions = append(o.APIOptions, m.Middleware, throttle)
+	})
+	ctx := context.Background()
+	put := &dynamodb.PutItemInput{TableName: &table, ConditionExpression: aws.String("attribute_not_exists(pk)"), Item: map[string]ddb.AttributeValue{
+		"pk": &ddb.AttributeValueMemberS{Value: "meter-" + ulid.Make().String()}, "sk": &ddb.AttributeValueMemberS{Value: "x"},
+	}}
+
+	throttleNext.Store(1)
+	_, err := db.PutItem(ctx, put)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, attempts.Load(), "the SDK retried the throttled attempt")
+	require.Equal(t, costmeter.Units{WRU: 1}, m.Units(), "one attempt reached the table")
+
+	throttleNext.Store(3)
+	_, err = db.PutItem(ctx, put)
+	var pte *ddb.ProvisionedThroughputExceededException
+	require.ErrorAs(t, err, &pte)
+	require.Equal(t, costmeter.Units{WRU: 1}, m.Units(), "no attempt reached the table: nothing billed")
+
+	_, err = db.PutItem(ctx, put)
+	var ccf *ddb.ConditionalCheckFailedException
+	require.ErrorAs(t, err, &ccf)
+	require.Equal(t, costmeter.Units{WRU: 2}, m.Units(), "a failed condition is billed")
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/stepflow/stepflow/infra/bootstrap"
 	"github.com/stepflow/stepflow/localstack/emulator"
@@ -48,13 +49,18 @@ type Options struct {
 	Region        string
 	Log           *slog.Logger
 	MotoLog       *os.File
-	// WrapDynamoDB and WrapSQS put a fault-injection layer around the real
-	// clients the engine uses.
-	WrapDynamoDB func(store.API) store.API
-	WrapSQS      func(queue.API) queue.API
-	// WrapRunnerSQS puts a fault-injection layer around the SQS client the
-	// event source mapping polls with (duplicate deliveries).
-	WrapRunnerSQS func(runner.SQSAPI) runner.SQSAPI
+	// APIOptions are added to the middleware stacks of the engine's
+	// DynamoDB and SQS clients, and of no other: the clients that provision
+	// the stack, register the API keys and are Stack.DynamoDB and Stack.SQS
+	// stay plain. The chaos fault layer (chaos.Faults.Middleware), the cost
+	// meter (costmeter.Meter.Middleware) and tests' faults
+	// (awsfault.FailOperation) go here; each entry picks its service and
+	// operation from the middleware context.
+	APIOptions []func(*middleware.Stack) error
+	// RunnerAPIOptions are added to the middleware stack of the SQS client
+	// the event source mapping polls with (chaos.Faults.Duplicates: duplicate
+	// deliveries).
+	RunnerAPIOptions []func(*middleware.Stack) error
 	// Lease overrides the ready queues' visibility timeout and the built-in
 	// lease (template: 1800 s), so a crashed execution is redelivered soon.
 	Lease time.Duration
@@ -206,14 +212,8 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		ln.Close()
 		return nil, fmt.Errorf("stack %s: %w", o.StackName, err)
 	}
-	clients := config.Clients{DynamoDB: s.DynamoDB, SQS: s.SQS}
-	if o.WrapDynamoDB != nil {
-		clients.DynamoDB = o.WrapDynamoDB(clients.DynamoDB)
-	}
-	if o.WrapSQS != nil {
-		clients.SQS = o.WrapSQS(clients.SQS)
-	}
-	s.Engine = config.Engine(settings, clients, o.Log)
+	// The engine's clients are its own, with the options' middleware.
+	s.Engine = config.Engine(settings, config.ClientsFrom(cfg, o.APIOptions...), o.Log)
 	if o.Now != nil {
 		s.Engine.Now = o.Now
 	}
@@ -247,8 +247,8 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		return s, nil
 	}
 	var pollSQS runner.SQSAPI = s.SQS
-	if o.WrapRunnerSQS != nil {
-		pollSQS = o.WrapRunnerSQS(pollSQS)
+	if len(o.RunnerAPIOptions) > 0 {
+		pollSQS = sqs.NewFromConfig(cfg, func(so *sqs.Options) { so.APIOptions = append(so.APIOptions, o.RunnerAPIOptions...) })
 	}
 	r := &runner.Runner{
 		Stack: res, Handlers: s.Handlers, SQS: pollSQS, Log: o.Log, Region: o.Region,

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/stepflow/stepflow/shared/actions"
 	"github.com/stepflow/stepflow/shared/domain"
@@ -94,7 +96,16 @@ func NewClients(ctx context.Context) (Clients, aws.Config, error) {
 	if err != nil {
 		return Clients{}, cfg, fmt.Errorf("load AWS config: %w", err)
 	}
-	return Clients{DynamoDB: dynamodb.NewFromConfig(cfg), SQS: sqs.NewFromConfig(cfg)}, cfg, nil
+	return ClientsFrom(cfg), cfg, nil
+}
+
+// ClientsFrom builds the engine's SDK clients from cfg. apiOptions are
+// added to both clients' middleware stacks after cfg's own APIOptions; each
+// sees every operation of both services and picks its own (the local
+// stack's fault layer and cost meter go here).
+func ClientsFrom(cfg aws.Config, apiOptions ...func(*middleware.Stack) error) Clients {
+	cfg.APIOptions = append(slices.Clip(cfg.APIOptions), apiOptions...)
+	return Clients{DynamoDB: dynamodb.NewFromConfig(cfg), SQS: sqs.NewFromConfig(cfg)}
 }
 
 // Engine wires an engine over the clients.

@@ -16,12 +16,12 @@ import (
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stepflow/stepflow/localstack/awsfault"
 	"github.com/stepflow/stepflow/localstack/devstack"
 	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/handlers"
-	"github.com/stepflow/stepflow/shared/store"
 )
 
 // awsEvents holds a real SQS batch as AWS sends it (from aws-lambda-go's
@@ -172,21 +172,14 @@ func TestExecuteRunsSteps(t *testing.T) {
 	require.Empty(t, resp.BatchItemFailures)
 }
 
-// faultDB fails GetItem for one job's item.
-type faultDB struct {
-	store.API
-	failPK atomic.Pointer[string]
-	failed atomic.Int32
-}
-
-func (f *faultDB) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
-	if pk, ok := in.Key["sk"].(*ddb.AttributeValueMemberS); ok { // the job id
-		if bad := f.failPK.Load(); bad != nil && pk.Value == *bad {
-			f.failed.Add(1)
-			return nil, errors.New("injected fault: GetItem throttled")
-		}
-	}
-	return f.API.GetItem(ctx, in, o...)
+// failGetOf answers a fault in the engine's DynamoDB client that fails
+// every GetItem of the job *failPK names, before the request is made.
+func failGetOf(failPK *atomic.Pointer[string]) *awsfault.Fault {
+	return awsfault.FailOperation("DynamoDB", "GetItem", -1, func(in any) bool {
+		pk, ok := in.(*dynamodb.GetItemInput).Key["sk"].(*ddb.AttributeValueMemberS) // the job id
+		bad := failPK.Load()
+		return ok && bad != nil && pk.Value == *bad
+	}, errors.New("injected fault: GetItem throttled"))
 }
 
 // TestExecuteReportsFailedRecords: a record whose job cannot be read is a
@@ -194,18 +187,16 @@ func (f *faultDB) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...f
 // same batch are not.
 func TestExecuteReportsFailedRecords(t *testing.T) {
 	t.Parallel()
-	fault := &faultDB{}
-	h := stacktest.New(t, noRunner, stacktest.WithFaultDynamoDB(func(api store.API) store.API {
-		fault.API = api
-		return fault
-	}))
+	var failPK atomic.Pointer[string]
+	fault := failGetOf(&failPK)
+	h := stacktest.New(t, noRunner, stacktest.WithAPIOptions(fault.Install))
 	exec := handlers.Execute(h.Engine, h.ReadyTokens(), quiet)
 	ctx := context.Background()
 
 	good := submit(t, h, `{"steps":[{"id":"s","action":"pass"}]}`)
 	bad := submit(t, h, `{"steps":[{"id":"s","action":"pass"}]}`)
 	pk := bad.ID
-	fault.failPK.Store(&pk)
+	failPK.Store(&pk)
 
 	resp, err := exec(ctx, events.SQSEvent{Records: []events.SQSMessage{
 		record(t, "good-msg", engine.Message{Tenant: stacktest.TenantA, Job: good.ID, Step: "s"}),
@@ -214,11 +205,11 @@ func TestExecuteReportsFailedRecords(t *testing.T) {
 	}})
 	require.NoError(t, err)
 	require.Equal(t, []events.SQSBatchItemFailure{{ItemIdentifier: "bad-msg"}}, resp.BatchItemFailures)
-	require.Positive(t, fault.failed.Load())
+	require.Positive(t, fault.Failed())
 	require.Equal(t, domain.JobCompleted, get(t, h, good.ID).State)
 
 	// Once the store answers again, the redelivered record runs.
-	fault.failPK.Store(nil)
+	failPK.Store(nil)
 	require.Equal(t, domain.JobQueued, get(t, h, bad.ID).State, "a failed read changed nothing")
 	resp, err = exec(ctx, events.SQSEvent{Records: []events.SQSMessage{
 		record(t, "bad-msg", engine.Message{Tenant: stacktest.TenantA, Job: bad.ID, Step: "s"}),

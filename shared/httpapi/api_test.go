@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -20,9 +19,9 @@ import (
 	"github.com/oklog/ulid/v2"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stepflow/stepflow/localstack/awsfault"
 	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
 	"github.com/stepflow/stepflow/shared/domain"
-	"github.com/stepflow/stepflow/shared/store"
 )
 
 const (
@@ -676,33 +675,22 @@ func TestSubmitAnswers(t *testing.T) {
 	h.CheckReplay(t, stacktest.TenantA, v.ID)
 }
 
-// failingDB fails every DynamoDB read of one item.
-type failingDB struct {
-	store.API
-	pk atomic.Pointer[string]
-}
-
-func (f *failingDB) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
-	if pk, ok := in.Key["sk"].(*ddb.AttributeValueMemberS); ok { // the job id
-		if bad := f.pk.Load(); bad != nil && pk.Value == *bad {
-			return nil, errors.New("injected fault: secret-table-detail")
-		}
-	}
-	return f.API.GetItem(ctx, in, o...)
-}
-
 // TestInternalErrorsAreOpaque: a store failure answers 500 in the error
 // shape, naming the request but not the cause.
 func TestInternalErrorsAreOpaque(t *testing.T) {
 	t.Parallel()
-	fault := &failingDB{}
-	h := stacktest.New(t, stacktest.WithFaultDynamoDB(func(api store.API) store.API {
-		fault.API = api
-		return fault
-	}))
+	// Every read of one job's item fails in the engine's DynamoDB client,
+	// before the request is made.
+	var failPK atomic.Pointer[string]
+	fault := awsfault.FailOperation("DynamoDB", "GetItem", -1, func(in any) bool {
+		pk, ok := in.(*dynamodb.GetItemInput).Key["sk"].(*ddb.AttributeValueMemberS) // the job id
+		bad := failPK.Load()
+		return ok && bad != nil && pk.Value == *bad
+	}, errors.New("injected fault: secret-table-detail"))
+	h := stacktest.New(t, stacktest.WithAPIOptions(fault.Install))
 	j := h.Submit(t, stacktest.KeyA, workerJob)
 	pk := j.ID
-	fault.pk.Store(&pk)
+	failPK.Store(&pk)
 	for _, tc := range []struct{ method, path string }{
 		{"GET", "/v1/jobs/" + j.ID},
 		{"GET", "/v1/jobs/" + j.ID + "/events"},
@@ -713,7 +701,8 @@ func TestInternalErrorsAreOpaque(t *testing.T) {
 		require.NotContains(t, msg, "secret-table-detail")
 		require.Contains(t, msg, "request id")
 	}
-	fault.pk.Store(nil)
+	require.Positive(t, fault.Failed())
+	failPK.Store(nil)
 	require.Equal(t, domain.JobQueued, h.Get(t, stacktest.KeyA, j.ID).State)
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/oklog/ulid/v2"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stepflow/stepflow/localstack/awsfault"
 	"github.com/stepflow/stepflow/localstack/devstack"
 	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
 	"github.com/stepflow/stepflow/shared/domain"
@@ -21,21 +22,21 @@ import (
 	"github.com/stepflow/stepflow/shared/store"
 )
 
-// keyReads counts the API key lookups that reach the table: a layer
-// around the stack's real DynamoDB client, which every call goes on to.
+// keyReads counts the API key lookups that reach the table: middleware in
+// the stack's engine DynamoDB client that sees each GetItem, which goes on
+// to the table.
 type keyReads struct {
-	store.API
 	mu     sync.Mutex
 	byHash map[string]int
 }
 
-func (k *keyReads) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
-	if pk, ok := in.Key["pk"].(*ddb.AttributeValueMemberS); ok && strings.HasPrefix(pk.Value, "K#") {
+func (k *keyReads) getItem(_ context.Context, in any, call func() (any, error)) (any, error) {
+	if pk, ok := in.(*dynamodb.GetItemInput).Key["pk"].(*ddb.AttributeValueMemberS); ok && strings.HasPrefix(pk.Value, "K#") {
 		k.mu.Lock()
 		k.byHash[strings.TrimPrefix(pk.Value, "K#")]++
 		k.mu.Unlock()
 	}
-	return k.API.GetItem(ctx, in, o...)
+	return call()
 }
 
 // of answers how often key was looked up.
@@ -59,10 +60,7 @@ func (k *keyReads) total() int {
 func countingStack(t *testing.T, opts ...stacktest.Option) (*stacktest.Harness, *keyReads) {
 	t.Helper()
 	reads := &keyReads{byHash: map[string]int{}}
-	opts = append(opts, stacktest.WithFaultDynamoDB(func(api store.API) store.API {
-		reads.API = api
-		return reads
-	}))
+	opts = append(opts, stacktest.WithAPIOptions(awsfault.Around("DynamoDB", "GetItem", reads.getItem)))
 	return stacktest.New(t, opts...), reads
 }
 

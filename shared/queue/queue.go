@@ -26,8 +26,8 @@ import (
 	"github.com/stepflow/stepflow/shared/engine"
 )
 
-// API is the part of the SQS client the queue uses; a fault-injection
-// layer can wrap it.
+// API is the part of the SQS client the queue uses (fault layers and
+// the cost meter sit in the SDK middleware stack, localstack/awsfault).
 type API interface {
 	SendMessageBatch(context.Context, *sqs.SendMessageBatchInput, ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error)
 	ReceiveMessage(context.Context, *sqs.ReceiveMessageInput, ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error)

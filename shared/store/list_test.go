@@ -2,29 +2,26 @@ package store_test
 
 import (
 	"context"
-	"encoding/base64"
 	"slices"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stepflow/stepflow/localstack/awsfault"
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/store"
 )
 
-// countingAPI counts the Query requests a store makes.
-type countingAPI struct {
-	store.API
-	queries atomic.Int64
-}
-
-func (c *countingAPI) Query(ctx context.Context, in *dynamodb.QueryInput, o ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
-	c.queries.Add(1)
-	return c.API.Query(ctx, in, o...)
+// countingClient answers a copy of b's DynamoDB client that counts in
+// queries the Query calls a store makes (middleware in its stack).
+func countingClient(b bundle, queries *atomic.Int64) *dynamodb.Client {
+	return b.client(awsfault.Around("DynamoDB", "Query", func(_ context.Context, _ any, call func() (any, error)) (any, error) {
+		queries.Add(1)
+		return call()
+	}))
 }
 
 // listAll pages through a listing with f until its cursor runs out,
@@ -98,8 +95,7 @@ func TestListFilters(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	api := &countingAPI{API: b.db}
-	st := store.New(api, b.table)
+	st := store.New(b.db, b.table)
 
 	var alpha, beta, cancelled []*domain.Job
 	for i := range 16 {
@@ -155,125 +151,39 @@ func TestListFilters(t *testing.T) {
 		// Two of seventeen jobs match; a limit of one job means the listing
 		// reads the index a page of one item at a time.
 		f := engine.ListFilter{State: domain.JobCancelled, Queue: "alpha", Limit: 1}
-		local := &countingAPI{API: b.db}
+		var queries atomic.Int64
+		local := countingClient(b, &queries)
 		ids, _ := listAll(t, store.New(local, b.table), tenantA, f)
 		require.Equal(t, newestFirst(cancelled), ids)
-		require.GreaterOrEqual(t, local.queries.Load(), int64(store.ListShards), "queries made")
+		require.GreaterOrEqual(t, queries.Load(), int64(store.ListShards), "queries made")
 
 		// One call reads a bounded number of pages from each partition:
 		// with nothing matching, it reads them all and says there is no more.
-		local.queries.Store(0)
+		queries.Store(0)
 		page, cur, err := store.New(local, b.table).List(ctx, tenantA, engine.ListFilter{State: domain.JobCancelled, Queue: "beta", Limit: 1})
 		require.NoError(t, err)
 		require.Empty(t, page)
 		require.Empty(t, cur, "every partition was read to its end")
-		require.GreaterOrEqual(t, local.queries.Load(), int64(store.ListShards))
-		require.LessOrEqual(t, local.queries.Load(), int64(3*store.ListShards))
+		require.GreaterOrEqual(t, queries.Load(), int64(store.ListShards))
+		require.LessOrEqual(t, queries.Load(), int64(3*store.ListShards))
 	})
-}
-
-func TestListRefusesForeignOrGarbageCursors(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	for range 3 {
-		b.create(t, tenantA, simpleSpec)
-	}
-	_, cur, err := b.st.List(ctx, tenantA, engine.ListFilter{Limit: 1})
-	require.NoError(t, err)
-	require.NotEmpty(t, cur)
-
-	for name, bad := range map[string]struct{ tenant, cursor string }{
-		"another tenant's cursor": {tenantB, cur},
-		"not base64":              {tenantA, "%%% not a cursor %%%"},
-		"base64, not JSON":        {tenantA, base64.RawURLEncoding.EncodeToString([]byte("garbage"))},
-		"JSON, not a key":         {tenantA, base64.RawURLEncoding.EncodeToString([]byte(`{"gsi1pk":"T#tenant-a"}`))},
-		"a key of other fields": {tenantA, base64.RawURLEncoding.EncodeToString(
-			[]byte(`{"gsi1pk":"T#tenant-a","a":"1","b":"2","c":"3"}`))},
-		"JSON of other types": {tenantA, base64.RawURLEncoding.EncodeToString([]byte(`{"gsi1pk":1}`))},
-	} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			_, _, err := b.st.List(ctx, bad.tenant, engine.ListFilter{Limit: 5, Cursor: bad.cursor})
-			var de *domain.Error
-			require.ErrorAs(t, err, &de)
-			require.Equal(t, "cursor", de.Field)
-			require.Equal(t, domain.CodeInvalid, de.Code)
-		})
-	}
-}
-
-func TestRecordStatsAndStats(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	now := b.now
-	record := func(tenant string, state domain.JobState, blocked, queued int64, at time.Time) {
-		d := engine.OutcomeDelta(state)
-		d.Blocked, d.Queued = blocked, queued
-		require.NoError(t, b.st.RecordStats(ctx, tenant, d, at))
-	}
-
-	for _, o := range []struct {
-		state           domain.JobState
-		blocked, queued int64
-	}{
-		{domain.JobCompleted, 0, 0},
-		{domain.JobCompleted, 0, 0},
-		{domain.JobCompleted, 0, 0},
-		{domain.JobFailed, 0, 0},
-		{domain.JobCancelled, 0, 0},
-		{domain.JobWaiting, +1, 0},
-		{domain.JobWaiting, +1, 0},
-		{domain.JobQueued, -1, 0},
-		{domain.JobQueued, 0, +3},
-		{domain.JobRunning, 0, -1},
-	} {
-		record(tenantA, o.state, o.blocked, o.queued, now)
-	}
-	// An outcome or a queued job within the last 24 hours counts; an older
-	// one does not.
-	record(tenantA, domain.JobFailed, 0, 0, now.Add(-23*time.Hour))
-	record(tenantA, domain.JobCompleted, 0, 5, now.Add(-25*time.Hour))
-	// A non-terminal state with no delta records nothing.
-	record(tenantA, domain.JobRunning, 0, 0, now)
-	// Another tenant's counters are its own.
-	record(tenantB, domain.JobCompleted, 1, 0, now)
-
-	st, err := b.st.Stats(ctx, tenantA, now)
-	require.NoError(t, err)
-	require.Equal(t, engine.Stats{Completed: 3, Failed: 2, Cancelled: 1, Blocked: 1, Queued: 2}, st)
-
-	st, err = b.st.Stats(ctx, tenantB, now)
-	require.NoError(t, err)
-	require.Equal(t, engine.Stats{Completed: 1, Blocked: 1}, st)
-
-	st, err = b.st.Stats(ctx, "tenant-none", now)
-	require.NoError(t, err)
-	require.Equal(t, engine.Stats{}, st)
-}
-
-// throttledBatchGet answers every BatchGetItem with all its keys left
-// unprocessed, as a throttled table may, after the real call.
-type throttledBatchGet struct {
-	store.API
-	calls atomic.Int64
-}
-
-func (c *throttledBatchGet) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
-	c.calls.Add(1)
-	if _, err := c.API.BatchGetItem(ctx, in, o...); err != nil {
-		return nil, err
-	}
-	return &dynamodb.BatchGetItemOutput{UnprocessedKeys: in.RequestItems}, nil
 }
 
 func TestStatsNeverAnswersAPartialCount(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	throttled := &throttledBatchGet{API: b.db}
+	// Every BatchGetItem is answered with all its keys left unprocessed, as
+	// a throttled table may, after the real call.
+	var calls atomic.Int64
+	throttled := b.client(awsfault.Around("DynamoDB", "BatchGetItem", func(_ context.Context, in any, call func() (any, error)) (any, error) {
+		calls.Add(1)
+		if _, err := call(); err != nil {
+			return nil, err
+		}
+		return &dynamodb.BatchGetItemOutput{UnprocessedKeys: in.(*dynamodb.BatchGetItemInput).RequestItems}, nil
+	}))
 	st := store.New(throttled, b.table)
 	_, err := st.Stats(context.Background(), tenantA, b.now)
 	require.ErrorContains(t, err, "unprocessed")
-	require.EqualValues(t, 5, throttled.calls.Load(), "it tried, with backoff, and gave up")
+	require.EqualValues(t, 5, calls.Load(), "it tried, with backoff, and gave up")
 }

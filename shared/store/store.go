@@ -43,8 +43,8 @@ import (
 	"github.com/stepflow/stepflow/shared/engine"
 )
 
-// API is the part of the DynamoDB client the store uses; a fault-injection
-// layer can wrap it.
+// API is the part of the DynamoDB client the store uses (fault layers and
+// the cost meter sit in the SDK middleware stack, localstack/awsfault).
 type API interface {
 	GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	PutItem(context.Context, *dynamodb.PutItemInput, ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)

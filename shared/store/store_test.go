@@ -3,18 +3,17 @@ package store_test
 import (
 	"context"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
 	"github.com/oklog/ulid/v2"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stepflow/stepflow/localstack/awsfault"
 	"github.com/stepflow/stepflow/localstack/devstack"
 	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
 	"github.com/stepflow/stepflow/shared/domain"
@@ -42,6 +41,12 @@ func setup(t *testing.T) bundle {
 	table := h.Resources.Tables["JobsTable"]
 	require.NotEmpty(t, table)
 	return bundle{h: h, st: store.New(h.DynamoDB, table), db: h.DynamoDB, table: table, now: h.Clock.Now()}
+}
+
+// client answers a copy of the bundle's DynamoDB client with opts added to
+// its middleware stack (awsfault's faults and counters).
+func (b bundle) client(opts ...func(*middleware.Stack) error) *dynamodb.Client {
+	return dynamodb.New(b.db.Options(), func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, opts...) })
 }
 
 // simpleSpec is a one-step job on the default queue.
@@ -176,191 +181,6 @@ func eventTypes(j *domain.Job) []string {
 	return out
 }
 
-func TestGetMissingOrOtherTenantsJobIsNotFound(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-
-	_, err := b.st.Get(ctx, tenantA, ulid.Make().String())
-	require.ErrorIs(t, err, domain.ErrNotFound)
-
-	j := b.create(t, tenantA, simpleSpec)
-	_, err = b.st.Get(ctx, tenantB, j.ID)
-	require.ErrorIs(t, err, domain.ErrNotFound)
-	got, err := b.st.Get(ctx, tenantA, j.ID)
-	require.NoError(t, err)
-	require.Equal(t, j.ID, got.ID)
-}
-
-func TestSaveIsConditionalOnVersion(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	j := b.create(t, tenantA, `{"steps":[{"id":"s","action":"worker"}]}`)
-
-	first, n1 := b.load(t, tenantA, j.ID)
-	second, n2 := b.load(t, tenantA, j.ID)
-	require.Equal(t, first.Version, second.Version)
-
-	changed, err := first.Cancel(b.now)
-	require.NoError(t, err)
-	require.True(t, changed)
-	_, err = second.Lease("s", domain.LeaseRequest{Worker: "w", ViaWorker: true, Nonce: "x", Duration: time.Minute}, b.now)
-	require.NoError(t, err)
-
-	require.NoError(t, b.st.Save(ctx, first, n1))
-	require.Equal(t, int64(2), first.Version)
-
-	err = b.st.Save(ctx, second, n2)
-	require.ErrorIs(t, err, domain.ErrVersionConflict)
-	require.Equal(t, int64(1), second.Version, "the loser's version is unchanged")
-
-	stored, err := b.st.Get(ctx, tenantA, j.ID)
-	require.NoError(t, err)
-	require.Equal(t, first, stored)
-	require.Equal(t, domain.JobCancelled, stored.State)
-	require.Equal(t, eventTypes(first), eventTypes(stored))
-	require.Contains(t, eventTypes(stored), "job_cancelled")
-	require.NotContains(t, eventTypes(stored), "job_leased")
-
-	// The loser reloads and decides again; the cancel stands.
-	retry, _ := b.load(t, tenantA, j.ID)
-	require.Equal(t, int64(2), retry.Version)
-	_, err = retry.Lease("s", domain.LeaseRequest{Worker: "w", Nonce: "y", Duration: time.Minute}, b.now)
-	var ie *domain.IllegalTransitionError
-	require.ErrorAs(t, err, &ie)
-}
-
-func TestSaveRefusesAChangeFromAnotherState(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	j := b.create(t, tenantA, simpleSpec)
-
-	// A job event whose sources exclude the stored state, at the right version.
-	loaded, n := b.load(t, tenantA, j.ID)
-	require.Equal(t, domain.JobQueued, loaded.State)
-	require.NotContains(t, domain.JobSources(domain.JobEvCompleted), domain.JobQueued)
-	loaded.Events = append(loaded.Events, domain.Event{Seq: n + 1, Type: string(domain.JobEvCompleted), At: b.now})
-	loaded.State = domain.JobCompleted
-	err := b.st.Save(ctx, loaded, n)
-	require.ErrorIs(t, err, domain.ErrVersionConflict)
-	require.Equal(t, int64(1), loaded.Version)
-
-	// No job event, yet the state was changed: the condition is the state the
-	// change leaves, which is not the stored one.
-	loaded, n = b.load(t, tenantA, j.ID)
-	loaded.Events = append(loaded.Events, domain.Event{Seq: n + 1, Type: domain.StepRunning.EventType(), Step: "only", At: b.now})
-	loaded.State = domain.JobRunning
-	err = b.st.Save(ctx, loaded, n)
-	require.ErrorIs(t, err, domain.ErrVersionConflict)
-
-	stored, err := b.st.Get(ctx, tenantA, j.ID)
-	require.NoError(t, err)
-	require.Equal(t, j, stored, "nothing was written")
-
-	// The same version with a job event the stored state allows is saved.
-	loaded, n = b.load(t, tenantA, j.ID)
-	_, err = loaded.Lease("only", domain.LeaseRequest{Nonce: "z", Duration: time.Minute}, b.now)
-	require.NoError(t, err)
-	require.NoError(t, b.st.Save(ctx, loaded, n))
-}
-
-func TestCreateWithIdempotencyKey(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	key := "key-" + ulid.Make().String()
-
-	first := newJob(t, tenantA, simpleSpec, key, b.now)
-	got, created, err := b.st.Create(ctx, first, "hash-1", b.now)
-	require.NoError(t, err)
-	require.True(t, created)
-	require.Equal(t, first.ID, got.ID)
-
-	t.Run("same key and hash answers the first job", func(t *testing.T) {
-		t.Parallel()
-		dup := newJob(t, tenantA, simpleSpec, key, b.now)
-		got, created, err := b.st.Create(ctx, dup, "hash-1", b.now)
-		require.NoError(t, err)
-		require.False(t, created)
-		require.Equal(t, first.ID, got.ID)
-		stored, err := b.st.Get(ctx, tenantA, first.ID)
-		require.NoError(t, err)
-		require.Equal(t, stored, got)
-		_, err = b.st.Get(ctx, tenantA, dup.ID)
-		require.ErrorIs(t, err, domain.ErrNotFound, "the duplicate was not written")
-	})
-
-	t.Run("same key, another hash", func(t *testing.T) {
-		t.Parallel()
-		other := newJob(t, tenantA, simpleSpec, key, b.now)
-		_, _, err := b.st.Create(ctx, other, "hash-2", b.now)
-		require.ErrorIs(t, err, domain.ErrIdempotencyMismatch)
-		_, err = b.st.Get(ctx, tenantA, other.ID)
-		require.ErrorIs(t, err, domain.ErrNotFound)
-	})
-
-	t.Run("another tenant's key is its own", func(t *testing.T) {
-		t.Parallel()
-		theirs := newJob(t, tenantB, simpleSpec, key, b.now)
-		got, created, err := b.st.Create(ctx, theirs, "hash-2", b.now)
-		require.NoError(t, err)
-		require.True(t, created)
-		require.Equal(t, theirs.ID, got.ID)
-		require.Equal(t, tenantB, got.Tenant)
-		require.NotEqual(t, first.ID, got.ID)
-	})
-}
-
-func TestCreateWithIdempotencyKeyRace(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	key := "race-" + ulid.Make().String()
-
-	const racers = 8
-	jobs := make([]*domain.Job, racers)
-	for i := range jobs {
-		jobs[i] = newJob(t, tenantA, simpleSpec, key, b.now)
-	}
-	type answer struct {
-		job     *domain.Job
-		created bool
-		err     error
-	}
-	answers := make([]answer, racers)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range racers {
-		wg.Go(func() {
-			<-start
-			j, created, err := b.st.Create(ctx, jobs[i], "same-hash", b.now)
-			answers[i] = answer{j, created, err}
-		})
-	}
-	close(start)
-	wg.Wait()
-
-	winner := ""
-	for i, a := range answers {
-		require.NoError(t, a.err, "racer %d", i)
-		if a.created {
-			require.Empty(t, winner, "two racers created a job")
-			winner = a.job.ID
-			require.Equal(t, jobs[i].ID, winner)
-		}
-	}
-	require.NotEmpty(t, winner, "no racer created the job")
-	for i, a := range answers {
-		require.Equal(t, winner, a.job.ID, "racer %d", i)
-		if jobs[i].ID != winner {
-			_, err := b.st.Get(ctx, tenantA, jobs[i].ID)
-			require.ErrorIs(t, err, domain.ErrNotFound, "racer %d's job was written", i)
-		}
-	}
-}
-
 func TestCreateWithAnExpiredIdempotencyKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -389,28 +209,6 @@ func TestCreateWithAnExpiredIdempotencyKey(t *testing.T) {
 	require.Equal(t, fresh.ID, got.ID)
 }
 
-// conflictOnce answers the first TransactWriteItems as DynamoDB answers a
-// transaction that overlapped another one on the same item: cancelled, with
-// reason TransactionConflict (not ConditionalCheckFailed). The SDK does not
-// retry it.
-type conflictOnce struct {
-	store.API
-	done atomic.Bool
-}
-
-func (c *conflictOnce) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, o ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
-	if c.done.CompareAndSwap(false, true) {
-		return nil, &smithy.OperationError{ServiceID: "DynamoDB", OperationName: "TransactWriteItems", Err: &ddb.TransactionCanceledException{
-			Message: aws.String("Transaction cancelled, please refer cancellation reasons for specific reasons [None, TransactionConflict]"),
-			CancellationReasons: []ddb.CancellationReason{
-				{Code: aws.String("None")},
-				{Code: aws.String("TransactionConflict"), Message: aws.String("Transaction is ongoing for the item")},
-			},
-		}}
-	}
-	return c.API.TransactWriteItems(ctx, in, o...)
-}
-
 // On DynamoDB itself two requests racing with one idempotency key can
 // overlap, and the loser's transaction is cancelled for TransactionConflict.
 // That is the race idempotency keys exist for (a client retrying a request
@@ -426,11 +224,23 @@ func TestCreateWithIdempotencyKeySurvivesATransactionConflict(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, created)
 
-	racing := store.New(&conflictOnce{API: b.db}, b.table)
+	// The first TransactWriteItems is answered as DynamoDB answers a
+	// transaction that overlapped another one on the same item: cancelled,
+	// with reason TransactionConflict (not ConditionalCheckFailed). The SDK
+	// does not retry it.
+	conflictOnce := awsfault.FailOperation("DynamoDB", "TransactWriteItems", 1, nil, &ddb.TransactionCanceledException{
+		Message: aws.String("Transaction cancelled, please refer cancellation reasons for specific reasons [None, TransactionConflict]"),
+		CancellationReasons: []ddb.CancellationReason{
+			{Code: aws.String("None")},
+			{Code: aws.String("TransactionConflict"), Message: aws.String("Transaction is ongoing for the item")},
+		},
+	})
+	racing := store.New(b.client(conflictOnce.Install), b.table)
 	got, created, err := racing.Create(ctx, newJob(t, tenantA, simpleSpec, key, b.now), "hash", b.now)
 	require.NoError(t, err, "a transaction conflict is a lost race, not a failure")
 	require.False(t, created)
 	require.Equal(t, first.ID, got.ID)
+	require.EqualValues(t, 1, conflictOnce.Failed())
 }
 
 func TestDueListsOnlyUnfinishedJobsPastTheirTime(t *testing.T) {
@@ -519,39 +329,6 @@ func TestFinishedJobGetsATTL(t *testing.T) {
 	require.InDelta(t, b.now.Add(7*24*time.Hour).Unix(), secs, 60)
 }
 
-func TestAPIKeys(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-
-	tenant, err := b.st.TenantForKey(ctx, stacktest.KeyA)
-	require.NoError(t, err)
-	require.Equal(t, stacktest.TenantA, tenant, "the stack's own keys are stored")
-
-	key := "secret-" + ulid.Make().String()
-	require.NoError(t, b.st.PutAPIKey(ctx, "tenant-k", key))
-	tenant, err = b.st.TenantForKey(ctx, key)
-	require.NoError(t, err)
-	require.Equal(t, "tenant-k", tenant)
-
-	_, err = b.st.TenantForKey(ctx, "unknown-"+ulid.Make().String())
-	require.ErrorIs(t, err, domain.ErrUnauthorized)
-	_, err = b.st.TenantForKey(ctx, "")
-	require.ErrorIs(t, err, domain.ErrUnauthorized)
-
-	it := b.raw(t, "K#"+store.HashKey(key), "K")
-	require.NotNil(t, it, "the key is stored under its hash")
-	for name, v := range it {
-		require.NotContains(t, name, key)
-		if s, ok := v.(*ddb.AttributeValueMemberS); ok {
-			require.NotContains(t, s.Value, key, "attribute %s holds the key", name)
-		}
-	}
-	require.Nil(t, b.raw(t, "K#"+key, "K"), "the key itself is no item's key")
-	require.Len(t, store.HashKey(key), 64)
-	require.NotEqual(t, store.HashKey(key), store.HashKey(key+"x"))
-}
-
 // TestSaveAppliesEachKindOfChange saves the changes the engine makes, one
 // save each, so every shape of Save's condition meets the table: one source
 // state, several, the initial pseudo-state among them, and no job event.
@@ -623,47 +400,4 @@ func TestSaveAppliesEachKindOfChange(t *testing.T) {
 			require.Equal(t, int64(2+len(tc.steps)), stored.Version)
 		})
 	}
-}
-
-func TestDeferMovesADueJobOnlyIfUnchanged(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	j := b.create(t, tenantA, simpleSpec)
-	key := dueKey(tenantA, j)
-	at := *j.DueAt
-	later := at.Add(5 * time.Minute)
-
-	require.NoError(t, b.st.Defer(ctx, key, later))
-	due, err := b.st.Due(ctx, at, 100)
-	require.NoError(t, err)
-	require.Empty(t, due, "deferred past its old due time")
-	due, err = b.st.Due(ctx, later, 100)
-	require.NoError(t, err)
-	require.Len(t, due, 1)
-
-	// A deferral decided on a due time that has moved since changes nothing.
-	require.NoError(t, b.st.Defer(ctx, key, later.Add(time.Hour)))
-	due, err = b.st.Due(ctx, later, 100)
-	require.NoError(t, err)
-	require.Len(t, due, 1)
-	got, err := b.st.Get(ctx, tenantA, j.ID)
-	require.NoError(t, err)
-	require.Equal(t, j.Version, got.Version, "a deferral is no transition")
-}
-
-func TestQuarantineTakesAJobOutOfTheDueIndex(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	j := b.create(t, tenantA, simpleSpec)
-	require.NoError(t, b.st.Quarantine(ctx, tenantA, j.ID, "cannot be read", b.now))
-	due, err := b.st.Due(ctx, j.DueAt.Add(time.Hour), 100)
-	require.NoError(t, err)
-	require.Empty(t, due)
-	it := b.rawJob(t, j)
-	require.Contains(t, it, "quarantined")
-	require.NotContains(t, it, "gsi2pk")
-	// A job that is gone is no error.
-	require.NoError(t, b.st.Quarantine(ctx, tenantA, "01JZZZZZZZZZZZZZZZZZZZZZZZ", "gone", b.now))
 }

@@ -22,15 +22,16 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go/middleware"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stepflow/stepflow/localstack/awsfault"
 	"github.com/stepflow/stepflow/localstack/devstack"
 	"github.com/stepflow/stepflow/localstack/emulator"
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/handlers"
 	"github.com/stepflow/stepflow/shared/queue"
-	"github.com/stepflow/stepflow/shared/store"
 )
 
 // API keys every test stack knows.
@@ -233,10 +234,11 @@ func (h *Harness) Sweep(t testing.TB) engine.SweepReport {
 	return rep
 }
 
-// FaultSQS wraps the real SQS client and fails sends on demand: the
-// process "dies" after its DynamoDB write and before its SQS send.
+// FaultSQS fails the engine's sends on demand: the process "dies" after
+// its DynamoDB write and before its SQS send. It is a middleware at the
+// front of the SQS client's Initialize step (awsfault.Around), so a failed
+// send makes no request and the SDK retries nothing.
 type FaultSQS struct {
-	queue.API
 	mu        sync.Mutex
 	failStep  string
 	failSends int
@@ -251,12 +253,13 @@ func (f *FaultSQS) FailNextSends(n int, step string) {
 	f.failSends, f.failStep = n, step
 }
 
-// SendMessageBatch fails while failures are due, else sends.
-func (f *FaultSQS) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, o ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
+// sendMessageBatch fails while failures are due, else sends.
+func (f *FaultSQS) sendMessageBatch(_ context.Context, in any, send func() (any, error)) (any, error) {
+	batch := in.(*sqs.SendMessageBatchInput)
 	f.mu.Lock()
 	fail := false
 	if f.failSends > 0 {
-		for _, e := range in.Entries {
+		for _, e := range batch.Entries {
 			if strings.Contains(aws.ToString(e.MessageBody), `"step":"`+f.failStep+`"`) {
 				fail = true
 			}
@@ -270,19 +273,18 @@ func (f *FaultSQS) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatc
 		f.Failed.Add(1)
 		return nil, fmt.Errorf("injected fault: process died before SendMessageBatch")
 	}
-	return f.API.SendMessageBatch(ctx, in, o...)
+	return send()
 }
 
-// WithFaultSQS installs f around the engine's SQS client.
+// WithFaultSQS installs f in the engine's SQS client.
 func WithFaultSQS(f *FaultSQS) Option {
-	return func(o *devstack.Options) {
-		o.WrapSQS = func(api queue.API) queue.API { f.API = api; return f }
-	}
+	return WithAPIOptions(awsfault.Around("SQS", "SendMessageBatch", f.sendMessageBatch))
 }
 
-// WithFaultDynamoDB installs wrap around the engine's DynamoDB client.
-func WithFaultDynamoDB(wrap func(store.API) store.API) Option {
-	return func(o *devstack.Options) { o.WrapDynamoDB = wrap }
+// WithAPIOptions adds middleware to the engine's AWS clients
+// (devstack.Options.APIOptions), e.g. awsfault.FailOperation's.
+func WithAPIOptions(opts ...func(*middleware.Stack) error) Option {
+	return func(o *devstack.Options) { o.APIOptions = append(o.APIOptions, opts...) }
 }
 
 // ReadyTokens makes the queue's token of a message received from one of the

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"time"
 
 	"github.com/stepflow/stepflow/shared/domain"
@@ -86,6 +87,15 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 		return "", err
 	}
 	return Executed, nil
+}
+
+// applyOutcome records an attempt's outcome under its lease: a success
+// with its output, or the failure.
+func applyOutcome(j *domain.Job, stepID, leaseID string, output json.RawMessage, failure *domain.Failure, now time.Time, rng *mrand.Rand) ([]domain.Dispatch, error) {
+	if failure == nil {
+		return j.Complete(stepID, leaseID, output, now)
+	}
+	return j.Fail(stepID, leaseID, *failure, now, rng)
 }
 
 // unstorable answers the fatal failure to record instead of an outcome the
@@ -182,11 +192,7 @@ func (e *Engine) record(ctx context.Context, tenant, jobID string, leased *domai
 	rng := e.jitterRNG()
 	j, err := e.mutateFrom(ctx, tenant, jobID, leased, func(j *domain.Job, now time.Time) error {
 		var err error
-		if failure == nil {
-			ds, err = j.Complete(stepID, leaseID, output, now)
-		} else {
-			ds, err = j.Fail(stepID, leaseID, *failure, now, rng)
-		}
+		ds, err = applyOutcome(j, stepID, leaseID, output, failure, now, rng)
 		return err
 	})
 	if f := unstorable(err, failure); f != nil {

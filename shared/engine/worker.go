@@ -312,11 +312,7 @@ func (e *Engine) finishLease(ctx context.Context, tenant, leaseID string, output
 		if s.Lease != nil {
 			token = s.Lease.Token
 		}
-		if failure == nil {
-			ds, err = j.Complete(stepID, leaseID, output, now)
-		} else {
-			ds, err = j.Fail(stepID, leaseID, *failure, now, rng)
-		}
+		ds, err = applyOutcome(j, stepID, leaseID, output, failure, now, rng)
 		return err
 	})
 	if f := unstorable(err, failure); f != nil {

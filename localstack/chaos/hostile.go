@@ -252,18 +252,7 @@ func (h *hostile) runPhase(ctx context.Context, deadline time.Time) {
 // Idempotency-Key, again on a 5xx or a transport error.
 func (h *hostile) submit(ctx context.Context, p JobPlan, deadline time.Time) {
 	s := &submission{plan: p, ids: map[string]int{}}
-	for _, a := range h.c.retry(ctx, deadline, http.MethodPost, "/v1/jobs", p.Body, "Idempotency-Key", p.Key) {
-		s.statuses = append(s.statuses, a.status)
-		var j struct {
-			ID string `json:"id"`
-		}
-		if a.ok() && json.Unmarshal(a.body, &j) == nil && j.ID != "" {
-			s.ids[j.ID]++
-			if s.id == "" {
-				s.id = j.ID
-			}
-		}
-	}
+	s.send(ctx, h.c, deadline)
 	h.mu.Lock()
 	h.subs[p.N] = s
 	h.mu.Unlock()

@@ -96,6 +96,23 @@ type submission struct {
 	id       string         // the first id answered
 }
 
+// send submits the planned job with its Idempotency-Key, again on a 5xx or
+// a transport error, and notes every status and job id answered.
+func (s *submission) send(ctx context.Context, c *client, deadline time.Time) {
+	for _, a := range c.retry(ctx, deadline, http.MethodPost, "/v1/jobs", s.plan.Body, "Idempotency-Key", s.plan.Key) {
+		s.statuses = append(s.statuses, a.status)
+		var j struct {
+			ID string `json:"id"`
+		}
+		if a.ok() && json.Unmarshal(a.body, &j) == nil && j.ID != "" {
+			s.ids[j.ID]++
+			if s.id == "" {
+				s.id = j.ID
+			}
+		}
+	}
+}
+
 // SweepTotals add up the sweeps the run drove itself.
 type SweepTotals struct {
 	Sweeps, Crashed, Advances            int
@@ -247,33 +264,11 @@ func (r *run) submitAll(ctx context.Context, plan []JobPlan, deadline time.Time)
 
 func (r *run) submit(ctx context.Context, p JobPlan, deadline time.Time) {
 	s := &submission{plan: p, ids: map[string]int{}}
-	for _, a := range r.c.retry(ctx, deadline, http.MethodPost, "/v1/jobs", p.Body, "Idempotency-Key", p.Key) {
-		s.statuses = append(s.statuses, a.status)
-		if !a.ok() {
-			continue
-		}
-		var j struct {
-			ID string `json:"id"`
-		}
-		if json.Unmarshal(a.body, &j) == nil && j.ID != "" {
-			s.ids[j.ID]++
-			if s.id == "" {
-				s.id = j.ID
-			}
-		}
-	}
+	s.send(ctx, r.c, deadline)
 	// A second submit of the same key and body must answer the same job:
 	// send it once more, as a client that lost the first answer would.
 	if s.id != "" && p.N%5 == 0 {
-		for _, a := range r.c.retry(ctx, deadline, http.MethodPost, "/v1/jobs", p.Body, "Idempotency-Key", p.Key) {
-			s.statuses = append(s.statuses, a.status)
-			var j struct {
-				ID string `json:"id"`
-			}
-			if a.ok() && json.Unmarshal(a.body, &j) == nil && j.ID != "" {
-				s.ids[j.ID]++
-			}
-		}
+		s.send(ctx, r.c, deadline)
 	}
 	r.mu.Lock()
 	r.subs[p.N] = s

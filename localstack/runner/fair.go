@@ -99,7 +99,7 @@ func (b *fairBuffer) take(max int) []sqstypes.Message {
 	return out
 }
 
-func (b *fairBuffer) len() int {
+func (b *fairBuffer) held() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.n

@@ -400,7 +400,7 @@ func (r *Runner) poll(ctx context.Context, fn string, src bootstrap.SQSSource, h
 func (r *Runner) receive(ctx context.Context, fn string, src bootstrap.SQSSource, buf *fairBuffer) {
 	wait := r.PollWait
 	for ctx.Err() == nil {
-		if buf.len() >= FairBufferCap {
+		if buf.held() >= FairBufferCap {
 			waitFor(ctx, buf.space)
 			continue
 		}
@@ -423,7 +423,7 @@ func (r *Runner) receive(ctx context.Context, fn string, src bootstrap.SQSSource
 		// does not pay a receive for every message that trickles in.
 		full := len(out.Messages) == 10
 		wait = map[bool]time.Duration{true: 0, false: r.PollWait}[full]
-		if !full && buf.len() > 0 {
+		if !full && buf.held() > 0 {
 			t := time.NewTimer(r.PollWait)
 			select {
 			case <-buf.space:

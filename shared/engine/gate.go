@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -78,11 +77,9 @@ func expireGates(j *domain.Job, now time.Time) (int, error) {
 		if !s.GateExpired(now) {
 			continue
 		}
+		// A gate that fails the job cancels the others, so GateExpired is
+		// false for them from then on.
 		if err := j.ExpireGate(s.ID(), now); err != nil {
-			var ite *domain.IllegalTransitionError
-			if errors.As(err, &ite) {
-				continue // the job ended meanwhile (an earlier gate failed it)
-			}
 			return n, err
 		}
 		n++

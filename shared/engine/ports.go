@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -68,6 +70,13 @@ type Queue interface {
 	Release(ctx context.Context, token string) error
 	// Ack removes a delivery for good.
 	Ack(ctx context.Context, token string) error
+}
+
+// HashKey answers how every store keeps an API key: its SHA-256, never the
+// key itself.
+func HashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
 }
 
 // ErrNoWorkerQueue answers a take from a worker queue no job ever named.

@@ -25,7 +25,6 @@ import (
 
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
-	"github.com/stepflow/stepflow/shared/store"
 )
 
 // statusOf maps each error code to its HTTP status: the one table.
@@ -125,7 +124,7 @@ func (a *API) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 		a.Log.Error("route served by another function", "route", ev.RouteKey, "owner", owners[ev.RouteKey])
 		return a.fail(ev, &domain.Error{Code: domain.CodeInternal, Message: fmt.Sprintf("route %s is served by %s, not this function: check template.yaml", ev.RouteKey, owners[ev.RouteKey])}), nil
 	}
-	tenant, err := a.authenticate(ctx, ev.Headers)
+	tenant, err := a.authenticate(ctx, req)
 	if err != nil {
 		return a.fail(ev, err), nil
 	}
@@ -220,15 +219,13 @@ func cleanPath(ev events.APIGatewayV2HTTPRequest) bool {
 type request struct {
 	ev           events.APIGatewayV2HTTPRequest
 	extraHeaders map[string]string
+	keyHash      string // the stored hash of the API key it came with, once authenticated
 }
 
 // keyID names the API key a request came with, for the record of what a
 // person decided (approve, reject): the first 12 hex digits of the key's
 // stored hash, which say nothing of the key itself.
-func (r *request) keyID() string {
-	_, key, _ := strings.Cut(strings.TrimSpace(r.header("Authorization")), " ")
-	return "key_" + store.HashKey(strings.TrimSpace(key))[:12]
-}
+func (r *request) keyID() string { return "key_" + r.keyHash[:12] }
 
 func (r *request) header(name string) string {
 	for k, v := range r.ev.Headers {
@@ -332,8 +329,9 @@ func wellFormedKey(key string) bool {
 	return true
 }
 
-func (a *API) authenticate(ctx context.Context, headers map[string]string) (string, error) {
-	r := request{ev: events.APIGatewayV2HTTPRequest{Headers: headers}}
+// authenticate answers the tenant of the request's API key and notes the
+// key's hash on the request.
+func (a *API) authenticate(ctx context.Context, r *request) (string, error) {
 	scheme, key, ok := strings.Cut(strings.TrimSpace(r.header("Authorization")), " ")
 	key = strings.TrimSpace(key)
 	if !ok || !strings.EqualFold(scheme, "Bearer") || key == "" {
@@ -344,7 +342,8 @@ func (a *API) authenticate(ctx context.Context, headers map[string]string) (stri
 	}
 	c := &a.keys
 	c.init()
-	hashed := store.HashKey(key)
+	hashed := engine.HashKey(key)
+	r.keyHash = hashed
 	now := a.now()
 	if k, ok := c.known.Get(hashed); ok && now.Before(k.until) {
 		return k.tenant, nil

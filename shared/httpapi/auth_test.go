@@ -18,6 +18,7 @@ import (
 	"github.com/stepflow/stepflow/localstack/devstack"
 	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
 	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/httpapi"
 	"github.com/stepflow/stepflow/shared/store"
 )
@@ -43,7 +44,7 @@ func (k *keyReads) getItem(_ context.Context, in any, call func() (any, error)) 
 func (k *keyReads) of(key string) int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.byHash[store.HashKey(key)]
+	return k.byHash[engine.HashKey(key)]
 }
 
 // total answers how many key lookups reached the table.
@@ -178,7 +179,7 @@ func TestUnknownKeyFloodStaysBounded(t *testing.T) {
 	full := httpapi.New(h.Engine, nil)
 	require.Equal(t, http.StatusNotFound, handle(full, stacktest.KeyB))
 	for i := range httpapi.UnknownKeysMax + 5000 {
-		full.CacheUnknownKey(store.HashKey(fmt.Sprint("random-", i)))
+		full.CacheUnknownKey(engine.HashKey(fmt.Sprint("random-", i)))
 	}
 	known, unknown = full.KeyCacheLens()
 	require.Equal(t, 1, known)

@@ -5,8 +5,6 @@ import (
 	"cmp"
 	"compress/flate"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -294,25 +292,18 @@ func (s *Store) Defer(_ context.Context, k engine.DueJob, until time.Time) error
 	return nil
 }
 
-// hashKey is how an API key is kept: its SHA-256, never the key (as the
-// DynamoDB store keeps it).
-func hashKey(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(sum[:])
-}
-
 // AddKey records that key belongs to tenant.
 func (s *Store) AddKey(tenant, key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.keys[hashKey(key)] = tenant
+	s.keys[engine.HashKey(key)] = tenant
 }
 
 // TenantForKey answers the tenant of an API key, or domain.ErrUnauthorized.
 func (s *Store) TenantForKey(_ context.Context, key string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t, ok := s.keys[hashKey(key)]
+	t, ok := s.keys[engine.HashKey(key)]
 	if !ok || key == "" {
 		return "", domain.ErrUnauthorized
 	}

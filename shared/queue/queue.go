@@ -35,7 +35,6 @@ type API interface {
 	ChangeMessageVisibility(context.Context, *sqs.ChangeMessageVisibilityInput, ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
 	GetQueueUrl(context.Context, *sqs.GetQueueUrlInput, ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error)
 	CreateQueue(context.Context, *sqs.CreateQueueInput, ...func(*sqs.Options)) (*sqs.CreateQueueOutput, error)
-	GetQueueAttributes(context.Context, *sqs.GetQueueAttributesInput, ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
 	ListQueues(context.Context, *sqs.ListQueuesInput, ...func(*sqs.Options)) (*sqs.ListQueuesOutput, error)
 }
 
@@ -198,8 +197,8 @@ func (q *Queue) countWorkerQueues(ctx context.Context, tenant string) (int, erro
 	return n, nil
 }
 
-// QueueFor answers where a step's messages go.
-func (q *Queue) QueueFor(ctx context.Context, j *domain.Job, s *domain.Step) (string, error) {
+// queueFor answers where a step's messages go.
+func (q *Queue) queueFor(ctx context.Context, j *domain.Job, s *domain.Step) (string, error) {
 	if s.Spec.Action == domain.ActionWorker {
 		// Made at submit; made again here only if it was deleted since.
 		return q.ensureWorkerQueue(ctx, j.Tenant, s.Spec.Queue)
@@ -218,7 +217,7 @@ func (q *Queue) Dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispatc
 	byURL := map[string][]sqstypes.SendMessageBatchRequestEntry{}
 	var order []string
 	for i, d := range ds {
-		url, err := q.QueueFor(ctx, j, d.Step)
+		url, err := q.queueFor(ctx, j, d.Step)
 		if err != nil {
 			return fmt.Errorf("dispatch job %s step %s: %w", j.ID, d.Step.ID(), err)
 		}

@@ -22,8 +22,6 @@ import (
 	"bytes"
 	"compress/flate"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -456,16 +454,10 @@ func (s *Store) Due(ctx context.Context, now time.Time, limit int) ([]engine.Due
 	return keys, nil
 }
 
-// HashKey answers how an API key is stored: its SHA-256, never the key.
-func HashKey(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(sum[:])
-}
-
 // PutAPIKey records that key belongs to tenant.
 func (s *Store) PutAPIKey(ctx context.Context, tenant, key string) error {
 	_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.table, Item: map[string]ddb.AttributeValue{
-		"pk":     &ddb.AttributeValueMemberS{Value: "K#" + HashKey(key)},
+		"pk":     &ddb.AttributeValueMemberS{Value: "K#" + engine.HashKey(key)},
 		"sk":     &ddb.AttributeValueMemberS{Value: "K"},
 		"tenant": &ddb.AttributeValueMemberS{Value: tenant},
 	}})
@@ -478,7 +470,7 @@ func (s *Store) PutAPIKey(ctx context.Context, tenant, key string) error {
 // TenantForKey answers the tenant an API key names, or ErrUnauthorized.
 func (s *Store) TenantForKey(ctx context.Context, key string) (string, error) {
 	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: map[string]ddb.AttributeValue{
-		"pk": &ddb.AttributeValueMemberS{Value: "K#" + HashKey(key)},
+		"pk": &ddb.AttributeValueMemberS{Value: "K#" + engine.HashKey(key)},
 		"sk": &ddb.AttributeValueMemberS{Value: "K"},
 	}})
 	if err != nil {

@@ -185,9 +185,9 @@ func run(ctx context.Context, o options) error {
 		steps int
 		spec  map[string]any
 	}{
-		{"single-step pass", o.jobs, 1, map[string]any{"steps": []any{map[string]any{"id": "a", "action": "pass"}}, "payload": map[string]any{"n": 1}}},
+		{"single-step pass", o.jobs, 1, map[string]any{"steps": []any{map[string]any{"id": "a", "action": map[string]any{"type": "pass"}}}, "payload": map[string]any{"n": 1}}},
 		{"five-step pass", o.jobs / 5, 5, map[string]any{"steps": fiveSteps(), "payload": map[string]any{"n": 1}}},
-		{"worker step via /v1/claim", o.jobs / 5, 1, map[string]any{"steps": []any{map[string]any{"id": "w", "action": "worker", "queue": "bench", "lease_seconds": 60}}, "payload": map[string]any{"n": 1}}},
+		{"worker step via /v1/claim", o.jobs / 5, 1, map[string]any{"steps": []any{map[string]any{"id": "w", "action": map[string]any{"type": "worker", "queue": "bench", "lease_seconds": 60}}}, "payload": map[string]any{"n": 1}}},
 	} {
 		fmt.Fprintf(os.Stderr, "bench: %s ...\n", w.name)
 		r, err := b.workload(ctx, w.name, w.n, w.steps, w.spec, strings.HasPrefix(w.name, "worker"))
@@ -231,7 +231,7 @@ func run(ctx context.Context, o options) error {
 func fiveSteps() []any {
 	var s []any
 	for i := range 5 {
-		s = append(s, map[string]any{"id": fmt.Sprintf("s%d", i+1), "action": "pass"})
+		s = append(s, map[string]any{"id": fmt.Sprintf("s%d", i+1), "action": map[string]any{"type": "pass"}})
 	}
 	return s
 }

@@ -43,7 +43,7 @@ func main() {
 // from its own environment.
 func passedSettings() map[string]string {
 	m := map[string]string{}
-	for _, k := range []string{"STEPFLOW_P0_TENANTS", "STEPFLOW_MAX_WORKER_QUEUES"} {
+	for _, k := range []string{"STEPFLOW_P0_TENANTS", "STEPFLOW_MAX_WORKER_QUEUES", "STEPFLOW_TIMER_THRESHOLD"} {
 		if v, ok := os.LookupEnv(k); ok {
 			m[k] = v
 		}
@@ -77,13 +77,17 @@ func devCmd() *cobra.Command {
 		Long: `Environment:
   STEPFLOW_ADDR         HTTP API address (default 127.0.0.1:3000)
   AWS_ENDPOINT_URL      use this running emulator (e.g. LocalStack) instead of starting moto;
-                        its DynamoDB requests are serialised by the same proxy
+                        its DynamoDB requests are serialised by the same proxy; a moto
+                        must run with MOTO_PORT=<its port> and TZ=UTC for timers to fire
   STEPFLOW_API_KEYS     tenant:key,... (default dev:dev-key)
   STEPFLOW_STACK        resource name prefix (default stepflow-<port>)
   STEPFLOW_SWEEP_EVERY  heartbeat period (default: template.yaml's schedule, 1m)
   STEPFLOW_HTTP_ALLOW   CIDRs and host names the http action may reach despite the
                         guard (default none: loopback, private, link-local refused),
-                        e.g. 127.0.0.1/32,localhost`,
+                        e.g. 127.0.0.1/32,localhost
+  STEPFLOW_TIMER_THRESHOLD
+                        seconds, 1-900 (default 900): longer delays go through the timer
+                        state machine (moto runs it), shorter ones are SQS message delays`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -139,7 +143,7 @@ stepflow is running
   tenants    %s
 
   curl -s -X POST %s/v1/jobs -H 'Authorization: Bearer %s' \
-       -d '{"steps":[{"id":"hello","action":"pass"}],"payload":{"hi":1}}'
+       -d '{"steps":[{"id":"hello","action":{"type":"pass"}}],"payload":{"hi":1}}'
 
 Ctrl-C stops it.
 `, st.URL, emu, st.Endpoint, st.Name, strings.Join(tenants, ", "), st.URL, firstKey(keys))

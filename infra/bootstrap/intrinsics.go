@@ -9,16 +9,17 @@ import (
 // resolver replaces the intrinsic functions template.yaml uses (Ref,
 // Fn::GetAtt, Fn::Sub) with their values on the local stack. Their targets
 // are what it creates or knows: parameters with a Default, AWS::StackName,
-// and the tables and queues Provision created so far.
+// and the tables, queues and state machines Provision created so far.
 type resolver struct {
 	t     *Template
 	stack string
-	refs  map[string]string // logical id -> what Ref returns: a table's name, a queue's URL
+	refs  map[string]string // logical id -> what Ref returns: a table's name, a queue's URL, a state machine's ARN
 	arns  map[string]string // logical id -> what Fn::GetAtt .Arn returns
+	names map[string]string // logical id -> what Fn::GetAtt .Name returns (state machines)
 }
 
 func newResolver(t *Template, stack string) *resolver {
-	return &resolver{t: t, stack: stack, refs: map[string]string{}, arns: map[string]string{}}
+	return &resolver{t: t, stack: stack, refs: map[string]string{}, arns: map[string]string{}, names: map[string]string{}}
 }
 
 // resolve returns v with every intrinsic function replaced by its value.
@@ -132,10 +133,16 @@ func (r *resolver) ref(name string) (any, error) {
 }
 
 func (r *resolver) getAtt(id, attr string) (any, error) {
-	if attr != "Arn" {
-		return nil, fmt.Errorf("Fn::GetAtt %s.%s: the only attribute handled is Arn", id, attr)
+	var values map[string]string
+	switch {
+	case attr == "Arn":
+		values = r.arns
+	case attr == "Name" && r.t.Resources[id].Type == typeStateMachine:
+		values = r.names
+	default:
+		return nil, fmt.Errorf("Fn::GetAtt %s.%s: the attributes handled are Arn, and a state machine's Name", id, attr)
 	}
-	if v, ok := r.arns[id]; ok {
+	if v, ok := values[id]; ok {
 		return v, nil
 	}
 	return nil, fmt.Errorf("Fn::GetAtt %s.%s: %w", id, attr, r.notCreated(id))
@@ -147,10 +154,11 @@ func (r *resolver) notCreated(id string) error {
 	switch {
 	case !ok:
 		return fmt.Errorf("no such parameter or resource")
-	case res.Type == typeTable || res.Type == typeQueue:
+	case res.Type == typeTable || res.Type == typeQueue || res.Type == typeStateMachine:
 		return fmt.Errorf("%s is not created yet", id) // a table referring to a queue: tables come first
 	}
-	return fmt.Errorf("%s is a %s, which is not created locally (only %s and %s are)", id, res.Type, typeTable, typeQueue)
+	return fmt.Errorf("%s is a %s, which is not created locally (only %s, %s and %s are)",
+		id, res.Type, typeTable, typeQueue, typeStateMachine)
 }
 
 // sub implements Fn::Sub's string form: "${Name}" is Ref Name,

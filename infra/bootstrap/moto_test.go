@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -13,12 +14,16 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/stretchr/testify/require"
 )
 
 // startMoto runs a private moto_server for one test and returns its endpoint.
-// The test fails when moto_server is not installed: CI always has it.
+// The test fails when moto_server is not installed: CI always has it. Its
+// Step Functions backend is the one that runs state machines, as the
+// emulator package's moto's is: it is also the one that checks a
+// definition on CreateStateMachine (the other stores any string).
 func startMoto(t *testing.T) string {
 	t.Helper()
 	bin, err := exec.LookPath("moto_server")
@@ -43,6 +48,11 @@ func startMoto(t *testing.T) string {
 		resp, err := client.Get(endpoint + "/moto-api/")
 		if err == nil {
 			_ = resp.Body.Close()
+			resp, err := client.Post(endpoint+"/moto-api/config", "application/json",
+				strings.NewReader(`{"stepfunctions": {"execute_state_machine": true}}`))
+			require.NoError(t, err)
+			_ = resp.Body.Close()
+			require.Equal(t, http.StatusCreated, resp.StatusCode, "moto-api/config")
 			return endpoint
 		}
 		if time.Now().After(deadline) {
@@ -52,15 +62,16 @@ func startMoto(t *testing.T) string {
 	}
 }
 
-// clients returns DynamoDB and SQS clients pointed at endpoint.
-func clients(endpoint string) (*dynamodb.Client, *sqs.Client) {
+// clients returns DynamoDB, SQS and Step Functions clients pointed at endpoint.
+func clients(endpoint string) (*dynamodb.Client, *sqs.Client, *sfn.Client) {
 	cfg := aws.Config{
 		Region:      "us-east-1",
 		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
 	}
 	db := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(endpoint) })
 	sq := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.BaseEndpoint = aws.String(endpoint) })
-	return db, sq
+	sf := sfn.NewFromConfig(cfg, func(o *sfn.Options) { o.BaseEndpoint = aws.String(endpoint) })
+	return db, sq, sf
 }
 
 func testContext(t *testing.T) context.Context {

@@ -7,29 +7,32 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 )
 
 // Stack is what Provision created and resolved for one stack name.
 type Stack struct {
-	Name      string
-	Env       map[string]string // resolved Globals.Function environment (what every function gets)
-	Tables    map[string]string // logical id -> table name
-	QueueURLs map[string]string // logical id -> url
-	QueueARNs map[string]string // logical id -> arn
-	Functions []Function        // as Functions(), with SQSSource.QueueURL filled
+	Name          string
+	Env           map[string]string // resolved Globals.Function environment (what every function gets)
+	Tables        map[string]string // logical id -> table name
+	QueueURLs     map[string]string // logical id -> url
+	QueueARNs     map[string]string // logical id -> arn
+	StateMachines map[string]string // logical id -> arn
+	Functions     []Function        // as Functions(), with SQSSource.QueueURL filled
 }
 
 var stackNameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9-]{0,127}$`)
 
-// Provision creates the template's AWS::DynamoDB::Table and AWS::SQS::Queue
-// resources through the given clients (pointed at a local emulator), named
-// "<stack>-<LogicalId>", and resolves the functions' environment. It first
-// refuses, before creating anything, a template that uses what this package
-// does not handle. It is idempotent: an existing table of the same keys and
-// indexes is reused, an existing queue is reused and its attributes set to
-// the template's.
-func Provision(ctx context.Context, db *dynamodb.Client, sq *sqs.Client, t *Template, stack string) (*Stack, error) {
+// Provision creates the template's AWS::DynamoDB::Table, AWS::SQS::Queue
+// and AWS::Serverless::StateMachine resources through the given clients
+// (pointed at a local emulator), named "<stack>-<LogicalId>", and resolves
+// the functions' environment. It first refuses, before creating anything, a
+// template that uses what this package does not handle. It is idempotent: an
+// existing table of the same keys and indexes is reused, an existing queue
+// is reused and its attributes set to the template's, an existing state
+// machine is reused and its definition set to the template's.
+func Provision(ctx context.Context, db *dynamodb.Client, sq *sqs.Client, sf *sfn.Client, t *Template, stack string) (*Stack, error) {
 	if !stackNameRE.MatchString(stack) {
 		return nil, fmt.Errorf("provision: stack name %q must match %s (CloudFormation's rule)", stack, stackNameRE)
 	}
@@ -38,10 +41,11 @@ func Provision(ctx context.Context, db *dynamodb.Client, sq *sqs.Client, t *Temp
 	}
 	r := newResolver(t, stack)
 	s := &Stack{
-		Name:      stack,
-		Tables:    map[string]string{},
-		QueueURLs: map[string]string{},
-		QueueARNs: map[string]string{},
+		Name:          stack,
+		Tables:        map[string]string{},
+		QueueURLs:     map[string]string{},
+		QueueARNs:     map[string]string{},
+		StateMachines: map[string]string{},
 	}
 
 	for _, id := range t.ids(typeTable) {
@@ -79,6 +83,23 @@ func Provision(ctx context.Context, db *dynamodb.Client, sq *sqs.Client, t *Temp
 		if err != nil {
 			return nil, fmt.Errorf("provision queue %s: set attributes: %w", id, err)
 		}
+	}
+
+	// The queues' ARNs name the emulator's account, which the state
+	// machines' role ARN holds.
+	account := accountOf(s.QueueARNs)
+	for _, id := range t.ids(typeStateMachine) {
+		spec, err := readStateMachine(t, t.Resources[id].Properties)
+		if err != nil {
+			return nil, fmt.Errorf("provision state machine %s: %w", id, err)
+		}
+		name := stack + "-" + id
+		arn, err := provisionStateMachine(ctx, sf, name, roleARN(account, stack, id), spec)
+		if err != nil {
+			return nil, fmt.Errorf("provision state machine %s: %w", id, err)
+		}
+		r.refs[id], r.arns[id], r.names[id] = arn, arn, name
+		s.StateMachines[id] = arn
 	}
 
 	var err error

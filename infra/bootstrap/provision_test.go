@@ -3,6 +3,8 @@ package bootstrap
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -10,6 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	dtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/sfn"
+	ftypes "github.com/aws/aws-sdk-go-v2/service/sfn/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	stypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/stretchr/testify/require"
@@ -17,12 +21,12 @@ import (
 
 func TestProvisionRealTemplate(t *testing.T) {
 	t.Parallel()
-	db, sq := clients(startMoto(t))
+	db, sq, sf := clients(startMoto(t))
 	ctx := testContext(t)
 	tpl, err := Parse(realTemplate)
 	require.NoError(t, err)
 
-	st, err := Provision(ctx, db, sq, tpl, "stepflow")
+	st, err := Provision(ctx, db, sq, sf, tpl, "stepflow")
 	require.NoError(t, err)
 	require.Equal(t, "stepflow", st.Name)
 
@@ -74,6 +78,17 @@ func TestProvisionRealTemplate(t *testing.T) {
 	require.Equal(t, "1209600", dlq["MessageRetentionPeriod"])
 	require.Empty(t, dlq["RedrivePolicy"])
 
+	// State machine: the ASL file as written, STANDARD, a role of the stack's.
+	require.Len(t, st.StateMachines, 1)
+	timer := st.StateMachines["TimerStateMachine"]
+	require.Regexp(t, `^arn:aws:states:us-east-1:\d{12}:stateMachine:stepflow-TimerStateMachine$`, timer)
+	sm, err := sf.DescribeStateMachine(ctx, &sfn.DescribeStateMachineInput{StateMachineArn: aws.String(timer)})
+	require.NoError(t, err)
+	require.Equal(t, "stepflow-TimerStateMachine", aws.ToString(sm.Name))
+	require.Equal(t, ftypes.StateMachineTypeStandard, sm.Type)
+	require.Equal(t, readFile(t, "../../statemachine/timer.asl.json"), aws.ToString(sm.Definition))
+	require.Regexp(t, `^arn:aws:iam::\d{12}:role/stepflow-TimerStateMachineRole$`, aws.ToString(sm.RoleArn))
+
 	// Environment: every reference resolved.
 	want := map[string]string{
 		"STEPFLOW_TABLE":               "stepflow-JobsTable",
@@ -86,6 +101,8 @@ func TestProvisionRealTemplate(t *testing.T) {
 		"STEPFLOW_P0_TENANTS":          "*",
 		"STEPFLOW_MAX_WORKER_QUEUES":   "50",
 		"STEPFLOW_HTTP_ALLOW":          "",
+		"STEPFLOW_TIMER_STATE_MACHINE": timer,
+		"STEPFLOW_TIMER_THRESHOLD":     "900",
 	}
 	require.Equal(t, want, st.Env)
 	require.Regexp(t, `^arn:aws:sqs:us-east-1:\d{12}:stepflow-DeadLetterQueue$`, st.Env["STEPFLOW_DLQ_ARN"])
@@ -107,24 +124,34 @@ func TestProvisionRealTemplate(t *testing.T) {
 
 func TestProvisionIsIdempotent(t *testing.T) {
 	t.Parallel()
-	db, sq := clients(startMoto(t))
+	db, sq, sf := clients(startMoto(t))
 	ctx := testContext(t)
 	tpl, err := Parse(realTemplate)
 	require.NoError(t, err)
 
-	first, err := Provision(ctx, db, sq, tpl, "idem")
+	first, err := Provision(ctx, db, sq, sf, tpl, "idem")
 	require.NoError(t, err)
-	// Drift on an existing queue is put back to the template's value.
+	// Drift on an existing queue or state machine is put back to the
+	// template's value.
 	_, err = sq.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{
 		QueueUrl:   aws.String(first.QueueURLs["ReadyQueueP2"]),
 		Attributes: map[string]string{"VisibilityTimeout": "7"},
 	})
 	require.NoError(t, err)
+	timer := first.StateMachines["TimerStateMachine"]
+	_, err = sf.UpdateStateMachine(ctx, &sfn.UpdateStateMachineInput{
+		StateMachineArn: aws.String(timer),
+		Definition:      aws.String(`{"StartAt": "P", "States": {"P": {"Type": "Pass", "End": true}}}`),
+	})
+	require.NoError(t, err)
 
-	second, err := Provision(ctx, db, sq, tpl, "idem")
+	second, err := Provision(ctx, db, sq, sf, tpl, "idem")
 	require.NoError(t, err)
 	require.Equal(t, first, second)
 	require.Equal(t, "1800", sqsAttributes(t, sq, second.QueueURLs["ReadyQueueP2"])["VisibilityTimeout"])
+	sm, err := sf.DescribeStateMachine(ctx, &sfn.DescribeStateMachineInput{StateMachineArn: aws.String(timer)})
+	require.NoError(t, err)
+	require.Equal(t, readFile(t, "../../statemachine/timer.asl.json"), aws.ToString(sm.Definition))
 
 	tables, err := db.ListTables(ctx, &dynamodb.ListTablesInput{})
 	require.NoError(t, err)
@@ -132,18 +159,21 @@ func TestProvisionIsIdempotent(t *testing.T) {
 	queues, err := sq.ListQueues(ctx, &sqs.ListQueuesInput{QueueNamePrefix: aws.String("idem-")})
 	require.NoError(t, err)
 	require.Len(t, queues.QueueUrls, 4)
+	machines, err := sf.ListStateMachines(ctx, &sfn.ListStateMachinesInput{})
+	require.NoError(t, err)
+	require.Len(t, machines.StateMachines, 1)
 }
 
 func TestProvisionStacksDoNotCollide(t *testing.T) {
 	t.Parallel()
-	db, sq := clients(startMoto(t))
+	db, sq, sf := clients(startMoto(t))
 	ctx := testContext(t)
 	tpl, err := Parse(realTemplate)
 	require.NoError(t, err)
 
-	a, err := Provision(ctx, db, sq, tpl, "alpha")
+	a, err := Provision(ctx, db, sq, sf, tpl, "alpha")
 	require.NoError(t, err)
-	b, err := Provision(ctx, db, sq, tpl, "beta")
+	b, err := Provision(ctx, db, sq, sf, tpl, "beta")
 	require.NoError(t, err)
 
 	require.Equal(t, "alpha-JobsTable", a.Env["STEPFLOW_TABLE"])
@@ -154,6 +184,7 @@ func TestProvisionStacksDoNotCollide(t *testing.T) {
 		require.NotEqual(t, a.QueueURLs[id], b.QueueURLs[id], id)
 		require.NotEqual(t, a.QueueARNs[id], b.QueueARNs[id], id)
 	}
+	require.NotEqual(t, a.Env["STEPFLOW_TIMER_STATE_MACHINE"], b.Env["STEPFLOW_TIMER_STATE_MACHINE"])
 	// Each stack's redrive points at its own DLQ.
 	for _, st := range []*Stack{a, b} {
 		rp := sqsAttributes(t, sq, st.QueueURLs["ReadyQueueP0"])["RedrivePolicy"]
@@ -170,10 +201,12 @@ func TestProvisionStacksDoNotCollide(t *testing.T) {
 // A synthetic template exercises, within what template.yaml uses, shapes the
 // real one does not have: parameters of both types and Fn::Sub over a
 // resource attribute in the environment, a queue whose dead-letter queue
-// sorts after it, and an existing table that no longer matches the template.
+// sorts after it, a state machine of SAM's default type whose Name and Arn
+// the environment takes, and an existing table that no longer matches the
+// template.
 func TestProvisionSyntheticTemplate(t *testing.T) {
 	t.Parallel()
-	db, sq := clients(startMoto(t))
+	db, sq, sf := clients(startMoto(t))
 	ctx := testContext(t)
 
 	const base = `
@@ -195,7 +228,14 @@ Globals:
         SUB: !Sub "${AWS::StackName}-${Mode}/${T.Arn}"
         QUEUE: !Ref AQueue
         DLQ: !GetAtt ZDead.Arn
+        MACHINE: !Ref M
+        MACHINE_ARN: !GetAtt M.Arn
+        MACHINE_NAME: !GetAtt M.Name
 Resources:
+  M:
+    Type: AWS::Serverless::StateMachine
+    Properties:
+      DefinitionUri: asl/m.json
   Fn:
     Type: AWS::Serverless::Function
     Properties:
@@ -226,21 +266,36 @@ Resources:
           KeySchema: [{AttributeName: g, KeyType: HASH}]
           Projection: {ProjectionType: ALL}
 `
-	tpl, err := Parse(writeTemplate(t, base))
+	// The definition lies next to the template, as statemachine/ does.
+	const definition = `{"StartAt": "P", "States": {"P": {"Type": "Pass", "End": true}}}`
+	write := func(body string) string {
+		p := writeTemplate(t, body)
+		require.NoError(t, os.Mkdir(filepath.Join(filepath.Dir(p), "asl"), 0o700))
+		require.NoError(t, os.WriteFile(filepath.Join(filepath.Dir(p), "asl", "m.json"), []byte(definition), 0o600))
+		return p
+	}
+	tpl, err := Parse(write(base))
 	require.NoError(t, err)
-	st, err := Provision(ctx, db, sq, tpl, "syn")
+	st, err := Provision(ctx, db, sq, sf, tpl, "syn")
 	require.NoError(t, err)
 
 	desc, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String("syn-T")})
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{
-		"TABLE": "syn-T",
-		"MODE":  "fast",
-		"COUNT": "7",
-		"SUB":   "syn-fast/" + aws.ToString(desc.Table.TableArn),
-		"QUEUE": st.QueueURLs["AQueue"],
-		"DLQ":   st.QueueARNs["ZDead"],
+		"TABLE":        "syn-T",
+		"MODE":         "fast",
+		"COUNT":        "7",
+		"SUB":          "syn-fast/" + aws.ToString(desc.Table.TableArn),
+		"QUEUE":        st.QueueURLs["AQueue"],
+		"DLQ":          st.QueueARNs["ZDead"],
+		"MACHINE":      st.StateMachines["M"],
+		"MACHINE_ARN":  st.StateMachines["M"],
+		"MACHINE_NAME": "syn-M",
 	}, st.Env)
+	sm, err := sf.DescribeStateMachine(ctx, &sfn.DescribeStateMachineInput{StateMachineArn: aws.String(st.StateMachines["M"])})
+	require.NoError(t, err)
+	require.Equal(t, definition, aws.ToString(sm.Definition))
+	require.Equal(t, ftypes.StateMachineTypeStandard, sm.Type)
 	require.Equal(t, []SQSSource{{QueueLogicalID: "AQueue", BatchSize: 3, QueueURL: st.QueueURLs["AQueue"]}}, st.Functions[0].SQS)
 	require.Equal(t, 10, st.Functions[0].Timeout)
 
@@ -263,9 +318,9 @@ Resources:
 `, 1),
 	} {
 		require.NotEqual(t, base, changed, name)
-		tpl, err := Parse(writeTemplate(t, changed))
+		tpl, err := Parse(write(changed))
 		require.NoError(t, err)
-		_, err = Provision(ctx, db, sq, tpl, "syn")
+		_, err = Provision(ctx, db, sq, sf, tpl, "syn")
 		require.ErrorContains(t, err, "provision table T", name)
 		require.ErrorContains(t, err, "delete it to recreate", name)
 	}
@@ -275,7 +330,7 @@ Resources:
 // bootstrap does not handle, naming each thing and where it is.
 func TestProvisionRefusesUnsupportedTemplates(t *testing.T) {
 	t.Parallel()
-	db, sq := clients(startMoto(t))
+	db, sq, sf := clients(startMoto(t))
 	ctx := testContext(t)
 
 	tpl, err := Parse(writeTemplate(t, `
@@ -300,7 +355,7 @@ Resources:
       KinesisStreamSpecification: {StreamArn: arn:aws:kinesis:us-east-1:000000000000:stream/s}
 `))
 	require.NoError(t, err)
-	_, err = Provision(ctx, db, sq, tpl, "refuse")
+	_, err = Provision(ctx, db, sq, sf, tpl, "refuse")
 	require.ErrorContains(t, err, "Globals.Function.Environment.Variables.JOINED: intrinsic function Fn::Join")
 	require.ErrorContains(t, err, "Resources.Q.Properties.FifoQueue: AWS::SQS::Queue key FifoQueue")
 	require.ErrorContains(t, err, "Resources.T.Properties.KinesisStreamSpecification: AWS::DynamoDB::Table key KinesisStreamSpecification")
@@ -319,10 +374,10 @@ Globals:
         URL: !Sub "https://${Api}.execute-api.example.com/"
 `))
 	require.NoError(t, err)
-	_, err = Provision(ctx, db, sq, tpl, "refuse")
+	_, err = Provision(ctx, db, sq, sf, tpl, "refuse")
 	require.ErrorContains(t, err, "URL: Fn::Sub: Ref Api: Api is a AWS::Serverless::HttpApi, which is not created locally")
 
-	_, err = Provision(ctx, db, sq, tpl, "bad_name")
+	_, err = Provision(ctx, db, sq, sf, tpl, "bad_name")
 	require.ErrorContains(t, err, "stack name")
 
 	// Nothing was created by the refused runs.
@@ -334,6 +389,29 @@ Globals:
 	require.Empty(t, queues.QueueUrls)
 }
 
+// A definition that is JSON but not a state machine is refused by the
+// emulator (moto's executing backend parses it), naming the resource. moto
+// answers 400 with no error code the SDK knows ("UnknownError" carrying an
+// ASLParserException) where AWS answers InvalidDefinition: only the
+// failure is checked.
+func TestProvisionRefusesAnInvalidDefinition(t *testing.T) {
+	t.Parallel()
+	db, sq, sf := clients(startMoto(t))
+	p := writeTemplate(t, `
+Resources:
+  M:
+    Type: AWS::Serverless::StateMachine
+    Properties:
+      Type: STANDARD
+      DefinitionUri: m.asl.json
+`)
+	require.NoError(t, os.WriteFile(filepath.Join(filepath.Dir(p), "m.asl.json"), []byte(`{"StartAt": "Nowhere", "States": {}}`), 0o600))
+	tpl, err := Parse(p)
+	require.NoError(t, err)
+	_, err = Provision(testContext(t), db, sq, sf, tpl, "bad")
+	require.ErrorContains(t, err, "provision state machine M: create bad-M")
+}
+
 func sqsAttributes(t *testing.T, sq *sqs.Client, url string) map[string]string {
 	t.Helper()
 	out, err := sq.GetQueueAttributes(testContext(t), &sqs.GetQueueAttributesInput{
@@ -342,4 +420,11 @@ func sqsAttributes(t *testing.T, sq *sqs.Client, url string) map[string]string {
 	})
 	require.NoError(t, err)
 	return out.Attributes
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return string(raw)
 }

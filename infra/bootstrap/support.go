@@ -29,6 +29,7 @@ var templateKeys = keySet{
 	"Parameters.*.Default":            handled,
 	"Parameters.*.Type":               "bootstrap uses a parameter's Default as written",
 	"Parameters.*.MinValue":           "CloudFormation checks values passed on deploy; locally the Default is used",
+	"Parameters.*.MaxValue":           "CloudFormation checks values passed on deploy; locally the Default is used",
 	"Parameters.*.Description":        "documentation",
 	"Globals":                         handled,
 	"Globals.Function":                handled, // checked against globalsFunctionKeys
@@ -44,10 +45,11 @@ var templateKeys = keySet{
 
 // resourceKeys declares, per resource type bootstrap knows, its properties.
 var resourceKeys = map[string]keySet{
-	typeTable:    tableKeys,
-	typeQueue:    queueKeys,
-	typeFunction: functionKeys,
-	typeHttpApi:  httpAPIKeys,
+	typeTable:        tableKeys,
+	typeQueue:        queueKeys,
+	typeStateMachine: stateMachineKeys,
+	typeFunction:     functionKeys,
+	typeHttpApi:      httpAPIKeys,
 }
 
 // intrinsics declares the intrinsic functions resolver implements. Any other
@@ -206,10 +208,13 @@ func (s *survey) calls(path string, v any) {
 func (s *survey) dryRun() {
 	t := s.t
 	r := newResolver(t, "check")
-	for _, typ := range []string{typeTable, typeQueue} {
+	for _, typ := range []string{typeTable, typeQueue, typeStateMachine} {
 		for _, id := range t.ids(typ) {
 			r.refs[id], r.arns[id] = "<"+id+">", "<"+id+".Arn>"
 		}
+	}
+	for _, id := range t.ids(typeStateMachine) {
+		r.names[id] = "<" + id + ".Name>"
 	}
 	for _, id := range t.ids(typeTable) {
 		if _, err := readTable(r, t.Resources[id].Properties); err != nil {
@@ -218,6 +223,11 @@ func (s *survey) dryRun() {
 	}
 	for _, id := range t.ids(typeQueue) {
 		if _, err := queueAttributes(r, t.Resources[id].Properties); err != nil {
+			s.problem("Resources."+id+".Properties", err.Error())
+		}
+	}
+	for _, id := range t.ids(typeStateMachine) {
+		if _, err := readStateMachine(t, t.Resources[id].Properties); err != nil {
 			s.problem("Resources."+id+".Properties", err.Error())
 		}
 	}

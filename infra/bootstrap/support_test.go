@@ -1,6 +1,8 @@
 package bootstrap
 
 import (
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -138,7 +140,9 @@ Resources:
 		"pseudo parameter": {env, env + "        REGION: !Ref AWS::Region\n",
 			"Globals.Function.Environment.Variables: REGION: Ref AWS::Region: the only pseudo parameter handled is AWS::StackName"},
 		"attribute": {env, env + "        URL: !GetAtt Q.QueueUrl\n",
-			"Globals.Function.Environment.Variables: URL: Fn::GetAtt Q.QueueUrl: the only attribute handled is Arn"},
+			"Globals.Function.Environment.Variables: URL: Fn::GetAtt Q.QueueUrl: the attributes handled are Arn, and a state machine's Name"},
+		"Name of a queue": {env, env + "        NAME: !GetAtt Q.Name\n",
+			"NAME: Fn::GetAtt Q.Name: the attributes handled are Arn, and a state machine's Name"},
 		"Sub variables": {env, env + "        V: !Sub [\"${a}\", {a: b}]\n",
 			"V: Fn::Sub: want a string (the [string, {vars}] form is not handled)"},
 		"reference to the API": {env, env + "        API: !Ref Api\n",
@@ -148,6 +152,61 @@ Resources:
 	} {
 		require.Equal(t, 1, strings.Count(base, c.old), name)
 		tpl, err := Parse(writeTemplate(t, strings.Replace(base, c.old, c.new, 1)))
+		require.NoError(t, err, name)
+		err = tpl.checkSupport()
+		require.ErrorContains(t, err, c.want, name)
+		require.ErrorContains(t, err, "does not handle", name)
+	}
+}
+
+// A state machine is created from a STANDARD definition file next to the
+// template; anything else is refused before anything is created.
+func TestSupportCheckStateMachines(t *testing.T) {
+	t.Parallel()
+	const base = `
+Globals:
+  Function:
+    Environment:
+      Variables:
+        ARN: !Ref M
+        NAME: !GetAtt M.Name
+Resources:
+  M:
+    Type: AWS::Serverless::StateMachine
+    Properties:
+      Type: STANDARD
+      DefinitionUri: m.asl.json
+      Policies: [{Statement: [{Effect: Allow, Action: sqs:SendMessage, Resource: "*"}]}]
+`
+	write := func(body, definition string) string {
+		p := writeTemplate(t, body)
+		require.NoError(t, os.WriteFile(filepath.Join(filepath.Dir(p), "m.asl.json"), []byte(definition), 0o600))
+		return p
+	}
+	const pass = `{"StartAt": "P", "States": {"P": {"Type": "Pass", "End": true}}}`
+	tpl, err := Parse(write(base, pass))
+	require.NoError(t, err)
+	require.NoError(t, tpl.checkSupport(), "the base template is within what bootstrap handles")
+
+	const uri = "      DefinitionUri: m.asl.json\n"
+	for name, c := range map[string]struct{ old, new, definition, want string }{
+		"EXPRESS": {"Type: STANDARD", "Type: EXPRESS", pass,
+			"Resources.M.Properties: Type EXPRESS: only STANDARD is handled"},
+		"missing file": {uri, "      DefinitionUri: elsewhere.json\n", pass,
+			"Resources.M.Properties: DefinitionUri: open "},
+		"S3 location": {uri, "      DefinitionUri: {Bucket: b, Key: k}\n", pass,
+			"Resources.M.Properties: DefinitionUri: want a path relative to the template"},
+		"not JSON": {uri, uri, "StartAt: P",
+			"Resources.M.Properties: DefinitionUri m.asl.json: not a JSON document"},
+		"inline definition": {uri, "      Definition: {StartAt: P}\n", pass,
+			"Resources.M.Properties.Definition: AWS::Serverless::StateMachine key Definition"},
+		"substitutions": {uri, uri + "      DefinitionSubstitutions: {A: b}\n", pass,
+			"Resources.M.Properties.DefinitionSubstitutions: AWS::Serverless::StateMachine key DefinitionSubstitutions"},
+		"logging": {uri, uri + "      Logging: {Level: ALL}\n", pass,
+			"Resources.M.Properties.Logging: AWS::Serverless::StateMachine key Logging"},
+	} {
+		require.Equal(t, 1, strings.Count(base, c.old), name)
+		tpl, err := Parse(write(strings.Replace(base, c.old, c.new, 1), c.definition))
 		require.NoError(t, err, name)
 		err = tpl.checkSupport()
 		require.ErrorContains(t, err, c.want, name)

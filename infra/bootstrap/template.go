@@ -1,9 +1,10 @@
 // Package bootstrap derives a local stack from template.yaml, the single
 // source of truth for stepflow's resources: Parse reads the SAM template,
 // Functions lists what a local runner must play (HTTP routes, SQS event source
-// mappings, schedules), and Provision creates the template's DynamoDB table
-// and SQS queues on an emulator (moto, LocalStack) and resolves the functions'
-// environment as CloudFormation would.
+// mappings, schedules), and Provision creates the template's DynamoDB table,
+// SQS queues and Step Functions state machine on an emulator (moto,
+// LocalStack) and resolves the functions' environment as CloudFormation
+// would.
 //
 // It handles what template.yaml uses and nothing more. Each part declares the
 // keys it handles and those it knowingly ignores (tableKeys, queueKeys,
@@ -22,10 +23,11 @@ import (
 
 // Resource types this package knows about.
 const (
-	typeFunction = "AWS::Serverless::Function"
-	typeHttpApi  = "AWS::Serverless::HttpApi"
-	typeTable    = "AWS::DynamoDB::Table"
-	typeQueue    = "AWS::SQS::Queue"
+	typeFunction     = "AWS::Serverless::Function"
+	typeHttpApi      = "AWS::Serverless::HttpApi"
+	typeTable        = "AWS::DynamoDB::Table"
+	typeQueue        = "AWS::SQS::Queue"
+	typeStateMachine = "AWS::Serverless::StateMachine"
 )
 
 // Template is a parsed SAM template. Intrinsic functions are kept in their

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,6 +37,8 @@ func TestParseRealTemplate(t *testing.T) {
 		{"GET", "/v1/jobs/{id}"},
 		{"POST", "/v1/jobs/{id}/cancel"},
 		{"GET", "/v1/jobs/{id}/events"},
+		{"POST", "/v1/jobs/{id}/redrive"},
+		{"POST", "/v1/jobs/{id}/signal"},
 		{"POST", "/v1/jobs/{id}/steps/{step}/approve"},
 		{"POST", "/v1/jobs/{id}/steps/{step}/reject"},
 		{"POST", "/v1/jobs/{id}/steps/{step}/resume"},
@@ -90,6 +93,65 @@ func TestTemplateLeaseInvariants(t *testing.T) {
 			require.Equal(t, lease, vis, "%s VisibilityTimeout", src.QueueLogicalID)
 			require.GreaterOrEqual(t, vis, 6*f.Timeout, "%s VisibilityTimeout vs %s Timeout", src.QueueLogicalID, f.LogicalID)
 		}
+	}
+}
+
+// The timer state machine may send only to the stack's ready and worker
+// queues; every function, since each dispatches, may start it and no other.
+func TestTemplateTimerPermissions(t *testing.T) {
+	t.Parallel()
+	tpl, err := Parse(realTemplate)
+	require.NoError(t, err)
+	env := envVars(tpl.globalFn)
+	timer := map[string]any{"Ref": "TimerStateMachine"}
+	require.Equal(t, timer, env["STEPFLOW_TIMER_STATE_MACHINE"])
+	require.Equal(t, map[string]any{"Ref": "TimerThresholdSeconds"}, env["STEPFLOW_TIMER_THRESHOLD"])
+	threshold := tpl.doc["Parameters"].(map[string]any)["TimerThresholdSeconds"].(map[string]any)
+	require.Equal(t, map[string]any{"Type": "Number", "Default": 900, "MinValue": 1, "MaxValue": 900},
+		map[string]any{"Type": threshold["Type"], "Default": threshold["Default"], "MinValue": threshold["MinValue"], "MaxValue": threshold["MaxValue"]},
+		"SQS delays a message at most 900 s")
+
+	// statements answers each Allow statement of a resource's Policies as
+	// its actions and its resources.
+	statements := func(id string) (out []struct{ actions, resources []any }) {
+		for _, p := range tpl.Resources[id].Properties["Policies"].([]any) {
+			for _, st := range p.(map[string]any)["Statement"].([]any) {
+				st := st.(map[string]any)
+				require.Equal(t, "Allow", st["Effect"], id)
+				res, ok := st["Resource"].([]any)
+				if !ok {
+					res = []any{st["Resource"]}
+				}
+				out = append(out, struct{ actions, resources []any }{st["Action"].([]any), res})
+			}
+		}
+		return out
+	}
+
+	var sends []any
+	for _, st := range statements("TimerStateMachine") {
+		require.Equal(t, []any{"sqs:SendMessage"}, st.actions)
+		sends = append(sends, st.resources...)
+	}
+	prefix := env["STEPFLOW_WORKER_QUEUE_PREFIX"].(map[string]any)["Fn::Sub"].(string)
+	require.ElementsMatch(t, []any{
+		map[string]any{"Fn::GetAtt": []any{env["STEPFLOW_QUEUE_P0"].(map[string]any)["Ref"], "Arn"}},
+		map[string]any{"Fn::GetAtt": []any{env["STEPFLOW_QUEUE_P1"].(map[string]any)["Ref"], "Arn"}},
+		map[string]any{"Fn::GetAtt": []any{env["STEPFLOW_QUEUE_P2"].(map[string]any)["Ref"], "Arn"}},
+		map[string]any{"Fn::Sub": "arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:" + prefix + "*"},
+	}, sends)
+
+	for _, f := range tpl.Functions() {
+		var starts []any
+		for _, st := range statements(f.LogicalID) {
+			for _, a := range st.actions {
+				if strings.HasPrefix(a.(string), "states:") {
+					require.Equal(t, []any{"states:StartExecution"}, st.actions, f.LogicalID)
+					starts = append(starts, st.resources...)
+				}
+			}
+		}
+		require.Equal(t, []any{timer}, starts, f.LogicalID)
 	}
 }
 

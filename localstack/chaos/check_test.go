@@ -16,7 +16,7 @@ var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 // lease that completed with output.
 func workerJob(t *testing.T, output string) *domain.Job {
 	t.Helper()
-	spec, err := domain.ParseJobSpec([]byte(`{"steps":[{"id":"w","action":"worker","queue":"q","lease_seconds":1}]}`))
+	spec, err := domain.ParseJobSpec([]byte(`{"steps":[{"id":"w","action":{"type":"worker","queue":"q","lease_seconds":1}}]}`))
 	require.NoError(t, err)
 	j, err := domain.NewJob("t", "j1", spec, "k", t0)
 	require.NoError(t, err)

@@ -129,7 +129,7 @@ func (h *hostile) check(ctx context.Context) *HostileResult {
 		n := h.names.WorkerQueueName(HostileTenant, q)
 		f.Legit[n] = true
 		for _, j := range f.Stored {
-			if len(j.Steps) > 0 && j.Steps[0].Spec.Queue == q {
+			if len(j.Steps) > 0 && j.Steps[0].Spec.Action.Queue == q {
 				f.Required = append(f.Required, n) // a job of it is stored: the queue was made
 				break
 			}

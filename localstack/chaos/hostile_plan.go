@@ -141,7 +141,7 @@ func hostilePlan(r *rand.Rand, seed uint64, c HostileConfig) HostilePlan {
 		return jp
 	}
 	worker := func(id, queue string) []stepSpec {
-		return []stepSpec{{ID: id, Action: "worker", Queue: queue, LeaseSeconds: hostileLeaseSeconds,
+		return []stepSpec{{ID: id, Action: actionSpec{Type: "worker", Queue: queue, LeaseSeconds: hostileLeaseSeconds},
 			Retry: &retrySpec{MaxAttempts: 5, Backoff: "fixed", InitialDelayMS: 100, MaxDelayMS: 1000}}}
 	}
 	p.Flood = append(p.Flood, job(stepPoisoned, worker(stepPoisoned, HostileOwnQueue), nil))
@@ -156,7 +156,7 @@ func hostilePlan(r *rand.Rand, seed uint64, c HostileConfig) HostilePlan {
 			// level more (domain.MaxJSONDepth).
 			payload = nested(63, "")
 		}
-		p.Flood = append(p.Flood, job("pass", []stepSpec{{ID: "only", Action: "pass"}}, payload))
+		p.Flood = append(p.Flood, job("pass", []stepSpec{{ID: "only", Action: actionSpec{Type: "pass"}}}, payload))
 	}
 	for range c.Parked {
 		p.Parked = append(p.Parked, job(stepParked, worker(stepParked, HostileParkedQueue), nil))
@@ -181,7 +181,7 @@ func nested(depth int, inner string) json.RawMessage {
 
 // poisonBodies are the bodies the hostile tenant sends to be refused.
 func poisonBodies() []Poison {
-	const step = `{"id":"a","action":"pass"}`
+	const step = `{"id":"a","action":{"type":"pass"}}`
 	submit := func(name, body string) Poison { return Poison{Name: name, Body: []byte(body)} }
 	complete := func(name, body string) Poison { return Poison{Name: name, Complete: true, Body: []byte(body)} }
 	return []Poison{
@@ -192,7 +192,7 @@ func poisonBodies() []Poison {
 		submit("a lone surrogate escaped in the payload", `{"steps":[`+step+`],"payload":{"s":"\ud800"}}`),
 		submit("a duplicate payload member", `{"steps":[`+step+`],"payload":{"a":1,"a":2}}`),
 		submit("a duplicate member spelt with an escape", `{"steps":[`+step+`],"payload":{"a":1,"\u0061":2}}`),
-		submit("steps twice, the second on a colliding queue", `{"steps":[`+step+`],"steps":[{"id":"b","action":"worker","queue":"0"}]}`),
+		submit("steps twice, the second on a colliding queue", `{"steps":[`+step+`],"steps":[{"id":"b","action":{"type":"worker","queue":"0"}}]}`),
 		submit("STEPS in capitals", `{"STEPS":[`+step+`]}`),
 		submit("step members in other case", `{"steps":[{"ID":"a","Action":"pass"}]}`),
 		complete("output nested 10000 deep", `{"output":{"poison":`+string(nested(PoisonDepth, ""))+`}}`),

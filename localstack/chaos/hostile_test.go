@@ -46,7 +46,7 @@ func TestHostilePlanIsSeededValidAndPoisonous(t *testing.T) {
 		kinds[jp.Kind]++
 		if jp.Kind != "pass" {
 			want := map[bool]string{true: HostileParkedQueue, false: HostileOwnQueue}[jp.Kind == stepParked]
-			require.Equal(t, want, spec.Steps[0].Queue)
+			require.Equal(t, want, spec.Steps[0].Action.Queue)
 			require.Equal(t, jp.Kind, spec.Steps[0].ID, "the step id tells the hostile worker what to do")
 		}
 	}
@@ -85,7 +85,7 @@ func cleanFacts(t *testing.T) hostileFacts {
 	t.Helper()
 	names := queue.New(nil, queue.Config{WorkerQueuePrefix: "s-w-"})
 	done := workerJob(t, `{"hostile":true}`)
-	parkedSpec, err := domain.ParseJobSpec([]byte(`{"steps":[{"id":"parked","action":"worker","queue":"parked","lease_seconds":1}]}`))
+	parkedSpec, err := domain.ParseJobSpec([]byte(`{"steps":[{"id":"parked","action":{"type":"worker","queue":"parked","lease_seconds":1}}]}`))
 	require.NoError(t, err)
 	parked, err := domain.NewJob(HostileTenant, "p1", parkedSpec, "k2", t0)
 	require.NoError(t, err)

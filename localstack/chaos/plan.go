@@ -22,14 +22,18 @@ type JobPlan struct {
 var WorkerQueues = []string{"wq-0", "wq-1"}
 
 type stepSpec struct {
-	ID           string     `json:"id"`
-	Action       string     `json:"action"`
-	Seconds      *float64   `json:"seconds,omitempty"`
-	Class        string     `json:"class,omitempty"`
-	Message      string     `json:"message,omitempty"`
-	Queue        string     `json:"queue,omitempty"`
-	LeaseSeconds int        `json:"lease_seconds,omitempty"`
-	Retry        *retrySpec `json:"retry,omitempty"`
+	ID     string     `json:"id"`
+	Action actionSpec `json:"action"`
+	Retry  *retrySpec `json:"retry,omitempty"`
+}
+
+type actionSpec struct {
+	Type         string   `json:"type"`
+	Seconds      *float64 `json:"seconds,omitempty"`
+	Class        string   `json:"class,omitempty"`
+	Message      string   `json:"message,omitempty"`
+	Queue        string   `json:"queue,omitempty"`
+	LeaseSeconds int      `json:"lease_seconds,omitempty"`
 }
 
 type retrySpec struct {
@@ -80,7 +84,7 @@ func planOne(r *rand.Rand, seed uint64, i, total int) JobPlan {
 		w -= k.weight
 	}
 	spec := jobSpec{Payload: map[string]any{"seed": seed, "n": i}, Priority: r.IntN(3)}
-	pass := func(id string) stepSpec { return stepSpec{ID: id, Action: "pass"} }
+	pass := func(id string) stepSpec { return stepSpec{ID: id, Action: actionSpec{Type: "pass"}} }
 	switch kind {
 	case "pass":
 		spec.Steps = []stepSpec{pass("only")}
@@ -95,21 +99,21 @@ func planOne(r *rand.Rand, seed uint64, i, total int) JobPlan {
 	case "retryable":
 		backoff := []string{"fixed", "exponential", "linear"}[r.IntN(3)]
 		initial := 100 + 100*r.IntN(5)
-		spec.Steps = []stepSpec{{ID: "flaky", Action: "fail", Class: "retryable", Message: "chaos: always fails",
+		spec.Steps = []stepSpec{{ID: "flaky", Action: actionSpec{Type: "fail", Class: "retryable", Message: "chaos: always fails"},
 			Retry: &retrySpec{MaxAttempts: 2 + r.IntN(2), Backoff: backoff, InitialDelayMS: initial, MaxDelayMS: 1000}}}
 		if r.IntN(2) == 0 {
 			spec.Steps = append([]stepSpec{pass("before")}, spec.Steps...)
 		}
 	case "fatal":
-		spec.Steps = []stepSpec{{ID: "boom", Action: "fail", Class: "fatal", Message: "chaos: fatal"}, pass("never")}
+		spec.Steps = []stepSpec{{ID: "boom", Action: actionSpec{Type: "fail", Class: "fatal", Message: "chaos: fatal"}}, pass("never")}
 	case "sleep":
 		secs := float64(r.IntN(11)) / 10 // 0 to 1 s
-		spec.Steps = []stepSpec{{ID: "nap", Action: "sleep", Seconds: &secs}}
+		spec.Steps = []stepSpec{{ID: "nap", Action: actionSpec{Type: "sleep", Seconds: &secs}}}
 		if r.IntN(2) == 0 {
 			spec.Steps = append(spec.Steps, pass("after"))
 		}
 	case "worker":
-		w := stepSpec{ID: "work", Action: "worker", Queue: WorkerQueues[r.IntN(len(WorkerQueues))], LeaseSeconds: 1 + r.IntN(2),
+		w := stepSpec{ID: "work", Action: actionSpec{Type: "worker", Queue: WorkerQueues[r.IntN(len(WorkerQueues))], LeaseSeconds: 1 + r.IntN(2)},
 			Retry: &retrySpec{MaxAttempts: 3 + r.IntN(3), Backoff: "fixed", InitialDelayMS: 100 + 100*r.IntN(3), MaxDelayMS: 1000}}
 		spec.Steps = []stepSpec{w}
 		if r.IntN(3) == 0 {

@@ -46,7 +46,7 @@ func TestUnitsFollowTheItems(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now().UTC()
 
-	spec, err := domain.ParseJobSpec([]byte(`{"steps":[{"id":"a","action":"pass"}]}`))
+	spec, err := domain.ParseJobSpec([]byte(`{"steps":[{"id":"a","action":{"type":"pass"}}]}`))
 	require.NoError(t, err)
 	j, err := domain.NewJob(stacktest.TenantA, ulid.Make().String(), spec, "", now)
 	require.NoError(t, err)

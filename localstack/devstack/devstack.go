@@ -22,6 +22,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go/middleware"
 
@@ -64,6 +65,11 @@ type Options struct {
 	// Lease overrides the ready queues' visibility timeout and the built-in
 	// lease (template: 1800 s), so a crashed execution is redelivered soon.
 	Lease time.Duration
+	// TimerThreshold overrides STEPFLOW_TIMER_THRESHOLD (template: 900 s),
+	// the longest delay sent as an SQS delay rather than through the timer
+	// state machine, so a test reaches the timer without waiting 15
+	// minutes. Whole seconds, 1 s to 900 s.
+	TimerThreshold time.Duration
 	// Env sets the functions' environment variables beyond the template's
 	// (STEPFLOW_P0_TENANTS, STEPFLOW_MAX_WORKER_QUEUES...).
 	Env map[string]string
@@ -131,6 +137,9 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
+	if o.TimerThreshold%time.Second != 0 {
+		return nil, fmt.Errorf("timer threshold %s: want whole seconds", o.TimerThreshold)
+	}
 	if o.Region == "" {
 		o.Region = "us-east-1"
 	}
@@ -185,7 +194,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		ln.Close()
 		return nil, err
 	}
-	res, err := bootstrap.Provision(ctx, s.DynamoDB, s.SQS, tmpl, o.StackName)
+	res, err := bootstrap.Provision(ctx, s.DynamoDB, s.SQS, sfn.NewFromConfig(cfg), tmpl, o.StackName)
 	if err != nil {
 		ln.Close()
 		return nil, err
@@ -200,6 +209,9 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 			}
 		}
 		res.Env["STEPFLOW_LEASE_SECONDS"] = secs
+	}
+	if o.TimerThreshold != 0 {
+		res.Env["STEPFLOW_TIMER_THRESHOLD"] = fmt.Sprint(int(o.TimerThreshold / time.Second)) // range validated by FromEnv
 	}
 	if o.HTTPAllow != "" {
 		res.Env["STEPFLOW_HTTP_ALLOW"] = o.HTTPAllow // validated by FromEnv

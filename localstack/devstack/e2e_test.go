@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -30,7 +31,7 @@ const (
 func TestPassJobCompletes(t *testing.T) {
 	t.Parallel()
 	h := stacktest.New(t)
-	j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "hello", "action": "pass"}}, "payload": map[string]any{"hi": 1}})
+	j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "hello", "action": map[string]any{"type": "pass"}}}, "payload": map[string]any{"hi": 1}})
 	require.Equal(t, domain.JobQueued, j.State)
 
 	j = h.AwaitState(t, keyA, j.ID, domain.JobCompleted)
@@ -46,7 +47,7 @@ func TestThreeStepsRunInOrder(t *testing.T) {
 	t.Parallel()
 	h := stacktest.New(t)
 	j := h.Submit(t, keyA, map[string]any{
-		"steps":   []any{map[string]any{"id": "a", "action": "pass"}, map[string]any{"id": "b", "action": "pass"}, map[string]any{"id": "c", "action": "pass"}},
+		"steps":   []any{map[string]any{"id": "a", "action": map[string]any{"type": "pass"}}, map[string]any{"id": "b", "action": map[string]any{"type": "pass"}}, map[string]any{"id": "c", "action": map[string]any{"type": "pass"}}},
 		"payload": map[string]any{"n": 3},
 	})
 	j = h.AwaitState(t, keyA, j.ID, domain.JobCompleted)
@@ -74,7 +75,7 @@ func TestRetryableFailureRetriesAfterBackoffThenFails(t *testing.T) {
 	t.Parallel()
 	h := stacktest.New(t)
 	j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{
-		"id": "flaky", "action": "fail", "class": "retryable",
+		"id": "flaky", "action": map[string]any{"type": "fail", "class": "retryable"},
 		"retry": map[string]any{"max_attempts": 3, "backoff": "exponential", "initial_delay_ms": 1000, "max_delay_ms": 2000},
 	}}})
 	j = h.AwaitState(t, keyA, j.ID, domain.JobFailed)
@@ -105,8 +106,8 @@ func TestFatalFailureIsNotRetried(t *testing.T) {
 	t.Parallel()
 	h := stacktest.New(t)
 	j := h.Submit(t, keyA, map[string]any{"steps": []any{
-		map[string]any{"id": "boom", "action": "fail", "class": "fatal", "message": "no such customer"},
-		map[string]any{"id": "never", "action": "pass"},
+		map[string]any{"id": "boom", "action": map[string]any{"type": "fail", "class": "fatal", "message": "no such customer"}},
+		map[string]any{"id": "never", "action": map[string]any{"type": "pass"}},
 	}})
 	j = h.AwaitState(t, keyA, j.ID, domain.JobFailed)
 	require.Len(t, j.Steps[0].Attempts, 1)
@@ -119,26 +120,28 @@ func TestFatalFailureIsNotRetried(t *testing.T) {
 func TestSleepingJobIsCancelled(t *testing.T) {
 	t.Parallel()
 	h := stacktest.New(t)
-	j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "nap", "action": "sleep", "seconds": 2}}})
-	h.Await(t, keyA, j.ID, "sleeping", func(j stacktest.Job) bool { return j.Steps[0].State == domain.StepRunning })
+	j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "nap", "action": map[string]any{"type": "sleep", "seconds": 2}}}})
+	require.Equal(t, domain.JobWaiting, j.State, "a sleep holds its job without a function running")
+	require.Equal(t, domain.StepWaiting, j.Steps[0].State)
 
 	var cancelled stacktest.Job
 	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/jobs/"+j.ID+"/cancel", keyA, nil, &cancelled)
 	require.Equal(t, domain.JobCancelled, cancelled.State)
 	require.Equal(t, domain.StepCanceled, cancelled.Steps[0].State)
-	require.Equal(t, domain.AttemptCancelled, cancelled.Steps[0].Attempts[0].State)
+	require.Empty(t, cancelled.Steps[0].Attempts, "nothing ever ran it")
 
-	// The sleep ends after the cancel; its outcome is refused under the
-	// fenced-off lease and its message deleted. Wait for the ready queue to
-	// hold nothing in flight, then the job is still cancelled.
+	// The sleep's timer arrives after the cancel and does nothing: wait for
+	// the ready queue to hold nothing, then the job is still cancelled.
 	queueURL := h.Resources.QueueURLs["ReadyQueueP1"]
 	require.Eventually(t, func() bool {
 		out, err := h.SQS.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{
-			QueueUrl:       aws.String(queueURL),
-			AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible, sqstypes.QueueAttributeNameApproximateNumberOfMessages},
+			QueueUrl: aws.String(queueURL),
+			AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
+				sqstypes.QueueAttributeNameApproximateNumberOfMessages, sqstypes.QueueAttributeNameApproximateNumberOfMessagesDelayed},
 		})
 		require.NoError(t, err)
-		return out.Attributes["ApproximateNumberOfMessagesNotVisible"] == "0" && out.Attributes["ApproximateNumberOfMessages"] == "0"
+		return out.Attributes["ApproximateNumberOfMessagesNotVisible"] == "0" && out.Attributes["ApproximateNumberOfMessages"] == "0" &&
+			out.Attributes["ApproximateNumberOfMessagesDelayed"] == "0"
 	}, 30*time.Second, 50*time.Millisecond)
 	j = h.Get(t, keyA, j.ID)
 	require.Equal(t, domain.JobCancelled, j.State)
@@ -162,8 +165,8 @@ func TestExternalWorkerClaimsHeartbeatsAndCompletes(t *testing.T) {
 	t.Parallel()
 	h := stacktest.New(t)
 	j := h.Submit(t, keyA, map[string]any{"steps": []any{
-		map[string]any{"id": "render", "action": "worker", "queue": "gpu", "lease_seconds": 30},
-		map[string]any{"id": "after", "action": "pass"},
+		map[string]any{"id": "render", "action": map[string]any{"type": "worker", "queue": "gpu", "lease_seconds": 30}},
+		map[string]any{"id": "after", "action": map[string]any{"type": "pass"}},
 	}, "payload": map[string]any{"frame": 7}})
 
 	leases := claim(t, h, keyA, "gpu", "w1", 1, 5)
@@ -195,7 +198,7 @@ func TestExternalWorkerClaimsHeartbeatsAndCompletes(t *testing.T) {
 func TestExpiredLeaseGoesToTheNextWorkerAndFencesTheFirst(t *testing.T) {
 	t.Parallel()
 	h := stacktest.New(t)
-	j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "w", "action": "worker", "queue": "slow", "lease_seconds": 1}}})
+	j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "w", "action": map[string]any{"type": "worker", "queue": "slow", "lease_seconds": 1}}}})
 
 	first := claim(t, h, keyA, "slow", "zombie", 1, 5)
 	require.Len(t, first, 1)
@@ -234,7 +237,7 @@ func TestSixWorkersNeverShareALease(t *testing.T) {
 	const jobs, workers = 20, 6
 	ids := map[string]bool{}
 	for range jobs {
-		j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "w", "action": "worker", "queue": "pool", "lease_seconds": 120}}})
+		j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "w", "action": map[string]any{"type": "worker", "queue": "pool", "lease_seconds": 120}}}})
 		ids[j.ID] = true
 	}
 
@@ -285,7 +288,7 @@ func TestCrashBetweenWriteAndSendLosesNothing(t *testing.T) {
 
 	// Submit: the job is written, then the process "dies" before the send.
 	faults.FailNextSends(1, "a")
-	j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "a", "action": "pass"}, map[string]any{"id": "b", "action": "pass"}}})
+	j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "a", "action": map[string]any{"type": "pass"}}, map[string]any{"id": "b", "action": map[string]any{"type": "pass"}}}})
 	require.EqualValues(t, 1, faults.Failed.Load())
 	require.Equal(t, domain.JobQueued, h.Get(t, keyA, j.ID).State)
 
@@ -314,7 +317,7 @@ func TestCrashBetweenWriteAndSendLosesNothing(t *testing.T) {
 func TestSweepReclaimsAnExpiredLease(t *testing.T) {
 	t.Parallel()
 	h := stacktest.New(t)
-	j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "w", "action": "worker", "queue": "q", "lease_seconds": 600}}})
+	j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "w", "action": map[string]any{"type": "worker", "queue": "q", "lease_seconds": 600}}}})
 	l := claim(t, h, keyA, "q", "doomed", 1, 5)
 	require.Len(t, l, 1)
 
@@ -346,7 +349,7 @@ func TestTwoInstancesDoNotShareData(t *testing.T) {
 	require.NotEqual(t, a.URL, b.URL)
 
 	ha, hb := &stacktest.Harness{Stack: a, HTTP: http.DefaultClient}, &stacktest.Harness{Stack: b, HTTP: http.DefaultClient}
-	j := ha.Submit(t, "same-key", map[string]any{"steps": []any{map[string]any{"id": "x", "action": "pass"}}})
+	j := ha.Submit(t, "same-key", map[string]any{"steps": []any{map[string]any{"id": "x", "action": map[string]any{"type": "pass"}}}})
 	ha.AwaitState(t, "same-key", j.ID, domain.JobCompleted)
 	status, _ := hb.Call(t, http.MethodGet, "/v1/jobs/"+j.ID, "same-key", nil)
 	require.Equal(t, http.StatusNotFound, status)
@@ -364,7 +367,7 @@ func TestOutputThatOverflowsTheJobFailsTheAttemptAtOnce(t *testing.T) {
 		_, _ = rand.Read(b)
 		return base64.StdEncoding.EncodeToString(b)
 	}
-	j := h.Submit(t, keyA, map[string]any{"payload": map[string]any{"blob": big(200 * 1024)}, "steps": []any{map[string]any{"id": "w", "action": "worker"}}})
+	j := h.Submit(t, keyA, map[string]any{"payload": map[string]any{"blob": big(200 * 1024)}, "steps": []any{map[string]any{"id": "w", "action": map[string]any{"type": "worker"}}}})
 	l := claim(t, h, keyA, "default", "w1", 1, 5)
 	require.Len(t, l, 1)
 
@@ -390,7 +393,7 @@ func TestIdempotentReplayDispatchesAJobThatNeverStarted(t *testing.T) {
 	t.Parallel()
 	faults := &stacktest.FaultSQS{}
 	h := stacktest.New(t, stacktest.WithFaultSQS(faults))
-	spec := map[string]any{"steps": []any{map[string]any{"id": "a", "action": "pass"}}}
+	spec := map[string]any{"steps": []any{map[string]any{"id": "a", "action": map[string]any{"type": "pass"}}}}
 
 	// The first request writes the job and dies before its send.
 	faults.FailNextSends(1, "a")
@@ -407,7 +410,7 @@ func TestIdempotentReplayDispatchesAJobThatNeverStarted(t *testing.T) {
 func TestCancelledWorkerHearsItButAnExpiredOrForgedLeaseDoesNot(t *testing.T) {
 	t.Parallel()
 	h := stacktest.New(t)
-	live := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "w", "action": "worker", "queue": "c", "lease_seconds": 300}}})
+	live := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "w", "action": map[string]any{"type": "worker", "queue": "c", "lease_seconds": 300}}}})
 	l := claim(t, h, keyA, "c", "w1", 1, 5)
 	require.Len(t, l, 1)
 	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/jobs/"+live.ID+"/cancel", keyA, nil, nil)
@@ -422,7 +425,7 @@ func TestCancelledWorkerHearsItButAnExpiredOrForgedLeaseDoesNot(t *testing.T) {
 	require.Equal(t, http.StatusConflict, status, "%s", body)
 
 	// A lease that had expired before the cancel was already lost.
-	old := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "w", "action": "worker", "queue": "c", "lease_seconds": 1}}})
+	old := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "w", "action": map[string]any{"type": "worker", "queue": "c", "lease_seconds": 1}}}})
 	l = claim(t, h, keyA, "c", "w2", 1, 5)
 	require.Len(t, l, 1)
 	require.Equal(t, old.ID, l[0].JobID)
@@ -436,9 +439,20 @@ func TestCancelledWorkerHearsItButAnExpiredOrForgedLeaseDoesNot(t *testing.T) {
 
 func TestDuplicateDeliveryOfALeasedStepIsHeldNotDropped(t *testing.T) {
 	t.Parallel()
-	h := stacktest.New(t, func(o *devstack.Options) { o.NoRunner = true })
+	// A slow endpoint keeps the first run's lease out while the duplicate
+	// arrives; it answers once the duplicate has been handled.
+	release := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		_, _ = w.Write([]byte(`"slow"`))
+	}))
+	t.Cleanup(slow.Close)
+	h := stacktest.New(t, func(o *devstack.Options) { o.NoRunner = true; o.HTTPAllow = "127.0.0.1/32" })
 	ctx := context.Background()
-	j, _, err := h.Engine.Submit(ctx, tenantA, []byte(`{"steps":[{"id":"nap","action":"sleep","seconds":1}]}`), "")
+	j, _, err := h.Engine.Submit(ctx, tenantA, []byte(`{"steps":[{"id":"nap","action":{"type":"http","url":"`+slow.URL+`"}}]}`), "")
 	require.NoError(t, err)
 	m := engine.Message{Tenant: tenantA, Job: j.ID, Step: "nap"}
 
@@ -459,6 +473,7 @@ func TestDuplicateDeliveryOfALeasedStepIsHeldNotDropped(t *testing.T) {
 	res, err := h.Engine.Execute(ctx, engine.Delivery{Message: m})
 	require.NoError(t, err)
 	require.Equal(t, engine.Held, res)
+	close(release)
 	require.Equal(t, engine.Executed, <-done)
 	got, err := h.Engine.Get(ctx, tenantA, j.ID)
 	require.NoError(t, err)
@@ -470,25 +485,29 @@ func TestDiamondDAGRunsBranchesTogetherAndJoinsLast(t *testing.T) {
 	t.Parallel()
 	h := stacktest.New(t)
 	j := h.Submit(t, keyA, map[string]any{"payload": map[string]any{"order": 7}, "steps": []any{
-		map[string]any{"id": "a", "action": "pass"},
-		map[string]any{"id": "b", "action": "sleep", "seconds": 1, "depends_on": []string{"a"}},
-		map[string]any{"id": "c", "action": "sleep", "seconds": 1, "depends_on": []string{"a"}},
-		map[string]any{"id": "d", "action": "pass", "depends_on": []string{"b", "c"}},
+		map[string]any{"id": "a", "action": map[string]any{"type": "pass"}},
+		map[string]any{"id": "b", "action": map[string]any{"type": "worker", "queue": "branch"}, "depends_on": []string{"a"}},
+		map[string]any{"id": "c", "action": map[string]any{"type": "worker", "queue": "branch"}, "depends_on": []string{"a"}},
+		map[string]any{"id": "d", "action": map[string]any{"type": "pass"}, "depends_on": []string{"b", "c"}},
 	}})
+	// b and c are out at the same time: two workers hold both leases at once.
+	var leases []engine.ClaimedLease
+	require.Eventually(t, func() bool {
+		leases = append(leases, claim(t, h, keyA, "branch", "w", 2-len(leases), 1)...)
+		return len(leases) == 2
+	}, 30*time.Second, 10*time.Millisecond)
+	running := h.Get(t, keyA, j.ID)
+	require.Equal(t, domain.StepRunning, running.Steps[1].State)
+	require.Equal(t, domain.StepRunning, running.Steps[2].State)
+	require.Equal(t, domain.StepWaitingDeps, running.Steps[3].State, "d waits for both")
+	for _, l := range leases {
+		require.JSONEq(t, `{"payload":{"order":7},"deps":{"a":{"order":7}}}`, string(l.Input))
+		h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+l.LeaseID+"/complete", keyA, map[string]any{"output": l.StepID + "-done"}, nil)
+	}
 	j = h.AwaitState(t, keyA, j.ID, domain.JobCompleted)
 	b, c, d := j.Steps[1].Attempts[0], j.Steps[2].Attempts[0], j.Steps[3].Attempts[0]
-	require.True(t, b.StartedAt.Before(*c.EndedAt) && c.StartedAt.Before(*b.EndedAt), "b and c ran at the same time: b %s-%s, c %s-%s", b.StartedAt, b.EndedAt, c.StartedAt, c.EndedAt)
 	require.False(t, d.StartedAt.Before(*b.EndedAt) || d.StartedAt.Before(*c.EndedAt), "d ran last")
-	// d runs on both outputs (each branch's output is its own input: the
-	// payload and a's output).
-	var in struct {
-		Payload map[string]int             `json:"payload"`
-		Deps    map[string]json.RawMessage `json:"deps"`
-	}
-	require.NoError(t, json.Unmarshal(j.Steps[3].Output, &in))
-	require.Equal(t, map[string]int{"order": 7}, in.Payload)
-	require.Len(t, in.Deps, 2)
-	require.JSONEq(t, `{"payload":{"order":7},"deps":{"a":{"order":7}}}`, string(in.Deps["b"]))
+	require.JSONEq(t, `{"payload":{"order":7},"deps":{"b":"b-done","c":"c-done"}}`, string(j.Steps[3].Output), "d ran on both outputs")
 	h.CheckReplay(t, tenantA, j.ID)
 }
 
@@ -496,8 +515,8 @@ func TestDependsOnErrorsNameTheSteps(t *testing.T) {
 	t.Parallel()
 	h := stacktest.New(t)
 	status, body := h.Call(t, http.MethodPost, "/v1/jobs", keyA, map[string]any{"steps": []any{
-		map[string]any{"id": "a", "action": "pass", "depends_on": []string{"b"}},
-		map[string]any{"id": "b", "action": "pass", "depends_on": []string{"a"}},
+		map[string]any{"id": "a", "action": map[string]any{"type": "pass"}, "depends_on": []string{"b"}},
+		map[string]any{"id": "b", "action": map[string]any{"type": "pass"}, "depends_on": []string{"a"}},
 	}})
 	require.Equal(t, http.StatusBadRequest, status)
 	require.Contains(t, string(body), `"field":"steps"`)
@@ -508,8 +527,8 @@ func TestNeedsUserStepResumesWithThePersonsInput(t *testing.T) {
 	t.Parallel()
 	h := stacktest.New(t)
 	j := h.Submit(t, keyA, map[string]any{"payload": map[string]any{"doc": "x"}, "steps": []any{
-		map[string]any{"id": "review", "action": "worker", "queue": "people"},
-		map[string]any{"id": "after", "action": "pass"},
+		map[string]any{"id": "review", "action": map[string]any{"type": "worker", "queue": "people"}},
+		map[string]any{"id": "after", "action": map[string]any{"type": "pass"}},
 	}})
 	l := claim(t, h, keyA, "people", "w1", 1, 5)
 	require.Len(t, l, 1)
@@ -561,9 +580,9 @@ func TestApprovalGateHoldsItsJobUntilApproved(t *testing.T) {
 	t.Parallel()
 	h := stacktest.New(t)
 	j := h.Submit(t, keyA, map[string]any{"steps": []any{
-		map[string]any{"id": "build", "action": "pass"},
-		map[string]any{"id": "gate", "action": "approval"},
-		map[string]any{"id": "deploy", "action": "pass"},
+		map[string]any{"id": "build", "action": map[string]any{"type": "pass"}},
+		map[string]any{"id": "gate", "action": map[string]any{"type": "approval"}},
+		map[string]any{"id": "deploy", "action": map[string]any{"type": "pass"}},
 	}})
 	j = h.Await(t, keyA, j.ID, "at the gate", func(j stacktest.Job) bool { return j.Steps[1].State == domain.StepNeedsUser })
 	require.Equal(t, domain.JobWaiting, j.State)
@@ -601,8 +620,8 @@ func TestRejectedGateFailsItsJob(t *testing.T) {
 	t.Parallel()
 	h := stacktest.New(t)
 	j := h.Submit(t, keyA, map[string]any{"steps": []any{
-		map[string]any{"id": "gate", "action": "approval"},
-		map[string]any{"id": "deploy", "action": "pass"},
+		map[string]any{"id": "gate", "action": map[string]any{"type": "approval"}},
+		map[string]any{"id": "deploy", "action": map[string]any{"type": "pass"}},
 	}})
 	require.Equal(t, domain.JobWaiting, j.State, "a gate that opens first holds the job from the start")
 	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/jobs/"+j.ID+"/steps/gate/reject", keyA, map[string]any{"by": "bob", "comment": "not today"}, nil)
@@ -618,8 +637,11 @@ func TestRejectedGateFailsItsJob(t *testing.T) {
 func TestGatePastItsTimeoutFailsItsJob(t *testing.T) {
 	t.Parallel()
 	h := stacktest.New(t)
-	j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "gate", "action": "approval", "timeout_seconds": 600}}})
-	h.Clock.Advance(599 * time.Second)
+	j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "gate", "action": map[string]any{"type": "approval", "timeout_seconds": 600}}}})
+	// Its timer message comes at the deadline (an SQS delay here, on the
+	// wall clock); the sweep backs it up a minute later, which the test
+	// clock reaches at once.
+	h.Clock.Advance(600*time.Second + domain.DispatchGrace - time.Second)
 	require.Zero(t, h.Sweep(t).Due)
 	h.Clock.Advance(time.Second)
 	h.Sweep(t)

@@ -50,7 +50,7 @@ func withEnv(k, v string) stacktest.Option {
 }
 
 func workerStep(queue string) map[string]any {
-	return map[string]any{"steps": []any{map[string]any{"id": "w", "action": "worker", "queue": queue}}}
+	return map[string]any{"steps": []any{map[string]any{"id": "w", "action": map[string]any{"type": "worker", "queue": queue}}}}
 }
 
 // workerQueueCount counts the stack's worker queues in SQS.
@@ -131,7 +131,7 @@ func TestWorkerQueuesPerTenantAreBounded(t *testing.T) {
 
 	status, body := h.Call(t, http.MethodPost, "/v1/jobs", keyA, workerStep("three"))
 	require.Equal(t, http.StatusBadRequest, status, "%s", body)
-	require.Contains(t, string(body), `"field":"steps[0].queue"`)
+	require.Contains(t, string(body), `"field":"steps[0].action.queue"`)
 	require.Contains(t, string(body), "STEPFLOW_MAX_WORKER_QUEUES")
 	var list struct{ Jobs []json.RawMessage }
 	h.JSON(t, http.StatusOK, http.MethodGet, "/v1/jobs", keyA, nil, &list)
@@ -144,7 +144,7 @@ func TestWorkerQueuesPerTenantAreBounded(t *testing.T) {
 func TestOnlyListedTenantsMaySubmitP0(t *testing.T) {
 	t.Parallel()
 	h := stacktest.New(t, withEnv("STEPFLOW_P0_TENANTS", stacktest.TenantA))
-	p0 := map[string]any{"priority": 0, "steps": []any{map[string]any{"id": "a", "action": "pass"}}}
+	p0 := map[string]any{"priority": 0, "steps": []any{map[string]any{"id": "a", "action": map[string]any{"type": "pass"}}}}
 	h.Submit(t, keyA, p0)
 	status, body := h.Call(t, http.MethodPost, "/v1/jobs", stacktest.KeyB, p0)
 	require.Equal(t, http.StatusBadRequest, status, "%s", body)
@@ -215,7 +215,7 @@ func TestSweepQuarantinesUnreadableJobsAndServesEveryoneElse(t *testing.T) {
 
 	// Tenant b's job is written but its dispatch is lost.
 	faults.FailNextSends(1, "a")
-	good := h.Submit(t, stacktest.KeyB, map[string]any{"steps": []any{map[string]any{"id": "a", "action": "pass"}}})
+	good := h.Submit(t, stacktest.KeyB, map[string]any{"steps": []any{map[string]any{"id": "a", "action": map[string]any{"type": "pass"}}}})
 
 	// More unreadable jobs of tenant a than a sweep takes from a shard, in
 	// the good job's shard and due before it.
@@ -260,7 +260,7 @@ func TestBuiltinStepOfADeadExecutorIsReclaimedAfterItsOwnBound(t *testing.T) {
 	t.Parallel()
 	h := stacktest.New(t, func(o *devstack.Options) { o.NoRunner = true })
 	ctx := context.Background()
-	j, _, err := h.Engine.Submit(ctx, tenantA, []byte(`{"steps":[{"id":"s","action":"pass","timeout_seconds":20}]}`), "")
+	j, _, err := h.Engine.Submit(ctx, tenantA, []byte(`{"steps":[{"id":"s","action":{"type":"pass"},"timeout_seconds":20}]}`), "")
 	require.NoError(t, err)
 	readyURL := h.Resources.QueueURLs["ReadyQueueP1"]
 	recv := func(wait int32) []sqstypes.Message {

@@ -29,8 +29,8 @@ func TestHTTPStepsIntoTheLocalNetworkAreRefusedAtSubmit(t *testing.T) {
 		"ftp://example.com/",
 	} {
 		status, raw := h.Call(t, http.MethodPost, "/v1/jobs", keyA, map[string]any{"steps": []any{
-			map[string]any{"id": "a", "action": "pass"},
-			map[string]any{"id": "hook", "action": "http", "url": u},
+			map[string]any{"id": "a", "action": map[string]any{"type": "pass"}},
+			map[string]any{"id": "hook", "action": map[string]any{"type": "http", "url": u}},
 		}})
 		require.Equal(t, http.StatusBadRequest, status, "%s: %s", u, raw)
 		var e struct {
@@ -38,7 +38,7 @@ func TestHTTPStepsIntoTheLocalNetworkAreRefusedAtSubmit(t *testing.T) {
 		}
 		require.NoError(t, json.Unmarshal(raw, &e), "%s", raw)
 		require.Equal(t, "invalid", e.Error.Code, u)
-		require.Equal(t, "steps[1].url", e.Error.Field, u)
+		require.Equal(t, "steps[1].action.url", e.Error.Field, u)
 		require.NotEmpty(t, e.Error.Message, u)
 	}
 	var list struct{ Jobs []json.RawMessage }
@@ -64,11 +64,11 @@ func TestHTTPStepAgainstAnAllowedTestServer(t *testing.T) {
 	t.Cleanup(srv.Close)
 	h := stacktest.New(t, func(o *devstack.Options) { o.HTTPAllow = "127.0.0.1/32" })
 
-	j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "hook", "action": "http", "url": srv.URL + "/hook"}}})
+	j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "hook", "action": map[string]any{"type": "http", "url": srv.URL + "/hook"}}}})
 	j = h.AwaitState(t, keyA, j.ID, domain.JobCompleted)
 	require.JSONEq(t, `{"hooked":true}`, string(j.Steps[0].Output))
 
-	j = h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "hook", "action": "http", "url": srv.URL + "/to-metadata"}}})
+	j = h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "hook", "action": map[string]any{"type": "http", "url": srv.URL + "/to-metadata"}}}})
 	j = h.AwaitState(t, keyA, j.ID, domain.JobFailed)
 	require.Len(t, j.Steps[0].Attempts, 1, "a refused destination is not retried")
 	require.Equal(t, domain.ClassFatal, j.Steps[0].Error.Class)
@@ -77,6 +77,6 @@ func TestHTTPStepAgainstAnAllowedTestServer(t *testing.T) {
 	h.CheckReplay(t, tenantA, j.ID)
 
 	// The allow list is narrow: another loopback address is still refused.
-	status, raw := h.Call(t, http.MethodPost, "/v1/jobs", keyA, map[string]any{"steps": []any{map[string]any{"id": "x", "action": "http", "url": "http://127.0.0.2/"}}})
+	status, raw := h.Call(t, http.MethodPost, "/v1/jobs", keyA, map[string]any{"steps": []any{map[string]any{"id": "x", "action": map[string]any{"type": "http", "url": "http://127.0.0.2/"}}}})
 	require.Equal(t, http.StatusBadRequest, status, "%s", raw)
 }

@@ -8,12 +8,23 @@
 // Start launches moto and the proxy; Front puts the same proxy in front
 // of an emulator that is already running (AWS_ENDPOINT_URL: another moto,
 // LocalStack), since nothing proves that one atomic either.
+//
+// Both turn on moto's execution of Step Functions state machines (off by
+// default: moto only records them), which the timer state machine needs to
+// deliver. A state machine's SQS task sends through a boto3 client moto
+// aims at localhost:$MOTO_PORT (5000 when unset), and its Wait state
+// compares the instant it waits for, in UTC, with the local clock. Start
+// sets both MOTO_PORT and TZ=UTC; a moto started elsewhere for Front must
+// be started with MOTO_PORT equal to its own port (or listen on 5000) and
+// TZ=UTC (or run on a UTC machine), or its timers send nowhere or at the
+// wrong hour.
 package emulator
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -55,6 +66,7 @@ func Start(ctx context.Context, addr string, logFile *os.File) (*Emulator, error
 		return nil, err
 	}
 	cmd := exec.Command(bin, "-H", "127.0.0.1", "-p", fmt.Sprint(port))
+	cmd.Env = append(os.Environ(), fmt.Sprintf("MOTO_PORT=%d", port), "TZ=UTC") // see the package comment
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	setDeathSignal(cmd)
 	if err := cmd.Start(); err != nil {
@@ -62,6 +74,10 @@ func Start(ctx context.Context, addr string, logFile *os.File) (*Emulator, error
 	}
 	e := &Emulator{MotoURL: fmt.Sprintf("http://127.0.0.1:%d", port), cmd: cmd}
 	if err := waitReady(ctx, "moto_server", e.MotoURL+"/moto-api/", 30*time.Second); err != nil {
+		e.Close()
+		return nil, err
+	}
+	if err := executeStateMachines(ctx, e.MotoURL); err != nil {
 		e.Close()
 		return nil, err
 	}
@@ -84,6 +100,9 @@ func Front(ctx context.Context, addr, endpoint string) (*Emulator, error) {
 		return nil, err
 	}
 	e := &Emulator{MotoURL: strings.TrimSuffix(endpoint, "/")}
+	// LocalStack runs state machines anyway and has no /moto-api: a failure
+	// here only means the emulator is not moto.
+	_ = executeStateMachines(ctx, e.MotoURL)
 	if err := e.serve(addr); err != nil {
 		return nil, err
 	}
@@ -133,6 +152,28 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// executeStateMachines turns on moto's execution of state machines. It
+// must precede the first CreateStateMachine: moto keeps state machines
+// created before it in another backend, which never runs them.
+func executeStateMachines(ctx context.Context, motoURL string) error {
+	const config = `{"stepfunctions": {"execute_state_machine": true}}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, motoURL+"/moto-api/config", strings.NewReader(config))
+	if err != nil {
+		return fmt.Errorf("configure moto at %s: %w", motoURL, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("configure moto at %s to run state machines: %w", motoURL, err)
+	}
+	defer res.Body.Close()
+	_, _ = io.Copy(io.Discard, res.Body)
+	if res.StatusCode/100 != 2 {
+		return fmt.Errorf("configure moto at %s to run state machines: %s", motoURL, res.Status)
+	}
+	return nil
 }
 
 // waitReady polls u until it answers anything at all over HTTP.

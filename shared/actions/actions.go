@@ -88,29 +88,21 @@ func (r *Runner) Run(ctx context.Context, c engine.ActionCall) (json.RawMessage,
 }
 
 func (r *Runner) run(ctx context.Context, c engine.ActionCall) (json.RawMessage, *domain.Failure) {
-	switch c.Spec.Action {
+	a := c.Spec.Action
+	switch a.Type {
 	case domain.ActionPass:
 		return c.Input, nil
-	case domain.ActionSleep:
-		d := time.Duration(*c.Spec.Seconds * float64(time.Second))
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			return c.Input, nil
-		case <-ctx.Done():
-			return nil, &domain.Failure{Class: domain.ClassTimeout, Message: "sleep interrupted: " + ctx.Err().Error()}
-		}
 	case domain.ActionFail:
-		msg := c.Spec.Message
+		msg := a.Message
 		if msg == "" {
-			msg = "step failed as its spec asked (action fail, class " + c.Spec.Class + ")"
+			msg = "step failed as its spec asked (action fail, class " + a.Class + ")"
 		}
-		return nil, &domain.Failure{Class: domain.FailureClass(c.Spec.Class), Message: msg}
+		return nil, &domain.Failure{Class: domain.FailureClass(a.Class), Message: msg, Prompt: a.Prompt, Steps: a.Steps}
 	case domain.ActionHTTP:
 		return r.post(ctx, c)
 	}
-	return nil, &domain.Failure{Class: domain.ClassFatal, Message: fmt.Sprintf("action %q cannot run in the built-in executor", c.Spec.Action)}
+	// Sleeps, waits and gates are timers and decisions, never run.
+	return nil, &domain.Failure{Class: domain.ClassFatal, Message: fmt.Sprintf("action type %q cannot run in the built-in executor", a.Type)}
 }
 
 // post sends the input to the step's url: 2xx succeeds with the response
@@ -118,11 +110,11 @@ func (r *Runner) run(ctx context.Context, c engine.ActionCall) (json.RawMessage,
 // to MaxRetryAfter); any other status is fatal, and so is a destination
 // the guard refuses (the URL, an address it resolves to, a redirect).
 func (r *Runner) post(ctx context.Context, c engine.ActionCall) (json.RawMessage, *domain.Failure) {
-	target := clip(redact(c.Spec.URL))
-	if err := r.Guard.CheckURL(c.Spec.URL); err != nil {
+	target := clip(redact(c.Spec.Action.URL))
+	if err := r.Guard.CheckURL(c.Spec.Action.URL); err != nil {
 		return nil, refused(target, "", err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.Spec.URL, bytes.NewReader(c.Input))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.Spec.Action.URL, bytes.NewReader(c.Input))
 	if err != nil {
 		return nil, &domain.Failure{Class: domain.ClassFatal, Message: clip(fmt.Sprintf("build request for %s: %v", target, err))}
 	}
@@ -132,7 +124,7 @@ func (r *Runner) post(ctx context.Context, c engine.ActionCall) (json.RawMessage
 	if err != nil {
 		var re *netguard.RefusedError
 		if errors.As(err, &re) {
-			where := redact(c.Spec.URL)
+			where := redact(c.Spec.Action.URL)
 			var ue *url.Error
 			if errors.As(err, &ue) {
 				where = ue.URL

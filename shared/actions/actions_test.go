@@ -24,24 +24,38 @@ func TestBuiltinActions(t *testing.T) {
 	r := &actions.Runner{}
 	in := json.RawMessage(`{"a":1}`)
 
-	out, f := r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionPass}, Input: in})
+	out, f := r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionPass}}, Input: in})
 	require.Nil(t, f)
 	require.JSONEq(t, `{"a":1}`, string(out))
 
-	out, f = r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSleep, Seconds: seconds(0)}, Input: in})
-	require.Nil(t, f)
-	require.JSONEq(t, `{"a":1}`, string(out))
-
-	_, f = r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionFail, Class: "resource"}})
+	_, f = r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionFail, Class: "resource"}}})
 	require.Equal(t, domain.ClassResource, f.Class)
 	require.NotEmpty(t, f.Message)
+
+	replan := []domain.StepSpec{{ID: "x", Action: domain.ActionSpec{Type: domain.ActionPass}}}
+	_, f = r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionFail, Class: "replan", Steps: replan}}})
+	require.Equal(t, domain.ClassReplan, f.Class)
+	require.Equal(t, replan, f.Steps)
+
+	_, f = r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionFail, Class: "needs_user", Prompt: "which box?"}}})
+	require.Equal(t, domain.ClassNeedsUser, f.Class)
+	require.Equal(t, "which box?", f.Prompt)
+
+	// Sleeps, waits and gates are timers and people: never run.
+	for _, typ := range []string{domain.ActionSleep, domain.ActionWait, domain.ActionApproval} {
+		_, f = r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSpec{Type: typ, Seconds: seconds(1)}}, Input: in})
+		require.Equal(t, domain.ClassFatal, f.Class, typ)
+	}
 }
 
-func TestSleepPastItsTimeoutIsATimeout(t *testing.T) {
+func TestActionPastItsTimeoutIsATimeout(t *testing.T) {
 	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
+	t.Cleanup(srv.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
-	_, f := (&actions.Runner{}).Run(ctx, engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSleep, Seconds: seconds(60), TimeoutSeconds: 1}})
+	r := &actions.Runner{Guard: allow(t, "127.0.0.1/32")}
+	_, f := r.Run(ctx, engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionHTTP, URL: srv.URL}, TimeoutSeconds: 1}})
 	require.NotNil(t, f)
 	require.Equal(t, domain.ClassTimeout, f.Class)
 }
@@ -80,7 +94,7 @@ func TestHTTPAction(t *testing.T) {
 	r := &actions.Runner{Guard: allow(t, "127.0.0.1/32")} // the test server, on loopback
 	call := func(path string) (json.RawMessage, *domain.Failure) {
 		return r.Run(context.Background(), engine.ActionCall{
-			Spec: domain.StepSpec{Action: domain.ActionHTTP, URL: srv.URL + path}, Input: json.RawMessage(`{"x":2}`), IdempotencyKey: "job/step/1",
+			Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionHTTP, URL: srv.URL + path}}, Input: json.RawMessage(`{"x":2}`), IdempotencyKey: "job/step/1",
 		})
 	}
 
@@ -115,7 +129,7 @@ func TestHTTPAction(t *testing.T) {
 	// A connection refused is retryable: the far end may come back.
 	closed := httptest.NewServer(http.NotFoundHandler())
 	closed.Close()
-	_, f = r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionHTTP, URL: closed.URL}, Input: json.RawMessage(`{}`)})
+	_, f = r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionHTTP, URL: closed.URL}}, Input: json.RawMessage(`{}`)})
 	require.Equal(t, domain.ClassRetryable, f.Class)
 }
 
@@ -126,7 +140,7 @@ func TestOutputOverTheLimitFails(t *testing.T) {
 		big[i] = 'a'
 	}
 	in, _ := json.Marshal(string(big))
-	_, f := (&actions.Runner{}).Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionPass}, Input: in})
+	_, f := (&actions.Runner{}).Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionPass}}, Input: in})
 	require.NotNil(t, f)
 	require.Equal(t, domain.ClassFatal, f.Class)
 }

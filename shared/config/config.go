@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go/middleware"
 
@@ -45,6 +46,13 @@ type Settings struct {
 	// MaxWorkerQueues is STEPFLOW_MAX_WORKER_QUEUES (optional): how many
 	// worker queues one tenant may have (queue.DefaultMaxWorkerQueues).
 	MaxWorkerQueues int
+	// TimerStateMachine is STEPFLOW_TIMER_STATE_MACHINE (optional): the
+	// ARN of statemachine/timer.asl.json. Without it a delay beyond SQS's
+	// 900 s is re-sent every 900 s until due.
+	TimerStateMachine string
+	// TimerThreshold is STEPFLOW_TIMER_THRESHOLD (optional, seconds, 1 to
+	// 900, default 900): longer delays go through the timer state machine.
+	TimerThreshold time.Duration
 }
 
 // FromEnv reads Settings, naming any variable that is missing.
@@ -77,6 +85,15 @@ func FromEnv(getenv func(string) string) (Settings, error) {
 			return s, fmt.Errorf("environment variable STEPFLOW_MAX_WORKER_QUEUES must be a positive number")
 		}
 	}
+	s.TimerStateMachine = getenv("STEPFLOW_TIMER_STATE_MACHINE")
+	s.TimerThreshold = queue.MaxDelay
+	if v := getenv("STEPFLOW_TIMER_THRESHOLD"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > int(queue.MaxDelay/time.Second) {
+			return s, fmt.Errorf("environment variable STEPFLOW_TIMER_THRESHOLD must be a number of seconds from 1 to %d", int(queue.MaxDelay/time.Second))
+		}
+		s.TimerThreshold = time.Duration(n) * time.Second
+	}
 	if _, err := netguard.ParseAllow(s.HTTPAllow); err != nil {
 		return s, fmt.Errorf("environment variable %s: %w", netguard.EnvAllow, err)
 	}
@@ -85,8 +102,9 @@ func FromEnv(getenv func(string) string) (Settings, error) {
 
 // Clients are the AWS clients the engine talks through.
 type Clients struct {
-	DynamoDB store.API
-	SQS      queue.API
+	DynamoDB      store.API
+	SQS           queue.API
+	StepFunctions queue.TimerAPI
 }
 
 // NewClients builds SDK clients from the default chain (environment,
@@ -105,7 +123,7 @@ func NewClients(ctx context.Context) (Clients, aws.Config, error) {
 // stack's fault layer and cost meter go here).
 func ClientsFrom(cfg aws.Config, apiOptions ...func(*middleware.Stack) error) Clients {
 	cfg.APIOptions = append(slices.Clip(cfg.APIOptions), apiOptions...)
-	return Clients{DynamoDB: dynamodb.NewFromConfig(cfg), SQS: sqs.NewFromConfig(cfg)}
+	return Clients{DynamoDB: dynamodb.NewFromConfig(cfg), SQS: sqs.NewFromConfig(cfg), StepFunctions: sfn.NewFromConfig(cfg)}
 }
 
 // Engine wires an engine over the clients.
@@ -113,8 +131,8 @@ func Engine(s Settings, c Clients, log *slog.Logger) *engine.Engine {
 	st := store.New(c.DynamoDB, s.Table)
 	q := queue.New(c.SQS, queue.Config{
 		ReadyURLs: [domain.MaxPriority + 1]string(s.ReadyQueues), DLQARN: s.DLQARN, WorkerQueuePrefix: s.WorkerQueuePrefix,
-		MaxWorkerQueues: s.MaxWorkerQueues,
-	})
+		MaxWorkerQueues: s.MaxWorkerQueues, TimerARN: s.TimerStateMachine, TimerThreshold: s.TimerThreshold,
+	}).WithTimers(c.StepFunctions)
 	// FromEnv refuses a bad allow list; Settings built by hand fail closed.
 	guard, err := netguard.ParseAllow(s.HTTPAllow)
 	if err != nil {
@@ -126,6 +144,7 @@ func Engine(s Settings, c Clients, log *slog.Logger) *engine.Engine {
 	runner := &actions.Runner{Guard: guard}
 	e := engine.New(st, q, runner, s.Lease, log)
 	e.P0Tenants = engine.ParseTenantList(s.P0Tenants)
+	e.TimerThreshold = s.TimerThreshold
 	return e
 }
 

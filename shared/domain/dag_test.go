@@ -10,10 +10,10 @@ import (
 )
 
 const diamond = `{"payload":{"n":1},"steps":[
-	{"id":"a","action":"pass"},
-	{"id":"b","action":"worker","depends_on":["a"]},
-	{"id":"c","action":"worker","depends_on":["a"]},
-	{"id":"d","action":"pass","depends_on":["b","c"]}]}`
+	{"id":"a","action":{"type":"pass"}},
+	{"id":"b","action":{"type":"worker"},"depends_on":["a"]},
+	{"id":"c","action":{"type":"worker"},"depends_on":["a"]},
+	{"id":"d","action":{"type":"pass"},"depends_on":["b","c"]}]}`
 
 func stepStates(j *Job) map[string]StepState {
 	out := map[string]StepState{}
@@ -89,7 +89,7 @@ func TestAFailedBranchCancelsTheRestAndFencesItsSibling(t *testing.T) {
 
 func TestAFailedStepInOrderCancelsTheStepsAfterIt(t *testing.T) {
 	t.Parallel()
-	j := newJob(t, `{"steps":[{"id":"a","action":"pass"},{"id":"b","action":"pass"},{"id":"c","action":"pass"}]}`)
+	j := newJob(t, `{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"b","action":{"type":"pass"}},{"id":"c","action":{"type":"pass"}}]}`)
 	l := mustLease(t, j, "a", builtin("a1"), t0)
 	_, err := j.Fail("a", l.ID, Failure{Class: ClassFatal, Message: "no"}, at(time.Second), rand.New(rand.NewPCG(1, 2)))
 	require.NoError(t, err)
@@ -101,7 +101,7 @@ func TestAFailedStepInOrderCancelsTheStepsAfterIt(t *testing.T) {
 // Running, then Waiting, then Running again (the widened job table).
 func TestABranchRunsWhileAnotherWaitsOnAPerson(t *testing.T) {
 	t.Parallel()
-	j := newJob(t, `{"steps":[{"id":"b","action":"worker"},{"id":"c","action":"worker"},{"id":"d","action":"pass","depends_on":["b","c"]}]}`)
+	j := newJob(t, `{"steps":[{"id":"b","action":{"type":"worker"}},{"id":"c","action":{"type":"worker"}},{"id":"d","action":{"type":"pass"},"depends_on":["b","c"]}]}`)
 	lc := mustLease(t, j, "c", viaWorker("w", "c1"), t0)
 	_, err := j.Fail("c", lc.ID, Failure{Class: ClassNeedsUser, Message: "which one?"}, at(time.Second), rand.New(rand.NewPCG(1, 2)))
 	require.NoError(t, err)
@@ -114,10 +114,10 @@ func TestABranchRunsWhileAnotherWaitsOnAPerson(t *testing.T) {
 func TestDependsOnIsChecked(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ name, body, field, msg string }{
-		{"unknown", `{"steps":[{"id":"a","action":"pass","depends_on":["zz"]}]}`, "steps[0].depends_on[0]", `names no step of this job: "zz"`},
-		{"self", `{"steps":[{"id":"a","action":"pass","depends_on":["a"]}]}`, "steps[0].depends_on[0]", "cannot depend on itself"},
-		{"twice", `{"steps":[{"id":"a","action":"pass"},{"id":"b","action":"pass","depends_on":["a","a"]}]}`, "steps[1].depends_on[1]", "twice"},
-		{"cycle", `{"steps":[{"id":"a","action":"pass"},{"id":"b","action":"pass","depends_on":["a","c"]},{"id":"c","action":"pass","depends_on":["b"]},{"id":"d","action":"pass","depends_on":["c"]}]}`, "steps", "steps b, c, d can never start"},
+		{"unknown", `{"steps":[{"id":"a","action":{"type":"pass"},"depends_on":["zz"]}]}`, "steps[0].depends_on[0]", `names no step of this job: "zz"`},
+		{"self", `{"steps":[{"id":"a","action":{"type":"pass"},"depends_on":["a"]}]}`, "steps[0].depends_on[0]", "cannot depend on itself"},
+		{"twice", `{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"b","action":{"type":"pass"},"depends_on":["a","a"]}]}`, "steps[1].depends_on[1]", "twice"},
+		{"cycle", `{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"b","action":{"type":"pass"},"depends_on":["a","c"]},{"id":"c","action":{"type":"pass"},"depends_on":["b"]},{"id":"d","action":{"type":"pass"},"depends_on":["c"]}]}`, "steps", "steps b, c, d can never start"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

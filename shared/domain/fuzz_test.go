@@ -28,7 +28,7 @@ var fuzzT0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 // re-parses from its own JSON to the same spec, and runs to COMPLETED when
 // every step succeeds.
 func FuzzParseJobSpec(f *testing.F) {
-	f.Add([]byte(`{"steps":[{"id":"a","action":"pass"}]}`))
+	f.Add([]byte(`{"steps":[{"id":"a","action":{"type":"pass"}}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		spec, err := domain.ParseJobSpec(body)
 		if err != nil {
@@ -48,8 +48,8 @@ func FuzzParseJobSpec(f *testing.F) {
 		if err := domain.CheckReplay(j); err != nil {
 			t.Fatalf("new job does not replay: %v", err)
 		}
-		if j.State != domain.JobQueued || len(j.Steps) != len(spec.Steps) || len(j.Runnable()) != 1 || j.Runnable()[0] != j.Steps[0] {
-			t.Fatalf("new job: state %s, %d steps of %d, runnable %d", j.State, len(j.Steps), len(spec.Steps), len(j.Runnable()))
+		if j.State.Terminal() || len(j.Steps) != len(spec.Steps) || j.Steps[0].State == domain.StepWaitingDeps {
+			t.Fatalf("new job: state %s, %d steps of %d, first step %s", j.State, len(j.Steps), len(spec.Steps), j.Steps[0].State)
 		}
 
 		// Validation is idempotent: the spec it filled in parses to itself.
@@ -67,25 +67,52 @@ func FuzzParseJobSpec(f *testing.F) {
 			}
 		}
 
-		// Every step succeeding in turn completes the job.
+		// Every step succeeding in turn (run, woken, signalled or
+		// approved) completes the job.
 		now := fuzzT0
-		for i, s := range j.Steps {
-			now = now.Add(time.Second)
-			l, err := j.Lease(s.ID(), domain.LeaseRequest{Nonce: fmt.Sprint("n", i), Duration: time.Minute, ViaWorker: s.Spec.Action == domain.ActionWorker}, now)
-			if err != nil {
-				t.Fatalf("lease step %d: %v", i, err)
-			}
-			if _, err := j.Complete(s.ID(), l.ID, json.RawMessage(`{"ok":true}`), now); err != nil {
-				t.Fatalf("complete step %d: %v", i, err)
-			}
-			if err := domain.CheckReplay(j); err != nil {
-				t.Fatalf("after step %d: %v", i, err)
+		if j.RunAt != nil {
+			now = *j.RunAt
+		}
+		for pass := 0; !j.State.Terminal() && pass <= len(j.Steps); pass++ {
+			for i, s := range j.Steps {
+				now = now.Add(time.Second)
+				if err := succeed(j, s, i, now); err != nil {
+					t.Fatalf("step %d (%s, %s): %v", i, s.ID(), s.State, err)
+				}
+				if err := domain.CheckReplay(j); err != nil {
+					t.Fatalf("after step %d: %v", i, err)
+				}
 			}
 		}
 		if j.State != domain.JobCompleted || j.DueAt != nil {
 			t.Fatalf("every step succeeded, yet the job is %s (due %v)", j.State, j.DueAt)
 		}
 	})
+}
+
+// succeed makes step i go on as far as it can at now: a runnable step runs
+// and succeeds, a sleep wakes, a wait takes its signal, a gate is approved.
+func succeed(j *domain.Job, s *domain.Step, i int, now time.Time) error {
+	var err error
+	switch {
+	case s.State == domain.StepPending && s.ReadyAt != nil && !domain.Executed(s.Spec.Action.Type):
+		_, err = j.Fire(s.ID(), now) // opens at run_at
+		if err == nil && s.State != domain.StepPending {
+			return succeed(j, s, i, now)
+		}
+	case s.State == domain.StepPending:
+		var l *domain.Lease
+		if l, err = j.Lease(s.ID(), domain.LeaseRequest{Nonce: fmt.Sprint("n", i), Duration: time.Minute, ViaWorker: s.Spec.Action.Type == domain.ActionWorker}, now); err == nil {
+			_, err = j.Complete(s.ID(), l.ID, json.RawMessage(`{"ok":true}`), now)
+		}
+	case s.State == domain.StepWaiting && s.WakeAt != nil:
+		_, err = j.Fire(s.ID(), *s.WakeAt)
+	case s.State == domain.StepWaiting:
+		_, _, err = j.Signal(domain.SignalRequest{Name: s.Spec.Action.Signal, Payload: json.RawMessage(`1`)}, now)
+	case s.State == domain.StepNeedsUser:
+		_, _, err = j.Approve(s.ID(), domain.Decision{By: "fuzz"}, now)
+	}
+	return err
 }
 
 func sameSpec(a, b *domain.JobSpec) bool {
@@ -180,11 +207,13 @@ func agree(t *testing.T, kind, from, event, to string, err error, want string, a
 
 // walkSpecs are the jobs a walk starts from.
 var walkSpecs = []string{
-	`{"steps":[{"id":"a","action":"pass"}]}`,
-	`{"steps":[{"id":"a","action":"pass"},{"id":"b","action":"pass"},{"id":"c","action":"pass"}]}`,
-	`{"steps":[{"id":"w","action":"worker","lease_seconds":2,"retry":{"max_attempts":3,"backoff":"fixed","initial_delay_ms":500}}]}`,
-	`{"steps":[{"id":"a","action":"pass"},{"id":"w","action":"worker","retry":{"max_attempts":1}}]}`,
-	`{"steps":[{"id":"f","action":"fail","class":"retryable","retry":{"max_attempts":2,"backoff":"exponential","initial_delay_ms":100,"jitter":true}},{"id":"b","action":"pass"}]}`,
+	`{"steps":[{"id":"a","action":{"type":"pass"}}]}`,
+	`{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"b","action":{"type":"pass"}},{"id":"c","action":{"type":"pass"}}]}`,
+	`{"steps":[{"id":"w","action":{"type":"worker","lease_seconds":2},"retry":{"max_attempts":3,"backoff":"fixed","initial_delay_ms":500}}]}`,
+	`{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"w","action":{"type":"worker"},"retry":{"max_attempts":1}}]}`,
+	`{"steps":[{"id":"f","action":{"type":"fail","class":"retryable"},"retry":{"max_attempts":2,"backoff":"exponential","initial_delay_ms":100,"jitter":true}},{"id":"b","action":{"type":"pass"}}]}`,
+	`{"steps":[{"id":"w","action":{"type":"wait","signal":"s0","timeout_seconds":3}},{"id":"n","action":{"type":"sleep","seconds":2}},{"id":"g","action":{"type":"approval","timeout_seconds":4}},{"id":"x","action":{"type":"worker"}},{"id":"z","action":{"type":"pass"},"depends_on":["w","n","g","x"]}]}`,
+	`{"steps":[{"id":"x","action":{"type":"worker"},"retry":{"max_attempts":2}},{"id":"w","action":{"type":"wait","signal":"s1"}},{"id":"y","action":{"type":"worker"}}]}`,
 }
 
 func walk(t *testing.T, data []byte) {
@@ -204,7 +233,7 @@ func walk(t *testing.T, data []byte) {
 	var leases []string // every lease id handed out
 	terminalAt := -1    // events when the job finished
 	for n, b := range data[1:] {
-		op, arg := b%8, int(b/8)
+		op, arg := b%11, int(b/11)
 		s := j.Steps[arg%len(j.Steps)]
 		leaseID := func() string {
 			if arg%3 != 0 && s.Lease != nil {
@@ -233,9 +262,16 @@ func walk(t *testing.T, data []byte) {
 				what = "complete " + s.ID() + " under " + id
 				_, err = j.Complete(s.ID(), id, json.RawMessage(fmt.Sprintf(`{"n":%d}`, n)), now)
 			} else {
-				classes := []domain.FailureClass{domain.ClassRetryable, domain.ClassResource, domain.ClassFatal, domain.ClassNeedsUser, domain.ClassTimeout}
+				classes := []domain.FailureClass{domain.ClassRetryable, domain.ClassResource, domain.ClassFatal, domain.ClassNeedsUser, domain.ClassTimeout, domain.ClassReplan}
 				what = "fail " + s.ID() + " under " + id
-				_, err = j.Fail(s.ID(), id, domain.Failure{Class: classes[arg%len(classes)], Message: "fuzz"}, now, rng)
+				f := domain.Failure{Class: classes[arg%len(classes)], Message: "fuzz"}
+				if f.Class == domain.ClassReplan && arg%2 == 0 {
+					f.Steps = []domain.StepSpec{{ID: fmt.Sprint("r", n), Action: domain.ActionSpec{Type: domain.ActionPass}}}
+					if err := domain.ValidateSteps(f.Steps, "steps", "default"); err != nil {
+						t.Fatal(err)
+					}
+				}
+				_, err = j.Fail(s.ID(), id, f, now, rng)
 			}
 			if err == nil && !live {
 				t.Fatalf("move %d: %s was accepted, but that lease is not the step's live lease (before: %s)", n, what, mustJSON(before.Steps))
@@ -267,6 +303,17 @@ func walk(t *testing.T, data []byte) {
 		case 7:
 			what = "time"
 			now = now.Add(time.Duration(arg) * 250 * time.Millisecond)
+		case 8:
+			what = fmt.Sprint("signal s", arg%2)
+			_, _, err = j.Signal(domain.SignalRequest{Name: fmt.Sprint("s", arg%2), Payload: json.RawMessage(`1`)}, now)
+		case 9:
+			what = "timers"
+			_, _, err = j.FireDue(now)
+		case 10:
+			what = "redrive"
+			if _, err = j.Redrive(now); err == nil {
+				terminalAt = -1
+			}
 		}
 		if err != nil {
 			// The engine saves nothing when a decision fails.
@@ -307,9 +354,12 @@ func checkJob(t *testing.T, n int, what string, j *domain.Job) {
 			t.Fatalf("move %d (%s): event %d has seq %d", n, what, i+1, ev.Seq)
 		}
 		switch domain.JobEvent(ev.Type) {
+		case domain.JobEvRequeued:
+			terminal = 0 // a redrive of the failed job: it runs again
 		case domain.JobEvCompleted, domain.JobEvFailed, domain.JobEvCancelled:
 			terminal++
-			if i != len(j.Events)-1 {
+			redriven := i+1 < len(j.Events) && ev.Type == string(domain.JobEvFailed) && j.Events[i+1].Type == string(domain.JobEvRequeued)
+			if i != len(j.Events)-1 && !redriven {
 				t.Fatalf("move %d (%s): %s is not the last event", n, what, ev.Type)
 			}
 		}
@@ -321,7 +371,7 @@ func checkJob(t *testing.T, n int, what string, j *domain.Job) {
 		t.Fatalf("move %d (%s): finished job still due", n, what)
 	}
 	for _, s := range j.Steps {
-		if len(s.Attempts) != s.Attempt || s.Attempt > s.Spec.Retry.MaxAttempts {
+		if len(s.Attempts) != s.Attempt || s.Attempt-s.AttemptBase > s.Spec.Retry.MaxAttempts {
 			t.Fatalf("move %d (%s): step %s: attempt %d, %d attempts recorded, max %d", n, what, s.ID(), s.Attempt, len(s.Attempts), s.Spec.Retry.MaxAttempts)
 		}
 		for i, a := range s.Attempts {

@@ -51,6 +51,27 @@ type Job struct {
 	DueAt *time.Time `json:"due_at,omitempty"`
 	// ExpiresAt is when retention deletes the finished job.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// Graph: the steps run as a DAG by their depends_on (set when any step
+	// declares one, and by a replan); otherwise each runs after the one
+	// before it.
+	Graph bool `json:"graph,omitempty"`
+	// RunAt is when the job may start at the earliest.
+	RunAt *time.Time `json:"run_at,omitempty"`
+	// ParkAfterSeconds is the timer threshold the job was submitted under:
+	// a job whose waits end further off than that, or never, is PARKED.
+	ParkAfterSeconds int `json:"park_after_seconds,omitempty"`
+	// Signals are the signals the job received, each kept until a wait
+	// of its name takes it.
+	Signals []Signal `json:"signals,omitempty"`
+}
+
+// Signal is a named message to a job's wait steps.
+type Signal struct {
+	Name    string          `json:"name"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+	ID      string          `json:"id,omitempty"` // the sender's id for it: a repeat is dropped
+	At      time.Time       `json:"at"`
+	Step    string          `json:"step,omitempty"` // the wait that took it; "" while it is kept
 }
 
 // Step is one step of a job with its attempts.
@@ -75,7 +96,21 @@ type Step struct {
 	// person closed it.
 	Deadline *time.Time `json:"deadline,omitempty"`
 	Decision *Decision  `json:"decision,omitempty"`
+	// WakeAt is when a sleeping step wakes.
+	WakeAt *time.Time `json:"wake_at,omitempty"`
+	// AttemptBase is how many attempts the step had before the last
+	// redrive: its retry budget counts from there.
+	AttemptBase int `json:"attempt_base,omitempty"`
+	// Parked: the step waits for a signal with no deadline, or for a time
+	// beyond the timer threshold (decided when it starts waiting).
+	Parked bool `json:"parked,omitempty"`
+	// ReplacedBy names the steps a replan put in this step's place.
+	ReplacedBy []string `json:"replaced_by,omitempty"`
 }
+
+// attemptsLeft reports whether the step may run again after its current
+// attempt, within its retry budget.
+func (s *Step) attemptsLeft() bool { return s.Attempt-s.AttemptBase < s.Spec.Retry.MaxAttempts }
 
 // Decision is a person's answer at an approval gate.
 type Decision struct {
@@ -143,13 +178,19 @@ type Dispatch struct {
 	Delay time.Duration
 }
 
-// NewJob builds a job from a validated spec: QUEUED, its first step PENDING
-// and the others WAITING_DEPS on the step before them (the approval-gated
-// runs' order of position, docs/model.md#approval-gated-runs).
+// NewJob builds a job from a validated spec: QUEUED, its first steps
+// PENDING (from run_at, if it is ahead) and the others WAITING_DEPS on the
+// steps they depend on, or in order on the step before them (the
+// approval-gated runs' order of position,
+// docs/model.md#approval-gated-runs). Outstanding answers what to send.
 func NewJob(tenant, id string, spec *JobSpec, idemKey string, now time.Time) (*Job, error) {
 	j := &Job{
 		Tenant: tenant, ID: id, Queue: spec.Queue, Priority: *spec.Priority,
 		Payload: spec.Payload, IdempotencyKey: idemKey, CreatedAt: now, UpdatedAt: now,
+		Graph: spec.DAG(), ParkAfterSeconds: int(cmp.Or(spec.ParkAfter, DefaultTimerThreshold) / time.Second),
+	}
+	if spec.RunAt != nil && spec.RunAt.After(now) {
+		j.RunAt = spec.RunAt
 	}
 	if err := j.jobTo(JobEvCreated, now, ""); err != nil {
 		return nil, err
@@ -157,20 +198,35 @@ func NewJob(tenant, id string, spec *JobSpec, idemKey string, now time.Time) (*J
 	for i := range spec.Steps {
 		j.Steps = append(j.Steps, &Step{Spec: spec.Steps[i], State: StepPending})
 	}
+	// Every step that waits on another does so before any first step goes
+	// on: a zero sleep ends at once and releases what follows it.
 	for i, s := range j.Steps {
-		if len(j.deps(i)) == 0 {
-			if _, err := j.ready(s, now); err != nil {
+		if len(j.deps(i)) > 0 {
+			if err := j.stepTo(s, StepEvWaitDeps, now, ""); err != nil {
 				return nil, err
 			}
+		}
+	}
+	for i, s := range j.Steps {
+		if len(j.deps(i)) > 0 {
 			continue
 		}
-		if err := j.stepTo(s, StepEvWaitDeps, now, ""); err != nil {
+		if j.RunAt != nil {
+			s.ReadyAt = j.RunAt // it opens, or is leased, when its message comes at run_at
+			continue
+		}
+		if _, err := j.ready(s, now); err != nil {
 			return nil, err
 		}
 	}
 	j.settle(now)
 	return j, nil
 }
+
+// DefaultTimerThreshold is the longest delay sent as an SQS delay; a
+// longer one goes through a Step Functions timer
+// (STEPFLOW_TIMER_THRESHOLD). SQS allows at most 900 s.
+const DefaultTimerThreshold = 900 * time.Second
 
 // Step finds a step by id.
 func (j *Job) Step(id string) (*Step, int, error) {
@@ -182,20 +238,10 @@ func (j *Job) Step(id string) (*Step, int, error) {
 	return nil, -1, fmt.Errorf("job %s has no step %q: %w", j.ID, id, ErrNotFound)
 }
 
-// dag reports whether the job's steps declare their dependencies.
-func (j *Job) dag() bool {
-	for _, s := range j.Steps {
-		if len(s.Spec.DependsOn) > 0 {
-			return true
-		}
-	}
-	return false
-}
-
 // deps answers the positions of the steps step i waits for: those it
 // depends_on in a DAG, else the step before it.
 func (j *Job) deps(i int) []int {
-	if !j.dag() {
+	if !j.Graph {
 		if i == 0 {
 			return nil
 		}
@@ -250,7 +296,7 @@ func (j *Job) baseInput(i int) json.RawMessage {
 	switch {
 	case len(deps) == 0:
 		return j.Payload
-	case !j.dag():
+	case !j.Graph:
 		if out := j.Steps[deps[0]].Output; out != nil {
 			return out
 		}
@@ -323,8 +369,11 @@ func (j *Job) Lease(stepID string, req LeaseRequest, now time.Time) (*Lease, err
 	if !j.depsMet(i) {
 		return nil, &IllegalTransitionError{Kind: "step", ID: stepID, From: string(StepWaitingDeps), Event: string(StepEvLease)}
 	}
-	if s.State == StepRetrying && s.ReadyAt != nil && now.Before(*s.ReadyAt) {
-		return nil, &NotYetError{Until: *s.ReadyAt}
+	if !Executed(s.Spec.Action.Type) {
+		return nil, &IllegalTransitionError{Kind: "step", ID: stepID, From: string(s.State), Event: string(StepEvLease) + " (no executor runs a " + s.Spec.Action.Type + " step)"}
+	}
+	if s.ReadyAt != nil && now.Before(*s.ReadyAt) {
+		return nil, &NotYetError{Until: *s.ReadyAt} // a retry's backoff, or run_at
 	}
 	s.Attempt++
 	lease := &Lease{
@@ -375,7 +424,7 @@ func (j *Job) reclaim(s *Step, now time.Time) error {
 	}
 	j.endAttempt(s, AttemptTimeout, &StepError{Class: ClassTimeout, Message: leaseExpired}, nil, now)
 	s.Lease = nil
-	if s.Attempt >= s.Spec.Retry.MaxAttempts {
+	if !s.attemptsLeft() {
 		s.Error = s.Attempts[len(s.Attempts)-1].Error
 		if err := j.stepTo(s, StepEvFail, now, "attempts exhausted"); err != nil {
 			return err
@@ -456,30 +505,13 @@ func (j *Job) releaseAfter(i int, now time.Time) ([]Dispatch, error) {
 	return out, nil
 }
 
-// ready makes a PENDING step runnable now: an approval gate opens
-// (NEEDS_USER, no executor ever runs it), any other step is to be
-// dispatched.
-func (j *Job) ready(s *Step, now time.Time) ([]Dispatch, error) {
-	if s.Spec.Action != ActionApproval {
-		s.ReadyAt = &now
-		return []Dispatch{{Step: s}}, nil
-	}
-	if err := j.stepTo(s, StepEvNeedsUser, now, "approval gate opened"); err != nil {
-		return nil, err
-	}
-	if s.Spec.TimeoutSeconds > 0 {
-		dl := now.Add(time.Duration(s.Spec.TimeoutSeconds) * time.Second)
-		s.Deadline = &dl
-	}
-	return nil, nil
-}
-
 // Failure is an attempt's failed outcome.
 type Failure struct {
 	Class      FailureClass
 	Message    string
 	RetryAfter time.Duration // the remote asked to wait at least this long
 	Prompt     string        // class needs_user: what to ask the person (the message if empty)
+	Steps      []StepSpec    // class replan: the steps to put in the failed step's place
 	// Unstorable marks the fatal failure recorded in place of an outcome
 	// the job's item could not hold.
 	Unstorable bool
@@ -501,7 +533,7 @@ func (j *Job) Fail(stepID, leaseID string, f Failure, now time.Time, rng *rand.R
 	worker := s.Lease.Worker
 	j.endAttempt(s, attemptState, serr, nil, now)
 	s.Error, s.Lease = serr, nil
-	left := s.Attempt < s.Spec.Retry.MaxAttempts
+	left := s.attemptsLeft()
 	var steps []StepEvent
 	var out []Dispatch
 	switch f.Class {
@@ -535,6 +567,18 @@ func (j *Job) Fail(stepID, leaseID string, f Failure, now time.Time, rng *rand.R
 	case ClassNeedsUser:
 		steps = []StepEvent{StepEvNeedsUser}
 		s.Prompt = Truncate(cmp.Or(f.Prompt, f.Message), MaxErrorMessageBytes)
+	case ClassReplan:
+		for _, ev := range []StepEvent{StepEvFailFatal, StepEvFail} {
+			if err := j.stepTo(s, ev, now, serr.Message); err != nil {
+				return nil, err
+			}
+		}
+		out, err := j.replan(s, f.Steps, now)
+		if err != nil {
+			return nil, err
+		}
+		j.settle(now)
+		return out, nil
 	default:
 		steps = []StepEvent{StepEvFailFatal, StepEvFail}
 	}
@@ -596,7 +640,7 @@ func (j *Job) gate(stepID string, d Decision, approve bool) (*Step, int, error) 
 	}
 	event := map[bool]StepEvent{true: StepEvApprove, false: StepEvReject}[approve]
 	switch {
-	case s.Spec.Action != ActionApproval:
+	case s.Spec.Action.Type != ActionApproval:
 		return nil, 0, &IllegalTransitionError{Kind: "step", ID: stepID, From: string(s.State), Event: string(event) + " (not an approval gate: a step waiting on a person is resumed)"}
 	case s.Decision != nil && s.Decision.Approved == approve:
 		return nil, 0, nil
@@ -637,15 +681,8 @@ func (j *Job) ExpireGate(stepID string, now time.Time) error {
 	if !s.GateExpired(now) {
 		return &IllegalTransitionError{Kind: "step", ID: stepID, From: string(s.State), Event: string(StepEvTimeOut)}
 	}
-	msg := fmt.Sprintf("approval gate timed out: nobody decided within timeout_seconds (%d)", s.Spec.TimeoutSeconds)
-	for _, ev := range []StepEvent{StepEvTimeOut, StepEvFail} {
-		if err := j.stepTo(s, ev, now, msg); err != nil {
-			return err
-		}
-	}
-	s.Error, s.Deadline = &StepError{Class: ClassTimeout, Message: msg}, nil
-	j.settle(now)
-	return nil
+	msg := fmt.Sprintf("approval gate timed out: nobody decided within timeout_seconds (%d)", s.Spec.Action.TimeoutSeconds)
+	return j.timeOut(s, msg, now)
 }
 
 // Resume answers a step waiting on a person (NEEDS_USER): it goes back to
@@ -659,7 +696,7 @@ func (j *Job) Resume(stepID string, input json.RawMessage, now time.Time) ([]Dis
 	if j.State.Terminal() {
 		return nil, &IllegalTransitionError{Kind: "job", ID: j.ID, From: string(j.State), Event: string(JobEvWaitCompleted)}
 	}
-	if s.Spec.Action == ActionApproval {
+	if s.Spec.Action.Type == ActionApproval {
 		return nil, &IllegalTransitionError{Kind: "step", ID: stepID, From: string(s.State), Event: string(StepEvResume) + " (an approval gate is approved or rejected)"}
 	}
 	if len(input) == 0 {
@@ -712,7 +749,7 @@ func (j *Job) cancelOpen(now time.Time, detail string) error {
 		if err := j.stepTo(s, StepEvCancel, now, detail); err != nil {
 			return err
 		}
-		s.Lease, s.ReadyAt = nil, nil
+		s.Lease, s.ReadyAt, s.WakeAt, s.Deadline = nil, nil, nil, nil
 	}
 	return nil
 }
@@ -821,10 +858,10 @@ func (j *Job) settleVia(now time.Time, viaWorker bool) {
 				panic(fmt.Sprintf("job %s: %v", j.ID, err))
 			}
 		}
-		if want != j.State {
-			// The step transitions that got here were legal, so the job
-			// event is too; a failure here is a bug in the table.
-			if err := j.jobTo(jobEventFor(j.State, want, viaWorker), now, ""); err != nil {
+		// The step transitions that got here were legal, so a path of job
+		// events is too; none is a bug in the table.
+		for _, ev := range jobPath(j.State, want, viaWorker) {
+			if err := j.jobTo(ev, now, ""); err != nil {
 				panic(fmt.Sprintf("job %s: %v", j.ID, err))
 			}
 		}
@@ -847,9 +884,19 @@ func (j *Job) settleVia(now time.Time, viaWorker bool) {
 	}
 }
 
+// impliedState is the job state the steps imply: FAILED once a step
+// failed (one a replan replaced does not count), COMPLETED once every step
+// is done, RUNNING while one is leased, WAITING while one waits on a
+// person, a signal or a timer, PARKED when all that is left waits on
+// signals or timers beyond the threshold (nothing polls it), RETRYING
+// while a failed step waits out its backoff right after running, and
+// QUEUED otherwise.
 func (j *Job) impliedState() JobState {
-	all, running, waiting, retrying := true, false, false, false
+	all, running, waiting, parked, runnable, retrying := true, false, false, false, false, false
 	for _, s := range j.Steps {
+		if s.ReplacedBy != nil {
+			continue
+		}
 		switch s.State {
 		case StepFailed:
 			return JobFailed
@@ -857,8 +904,16 @@ func (j *Job) impliedState() JobState {
 			running = true
 		case StepNeedsUser:
 			waiting = true
+		case StepWaiting:
+			if s.Parked {
+				parked = true
+			} else {
+				waiting = true
+			}
 		case StepRetrying:
 			retrying = true
+		case StepPending, StepSwitchingResource, StepFailedRetryable, StepFailedResource, StepLeaseTimeout, StepTimedOut, StepFailedFatal:
+			runnable = true
 		}
 		all = all && s.State == StepSucceeded
 	}
@@ -867,42 +922,75 @@ func (j *Job) impliedState() JobState {
 		return JobCompleted
 	case running:
 		return JobRunning
-	case waiting:
+	case waiting || parked && (runnable || retrying):
 		return JobWaiting
-	case retrying:
+	case parked:
+		return JobParked
+	case retrying && (j.State == JobRunning || j.State == JobRetrying):
 		return JobRetrying
 	default:
 		return JobQueued
 	}
 }
 
-func jobEventFor(from, to JobState, viaWorker bool) JobEvent {
-	switch to {
-	case JobRunning:
-		if viaWorker {
-			return JobEvLeased
-		}
-		return JobEvRunning
-	case JobWaiting:
-		return JobEvWaiting
-	case JobRetrying:
-		return JobEvRetrying
-	case JobCompleted:
-		return JobEvCompleted
-	case JobFailed:
-		return JobEvFailed
-	case JobQueued:
-		if from == JobWaiting || from == JobParked {
-			return JobEvWaitCompleted
-		}
-		return JobEvRequeued
+// parks reports whether a waiting step leaves its job nothing to poll: it
+// waits for a signal with no deadline, or for a time further off than the
+// timer threshold.
+func (j *Job) parks(s *Step, now time.Time) bool {
+	at := s.WakeAt
+	if at == nil {
+		at = s.Deadline
 	}
-	return JobEvent("to_" + string(to))
+	return at == nil || at.Sub(now) > time.Duration(j.ParkAfterSeconds)*time.Second
+}
+
+// settleEvents are the job events settle may write, in the order a path
+// prefers them.
+var settleEvents = []JobEvent{JobEvCompleted, JobEvFailed, JobEvWaiting, JobEvParked, JobEvRetrying, JobEvRequeued, JobEvWaitCompleted}
+
+// jobPath answers the job events that take a job from one state to
+// another: the direct one when the table has it, else the shortest way
+// through it (PARKED to RUNNING by wait_completed then job_running;
+// RUNNING to PARKED by job_waiting then job_parked).
+func jobPath(from, to JobState, viaWorker bool) []JobEvent {
+	if from == to {
+		return nil
+	}
+	run := JobEvRunning
+	if viaWorker {
+		run = JobEvLeased
+	}
+	events := append([]JobEvent{run}, settleEvents...)
+	type node struct {
+		state JobState
+		path  []JobEvent
+	}
+	seen := map[JobState]bool{from: true}
+	queue := []node{{from, nil}}
+	for len(queue) > 0 {
+		n := queue[0]
+		queue = queue[1:]
+		for _, ev := range events {
+			next, err := NextJobState(n.state, ev)
+			if err != nil || seen[next] {
+				continue
+			}
+			path := append(slices.Clone(n.path), ev)
+			if next == to {
+				return path
+			}
+			seen[next] = true
+			queue = append(queue, node{next, path})
+		}
+	}
+	return []JobEvent{JobEvent("to_" + string(to))} // refused by jobTo: a bug in the table
 }
 
 // due answers when the sweep must look at the job: a runnable step whose
-// message should have been taken by then, or a lease that should have been
-// reclaimed by then. Each re-dispatch doubles the wait.
+// message should have been taken by then, a lease that should have been
+// reclaimed by then, or a timer (a sleep's end, a gate's or a wait's
+// deadline) whose message should have come by then. Each re-dispatch
+// doubles the wait. A parked job with no deadline is never due.
 func (j *Job) due() *time.Time {
 	if j.State.Terminal() {
 		return nil
@@ -915,8 +1003,8 @@ func (j *Job) due() *time.Time {
 			t = s.ReadyAt.Add(DispatchGrace << min(s.Redispatches, 6))
 		case s.State.leased() && s.Lease != nil:
 			t = s.Lease.ExpiresAt.Add(leaseGrace(s))
-		case s.State == StepNeedsUser && s.Deadline != nil:
-			t = *s.Deadline // an approval gate's deadline
+		case s.timer() != nil:
+			t = s.timer().Add(DispatchGrace)
 		default:
 			continue
 		}
@@ -934,7 +1022,7 @@ func (j *Job) due() *time.Time {
 // ready queues' visibility is six times the function's timeout), so the
 // sweep reclaims it as soon as the lease has run out.
 func leaseGrace(s *Step) time.Duration {
-	if s.Spec.Action == ActionWorker {
+	if s.Spec.Action.Type == ActionWorker {
 		return DispatchGrace
 	}
 	return 0

@@ -17,10 +17,10 @@ var t0 = time.Date(2025, 3, 14, 9, 26, 53, 0, time.UTC)
 func at(d time.Duration) time.Time { return t0.Add(d) }
 
 const (
-	passJob   = `{"steps":[{"id":"a","action":"pass"}]}`
-	threeJob  = `{"payload":{"in":1},"steps":[{"id":"a","action":"pass"},{"id":"b","action":"pass"},{"id":"c","action":"pass"}]}`
-	workerJob = `{"queue":"q","steps":[{"id":"a","action":"worker","retry":{"max_attempts":3,"backoff":"exponential","initial_delay_ms":1000,"max_delay_ms":30000}}]}`
-	onceJob   = `{"steps":[{"id":"a","action":"worker","retry":{"max_attempts":1}}]}`
+	passJob   = `{"steps":[{"id":"a","action":{"type":"pass"}}]}`
+	threeJob  = `{"payload":{"in":1},"steps":[{"id":"a","action":{"type":"pass"}},{"id":"b","action":{"type":"pass"}},{"id":"c","action":{"type":"pass"}}]}`
+	workerJob = `{"queue":"q","steps":[{"id":"a","action":{"type":"worker"},"retry":{"max_attempts":3,"backoff":"exponential","initial_delay_ms":1000,"max_delay_ms":30000}}]}`
+	onceJob   = `{"steps":[{"id":"a","action":{"type":"worker"},"retry":{"max_attempts":1}}]}`
 )
 
 // newJob parses body and builds job "job1" at t0.
@@ -1098,7 +1098,7 @@ func TestExpiredLeaseIsDueAtOnceForBuiltinAfterGraceForWorker(t *testing.T) {
 
 func TestResumeRunsAWaitingStepAgainOnThePersonsInput(t *testing.T) {
 	t.Parallel()
-	j := newJob(t, `{"payload":[1,2],"steps":[{"id":"a","action":"worker"}]}`)
+	j := newJob(t, `{"payload":[1,2],"steps":[{"id":"a","action":{"type":"worker"}}]}`)
 	l := mustLease(t, j, "a", viaWorker("w", "n1"), t0)
 	_, err := j.Resume("a", json.RawMessage(`"x"`), at(time.Second))
 	requireIllegal(t, err, "step", string(StepRunning), string(StepEvResume))

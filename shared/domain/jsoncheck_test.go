@@ -130,7 +130,7 @@ func TestCheckJSONLargeFlat(t *testing.T) {
 
 // payloadJob is a one-step job carrying payload.
 func payloadJob(payload string) string {
-	return `{"steps":[{"id":"a","action":"pass"}],"payload":` + payload + `}`
+	return `{"steps":[{"id":"a","action":{"type":"pass"}}],"payload":` + payload + `}`
 }
 
 // TestParseJobSpecPoison: bodies a hostile tenant could send to make a job
@@ -148,27 +148,27 @@ func TestParseJobSpecPoison(t *testing.T) {
 		{"payload 9998 deep", payloadJob(nested(9998, "")), "payload", "nests 9999 levels deep; the limit is 64"},
 		{"payload objects too deep", payloadJob(nestedObjects(MaxJSONDepth, "1")), "payload", "nests 65 levels deep; the limit is 64"},
 		{"body 65 deep at the boundary", payloadJob(nested(MaxJSONDepth, "")), "payload", "nests 65 levels deep; the limit is 64"},
-		{"deep inside a step's retry", `{"steps":[{"id":"a","action":"pass"},{"id":"b","action":"pass"},{"id":"c","action":"pass","retry":` + nested(70, "") + `}]}`, "steps[2].retry", "levels deep; the limit is 64"},
-		{"deep inside a retry member", step(`"id":"a","action":"pass","retry":{"max_attempts":` + nested(70, "1") + `}`), "steps[0].retry.max_attempts", "levels deep"},
+		{"deep inside a step's retry", `{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"b","action":{"type":"pass"}},{"id":"c","action": {"type": "pass"},"retry":` + nested(70, "") + `}]}`, "steps[2].retry", "levels deep; the limit is 64"},
+		{"deep inside a retry member", step(`"id":"a","action": {"type": "pass"},"retry":{"max_attempts":` + nested(70, "1") + `}`), "steps[0].retry.max_attempts", "levels deep"},
 		{"deep inside an unknown member", `{"extra":` + nested(70, "") + `,"steps":[]}`, "extra", "levels deep"},
 		{"deep body", nested(MaxJSONDepth+1, ""), "body", "levels deep"},
 		// UTF-8 only.
 		{"invalid UTF-8 in a payload value", payloadJob(`{"name":"caf` + "\xe9" + `"}`), "payload.name", "invalid UTF-8"},
 		{"invalid UTF-8 in a payload key", payloadJob(`{"caf` + "\xe9" + `":1}`), "payload", "invalid UTF-8"},
-		{"invalid UTF-8 in a step id", step(`"id":"a` + "\xff" + `","action":"pass"`), "steps[0].id", "invalid UTF-8"},
+		{"invalid UTF-8 in a step id", step(`"id":"a` + "\xff" + `","action":{"type":"pass"}`), "steps[0].id", "invalid UTF-8"},
 		{"invalid UTF-8 in a top-level key", `{"ste` + "\xff" + `ps":[]}`, "body", "invalid UTF-8"},
 		{"invalid UTF-8 between values", `{"steps":[]` + "\xff" + `}`, "body", "invalid UTF-8"},
 		// Field names are exact.
-		{"STEPS", `{"STEPS":[{"id":"a","action":"pass"}]}`, "STEPS", "is not a known field"},
-		{"Steps", `{"Steps":[{"id":"a","action":"pass"}]}`, "Steps", "is not a known field"},
-		{"Payload", `{"steps":[{"id":"a","action":"pass"}],"Payload":{}}`, "Payload", "is not a known field"},
-		{"ID in a step", `{"steps":[{"id":"a","action":"pass"},{"ID":"b","action":"pass"}]}`, "steps[1].ID", "is not a known field"},
-		{"Max_Attempts in a retry", step(`"id":"a","action":"pass","retry":{"Max_Attempts":2}`), "steps[0].retry.Max_Attempts", "is not a known field"},
+		{"STEPS", `{"STEPS":[{"id":"a","action":{"type":"pass"}}]}`, "STEPS", "is not a known field"},
+		{"Steps", `{"Steps":[{"id":"a","action":{"type":"pass"}}]}`, "Steps", "is not a known field"},
+		{"Payload", `{"steps":[{"id":"a","action":{"type":"pass"}}],"Payload":{}}`, "Payload", "is not a known field"},
+		{"ID in a step", `{"steps":[{"id":"a","action":{"type":"pass"}},{"ID":"b","action":{"type":"pass"}}]}`, "steps[1].ID", "is not a known field"},
+		{"Max_Attempts in a retry", step(`"id":"a","action":{"type":"pass"},"retry":{"Max_Attempts":2}`), "steps[0].retry.Max_Attempts", "is not a known field"},
 		// Duplicate members.
-		{"duplicate at the top", `{"steps":[{"id":"a","action":"pass"}],"steps":[{"id":"b","action":"pass"}]}`, "steps", "appears twice"},
-		{"duplicate queue", `{"queue":"a","steps":[{"id":"a","action":"pass"}],"queue":"b"}`, "queue", "appears twice"},
-		{"duplicate in a step", `{"steps":[{"id":"a","action":"pass"},{"id":"b","action":"pass","id":"c"}]}`, "steps[1].id", "appears twice"},
-		{"duplicate in a retry", step(`"id":"a","action":"pass","retry":{"max_attempts":1,"max_attempts":5}`), "steps[0].retry.max_attempts", "appears twice"},
+		{"duplicate at the top", `{"steps":[{"id":"a","action":{"type":"pass"}}],"steps":[{"id":"b","action":{"type":"pass"}}]}`, "steps", "appears twice"},
+		{"duplicate queue", `{"queue":"a","steps":[{"id":"a","action":{"type":"pass"}}],"queue":"b"}`, "queue", "appears twice"},
+		{"duplicate in a step", `{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"b","action":{"type":"pass"},"id":"c"}]}`, "steps[1].id", "appears twice"},
+		{"duplicate in a retry", step(`"id":"a","action":{"type":"pass"},"retry":{"max_attempts":1,"max_attempts":5}`), "steps[0].retry.max_attempts", "appears twice"},
 		{"duplicate in the payload", payloadJob(`{"a":{"b":1,"b":2}}`), "payload.a.b", "appears twice"},
 		{"duplicate in a payload array", payloadJob(`{"a":[{"b":1},{"b":1,"b":2}]}`), "payload.a[1].b", "appears twice"},
 	} {

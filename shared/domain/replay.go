@@ -18,6 +18,9 @@ type Replayed struct {
 func Replay(events []Event) (Replayed, error) {
 	r := Replayed{Job: JobInitial, Steps: map[string]StepState{}}
 	for _, ev := range events {
+		if IsNote(ev.Type) {
+			continue
+		}
 		if st, ok := strings.CutPrefix(ev.Type, "step_"); ok {
 			from, seen := r.Steps[ev.Step]
 			if !seen {

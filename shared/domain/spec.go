@@ -7,7 +7,9 @@ import (
 	"net/url"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
+	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
 )
@@ -23,25 +25,34 @@ const (
 	MaxPriority        = 2
 	DefaultPriority    = 1
 	DefaultQueue       = "default"
+	// MaxWaitSeconds bounds a durable sleep, a job's run_at, and the
+	// deadline of an approval gate or a wait: a year.
+	MaxWaitSeconds = 365 * 24 * 3600
 )
 
-// Actions the engine knows.
+// Action types the engine knows.
 const (
 	ActionPass   = "pass"
-	ActionSleep  = "sleep"
+	ActionSleep  = "sleep" // durable: no function runs while it sleeps
 	ActionFail   = "fail"
 	ActionHTTP   = "http"
 	ActionWorker = "worker"
 	// ActionApproval is a gate a person opens: no executor ever runs it.
 	ActionApproval = "approval"
+	// ActionWait holds its job until a signal of its name arrives.
+	ActionWait = "wait"
 )
 
-// MaxGateSeconds bounds an approval gate's timeout_seconds (a year).
-const MaxGateSeconds = 365 * 24 * 3600
-
-// Actions lists the known actions.
+// Actions lists the known action types.
 func Actions() []string {
-	return []string{ActionPass, ActionSleep, ActionFail, ActionHTTP, ActionWorker, ActionApproval}
+	return []string{ActionPass, ActionSleep, ActionFail, ActionHTTP, ActionWorker, ActionApproval, ActionWait}
+}
+
+// Executed reports whether an executor runs steps of action type t: the
+// built-in one or a worker. Sleeps, waits and approval gates are decided
+// by time, signals and people alone.
+func Executed(t string) bool {
+	return t != ActionSleep && t != ActionWait && t != ActionApproval
 }
 
 // FailureClass is how an attempt failed; it picks the next step state.
@@ -53,17 +64,22 @@ const (
 	ClassFatal     FailureClass = "fatal"
 	ClassNeedsUser FailureClass = "needs_user"
 	ClassTimeout   FailureClass = "timeout"
+	// ClassReplan ends the step and puts the steps its outcome carries in
+	// its place (the agent platform's critic decision replan).
+	ClassReplan FailureClass = "replan"
 )
+
+const classList = "retryable, resource, fatal, needs_user, timeout, replan"
 
 // ParseFailureClass validates a class named by a client.
 func ParseFailureClass(field, s string) (FailureClass, error) {
 	switch c := FailureClass(s); c {
-	case ClassRetryable, ClassResource, ClassFatal, ClassNeedsUser, ClassTimeout:
+	case ClassRetryable, ClassResource, ClassFatal, ClassNeedsUser, ClassTimeout, ClassReplan:
 		return c, nil
 	case "":
-		return "", Invalid(field, "is required: one of retryable, resource, fatal, needs_user, timeout")
+		return "", Invalid(field, "is required: one of %s", classList)
 	default:
-		return "", Invalid(field, "%q is not one of retryable, resource, fatal, needs_user, timeout", s)
+		return "", Invalid(field, "%q is not one of %s", s, classList)
 	}
 }
 
@@ -73,22 +89,41 @@ type JobSpec struct {
 	Payload  json.RawMessage `json:"payload,omitempty"`
 	Queue    string          `json:"queue,omitempty"`
 	Priority *int            `json:"priority,omitempty"`
+	// RunAt is when the job may start at the earliest; its first steps are
+	// dispatched through the timer service.
+	RunAt *time.Time `json:"run_at,omitempty"`
+	// ParkAfter is set by the engine, not the client: its timer threshold
+	// (DefaultTimerThreshold when zero).
+	ParkAfter time.Duration `json:"-"`
 }
 
-// StepSpec is one step of a submission. Action parameters sit beside the
-// step's id, as the issue's API names them.
+// StepSpec is one step of a submission: what every step has, and its
+// action with the action's own parameters.
 type StepSpec struct {
 	ID             string       `json:"id"`
-	Action         string       `json:"action"`
+	Action         ActionSpec   `json:"action"`
 	DependsOn      []string     `json:"depends_on,omitempty"`
 	Retry          *RetryPolicy `json:"retry,omitempty"`
-	TimeoutSeconds int          `json:"timeout_seconds,omitempty"`
-	Seconds        *float64     `json:"seconds,omitempty"`       // sleep
-	Class          string       `json:"class,omitempty"`         // fail
-	Message        string       `json:"message,omitempty"`       // fail
-	URL            string       `json:"url,omitempty"`           // http
-	Queue          string       `json:"queue,omitempty"`         // worker
-	LeaseSeconds   int          `json:"lease_seconds,omitempty"` // worker
+	TimeoutSeconds int          `json:"timeout_seconds,omitempty"` // one attempt's bound (executed actions)
+}
+
+// ActionSpec is a step's action: its type and that type's parameters. Each
+// type accepts exactly its own; any other answers 400 naming it.
+type ActionSpec struct {
+	Type    string   `json:"type"`
+	Seconds *float64 `json:"seconds,omitempty"` // sleep
+	Class   string   `json:"class,omitempty"`   // fail
+	Message string   `json:"message,omitempty"` // fail
+	Prompt  string   `json:"prompt,omitempty"`  // fail with class needs_user
+	// Steps are what a fail with class replan puts in the step's place.
+	Steps        []StepSpec `json:"steps,omitempty"`
+	URL          string     `json:"url,omitempty"`           // http
+	Queue        string     `json:"queue,omitempty"`         // worker
+	LeaseSeconds int        `json:"lease_seconds,omitempty"` // worker
+	Signal       string     `json:"signal,omitempty"`        // wait
+	// TimeoutSeconds is the deadline of an approval gate or a wait; none
+	// waits for ever.
+	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
 }
 
 var (
@@ -154,6 +189,13 @@ func (s *JobSpec) Validate() error {
 	} else if *s.Priority < 0 || *s.Priority > MaxPriority {
 		return Invalid("priority", "must be 0 (highest), 1 or 2, not %d", *s.Priority)
 	}
+	if s.RunAt != nil {
+		if s.RunAt.IsZero() {
+			return Invalid("run_at", "must be an RFC 3339 time such as 2026-01-02T15:04:05Z")
+		}
+		at := s.RunAt.UTC()
+		s.RunAt = &at
+	}
 	if len(s.Payload) == 0 || string(s.Payload) == "null" {
 		s.Payload = json.RawMessage(`{}`)
 	}
@@ -172,7 +214,19 @@ func (s *JobSpec) Validate() error {
 			return err
 		}
 	}
-	return s.validateDeps(seen)
+	if err := s.validateDeps(seen); err != nil {
+		return err
+	}
+	// A replan a fail step carries must bring new ids: caught now rather
+	// than when it runs.
+	return WalkSteps(s.Steps, "steps", func(field string, st *StepSpec) error {
+		for k, n := range st.Action.Steps {
+			if _, dup := seen[n.ID]; dup {
+				return Invalid(fmt.Sprintf("%s.action.steps[%d].id", field, k), "%q is already the id of a step of this job", n.ID)
+			}
+		}
+		return nil
+	})
 }
 
 // validateDeps checks depends_on: every step named exists, none is the step
@@ -239,92 +293,143 @@ func (s *JobSpec) DAG() bool {
 }
 
 func (st *StepSpec) validate(field, jobQueue string) error {
-	only := func(name string, set bool, actions ...string) error {
-		for _, a := range actions {
-			if st.Action == a {
-				return nil
-			}
-		}
-		if set {
-			return Invalid(field+"."+name, "does not apply to action %q", st.Action)
+	a := &st.Action
+	af := field + ".action"
+	only := func(name string, set bool, types ...string) error {
+		if set && !slices.Contains(types, a.Type) {
+			return Invalid(af+"."+name, "does not apply to action type %q", a.Type)
 		}
 		return nil
 	}
 	for _, check := range []error{
-		only("seconds", st.Seconds != nil, ActionSleep),
-		only("class", st.Class != "", ActionFail),
-		only("message", st.Message != "", ActionFail),
-		only("url", st.URL != "", ActionHTTP),
-		only("queue", st.Queue != "", ActionWorker),
-		only("lease_seconds", st.LeaseSeconds != 0, ActionWorker),
+		only("seconds", a.Seconds != nil, ActionSleep),
+		only("class", a.Class != "", ActionFail),
+		only("message", a.Message != "", ActionFail),
+		only("prompt", a.Prompt != "", ActionFail),
+		only("steps", a.Steps != nil, ActionFail),
+		only("url", a.URL != "", ActionHTTP),
+		only("queue", a.Queue != "", ActionWorker),
+		only("lease_seconds", a.LeaseSeconds != 0, ActionWorker),
+		only("signal", a.Signal != "", ActionWait),
+		only("timeout_seconds", a.TimeoutSeconds != 0, ActionApproval, ActionWait),
 	} {
 		if check != nil {
 			return check
 		}
 	}
+	if !Executed(a.Type) && a.Type != "" && slices.Contains(Actions(), a.Type) {
+		// Nothing runs it, so nothing of an attempt applies.
+		if st.TimeoutSeconds != 0 {
+			return Invalid(field+".timeout_seconds", "does not apply to action type %q: no executor runs it%s", a.Type, map[bool]string{true: " (its deadline is action.timeout_seconds)"}[a.Type != ActionSleep])
+		}
+		if st.Retry != nil {
+			return Invalid(field+".retry", "does not apply to action type %q: no executor runs it", a.Type)
+		}
+	}
 	maxTimeout := MaxBuiltinSeconds
-	switch st.Action {
+	switch a.Type {
 	case ActionPass:
 	case ActionSleep:
-		if st.Seconds == nil {
-			return Invalid(field+".seconds", "is required for action sleep")
+		if a.Seconds == nil {
+			return Invalid(af+".seconds", "is required for action type sleep")
 		}
-		if *st.Seconds < 0 || *st.Seconds > MaxBuiltinSeconds {
-			return Invalid(field+".seconds", "must be between 0 and %d", MaxBuiltinSeconds)
-		}
-		if st.TimeoutSeconds == 0 {
-			st.TimeoutSeconds = min(int(*st.Seconds)+DefaultTimeoutSecs, MaxBuiltinSeconds)
+		if *a.Seconds < 0 || *a.Seconds > MaxWaitSeconds {
+			return Invalid(af+".seconds", "must be between 0 and %d (a year)", MaxWaitSeconds)
 		}
 	case ActionFail:
-		c, err := ParseFailureClass(field+".class", st.Class)
+		c, err := ParseFailureClass(af+".class", a.Class)
 		if err != nil {
 			return err
 		}
-		st.Class = string(c)
+		a.Class = string(c)
+		if a.Prompt != "" && c != ClassNeedsUser {
+			return Invalid(af+".prompt", "applies only with class needs_user")
+		}
+		if a.Steps != nil && c != ClassReplan {
+			return Invalid(af+".steps", "applies only with class replan")
+		}
+		for k := range a.Steps {
+			// Their ids and dependencies are checked against the job when
+			// the replan happens; what each step is can be checked now.
+			if err := a.Steps[k].validate(fmt.Sprintf("%s.steps[%d]", af, k), jobQueue); err != nil {
+				return err
+			}
+		}
 	case ActionHTTP:
-		u, err := url.Parse(st.URL)
-		if st.URL == "" {
-			return Invalid(field+".url", "is required for action http")
+		u, err := url.Parse(a.URL)
+		if a.URL == "" {
+			return Invalid(af+".url", "is required for action type http")
 		}
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return Invalid(field+".url", "must be an absolute http or https URL")
+			return Invalid(af+".url", "must be an absolute http or https URL")
 		}
-	case ActionApproval:
-		// timeout_seconds is the gate's deadline; none (0) waits for ever.
-		if st.TimeoutSeconds < 0 || st.TimeoutSeconds > MaxGateSeconds {
-			return Invalid(field+".timeout_seconds", "must be between 1 and %d (a year) for action approval, or left out for no deadline", MaxGateSeconds)
+	case ActionApproval, ActionWait:
+		if a.TimeoutSeconds < 0 || a.TimeoutSeconds > MaxWaitSeconds {
+			return Invalid(af+".timeout_seconds", "must be between 1 and %d (a year), or left out for no deadline", MaxWaitSeconds)
 		}
-		if st.Retry != nil {
-			return Invalid(field+".retry", "does not apply to action %q: no executor runs it", st.Action)
+		if a.Type == ActionWait && !namePattern.MatchString(a.Signal) {
+			return Invalid(af+".signal", "is required for action type wait and must match %s", namePattern)
 		}
-		p := DefaultRetryPolicy()
-		st.Retry = &p
-		return nil
 	case ActionWorker:
-		if st.Queue == "" {
-			st.Queue = jobQueue
-		} else if !namePattern.MatchString(st.Queue) {
-			return Invalid(field+".queue", "must match %s", namePattern)
+		if a.Queue == "" {
+			a.Queue = jobQueue
+		} else if !namePattern.MatchString(a.Queue) {
+			return Invalid(af+".queue", "must match %s", namePattern)
 		}
-		if st.LeaseSeconds == 0 {
-			st.LeaseSeconds = DefaultLeaseSecs
-		} else if st.LeaseSeconds < 1 || st.LeaseSeconds > MaxLeaseSeconds {
-			return Invalid(field+".lease_seconds", "must be between 1 and %d", MaxLeaseSeconds)
+		if a.LeaseSeconds == 0 {
+			a.LeaseSeconds = DefaultLeaseSecs
+		} else if a.LeaseSeconds < 1 || a.LeaseSeconds > MaxLeaseSeconds {
+			return Invalid(af+".lease_seconds", "must be between 1 and %d", MaxLeaseSeconds)
 		}
 		maxTimeout = MaxLeaseSeconds
 	case "":
-		return Invalid(field+".action", "is required: one of %s", strings.Join(Actions(), ", "))
+		return Invalid(af+".type", "is required: one of %s", strings.Join(Actions(), ", "))
 	default:
-		return Invalid(field+".action", "%q is not one of %s", st.Action, strings.Join(Actions(), ", "))
+		return Invalid(af+".type", "%q is not one of %s", a.Type, strings.Join(Actions(), ", "))
+	}
+	if !Executed(a.Type) {
+		p := RetryPolicy{MaxAttempts: 1}
+		_ = p.validate("")
+		st.Retry = &p
+		return nil
 	}
 	if st.TimeoutSeconds == 0 {
 		st.TimeoutSeconds = DefaultTimeoutSecs
 	} else if st.TimeoutSeconds < 1 || st.TimeoutSeconds > maxTimeout {
-		return Invalid(field+".timeout_seconds", "must be between 1 and %d for action %s", maxTimeout, st.Action)
+		return Invalid(field+".timeout_seconds", "must be between 1 and %d for action type %s", maxTimeout, a.Type)
 	}
 	if st.Retry == nil {
 		p := DefaultRetryPolicy()
 		st.Retry = &p
 	}
 	return st.Retry.validate(field + ".retry")
+}
+
+// WalkSteps calls fn on each step and on each step a replan of it would
+// add, depth first, with the field that names it (steps[1].action.steps[0]).
+func WalkSteps(steps []StepSpec, field string, fn func(field string, st *StepSpec) error) error {
+	for i := range steps {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		if err := fn(f, &steps[i]); err != nil {
+			return err
+		}
+		if err := WalkSteps(steps[i].Action.Steps, f+".action.steps", fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ValidateSteps checks steps that are not part of a submission (a
+// worker's replan) and fills their defaults, with queue as the job's.
+func ValidateSteps(steps []StepSpec, field, queue string) error {
+	if len(steps) > MaxSteps {
+		return Invalid(field, "holds %d steps; the limit is %d", len(steps), MaxSteps)
+	}
+	for i := range steps {
+		if err := steps[i].validate(fmt.Sprintf("%s[%d]", field, i), queue); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -19,67 +20,75 @@ func TestParseJobSpecDefaults(t *testing.T) {
 		body  string
 		check func(t *testing.T, s *JobSpec)
 	}{
-		{"minimal pass", `{"steps":[{"id":"a","action":"pass"}]}`, func(t *testing.T, s *JobSpec) {
+		{"minimal pass", `{"steps":[{"id":"a","action":{"type":"pass"}}]}`, func(t *testing.T, s *JobSpec) {
 			require.Equal(t, DefaultQueue, s.Queue)
 			require.Equal(t, 1, *s.Priority)
 			require.JSONEq(t, `{}`, string(s.Payload))
 			require.Len(t, s.Steps, 1)
 			st := s.Steps[0]
 			require.Equal(t, "a", st.ID)
-			require.Equal(t, ActionPass, st.Action)
+			require.Equal(t, ActionPass, st.Action.Type)
 			require.Equal(t, 60, st.TimeoutSeconds)
 			require.Equal(t, defRetry, *st.Retry)
-			require.Zero(t, st.LeaseSeconds)
-			require.Empty(t, st.Queue)
+			require.Zero(t, st.Action.LeaseSeconds)
+			require.Empty(t, st.Action.Queue)
 		}},
-		{"null payload becomes {}", `{"payload":null,"steps":[{"id":"a","action":"pass"}]}`, func(t *testing.T, s *JobSpec) {
+		{"null payload becomes {}", `{"payload":null,"steps":[{"id":"a","action":{"type":"pass"}}]}`, func(t *testing.T, s *JobSpec) {
 			require.JSONEq(t, `{}`, string(s.Payload))
 		}},
-		{"payload kept", `{"payload":{"k":[1,2]},"queue":"q-1","priority":0,"steps":[{"id":"a","action":"pass"}]}`, func(t *testing.T, s *JobSpec) {
+		{"payload kept", `{"payload":{"k":[1,2]},"queue":"q-1","priority":0,"steps":[{"id":"a","action":{"type":"pass"}}]}`, func(t *testing.T, s *JobSpec) {
 			require.JSONEq(t, `{"k":[1,2]}`, string(s.Payload))
 			require.Equal(t, "q-1", s.Queue)
 			require.Equal(t, 0, *s.Priority)
 		}},
-		{"worker defaults to job queue", `{"queue":"gpu","steps":[{"id":"w","action":"worker"}]}`, func(t *testing.T, s *JobSpec) {
+		{"worker defaults to job queue", `{"queue":"gpu","steps":[{"id":"w","action":{"type":"worker"}}]}`, func(t *testing.T, s *JobSpec) {
 			st := s.Steps[0]
-			require.Equal(t, "gpu", st.Queue)
-			require.Equal(t, DefaultLeaseSecs, st.LeaseSeconds)
+			require.Equal(t, "gpu", st.Action.Queue)
+			require.Equal(t, DefaultLeaseSecs, st.Action.LeaseSeconds)
 			require.Equal(t, 60, st.TimeoutSeconds)
 			require.Equal(t, defRetry, *st.Retry)
 		}},
-		{"worker own queue, long timeout", `{"steps":[{"id":"w","action":"worker","queue":"other","lease_seconds":30,"timeout_seconds":43200}]}`, func(t *testing.T, s *JobSpec) {
+		{"worker own queue, long timeout", `{"steps":[{"id":"w","action":{"type":"worker","queue":"other","lease_seconds":30},"timeout_seconds":43200}]}`, func(t *testing.T, s *JobSpec) {
 			st := s.Steps[0]
-			require.Equal(t, "other", st.Queue)
-			require.Equal(t, 30, st.LeaseSeconds)
+			require.Equal(t, "other", st.Action.Queue)
+			require.Equal(t, 30, st.Action.LeaseSeconds)
 			require.Equal(t, MaxLeaseSeconds, st.TimeoutSeconds)
 		}},
-		{"sleep timeout covers the sleep", `{"steps":[{"id":"s","action":"sleep","seconds":5}]}`, func(t *testing.T, s *JobSpec) {
-			require.Equal(t, 65, s.Steps[0].TimeoutSeconds)
+		{"sleep of a year, one attempt", `{"steps":[{"id":"s","action":{"type":"sleep","seconds":31536000}}]}`, func(t *testing.T, s *JobSpec) {
+			require.Zero(t, s.Steps[0].TimeoutSeconds)
+			require.Equal(t, 1, s.Steps[0].Retry.MaxAttempts)
 		}},
-		{"sleep timeout capped", `{"steps":[{"id":"s","action":"sleep","seconds":270}]}`, func(t *testing.T, s *JobSpec) {
-			require.Equal(t, MaxBuiltinSeconds, s.Steps[0].TimeoutSeconds)
+		{"wait with deadline", `{"steps":[{"id":"w","action":{"type":"wait","signal":"go","timeout_seconds":30}}]}`, func(t *testing.T, s *JobSpec) {
+			require.Equal(t, "go", s.Steps[0].Action.Signal)
+			require.Equal(t, 30, s.Steps[0].Action.TimeoutSeconds)
 		}},
-		{"fail with class", `{"steps":[{"id":"f","action":"fail","class":"needs_user","message":"why"}]}`, func(t *testing.T, s *JobSpec) {
-			require.Equal(t, string(ClassNeedsUser), s.Steps[0].Class)
-			require.Equal(t, "why", s.Steps[0].Message)
+		{"run_at kept in UTC", `{"run_at":"2030-01-02T03:04:05+02:00","steps":[{"id":"a","action":{"type":"pass"}}]}`, func(t *testing.T, s *JobSpec) {
+			require.Equal(t, "2030-01-02T01:04:05Z", s.RunAt.Format(time.RFC3339))
 		}},
-		{"http", `{"steps":[{"id":"h","action":"http","url":"https://example.com/x?y=1"}]}`, func(t *testing.T, s *JobSpec) {
-			require.Equal(t, "https://example.com/x?y=1", s.Steps[0].URL)
+		{"replan steps validated and filled", `{"queue":"q","steps":[{"id":"a","action":{"type":"fail","class":"replan","steps":[{"id":"b","action":{"type":"worker"}}]}}]}`, func(t *testing.T, s *JobSpec) {
+			require.Equal(t, "q", s.Steps[0].Action.Steps[0].Action.Queue)
 		}},
-		{"retry partially given", `{"steps":[{"id":"a","action":"pass","retry":{"max_attempts":0,"backoff":"linear","initial_delay_ms":60000}}]}`, func(t *testing.T, s *JobSpec) {
+		{"fail with class", `{"steps":[{"id":"f","action":{"type":"fail","class":"needs_user","message":"why"}}]}`, func(t *testing.T, s *JobSpec) {
+			require.Equal(t, string(ClassNeedsUser), s.Steps[0].Action.Class)
+			require.Equal(t, "why", s.Steps[0].Action.Message)
+		}},
+		{"http", `{"steps":[{"id":"h","action":{"type":"http","url":"https://example.com/x?y=1"}}]}`, func(t *testing.T, s *JobSpec) {
+			require.Equal(t, "https://example.com/x?y=1", s.Steps[0].Action.URL)
+		}},
+		{"retry partially given", `{"steps":[{"id":"a","action":{"type":"pass"},"retry":{"max_attempts":0,"backoff":"linear","initial_delay_ms":60000}}]}`, func(t *testing.T, s *JobSpec) {
 			require.Equal(t, RetryPolicy{MaxAttempts: 3, Backoff: BackoffLinear, InitialDelayMS: i64(60000), MaxDelayMS: i64(60000)}, *s.Steps[0].Retry)
 		}},
-		{"retry bounds accepted", `{"steps":[{"id":"a","action":"pass","retry":{"max_attempts":100,"backoff":"fixed","initial_delay_ms":0,"max_delay_ms":0,"jitter":true}}]}`, func(t *testing.T, s *JobSpec) {
+		{"retry bounds accepted", `{"steps":[{"id":"a","action":{"type":"pass"},"retry":{"max_attempts":100,"backoff":"fixed","initial_delay_ms":0,"max_delay_ms":0,"jitter":true}}]}`, func(t *testing.T, s *JobSpec) {
 			require.Equal(t, RetryPolicy{MaxAttempts: 100, Backoff: BackoffFixed, InitialDelayMS: i64(0), MaxDelayMS: i64(0), Jitter: true}, *s.Steps[0].Retry)
 		}},
-		{"id charset and length", fmt.Sprintf(`{"steps":[{"id":"A-z_0.9","action":"pass"},{"id":%q,"action":"pass"}]}`, strings.Repeat("x", 64)), func(t *testing.T, s *JobSpec) {
+		{"id charset and length", fmt.Sprintf(`{"steps":[{"id":"A-z_0.9","action":{"type":"pass"}},{"id":%q,"action":{"type":"pass"}}]}`, strings.Repeat("x", 64)), func(t *testing.T, s *JobSpec) {
 			require.Len(t, s.Steps, 2)
 			require.NotSame(t, s.Steps[0].Retry, s.Steps[1].Retry)
 		}},
 		{"hundred steps", manySteps(MaxSteps), func(t *testing.T, s *JobSpec) {
 			require.Len(t, s.Steps, MaxSteps)
 		}},
-		{"surrounding whitespace", " \n{\"steps\":[{\"id\":\"a\",\"action\":\"pass\"}]}\n\t", func(t *testing.T, s *JobSpec) {
+		{"surrounding whitespace", " \n{\"steps\":[{\"id\":\"a\",\"action\":{\"type\":\"pass\"}}]}\n\t", func(t *testing.T, s *JobSpec) {
 			require.Len(t, s.Steps, 1)
 		}},
 	} {
@@ -95,7 +104,7 @@ func TestParseJobSpecDefaults(t *testing.T) {
 func manySteps(n int) string {
 	steps := make([]string, n)
 	for i := range steps {
-		steps[i] = fmt.Sprintf(`{"id":"s%d","action":"pass"}`, i)
+		steps[i] = fmt.Sprintf(`{"id":"s%d","action":{"type":"pass"}}`, i)
 	}
 	return `{"steps":[` + strings.Join(steps, ",") + `]}`
 }
@@ -114,62 +123,78 @@ func TestParseJobSpecErrors(t *testing.T) {
 		{"empty body", ``, "body"},
 		{"blank body", " \n\t", "body"},
 		{"not an object", `[]`, "body"},
-		{"trailing data", `{"steps":[{"id":"a","action":"pass"}]} x`, "body"},
-		{"second object", `{"steps":[{"id":"a","action":"pass"}]}{}`, "body"},
-		{"unknown top-level field", `{"stepz":[],"steps":[{"id":"a","action":"pass"}]}`, "stepz"},
-		{"unknown step field", step(`"id":"a","action":"pass","retires":3`), "steps[0].retires"},
-		{"unknown retry field", step(`"id":"a","action":"pass","retry":{"attempts":3}`), "steps[0].retry.attempts"},
+		{"trailing data", `{"steps":[{"id":"a","action":{"type":"pass"}}]} x`, "body"},
+		{"second object", `{"steps":[{"id":"a","action":{"type":"pass"}}]}{}`, "body"},
+		{"unknown top-level field", `{"stepz":[],"steps":[{"id":"a","action":{"type":"pass"}}]}`, "stepz"},
+		{"unknown step field", step(`"id":"a","action":{"type":"pass"},"retires":3`), "steps[0].retires"},
+		{"unknown retry field", step(`"id":"a","action":{"type":"pass"},"retry":{"attempts":3}`), "steps[0].retry.attempts"},
 		{"steps wrong type", `{"steps":"x"}`, "steps"},
-		{"priority wrong type", `{"priority":"high","steps":[{"id":"a","action":"pass"}]}`, "priority"},
-		{"priority fractional", `{"priority":1.5,"steps":[{"id":"a","action":"pass"}]}`, "priority"},
+		{"priority wrong type", `{"priority":"high","steps":[{"id":"a","action":{"type":"pass"}}]}`, "priority"},
+		{"priority fractional", `{"priority":1.5,"steps":[{"id":"a","action":{"type":"pass"}}]}`, "priority"},
 		{"null body", `null`, "steps"},
 		{"no steps", `{}`, "steps"},
 		{"empty steps", `{"steps":[]}`, "steps"},
 		{"too many steps", manySteps(MaxSteps + 1), "steps"},
-		{"duplicate ids", `{"steps":[{"id":"a","action":"pass"},{"id":"a","action":"pass"}]}`, "steps[1].id"},
-		{"missing id", step(`"action":"pass"`), "steps[0].id"},
-		{"bad id chars", step(`"id":"a b","action":"pass"`), "steps[0].id"},
-		{"id slash", step(`"id":"a/b","action":"pass"`), "steps[0].id"},
-		{"id too long", step(fmt.Sprintf(`"id":%q,"action":"pass"`, strings.Repeat("x", 65))), "steps[0].id"},
-		{"bad id in second step", `{"steps":[{"id":"a","action":"pass"},{"id":"ü","action":"pass"}]}`, "steps[1].id"},
-		{"unknown action", step(`"id":"a","action":"explode"`), "steps[0].action"},
-		{"missing action", step(`"id":"a"`), "steps[0].action"},
-		{"action in second step", `{"steps":[{"id":"a","action":"pass"},{"id":"b","action":"PASS"}]}`, "steps[1].action"},
-		{"sleep without seconds", step(`"id":"a","action":"sleep"`), "steps[0].seconds"},
-		{"sleep negative", step(`"id":"a","action":"sleep","seconds":-1`), "steps[0].seconds"},
-		{"sleep too long", step(`"id":"a","action":"sleep","seconds":270.5`), "steps[0].seconds"},
-		{"sleep timeout too long", step(`"id":"a","action":"sleep","seconds":1,"timeout_seconds":271`), "steps[0].timeout_seconds"},
-		{"fail without class", step(`"id":"a","action":"fail"`), "steps[0].class"},
-		{"fail bad class", step(`"id":"a","action":"fail","class":"flaky"`), "steps[0].class"},
-		{"http without url", step(`"id":"a","action":"http"`), "steps[0].url"},
-		{"http relative url", step(`"id":"a","action":"http","url":"/x"`), "steps[0].url"},
-		{"http ftp url", step(`"id":"a","action":"http","url":"ftp://example.com/x"`), "steps[0].url"},
-		{"http no host", step(`"id":"a","action":"http","url":"https:///x"`), "steps[0].url"},
-		{"http garbage url", step(`"id":"a","action":"http","url":"http://[::1"`), "steps[0].url"},
-		{"url on pass", step(`"id":"a","action":"pass","url":"https://example.com"`), "steps[0].url"},
-		{"seconds on pass", step(`"id":"a","action":"pass","seconds":1`), "steps[0].seconds"},
-		{"class on sleep", step(`"id":"a","action":"sleep","seconds":1,"class":"fatal"`), "steps[0].class"},
-		{"message on pass", step(`"id":"a","action":"pass","message":"m"`), "steps[0].message"},
-		{"queue on http", step(`"id":"a","action":"http","url":"https://x.io","queue":"q"`), "steps[0].queue"},
-		{"lease_seconds on pass", step(`"id":"a","action":"pass","lease_seconds":5`), "steps[0].lease_seconds"},
-		{"worker queue with spaces", step(`"id":"a","action":"worker","queue":"a b"`), "steps[0].queue"},
-		{"worker lease negative", step(`"id":"a","action":"worker","lease_seconds":-1`), "steps[0].lease_seconds"},
-		{"worker lease too long", step(`"id":"a","action":"worker","lease_seconds":43201`), "steps[0].lease_seconds"},
-		{"worker timeout too long", step(`"id":"a","action":"worker","timeout_seconds":43201`), "steps[0].timeout_seconds"},
-		{"timeout too large for built-in", step(`"id":"a","action":"pass","timeout_seconds":271`), "steps[0].timeout_seconds"},
-		{"timeout negative", step(`"id":"a","action":"pass","timeout_seconds":-5`), "steps[0].timeout_seconds"},
-		{"max_attempts negative", step(`"id":"a","action":"pass","retry":{"max_attempts":-1}`), "steps[0].retry.max_attempts"},
-		{"max_attempts too many", step(`"id":"a","action":"pass","retry":{"max_attempts":101}`), "steps[0].retry.max_attempts"},
-		{"backoff bogus", step(`"id":"a","action":"pass","retry":{"backoff":"bogus"}`), "steps[0].retry.backoff"},
-		{"initial delay negative", step(`"id":"a","action":"pass","retry":{"initial_delay_ms":-1}`), "steps[0].retry.initial_delay_ms"},
-		{"initial delay too long", step(`"id":"a","action":"pass","retry":{"initial_delay_ms":604800001}`), "steps[0].retry.initial_delay_ms"},
-		{"max delay below initial", step(`"id":"a","action":"pass","retry":{"initial_delay_ms":5000,"max_delay_ms":4999}`), "steps[0].retry.max_delay_ms"},
-		{"max delay too long", step(`"id":"a","action":"pass","retry":{"max_delay_ms":604800001}`), "steps[0].retry.max_delay_ms"},
-		{"retry in second step", `{"steps":[{"id":"a","action":"pass"},{"id":"b","action":"pass","retry":{"backoff":"x"}}]}`, "steps[1].retry.backoff"},
-		{"priority 3", `{"priority":3,"steps":[{"id":"a","action":"pass"}]}`, "priority"},
-		{"priority negative", `{"priority":-1,"steps":[{"id":"a","action":"pass"}]}`, "priority"},
-		{"queue with spaces", `{"queue":"my queue","steps":[{"id":"a","action":"pass"}]}`, "queue"},
-		{"queue too long", fmt.Sprintf(`{"queue":%q,"steps":[{"id":"a","action":"pass"}]}`, strings.Repeat("q", 41)), "queue"},
+		{"duplicate ids", `{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"a","action":{"type":"pass"}}]}`, "steps[1].id"},
+		{"missing id", step(`"action":{"type":"pass"}`), "steps[0].id"},
+		{"bad id chars", step(`"id":"a b","action":{"type":"pass"}`), "steps[0].id"},
+		{"id slash", step(`"id":"a/b","action":{"type":"pass"}`), "steps[0].id"},
+		{"id too long", step(fmt.Sprintf(`"id":%q,"action":{"type":"pass"}`, strings.Repeat("x", 65))), "steps[0].id"},
+		{"bad id in second step", `{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"ü","action":{"type":"pass"}}]}`, "steps[1].id"},
+		{"unknown action", step(`"id":"a","action":{"type":"explode"}`), "steps[0].action.type"},
+		{"missing action", step(`"id":"a"`), "steps[0].action.type"},
+		{"action as a bare string", step(`"id":"a","action":"pass"`), "steps[0].action"},
+		{"action without type", step(`"id":"a","action":{"url":"https://x.io"}`), "steps[0].action.url"},
+		{"action in second step", `{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"b","action":{"type":"PASS"}}]}`, "steps[1].action.type"},
+		{"sleep without seconds", step(`"id":"a","action":{"type":"sleep"}`), "steps[0].action.seconds"},
+		{"sleep negative", step(`"id":"a","action":{"type":"sleep","seconds":-1}`), "steps[0].action.seconds"},
+		{"sleep over a year", step(`"id":"a","action":{"type":"sleep","seconds":31536000.5}`), "steps[0].action.seconds"},
+		{"timeout on sleep", step(`"id":"a","action":{"type":"sleep","seconds":1},"timeout_seconds":5`), "steps[0].timeout_seconds"},
+		{"retry on sleep", step(`"id":"a","action":{"type":"sleep","seconds":1},"retry":{"max_attempts":2}`), "steps[0].retry"},
+		{"wait without signal", step(`"id":"a","action":{"type":"wait"}`), "steps[0].action.signal"},
+		{"wait bad signal", step(`"id":"a","action":{"type":"wait","signal":"a b"}`), "steps[0].action.signal"},
+		{"wait deadline over a year", step(`"id":"a","action":{"type":"wait","signal":"s","timeout_seconds":31536001}`), "steps[0].action.timeout_seconds"},
+		{"wait step timeout", step(`"id":"a","action":{"type":"wait","signal":"s"},"timeout_seconds":5`), "steps[0].timeout_seconds"},
+		{"signal on approval", step(`"id":"a","action":{"type":"approval","signal":"s"}`), "steps[0].action.signal"},
+		{"approval deadline negative", step(`"id":"a","action":{"type":"approval","timeout_seconds":-1}`), "steps[0].action.timeout_seconds"},
+		{"approval retry", step(`"id":"a","action":{"type":"approval"},"retry":{"max_attempts":2}`), "steps[0].retry"},
+		{"action timeout on pass", step(`"id":"a","action":{"type":"pass","timeout_seconds":5}`), "steps[0].action.timeout_seconds"},
+		{"prompt without needs_user", step(`"id":"a","action":{"type":"fail","class":"fatal","prompt":"p"}`), "steps[0].action.prompt"},
+		{"steps without replan", step(`"id":"a","action":{"type":"fail","class":"fatal","steps":[]}`), "steps[0].action.steps"},
+		{"replan step invalid", step(`"id":"a","action":{"type":"fail","class":"replan","steps":[{"id":"b","action":{"type":"http"}}]}`), "steps[0].action.steps[0].action.url"},
+		{"replan step id taken", `{"steps":[{"id":"a","action":{"type":"fail","class":"replan","steps":[{"id":"z","action":{"type":"pass"}}]}},{"id":"z","action":{"type":"pass"}}]}`, "steps[0].action.steps[0].id"},
+		{"run_at not a time", `{"run_at":"tomorrow","steps":[{"id":"a","action":{"type":"pass"}}]}`, "run_at"},
+		{"fail without class", step(`"id":"a","action":{"type":"fail"}`), "steps[0].action.class"},
+		{"fail bad class", step(`"id":"a","action":{"type":"fail","class":"flaky"}`), "steps[0].action.class"},
+		{"http without url", step(`"id":"a","action":{"type":"http"}`), "steps[0].action.url"},
+		{"http relative url", step(`"id":"a","action":{"type":"http","url":"/x"}`), "steps[0].action.url"},
+		{"http ftp url", step(`"id":"a","action":{"type":"http","url":"ftp://example.com/x"}`), "steps[0].action.url"},
+		{"http no host", step(`"id":"a","action":{"type":"http","url":"https:///x"}`), "steps[0].action.url"},
+		{"http garbage url", step(`"id":"a","action":{"type":"http","url":"http://[::1"}`), "steps[0].action.url"},
+		{"url on pass", step(`"id":"a","action":{"type":"pass","url":"https://example.com"}`), "steps[0].action.url"},
+		{"seconds on pass", step(`"id":"a","action":{"type":"pass","seconds":1}`), "steps[0].action.seconds"},
+		{"class on sleep", step(`"id":"a","action":{"type":"sleep","seconds":1,"class":"fatal"}`), "steps[0].action.class"},
+		{"message on pass", step(`"id":"a","action":{"type":"pass","message":"m"}`), "steps[0].action.message"},
+		{"queue on http", step(`"id":"a","action":{"type":"http","url":"https://x.io","queue":"q"}`), "steps[0].action.queue"},
+		{"lease_seconds on pass", step(`"id":"a","action":{"type":"pass","lease_seconds":5}`), "steps[0].action.lease_seconds"},
+		{"worker queue with spaces", step(`"id":"a","action":{"type":"worker","queue":"a b"}`), "steps[0].action.queue"},
+		{"worker lease negative", step(`"id":"a","action":{"type":"worker","lease_seconds":-1}`), "steps[0].action.lease_seconds"},
+		{"worker lease too long", step(`"id":"a","action":{"type":"worker","lease_seconds":43201}`), "steps[0].action.lease_seconds"},
+		{"worker timeout too long", step(`"id":"a","action":{"type":"worker"},"timeout_seconds":43201`), "steps[0].timeout_seconds"},
+		{"timeout too large for built-in", step(`"id":"a","action":{"type":"pass"},"timeout_seconds":271`), "steps[0].timeout_seconds"},
+		{"timeout negative", step(`"id":"a","action":{"type":"pass"},"timeout_seconds":-5`), "steps[0].timeout_seconds"},
+		{"max_attempts negative", step(`"id":"a","action":{"type":"pass"},"retry":{"max_attempts":-1}`), "steps[0].retry.max_attempts"},
+		{"max_attempts too many", step(`"id":"a","action":{"type":"pass"},"retry":{"max_attempts":101}`), "steps[0].retry.max_attempts"},
+		{"backoff bogus", step(`"id":"a","action":{"type":"pass"},"retry":{"backoff":"bogus"}`), "steps[0].retry.backoff"},
+		{"initial delay negative", step(`"id":"a","action":{"type":"pass"},"retry":{"initial_delay_ms":-1}`), "steps[0].retry.initial_delay_ms"},
+		{"initial delay too long", step(`"id":"a","action":{"type":"pass"},"retry":{"initial_delay_ms":604800001}`), "steps[0].retry.initial_delay_ms"},
+		{"max delay below initial", step(`"id":"a","action":{"type":"pass"},"retry":{"initial_delay_ms":5000,"max_delay_ms":4999}`), "steps[0].retry.max_delay_ms"},
+		{"max delay too long", step(`"id":"a","action":{"type":"pass"},"retry":{"max_delay_ms":604800001}`), "steps[0].retry.max_delay_ms"},
+		{"retry in second step", `{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"b","action":{"type":"pass"},"retry":{"backoff":"x"}}]}`, "steps[1].retry.backoff"},
+		{"priority 3", `{"priority":3,"steps":[{"id":"a","action":{"type":"pass"}}]}`, "priority"},
+		{"priority negative", `{"priority":-1,"steps":[{"id":"a","action":{"type":"pass"}}]}`, "priority"},
+		{"queue with spaces", `{"queue":"my queue","steps":[{"id":"a","action":{"type":"pass"}}]}`, "queue"},
+		{"queue too long", fmt.Sprintf(`{"queue":%q,"steps":[{"id":"a","action":{"type":"pass"}}]}`, strings.Repeat("q", 41)), "queue"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -189,17 +214,17 @@ func TestParseJobSpecWrongTypeInsideStep(t *testing.T) {
 	t.Parallel()
 	// The decoder reports the path without the index; it still names the
 	// field and answers 400.
-	_, err := ParseJobSpec([]byte(step(`"id":"a","action":"sleep","seconds":"x"`)))
+	_, err := ParseJobSpec([]byte(step(`"id":"a","action":{"type":"sleep","seconds":"x"}`)))
 	var de *Error
 	require.ErrorAs(t, err, &de)
 	require.Equal(t, CodeInvalid, de.Code)
-	require.Contains(t, de.Field, "seconds")
+	require.Equal(t, "steps[0].action.seconds", de.Field)
 }
 
 func TestParseJobSpecTooLarge(t *testing.T) {
 	t.Parallel()
 	pad := strings.Repeat(" ", MaxBodyBytes)
-	body := []byte(`{"steps":[{"id":"a","action":"pass"}]}` + pad)
+	body := []byte(`{"steps":[{"id":"a","action":{"type":"pass"}}]}` + pad)
 	require.Greater(t, len(body), MaxBodyBytes)
 	s, err := ParseJobSpec(body)
 	require.Nil(t, s)

@@ -7,7 +7,7 @@ package domain
 import "strings"
 
 // StepState is the canonical state of one step (the step machine's thirteen
-// states, plus CANCELED and TIMED_OUT; docs/model.md#step-states).
+// states, plus CANCELED, TIMED_OUT and WAITING; docs/model.md#step-states).
 type StepState string
 
 const (
@@ -26,6 +26,9 @@ const (
 	StepLeaseTimeout      StepState = "LEASE_TIMEOUT"
 	StepCanceled          StepState = "CANCELED"
 	StepTimedOut          StepState = "TIMED_OUT"
+	// StepWaiting: a sleep or wait step holds its job until its time comes
+	// or its signal arrives; nothing runs it.
+	StepWaiting StepState = "WAITING"
 )
 
 // AllStepStates lists every step state, in lifecycle order.
@@ -33,11 +36,12 @@ func AllStepStates() []StepState {
 	return []StepState{
 		StepPending, StepWaitingDeps, StepLeased, StepRunning, StepSucceeded,
 		StepFailedRetryable, StepRetrying, StepFailedResource, StepSwitchingResource,
-		StepFailedFatal, StepFailed, StepNeedsUser, StepLeaseTimeout, StepCanceled, StepTimedOut,
+		StepFailedFatal, StepFailed, StepNeedsUser, StepLeaseTimeout, StepCanceled, StepTimedOut, StepWaiting,
 	}
 }
 
-// Terminal reports whether no transition leaves s.
+// Terminal reports whether s ends the step within a run of its job: only a
+// redrive of the failed job reopens a FAILED or CANCELED step.
 func (s StepState) Terminal() bool {
 	return s == StepSucceeded || s == StepFailed || s == StepCanceled
 }

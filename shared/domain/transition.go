@@ -28,6 +28,9 @@ const (
 	StepEvTimeOut        StepEvent = "time_out"        // the attempt ran past timeout_seconds
 	StepEvCancel         StepEvent = "cancel"          // the job was cancelled
 	StepEvResume         StepEvent = "resume"          // a person answered: the step runs again with their input
+	StepEvWait           StepEvent = "wait"            // a sleep or wait step starts waiting
+	StepEvWake           StepEvent = "wake"            // its time came, or its signal arrived
+	StepEvRedrive        StepEvent = "redrive"         // the failed job runs again from this step
 )
 
 // Transition is one row of a transition table: the event moves any of Sources
@@ -57,11 +60,15 @@ var stepTransitions = []Transition[StepState, StepEvent]{
 	{StepEvReject, []StepState{StepNeedsUser}, StepFailed},
 	{StepEvLeaseTimeout, []StepState{StepLeased, StepRunning}, StepLeaseTimeout},
 	{StepEvRequeue, []StepState{StepLeaseTimeout}, StepPending},
-	{StepEvTimeOut, []StepState{StepRunning, StepNeedsUser}, StepTimedOut},
+	{StepEvTimeOut, []StepState{StepRunning, StepNeedsUser, StepWaiting}, StepTimedOut},
 	{StepEvResume, []StepState{StepNeedsUser}, StepPending},
+	{StepEvWait, []StepState{StepPending}, StepWaiting},
+	{StepEvWake, []StepState{StepWaiting}, StepSucceeded},
+	{StepEvRedrive, []StepState{StepFailed, StepCanceled}, StepPending},
 	{StepEvCancel, []StepState{
 		StepPending, StepWaitingDeps, StepLeased, StepRunning, StepFailedRetryable, StepRetrying,
 		StepFailedResource, StepSwitchingResource, StepFailedFatal, StepNeedsUser, StepLeaseTimeout, StepTimedOut,
+		StepWaiting,
 	}, StepCanceled},
 }
 
@@ -85,6 +92,17 @@ const (
 	JobEvCancelled     JobEvent = "job_cancelled"
 )
 
+// Notes are job-level events that move no state, as the formal machine's
+// other events (plan_generated, node_started ...) do not: replay passes
+// over them (docs/model.md#event-log-and-replay).
+const (
+	NoteSignalReceived = "signal_received" // a signal arrived (kept for a wait not reached yet, or taken by one)
+	NoteReplanned      = "job_replanned"   // a replan put new steps in a failed step's place
+)
+
+// IsNote reports whether an event type is a note.
+func IsNote(typ string) bool { return typ == NoteSignalReceived || typ == NoteReplanned }
+
 // JobInitial is the pseudo-state before job_created.
 const JobInitial JobState = ""
 
@@ -100,7 +118,9 @@ const JobInitial JobState = ""
 // job_leased and job_running from WAITING (in a DAG one branch runs while
 // another waits on a person, as the agent platform's parallel steps do:
 // docs/model.md#formal-job-machine); job_waiting from QUEUED (an approval
-// gate opens before any step ran: docs/model.md#approval-gated-runs).
+// gate opens before any step ran: docs/model.md#approval-gated-runs);
+// job_completed and job_failed from PARKED (a signal that satisfies the
+// last wait completes the job; a parked wait's deadline fails it).
 var jobTransitions = []Transition[JobState, JobEvent]{
 	{JobEvCreated, []JobState{JobInitial}, JobQueued},
 	{JobEvQueued, []JobState{JobInitial}, JobQueued},
@@ -111,8 +131,8 @@ var jobTransitions = []Transition[JobState, JobEvent]{
 	{JobEvParked, []JobState{JobWaiting}, JobParked},
 	{JobEvRetrying, []JobState{JobRunning}, JobRetrying},
 	{JobEvWaitCompleted, []JobState{JobQueued, JobRunning, JobWaiting, JobParked, JobRetrying}, JobQueued},
-	{JobEvCompleted, []JobState{JobRunning, JobWaiting}, JobCompleted},
-	{JobEvFailed, []JobState{JobRunning, JobWaiting, JobRetrying}, JobFailed},
+	{JobEvCompleted, []JobState{JobRunning, JobWaiting, JobParked}, JobCompleted},
+	{JobEvFailed, []JobState{JobRunning, JobWaiting, JobParked, JobRetrying}, JobFailed},
 	{JobEvCancelled, []JobState{JobQueued, JobRunning, JobWaiting, JobParked, JobRetrying}, JobCancelled},
 }
 

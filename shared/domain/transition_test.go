@@ -15,7 +15,7 @@ var allStepEvents = []StepEvent{
 	StepEvWaitDeps, StepEvDepsMet, StepEvLease, StepEvStart, StepEvSucceed, StepEvFailRetryable,
 	StepEvRetry, StepEvFailResource, StepEvSwitchResource, StepEvFailFatal, StepEvFail,
 	StepEvNeedsUser, StepEvApprove, StepEvReject, StepEvLeaseTimeout, StepEvRequeue,
-	StepEvTimeOut, StepEvCancel, StepEvResume,
+	StepEvTimeOut, StepEvCancel, StepEvResume, StepEvWait, StepEvWake, StepEvRedrive,
 }
 
 // allJobEvents is every JobEvent constant, written out by hand.
@@ -185,13 +185,17 @@ func TestTerminalStatesHaveNoWayOut(t *testing.T) {
 		}
 		return evs
 	}
+	// Within a run nothing leaves a terminal step; only a redrive of the
+	// failed job reopens its failed and cancelled steps.
 	for _, s := range []StepState{StepSucceeded, StepFailed, StepCanceled} {
 		require.True(t, s.Terminal())
-		require.Empty(t, stepOut(s), "terminal step state %s", s)
+		require.Empty(t, slices.DeleteFunc(stepOut(s), func(e StepEvent) bool { return e == StepEvRedrive }), "terminal step state %s", s)
 	}
-	// Terminal() is exactly "no outgoing row" for steps.
+	require.Empty(t, stepOut(StepSucceeded))
+	// Terminal() is exactly "no outgoing row but redrive" for steps.
 	for _, s := range AllStepStates() {
-		require.Equal(t, s.Terminal(), len(stepOut(s)) == 0, "step state %s", s)
+		out := slices.DeleteFunc(stepOut(s), func(e StepEvent) bool { return e == StepEvRedrive })
+		require.Equal(t, s.Terminal(), len(out) == 0, "step state %s", s)
 	}
 	for _, s := range []JobState{JobCompleted, JobCancelled} {
 		require.True(t, s.Terminal())
@@ -231,6 +235,7 @@ var widened = map[JobState][]JobEvent{
 	JobRetrying: {JobEvCancelled, JobEvFailed},                                         // cancel while backing off
 	JobRunning:  {JobEvRetrying},                                                       // explicit RETRYING
 	JobWaiting:  {JobEvParked, JobEvCompleted, JobEvFailed, JobEvLeased, JobEvRunning}, // approval gate approved / rejected; a DAG branch runs while another waits
+	JobParked:   {JobEvCompleted, JobEvFailed},                                         // a signal satisfies the last wait; a parked wait's deadline passes
 }
 
 func TestJobTableAgainstSeed002(t *testing.T) {
@@ -272,7 +277,7 @@ func TestStepEventTypes(t *testing.T) {
 
 func TestStateListsAreComplete(t *testing.T) {
 	t.Parallel()
-	require.Len(t, AllStepStates(), 15)
+	require.Len(t, AllStepStates(), 16)
 	require.Len(t, AllJobStates(), 8)
 	require.Len(t, AllAttemptStates(), 6)
 	for _, lists := range [][]string{

@@ -41,6 +41,10 @@ type Engine struct {
 	// P0Tenants may submit priority 0; nil lets every tenant
 	// (STEPFLOW_P0_TENANTS).
 	P0Tenants map[string]bool
+	// TimerThreshold is the longest delay the queue sends as an SQS delay
+	// (a longer one goes through a Step Functions timer); a job whose waits
+	// all end beyond it is PARKED (STEPFLOW_TIMER_THRESHOLD).
+	TimerThreshold time.Duration
 
 	rngMu sync.Mutex
 	rng   *mrand.Rand
@@ -230,13 +234,11 @@ func (e *Engine) Submit(ctx context.Context, tenant string, body []byte, idemKey
 	if err != nil {
 		return nil, false, err
 	}
-	for i, st := range spec.Steps {
-		if st.Action != domain.ActionHTTP || e.Runner == nil {
-			continue
-		}
-		if err := e.Runner.CheckTarget(st.URL); err != nil { // "<url> refused: <rule>"
-			return nil, false, domain.Invalid(fmt.Sprintf("steps[%d].url", i), "%s", err.Error())
-		}
+	if err := e.checkTargets(spec.Steps, "steps"); err != nil {
+		return nil, false, err
+	}
+	if spec.RunAt != nil && spec.RunAt.Sub(e.now()) > domain.MaxWaitSeconds*time.Second {
+		return nil, false, domain.Invalid("run_at", "is more than a year ahead")
 	}
 	if len(idemKey) > 255 {
 		return nil, false, domain.Invalid("Idempotency-Key", "is %d characters; the limit is 255", len(idemKey))
@@ -244,9 +246,10 @@ func (e *Engine) Submit(ctx context.Context, tenant string, body []byte, idemKey
 	if *spec.Priority == 0 && e.P0Tenants != nil && !e.P0Tenants[tenant] {
 		return nil, false, domain.Invalid("priority", "tenant %s may not submit priority 0 (P0); use 1 or 2, or ask an operator to add it to STEPFLOW_P0_TENANTS", tenant)
 	}
-	if err := e.ensureWorkerQueues(ctx, tenant, spec); err != nil {
+	if err := e.ensureWorkerQueues(ctx, tenant, spec.Steps, "steps"); err != nil {
 		return nil, false, err
 	}
+	spec.ParkAfter = e.TimerThreshold
 	now := e.now()
 	id := e.newID(now)
 	j, err := domain.NewJob(tenant, id, spec, idemKey, now)
@@ -263,14 +266,8 @@ func (e *Engine) Submit(ctx context.Context, tenant string, body []byte, idemKey
 	// A replay of a job that has not started yet dispatches again: the
 	// first request may have died between its write and its send, and a
 	// duplicate message finds nothing to do.
-	if created || j.State == domain.JobQueued {
-		var ds []domain.Dispatch
-		for _, s := range j.Runnable() {
-			if s.Attempt == 0 {
-				ds = append(ds, domain.Dispatch{Step: s})
-			}
-		}
-		e.dispatch(ctx, j, ds)
+	if created || !j.Started() {
+		e.dispatch(ctx, j, j.Outstanding(e.now()))
 	}
 	return j, created, nil
 }
@@ -290,24 +287,43 @@ func ParseTenantList(v string) map[string]bool {
 	return m
 }
 
-// ensureWorkerQueues makes the worker queues a submission names before the
-// job is written, so a tenant over its bound is refused with nothing
-// written, and a claim never has to create a queue.
-func (e *Engine) ensureWorkerQueues(ctx context.Context, tenant string, spec *domain.JobSpec) error {
-	done := map[string]bool{}
-	for i, st := range spec.Steps {
-		if st.Action != domain.ActionWorker || done[st.Queue] {
-			continue
-		}
-		done[st.Queue] = true
-		if err := e.Queue.EnsureWorkerQueue(ctx, tenant, st.Queue); err != nil {
-			if de := (*domain.Error)(nil); errors.As(err, &de) && de.Code == domain.CodeInvalid {
-				return domain.Invalid(fmt.Sprintf("steps[%d].queue", i), "%s", de.Message)
-			}
-			return fmt.Errorf("worker queue %q: %w", st.Queue, err)
-		}
+// checkTargets refuses, before anything is written, an http step (or one a
+// replan would add) whose url the network guard never lets through.
+func (e *Engine) checkTargets(steps []domain.StepSpec, field string) error {
+	if e.Runner == nil {
+		return nil
 	}
-	return nil
+	return domain.WalkSteps(steps, field, func(f string, st *domain.StepSpec) error {
+		if st.Action.Type != domain.ActionHTTP {
+			return nil
+		}
+		if err := e.Runner.CheckTarget(st.Action.URL); err != nil { // "<url> refused: <rule>"
+			return domain.Invalid(f+".action.url", "%s", err.Error())
+		}
+		return nil
+	})
+}
+
+// ensureWorkerQueues makes the worker queues steps name (with those a
+// replan of them would add) before anything is written, so a tenant over
+// its bound is refused with nothing written, and a claim never has to
+// create a queue.
+func (e *Engine) ensureWorkerQueues(ctx context.Context, tenant string, steps []domain.StepSpec, field string) error {
+	done := map[string]bool{}
+	return domain.WalkSteps(steps, field, func(f string, st *domain.StepSpec) error {
+		q := st.Action.Queue
+		if st.Action.Type != domain.ActionWorker || done[q] {
+			return nil
+		}
+		done[q] = true
+		if err := e.Queue.EnsureWorkerQueue(ctx, tenant, q); err != nil {
+			if de := (*domain.Error)(nil); errors.As(err, &de) && de.Code == domain.CodeInvalid {
+				return domain.Invalid(f+".action.queue", "%s", de.Message)
+			}
+			return fmt.Errorf("worker queue %q: %w", q, err)
+		}
+		return nil
+	})
 }
 
 // requestHash identifies a request body for idempotency, ignoring white
@@ -373,7 +389,7 @@ func (e *Engine) Cancel(ctx context.Context, tenant, id string) (*domain.Job, er
 	j, err := e.mutate(ctx, tenant, id, func(j *domain.Job, now time.Time) error {
 		tokens = tokens[:0]
 		for _, s := range j.Steps {
-			if s.Lease != nil && s.Lease.Token != "" && s.Spec.Action == domain.ActionWorker {
+			if s.Lease != nil && s.Lease.Token != "" && s.Spec.Action.Type == domain.ActionWorker {
 				tokens = append(tokens, s.Lease.Token)
 			}
 		}

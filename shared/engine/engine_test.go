@@ -194,7 +194,7 @@ func eventTypes(j *domain.Job) []string {
 func TestPassJobCompletes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	j := b.submit(t, tenantA, `{"steps":[{"id":"hello","action":"pass"}],"payload":{"hi":1}}`)
+	j := b.submit(t, tenantA, `{"steps":[{"id":"hello","action":{"type":"pass"}}],"payload":{"hi":1}}`)
 	require.Equal(t, domain.JobQueued, j.State)
 
 	d := b.takeOne(t)
@@ -219,9 +219,9 @@ func TestThreeStepsRunInOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	j := b.submit(t, tenantA, `{"payload":{"n":1},"steps":[
-		{"id":"fetch","action":"pass"},
-		{"id":"nap","action":"sleep","seconds":0},
-		{"id":"notify","action":"pass"}]}`)
+		{"id":"fetch","action":{"type":"pass"}},
+		{"id":"shape","action":{"type":"pass"}},
+		{"id":"notify","action":{"type":"pass"}}]}`)
 	var ran []string
 	for i := range 3 {
 		d := b.takeOne(t) // one step at a time: the next is sent when the one before succeeds
@@ -239,7 +239,7 @@ func TestThreeStepsRunInOrder(t *testing.T) {
 		}
 		require.Equal(t, engine.Executed, b.execute(t, d))
 	}
-	require.Equal(t, []string{"fetch", "nap", "notify"}, ran)
+	require.Equal(t, []string{"fetch", "shape", "notify"}, ran)
 	got := b.job(t, tenantA, j.ID)
 	require.Equal(t, domain.JobCompleted, got.State)
 	for _, s := range got.Steps {
@@ -251,7 +251,7 @@ func TestThreeStepsRunInOrder(t *testing.T) {
 func TestRetryableFailureIsRetriedAfterItsBackoff(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	j := b.submit(t, tenantA, `{"steps":[{"id":"flaky","action":"fail","class":"retryable","message":"busy",
+	j := b.submit(t, tenantA, `{"steps":[{"id":"flaky","action":{"type":"fail","class":"retryable","message":"busy"},
 		"retry":{"max_attempts":3,"backoff":"fixed","initial_delay_ms":10000}}]}`)
 	start := b.clock.Now()
 	require.Equal(t, engine.Executed, b.execute(t, b.takeOne(t)))
@@ -297,7 +297,7 @@ func TestRetryableFailureIsRetriedAfterItsBackoff(t *testing.T) {
 func TestFatalFailureIsNotRetried(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	j := b.submit(t, tenantA, `{"steps":[{"id":"boom","action":"fail","class":"fatal","retry":{"max_attempts":3}},{"id":"never","action":"pass"}]}`)
+	j := b.submit(t, tenantA, `{"steps":[{"id":"boom","action":{"type":"fail","class":"fatal"},"retry":{"max_attempts":3}},{"id":"never","action":{"type":"pass"}}]}`)
 	require.Equal(t, engine.Executed, b.execute(t, b.takeOne(t)))
 	got := b.job(t, tenantA, j.ID)
 	require.Equal(t, domain.JobFailed, got.State)
@@ -310,7 +310,7 @@ func TestFatalFailureIsNotRetried(t *testing.T) {
 	require.Equal(t, engine.SweepReport{}, b.sweep(t))
 }
 
-const workerJob = `{"payload":{"frame":7},"steps":[{"id":"render","action":"worker","queue":"gpu","lease_seconds":60,"retry":{"max_attempts":3}}]}`
+const workerJob = `{"payload":{"frame":7},"steps":[{"id":"render","action":{"type":"worker","queue":"gpu","lease_seconds":60},"retry":{"max_attempts":3}}]}`
 
 func TestWorkerClaimsAndHeartbeats(t *testing.T) {
 	t.Parallel()
@@ -459,7 +459,7 @@ func TestCancelFencesARunningWorker(t *testing.T) {
 func TestDuplicateDeliveryOfALeasedStepIsHeld(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	j := b.submit(t, tenantA, `{"steps":[{"id":"gate","action":"pass"}]}`)
+	j := b.submit(t, tenantA, `{"steps":[{"id":"gate","action":{"type":"pass"}}]}`)
 	started, release := b.gate.arm()
 	first := b.takeOne(t)
 	done := make(chan engine.ExecuteResult, 1)
@@ -494,7 +494,7 @@ func TestDuplicateDeliveryOfALeasedStepIsHeld(t *testing.T) {
 func TestHeldMessageComesBackAndFindsTheStepDone(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	j := b.submit(t, tenantA, `{"steps":[{"id":"gate","action":"pass"}]}`)
+	j := b.submit(t, tenantA, `{"steps":[{"id":"gate","action":{"type":"pass"}}]}`)
 	started, release := b.gate.arm()
 	first := b.takeOne(t)
 	done := make(chan error, 1)
@@ -523,7 +523,7 @@ func TestLostDispatchIsResentBySweep(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.lossy.drop.Store(1)
-	j := b.submit(t, tenantA, `{"steps":[{"id":"only","action":"pass"}]}`)
+	j := b.submit(t, tenantA, `{"steps":[{"id":"only","action":{"type":"pass"}}]}`)
 	require.Empty(t, b.queue.TakeReady(10), "the send was lost")
 
 	require.Zero(t, b.sweep(t).Due)
@@ -544,7 +544,7 @@ func TestSweepReDispatchesLessOftenEachTime(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.lossy.drop.Store(3) // the submit's send and the next two re-sends are lost
-	j := b.submit(t, tenantA, `{"steps":[{"id":"only","action":"pass"}]}`)
+	j := b.submit(t, tenantA, `{"steps":[{"id":"only","action":{"type":"pass"}}]}`)
 	b.clock.Advance(domain.DispatchGrace)
 	require.Equal(t, 1, b.sweep(t).Redispatched)
 	b.clock.Advance(domain.DispatchGrace)
@@ -561,8 +561,8 @@ func TestCorruptJobIsQuarantinedAndOthersServed(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.lossy.drop.Store(2)
-	bad := b.submit(t, tenantA, `{"steps":[{"id":"only","action":"pass"}]}`)
-	good := b.submit(t, tenantA, `{"steps":[{"id":"only","action":"pass"}]}`)
+	bad := b.submit(t, tenantA, `{"steps":[{"id":"only","action":{"type":"pass"}}]}`)
+	good := b.submit(t, tenantA, `{"steps":[{"id":"only","action":{"type":"pass"}}]}`)
 	require.NoError(t, b.store.Corrupt(tenantA, bad.ID))
 	_, err := b.e.Get(b.ctx, tenantA, bad.ID)
 	require.ErrorIs(t, err, domain.ErrUnreadable)
@@ -589,9 +589,9 @@ func TestHealthBacklogIsTheTenantsOwn(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	for range 12 {
-		b.submit(t, tenantA, `{"steps":[{"id":"only","action":"pass"}]}`)
+		b.submit(t, tenantA, `{"steps":[{"id":"only","action":{"type":"pass"}}]}`)
 	}
-	b.submit(t, tenantB, `{"steps":[{"id":"only","action":"pass"}]}`)
+	b.submit(t, tenantB, `{"steps":[{"id":"only","action":{"type":"pass"}}]}`)
 
 	h, err := b.e.Health(b.ctx, tenantA)
 	require.NoError(t, err)
@@ -624,7 +624,7 @@ func TestHealthCountsJobsBlockedOnAPerson(t *testing.T) {
 	b := setup(t)
 	var ids []string
 	for range 3 {
-		ids = append(ids, b.submit(t, tenantA, `{"steps":[{"id":"ask","action":"fail","class":"needs_user"}]}`).ID)
+		ids = append(ids, b.submit(t, tenantA, `{"steps":[{"id":"ask","action":{"type":"fail","class":"needs_user"}}]}`).ID)
 	}
 	b.drain(t)
 	h, err := b.e.Health(b.ctx, tenantA)
@@ -645,7 +645,7 @@ func TestHealthCountsJobsBlockedOnAPerson(t *testing.T) {
 func TestSubmitWithIdempotencyKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	body := `{"steps":[{"id":"only","action":"pass"}]}`
+	body := `{"steps":[{"id":"only","action":{"type":"pass"}}]}`
 	first, created, err := b.e.Submit(b.ctx, tenantA, []byte(body), "order-42")
 	require.NoError(t, err)
 	require.True(t, created)
@@ -658,7 +658,7 @@ func TestSubmitWithIdempotencyKey(t *testing.T) {
 	require.Equal(t, first.ID, again.ID)
 	require.ElementsMatch(t, []engine.ExecuteResult{engine.Executed, engine.Stale}, b.drain(t))
 
-	_, _, err = b.e.Submit(b.ctx, tenantA, []byte(`{"steps":[{"id":"other","action":"pass"}]}`), "order-42")
+	_, _, err = b.e.Submit(b.ctx, tenantA, []byte(`{"steps":[{"id":"other","action":{"type":"pass"}}]}`), "order-42")
 	require.ErrorIs(t, err, domain.ErrIdempotencyMismatch)
 	h, err := b.e.Health(b.ctx, tenantA)
 	require.NoError(t, err)
@@ -674,17 +674,17 @@ func TestSubmitPastTheWorkerQueueBoundWritesNothing(t *testing.T) {
 	e.Now = clock.Now
 	ctx := context.Background()
 	for _, q := range []string{"q1", "q2", "q1"} {
-		_, _, err := e.Submit(ctx, tenantA, fmt.Appendf(nil, `{"steps":[{"id":"w","action":"worker","queue":%q}]}`, q), "")
+		_, _, err := e.Submit(ctx, tenantA, fmt.Appendf(nil, `{"steps":[{"id":"w","action":{"type":"worker","queue":%q}}]}`, q), "")
 		require.NoError(t, err)
 	}
-	_, _, err := e.Submit(ctx, tenantA, []byte(`{"steps":[{"id":"a","action":"pass"},{"id":"w","action":"worker","queue":"q3"}]}`), "")
+	_, _, err := e.Submit(ctx, tenantA, []byte(`{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"w","action":{"type":"worker","queue":"q3"}}]}`), "")
 	var de *domain.Error
 	require.ErrorAs(t, err, &de)
 	require.Equal(t, domain.CodeInvalid, de.Code)
-	require.Equal(t, "steps[1].queue", de.Field)
+	require.Equal(t, "steps[1].action.queue", de.Field)
 	page, _, err := e.List(ctx, tenantA, engine.ListFilter{Limit: 100})
 	require.NoError(t, err)
 	require.Len(t, page, 3, "the refused job was not written")
-	_, _, err = e.Submit(ctx, tenantB, []byte(`{"steps":[{"id":"w","action":"worker","queue":"q3"}]}`), "")
+	_, _, err = e.Submit(ctx, tenantB, []byte(`{"steps":[{"id":"w","action":{"type":"worker","queue":"q3"}}]}`), "")
 	require.NoError(t, err, "the bound is each tenant's")
 }

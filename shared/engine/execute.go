@@ -36,6 +36,9 @@ const (
 // error means the message must come back (a batch item failure).
 func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error) {
 	m := d.Message
+	if res, err, ok := e.fire(ctx, m); ok {
+		return res, err
+	}
 	var lease *domain.Lease
 	var call ActionCall
 	var hideFor time.Duration
@@ -88,6 +91,44 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 	}
 	return Executed, nil
 }
+
+// fire handles a timer message: one for a step no executor runs (a sleep,
+// a wait, an approval gate). ok is false for any other step's message.
+func (e *Engine) fire(ctx context.Context, m Message) (res ExecuteResult, err error, ok bool) {
+	var ds []domain.Dispatch
+	j, err := e.mutate(ctx, m.Tenant, m.Job, func(j *domain.Job, now time.Time) error {
+		s, _, err := j.Step(m.Step)
+		if err != nil {
+			return err
+		}
+		if domain.Executed(s.Spec.Action.Type) {
+			return errNotTimer
+		}
+		ds, err = j.Fire(m.Step, now)
+		return err
+	})
+	var notYet *domain.NotYetError
+	switch {
+	case errors.Is(err, errNotTimer):
+		return "", nil, false
+	case errors.As(err, &notYet):
+		// Early (a delay SQS capped, or a deadline moved): sent again for
+		// the rest, through the timer service.
+		e.dispatch(ctx, j, []domain.Dispatch{{Step: mustStep(j, m.Step), Delay: notYet.Until.Sub(e.now())}})
+		return Deferred, nil, true
+	case isStale(err):
+		return Stale, nil, true
+	case errors.Is(err, domain.ErrUnreadable):
+		e.quarantine(ctx, m.Tenant, m.Job, err)
+		return Stale, nil, true
+	case err != nil:
+		return "", fmt.Errorf("timer for step %s of job %s: %w", m.Step, m.Job, err), true
+	}
+	e.dispatch(ctx, j, ds)
+	return Executed, nil, true
+}
+
+var errNotTimer = errors.New("not a timer step")
 
 // applyOutcome records an attempt's outcome under its lease: a success
 // with its output, or the failure.

@@ -69,20 +69,3 @@ func (e *Engine) decide(ctx context.Context, tenant, id, stepID string, d Decisi
 	e.dispatch(ctx, j, ds)
 	return j, changed, nil
 }
-
-// expireGates ends the open approval gates of j past their deadline.
-func expireGates(j *domain.Job, now time.Time) (int, error) {
-	n := 0
-	for _, s := range j.Steps {
-		if !s.GateExpired(now) {
-			continue
-		}
-		// A gate that fails the job cancels the others, so GateExpired is
-		// false for them from then on.
-		if err := j.ExpireGate(s.ID(), now); err != nil {
-			return n, err
-		}
-		n++
-	}
-	return n, nil
-}

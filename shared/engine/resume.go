@@ -29,3 +29,51 @@ func (e *Engine) Resume(ctx context.Context, tenant, id, stepID string, input js
 	e.dispatch(ctx, j, ds)
 	return j, nil
 }
+
+// Signal delivers a signal to a job: the first step waiting for its name
+// goes on with the payload as its output; with none yet it is kept for the
+// first such wait the job reaches. A signal whose id was delivered already
+// answers the job as it is (changed false) and writes nothing; a finished
+// job answers a conflict.
+func (e *Engine) Signal(ctx context.Context, tenant, id string, r domain.SignalRequest) (*domain.Job, bool, error) {
+	if err := checkID(id); err != nil {
+		return nil, false, err
+	}
+	if err := r.Validate(); err != nil {
+		return nil, false, err
+	}
+	var ds []domain.Dispatch
+	changed := false
+	j, err := e.mutate(ctx, tenant, id, func(j *domain.Job, now time.Time) error {
+		var err error
+		ds, changed, err = j.Signal(r, now)
+		if err == nil && !changed {
+			return errNoChange
+		}
+		return err
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("signal %q to job %s: %w", r.Name, id, err)
+	}
+	e.dispatch(ctx, j, ds)
+	return j, changed, nil
+}
+
+// Redrive runs a FAILED job again from its failed and cancelled steps,
+// keeping what succeeded; a job that is not FAILED answers a conflict.
+func (e *Engine) Redrive(ctx context.Context, tenant, id string) (*domain.Job, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	var ds []domain.Dispatch
+	j, err := e.mutate(ctx, tenant, id, func(j *domain.Job, now time.Time) error {
+		var err error
+		ds, err = j.Redrive(now)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redrive job %s: %w", id, err)
+	}
+	e.dispatch(ctx, j, ds)
+	return j, nil
+}

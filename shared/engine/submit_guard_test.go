@@ -40,14 +40,14 @@ func TestSubmitRefusesHTTPStepsTheGuardRefuses(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := &engine.Engine{Runner: tc.runner}
-			body := fmt.Sprintf(`{"steps":[{"id":"a","action":"pass"},{"id":"b","action":"http","url":%q}]}`, tc.url)
+			body := fmt.Sprintf(`{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"b","action":{"type":"http","url":%q}}]}`, tc.url)
 			j, created, err := e.Submit(context.Background(), "tenant-a", []byte(body), "")
 			require.Nil(t, j)
 			require.False(t, created)
 			var de *domain.Error
 			require.True(t, errors.As(err, &de), "%v", err)
 			require.Equal(t, domain.CodeInvalid, de.Code)
-			require.Equal(t, "steps[1].url", de.Field)
+			require.Equal(t, "steps[1].action.url", de.Field)
 			require.Contains(t, de.Message, tc.rule)
 		})
 	}

@@ -32,8 +32,11 @@ const SweepRetryAfter = 5 * time.Minute
 
 // Sweep is the heartbeat's pass over the work that is due: leases that
 // expired without their message coming back are reclaimed (LEASE_TIMEOUT ->
-// PENDING, attempt + 1) and runnable steps whose message went missing (the
-// process died between the DynamoDB write and the SQS send) are sent again.
+// PENDING, attempt + 1), runnable steps whose message went missing (the
+// process died between the DynamoDB write and the SQS send) are sent again,
+// and timers whose message never came (a Step Functions start that failed
+// after the write) fire. A job waiting on a person or a signal is never
+// reclaimed; a parked one with no deadline is never due.
 // It reads only the sparse due index, so its cost follows the work due, not
 // the jobs stored. Two sweeps at once are safe: each change is conditional,
 // and a duplicate message finds nothing to do. One bad job never holds the
@@ -82,12 +85,14 @@ func (e *Engine) sweepJob(ctx context.Context, tenant, id string, rep *SweepRepo
 	reclaimed, redispatched := 0, 0
 	j, err := e.mutate(ctx, tenant, id, func(j *domain.Job, now time.Time) error {
 		ds, reclaimed, redispatched = ds[:0], 0, 0
-		// An approval gate past its deadline fails its job first: nothing
-		// else of it needs the sweep then.
-		expired, err := expireGates(j, now)
+		// Timers whose message never came fire first (a sleep's end, a
+		// gate's or a wait's deadline): one that fails the job leaves
+		// nothing else of it for the sweep.
+		fired, expired, err := j.FireDue(now)
 		if err != nil {
 			return err
 		}
+		ds = append(ds, fired...)
 		for _, s := range j.Steps {
 			redispatch, reclaim := j.NeedsSweep(s, now)
 			switch {

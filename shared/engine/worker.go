@@ -150,7 +150,7 @@ func (e *Engine) claimOne(ctx context.Context, tenant, worker string, d Delivery
 		}
 		lease, err = j.Lease(stepID, domain.LeaseRequest{
 			Worker: worker, ViaWorker: true, Nonce: nonce(),
-			Duration: time.Duration(s.Spec.LeaseSeconds) * time.Second, Token: d.Token,
+			Duration: time.Duration(s.Spec.Action.LeaseSeconds) * time.Second, Token: d.Token,
 		}, now)
 		return err
 	})
@@ -178,7 +178,7 @@ func (e *Engine) claimOne(ctx context.Context, tenant, worker string, d Delivery
 	}
 	return &ClaimedLease{
 		LeaseID: lease.ID, JobID: j.ID, StepID: stepID, Attempt: lease.Attempt, MaxAttempts: s.Spec.Retry.MaxAttempts,
-		Input: j.Input(i), ExpiresAt: lease.ExpiresAt, LeaseSeconds: s.Spec.LeaseSeconds, IdempotencyKey: j.IdempotencyToken(s),
+		Input: j.Input(i), ExpiresAt: lease.ExpiresAt, LeaseSeconds: s.Spec.Action.LeaseSeconds, IdempotencyKey: j.IdempotencyToken(s),
 	}, nil
 }
 
@@ -222,7 +222,7 @@ func (e *Engine) Heartbeat(ctx context.Context, tenant, leaseID string, extend t
 		}
 		d := extend
 		if d <= 0 {
-			d = time.Duration(s.Spec.LeaseSeconds) * time.Second
+			d = time.Duration(s.Spec.Action.LeaseSeconds) * time.Second
 		}
 		lease, err = j.Heartbeat(s.ID(), leaseID, d, now)
 		return err
@@ -251,6 +251,8 @@ type Outcome struct {
 	// Prompt is what a needs_user failure asks of a person (shown on the
 	// step until someone resumes it).
 	Prompt string `json:"prompt,omitempty"`
+	// Steps are what a replan failure puts in the step's place.
+	Steps []domain.StepSpec `json:"steps,omitempty"`
 }
 
 // OutcomeResult answers an outcome: where the step and job went.
@@ -282,11 +284,20 @@ func (e *Engine) Fail(ctx context.Context, tenant, leaseID string, o Outcome) (O
 	if o.Prompt != "" && class != domain.ClassNeedsUser {
 		return OutcomeResult{}, domain.Invalid("prompt", "applies to class needs_user only, not %s", class)
 	}
+	if o.Steps != nil && class != domain.ClassReplan {
+		return OutcomeResult{}, domain.Invalid("steps", "applies to class replan only, not %s", class)
+	}
 	msg := o.Message
 	if msg == "" {
 		msg = cmp.Or(o.Prompt, "worker reported "+string(class))
 	}
-	return e.finishLease(ctx, tenant, leaseID, nil, &domain.Failure{Class: class, Message: msg, Prompt: o.Prompt, RetryAfter: time.Duration(o.RetryAfterSeconds) * time.Second})
+	f := &domain.Failure{Class: class, Message: msg, Prompt: o.Prompt, Steps: o.Steps, RetryAfter: time.Duration(o.RetryAfterSeconds) * time.Second}
+	if len(o.Steps) > 0 {
+		if err := e.checkReplan(ctx, tenant, leaseID, o.Steps); err != nil {
+			return OutcomeResult{}, err
+		}
+	}
+	return e.finishLease(ctx, tenant, leaseID, nil, f)
 }
 
 func (e *Engine) finishLease(ctx context.Context, tenant, leaseID string, output json.RawMessage, failure *domain.Failure) (OutcomeResult, error) {
@@ -334,4 +345,35 @@ func (e *Engine) finishLease(ctx context.Context, tenant, leaseID string, output
 	e.dispatch(ctx, j, ds)
 	s, _, _ := j.Step(stepID)
 	return OutcomeResult{JobID: j.ID, StepID: stepID, StepState: s.State, JobState: j.State}, nil
+}
+
+// checkReplan validates the steps a worker's replan brings, against the
+// job they would join, and makes their worker queues: a bad replan answers
+// 400 naming the field with nothing written.
+func (e *Engine) checkReplan(ctx context.Context, tenant, leaseID string, steps []domain.StepSpec) error {
+	ref, err := domain.ParseLeaseID(leaseID)
+	if err == nil {
+		err = checkID(ref.JobID)
+	}
+	if err != nil {
+		return err
+	}
+	j, err := e.Store.Get(ctx, tenant, ref.JobID)
+	if err != nil {
+		return fmt.Errorf("lease %s: %w", leaseID, err)
+	}
+	s, err := leaseTarget(j, ref)
+	if err != nil {
+		return err
+	}
+	if err := domain.ValidateSteps(steps, "steps", j.Queue); err != nil {
+		return err
+	}
+	if err := j.CheckReplan(s.ID(), steps, "steps"); err != nil {
+		return err
+	}
+	if err := e.checkTargets(steps, "steps"); err != nil {
+		return err
+	}
+	return e.ensureWorkerQueues(ctx, tenant, steps, "steps")
 }

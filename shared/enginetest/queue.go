@@ -30,12 +30,12 @@ var queueChecks = []check[QueueFixture]{
 
 func workerJob(t *testing.T, tenant, queue string) *domain.Job {
 	t.Helper()
-	return newJob(t, tenant, fmt.Sprintf(`{"steps":[{"id":"w","action":"worker","queue":%q}]}`, queue), "", time.Now().UTC())
+	return newJob(t, tenant, fmt.Sprintf(`{"steps":[{"id":"w","action":{"type":"worker","queue":%q}}]}`, queue), "", time.Now().UTC())
 }
 
 func builtinJob(t *testing.T, tenant string, priority int) *domain.Job {
 	t.Helper()
-	return newJob(t, tenant, fmt.Sprintf(`{"priority":%d,"steps":[{"id":"b","action":"pass"}]}`, priority), "", time.Now().UTC())
+	return newJob(t, tenant, fmt.Sprintf(`{"priority":%d,"steps":[{"id":"b","action":{"type":"pass"}}]}`, priority), "", time.Now().UTC())
 }
 
 // dispatch sends j's first step after delay.

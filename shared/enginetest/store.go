@@ -27,8 +27,8 @@ const (
 
 // Specs the checks build jobs from.
 const (
-	passSpec   = `{"steps":[{"id":"only","action":"pass"}]}`
-	workerSpec = `{"steps":[{"id":"s","action":"worker","retry":{"max_attempts":2}}]}`
+	passSpec   = `{"steps":[{"id":"only","action":{"type":"pass"}}]}`
+	workerSpec = `{"steps":[{"id":"s","action":{"type":"worker"},"retry":{"max_attempts":2}}]}`
 )
 
 var storeChecks = []check[StoreFixture]{
@@ -106,10 +106,10 @@ func storeCreateGet(t *testing.T, f StoreFixture) {
 		"queue": "billing", "priority": 0,
 		"payload": {"order": 42, "items": ["a", "b"], "nested": {"ok": true, "none": null}},
 		"steps": [
-			{"id": "charge", "action": "worker", "queue": "cards", "lease_seconds": 90, "timeout_seconds": 600,
+			{"id": "charge", "action": {"type": "worker", "queue": "cards", "lease_seconds": 90}, "timeout_seconds": 600,
 			 "retry": {"max_attempts": 5, "backoff": "linear", "initial_delay_ms": 250, "max_delay_ms": 4000, "jitter": true}},
-			{"id": "nap", "action": "sleep", "seconds": 1.5},
-			{"id": "boom", "action": "fail", "class": "needs_user", "message": "ask a person"}
+			{"id": "nap", "action": {"type": "sleep", "seconds": 1.5}},
+			{"id": "boom", "action": {"type": "fail", "class": "needs_user", "message": "ask a person"}}
 		]}`
 	j := newJob(t, tenantA, spec, "", f.Now)
 	got, created, err := f.Store.Create(ctx, j, "", f.Now)
@@ -641,9 +641,9 @@ func storeListFilters(t *testing.T, f StoreFixture) {
 	ctx := context.Background()
 	var alpha, beta, cancelled []*domain.Job
 	for i := range 12 {
-		spec := `{"queue":"alpha","steps":[{"id":"s","action":"pass"}]}`
+		spec := `{"queue":"alpha","steps":[{"id":"s","action":{"type":"pass"}}]}`
 		if i == 2 || i == 9 {
-			spec = `{"queue":"beta","steps":[{"id":"s","action":"pass"}]}`
+			spec = `{"queue":"beta","steps":[{"id":"s","action":{"type":"pass"}}]}`
 		}
 		j := create(t, f, tenantA, spec, f.Now)
 		if i == 0 || i == 7 {
@@ -660,7 +660,7 @@ func storeListFilters(t *testing.T, f StoreFixture) {
 		}
 	}
 	// Another tenant's jobs match the same filters and are never listed.
-	create(t, f, tenantB, `{"queue":"beta","steps":[{"id":"s","action":"pass"}]}`, f.Now)
+	create(t, f, tenantB, `{"queue":"beta","steps":[{"id":"s","action":{"type":"pass"}}]}`, f.Now)
 
 	require.Equal(t, newestFirst(beta), listAll(t, f, tenantA, engine.ListFilter{Queue: "beta", Limit: 1}))
 	require.Equal(t, newestFirst(alpha), listAll(t, f, tenantA, engine.ListFilter{Queue: "alpha", Limit: 4}))

@@ -128,8 +128,8 @@ func TestExecuteRunsSteps(t *testing.T) {
 	exec := handlers.Execute(h.Engine, h.ReadyTokens(), quiet)
 	ctx := context.Background()
 
-	one := submit(t, h, `{"steps":[{"id":"only","action":"pass"}],"payload":{"x":1}}`)
-	two := submit(t, h, `{"steps":[{"id":"a","action":"pass"},{"id":"b","action":"pass"}]}`)
+	one := submit(t, h, `{"steps":[{"id":"only","action":{"type":"pass"}}],"payload":{"x":1}}`)
+	two := submit(t, h, `{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"b","action":{"type":"pass"}}]}`)
 	require.Equal(t, domain.JobQueued, one.State)
 
 	resp, err := exec(ctx, events.SQSEvent{Records: []events.SQSMessage{
@@ -193,8 +193,8 @@ func TestExecuteReportsFailedRecords(t *testing.T) {
 	exec := handlers.Execute(h.Engine, h.ReadyTokens(), quiet)
 	ctx := context.Background()
 
-	good := submit(t, h, `{"steps":[{"id":"s","action":"pass"}]}`)
-	bad := submit(t, h, `{"steps":[{"id":"s","action":"pass"}]}`)
+	good := submit(t, h, `{"steps":[{"id":"s","action":{"type":"pass"}}]}`)
+	bad := submit(t, h, `{"steps":[{"id":"s","action":{"type":"pass"}}]}`)
 	pk := bad.ID
 	failPK.Store(&pk)
 
@@ -238,7 +238,7 @@ func TestHeartbeatSample(t *testing.T) {
 
 	// A step whose message nobody took for longer than the grace is sent
 	// again.
-	j := submit(t, h, `{"steps":[{"id":"s","action":"pass"}]}`)
+	j := submit(t, h, `{"steps":[{"id":"s","action":{"type":"pass"}}]}`)
 	h.Clock.Advance(domain.DispatchGrace + time.Second)
 	rep, err = beat(ctx, ev)
 	require.NoError(t, err)

@@ -69,6 +69,8 @@ var owners = map[string]Function{
 	"GET /v1/jobs/{id}/events":                EnqueueFunction,
 	"POST /v1/jobs/{id}/cancel":               EnqueueFunction,
 	"POST /v1/jobs/{id}/steps/{step}/resume":  EnqueueFunction,
+	"POST /v1/jobs/{id}/signal":               EnqueueFunction,
+	"POST /v1/jobs/{id}/redrive":              EnqueueFunction,
 	"POST /v1/jobs/{id}/steps/{step}/approve": EnqueueFunction,
 	"POST /v1/jobs/{id}/steps/{step}/reject":  EnqueueFunction,
 	"GET /v1/health":                          EnqueueFunction,
@@ -144,6 +146,8 @@ func (a *API) routes() map[string]route {
 		"GET /v1/jobs/{id}/events":                a.events,
 		"POST /v1/jobs/{id}/cancel":               a.cancel,
 		"POST /v1/jobs/{id}/steps/{step}/resume":  a.resume,
+		"POST /v1/jobs/{id}/signal":               a.signal,
+		"POST /v1/jobs/{id}/redrive":              a.redrive,
 		"POST /v1/jobs/{id}/steps/{step}/approve": a.decide(true),
 		"POST /v1/jobs/{id}/steps/{step}/reject":  a.decide(false),
 		"GET /v1/health":                          a.health,
@@ -496,6 +500,34 @@ func (a *API) resume(ctx context.Context, tenant string, r *request) (int, any, 
 		return 0, nil, err
 	}
 	j, err := a.Engine.Resume(ctx, tenant, r.ev.PathParameters["id"], r.ev.PathParameters["step"], body.Input)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, jobView(j), nil
+}
+
+// signal delivers a signal to a job's waits: {"name", "payload", "id"}.
+// 200 whether a wait took it, it was kept for one not reached yet, or its
+// id was delivered already.
+func (a *API) signal(ctx context.Context, tenant string, r *request) (int, any, error) {
+	var body domain.SignalRequest
+	if err := r.decode(&body); err != nil {
+		return 0, nil, err
+	}
+	j, _, err := a.Engine.Signal(ctx, tenant, r.ev.PathParameters["id"], body)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, jobView(j), nil
+}
+
+// redrive runs a FAILED job again from its failed and cancelled steps.
+func (a *API) redrive(ctx context.Context, tenant string, r *request) (int, any, error) {
+	var body struct{} // no members: anything else answers 400
+	if err := r.decode(&body); err != nil {
+		return 0, nil, err
+	}
+	j, err := a.Engine.Redrive(ctx, tenant, r.ev.PathParameters["id"])
 	if err != nil {
 		return 0, nil, err
 	}

@@ -25,8 +25,8 @@ import (
 )
 
 const (
-	passJob   = `{"steps":[{"id":"only","action":"pass"}]}`
-	workerJob = `{"steps":[{"id":"w","action":"worker"}]}`
+	passJob   = `{"steps":[{"id":"only","action":{"type":"pass"}}]}`
+	workerJob = `{"steps":[{"id":"w","action":{"type":"worker"}}]}`
 )
 
 // requireError checks an error answer: its status, the exact shape
@@ -118,7 +118,7 @@ func TestErrorAnswers(t *testing.T) {
 	aJob := h.Submit(t, stacktest.KeyA, workerJob)
 	bearerB := "Bearer " + stacktest.KeyB
 
-	big := `{"steps":[{"id":"a","action":"pass"}],"payload":{"blob":"` + strings.Repeat("x", 300*1024) + `"}}`
+	big := `{"steps":[{"id":"a","action":{"type":"pass"}}],"payload":{"blob":"` + strings.Repeat("x", 300*1024) + `"}}`
 	cases := []struct {
 		name         string
 		method, path string
@@ -137,21 +137,21 @@ func TestErrorAnswers(t *testing.T) {
 		{"no steps member", "POST", "/v1/jobs", bearerB, `{}`, 400, domain.CodeInvalid, "steps"},
 		{"empty steps", "POST", "/v1/jobs", bearerB, `{"steps":[]}`, 400, domain.CodeInvalid, "steps"},
 		{"steps of the wrong type", "POST", "/v1/jobs", bearerB, `{"steps":"pass"}`, 400, domain.CodeInvalid, "steps"},
-		{"unknown action", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a","action":"teleport"}]}`, 400, domain.CodeInvalid, "steps[0].action"},
-		{"missing action", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a"}]}`, 400, domain.CodeInvalid, "steps[0].action"},
-		{"bad step id", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a b","action":"pass"}]}`, 400, domain.CodeInvalid, "steps[0].id"},
-		{"bad backoff", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a","action":"pass","retry":{"backoff":"bogus"}}]}`, 400, domain.CodeInvalid, "steps[0].retry.backoff"},
-		{"too many attempts", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a","action":"pass","retry":{"max_attempts":101}}]}`, 400, domain.CodeInvalid, "steps[0].retry.max_attempts"},
-		{"negative attempts", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a","action":"pass","retry":{"max_attempts":-1}}]}`, 400, domain.CodeInvalid, "steps[0].retry.max_attempts"},
-		{"duplicate step ids", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a","action":"pass"},{"id":"a","action":"pass"}]}`, 400, domain.CodeInvalid, "steps[1].id"},
-		{"unknown field", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a","action":"pass"}],"colour":"red"}`, 400, domain.CodeInvalid, "colour"},
-		{"unknown field in a step", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a","action":"pass"},{"id":"b","action":"pass","colour":1}]}`, 400, domain.CodeInvalid, "steps[1].colour"},
-		{"wrong type in a step", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a","action":"pass"},{"id":"b","action":"pass","retry":{"max_attempts":"x"}}]}`, 400, domain.CodeInvalid, "steps[1].retry.max_attempts"},
-		{"wrong type at the top", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a","action":"pass"}],"priority":"high"}`, 400, domain.CodeInvalid, "priority"},
-		{"parameter of another action", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a","action":"pass","seconds":1}]}`, 400, domain.CodeInvalid, "steps[0].seconds"},
-		{"fail without class", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a","action":"fail"}]}`, 400, domain.CodeInvalid, "steps[0].class"},
-		{"bad priority", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a","action":"pass"}],"priority":7}`, 400, domain.CodeInvalid, "priority"},
-		{"bad queue", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a","action":"pass"}],"queue":"no spaces"}`, 400, domain.CodeInvalid, "queue"},
+		{"unknown action", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a","action":{"type":"teleport"}}]}`, 400, domain.CodeInvalid, "steps[0].action.type"},
+		{"missing action", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a"}]}`, 400, domain.CodeInvalid, "steps[0].action.type"},
+		{"bad step id", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a b","action":{"type":"pass"}}]}`, 400, domain.CodeInvalid, "steps[0].id"},
+		{"bad backoff", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a","action":{"type":"pass"},"retry":{"backoff":"bogus"}}]}`, 400, domain.CodeInvalid, "steps[0].retry.backoff"},
+		{"too many attempts", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a","action":{"type":"pass"},"retry":{"max_attempts":101}}]}`, 400, domain.CodeInvalid, "steps[0].retry.max_attempts"},
+		{"negative attempts", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a","action":{"type":"pass"},"retry":{"max_attempts":-1}}]}`, 400, domain.CodeInvalid, "steps[0].retry.max_attempts"},
+		{"duplicate step ids", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"a","action":{"type":"pass"}}]}`, 400, domain.CodeInvalid, "steps[1].id"},
+		{"unknown field", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a","action":{"type":"pass"}}],"colour":"red"}`, 400, domain.CodeInvalid, "colour"},
+		{"unknown field in a step", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"b","action":{"type":"pass"},"colour":1}]}`, 400, domain.CodeInvalid, "steps[1].colour"},
+		{"wrong type in a step", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"b","action":{"type":"pass"},"retry":{"max_attempts":"x"}}]}`, 400, domain.CodeInvalid, "steps[1].retry.max_attempts"},
+		{"wrong type at the top", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a","action":{"type":"pass"}}],"priority":"high"}`, 400, domain.CodeInvalid, "priority"},
+		{"parameter of another action", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a","action":{"type":"pass","seconds":1}}]}`, 400, domain.CodeInvalid, "steps[0].action.seconds"},
+		{"fail without class", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a","action":{"type":"fail"}}]}`, 400, domain.CodeInvalid, "steps[0].action.class"},
+		{"bad priority", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a","action":{"type":"pass"}}],"priority":7}`, 400, domain.CodeInvalid, "priority"},
+		{"bad queue", "POST", "/v1/jobs", bearerB, `{"steps":[{"id":"a","action":{"type":"pass"}}],"queue":"no spaces"}`, 400, domain.CodeInvalid, "queue"},
 		{"idempotency key too long", "POST", "/v1/jobs", bearerB, passJob, 400, domain.CodeInvalid, "Idempotency-Key"},
 		// 400: listing.
 		{"bad state filter", "GET", "/v1/jobs?state=bogus", bearerB, "", 400, domain.CodeInvalid, "state"},
@@ -249,8 +249,8 @@ func TestIdempotency(t *testing.T) {
 	t.Parallel()
 	h := stacktest.New(t)
 	const key = "order-42"
-	body := `{"steps":[{"id":"a","action":"pass"}],"payload":{"n":1}}`
-	spaced := "{\n  \"steps\": [ { \"id\": \"a\", \"action\": \"pass\" } ],\n  \"payload\": { \"n\": 1 }\n}\n"
+	body := `{"steps":[{"id":"a","action":{"type":"pass"}}],"payload":{"n":1}}`
+	spaced := "{\n  \"steps\": [ { \"id\": \"a\", \"action\": {\"type\": \"pass\"} } ],\n  \"payload\": { \"n\": 1 }\n}\n"
 
 	res, raw := call(t, h, "POST", "/v1/jobs", "Bearer "+stacktest.KeyA, body, "Idempotency-Key", key)
 	require.Equal(t, http.StatusCreated, res.StatusCode, "%s", raw)
@@ -270,7 +270,7 @@ func TestIdempotency(t *testing.T) {
 		require.Equal(t, "true", res.Header.Get("Idempotent-Replayed"), name)
 	}
 
-	res, raw = call(t, h, "POST", "/v1/jobs", "Bearer "+stacktest.KeyA, `{"steps":[{"id":"a","action":"pass"}],"payload":{"n":2}}`, "Idempotency-Key", key)
+	res, raw = call(t, h, "POST", "/v1/jobs", "Bearer "+stacktest.KeyA, `{"steps":[{"id":"a","action":{"type":"pass"}}],"payload":{"n":2}}`, "Idempotency-Key", key)
 	requireError(t, res.StatusCode, raw, http.StatusUnprocessableEntity, domain.CodeIdempotencyMismatch, "")
 
 	// Tenant B's key of the same name is B's own.
@@ -424,7 +424,7 @@ func claimUntil(t *testing.T, h *stacktest.Harness, key, body string) claimed {
 func TestLostLease(t *testing.T) {
 	t.Parallel()
 	h := stacktest.New(t)
-	j := h.Submit(t, stacktest.KeyA, `{"steps":[{"id":"w","action":"worker","lease_seconds":1}]}`)
+	j := h.Submit(t, stacktest.KeyA, `{"steps":[{"id":"w","action":{"type":"worker","lease_seconds":1}}]}`)
 	const claim = `{"queue":"default","max":1,"wait_seconds":2,"worker":"w1"}`
 	first := claimUntil(t, h, stacktest.KeyA, claim)
 	require.Equal(t, j.ID, first.JobID)
@@ -499,7 +499,7 @@ func TestLostLease(t *testing.T) {
 func TestCancelWhileLeased(t *testing.T) {
 	t.Parallel()
 	h := stacktest.New(t)
-	j := h.Submit(t, stacktest.KeyA, `{"steps":[{"id":"w","action":"worker","lease_seconds":300}]}`)
+	j := h.Submit(t, stacktest.KeyA, `{"steps":[{"id":"w","action":{"type":"worker","lease_seconds":300}}]}`)
 	l := claimUntil(t, h, stacktest.KeyA, `{"max":1,"wait_seconds":2}`)
 	require.Equal(t, j.ID, l.JobID)
 	h.JSON(t, http.StatusOK, "POST", "/v1/jobs/"+j.ID+"/cancel", stacktest.KeyA, nil, nil)
@@ -525,7 +525,7 @@ func TestList(t *testing.T) {
 	for i := range 5 {
 		spec := passJob
 		if i == 2 {
-			spec = `{"queue":"other","steps":[{"id":"w","action":"worker"}]}`
+			spec = `{"queue":"other","steps":[{"id":"w","action":{"type":"worker"}}]}`
 		}
 		j := h.Submit(t, stacktest.KeyA, spec)
 		aIDs = append(aIDs, j.ID)
@@ -613,7 +613,7 @@ func TestHealth(t *testing.T) {
 	require.EqualValues(t, 0, fresh["blocked"])
 	require.NotContains(t, fresh, "success_rate", "no job finished yet")
 
-	failed := h.Submit(t, stacktest.KeyA, `{"steps":[{"id":"f","action":"fail","class":"fatal","message":"boom"}]}`)
+	failed := h.Submit(t, stacktest.KeyA, `{"steps":[{"id":"f","action":{"type":"fail","class":"fatal","message":"boom"}}]}`)
 	h.AwaitState(t, stacktest.KeyA, failed.ID, domain.JobFailed)
 	h.CheckReplay(t, stacktest.TenantA, failed.ID)
 
@@ -639,7 +639,7 @@ func TestSubmitAnswers(t *testing.T) {
 	t.Parallel()
 	h := stacktest.New(t)
 	res, raw := call(t, h, "POST", "/v1/jobs", "Bearer "+stacktest.KeyA,
-		`{"steps":[{"id":"a","action":"pass"},{"id":"b","action":"sleep","seconds":0}],"payload":{"k":"v"},"priority":0}`)
+		`{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"b","action":{"type":"sleep","seconds":0}}],"payload":{"k":"v"},"priority":0}`)
 	require.Equal(t, http.StatusCreated, res.StatusCode, "%s", raw)
 	require.Contains(t, res.Header.Get("Content-Type"), "application/json")
 	var v struct {
@@ -715,11 +715,11 @@ func TestPoisonJSONIsRefused(t *testing.T) {
 	bearer := "Bearer " + stacktest.KeyB
 	deep := strings.Repeat("[", 10000) + strings.Repeat("]", 10000)
 	cases := []struct{ name, path, body, field, inMsg string }{
-		{"payload 10,000 deep", "/v1/jobs", `{"steps":[{"id":"a","action":"pass"}],"payload":` + deep + `}`, "payload", "levels deep; the limit is 64"},
-		{"payload one level too deep", "/v1/jobs", `{"steps":[{"id":"a","action":"pass"}],"payload":` + strings.Repeat("[", domain.MaxJSONDepth) + strings.Repeat("]", domain.MaxJSONDepth) + `}`, "payload", "nests 65 levels deep"},
-		{"invalid UTF-8 in the payload", "/v1/jobs", `{"steps":[{"id":"a","action":"pass"}],"payload":{"name":"caf` + "\xe9" + `"}}`, "payload.name", "invalid UTF-8"},
-		{"STEPS", "/v1/jobs", `{"STEPS":[{"id":"a","action":"pass"}]}`, "STEPS", "is not a known field"},
-		{"duplicate member", "/v1/jobs", `{"steps":[{"id":"a","action":"pass"}],"payload":{"a":1,"a":2}}`, "payload.a", "appears twice"},
+		{"payload 10,000 deep", "/v1/jobs", `{"steps":[{"id":"a","action":{"type":"pass"}}],"payload":` + deep + `}`, "payload", "levels deep; the limit is 64"},
+		{"payload one level too deep", "/v1/jobs", `{"steps":[{"id":"a","action":{"type":"pass"}}],"payload":` + strings.Repeat("[", domain.MaxJSONDepth) + strings.Repeat("]", domain.MaxJSONDepth) + `}`, "payload", "nests 65 levels deep"},
+		{"invalid UTF-8 in the payload", "/v1/jobs", `{"steps":[{"id":"a","action":{"type":"pass"}}],"payload":{"name":"caf` + "\xe9" + `"}}`, "payload.name", "invalid UTF-8"},
+		{"STEPS", "/v1/jobs", `{"STEPS":[{"id":"a","action":{"type":"pass"}}]}`, "STEPS", "is not a known field"},
+		{"duplicate member", "/v1/jobs", `{"steps":[{"id":"a","action":{"type":"pass"}}],"payload":{"a":1,"a":2}}`, "payload.a", "appears twice"},
 		{"worker output 10,000 deep", "/v1/leases/" + newID() + ".0.1.abc/complete", `{"output":` + deep + `}`, "output", "levels deep; the limit is 64"},
 		{"claim with invalid UTF-8", "/v1/claim", `{"worker":"w` + "\xff" + `"}`, "worker", "invalid UTF-8"},
 	}

@@ -100,7 +100,7 @@ func TestRealAPIGatewayPayloads(t *testing.T) {
 				ev.Headers = map[string]string{}
 			}
 			ev.Headers["Authorization"] = "Bearer " + stacktest.KeyA
-			ev.Body = base64.StdEncoding.EncodeToString([]byte(`{"steps":[{"id":"s","action":"pass"}],"payload":{"from":"` + filepath.Base(f) + `"}}`))
+			ev.Body = base64.StdEncoding.EncodeToString([]byte(`{"steps":[{"id":"s","action":{"type":"pass"}}],"payload":{"from":"` + filepath.Base(f) + `"}}`))
 			ev.IsBase64Encoded = true
 			res, err = api.Handle(ctx, ev)
 			require.NoError(t, err)

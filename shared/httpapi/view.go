@@ -17,7 +17,10 @@ type JobView struct {
 	CreatedAt time.Time       `json:"created_at"`
 	UpdatedAt time.Time       `json:"updated_at"`
 	EndedAt   *time.Time      `json:"ended_at,omitempty"`
+	RunAt     *time.Time      `json:"run_at,omitempty"`
 	Steps     []StepView      `json:"steps"`
+	// Signals are the signals the job received: those a wait took name it.
+	Signals []domain.Signal `json:"signals,omitempty"`
 }
 
 // StepView is one step with its attempts.
@@ -35,8 +38,12 @@ type StepView struct {
 	DependsOn   []string          `json:"depends_on,omitempty"`
 	Prompt      string            `json:"prompt,omitempty"`     // what it asks of a person, while NEEDS_USER
 	UserInput   json.RawMessage   `json:"user_input,omitempty"` // their answer, once resumed
-	Deadline    *time.Time        `json:"deadline,omitempty"`   // when an open approval gate times out
+	Deadline    *time.Time        `json:"deadline,omitempty"`   // when an open approval gate or a wait times out
 	Decision    *domain.Decision  `json:"decision,omitempty"`   // how a person closed an approval gate
+	Signal      string            `json:"signal,omitempty"`     // what a wait step waits for
+	WakeAt      *time.Time        `json:"wake_at,omitempty"`    // when a sleeping step wakes
+	Parked      bool              `json:"parked,omitempty"`     // it waits beyond the timer threshold, or for ever
+	ReplacedBy  []string          `json:"replaced_by,omitempty"`
 }
 
 // AttemptView is one attempt; the lease id it ran under stays with its
@@ -62,19 +69,21 @@ type LeaseView struct {
 func jobView(j *domain.Job) JobView {
 	v := JobView{
 		ID: j.ID, State: j.State, Queue: j.Queue, Priority: j.Priority, Payload: j.Payload,
-		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, EndedAt: j.EndedAt, Steps: make([]StepView, 0, len(j.Steps)),
+		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, EndedAt: j.EndedAt, RunAt: j.RunAt, Steps: make([]StepView, 0, len(j.Steps)),
+		Signals: j.Signals,
 	}
 	for _, s := range j.Steps {
 		sv := StepView{
-			ID: s.ID(), Action: s.Spec.Action, State: s.State, Attempt: s.Attempt, MaxAttempts: s.Spec.Retry.MaxAttempts,
+			ID: s.ID(), Action: s.Spec.Action.Type, State: s.State, Attempt: s.Attempt, MaxAttempts: s.Spec.Retry.MaxAttempts,
 			Output: s.Output, Error: s.Error, Attempts: make([]AttemptView, 0, len(s.Attempts)),
 			DependsOn: s.Spec.DependsOn, Prompt: s.Prompt, UserInput: s.UserInput, Deadline: s.Deadline, Decision: s.Decision,
+			Signal: s.Spec.Action.Signal, WakeAt: s.WakeAt, Parked: s.Parked, ReplacedBy: s.ReplacedBy,
 		}
 		for _, a := range s.Attempts {
 			sv.Attempts = append(sv.Attempts, AttemptView{N: a.N, State: a.State, Worker: a.Worker, StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: a.Error, Output: a.Output})
 		}
-		if s.State == domain.StepRetrying {
-			sv.NextRunAt = s.ReadyAt
+		if s.State == domain.StepRetrying || s.State == domain.StepPending && j.RunAt != nil {
+			sv.NextRunAt = s.ReadyAt // after the backoff, or at run_at
 		}
 		if s.Lease != nil {
 			sv.Lease = &LeaseView{Attempt: s.Lease.Attempt, Worker: s.Lease.Worker, ExpiresAt: s.Lease.ExpiresAt}

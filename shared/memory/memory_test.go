@@ -74,7 +74,7 @@ func TestQueueRedrivesAfterMaxReceives(t *testing.T) {
 	t.Parallel()
 	clock := &memory.Clock{}
 	q := memory.NewQueue(clock.Now, memory.WithMaxReceives(2, 3), memory.WithReadyVisibility(time.Minute))
-	j := job(t, `{"steps":[{"id":"b","action":"pass"}]}`)
+	j := job(t, `{"steps":[{"id":"b","action":{"type":"pass"}}]}`)
 	require.NoError(t, q.Dispatch(context.Background(), j, []domain.Dispatch{{Step: j.Steps[0]}}))
 	for range 2 {
 		require.Len(t, q.TakeReady(10), 1)
@@ -84,7 +84,7 @@ func TestQueueRedrivesAfterMaxReceives(t *testing.T) {
 	require.Equal(t, []engine.Message{{Tenant: "t", Job: j.ID, Step: "b"}}, q.DeadLetters())
 	require.Zero(t, q.Len("", ""))
 
-	w := job(t, `{"steps":[{"id":"w","action":"worker","queue":"q"}]}`)
+	w := job(t, `{"steps":[{"id":"w","action":{"type":"worker","queue":"q"}}]}`)
 	require.NoError(t, q.Dispatch(context.Background(), w, []domain.Dispatch{{Step: w.Steps[0]}}))
 	for range 3 {
 		ds, err := q.Take(context.Background(), "t", "q", 10, 0)
@@ -105,7 +105,7 @@ func TestQueueTokensOfEarlierReceives(t *testing.T) {
 	ctx := context.Background()
 	clock := &memory.Clock{}
 	q := memory.NewQueue(clock.Now)
-	w := job(t, `{"steps":[{"id":"w","action":"worker","queue":"q"}]}`)
+	w := job(t, `{"steps":[{"id":"w","action":{"type":"worker","queue":"q"}}]}`)
 	require.NoError(t, q.Dispatch(ctx, w, []domain.Dispatch{{Step: w.Steps[0]}}))
 	first, err := q.Take(ctx, "t", "q", 1, 0)
 	require.NoError(t, err)
@@ -140,7 +140,7 @@ func TestStoreMaxItemBytesOption(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st := memory.NewStore(memory.WithMaxItemBytes(2048))
-	big := job(t, `{"payload":{"pad":"`+randomish(4096)+`"},"steps":[{"id":"b","action":"pass"}]}`)
+	big := job(t, `{"payload":{"pad":"`+randomish(4096)+`"},"steps":[{"id":"b","action":{"type":"pass"}}]}`)
 	_, _, err := st.Create(ctx, big, "", memory.Epoch)
 	require.Equal(t, domain.CodeTooLarge, domain.CodeOf(err))
 	_, err = st.Get(ctx, "t", big.ID)

@@ -161,11 +161,11 @@ func (q *Queue) Dispatch(_ context.Context, j *domain.Job, ds []domain.Dispatch)
 	now := q.now()
 	dest := make([]*fifo, len(ds))
 	for i, d := range ds {
-		if d.Step.Spec.Action != domain.ActionWorker {
+		if d.Step.Spec.Action.Type != domain.ActionWorker {
 			dest[i] = q.ready[min(max(j.Priority, 0), domain.MaxPriority)]
 			continue
 		}
-		f, err := q.ensureLocked(j.Tenant, d.Step.Spec.Queue)
+		f, err := q.ensureLocked(j.Tenant, d.Step.Spec.Action.Queue)
 		if err != nil {
 			return fmt.Errorf("dispatch job %s step %s: %w", j.ID, d.Step.ID(), err)
 		}

@@ -1,6 +1,9 @@
 // Package queue carries work and time on SQS. A message names one runnable
-// step; its visibility timeout is the lease; DelaySeconds is the retry
-// backoff. Built-in actions go to the ready queues, one per priority;
+// step; its visibility timeout is the lease. Time is one timer service: a
+// delay up to the timer threshold (at most SQS's 900 s) is the message's
+// DelaySeconds; a longer one is a Step Functions Standard execution of
+// statemachine/timer.asl.json that waits until the instant and then sends
+// the message (docs/model.md#waits-sleeps-and-timers). Built-in actions go to the ready queues, one per priority;
 // worker steps go to a queue per tenant and worker queue name, created when
 // work for it is first submitted (never by a claim), at most
 // Config.MaxWorkerQueues per tenant.
@@ -19,6 +22,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sfn"
+	sfntypes "github.com/aws/aws-sdk-go-v2/service/sfn/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
@@ -38,8 +43,14 @@ type API interface {
 	ListQueues(context.Context, *sqs.ListQueuesInput, ...func(*sqs.Options)) (*sqs.ListQueuesOutput, error)
 }
 
-// MaxDelay is the longest DelaySeconds SQS allows. A longer backoff is sent
-// at this delay and re-sent by the receiver until it is due.
+// TimerAPI is the part of the Step Functions client the timer uses.
+type TimerAPI interface {
+	StartExecution(context.Context, *sfn.StartExecutionInput, ...func(*sfn.Options)) (*sfn.StartExecutionOutput, error)
+}
+
+// MaxDelay is the longest DelaySeconds SQS allows. Without a timer state
+// machine a longer delay is sent at this one and re-sent by the receiver
+// until it is due.
 const MaxDelay = 900 * time.Second
 
 // Config names the queues.
@@ -50,6 +61,11 @@ type Config struct {
 	WorkerMaxReceives  int                            // redrive after this many receives of one worker message
 	WorkerQueueVisible time.Duration                  // visibility before a claim sets the lease's
 	MaxWorkerQueues    int                            // worker queues one tenant may have; 0 means DefaultMaxWorkerQueues
+	// TimerARN is the timer state machine (STEPFLOW_TIMER_STATE_MACHINE);
+	// TimerThreshold the longest delay sent as an SQS delay
+	// (STEPFLOW_TIMER_THRESHOLD, at most MaxDelay; 0 means MaxDelay).
+	TimerARN       string
+	TimerThreshold time.Duration
 }
 
 // DefaultMaxWorkerQueues bounds a tenant's worker queues unless configured
@@ -63,13 +79,26 @@ var ErrNoWorkerQueue = engine.ErrNoWorkerQueue
 
 // Queue is the SQS adapter.
 type Queue struct {
-	api  API
-	cfg  Config
-	urls sync.Map // worker queue name -> url
+	api    API
+	timers TimerAPI // nil: no timer state machine
+	cfg    Config
+	urls   sync.Map // worker queue name -> url
+}
+
+// WithTimers lets the queue send delays beyond the threshold through the
+// timer state machine cfg.TimerARN names.
+func (q *Queue) WithTimers(t TimerAPI) *Queue {
+	if q.cfg.TimerARN != "" {
+		q.timers = t
+	}
+	return q
 }
 
 // New answers a queue adapter.
 func New(api API, cfg Config) *Queue {
+	if cfg.TimerThreshold <= 0 || cfg.TimerThreshold > MaxDelay {
+		cfg.TimerThreshold = MaxDelay
+	}
 	if cfg.WorkerMaxReceives == 0 {
 		cfg.WorkerMaxReceives = 100
 	}
@@ -199,9 +228,9 @@ func (q *Queue) countWorkerQueues(ctx context.Context, tenant string) (int, erro
 
 // queueFor answers where a step's messages go.
 func (q *Queue) queueFor(ctx context.Context, j *domain.Job, s *domain.Step) (string, error) {
-	if s.Spec.Action == domain.ActionWorker {
+	if s.Spec.Action.Type == domain.ActionWorker {
 		// Made at submit; made again here only if it was deleted since.
-		return q.ensureWorkerQueue(ctx, j.Tenant, s.Spec.Queue)
+		return q.ensureWorkerQueue(ctx, j.Tenant, s.Spec.Action.Queue)
 	}
 	p := min(max(j.Priority, 0), domain.MaxPriority)
 	if q.cfg.ReadyURLs[p] == "" {
@@ -222,6 +251,12 @@ func (q *Queue) Dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispatc
 			return fmt.Errorf("dispatch job %s step %s: %w", j.ID, d.Step.ID(), err)
 		}
 		body, _ := json.Marshal(engine.Message{Tenant: j.Tenant, Job: j.ID, Step: d.Step.ID()})
+		if d.Delay > q.cfg.TimerThreshold && q.timers != nil {
+			if err := q.startTimer(ctx, j, d, url, string(body)); err != nil {
+				return err
+			}
+			continue
+		}
 		// Rounded up: a message must not arrive before its step is due.
 		delay := int32((min(max(d.Delay, 0), MaxDelay) + time.Second - 1) / time.Second)
 		if _, ok := byURL[url]; !ok {
@@ -230,7 +265,7 @@ func (q *Queue) Dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispatc
 		entry := sqstypes.SendMessageBatchRequestEntry{
 			Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(string(body)), DelaySeconds: delay,
 		}
-		if d.Step.Spec.Action != domain.ActionWorker {
+		if d.Step.Spec.Action.Type != domain.ActionWorker {
 			// The tenant is the message group: on a standard queue that makes
 			// it an SQS fair queue, which serves a quiet tenant's messages
 			// ahead of another's backlog (a worker queue is the tenant's own).
@@ -257,6 +292,46 @@ func (q *Queue) Dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispatc
 		}
 	}
 	return nil
+}
+
+// timerInput is what the timer state machine reads: wait until At, then
+// send Body to QueueURL in Group.
+type timerInput struct {
+	At       string `json:"at"`
+	QueueURL string `json:"queue_url"`
+	Body     string `json:"body"`
+	Group    string `json:"group"`
+}
+
+// startTimer starts a timer execution that sends body to url after d's
+// delay. Its name is the timer's identity (job, step, attempt, instant),
+// so a second start of the same timer (a retried request, a re-sent
+// dispatch) is refused by Step Functions and changes nothing.
+func (q *Queue) startTimer(ctx context.Context, j *domain.Job, d domain.Dispatch, url, body string) error {
+	at := time.Now().Add(d.Delay).UTC().Truncate(time.Second).Add(time.Second) // never early
+	idx := 0
+	for i, s := range j.Steps {
+		if s == d.Step {
+			idx = i
+		}
+	}
+	in, _ := json.Marshal(timerInput{At: at.Format(time.RFC3339), QueueURL: url, Body: body, Group: j.Tenant})
+	name := TimerName(j.ID, idx, d.Step.Attempt, at)
+	_, err := q.timers.StartExecution(ctx, &sfn.StartExecutionInput{
+		StateMachineArn: aws.String(q.cfg.TimerARN), Name: aws.String(name), Input: aws.String(string(in)),
+	})
+	if exists := (*sfntypes.ExecutionAlreadyExists)(nil); errors.As(err, &exists) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("timer for job %s step %s: %w", j.ID, d.Step.ID(), err)
+	}
+	return nil
+}
+
+// TimerName is a timer execution's name: at most 80 of [A-Za-z0-9-_].
+func TimerName(jobID string, stepIndex, attempt int, at time.Time) string {
+	return fmt.Sprintf("%s-%d-%d-%d", jobID, stepIndex, attempt, at.Unix())
 }
 
 // Token is the engine's handle on a delivery: the queue's URL and the

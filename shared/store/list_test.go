@@ -99,9 +99,9 @@ func TestListFilters(t *testing.T) {
 
 	var alpha, beta, cancelled []*domain.Job
 	for i := range 16 {
-		spec := `{"queue":"alpha","steps":[{"id":"s","action":"pass"}]}`
+		spec := `{"queue":"alpha","steps":[{"id":"s","action":{"type":"pass"}}]}`
 		if i == 2 || i == 11 {
-			spec = `{"queue":"beta","steps":[{"id":"s","action":"pass"}]}`
+			spec = `{"queue":"beta","steps":[{"id":"s","action":{"type":"pass"}}]}`
 		}
 		j := b.create(t, tenantA, spec)
 		if i == 0 || i == 9 {
@@ -118,7 +118,7 @@ func TestListFilters(t *testing.T) {
 		}
 	}
 	// Another tenant's jobs match the same filters and are never listed.
-	b.create(t, tenantB, `{"queue":"beta","steps":[{"id":"s","action":"pass"}]}`)
+	b.create(t, tenantB, `{"queue":"beta","steps":[{"id":"s","action":{"type":"pass"}}]}`)
 
 	t.Run("queue", func(t *testing.T) {
 		t.Parallel()

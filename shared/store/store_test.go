@@ -50,7 +50,7 @@ func (b bundle) client(opts ...func(*middleware.Stack) error) *dynamodb.Client {
 }
 
 // simpleSpec is a one-step job on the default queue.
-const simpleSpec = `{"steps":[{"id":"only","action":"pass"}]}`
+const simpleSpec = `{"steps":[{"id":"only","action":{"type":"pass"}}]}`
 
 // newJob builds an unsaved job from a submission body.
 func newJob(t *testing.T, tenant, spec, idemKey string, now time.Time) *domain.Job {
@@ -110,12 +110,12 @@ func TestCreateThenGetRoundtripsTheWholeJob(t *testing.T) {
 		"queue": "billing", "priority": 0,
 		"payload": {"order": 42, "items": ["a", "b"], "nested": {"ok": true, "none": null}},
 		"steps": [
-			{"id": "charge", "action": "worker", "queue": "cards", "lease_seconds": 90, "timeout_seconds": 600,
+			{"id": "charge", "action": {"type": "worker", "queue": "cards", "lease_seconds": 90}, "timeout_seconds": 600,
 			 "retry": {"max_attempts": 5, "backoff": "linear", "initial_delay_ms": 250, "max_delay_ms": 4000, "jitter": true}},
-			{"id": "nap", "action": "sleep", "seconds": 1.5},
-			{"id": "notify", "action": "http", "url": "https://example.com/hook",
+			{"id": "nap", "action": {"type": "sleep", "seconds": 1.5}},
+			{"id": "notify", "action": {"type": "http", "url": "https://example.com/hook"},
 			 "retry": {"max_attempts": 1, "initial_delay_ms": 0}},
-			{"id": "boom", "action": "fail", "class": "needs_user", "message": "ask a person"}
+			{"id": "boom", "action": {"type": "fail", "class": "needs_user", "message": "ask a person"}}
 		]}`
 	j := newJob(t, tenantA, spec, "", b.now)
 	want := *j
@@ -143,8 +143,8 @@ func TestCreateThenGetRoundtripsTheWholeJob(t *testing.T) {
 	charge := loaded.Steps[0]
 	require.Equal(t, domain.StepPending, charge.State)
 	require.NotNil(t, charge.ReadyAt)
-	require.Equal(t, "cards", charge.Spec.Queue)
-	require.Equal(t, 90, charge.Spec.LeaseSeconds)
+	require.Equal(t, "cards", charge.Spec.Action.Queue)
+	require.Equal(t, 90, charge.Spec.Action.LeaseSeconds)
 	require.Equal(t, 600, charge.Spec.TimeoutSeconds)
 	require.Equal(t, 5, charge.Spec.Retry.MaxAttempts)
 	require.Equal(t, domain.BackoffLinear, charge.Spec.Retry.Backoff)
@@ -153,7 +153,7 @@ func TestCreateThenGetRoundtripsTheWholeJob(t *testing.T) {
 	require.True(t, charge.Spec.Retry.Jitter)
 	require.NotNil(t, loaded.Steps[2].Spec.Retry.InitialDelayMS, "an explicit 0 delay survives")
 	require.Zero(t, *loaded.Steps[2].Spec.Retry.InitialDelayMS)
-	require.Equal(t, 1.5, *loaded.Steps[1].Spec.Seconds)
+	require.Equal(t, 1.5, *loaded.Steps[1].Spec.Action.Seconds)
 	require.Equal(t, domain.StepWaitingDeps, loaded.Steps[3].State)
 	require.Equal(t, []string{"job_created", "step_waiting_deps", "step_waiting_deps", "step_waiting_deps"}, eventTypes(loaded))
 	require.NotNil(t, loaded.DueAt)
@@ -380,7 +380,7 @@ func TestSaveAppliesEachKindOfChange(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			j := b.create(t, tenantA, `{"steps":[{"id":"s","action":"worker","retry":{"max_attempts":2}}]}`)
+			j := b.create(t, tenantA, `{"steps":[{"id":"s","action":{"type":"worker"},"retry":{"max_attempts":2}}]}`)
 			loaded, n := b.load(t, tenantA, j.ID)
 			id, err := lease(loaded)
 			require.NoError(t, err)

@@ -1,0 +1,302 @@
+package domain
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Steps no executor runs (docs/model.md#waits-sleeps-and-timers): an
+// approval gate waits for a person, a wait for a signal, a sleep for a
+// time. Each holds its job without a function running; what ends it is a
+// person, a signal, or a timer message that arrives at its instant (an SQS
+// delay up to the timer threshold, a Step Functions timer beyond it), with
+// the sweep's due index as the safety net.
+
+// MaxKeptSignals bounds the signals a job keeps for waits not reached yet.
+const MaxKeptSignals = 64
+
+// MaxSignalBytes bounds one signal's payload.
+const MaxSignalBytes = 32 * 1024
+
+// ready makes a step whose dependencies are done go on: an approval gate
+// opens (NEEDS_USER), a wait starts waiting for its signal (taking one kept
+// already), a sleep starts sleeping, and any other step is dispatched to
+// its executor. It answers what to send.
+func (j *Job) ready(s *Step, now time.Time) ([]Dispatch, error) {
+	a := s.Spec.Action
+	switch a.Type {
+	case ActionApproval:
+		if err := j.stepTo(s, StepEvNeedsUser, now, "approval gate opened"); err != nil {
+			return nil, err
+		}
+		return j.deadline(s, a.TimeoutSeconds, now), nil
+	case ActionWait:
+		if err := j.stepTo(s, StepEvWait, now, "waiting for signal "+a.Signal); err != nil {
+			return nil, err
+		}
+		if k := j.keptSignal(a.Signal); k >= 0 {
+			return j.takeSignal(s, k, now)
+		}
+		ds := j.deadline(s, a.TimeoutSeconds, now)
+		s.Parked = j.parks(s, now)
+		return ds, nil
+	case ActionSleep:
+		d := time.Duration(*a.Seconds * float64(time.Second)).Truncate(time.Millisecond)
+		wake := now.Add(d)
+		if err := j.stepTo(s, StepEvWait, now, "sleeping until "+wake.Format(time.RFC3339)); err != nil {
+			return nil, err
+		}
+		if d <= 0 {
+			return j.wake(s, j.Input(j.index(s)), "slept 0 s", now)
+		}
+		s.WakeAt = &wake
+		s.Parked = j.parks(s, now)
+		return []Dispatch{{Step: s, Delay: d}}, nil
+	}
+	s.ReadyAt = &now
+	return []Dispatch{{Step: s}}, nil
+}
+
+// deadline sets a gate's or a wait's deadline and answers its timer.
+func (j *Job) deadline(s *Step, seconds int, now time.Time) []Dispatch {
+	if seconds <= 0 {
+		return nil
+	}
+	d := time.Duration(seconds) * time.Second
+	dl := now.Add(d)
+	s.Deadline = &dl
+	return []Dispatch{{Step: s, Delay: d}}
+}
+
+func (j *Job) index(s *Step) int {
+	_, i, _ := j.Step(s.ID())
+	return i
+}
+
+// timer answers the instant that ends a waiting step or an open gate, if
+// any: a sleep's wake time, or a deadline.
+func (s *Step) timer() *time.Time {
+	switch s.State {
+	case StepWaiting:
+		if s.WakeAt != nil {
+			return s.WakeAt
+		}
+		return s.Deadline
+	case StepNeedsUser:
+		return s.Deadline // an approval gate's; a step that asked a person has none
+	}
+	return nil
+}
+
+// wake ends a waiting step SUCCEEDED with output and releases what waited
+// on it.
+func (j *Job) wake(s *Step, output json.RawMessage, detail string, now time.Time) ([]Dispatch, error) {
+	if err := j.stepTo(s, StepEvWake, now, detail); err != nil {
+		return nil, err
+	}
+	if len(output) == 0 {
+		output = json.RawMessage(`null`)
+	}
+	s.Output, s.WakeAt, s.Deadline, s.Parked = output, nil, nil, false
+	return j.releaseAfter(j.index(s), now)
+}
+
+// Fire acts on a timer message for a step no executor runs: a job's start
+// at run_at opens the step; a sleep past its wake time wakes; a wait or an
+// approval gate past its deadline times out and fails the job. A timer
+// that comes early answers *NotYetError; one with nothing left to act on
+// (the step moved on, the job finished or was cancelled) an illegal
+// transition.
+func (j *Job) Fire(stepID string, now time.Time) ([]Dispatch, error) {
+	s, i, err := j.Step(stepID)
+	if err != nil {
+		return nil, err
+	}
+	stale := &IllegalTransitionError{Kind: "step", ID: stepID, From: string(s.State), Event: "timer"}
+	if j.State.Terminal() {
+		return nil, stale
+	}
+	switch {
+	case s.State == StepPending && s.ReadyAt != nil && j.depsMet(i):
+		if now.Before(*s.ReadyAt) {
+			return nil, &NotYetError{Until: *s.ReadyAt}
+		}
+		s.ReadyAt = nil
+		out, err := j.ready(s, now)
+		if err != nil {
+			return nil, err
+		}
+		j.settle(now)
+		return out, nil
+	case s.timer() == nil:
+		return nil, stale
+	case now.Before(*s.timer()):
+		return nil, &NotYetError{Until: *s.timer()}
+	case s.State == StepWaiting && s.WakeAt != nil:
+		out, err := j.wake(s, j.Input(i), "slept until "+s.WakeAt.Format(time.RFC3339), now)
+		if err != nil {
+			return nil, err
+		}
+		j.settle(now)
+		return out, nil
+	case s.State == StepWaiting:
+		msg := fmt.Sprintf("wait timed out: no signal %q within timeout_seconds (%d)", s.Spec.Action.Signal, s.Spec.Action.TimeoutSeconds)
+		return nil, j.timeOut(s, msg, now)
+	default:
+		return nil, j.ExpireGate(stepID, now)
+	}
+}
+
+// FireDue fires every timer of the job that is past due at now: the
+// sweep's safety net for a timer message that never came. It answers what
+// to send and how many timers it fired.
+func (j *Job) FireDue(now time.Time) ([]Dispatch, int, error) {
+	var out []Dispatch
+	n := 0
+	for _, s := range j.Steps {
+		// A step that fails the job cancels the others, so their timers
+		// are gone from then on.
+		if t := s.timer(); t == nil || now.Before(*t) || j.State.Terminal() {
+			continue
+		}
+		ds, err := j.Fire(s.ID(), now)
+		if err != nil {
+			return out, n, err
+		}
+		out = append(out, ds...)
+		n++
+	}
+	return out, n, nil
+}
+
+// timeOut ends a step that waited past its deadline: TIMED_OUT, then
+// FAILED, and the job with it.
+func (j *Job) timeOut(s *Step, msg string, now time.Time) error {
+	for _, ev := range []StepEvent{StepEvTimeOut, StepEvFail} {
+		if err := j.stepTo(s, ev, now, msg); err != nil {
+			return err
+		}
+	}
+	s.Error, s.Deadline, s.WakeAt, s.Parked = &StepError{Class: ClassTimeout, Message: msg}, nil, nil, false
+	j.settle(now)
+	return nil
+}
+
+// SignalRequest is a signal as a client sends it.
+type SignalRequest struct {
+	Name    string          `json:"name"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+	// ID makes the signal idempotent: a second signal with the same id is
+	// dropped.
+	ID string `json:"id,omitempty"`
+}
+
+// Validate checks a signal's fields.
+func (r *SignalRequest) Validate() error {
+	switch {
+	case !namePattern.MatchString(r.Name):
+		return Invalid("name", "is required and must match %s", namePattern)
+	case len(r.Payload) > MaxSignalBytes:
+		return Invalid("payload", "is %d bytes; the limit is %d", len(r.Payload), MaxSignalBytes)
+	case len(r.ID) > 128:
+		return Invalid("id", "is longer than 128 characters")
+	}
+	if len(r.Payload) == 0 {
+		r.Payload = json.RawMessage(`null`)
+	}
+	return CheckJSON("payload", r.Payload)
+}
+
+// Signal delivers a signal: the first step waiting for its name succeeds
+// with the payload as its output and the job goes on; with no such step
+// yet the signal is kept, and the first wait of its name to be reached
+// takes it. A signal whose id was seen already changes nothing (false); a
+// finished job refuses it.
+func (j *Job) Signal(r SignalRequest, now time.Time) ([]Dispatch, bool, error) {
+	if j.State.Terminal() {
+		return nil, false, &IllegalTransitionError{Kind: "job", ID: j.ID, From: string(j.State), Event: "signal " + r.Name}
+	}
+	for _, sg := range j.Signals {
+		if r.ID != "" && sg.ID == r.ID {
+			return nil, false, nil
+		}
+	}
+	kept := 0
+	for _, sg := range j.Signals {
+		if sg.Step == "" {
+			kept++
+		}
+	}
+	j.Signals = append(j.Signals, Signal{Name: r.Name, Payload: r.Payload, ID: r.ID, At: now})
+	for _, s := range j.Steps {
+		if s.State == StepWaiting && s.Spec.Action.Type == ActionWait && s.Spec.Action.Signal == r.Name {
+			j.log(NoteSignalReceived, "", 0, r.Name+": taken by step "+s.ID(), now)
+			out, err := j.takeSignal(s, len(j.Signals)-1, now)
+			if err != nil {
+				return nil, false, err
+			}
+			j.settle(now)
+			return out, true, nil
+		}
+	}
+	if kept >= MaxKeptSignals {
+		return nil, false, &Error{Code: CodeConflict, Message: fmt.Sprintf("job %s keeps %d signals no wait has taken; it takes no more", j.ID, kept)}
+	}
+	j.log(NoteSignalReceived, "", 0, r.Name+": kept until a wait for it is reached", now)
+	j.settle(now)
+	return nil, true, nil
+}
+
+// keptSignal answers the position of the earliest kept signal of name, or
+// -1.
+func (j *Job) keptSignal(name string) int {
+	for k, sg := range j.Signals {
+		if sg.Step == "" && sg.Name == name {
+			return k
+		}
+	}
+	return -1
+}
+
+// takeSignal gives signal k to the waiting step s: it succeeds with the
+// payload as its output.
+func (j *Job) takeSignal(s *Step, k int, now time.Time) ([]Dispatch, error) {
+	j.Signals[k].Step = s.ID()
+	return j.wake(s, j.Signals[k].Payload, "signal "+j.Signals[k].Name, now)
+}
+
+// Outstanding answers the messages a job that has not started needs: each
+// runnable step's (at its ready time) and each timer's. A submission sends
+// them; sending them twice is harmless.
+func (j *Job) Outstanding(now time.Time) []Dispatch {
+	var out []Dispatch
+	for _, s := range j.Steps {
+		var at *time.Time
+		switch {
+		case s.State.leasable() && s.Lease == nil:
+			at = s.ReadyAt
+		default:
+			at = s.timer()
+		}
+		if at == nil && !s.State.leasable() {
+			continue
+		}
+		d := time.Duration(0)
+		if at != nil && at.After(now) {
+			d = at.Sub(now)
+		}
+		out = append(out, Dispatch{Step: s, Delay: d})
+	}
+	return out
+}
+
+// Started reports whether any step of the job has run or ended.
+func (j *Job) Started() bool {
+	for _, s := range j.Steps {
+		if s.Attempt > 0 || s.State.Terminal() {
+			return true
+		}
+	}
+	return false
+}

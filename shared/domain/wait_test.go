@@ -1,0 +1,331 @@
+package domain
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func rng() *rand.Rand { return rand.New(rand.NewPCG(1, 2)) }
+
+func TestSleepHoldsTheJobWithoutAnExecutor(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, `{"payload":{"p":1},"steps":[{"id":"nap","action":{"type":"sleep","seconds":5}},{"id":"after","action":{"type":"pass"}}]}`)
+	nap := j.Steps[0]
+	require.Equal(t, StepWaiting, nap.State)
+	require.Equal(t, JobWaiting, j.State, "a short sleep: WAITING, not PARKED")
+	require.False(t, nap.Parked)
+	require.Equal(t, at(5*time.Second), *nap.WakeAt)
+	require.Equal(t, []Dispatch{{Step: nap, Delay: 5 * time.Second}}, j.Outstanding(t0), "one timer, at the wake time")
+	require.Equal(t, at(5*time.Second+DispatchGrace), *j.DueAt, "the sweep backs the timer up")
+
+	_, err := j.Lease("nap", builtin("x"), at(time.Second))
+	requireIllegal(t, err, "step", string(StepWaiting), string(StepEvLease))
+	_, err = j.Fire("nap", at(4*time.Second))
+	var early *NotYetError
+	require.ErrorAs(t, err, &early, "an early timer is sent again for the rest")
+	require.Equal(t, at(5*time.Second), early.Until)
+
+	ds, err := j.Fire("nap", at(5*time.Second))
+	require.NoError(t, err)
+	replayOK(t, j)
+	require.Equal(t, []string{"after"}, dispatched(ds))
+	require.Equal(t, StepSucceeded, nap.State)
+	require.JSONEq(t, `{"p":1}`, string(nap.Output), "a sleep passes its input on")
+	require.Equal(t, JobQueued, j.State)
+	require.Equal(t, "wait_completed", j.Events[len(j.Events)-1].Type)
+
+	_, err = j.Fire("nap", at(6*time.Second))
+	requireIllegal(t, err, "step", string(StepSucceeded), "timer")
+}
+
+func TestLongSleepParksTheJob(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, `{"steps":[{"id":"nap","action":{"type":"sleep","seconds":86400}}]}`)
+	require.Equal(t, JobParked, j.State)
+	require.True(t, j.Steps[0].Parked)
+	require.Equal(t, []string{"job_created", "step_waiting", "job_waiting", "job_parked"}, eventTypes(j.Events))
+	_, err := j.Fire("nap", at(24*time.Hour))
+	require.NoError(t, err)
+	replayOK(t, j)
+	require.Equal(t, JobCompleted, j.State, "a parked job completes when its last wait ends (widened)")
+}
+
+func TestZeroSleepEndsAtOnce(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, `{"steps":[{"id":"nap","action":{"type":"sleep","seconds":0}},{"id":"b","action":{"type":"pass"}}]}`)
+	require.Equal(t, StepSucceeded, j.Steps[0].State)
+	require.Equal(t, StepPending, j.Steps[1].State)
+	require.Equal(t, JobQueued, j.State)
+}
+
+const waitJob = `{"steps":[{"id":"prep","action":{"type":"pass"}},{"id":"w","action":{"type":"wait","signal":"go","timeout_seconds":60}},{"id":"after","action":{"type":"pass"}}]}`
+
+func TestWaitResumesOnItsSignal(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, waitJob)
+	l := mustLease(t, j, "prep", builtin("p"), t0)
+	ds, err := j.Complete("prep", l.ID, json.RawMessage(`"prepped"`), at(time.Second))
+	require.NoError(t, err)
+	w := j.Steps[1]
+	require.Equal(t, StepWaiting, w.State)
+	require.Equal(t, JobWaiting, j.State)
+	require.Equal(t, []Dispatch{{Step: w, Delay: 60 * time.Second}}, ds, "the deadline's timer")
+
+	_, changed, err := j.Signal(SignalRequest{Name: "other", Payload: json.RawMessage(`1`)}, at(2*time.Second))
+	require.NoError(t, err)
+	require.True(t, changed)
+	require.Equal(t, StepWaiting, w.State, "another name is only kept")
+
+	n := len(j.Events)
+	ds, changed, err = j.Signal(SignalRequest{Name: "go", Payload: json.RawMessage(`{"ok":true}`), ID: "sig-1"}, at(3*time.Second))
+	require.NoError(t, err)
+	require.True(t, changed)
+	replayOK(t, j)
+	require.Equal(t, []string{"after"}, dispatched(ds))
+	require.JSONEq(t, `{"ok":true}`, string(w.Output))
+	require.Equal(t, []string{NoteSignalReceived, "step_succeeded", "step_pending", "wait_completed"}, since(j, n))
+	require.Equal(t, "w", j.Signals[1].Step)
+	require.Equal(t, JobQueued, j.State)
+
+	n = len(j.Events)
+	_, changed, err = j.Signal(SignalRequest{Name: "go", ID: "sig-1"}, at(4*time.Second))
+	require.NoError(t, err)
+	require.False(t, changed, "the same id twice writes nothing")
+	require.Len(t, j.Events, n)
+
+	_, err = j.Fire("w", at(time.Hour))
+	requireIllegal(t, err, "step", string(StepSucceeded), "timer")
+}
+
+func TestSignalBeforeTheWaitIsKept(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, waitJob)
+	_, changed, err := j.Signal(SignalRequest{Name: "go", Payload: json.RawMessage(`"early"`)}, t0)
+	require.NoError(t, err)
+	require.True(t, changed)
+	require.Equal(t, NoteSignalReceived, j.Events[len(j.Events)-1].Type)
+	require.Equal(t, JobQueued, j.State, "a kept signal moves nothing")
+
+	l := mustLease(t, j, "prep", builtin("p"), at(time.Second))
+	ds, err := j.Complete("prep", l.ID, nil, at(2*time.Second))
+	require.NoError(t, err)
+	replayOK(t, j)
+	require.Equal(t, StepSucceeded, j.Steps[1].State, "the wait takes the kept signal at once")
+	require.JSONEq(t, `"early"`, string(j.Steps[1].Output))
+	require.Equal(t, []string{"after"}, dispatched(ds))
+	require.Nil(t, j.Steps[1].Deadline)
+}
+
+func TestWaitPastItsDeadlineFailsTheJob(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, `{"steps":[{"id":"w","action":{"type":"wait","signal":"go","timeout_seconds":60}},{"id":"b","action":{"type":"pass"}}]}`)
+	require.Equal(t, JobWaiting, j.State)
+	_, n, err := j.FireDue(at(59 * time.Second))
+	require.NoError(t, err)
+	require.Zero(t, n)
+	_, n, err = j.FireDue(at(60 * time.Second))
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	replayOK(t, j)
+	require.Equal(t, map[string]StepState{"w": StepFailed, "b": StepCanceled}, stepStates(j))
+	require.Equal(t, ClassTimeout, j.Steps[0].Error.Class)
+	require.Contains(t, j.Steps[0].Error.Message, `no signal "go"`)
+	require.Equal(t, JobFailed, j.State)
+	_, _, err = j.Signal(SignalRequest{Name: "go"}, at(61*time.Second))
+	requireIllegal(t, err, "job", string(JobFailed), "signal go")
+}
+
+func TestWaitWithoutDeadlineParksAndIsNeverDue(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, `{"steps":[{"id":"w","action":{"type":"wait","signal":"go"}}]}`)
+	require.Equal(t, JobParked, j.State)
+	require.Nil(t, j.DueAt, "nothing polls a parked job")
+	_, _, err := j.Signal(SignalRequest{Name: "go"}, at(time.Hour))
+	require.NoError(t, err)
+	replayOK(t, j)
+	require.Equal(t, JobCompleted, j.State)
+	require.JSONEq(t, `null`, string(j.Steps[0].Output))
+}
+
+func TestParkedBranchBesideRunnableWorkIsWaiting(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, `{"steps":[{"id":"w","action":{"type":"wait","signal":"go"}},{"id":"b","action":{"type":"worker"}},{"id":"c","action":{"type":"pass"},"depends_on":["w","b"]}]}`)
+	require.Equal(t, JobWaiting, j.State, "b can still run: not parked")
+	l := mustLease(t, j, "b", viaWorker("x", "b1"), t0)
+	require.Equal(t, JobRunning, j.State)
+	_, err := j.Complete("b", l.ID, nil, at(time.Second))
+	require.NoError(t, err)
+	replayOK(t, j)
+	require.Equal(t, JobParked, j.State, "only the parked wait is left")
+	ds, _, err := j.Signal(SignalRequest{Name: "go"}, at(2*time.Second))
+	require.NoError(t, err)
+	require.Equal(t, []string{"c"}, dispatched(ds))
+	require.Equal(t, JobQueued, j.State)
+	replayOK(t, j)
+}
+
+func TestKeptSignalsAreBounded(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, passJob)
+	for range MaxKeptSignals {
+		_, _, err := j.Signal(SignalRequest{Name: "x"}, t0)
+		require.NoError(t, err)
+	}
+	_, _, err := j.Signal(SignalRequest{Name: "x"}, t0)
+	require.Equal(t, CodeConflict, CodeOf(err))
+	replayOK(t, j)
+}
+
+func TestRunAtHoldsEveryFirstStep(t *testing.T) {
+	t.Parallel()
+	spec, err := ParseJobSpec([]byte(`{"run_at":"` + at(time.Minute).Format(time.RFC3339) + `","steps":[{"id":"a","action":{"type":"pass"}},{"id":"g","action":{"type":"approval"}},{"id":"c","action":{"type":"pass"},"depends_on":["a","g"]}]}`))
+	require.NoError(t, err)
+	j, err := NewJob("t", "job1", spec, "", t0)
+	require.NoError(t, err)
+	replayOK(t, j)
+	require.Equal(t, JobQueued, j.State)
+	require.Equal(t, StepPending, j.Steps[1].State, "the gate does not open before run_at")
+	out := j.Outstanding(t0)
+	require.Equal(t, []string{"a", "g"}, dispatched(out))
+	require.Equal(t, time.Minute, out[0].Delay)
+
+	_, err = j.Lease("a", builtin("a"), at(59*time.Second))
+	var early *NotYetError
+	require.ErrorAs(t, err, &early)
+	_, err = j.Fire("g", at(59*time.Second))
+	require.ErrorAs(t, err, &early)
+
+	mustLease(t, j, "a", builtin("a"), at(time.Minute))
+	_, err = j.Fire("g", at(time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, StepNeedsUser, j.Steps[1].State)
+	replayOK(t, j)
+}
+
+func TestCancelReachesWaitsSleepsAndGates(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, `{"steps":[{"id":"w","action":{"type":"wait","signal":"go","timeout_seconds":600}},{"id":"s","action":{"type":"sleep","seconds":100}},{"id":"g","action":{"type":"approval","timeout_seconds":60}},{"id":"r","action":{"type":"worker"}},{"id":"z","action":{"type":"pass"},"depends_on":["w","s","g","r"]}]}`)
+	l := mustLease(t, j, "r", viaWorker("x", "r1"), t0)
+	changed, err := j.Cancel(at(time.Second))
+	require.NoError(t, err)
+	require.True(t, changed)
+	replayOK(t, j)
+	require.Equal(t, map[string]StepState{"w": StepCanceled, "s": StepCanceled, "g": StepCanceled, "r": StepCanceled, "z": StepCanceled}, stepStates(j))
+	require.True(t, j.Steps[3].CancelledUnder(l.ID, at(2*time.Second)), "the running worker hears cancel_requested")
+	for _, id := range []string{"w", "s", "g"} {
+		_, err := j.Fire(id, at(time.Hour))
+		requireIllegal(t, err, "step", string(StepCanceled), "timer")
+	}
+	_, n, err := j.FireDue(at(time.Hour))
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.Nil(t, j.DueAt)
+}
+
+func TestRedriveRunsTheFailedPartAgain(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, `{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"b","action":{"type":"worker"},"depends_on":["a"],"retry":{"max_attempts":2}},{"id":"c","action":{"type":"worker"},"depends_on":["a"]},{"id":"d","action":{"type":"pass"},"depends_on":["b","c"]}]}`)
+	_, err := j.Redrive(t0)
+	requireIllegal(t, err, "job", string(JobQueued), "redrive (only a FAILED job is redriven)")
+
+	la := mustLease(t, j, "a", builtin("a"), t0)
+	_, err = j.Complete("a", la.ID, json.RawMessage(`"A"`), at(time.Second))
+	require.NoError(t, err)
+	lb := mustLease(t, j, "b", viaWorker("x", "b1"), at(2*time.Second))
+	_, err = j.Fail("b", lb.ID, Failure{Class: ClassRetryable, Message: "1"}, at(3*time.Second), rng())
+	require.NoError(t, err)
+	lb = mustLease(t, j, "b", viaWorker("x", "b2"), at(10*time.Second))
+	_, err = j.Fail("b", lb.ID, Failure{Class: ClassRetryable, Message: "2"}, at(11*time.Second), rng())
+	require.NoError(t, err)
+	require.Equal(t, JobFailed, j.State)
+	require.Equal(t, map[string]StepState{"a": StepSucceeded, "b": StepFailed, "c": StepCanceled, "d": StepCanceled}, stepStates(j))
+	require.NotNil(t, j.ExpiresAt)
+
+	n := len(j.Events)
+	ds, err := j.Redrive(at(time.Hour))
+	require.NoError(t, err)
+	replayOK(t, j)
+	require.Equal(t, "job_requeued", j.Events[n].Type)
+	require.Equal(t, []string{"b", "c"}, dispatched(ds))
+	require.Equal(t, map[string]StepState{"a": StepSucceeded, "b": StepPending, "c": StepPending, "d": StepWaitingDeps}, stepStates(j))
+	require.Equal(t, JobQueued, j.State)
+	require.Nil(t, j.ExpiresAt, "retention waits for the new end")
+	require.Nil(t, j.EndedAt)
+	require.JSONEq(t, `{"payload":{},"deps":{"a":"A"}}`, string(j.Input(1)), "what succeeded feeds the re-run")
+
+	lb = mustLease(t, j, "b", viaWorker("x", "b3"), at(time.Hour+time.Second))
+	require.Equal(t, 3, lb.Attempt, "attempts number on")
+	_, err = j.Fail("b", lb.ID, Failure{Class: ClassRetryable, Message: "3"}, at(time.Hour+2*time.Second), rng())
+	require.NoError(t, err)
+	require.Equal(t, StepRetrying, j.Steps[1].State, "a fresh retry budget")
+	lb = mustLease(t, j, "b", viaWorker("x", "b4"), at(2*time.Hour))
+	_, err = j.Complete("b", lb.ID, nil, at(2*time.Hour))
+	require.NoError(t, err)
+	lc := mustLease(t, j, "c", viaWorker("x", "c1"), at(2*time.Hour))
+	_, err = j.Complete("c", lc.ID, nil, at(2*time.Hour))
+	require.NoError(t, err)
+	ld := mustLease(t, j, "d", builtin("d"), at(2*time.Hour))
+	_, err = j.Complete("d", ld.ID, nil, at(2*time.Hour))
+	require.NoError(t, err)
+	replayOK(t, j)
+	require.Equal(t, JobCompleted, j.State)
+	require.Equal(t, 1, j.Steps[0].Attempt, "a never ran again")
+}
+
+func TestReplanPutsNewStepsInPlace(t *testing.T) {
+	t.Parallel()
+	// In order: a, plan, z. plan is replaced by x and y (y after x); z then
+	// waits for y.
+	j := newJob(t, `{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"plan","action":{"type":"worker"}},{"id":"z","action":{"type":"pass"}}]}`)
+	la := mustLease(t, j, "a", builtin("a"), t0)
+	_, err := j.Complete("a", la.ID, nil, at(time.Second))
+	require.NoError(t, err)
+	lp := mustLease(t, j, "plan", viaWorker("x", "p"), at(2*time.Second))
+	steps := []StepSpec{
+		{ID: "x", Action: ActionSpec{Type: ActionPass}},
+		{ID: "y", Action: ActionSpec{Type: ActionPass}, DependsOn: []string{"x"}},
+	}
+	require.NoError(t, ValidateSteps(steps, "steps", "default"))
+	ds, err := j.Fail("plan", lp.ID, Failure{Class: ClassReplan, Message: "split it", Steps: steps}, at(3*time.Second), rng())
+	require.NoError(t, err)
+	replayOK(t, j)
+	require.Equal(t, []string{"x"}, dispatched(ds))
+	require.Equal(t, map[string]StepState{"a": StepSucceeded, "plan": StepFailed, "z": StepWaitingDeps, "x": StepPending, "y": StepWaitingDeps}, stepStates(j))
+	require.Equal(t, []string{"x", "y"}, j.Steps[1].ReplacedBy)
+	require.Equal(t, []string{"y"}, j.Steps[2].Spec.DependsOn)
+	require.Equal(t, []string{"a"}, j.Steps[3].Spec.DependsOn, "x takes plan's dependencies")
+	require.NotEqual(t, JobFailed, j.State, "a replanned step does not fail the job")
+	require.Contains(t, eventTypes(j.Events), NoteReplanned)
+
+	for _, id := range []string{"x", "y", "z"} {
+		l := mustLease(t, j, id, builtin(id), at(4*time.Second))
+		_, err := j.Complete(id, l.ID, nil, at(4*time.Second))
+		require.NoError(t, err)
+	}
+	replayOK(t, j)
+	require.Equal(t, JobCompleted, j.State)
+}
+
+func TestReplanIsChecked(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, `{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"b","action":{"type":"pass"}}]}`)
+	for _, tc := range []struct {
+		name  string
+		steps []StepSpec
+		field string
+	}{
+		{"id taken", []StepSpec{{ID: "b"}}, "steps[0].id"},
+		{"on the replanned step", []StepSpec{{ID: "x", DependsOn: []string{"a"}}}, "steps[0].depends_on[0]"},
+		{"unknown dependency", []StepSpec{{ID: "x", DependsOn: []string{"nope"}}}, "steps[0].depends_on[0]"},
+	} {
+		err := j.CheckReplan("a", tc.steps, "steps")
+		var de *Error
+		require.ErrorAs(t, err, &de, tc.name)
+		require.Equal(t, CodeInvalid, de.Code, tc.name)
+		require.Equal(t, tc.field, de.Field, tc.name)
+	}
+}

@@ -1,0 +1,156 @@
+package engine_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
+)
+
+// Durable time: a sleep holds no function. Its message comes back when the
+// queue lets it (the in-memory queue, like SQS without the timer state
+// machine, caps a delay at 900 s), is deferred for the rest, and wakes the
+// step at its time.
+func TestLongSleepIsDeferredUntilItsTime(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.submit(t, tenantA, `{"payload":{"p":1},"steps":[{"id":"nap","action":{"type":"sleep","seconds":3600}},{"id":"after","action":{"type":"pass"}}]}`)
+	require.Equal(t, domain.JobParked, j.State, "beyond the timer threshold: parked")
+	require.Empty(t, b.queue.TakeReady(10), "nothing runs while it sleeps")
+
+	b.clock.Advance(900 * time.Second)
+	require.Equal(t, []engine.ExecuteResult{engine.Deferred}, b.drain(t))
+	b.clock.Advance(2700 * time.Second)
+	require.Equal(t, []engine.ExecuteResult{engine.Executed, engine.Executed}, b.drain(t), "wakes, then the next step runs")
+	got := b.job(t, tenantA, j.ID)
+	require.Equal(t, domain.JobCompleted, got.State)
+	require.JSONEq(t, `{"p":1}`, string(got.Steps[1].Output))
+	require.Empty(t, got.Steps[0].Attempts, "no executor ever ran the sleep")
+}
+
+func TestSweepFiresATimerWhoseMessageWasLost(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.lossy.drop.Store(1)
+	j := b.submit(t, tenantA, `{"steps":[{"id":"nap","action":{"type":"sleep","seconds":30}}]}`)
+	b.clock.Advance(30 * time.Second)
+	require.Empty(t, b.queue.TakeReady(10), "the timer's message was lost")
+	require.Zero(t, b.sweep(t).Due, "not due before the grace")
+	b.clock.Advance(domain.DispatchGrace)
+	require.Equal(t, 1, b.sweep(t).Due)
+	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State)
+}
+
+func TestWaitAndSignal(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.submit(t, tenantA, `{"steps":[{"id":"w","action":{"type":"wait","signal":"paid","timeout_seconds":600}},{"id":"ship","action":{"type":"pass"}}]}`)
+	require.Equal(t, domain.JobWaiting, j.State)
+	b.clock.Advance(time.Minute)
+	require.Zero(t, b.sweep(t).Due, "the sweep never touches a waiting job before its deadline")
+
+	_, _, err := b.e.Signal(b.ctx, tenantB, j.ID, domain.SignalRequest{Name: "paid"})
+	require.ErrorIs(t, err, domain.ErrNotFound, "another tenant's job is not found")
+	_, _, err = b.e.Signal(b.ctx, tenantA, j.ID, domain.SignalRequest{Name: "no such"})
+	require.Equal(t, domain.CodeInvalid, domain.CodeOf(err))
+
+	got, changed, err := b.e.Signal(b.ctx, tenantA, j.ID, domain.SignalRequest{Name: "paid", Payload: json.RawMessage(`{"amount":5}`), ID: "pay-1"})
+	require.NoError(t, err)
+	require.True(t, changed)
+	require.Equal(t, domain.JobQueued, got.State)
+	_, changed, err = b.e.Signal(b.ctx, tenantA, j.ID, domain.SignalRequest{Name: "paid", ID: "pay-1"})
+	require.NoError(t, err)
+	require.False(t, changed, "a repeated id writes nothing")
+
+	b.drain(t)
+	got = b.job(t, tenantA, j.ID)
+	require.Equal(t, domain.JobCompleted, got.State)
+	require.JSONEq(t, `{"amount":5}`, string(got.Steps[1].Output), "the payload is the wait's output, the next step's input")
+	_, _, err = b.e.Signal(b.ctx, tenantA, j.ID, domain.SignalRequest{Name: "paid"})
+	require.Equal(t, domain.CodeConflict, domain.CodeOf(err), "a finished job takes no signal")
+
+	b.clock.Advance(time.Hour)
+	require.Equal(t, []engine.ExecuteResult{engine.Stale}, b.drain(t), "the deadline's timer finds nothing to do")
+}
+
+func TestRedriveRerunsOnlyWhatFailed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.submit(t, tenantA, `{"steps":[{"id":"prep","action":{"type":"pass"}},{"id":"work","action":{"type":"worker","queue":"q"},"retry":{"max_attempts":1}}]}`)
+	b.drain(t)
+	_, err := b.e.Redrive(b.ctx, tenantA, j.ID)
+	require.Equal(t, domain.CodeConflict, domain.CodeOf(err), "only a FAILED job is redriven")
+
+	ls := b.claim(t, tenantA, "q")
+	require.Len(t, ls, 1)
+	_, err = b.e.Fail(b.ctx, tenantA, ls[0].LeaseID, engine.Outcome{Class: "fatal", Message: "disk full"})
+	require.NoError(t, err)
+	require.Equal(t, domain.JobFailed, b.job(t, tenantA, j.ID).State)
+
+	_, err = b.e.Redrive(b.ctx, tenantB, j.ID)
+	require.ErrorIs(t, err, domain.ErrNotFound)
+	got, err := b.e.Redrive(b.ctx, tenantA, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, domain.JobQueued, got.State)
+	ls = b.claim(t, tenantA, "q")
+	require.Len(t, ls, 1)
+	require.Equal(t, 2, ls[0].Attempt, "attempts number on")
+	_, err = b.e.Complete(b.ctx, tenantA, ls[0].LeaseID, json.RawMessage(`"ok"`))
+	require.NoError(t, err)
+	got = b.job(t, tenantA, j.ID)
+	require.Equal(t, domain.JobCompleted, got.State)
+	require.Len(t, got.Steps[0].Attempts, 1, "prep never ran again")
+	require.Contains(t, eventTypes(got), "job_requeued")
+}
+
+func TestWorkerReplan(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.submit(t, tenantA, `{"steps":[{"id":"plan","action":{"type":"worker","queue":"q"}},{"id":"report","action":{"type":"pass"}}]}`)
+	ls := b.claim(t, tenantA, "q")
+	require.Len(t, ls, 1)
+
+	bad := engine.Outcome{Class: "replan", Steps: []domain.StepSpec{{ID: "report", Action: domain.ActionSpec{Type: "pass"}}}}
+	_, err := b.e.Fail(b.ctx, tenantA, ls[0].LeaseID, bad)
+	var de *domain.Error
+	require.ErrorAs(t, err, &de)
+	require.Equal(t, "steps[0].id", de.Field)
+	require.Equal(t, domain.StepRunning, b.job(t, tenantA, j.ID).Steps[0].State, "a bad replan writes nothing")
+
+	_, err = b.e.Fail(b.ctx, tenantA, ls[0].LeaseID, engine.Outcome{Class: "fatal", Steps: bad.Steps})
+	require.ErrorAs(t, err, &de)
+	require.Equal(t, "steps", de.Field, "steps only with class replan")
+
+	res, err := b.e.Fail(b.ctx, tenantA, ls[0].LeaseID, engine.Outcome{Class: "replan", Message: "two halves", Steps: []domain.StepSpec{
+		{ID: "half-1", Action: domain.ActionSpec{Type: "pass"}},
+		{ID: "half-2", Action: domain.ActionSpec{Type: "worker", Queue: "q2"}},
+	}})
+	require.NoError(t, err)
+	require.Equal(t, domain.StepFailed, res.StepState)
+	require.NotEqual(t, domain.JobFailed, res.JobState)
+	b.drain(t)
+	ls = b.claim(t, tenantA, "q2")
+	require.Len(t, ls, 1, "a replan's worker queue is made before it is written")
+	_, err = b.e.Complete(b.ctx, tenantA, ls[0].LeaseID, nil)
+	require.NoError(t, err)
+	b.drain(t)
+	got := b.job(t, tenantA, j.ID)
+	require.Equal(t, domain.JobCompleted, got.State)
+	require.ElementsMatch(t, []string{"half-1", "half-2"}, got.Steps[1].Spec.DependsOn, "report waits for both halves")
+}
+
+func TestCancelEndsAWaitingJobAndItsTimersDoNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.submit(t, tenantA, `{"steps":[{"id":"nap","action":{"type":"sleep","seconds":60}},{"id":"g","action":{"type":"approval","timeout_seconds":30}},{"id":"z","action":{"type":"pass"},"depends_on":["nap","g"]}]}`)
+	got, err := b.e.Cancel(b.ctx, tenantA, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, domain.JobCancelled, got.State)
+	b.clock.Advance(time.Hour)
+	require.Equal(t, []engine.ExecuteResult{engine.Stale, engine.Stale}, b.drain(t))
+	require.Zero(t, b.sweep(t).Due)
+}

@@ -33,6 +33,9 @@ import (
 const (
 	benchKey    = "bench-key"
 	benchTenant = "bench"
+	// benchTimerThreshold sends the timer workload's sleeps through Step
+	// Functions.
+	benchTimerThreshold = 2 * time.Second
 )
 
 type options struct {
@@ -78,7 +81,16 @@ type result struct {
 	ToStart     []time.Duration
 	ToDone      []time.Duration
 	Attempts    int // step attempts in all
+	// Entered counts the steps entered in all (each attempt, or once for a
+	// step no executor runs): the Task and Wait states the same work needs
+	// on Step Functions.
+	Entered int
 }
+
+// timerTransitions is what one timer execution of
+// statemachine/timer.asl.json is billed: its Wait and Task states, and the
+// end (docs/costs.md).
+const timerTransitions = 3
 
 func (r result) jobsPerSec() float64 { return float64(r.Jobs) / r.Wall.Seconds() }
 
@@ -101,25 +113,28 @@ func (r result) invocations() int64 {
 }
 
 // cost answers USD per million jobs: DynamoDB units, SQS requests, Lambda
-// requests.
-func (r result) cost(p costmeter.Prices) (ddbUSD, sqsUSD, lambdaUSD float64) {
+// requests, and the timer state machine (its transitions, and the SQS send
+// each execution makes, which the emulator's proxy does not see).
+func (r result) cost(p costmeter.Prices) (ddbUSD, sqsUSD, lambdaUSD, timerUSD float64) {
 	perJob := 1e6 / float64(r.Jobs)
 	ddbUSD = (r.Units.WRU*p["dynamodb_wru"] + r.Units.RRU*p["dynamodb_rru"]) * perJob
 	sqsUSD = float64(r.count("sqs.")) * p["sqs_request"] * perJob
 	lambdaUSD = float64(r.invocations()) * p["lambda_request"] * perJob
+	timers := float64(r.count("states.StartExecution"))
+	timerUSD = timers * (timerTransitions*p["sfn_standard_transition"] + p["sqs_request"]) * perJob
 	return
 }
 
 func (r result) total(p costmeter.Prices) float64 {
-	a, b, c := r.cost(p)
-	return a + b + c
+	a, b, c, d := r.cost(p)
+	return a + b + c + d
 }
 
 // stepFunctions prices the same work as Step Functions Standard and Express
 // workflows (docs/costs.md says how).
 func (r result) stepFunctions(p costmeter.Prices) (standard, express float64) {
 	perJob := 1e6 / float64(r.Jobs)
-	transitions := float64(r.Attempts + r.Jobs)
+	transitions := float64(r.Entered + r.Jobs)
 	standard = transitions * p["sfn_standard_transition"] * perJob
 	var secs float64
 	for _, d := range r.ToDone {
@@ -165,6 +180,9 @@ func run(ctx context.Context, o options) error {
 		// The meter is middleware in the engine's clients' stacks: it bills
 		// each attempt that reached DynamoDB.
 		APIOptions: []func(*middleware.Stack) error{b.meter.Middleware},
+		// The timer workload's 5 s sleeps go through the Step Functions
+		// timer, as hour-long ones do on AWS at the default 900 s.
+		TimerThreshold: benchTimerThreshold,
 	})
 	if err != nil {
 		return err
@@ -177,7 +195,7 @@ func run(ctx context.Context, o options) error {
 	}
 	b.direct = store.New(dynamoFrom(cfg), st.Resources.Tables["JobsTable"])
 
-	fmt.Fprintf(os.Stderr, "bench: %d single-step jobs, %d five-step jobs, %d worker jobs, concurrency %d\n", o.jobs, o.jobs/5, o.jobs/5, o.concurrency)
+	fmt.Fprintf(os.Stderr, "bench: %d single-step jobs, %d five-step, worker and diamond jobs, %d timer jobs, concurrency %d\n", o.jobs, o.jobs/5, o.jobs/10, o.concurrency)
 	var results []result
 	for _, w := range []struct {
 		name  string
@@ -188,6 +206,11 @@ func run(ctx context.Context, o options) error {
 		{"single-step pass", o.jobs, 1, map[string]any{"steps": []any{map[string]any{"id": "a", "action": map[string]any{"type": "pass"}}}, "payload": map[string]any{"n": 1}}},
 		{"five-step pass", o.jobs / 5, 5, map[string]any{"steps": fiveSteps(), "payload": map[string]any{"n": 1}}},
 		{"worker step via /v1/claim", o.jobs / 5, 1, map[string]any{"steps": []any{map[string]any{"id": "w", "action": map[string]any{"type": "worker", "queue": "bench", "lease_seconds": 60}}}, "payload": map[string]any{"n": 1}}},
+		{"diamond DAG (a; b, c; d)", o.jobs / 5, 4, map[string]any{"steps": diamond(), "payload": map[string]any{"n": 1}}},
+		{"timer: 5 s sleep via Step Functions, then pass", o.jobs / 10, 2, map[string]any{"steps": []any{
+			map[string]any{"id": "nap", "action": map[string]any{"type": "sleep", "seconds": 5}},
+			map[string]any{"id": "after", "action": map[string]any{"type": "pass"}},
+		}, "payload": map[string]any{"n": 1}}},
 	} {
 		fmt.Fprintf(os.Stderr, "bench: %s ...\n", w.name)
 		r, err := b.workload(ctx, w.name, w.n, w.steps, w.spec, strings.HasPrefix(w.name, "worker"))
@@ -226,6 +249,17 @@ func run(ctx context.Context, o options) error {
 	fmt.Printf("bench: %.0f jobs/s = %.2f of floor, %.1f requests/job, $%.2f per million jobs (Step Functions Standard $%.2f)\n",
 		single.jobsPerSec(), single.jobsPerSec()/floor.jobsPerSec(), reqs, single.total(prices), std)
 	return nil
+}
+
+func diamond() []any {
+	step := func(id string, deps ...string) map[string]any {
+		s := map[string]any{"id": id, "action": map[string]any{"type": "pass"}}
+		if len(deps) > 0 {
+			s["depends_on"] = deps
+		}
+		return s
+	}
+	return []any{step("a"), step("b", "a"), step("c", "a"), step("d", "b", "c")}
 }
 
 func fiveSteps() []any {
@@ -310,16 +344,28 @@ func (b *bench) workload(ctx context.Context, name string, n, steps int, spec ma
 		if j.EndedAt.After(last) {
 			last = *j.EndedAt
 		}
-		r.ToStart = append(r.ToStart, j.Steps[0].Attempts[0].StartedAt.Sub(j.CreatedAt))
+		r.ToStart = append(r.ToStart, started(j).Sub(j.CreatedAt))
 		r.ToDone = append(r.ToDone, j.EndedAt.Sub(j.CreatedAt))
 		for _, s := range j.Steps {
 			r.Attempts += len(s.Attempts)
+			r.Entered += max(len(s.Attempts), 1)
 		}
 	}
 	// Throughput is jobs over the time from the first enqueue to the last
 	// completion, as the jobs themselves recorded it.
 	r.Wall = last.Sub(first)
 	return r, nil
+}
+
+// started answers when the job's first step started: leased by an
+// executor, or began to sleep or wait.
+func started(j *domain.Job) time.Time {
+	for _, e := range j.Events {
+		if e.Type == domain.StepLeased.EventType() || e.Type == domain.StepWaiting.EventType() || e.Type == domain.StepNeedsUser.EventType() {
+			return e.At
+		}
+	}
+	return *j.EndedAt
 }
 
 func (b *bench) worker(ctx context.Context, name string, stop <-chan struct{}) {

@@ -300,3 +300,18 @@ func (j *Job) Started() bool {
 	}
 	return false
 }
+
+// WaitsOnPerson reports whether the unfinished job waits on a person (a
+// step NEEDS_USER): what health counts as blocked. A job that sleeps or
+// waits for a signal moves on by itself.
+func (j *Job) WaitsOnPerson() bool {
+	if j.State.Terminal() {
+		return false
+	}
+	for _, s := range j.Steps {
+		if s.State == StepNeedsUser {
+			return true
+		}
+	}
+	return false
+}

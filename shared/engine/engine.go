@@ -126,7 +126,7 @@ func (e *Engine) mutateFrom(ctx context.Context, tenant, id string, cached *doma
 		}
 		prevState := j.State
 		loaded := len(j.Events)
-		waitingBefore := j.State == domain.JobWaiting
+		waitingBefore := j.WaitsOnPerson()
 		now := e.now()
 		if err := decide(j, now); err != nil {
 			if errors.Is(err, errNoChange) {
@@ -159,7 +159,7 @@ func (e *Engine) recordStats(_ context.Context, j *domain.Job, prev domain.JobSt
 	if !prev.Terminal() {
 		d = OutcomeDelta(j.State)
 	}
-	if w := j.State == domain.JobWaiting; w != waitingBefore {
+	if w := j.WaitsOnPerson(); w != waitingBefore {
 		d.Blocked = map[bool]int64{true: 1, false: -1}[w]
 	}
 	if q := j.State == domain.JobQueued; q != (prev == domain.JobQueued) {
@@ -261,7 +261,15 @@ func (e *Engine) Submit(ctx context.Context, tenant string, body []byte, idemKey
 		return nil, false, err
 	}
 	if created {
-		e.addStats(tenant, StatsDelta{Queued: 1})
+		// A job may start waiting (a gate, a sleep or a wait first).
+		var d StatsDelta
+		if j.State == domain.JobQueued {
+			d.Queued = 1
+		}
+		if j.WaitsOnPerson() {
+			d.Blocked = 1
+		}
+		e.addStats(tenant, d)
 	}
 	// A replay of a job that has not started yet dispatches again: the
 	// first request may have died between its write and its send, and a

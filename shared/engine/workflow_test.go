@@ -154,3 +154,16 @@ func TestCancelEndsAWaitingJobAndItsTimersDoNothing(t *testing.T) {
 	require.Equal(t, []engine.ExecuteResult{engine.Stale, engine.Stale}, b.drain(t))
 	require.Zero(t, b.sweep(t).Due)
 }
+
+func TestOnlyAPersonBlocks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for range 3 {
+		b.submit(t, tenantA, `{"steps":[{"id":"nap","action":{"type":"sleep","seconds":60}}]}`)
+		b.submit(t, tenantA, `{"steps":[{"id":"w","action":{"type":"wait","signal":"s"}}]}`)
+	}
+	b.submit(t, tenantA, `{"steps":[{"id":"g","action":{"type":"approval"}}]}`)
+	h, err := b.e.Health(b.ctx, tenantA)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), h.Blocked, "sleeps and waits move on by themselves; a gate waits on a person")
+}

@@ -53,7 +53,26 @@ func setup(t *testing.T) *bundle {
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	e := engine.New(st, lossy, gate, builtinLease, log)
 	e.Now = clock.Now
-	return &bundle{ctx: context.Background(), clock: clock, store: st, queue: q, e: e, lossy: lossy, gate: gate}
+	b := &bundle{ctx: context.Background(), clock: clock, store: st, queue: q, e: e, lossy: lossy, gate: gate}
+	t.Cleanup(func() { b.checkEveryJob(t) })
+	return b
+}
+
+// checkEveryJob requires of every job the test made that its events
+// replay to its stored state.
+func (b *bundle) checkEveryJob(t *testing.T) {
+	for _, tenant := range []string{tenantA, tenantB} {
+		jobs, _, err := b.store.List(b.ctx, tenant, engine.ListFilter{Limit: 1000})
+		require.NoError(t, err)
+		for _, js := range jobs {
+			j, err := b.store.Get(b.ctx, tenant, js.ID)
+			if errors.Is(err, domain.ErrUnreadable) {
+				continue // a test that corrupts a job on purpose
+			}
+			require.NoError(t, err)
+			require.NoError(t, domain.CheckReplay(j), "job %s", j.ID)
+		}
+	}
 }
 
 // testWriter sends the engine's log to the test's.

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -100,7 +101,36 @@ func New(t testing.TB, opts ...Option) *Harness {
 	st, err := devstack.Start(context.Background(), o)
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
-	return &Harness{Stack: st, Clock: clock, HTTP: &http.Client{Timeout: 60 * time.Second}}
+	h := &Harness{Stack: st, Clock: clock, HTTP: &http.Client{Timeout: 60 * time.Second}}
+	t.Cleanup(func() { h.checkEveryJob(t) })
+	return h
+}
+
+// checkEveryJob requires of every job the test made, in any state, that
+// its events replay to its stored state: each event legal in the
+// transition tables, in order.
+func (h *Harness) checkEveryJob(t testing.TB) {
+	t.Helper()
+	ctx := context.Background()
+	for _, tenant := range []string{TenantA, TenantB} {
+		cursor := ""
+		for {
+			jobs, next, err := h.Engine.Store.List(ctx, tenant, engine.ListFilter{Limit: 100, Cursor: cursor})
+			require.NoError(t, err)
+			for _, js := range jobs {
+				j, err := h.Engine.Store.Get(ctx, tenant, js.ID)
+				if errors.Is(err, domain.ErrUnreadable) {
+					continue // a test that corrupts a job on purpose
+				}
+				require.NoError(t, err)
+				require.NoError(t, domain.CheckReplay(j), "job %s of %s", j.ID, tenant)
+			}
+			if next == "" {
+				break
+			}
+			cursor = next
+		}
+	}
 }
 
 // Call makes an HTTP request to the stack's API. body is sent as is when it

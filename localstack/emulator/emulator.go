@@ -22,6 +22,7 @@ package emulator
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"io"
@@ -65,7 +66,7 @@ func Start(ctx context.Context, addr string, logFile *os.File) (*Emulator, error
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "-H", "127.0.0.1", "-p", fmt.Sprint(port))
+	cmd := motoCommand(bin, "-H", "127.0.0.1", "-p", fmt.Sprint(port))
 	cmd.Env = append(os.Environ(), fmt.Sprintf("MOTO_PORT=%d", port), "TZ=UTC") // see the package comment
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	setDeathSignal(cmd)
@@ -86,6 +87,23 @@ func Start(ctx context.Context, addr string, logFile *os.File) (*Emulator, error
 		return nil, err
 	}
 	return e, nil
+}
+
+//go:embed motopatch.py
+var motoPatch string
+
+// motoCommand runs moto_server's own Python with motopatch.py, which fixes
+// moto's failure to start an execution while another of the same state
+// machine runs (see the script), when that Python imports moto; else
+// moto_server as it is, whose timers then go one at a time.
+func motoCommand(motoServer string, args ...string) *exec.Cmd {
+	for _, py := range []string{"python3", "python"} {
+		if bin, err := exec.LookPath(py); err == nil && exec.Command(bin, "-c", "import moto.server, moto.stepfunctions.models").Run() == nil {
+			return exec.Command(bin, append([]string{"-c", motoPatch}, args...)...)
+		}
+	}
+	log.Printf("emulator: no python imports moto; running %s unpatched (Step Functions timers cannot overlap)", motoServer)
+	return exec.Command(motoServer, args...)
 }
 
 // Front puts a serialising proxy on addr ("127.0.0.1:0" for any free port)

@@ -3,6 +3,7 @@ package emulator_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -132,6 +133,51 @@ func waitFinished(ctx context.Context, t *testing.T, sf *sfn.Client, arn string)
 		case <-ctx.Done():
 			t.Fatalf("execution %s still RUNNING: %v", arn, ctx.Err())
 		case <-tick.C:
+		}
+	}
+}
+
+// Many timers run at once, as they do in production: each start answers
+// while the others wait (moto is patched for it, see motopatch.py), and
+// each delivers once.
+func TestTimersOverlap(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	emu, err := emulator.Start(ctx, "127.0.0.1:0", nil)
+	require.NoError(t, err)
+	t.Cleanup(emu.Close)
+	cfg := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""), BaseEndpoint: aws.String(emu.URL)}
+	db, sq, sf := dynamodb.NewFromConfig(cfg), sqs.NewFromConfig(cfg), sfn.NewFromConfig(cfg)
+	tpl, err := bootstrap.Parse("../../template.yaml")
+	require.NoError(t, err)
+	stack, err := bootstrap.Provision(ctx, db, sq, sf, tpl, "overlap")
+	require.NoError(t, err)
+	q, err := sq.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("overlap-target")})
+	require.NoError(t, err)
+
+	const n = 5
+	at := time.Now().UTC().Truncate(time.Second).Add(3 * time.Second)
+	for i := range n {
+		input, err := json.Marshal(map[string]string{"at": at.Format(time.RFC3339), "queue_url": aws.ToString(q.QueueUrl), "body": strconv.Itoa(i), "group": "g"})
+		require.NoError(t, err)
+		_, err = sf.StartExecution(ctx, &sfn.StartExecutionInput{
+			StateMachineArn: aws.String(stack.Env["STEPFLOW_TIMER_STATE_MACHINE"]), Name: aws.String(fmt.Sprintf("overlap-%d", i)), Input: aws.String(string(input)),
+		})
+		require.NoError(t, err, "start %d while %d run", i, i)
+	}
+	got := map[string]bool{}
+	pollCtx, stop := context.WithTimeout(ctx, 30*time.Second)
+	defer stop()
+	for len(got) < n {
+		require.NoError(t, pollCtx.Err(), "delivered %v of %d", got, n)
+		out, err := sq.ReceiveMessage(pollCtx, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, WaitTimeSeconds: 5, MaxNumberOfMessages: 10})
+		require.NoError(t, err)
+		for _, m := range out.Messages {
+			require.False(t, got[aws.ToString(m.Body)], "delivered twice: %s", aws.ToString(m.Body))
+			got[aws.ToString(m.Body)] = true
+			_, err = sq.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: m.ReceiptHandle})
+			require.NoError(t, err)
 		}
 	}
 }

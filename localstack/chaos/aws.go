@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/stepflow/stepflow/localstack/awsfault"
+	"github.com/stepflow/stepflow/shared/engine"
 )
 
 // The fault layer is two middlewares in the SDK's own stack of each of the
@@ -26,11 +28,16 @@ import (
 //   - "chaos.Call", at the front of the Initialize step: once per call,
 //     before the SDK validates, serialises, signs or retries anything, and
 //     after it has answered. The invocation crashing before or after an
-//     AWS call (KindCrashBefore, KindCrashAfter) and a send that never got
+//     AWS call (KindCrashBefore, KindCrashAfter), a send that never got
 //     through (KindSendLost: the engine's SendMessageBatch fails, however
-//     many attempts the SDK would have made) are about the process and the
+//     many attempts the SDK would have made) and a timer that never
+//     started (KindSFNStartLost: StartExecution fails the same way, after
+//     the DynamoDB write that set the timer) are about the process and the
 //     call as the engine sees it, not about one request, so the SDK's
-//     retryer never sees them.
+//     retryer never sees them. A SendMessageBatch that goes through may
+//     have delayed entries sent later than asked (KindTimerLate): the
+//     layer hands the rest of the stack a copy of the input, the engine's
+//     own is left as it was.
 //   - "chaos.Attempt", in the Finalize step right after the SDK's "Retry"
 //     middleware (before signing): once per attempt, inside the retry loop.
 //     A throttle (KindThrottle), a 5xx (KindServerError) and a write applied
@@ -62,7 +69,7 @@ var sqsOps = map[string]bool{
 
 // faulted answers whether the layer draws for a service's operation: the
 // engine's own operations, as its clients' interfaces (store.API,
-// queue.API) name them. Others pass through unseen.
+// queue.API, queue.TimerAPI) name them. Others pass through unseen.
 func faulted(service, op string) bool {
 	switch service {
 	case "DynamoDB":
@@ -70,9 +77,14 @@ func faulted(service, op string) bool {
 		return ok
 	case "SQS":
 		return sqsOps[op]
+	case sfnService:
+		return op == "StartExecution"
 	}
 	return false
 }
+
+// sfnService is the Step Functions client's service id (sfn.ServiceID).
+const sfnService = "SFN"
 
 // callKinds are the faults a call can suffer, per call.
 func callKinds(service, op string) func(Kind) bool {
@@ -82,6 +94,8 @@ func callKinds(service, op string) func(Kind) bool {
 			return true
 		case KindSendLost:
 			return service == "SQS" && op == "SendMessageBatch"
+		case KindSFNStartLost:
+			return service == sfnService && op == "StartExecution"
 		}
 		return false
 	}
@@ -153,6 +167,11 @@ func sendLostError() error {
 	return &smithyhttp.RequestSendError{Err: &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("chaos: connection reset before the messages were sent")}}
 }
 
+// startLostError is a StartExecution that never got through.
+func startLostError() error {
+	return &smithyhttp.RequestSendError{Err: &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("chaos: connection reset before the timer execution was started")}}
+}
+
 // Middleware is the fault layer's APIOptions entry (see above): it adds
 // "chaos.Call" to the front of the Initialize step and "chaos.Attempt"
 // right after "Retry" in the Finalize step.
@@ -176,12 +195,44 @@ func (f *Faults) call(ctx context.Context, in middleware.InitializeInput, next m
 		panic(Crash{Call: name, N: n})
 	case KindSendLost:
 		return middleware.InitializeOutput{}, middleware.Metadata{}, sendLostError()
+	case KindSFNStartLost:
+		return middleware.InitializeOutput{}, middleware.Metadata{}, startLostError()
+	}
+	if batch, ok := in.Parameters.(*sqs.SendMessageBatchInput); ok {
+		in.Parameters = f.late(batch)
 	}
 	out, md, err := next.HandleInitialize(ctx, in)
 	if kind == KindCrashAfter {
 		panic(Crash{Call: name, After: true, N: n})
 	}
 	return out, md, err
+}
+
+// MaxLate bounds the seconds KindTimerLate adds to a delayed send.
+const MaxLate = 3
+
+// late answers a batch whose delayed entries (DelaySeconds > 0: a sleep's
+// wake, a deadline, a backoff, an early timer sent again) are each, by
+// chance, 1 to MaxLate seconds later (never past SQS's 900 s). The batch
+// is copied when any entry changes; the caller's stays as it was.
+func (f *Faults) late(in *sqs.SendMessageBatchInput) *sqs.SendMessageBatchInput {
+	var entries []sqstypes.SendMessageBatchRequestEntry
+	for i, e := range in.Entries {
+		if e.DelaySeconds <= 0 || e.DelaySeconds >= 900 || !f.Chance(StreamTimers, KindTimerLate, f.P.TimerLate) {
+			continue
+		}
+		extra := int32(1 + f.IntN(StreamTimers, MaxLate))
+		if entries == nil {
+			entries = append([]sqstypes.SendMessageBatchRequestEntry(nil), in.Entries...)
+		}
+		entries[i].DelaySeconds = min(e.DelaySeconds+extra, 900)
+	}
+	if entries == nil {
+		return in
+	}
+	out := *in
+	out.Entries = entries
+	return &out
 }
 
 func (f *Faults) attempt(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
@@ -205,16 +256,17 @@ func (f *Faults) attempt(ctx context.Context, in middleware.FinalizeInput, next 
 
 // Duplicates answers the APIOptions entry for the SQS client the local
 // event source mapping polls with (devstack.Options.RunnerAPIOptions): a
-// message it receives is, by chance, handed out again by the next receive
-// on the same queue (the same message id and receipt handle) while the
-// first delivery is still being handled, as SQS's at-least-once delivery
-// may. It is one middleware at the front of the Initialize step, so it
-// works on whole calls and typed outputs: a receive with a duplicate due
-// answers it without a request to SQS (the SDK short-circuited, as a
-// middleware may, with the earlier output's message), and a receive that
-// went to SQS decides, per message, whether it comes again. It never
-// crashes: the mapping is AWS's, not a function. Each entry has its own
-// pending duplicates; install one per client.
+// message it receives (KindDuplicate), or, with a chance of its own, a
+// message for one of the run's timer steps (KindTimerTwice), is handed out
+// again by the next receive on the same queue (the same message id and
+// receipt handle) while the first delivery is still being handled, as
+// SQS's at-least-once delivery may. It is one middleware at the front of
+// the Initialize step, so it works on whole calls and typed outputs: a
+// receive with a duplicate due answers it without a request to SQS (the
+// SDK short-circuited, as a middleware may, with the earlier output's
+// message), and a receive that went to SQS decides, per message, whether
+// it comes again. It never crashes: the mapping is AWS's, not a function.
+// Each entry has its own pending duplicates; install one per client.
 func (f *Faults) Duplicates() func(*middleware.Stack) error {
 	d := &duplicates{f: f, pending: map[string][]sqstypes.Message{}}
 	mw := middleware.InitializeMiddlewareFunc("chaos.Duplicates", d.handle)
@@ -247,11 +299,24 @@ func (d *duplicates) handle(ctx context.Context, in middleware.InitializeInput, 
 		return out, md, err
 	}
 	for _, m := range res.Messages {
-		if d.f.Chance(StreamDeliver, KindDuplicate, d.f.P.Duplicate) {
+		if d.f.Chance(StreamDeliver, KindDuplicate, d.f.P.Duplicate) ||
+			timerMessage(aws.ToString(m.Body)) && d.f.Chance(StreamTimers, KindTimerTwice, d.f.P.TimerTwice) {
 			d.mu.Lock()
 			d.pending[url] = append(d.pending[url], m)
 			d.mu.Unlock()
 		}
 	}
 	return out, md, nil
+}
+
+// timerMessage reports whether a ready-queue message is for one of the
+// run's timer steps (TimerSteps): a sleep's wake, or a gate's or a wait's
+// deadline. Such a step is never executed, so every message for it is a
+// timer.
+func timerMessage(body string) bool {
+	var m engine.Message
+	if json.Unmarshal([]byte(body), &m) != nil || m.Tenant != Tenant {
+		return false
+	}
+	return TimerSteps[m.Step]
 }

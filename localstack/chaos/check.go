@@ -66,6 +66,8 @@ type Result struct {
 	// lost" about its own recorded outcome.
 	RetriedOutcomes, AppliedButRefused int
 	FaultsByCall                       map[string]int64 // "kind Service.Operation" -> faults injected there
+	// Races is what the racers and the sleeps came to.
+	Races RaceTotals
 	// Hostile is what the hostile tenant did beside the run, and its
 	// checks; nil when the run had none.
 	Hostile *HostileResult
@@ -97,11 +99,15 @@ func (r *run) check(ctx context.Context, res *Result) {
 		fenced     = &Check{Name: "nothing accepted under a lost lease", Category: Duplicated}
 		replay     = &Check{Name: "events replay to the stored state", Category: Mismatched}
 		inFlight   = &Check{Name: "no message left in flight (per queue)", Category: Mismatched}
+		outcome    = &Check{Name: "every job ends as its plan and the faults imply", Category: Mismatched}
+		sleeps     = &Check{Name: "nothing after a sleep starts before its wake time", Category: Mismatched}
+		races      = &Check{Name: "racing calls answered as their landing implies", Category: Mismatched}
 		lostJobs   = map[int]bool{}
 		dupJobs    = map[int]bool{}
 		mismatched = map[int]bool{}
 	)
-	res.Checks = []*Check{answered, oneID, stored, listed, terminal, extra, once, fenced, replay, inFlight}
+	res.Checks = []*Check{answered, oneID, stored, listed, terminal, extra, once, fenced, replay, inFlight, outcome, sleeps, races}
+	res.Races = RaceTotals{MinSlack: -1}
 	res.States = map[domain.JobState]int{}
 
 	r.mu.Lock()
@@ -161,7 +167,7 @@ func (r *run) check(ctx context.Context, res *Result) {
 			terminal.fail("job %s (%s) is %s; steps %s", s.id, s.plan.Kind, j.State, stepStates(j))
 			lostJobs[i] = true
 		}
-		if msg := checkTerminalOnce(j); msg != "" {
+		if msg := checkRuns(j); msg != "" {
 			once.fail("job %s: %s", s.id, msg)
 			dupJobs[i] = true
 		} else {
@@ -180,6 +186,42 @@ func (r *run) check(ctx context.Context, res *Result) {
 			mismatched[i] = true
 		} else {
 			replay.pass()
+		}
+		if !j.State.Terminal() {
+			continue // lost, above: what it ends as is not known
+		}
+		if msg := checkOutcome(j, s); msg != "" {
+			outcome.fail("job %s (%s): %s", s.id, s.plan.Kind, msg)
+			mismatched[i] = true
+		} else {
+			outcome.pass()
+		}
+		if msgs, seen := checkSleeps(j); len(msgs) > 0 {
+			for _, m := range msgs {
+				sleeps.fail("job %s (%s): %s", s.id, s.plan.Kind, m)
+			}
+			mismatched[i] = true
+		} else if len(seen) > 0 {
+			sleeps.pass()
+			for _, x := range seen {
+				res.Races.Sleeps++
+				if x.viaSFN {
+					res.Races.SleepsViaSFN++
+				}
+				if res.Races.MinSlack < 0 || x.slack < res.Races.MinSlack {
+					res.Races.MinSlack = x.slack
+				}
+			}
+		}
+		if s.race != nil {
+			if msgs := checkRace(j, s, &res.Races); len(msgs) > 0 {
+				for _, m := range msgs {
+					races.fail("job %s (%s%s): %s", s.id, s.plan.Kind, s.plan.Race, m)
+				}
+				mismatched[i] = true
+			} else {
+				races.pass()
+			}
 		}
 	}
 	extras := 0

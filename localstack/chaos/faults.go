@@ -10,6 +10,18 @@
 // poison bodies, floods its own jobs and reaches for the run's; its checks
 // fail a run as the others do.
 //
+// Time is under fault too: the chaos stack runs with a timer threshold of
+// two seconds (RunTimerThreshold), so a sleep, an approval gate's or a
+// wait's deadline past it is a Step Functions timer on moto and a shorter
+// one an SQS delay. A timer step's message may be delivered twice
+// (KindTimerTwice), a delayed send may go out seconds late
+// (KindTimerLate), and a Step Functions start may fail after the write
+// (KindSFNStartLost), leaving the timer to the sweep's due index. Racers
+// (race.go) send concurrent decisions to approval gates, signals to waits
+// (early, late, repeated, against a cancel) and redrives to failed jobs,
+// each from a plan drawn from StreamRacers, and the checks hold every
+// answer against what the job's log says landed first.
+//
 // Every random decision comes from PCG generators seeded from one seed,
 // under one mutex. Each kind of decision has its own stream (the workload
 // plan, the engine's AWS calls, their attempts, deliveries, leases handed
@@ -33,22 +45,31 @@ type Kind string
 
 // The fault kinds.
 const (
-	KindCrashBefore Kind = "crash_before" // the invocation dies before an AWS call
-	KindCrashAfter  Kind = "crash_after"  // the invocation dies right after an AWS call returned
-	KindThrottle    Kind = "throttle"     // DynamoDB answers ProvisionedThroughputExceeded
-	KindServerError Kind = "5xx"          // DynamoDB answers an internal server error
-	KindAmbiguous   Kind = "ambiguous"    // a DynamoDB write is applied, then reported as a timeout
-	KindSendLost    Kind = "send_lost"    // SendMessageBatch fails after the DynamoDB write committed
-	KindDuplicate   Kind = "duplicate"    // the event source mapping hands a message out twice at once
-	KindDoubleSweep Kind = "double_sweep" // two heartbeat sweeps run at once
-	KindZombie      Kind = "zombie"       // a worker stalls past its lease, then reports anyway
-	KindSkew        Kind = "skew"         // a worker's clock is off by seconds
+	KindCrashBefore  Kind = "crash_before"   // the invocation dies before an AWS call
+	KindCrashAfter   Kind = "crash_after"    // the invocation dies right after an AWS call returned
+	KindThrottle     Kind = "throttle"       // DynamoDB answers ProvisionedThroughputExceeded
+	KindServerError  Kind = "5xx"            // DynamoDB answers an internal server error
+	KindAmbiguous    Kind = "ambiguous"      // a DynamoDB write is applied, then reported as a timeout
+	KindSendLost     Kind = "send_lost"      // SendMessageBatch fails after the DynamoDB write committed
+	KindDuplicate    Kind = "duplicate"      // the event source mapping hands a message out twice at once
+	KindDoubleSweep  Kind = "double_sweep"   // two heartbeat sweeps run at once
+	KindZombie       Kind = "zombie"         // a worker stalls past its lease, then reports anyway
+	KindSkew         Kind = "skew"           // a worker's clock is off by seconds
+	KindTimerTwice   Kind = "timer_twice"    // the event source mapping hands a timer step's message out twice at once
+	KindTimerLate    Kind = "timer_late"     // a delayed SQS send (DelaySeconds > 0) goes out seconds later than asked
+	KindSFNStartLost Kind = "sfn_start_lost" // Step Functions StartExecution fails after the DynamoDB write committed
+	// Racers: not faults of the stack but of its callers, counted once per
+	// job whose racer ran (race.go).
+	KindApprovalRace Kind = "approval_race" // approve, approve again, reject and cancel sent at one approval gate at once
+	KindSignalRace   Kind = "signal_race"   // signals (repeated, early, late) sent to a wait, some against a cancel
+	KindRedriveRace  Kind = "redrive_race"  // two redrives of one failed job at once
 )
 
 // Kinds lists every fault kind in report order.
 var Kinds = [...]Kind{
 	KindCrashBefore, KindCrashAfter, KindThrottle, KindServerError, KindAmbiguous,
 	KindSendLost, KindDuplicate, KindDoubleSweep, KindZombie, KindSkew,
+	KindTimerTwice, KindTimerLate, KindSFNStartLost, KindApprovalRace, KindSignalRace, KindRedriveRace,
 }
 
 func kindIndex(k Kind) int {
@@ -61,24 +82,31 @@ func kindIndex(k Kind) int {
 }
 
 // Probabilities are the chance of each fault at each opportunity: per
-// AWS call of the engine for CrashBefore and CrashAfter (every call) and
-// SendLost (SendMessageBatch); per attempt, each request the SDK sends for
-// a call, its retries included, for Throttle and ServerError (DynamoDB
-// calls) and Ambiguous (DynamoDB writes); per message received by the
-// event source mapping for Duplicate, per sweeper tick for DoubleSweep and
+// AWS call of the engine for CrashBefore and CrashAfter (every call),
+// SendLost (SendMessageBatch) and SFNStartLost (Step Functions
+// StartExecution); per attempt, each request the SDK sends for a call, its
+// retries included, for Throttle and ServerError (DynamoDB calls) and
+// Ambiguous (DynamoDB writes); per message received by the event source
+// mapping for Duplicate, and for TimerTwice per such message for a timer
+// step (one a Duplicate did not take already); per delayed entry of a
+// SendMessageBatch for TimerLate; per sweeper tick for DoubleSweep and
 // Advance, per lease handed to a chaos worker for Zombie and Skew. (aws.go
-// says why each sits where it does in the SDK's middleware stack.)
+// says why each sits where it does in the SDK's middleware stack.) The
+// racers are planned, not drawn here.
 type Probabilities struct {
-	CrashBefore float64
-	CrashAfter  float64
-	Throttle    float64
-	ServerError float64
-	Ambiguous   float64
-	SendLost    float64
-	Duplicate   float64
-	DoubleSweep float64
-	Zombie      float64
-	Skew        float64
+	CrashBefore  float64
+	CrashAfter   float64
+	Throttle     float64
+	ServerError  float64
+	Ambiguous    float64
+	SendLost     float64
+	Duplicate    float64
+	DoubleSweep  float64
+	Zombie       float64
+	Skew         float64
+	TimerTwice   float64
+	TimerLate    float64
+	SFNStartLost float64
 	// Advance is the chance a sweeper tick moves the stack's clock past
 	// domain.DispatchGrace, so overdue work is found (not a fault itself).
 	Advance float64
@@ -89,6 +117,7 @@ func DefaultProbabilities() Probabilities {
 	return Probabilities{
 		CrashBefore: 0.015, CrashAfter: 0.015, Throttle: 0.01, ServerError: 0.01, Ambiguous: 0.02,
 		SendLost: 0.06, Duplicate: 0.06, DoubleSweep: 0.5, Zombie: 0.25, Skew: 0.3, Advance: 0.3,
+		TimerTwice: 0.3, TimerLate: 0.25, SFNStartLost: 0.3,
 	}
 }
 
@@ -104,7 +133,7 @@ type faultRange struct {
 // operation meets it. A range the operation does not support (losing a
 // DynamoDB read's send) is no fault.
 func (p Probabilities) callRanges() []faultRange {
-	return []faultRange{{KindCrashBefore, p.CrashBefore}, {KindCrashAfter, p.CrashAfter}, {KindSendLost, p.SendLost}}
+	return []faultRange{{KindCrashBefore, p.CrashBefore}, {KindCrashAfter, p.CrashAfter}, {KindSendLost, p.SendLost}, {KindSFNStartLost, p.SFNStartLost}}
 }
 
 func (p Probabilities) attemptRanges() []faultRange {
@@ -123,6 +152,8 @@ const (
 	StreamSweeps                 // sweeper ticks
 	StreamHostile                // what the hostile tenant sends
 	StreamAttempts               // the engine's AWS calls, once per attempt (the SDK's retries included)
+	StreamTimers                 // timer steps' messages received, and delayed entries sent
+	StreamRacers                 // the racers' plans, drawn with the workload plan
 	numStreams
 )
 
@@ -130,7 +161,7 @@ const (
 // an AWS call boundary. The local runner (and shared/handlers, per SQS
 // record) turn it into what Lambda does: a 5xx, or a redelivery.
 type Crash struct {
-	Call  string // "DynamoDB.PutItem", "SQS.SendMessageBatch", ...
+	Call  string // "DynamoDB.PutItem", "SQS.SendMessageBatch", "SFN.StartExecution", ...
 	After bool   // the call was made (and took effect) before the crash
 	N     int64  // the call's decision number in StreamCalls
 }
@@ -247,8 +278,8 @@ func (f *Faults) Chance(s Stream, kind Kind, p float64) bool {
 	return true
 }
 
-// Count records a fault injected without a draw of its own (a duplicate
-// delivery handed out).
+// Count records a fault injected without a draw of its own (a racer
+// that ran).
 func (f *Faults) Count(kind Kind) { f.counts[kindIndex(kind)].Add(1) }
 
 func (f *Faults) record(d Decision) {

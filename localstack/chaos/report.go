@@ -28,6 +28,7 @@ func (r *Result) Report(w io.Writer, verbose bool) {
 	fmt.Fprintf(w, "  sweeps %d (%d crashed, clock advanced %d times): reclaimed %d, re-dispatched %d; workers claimed %d, outcomes accepted %d, refused 409 %d; dead-lettered %d\n",
 		r.Sweeps.Sweeps, r.Sweeps.Crashed, r.Sweeps.Advances, r.Sweeps.Reclaimed, r.Sweeps.Redispatched,
 		r.Claimed, r.WorkerOutcomes, r.WorkerRefused, r.Dead)
+	fmt.Fprintf(w, "  races and timers: %s\n", r.Races.brief())
 	if h := r.Hostile; h != nil {
 		fmt.Fprintf(w, "  hostile tenant %s (plan %s): %d claims (%d on colliding names, %d on unknown names, %d answered 5xx), %d leases, foreign %d; "+
 			"worker queues %d (%d named by jobs, %d made by claims); poison bodies %d sent, refused %d, accepted %d, resent after a 5xx %d; "+

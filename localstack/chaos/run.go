@@ -81,6 +81,11 @@ func (c *Config) defaults() {
 // WorkerVisibility is the worker queues' visibility timeout in a run.
 const WorkerVisibility = 5 * time.Second
 
+// RunTimerThreshold is the chaos stack's timer threshold: a delay up to it
+// is an SQS delay, a longer one (a 2.5 or 3 s sleep, a 3 or 4 s deadline)
+// a Step Functions timer, which moto runs.
+const RunTimerThreshold = 2 * time.Second
+
 // Tenant and APIKey are the run's tenant, whose jobs the run's checks
 // are about (HostileTenant is the other).
 const (
@@ -94,6 +99,8 @@ type submission struct {
 	ids      map[string]int // job ids answered with 2xx, with how often
 	statuses []int          // every status answered (0 for a transport error)
 	id       string         // the first id answered
+	cancel   []int          // the planned cancel's answers, if it was sent
+	race     *raceRecord    // what the racer sent and heard, for racer kinds
 }
 
 // send submits the planned job with its Idempotency-Key, again on a 5xx or
@@ -137,6 +144,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	st, err := devstack.Start(ctx, devstack.Options{
 		EndpointURL: cfg.Endpoint, StackName: name, APIKeys: map[string]string{APIKey: Tenant, HostileKey: HostileTenant},
 		ScheduleEvery: 2 * time.Second, PollWait: time.Second, Lease: cfg.Lease, Now: clock.Now, Log: cfg.Log,
+		TimerThreshold:   RunTimerThreshold,
 		APIOptions:       []func(*middleware.Stack) error{f.Middleware},
 		RunnerAPIOptions: []func(*middleware.Stack) error{f.Duplicates()},
 	})
@@ -203,6 +211,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	stopWork()
 	r.cancels.Wait()
+	r.racers.Wait()
 	r.w.wg.Wait()
 
 	r.check(ctx, res)
@@ -220,6 +229,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.Sweeps = r.sweeps
 	res.Claimed, res.WorkerOutcomes, res.WorkerRefused = r.w.claimed.Load(), r.w.outcomes.Load(), r.w.refused.Load()
 	res.Notes = append(res.Notes, r.w.notes...)
+	res.Notes = append(res.Notes, res.Races.Notes...)
 	res.Duration = time.Since(started)
 	return res, nil
 }
@@ -237,6 +247,7 @@ type run struct {
 	subs      []*submission
 	finished  map[string]bool // jobs seen finished within the bound
 	cancels   sync.WaitGroup
+	racers    sync.WaitGroup
 	sweeps    SweepTotals
 	submitted atomic.Bool // every planned job has been submitted
 }
@@ -270,14 +281,26 @@ func (r *run) submit(ctx context.Context, p JobPlan, deadline time.Time) {
 	if s.id != "" && p.N%5 == 0 {
 		s.send(ctx, r.c, deadline)
 	}
+	if s.id != "" && p.Race != nil {
+		s.race = &raceRecord{}
+	}
 	r.mu.Lock()
 	r.subs[p.N] = s
 	r.mu.Unlock()
 	if s.id != "" && p.CancelAfter > 0 {
 		r.cancels.Go(func() {
 			sleep(ctx, p.CancelAfter)
-			r.c.retry(ctx, deadline, http.MethodPost, "/v1/jobs/"+s.id+"/cancel", nil)
+			var statuses []int
+			for _, a := range r.c.retry(ctx, deadline, http.MethodPost, "/v1/jobs/"+s.id+"/cancel", nil) {
+				statuses = append(statuses, a.status)
+			}
+			r.mu.Lock()
+			s.cancel = statuses
+			r.mu.Unlock()
 		})
+	}
+	if s.race != nil {
+		r.racers.Go(func() { r.race(ctx, s, deadline) })
 	}
 }
 
@@ -301,7 +324,9 @@ func (r *run) await(ctx context.Context, deadline time.Time) int {
 			}
 			j, err := r.raw.Get(ctx, Tenant, s.id)
 			switch {
-			case err == nil && j.State.Terminal():
+			case err == nil && j.State.Terminal() && (s.race == nil || s.race.done.Load()):
+				// A racer's job is done when its racer is: a FAILED
+				// redrive job is about to run again.
 				done[s.id] = true
 			case err == nil && time.Since(lastNote) >= 5*time.Second:
 				fmt.Fprintf(r.cfg.Progress, "seed %d: waiting for job %s (%s): %s, steps %s, due %v\n", r.cfg.Seed, j.ID, s.plan.Kind, j.State, stepStates(j), j.DueAt)

@@ -145,8 +145,29 @@ func (w *workers) behaviour() behaviour {
 	return b
 }
 
+// PlannedFatal is the message of the fatal failure a redrive job's worker
+// step meets on its first attempt.
+const PlannedFatal = "chaos: planned fatal failure, to be redriven"
+
+// marker answers the WorkerMarker of a lease's input ("" for none).
+func marker(input json.RawMessage) string {
+	var v struct {
+		M string `json:"chaos_worker"`
+	}
+	_ = json.Unmarshal(input, &v)
+	return v.M
+}
+
 func (w *workers) handle(ctx context.Context, name string, l engine.ClaimedLease) {
+	m := marker(l.Input)
+	if m == WorkerFailFirst {
+		w.planned(ctx, name, l)
+		return
+	}
 	b := w.behaviour()
+	if m == WorkerAlwaysComplete {
+		b.outcome = "complete"
+	}
 	expires := l.ExpiresAt
 	switch {
 	case b.zombie:
@@ -200,6 +221,35 @@ func (w *workers) handle(ctx context.Context, name string, l engine.ClaimedLease
 				msg = "[" + ZombieTag + "] " + msg
 			}
 			v = map[string]any{"class": b.outcome, "message": msg}
+		}
+		raw, _ := json.Marshal(v)
+		return raw
+	})
+}
+
+// planned handles a redrive job's lease without a draw: the first attempt
+// fails fatally at once (the job fails: its step allows one attempt), any
+// later one, after the redrive, completes at once.
+func (w *workers) planned(ctx context.Context, name string, l engine.ClaimedLease) {
+	expires := l.ExpiresAt
+	op := "complete"
+	if l.Attempt <= 1 {
+		op = "fail"
+	}
+	w.send(ctx, l, op, &expires, func(late bool) []byte {
+		var v map[string]any
+		if op == "complete" {
+			out := map[string]any{"worker": name, "attempt": l.Attempt}
+			if late {
+				out[ZombieTag] = true
+			}
+			v = map[string]any{"output": out}
+		} else {
+			msg := PlannedFatal
+			if late {
+				msg = "[" + ZombieTag + "] " + msg
+			}
+			v = map[string]any{"class": "fatal", "message": msg}
 		}
 		raw, _ := json.Marshal(v)
 		return raw

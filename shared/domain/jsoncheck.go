@@ -375,7 +375,16 @@ func decodeError(err error, t reflect.Type) error {
 	if se.GoType == nil {
 		return Invalid(field, "%v", strings.TrimPrefix(err.Error(), "json: "))
 	}
-	return Invalid(field, "must be %s, not JSON %s", se.GoType.String(), kindName(se.JSONKind, se.JSONValue))
+	want := se.GoType.String()
+	if d, ok := typeNames[se.GoType]; ok {
+		want = d
+	}
+	return Invalid(field, "must be %s, not JSON %s", want, kindName(se.JSONKind, se.JSONValue))
+}
+
+// typeNames say in a client's words what a field of a domain type must be.
+var typeNames = map[reflect.Type]string{
+	reflect.TypeFor[ActionSpec](): `an object such as {"type": "pass"} (an action's type and its own parameters)`,
 }
 
 // typedIndices marks the segments of path that index a slice or array of

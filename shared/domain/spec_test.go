@@ -210,6 +210,12 @@ func TestParseJobSpecErrors(t *testing.T) {
 	}
 }
 
+func TestActionAsAStringSaysWhatItMustBe(t *testing.T) {
+	t.Parallel()
+	_, err := ParseJobSpec([]byte(step(`"id":"a","action":"pass"`)))
+	require.EqualError(t, err, `steps[0].action: must be an object such as {"type": "pass"} (an action's type and its own parameters), not JSON string`)
+}
+
 func TestParseJobSpecWrongTypeInsideStep(t *testing.T) {
 	t.Parallel()
 	// The decoder reports the path without the index; it still names the

@@ -1,15 +1,20 @@
 // Command stepflow-chaos runs the fault-injection suite (`make chaos`):
 // for each seed, a local stack under a seeded fault layer, a random mix of
-// jobs, misbehaving workers and concurrent sweeps, then the checks that
-// nothing was lost, nothing happened twice and every job's log replays to
-// its stored state. Beside each run a hostile tenant (chaos.HostileTenant)
+// jobs (steps of every action: sleeps and deadlines short and past the
+// stack's two-second timer threshold, so both SQS delays and Step
+// Functions timers run; approval gates, waits and failed jobs that racers
+// approve, reject, signal, cancel and redrive at once), misbehaving
+// workers and concurrent sweeps, then the checks that nothing was lost,
+// nothing happened twice, every job ended as its plan and the faults
+// imply, and every job's log replays to its stored state. Beside each run a hostile tenant (chaos.HostileTenant)
 // attacks over the same API: it claims the queue names that collided with
 // the run's under the old worker queue naming and names no job used, sends
 // poison bodies, floods its own jobs and reaches for the run's; it must get
 // no lease but its own, create no queue, have every poison body refused
 // with 400, finish its flood, see none of the run's jobs, and not show in
 // the run's health. It prints a table per run (its first line ends with the
-// hostile tenant's figures) and ends with one line:
+// hostile tenant's figures), the faults of all runs by kind, and ends with
+// one line:
 //
 //	chaos: <runs> runs, <faults> faults injected, <jobs> jobs, lost 0, duplicated 0, mismatched 0; hostile tenant: <claims> claims, foreign leases 0, queues made 0, poison accepted 0, checks failed 0
 //
@@ -62,9 +67,15 @@ func command() *cobra.Command {
 or on --endpoint), submits --jobs jobs under injected faults (crashes at
 every AWS call boundary, DynamoDB throttling, 5xx and ambiguous writes on
 each attempt, inside the SDK's retries, lost SQS sends, duplicate
-deliveries, concurrent sweeps, zombie and clock-skewed workers) and checks: every job finishes within --bound, none is lost, none
-finishes twice, no outcome is applied under a lost lease, every log replays
-to its stored state, and no message is left in flight. With --hostile (the
+deliveries, timer messages delivered twice or sent late, Step Functions
+timers that never start, concurrent sweeps, zombie and clock-skewed
+workers; racers sending approve, reject, cancel, signals and redrives at
+once) and checks: every job finishes within --bound, none is lost, none
+finishes twice in one run, every job ends as its plan and the faults
+imply, no step after a sleep starts before its wake time, every racing call
+answers 200 or 409 as the log says it landed, no outcome is applied under
+a lost lease, every log replays to its stored state, and no message is
+left in flight. With --hostile (the
 default) a second tenant attacks beside the run: claims on queue names that
 collided with the run's under the old naming and on unknown names, poison
 bodies, a flood of its own jobs, requests on the run's jobs; a lease it did
@@ -111,6 +122,7 @@ unfinished flood job or a leak between the tenants fails the run.`,
 				}
 			}
 			fmt.Fprintf(out, "total %s\n", time.Since(started).Round(100*time.Millisecond))
+			fmt.Fprintln(out, chaos.FaultSummary(results))
 			fmt.Fprintln(out, chaos.Summary(results))
 			for _, r := range results {
 				if !r.Passed() {

@@ -182,8 +182,25 @@ func (f *Faults) Middleware(s *middleware.Stack) error {
 	return s.Finalize.Insert(middleware.FinalizeMiddlewareFunc("chaos.Attempt", f.attempt), "Retry", middleware.After)
 }
 
+// callOf answers the service and operation of the call a middleware at
+// the front of the Initialize step is handling. A client whose SDK module
+// registers its service metadata inside the Initialize step (the Step
+// Functions client: service/sfn v1.41 puts only smithy's service id and
+// operation name in the context before its stack runs) has not put the
+// AWS ones awsfault.Call reads there yet.
+func callOf(ctx context.Context) (service, op string) {
+	service, op = awsfault.Call(ctx)
+	if service == "" {
+		service = middleware.GetServiceID(ctx)
+	}
+	if op == "" {
+		op = middleware.GetOperationName(ctx)
+	}
+	return service, op
+}
+
 func (f *Faults) call(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-	service, op := awsfault.Call(ctx)
+	service, op := callOf(ctx)
 	if !faulted(service, op) {
 		return next.HandleInitialize(ctx, in)
 	}

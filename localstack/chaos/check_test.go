@@ -111,6 +111,7 @@ func TestSummaryLine(t *testing.T) {
 		{Jobs: 30, Faults: map[Kind]int64{KindDuplicate: 2}, Lost: 1, Mismatched: 2},
 	}
 	require.Equal(t, "chaos: 2 runs, 6 faults injected, 60 jobs, lost 1, duplicated 0, mismatched 2", Summary(rs))
+	require.Equal(t, "chaos faults by kind: crash_before 3, duplicate 2, zombie 1", FaultSummary(rs))
 	require.True(t, rs[0].Passed())
 	require.False(t, rs[1].Passed())
 }

@@ -72,6 +72,9 @@ var Kinds = [...]Kind{
 	KindTimerTwice, KindTimerLate, KindSFNStartLost, KindApprovalRace, KindSignalRace, KindRedriveRace,
 }
 
+// racerKinds are counted once per racer that ran, not drawn by the layer.
+var racerKinds = map[Kind]bool{KindApprovalRace: true, KindSignalRace: true, KindRedriveRace: true}
+
 func kindIndex(k Kind) int {
 	for i, x := range Kinds {
 		if x == k {
@@ -117,7 +120,7 @@ func DefaultProbabilities() Probabilities {
 	return Probabilities{
 		CrashBefore: 0.015, CrashAfter: 0.015, Throttle: 0.01, ServerError: 0.01, Ambiguous: 0.02,
 		SendLost: 0.06, Duplicate: 0.06, DoubleSweep: 0.5, Zombie: 0.25, Skew: 0.3, Advance: 0.3,
-		TimerTwice: 0.3, TimerLate: 0.25, SFNStartLost: 0.3,
+		TimerTwice: 0.3, TimerLate: 0.25, SFNStartLost: 0.4,
 	}
 }
 

@@ -34,20 +34,33 @@ func replay(t *testing.T, a *realAWS, seed uint64, n int) ([]Decision, map[Kind]
 	// Far higher than the defaults, so a short sequence (each call a
 	// request to moto) meets every kind.
 	p.CrashBefore, p.CrashAfter, p.Throttle, p.ServerError, p.Ambiguous, p.SendLost, p.Duplicate = 0.05, 0.05, 0.05, 0.05, 0.15, 0.3, 0.5
+	p.TimerTwice, p.TimerLate, p.SFNStartLost = 0.5, 0.5, 0.3
 	f := New(seed, p)
 	plan := f.Plan(20)
-	ops := a.ops(a.faulted(f))
+	db, q, sf := a.faulted(f)
+	ops := a.ops(db, q, sf)
 	rq := a.runner(f)
 	w := &workers{f: f}
+	ctx := context.Background()
 	for i := range n {
 		a.fire(ops[i%len(ops)])
 		if i%10 == 0 {
-			// recv hides nothing, so every receive hands out its one
-			// message (or the middleware's duplicate of it): one delivery
-			// decision each, whatever moto's timing.
-			out, err := rq.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(a.recvURL)})
-			require.NoError(t, err)
-			require.Len(t, out.Messages, 1)
+			// The recv queues hide nothing, so every receive hands out its
+			// one message (or the middleware's duplicate of it): the same
+			// delivery decisions whatever moto's timing.
+			for _, url := range []string{a.recvURL, a.recvTimerURL} {
+				out, err := rq.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(url)})
+				require.NoError(t, err)
+				require.Len(t, out.Messages, 1)
+			}
+			// A delayed send, through the layer (its call decision, then
+			// its entry's).
+			func() {
+				defer func() { _ = recover() }() // a crash decision
+				_, _ = q.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(a.lateURL), Entries: []sqstypes.SendMessageBatchRequestEntry{
+					{Id: aws.String("d"), MessageBody: aws.String("delayed"), DelaySeconds: 1},
+				}})
+			}()
 			w.behaviour()
 			f.Chance(StreamSweeps, KindDoubleSweep, p.DoubleSweep)
 		}
@@ -58,7 +71,7 @@ func replay(t *testing.T, a *realAWS, seed uint64, n int) ([]Decision, map[Kind]
 func TestSameSeedMakesTheSameDecisions(t *testing.T) {
 	t.Parallel()
 	a := newRealAWS(t)
-	const n = 12 * 13 // each call of the engine 12 times, 16 deliveries
+	const n = 12 * 14 // each call of the engine 12 times, 17 rounds of deliveries and delayed sends
 	trace1, counts1, plan1 := replay(t, a, 42, n)
 	trace2, counts2, plan2 := replay(t, a, 42, n)
 	require.NotEmpty(t, trace1)
@@ -66,6 +79,10 @@ func TestSameSeedMakesTheSameDecisions(t *testing.T) {
 	require.Equal(t, counts1, counts2)
 	require.Equal(t, plan1, plan2, "the same seed must plan the same jobs, byte for byte")
 	for _, k := range Kinds {
+		if racerKinds[k] {
+			require.Zero(t, counts1[k], "kind %s is a racer's, counted by the run", k)
+			continue
+		}
 		require.Positive(t, counts1[k], "kind %s never injected in the replay sequence", k)
 	}
 
@@ -113,6 +130,12 @@ func only(k Kind) Probabilities {
 		p.Zombie = 1
 	case KindSkew:
 		p.Skew = 1
+	case KindTimerTwice:
+		p.TimerTwice = 1
+	case KindTimerLate:
+		p.TimerLate = 1
+	case KindSFNStartLost:
+		p.SFNStartLost = 1
 	}
 	return p
 }
@@ -131,7 +154,7 @@ func TestCrashBeforeDiesWithoutCalling(t *testing.T) {
 			require.False(t, out.applied, "%s took effect in moto", o.name)
 		}
 	}
-	require.EqualValues(t, 13, f.Counts()[KindCrashBefore])
+	require.EqualValues(t, 14, f.Counts()[KindCrashBefore])
 	require.Zero(t, a.Reached.total(), "no request may reach moto")
 }
 
@@ -151,9 +174,9 @@ func TestCrashAfterDiesAfterTheCall(t *testing.T) {
 			require.True(t, out.applied, "%s did not take effect in moto", o.name)
 		}
 	}
-	require.Equal(t, 7, effects, "writes, send, delete, visibility change and queue creation are read back")
-	require.EqualValues(t, 13, f.Counts()[KindCrashAfter])
-	require.EqualValues(t, 13, a.Reached.total())
+	require.Equal(t, 8, effects, "writes, send, delete, visibility change, queue creation and timer start are read back")
+	require.EqualValues(t, 14, f.Counts()[KindCrashAfter])
+	require.EqualValues(t, 14, a.Reached.total())
 }
 
 func TestThrottleAnd5xxFailDynamoDBCallsWithoutCalling(t *testing.T) {
@@ -164,7 +187,7 @@ func TestThrottleAnd5xxFailDynamoDBCallsWithoutCalling(t *testing.T) {
 		for _, o := range a.ops(a.faulted(f)) {
 			out := a.try(o)
 			require.Nil(t, out.crash)
-			if strings.HasPrefix(o.name, "SQS.") { // not this kind's
+			if !strings.HasPrefix(o.name, "DynamoDB.") { // not this kind's
 				require.NoError(t, out.err, "%s: %s", kind, o.name)
 				require.True(t, out.called)
 				require.True(t, !out.effect || out.applied, "%s: %s did not take effect", kind, o.name)
@@ -453,7 +476,7 @@ func TestAttemptFaultsMeetTheSDKRetry(t *testing.T) {
 
 	// A lost send is the call's, not an attempt's: not retried.
 	f = New(1, only(KindSendLost))
-	_, q := a.faulted(f)
+	_, q, _ := a.faulted(f)
 	q = sqs.New(q.Options(), func(o *sqs.Options) {
 		o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
 			so.Backoff = retry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return 0, nil })
@@ -472,4 +495,167 @@ func TestErrorsAreNotCrashes(t *testing.T) {
 	t.Parallel()
 	require.False(t, errors.Is(throttleError(), context.DeadlineExceeded))
 	require.Contains(t, Crash{Call: "DynamoDB.PutItem", N: 3}.String(), "before DynamoDB.PutItem (call #3)")
+}
+
+func TestSFNStartLostFailsOnlyTimerStartsWithoutStarting(t *testing.T) {
+	t.Parallel()
+	a := newRealAWS(t)
+	f := New(1, only(KindSFNStartLost))
+	for _, o := range a.ops(a.faulted(f)) {
+		out := a.try(o)
+		require.Nil(t, out.crash)
+		if o.name != "SFN.StartExecution" {
+			require.NoError(t, out.err, o.name)
+			require.True(t, out.called, o.name)
+			require.True(t, !out.effect || out.applied, "%s did not take effect in moto", o.name)
+			continue
+		}
+		var oe *smithy.OperationError
+		require.ErrorAs(t, out.err, &oe)
+		require.Equal(t, "SFN", oe.ServiceID)
+		require.False(t, out.called, "the start reached moto")
+		require.True(t, out.effect)
+		require.False(t, out.applied, "the execution ran")
+	}
+	require.EqualValues(t, 1, f.Counts()[KindSFNStartLost])
+	require.EqualValues(t, 1, f.Calls()["SFN.StartExecution"], "the layer sees the Step Functions client's calls")
+	require.Zero(t, f.Counts()[KindSendLost])
+
+	// The engine's timer starts crash like its other calls.
+	f = New(1, only(KindCrashBefore))
+	_, _, sf := a.faulted(f)
+	var start op
+	for _, o := range a.ops(nil, nil, sf) {
+		if o.name == "SFN.StartExecution" {
+			start = o
+		}
+	}
+	out := a.try(start)
+	require.NotNil(t, out.crash)
+	require.Equal(t, "SFN.StartExecution", out.crash.Call)
+	require.False(t, out.applied)
+}
+
+// capture is an APIOptions entry that keeps, at the end of the Initialize
+// step (behind the fault layer), each SendMessageBatch input the rest of
+// the stack is handed.
+type capture struct {
+	mu      sync.Mutex
+	batches []*sqs.SendMessageBatchInput
+}
+
+func (c *capture) add(s *middleware.Stack) error {
+	return s.Initialize.Add(middleware.InitializeMiddlewareFunc("ChaosTestCapture",
+		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+			if b, ok := in.Parameters.(*sqs.SendMessageBatchInput); ok {
+				c.mu.Lock()
+				c.batches = append(c.batches, b)
+				c.mu.Unlock()
+			}
+			return next.HandleInitialize(ctx, in)
+		}), middleware.After)
+}
+
+func TestTimerLateDelaysOnlyDelayedEntries(t *testing.T) {
+	t.Parallel()
+	a := newRealAWS(t)
+	f := New(1, only(KindTimerLate))
+	c := &capture{}
+	_, q, _ := a.with(f.Middleware, c.add)
+	in := &sqs.SendMessageBatchInput{QueueUrl: aws.String(a.lateURL), Entries: []sqstypes.SendMessageBatchRequestEntry{
+		{Id: aws.String("now"), MessageBody: aws.String("now")},
+		{Id: aws.String("two"), MessageBody: aws.String("two"), DelaySeconds: 2},
+		{Id: aws.String("near-max"), MessageBody: aws.String("near-max"), DelaySeconds: 899},
+		{Id: aws.String("max"), MessageBody: aws.String("max"), DelaySeconds: 900},
+	}}
+	out, err := q.SendMessageBatch(context.Background(), in)
+	require.NoError(t, err)
+	require.Len(t, out.Successful, 4, "every entry sent, late or not")
+	require.Empty(t, out.Failed)
+	require.Len(t, c.batches, 1)
+	sent := c.batches[0].Entries
+	require.Zero(t, sent[0].DelaySeconds, "an undelayed message is no timer")
+	require.GreaterOrEqual(t, sent[1].DelaySeconds, int32(2+1))
+	require.LessOrEqual(t, sent[1].DelaySeconds, int32(2+MaxLate))
+	require.EqualValues(t, 900, sent[2].DelaySeconds, "never past SQS's limit")
+	require.EqualValues(t, 900, sent[3].DelaySeconds)
+	require.EqualValues(t, 2, f.Counts()[KindTimerLate], "the two entries that could be later")
+	require.Equal(t, []int32{0, 2, 899, 900}, []int32{in.Entries[0].DelaySeconds, in.Entries[1].DelaySeconds, in.Entries[2].DelaySeconds, in.Entries[3].DelaySeconds},
+		"the caller's input is left as it was")
+	require.EqualValues(t, 1, a.Reached.of("SQS.SendMessageBatch"))
+
+	// A send the layer lost has no entry made late: nothing was sent.
+	p := only(KindSendLost)
+	p.TimerLate = 1
+	f = New(1, p)
+	c = &capture{}
+	_, q, _ = a.with(f.Middleware, c.add)
+	_, err = q.SendMessageBatch(context.Background(), in)
+	require.Error(t, err)
+	require.Empty(t, c.batches)
+	require.Zero(t, f.Counts()[KindTimerLate])
+
+	// Paused, nothing is late and nothing is drawn.
+	f = New(1, only(KindTimerLate))
+	f.Pause()
+	c = &capture{}
+	_, q, _ = a.with(f.Middleware, c.add)
+	_, err = q.SendMessageBatch(context.Background(), in)
+	require.NoError(t, err)
+	require.Same(t, in, c.batches[0])
+	require.Zero(t, f.Drawn()[StreamTimers])
+}
+
+func TestTimerTwiceHandsOnlyTimerMessagesOutAgain(t *testing.T) {
+	t.Parallel()
+	a := newRealAWS(t)
+	timer, work, foreign, other := a.Queue("timer"), a.Queue("work"), a.Queue("foreign"), a.Queue("other")
+	a.Send(timer, timerBody(Tenant, "gate"))
+	a.Send(work, timerBody(Tenant, "only")) // a pass step's: executed, no timer
+	a.Send(foreign, timerBody(HostileTenant, "nap"))
+	a.Send(other, "not json")
+	f := New(1, only(KindTimerTwice))
+	rq := a.runner(f)
+	ctx := context.Background()
+	receive := func(url string) []sqstypes.Message {
+		out, err := rq.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(url)})
+		require.NoError(t, err)
+		return out.Messages
+	}
+	first := receive(timer)
+	require.Len(t, first, 1)
+	again := receive(timer)
+	require.Len(t, again, 1, "the timer step's message comes again")
+	require.Equal(t, aws.ToString(first[0].MessageId), aws.ToString(again[0].MessageId))
+	require.Equal(t, aws.ToString(first[0].ReceiptHandle), aws.ToString(again[0].ReceiptHandle))
+	require.Empty(t, receive(timer), "twice, not more")
+	for _, url := range []string{work, foreign, other} {
+		require.Len(t, receive(url), 1)
+		require.Empty(t, receive(url), "no other message comes again")
+	}
+	require.EqualValues(t, map[Kind]int64{KindTimerTwice: 1}, nonZero(f.Counts()))
+	require.EqualValues(t, 4, f.Drawn()[StreamDeliver], "every message meets the duplicate's draw first")
+	require.EqualValues(t, 1, f.Drawn()[StreamTimers], "only the timer meets timer_twice's")
+
+	// A timer message a duplicate takes already comes twice, not three
+	// times, and counts as the duplicate.
+	a.Send(timer, timerBody(Tenant, "nap"))
+	p := only(KindDuplicate)
+	p.TimerTwice = 1
+	f = New(1, p)
+	rq = a.runner(f)
+	require.Len(t, receive(timer), 1)
+	require.Len(t, receive(timer), 1)
+	require.Empty(t, receive(timer))
+	require.EqualValues(t, map[Kind]int64{KindDuplicate: 1}, nonZero(f.Counts()))
+}
+
+func nonZero(c map[Kind]int64) map[Kind]int64 {
+	out := map[Kind]int64{}
+	for k, v := range c {
+		if v != 0 {
+			out[k] = v
+		}
+	}
+	return out
 }

@@ -14,6 +14,7 @@ import (
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go/middleware"
@@ -80,21 +81,27 @@ type realAWS struct {
 	t   testing.TB
 	ctx context.Context
 
-	// DB and Q are the clients the fault layer goes into (a copy of each
-	// with its middleware: with); Reached counts their requests. look and
-	// lookQ set up and read back, uncounted.
+	// DB, Q and SF are the clients the fault layer goes into (a copy of
+	// each with its middleware: with); Reached counts their requests.
+	// look, lookQ and lookSF set up and read back, uncounted.
 	DB      *dynamodb.Client
 	Q       *sqs.Client
+	SF      *sfn.Client
 	Reached *reached
 	look    *dynamodb.Client
 	lookQ   *sqs.Client
+	lookSF  *sfn.Client
+	machine string // a state machine of one Pass state, for StartExecution
 
 	name  string // prefix of the table's and the queues' names
 	table string
 	// Queues: sends go to send, the engine's receives read recv (one
 	// message, never hidden), deletes and visibility changes take a
-	// message of their own in flight from del and vis.
+	// message of their own in flight from del and vis. recvTimer holds
+	// one message for a timer step of the run's tenant, never hidden, and
+	// late takes delayed sends.
 	sendURL, recvURL, delURL, visURL string
+	recvTimerURL, lateURL            string
 
 	seq atomic.Int64 // fresh keys, bodies and queue names
 }
@@ -114,7 +121,18 @@ func newRealAWS(t testing.TB) *realAWS {
 		o.Retryer = aws.NopRetryer{}
 		o.APIOptions = append(o.APIOptions, a.Reached.count)
 	})
-	a.look, a.lookQ = dynamodb.NewFromConfig(cfg), sqs.NewFromConfig(cfg)
+	a.SF = sfn.NewFromConfig(cfg, func(o *sfn.Options) {
+		o.Retryer = aws.NopRetryer{}
+		o.APIOptions = append(o.APIOptions, a.Reached.count)
+	})
+	a.look, a.lookQ, a.lookSF = dynamodb.NewFromConfig(cfg), sqs.NewFromConfig(cfg), sfn.NewFromConfig(cfg)
+	sm, err := a.lookSF.CreateStateMachine(ctx, &sfn.CreateStateMachineInput{
+		Name:       aws.String(a.name),
+		Definition: aws.String(`{"StartAt":"P","States":{"P":{"Type":"Pass","End":true}}}`),
+		RoleArn:    aws.String("arn:aws:iam::123456789012:role/chaos-test"),
+	})
+	require.NoError(t, err)
+	a.machine = aws.ToString(sm.StateMachineArn)
 
 	a.table = a.name
 	_, err = a.look.CreateTable(ctx, &dynamodb.CreateTableInput{
@@ -134,26 +152,36 @@ func newRealAWS(t testing.TB) *realAWS {
 	require.NoError(t, err)
 
 	a.sendURL, a.recvURL, a.delURL, a.visURL = a.Queue("send"), a.Queue("recv"), a.Queue("del"), a.Queue("vis")
+	a.recvTimerURL, a.lateURL = a.Queue("recv-timer"), a.Queue("late")
 	a.Send(a.recvURL, "seed")
+	a.Send(a.recvTimerURL, timerBody(Tenant, "nap"))
 	return a
 }
 
 // with answers copies of a's counted clients with opts added to their
 // middleware stacks.
-func (a *realAWS) with(opts ...func(*middleware.Stack) error) (*dynamodb.Client, *sqs.Client) {
+func (a *realAWS) with(opts ...func(*middleware.Stack) error) (*dynamodb.Client, *sqs.Client, *sfn.Client) {
 	db := dynamodb.New(a.DB.Options(), func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, opts...) })
 	q := sqs.New(a.Q.Options(), func(o *sqs.Options) { o.APIOptions = append(o.APIOptions, opts...) })
-	return db, q
+	sf := sfn.New(a.SF.Options(), func(o *sfn.Options) { o.APIOptions = append(o.APIOptions, opts...) })
+	return db, q, sf
 }
 
 // faulted answers a's clients with f's fault layer in them.
-func (a *realAWS) faulted(f *Faults) (*dynamodb.Client, *sqs.Client) { return a.with(f.Middleware) }
+func (a *realAWS) faulted(f *Faults) (*dynamodb.Client, *sqs.Client, *sfn.Client) {
+	return a.with(f.Middleware)
+}
 
 // runner answers an SQS client with f's duplicate deliveries in it, as the
 // event source mapping's.
 func (a *realAWS) runner(f *Faults) *sqs.Client {
-	_, q := a.with(f.Duplicates())
+	_, q, _ := a.with(f.Duplicates())
 	return q
+}
+
+// timerBody is a ready-queue message for a tenant's job's step.
+func timerBody(tenant, step string) string {
+	return fmt.Sprintf(`{"tenant":%q,"job":"01TIMERJOB","step":%q}`, tenant, step)
 }
 
 func key(pk, sk string) map[string]ddb.AttributeValue {
@@ -267,9 +295,23 @@ type op struct {
 	arm func() (call func() error, applied func() bool)
 }
 
+// hasExecution answers whether the test's state machine ran an execution
+// of that name.
+func (a *realAWS) hasExecution(name string) bool {
+	a.t.Helper()
+	out, err := a.lookSF.ListExecutions(a.ctx, &sfn.ListExecutionsInput{StateMachineArn: aws.String(a.machine), MaxResults: 1000})
+	require.NoError(a.t, err)
+	for _, e := range out.Executions {
+		if aws.ToString(e.Name) == name {
+			return true
+		}
+	}
+	return false
+}
+
 // ops answers each AWS call of the engine once, in a fixed order, made
-// through db and q (a's clients with the fault layer in them).
-func (a *realAWS) ops(db *dynamodb.Client, q *sqs.Client) []op {
+// through db, q and sf (a's clients with the fault layer in them).
+func (a *realAWS) ops(db *dynamodb.Client, q *sqs.Client, sf *sfn.Client) []op {
 	ctx, table := a.ctx, aws.String(a.table)
 	return []op{
 		{name: "DynamoDB.GetItem", arm: func() (func() error, func() bool) {
@@ -384,6 +426,14 @@ func (a *realAWS) ops(db *dynamodb.Client, q *sqs.Client) []op {
 				_, err := q.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(a.recvURL), AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameAll}})
 				return err
 			}, nil
+		}},
+		{name: "SFN.StartExecution", arm: func() (func() error, func() bool) {
+			name := a.fresh("timer")
+			return func() error {
+					_, err := sf.StartExecution(ctx, &sfn.StartExecutionInput{StateMachineArn: aws.String(a.machine), Name: aws.String(name), Input: aws.String(`{}`)})
+					return err
+				},
+				func() bool { return a.hasExecution(name) }
 		}},
 	}
 }

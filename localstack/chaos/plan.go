@@ -116,7 +116,7 @@ var planKinds = []struct {
 	weight int
 }{
 	{"pass", 14}, {"pass3", 10}, {"pass5", 8}, {"retryable", 12}, {"fatal", 8}, {"sleep", 12}, {"worker", 26},
-	{"approval", 7}, {"signal", 7}, {"timer", 6}, {"redrive", 4},
+	{"approval", 7}, {"signal", 7}, {"timer", 8}, {"redrive", 4},
 }
 
 // racers are the kinds a racer works on.
@@ -192,7 +192,7 @@ func planOne(r *rand.Rand, seed uint64, i, total int) JobPlan {
 		// timer threshold is 2 s: 3 and 4 go through Step Functions) it
 		// races the racer's decisions.
 		gate := stepSpec{ID: "gate", Action: actionSpec{Type: "approval"}}
-		if r.IntN(2) == 0 {
+		if r.IntN(5) < 3 {
 			gate.Action.Timeout = 2 + r.IntN(3)
 		}
 		spec.Steps = []stepSpec{gate}
@@ -213,8 +213,9 @@ func planOne(r *rand.Rand, seed uint64, i, total int) JobPlan {
 		}
 		spec.Steps = append(spec.Steps, stepSpec{ID: "wait", Action: actionSpec{Type: "wait", Signal: SignalName}})
 	case "timer":
-		// 2.5 and 3 s are past the threshold: Step Functions timers.
-		secs := 1 + 0.5*float64(r.IntN(5)) // 1 to 3 s
+		// 1 to 3 s, half of them past the threshold (2.5 and 3 s): Step
+		// Functions timers.
+		secs := []float64{1, 1.5, 2, 2.5, 3, 3}[r.IntN(6)]
 		spec.Steps = []stepSpec{{ID: "nap", Action: actionSpec{Type: "sleep", Seconds: &secs}}, pass("after")}
 	case "redrive":
 		spec.Payload[WorkerMarker] = WorkerFailFirst

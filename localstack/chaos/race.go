@@ -25,7 +25,8 @@ import (
 
 // maxRedriveRounds bounds the redrives of one job: the first after the
 // planned failure, and more only if a re-run lost its one attempt's lease
-// (the stack's clock jumps; see checkRedrive).
+// (a clock jump, or a claim that crashed after writing it; see
+// checkRedrive).
 const maxRedriveRounds = 4
 
 // raceCall is one request a racer sent, with every answer it got.
@@ -219,7 +220,8 @@ type RaceTotals struct {
 	Notes []string
 	// Sleeps whose wake time was checked against what followed, those of
 	// them past the timer threshold (Step Functions), and the least time
-	// from a wake time to the next step's start.
+	// from a wake time to the next step's first move, on the stack's
+	// clock (a clock jump during a sleep adds a minute to it).
 	Sleeps, SleepsViaSFN int
 	MinSlack             time.Duration
 }
@@ -474,8 +476,11 @@ func checkApproval(j *domain.Job, calls []raceCall, t *RaceTotals) []string {
 	}
 	cancel, _ := cancelAnswer(calls)
 	want := map[string]domain.JobState{"approve": domain.JobCompleted, "reject": domain.JobFailed, "timeout": domain.JobFailed, "cancel": domain.JobCancelled}[first]
-	if first == "approve" && cancel == http.StatusOK && len(j.Steps) > 1 {
+	switch {
+	case first == "approve" && cancel == http.StatusOK && len(j.Steps) > 1:
 		want = domain.JobCancelled // the cancel landed after the approve, before the step after it ended
+	case first == "approve" && j.State == domain.JobFailed && failedOnLostLeases(j):
+		want = domain.JobFailed // the step after it lost every lease
 	}
 	switch {
 	case first == "":
@@ -643,10 +648,10 @@ func checkSignals(j *domain.Job, calls []raceCall, t *RaceTotals) []string {
 
 // checkRedrive: the job failed on its planned fatal failure, was redriven
 // (one of two concurrent redrives answering 200, the other 200 or 409),
-// and COMPLETED on its next attempt: one job_requeued per job_failed, each
-// failure but the last run's redriven. A re-run whose one attempt lost its
-// lease (the clock jumped past it, a crash) fails the job again and the
-// racer redrives it once more; that is counted, not failed.
+// and COMPLETED on its next attempt: one job_requeued per job_failed and
+// per round of redrives. A re-run whose one attempt lost its lease (the
+// clock jumped past it, a claim crashed after writing it) fails the job
+// again and the racer redrives it once more; that is noted, not failed.
 func checkRedrive(j *domain.Job, calls []raceCall, rounds, planned int, t *RaceTotals) []string {
 	var out []string
 	t.RedriveJobs++

@@ -91,6 +91,18 @@ func (h *HostileResult) brief() string {
 		status, h.ForeignLeases, h.Claims, h.QueuesCreated, h.PoisonAccepted, h.PoisonSent, h.FloodFinished, h.Flood)
 }
 
+// FaultSummary adds up the runs' faults by kind, in report order: the
+// line before Summary.
+func FaultSummary(results []*Result) string {
+	total := map[Kind]int64{}
+	for _, r := range results {
+		for k, v := range r.Faults {
+			total[k] += v
+		}
+	}
+	return "chaos faults by kind: " + FormatCounts(total)
+}
+
 // Summary is the one line that ends a chaos command; runs with a hostile
 // tenant add its totals.
 func Summary(results []*Result) string {

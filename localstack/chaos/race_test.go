@@ -1,0 +1,336 @@
+package chaos
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepflow/stepflow/shared/domain"
+)
+
+// The racers' checks, on jobs the domain moves as the engine would: what
+// landed first decides, and every answer must agree with it.
+
+func newJob(t *testing.T, body string) *domain.Job {
+	t.Helper()
+	spec, err := domain.ParseJobSpec([]byte(body))
+	require.NoError(t, err)
+	j, err := domain.NewJob(Tenant, "j1", spec, "k", t0)
+	require.NoError(t, err)
+	return j
+}
+
+func calls(cs ...raceCall) *submission {
+	rr := &raceRecord{calls: cs}
+	rr.done.Store(true)
+	return &submission{race: rr}
+}
+
+func call(op string, statuses ...int) raceCall { return raceCall{Op: op, Statuses: statuses} }
+
+func sig(k int, id string, statuses ...int) raceCall {
+	return raceCall{Op: "signal", K: k, SignalID: id, Statuses: statuses}
+}
+
+func raceProblems(j *domain.Job, kind string, s *submission) []string {
+	s.plan.Kind = kind
+	if s.plan.Race == nil {
+		s.plan.Race = &RacePlan{Redrives: 1}
+	}
+	return checkRace(j, s, &RaceTotals{})
+}
+
+const gateJob = `{"steps":[{"id":"gate","action":{"type":"approval","timeout_seconds":2}}]}`
+const gateThenPass = `{"steps":[{"id":"gate","action":{"type":"approval"}},{"id":"after","action":{"type":"pass"}}]}`
+
+func TestCheckApproval(t *testing.T) {
+	t.Parallel()
+	by := domain.Decision{By: "chaos-racer"}
+
+	// Approve landed first: the second approve and the reject lost.
+	j := newJob(t, gateJob)
+	_, changed, err := j.Approve("gate", by, t0)
+	require.NoError(t, err)
+	require.True(t, changed)
+	_, changed, err = j.Approve("gate", by, t0)
+	require.NoError(t, err)
+	require.False(t, changed, "a second approve writes nothing")
+	require.Equal(t, domain.JobCompleted, j.State)
+	ok := calls(call("approve", 200), call("approve", 500, 200), call("reject", 409), call("cancel", 409))
+	require.Empty(t, raceProblems(j, "approval", ok))
+	require.NotEmpty(t, raceProblems(j, "approval", calls(call("approve", 200), call("reject", 200))), "a reject that lost answered 200")
+	require.NotEmpty(t, raceProblems(j, "approval", calls(call("approve", 200), call("approve", 409))), "a repeated approve answers 200")
+	require.NotEmpty(t, raceProblems(j, "approval", calls(call("approve", 500, 500))), "never answered but with a 5xx")
+	require.NotEmpty(t, raceProblems(j, "approval", calls(call("approve", 200), call("cancel", 200))), "a cancel answered 200 on a completed job")
+	twice := newJob(t, gateJob)
+	_, _, err = twice.Approve("gate", by, t0)
+	require.NoError(t, err)
+	twice.Events = append(twice.Events[:len(twice.Events)-1], domain.Event{Seq: 99, Type: "step_succeeded", Step: "gate", Detail: "approved again"}, twice.Events[len(twice.Events)-1])
+	msgs := raceProblems(twice, "approval", calls(call("approve", 200)))
+	require.NotEmpty(t, msgs)
+	require.Contains(t, strings.Join(msgs, "\n"), "decided 2 times")
+
+	// Reject landed first.
+	j = newJob(t, gateJob)
+	_, err = j.Reject("gate", by, t0)
+	require.NoError(t, err)
+	require.Equal(t, domain.JobFailed, j.State)
+	require.Empty(t, raceProblems(j, "approval", calls(call("reject", 200), call("approve", 409), call("approve", 409), call("cancel", 409))))
+	require.NotEmpty(t, raceProblems(j, "approval", calls(call("reject", 200), call("approve", 200))))
+
+	// The deadline came first.
+	j = newJob(t, gateJob)
+	_, err = j.Fire("gate", t0.Add(3*time.Second))
+	require.NoError(t, err)
+	require.Equal(t, domain.JobFailed, j.State)
+	require.Empty(t, raceProblems(j, "approval", calls(call("approve", 409), call("reject", 409), call("cancel", 409))))
+	require.NotEmpty(t, raceProblems(j, "approval", calls(call("reject", 200))))
+
+	// The cancel came first.
+	j = newJob(t, gateJob)
+	_, err = j.Cancel(t0)
+	require.NoError(t, err)
+	require.Empty(t, raceProblems(j, "approval", calls(call("cancel", 200), call("approve", 409), call("reject", 409))))
+	require.NotEmpty(t, raceProblems(j, "approval", calls(call("cancel", 409), call("approve", 409))))
+	require.NotEmpty(t, raceProblems(j, "approval", calls(call("approve", 409))), "cancelled, but no cancel was sent")
+
+	// Approve, then the cancel before the step after the gate ran.
+	j = newJob(t, gateThenPass)
+	_, _, err = j.Approve("gate", by, t0)
+	require.NoError(t, err)
+	_, err = j.Cancel(t0)
+	require.NoError(t, err)
+	require.Empty(t, raceProblems(j, "approval", calls(call("approve", 200), call("cancel", 200), call("reject", 409))))
+}
+
+const waitJob = `{"steps":[{"id":"wait","action":{"type":"wait","signal":"go"}}]}`
+const napThenWait = `{"steps":[{"id":"nap","action":{"type":"sleep","seconds":1}},{"id":"wait","action":{"type":"wait","signal":"go"}}]}`
+
+func signal(t *testing.T, j *domain.Job, k int, id string, at time.Time) bool {
+	t.Helper()
+	_, changed, err := j.Signal(domain.SignalRequest{Name: SignalName, Payload: json.RawMessage(fmt.Sprintf(`{"k":%d}`, k)), ID: id}, at)
+	require.NoError(t, err)
+	return changed
+}
+
+func TestCheckSignals(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, waitJob)
+	require.True(t, signal(t, j, 1, "sig-same", t0))
+	require.Equal(t, domain.JobCompleted, j.State)
+	late := raceCall{Op: "late_signal", K: 99, SignalID: "late", Statuses: []int{409}}
+	require.Empty(t, raceProblems(j, "signal", calls(sig(1, "sig-same", 200), sig(2, "sig-same", 409), sig(3, "", 409), late)))
+	require.NotEmpty(t, raceProblems(j, "signal", calls(sig(1, "sig-same", 200), sig(3, "", 200))), "a signal answered 200 was never recorded")
+	require.NotEmpty(t, raceProblems(j, "signal", calls(sig(1, "sig-same", 409))), "a signal answered 409, sent once, was recorded")
+	require.NotEmpty(t, raceProblems(j, "signal", calls(sig(1, "sig-same", 200), raceCall{Op: "late_signal", K: 99, Statuses: []int{200}})), "a signal to a finished job answered 200")
+	bad := newJob(t, waitJob)
+	require.True(t, signal(t, bad, 1, "", t0))
+	bad.Steps[0].Output = json.RawMessage(`{"k":2}`)
+	require.NotEmpty(t, raceProblems(bad, "signal", calls(sig(1, "", 200), sig(2, "", 409))), "the wait's output is not the first signal's")
+
+	// Kept before the wait was reached, taken when it was; a repeated id
+	// wrote nothing; a signal without an id sent twice (a 5xx, then
+	// again) was recorded twice.
+	j = newJob(t, napThenWait)
+	require.True(t, signal(t, j, 1, "", t0))
+	require.True(t, signal(t, j, 1, "", t0))
+	require.True(t, signal(t, j, 2, "sig-same", t0))
+	require.False(t, signal(t, j, 3, "sig-same", t0))
+	_, err := j.Fire("nap", t0.Add(time.Second))
+	require.NoError(t, err)
+	require.Equal(t, domain.JobCompleted, j.State)
+	tot := &RaceTotals{}
+	s := calls(sig(1, "", 502, 200), sig(2, "sig-same", 200), sig(3, "sig-same", 200))
+	s.plan = JobPlan{Kind: "signal", Race: &RacePlan{}}
+	require.Empty(t, checkRace(j, s, tot))
+	require.Equal(t, 1, tot.SignalsKept)
+	require.NotEmpty(t, raceProblems(j, "signal", calls(sig(1, "", 200), sig(2, "sig-same", 200))), "sent once, recorded twice")
+
+	// The cancel landed before any signal.
+	j = newJob(t, waitJob)
+	_, err = j.Cancel(t0)
+	require.NoError(t, err)
+	require.Empty(t, raceProblems(j, "signal", calls(sig(1, "", 409), call("cancel", 200), late)))
+	require.NotEmpty(t, raceProblems(j, "signal", calls(sig(1, "", 200), call("cancel", 200))))
+}
+
+const redriveJob = `{"steps":[{"id":"work","action":{"type":"worker","queue":"wq-0","lease_seconds":2},"retry":{"max_attempts":1}}],"payload":{"chaos_worker":"fail_first"}}`
+
+// runWorker leases the job's worker step and reports an outcome: ok
+// completes it, else it fails with class and message.
+func runWorker(t *testing.T, j *domain.Job, ok bool, class domain.FailureClass, msg string) {
+	t.Helper()
+	l, err := j.Lease("work", domain.LeaseRequest{Worker: "w", ViaWorker: true, Nonce: "n", Duration: 2 * time.Second}, t0)
+	require.NoError(t, err)
+	if ok {
+		_, err = j.Complete("work", l.ID, json.RawMessage(`{}`), t0)
+	} else {
+		_, err = j.Fail("work", l.ID, domain.Failure{Class: class, Message: msg}, t0, rand.New(rand.NewPCG(1, 2)))
+	}
+	require.NoError(t, err)
+}
+
+func TestCheckRedrive(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, redriveJob)
+	runWorker(t, j, false, domain.ClassFatal, PlannedFatal)
+	require.Equal(t, domain.JobFailed, j.State)
+	_, err := j.Redrive(t0)
+	require.NoError(t, err)
+	runWorker(t, j, true, "", "")
+	require.Equal(t, domain.JobCompleted, j.State)
+
+	require.Contains(t, checkTerminalOnce(j), "2 terminal events", "a redriven job has a terminal event per run")
+	require.Empty(t, checkRuns(j), "one per run, each last in its run")
+	require.Empty(t, checkReplay(j))
+
+	redrive := func(round int, statuses ...int) raceCall {
+		return raceCall{Op: "redrive", Round: round, Statuses: statuses}
+	}
+	s := calls(redrive(1, 200), redrive(1, 409))
+	s.race.rounds = 1
+	require.Empty(t, raceProblems(j, "redrive", s))
+	s = calls(redrive(1, 409), redrive(1, 409))
+	s.race.rounds = 1
+	require.NotEmpty(t, raceProblems(j, "redrive", s), "no redrive answered 200")
+	s = calls(redrive(1, 502, 409))
+	s.race.rounds = 1
+	require.Empty(t, raceProblems(j, "redrive", s), "a retried redrive may answer its own first send")
+	s = calls(redrive(1, 200), redrive(2, 409))
+	s.race.rounds = 2
+	require.NotEmpty(t, raceProblems(j, "redrive", s), "two rounds, one requeue")
+
+	// The re-run failed on its own: not what the plan implies.
+	j = newJob(t, redriveJob)
+	runWorker(t, j, false, domain.ClassFatal, PlannedFatal)
+	_, err = j.Redrive(t0)
+	require.NoError(t, err)
+	runWorker(t, j, false, domain.ClassFatal, "boom")
+	s = calls(redrive(1, 200))
+	s.race.rounds = 1
+	require.NotEmpty(t, raceProblems(j, "redrive", s))
+
+	// checkRuns still finds a second terminal event within a run.
+	j = workerJob(t, `{}`)
+	j.Events = append(j.Events, domain.Event{Seq: len(j.Events) + 1, Type: string(domain.JobEvCompleted), At: t0})
+	require.Contains(t, checkRuns(j), "2 terminal events")
+}
+
+func TestCheckSleepsAndOutcome(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, `{"steps":[{"id":"nap","action":{"type":"sleep","seconds":3}},{"id":"after","action":{"type":"pass"}}]}`)
+	_, err := j.Fire("nap", t0.Add(2*time.Second))
+	var notYet *domain.NotYetError
+	require.ErrorAs(t, err, &notYet, "the domain refuses an early timer")
+	_, err = j.Fire("nap", t0.Add(3*time.Second))
+	require.NoError(t, err)
+	l, err := j.Lease("after", domain.LeaseRequest{Nonce: "n", Duration: time.Second}, t0.Add(3500*time.Millisecond))
+	require.NoError(t, err)
+	_, err = j.Complete("after", l.ID, json.RawMessage(`{}`), t0.Add(3600*time.Millisecond))
+	require.NoError(t, err)
+	msgs, seen := checkSleeps(j)
+	require.Empty(t, msgs)
+	require.Equal(t, []sleepSeen{{viaSFN: true, slack: 0}}, seen, "the next step was released at the wake time")
+
+	early := *j
+	early.Events = append([]domain.Event(nil), j.Events...)
+	for i, ev := range early.Events {
+		if ev.Step == "after" && ev.Type == "step_leased" {
+			early.Events[i].At = t0.Add(2 * time.Second)
+		}
+	}
+	msgs, _ = checkSleeps(&early)
+	require.Len(t, msgs, 1)
+	require.Contains(t, msgs[0], "before step nap's wake time")
+
+	require.Empty(t, checkOutcome(j, &submission{plan: JobPlan{Kind: "timer"}}))
+	require.NotEmpty(t, checkOutcome(j, &submission{plan: JobPlan{Kind: "fatal"}}), "a fatal job COMPLETED")
+	require.NotEmpty(t, checkOutcome(j, &submission{plan: JobPlan{Kind: "timer"}, cancel: []int{http.StatusOK}}), "its cancel answered 200")
+	require.Empty(t, checkOutcome(j, &submission{plan: JobPlan{Kind: "timer"}, cancel: []int{http.StatusConflict}}))
+}
+
+func TestRacePlans(t *testing.T) {
+	t.Parallel()
+	f := New(11, DefaultProbabilities())
+	plan := f.Plan(400)
+	require.Equal(t, plan, New(11, Probabilities{}).Plan(400), "racers depend on the seed alone")
+	seen := map[string]int{}
+	sfnSleeps := 0
+	for _, p := range plan {
+		spec, err := domain.ParseJobSpec(p.Body)
+		require.NoError(t, err, "%s", p.Body)
+		if racers[p.Kind] || p.Kind == "timer" {
+			require.Zero(t, p.CancelAfter, "the racer cancels, or nothing does")
+		}
+		if !racers[p.Kind] {
+			require.Nil(t, p.Race, p.Kind)
+			if p.Kind == "timer" {
+				secs := *spec.Steps[0].Action.Seconds
+				require.GreaterOrEqual(t, secs, 1.0)
+				require.LessOrEqual(t, secs, 3.0)
+				if time.Duration(secs*float64(time.Second)) > RunTimerThreshold {
+					sfnSleeps++
+				}
+			}
+			continue
+		}
+		require.NotNil(t, p.Race, p.Kind)
+		ops := map[string]int{}
+		for _, o := range p.Race.Ops {
+			ops[o.Op]++
+			require.Less(t, o.After, 3*time.Second)
+		}
+		seen[p.Kind]++
+		switch p.Kind {
+		case "approval":
+			require.Equal(t, "gate", spec.Steps[0].ID)
+			if to := spec.Steps[0].Action.TimeoutSeconds; to != 0 {
+				require.True(t, to >= 2 && to <= 4, "timeout %d", to)
+			}
+			require.True(t, len(p.Race.Ops) >= 2 && len(p.Race.Ops) <= 4, "%s", p.Race)
+			require.LessOrEqual(t, ops["approve"], 2)
+			require.LessOrEqual(t, ops["reject"], 1)
+			require.LessOrEqual(t, ops["cancel"], 1)
+			if ops["approve"] == 2 {
+				seen["approve twice"]++
+			}
+		case "signal":
+			require.Equal(t, "wait", spec.Steps[len(spec.Steps)-1].ID)
+			require.True(t, ops["signal"] >= 1 && ops["signal"] <= 3, "%s", p.Race)
+			ks := map[int]bool{}
+			for _, o := range p.Race.Ops {
+				if o.Op == "signal" {
+					require.False(t, ks[o.K], "payloads are told apart")
+					ks[o.K] = true
+					if o.SignalID == "" {
+						seen["signal without id"]++
+					}
+				}
+			}
+			if ops["cancel"] > 0 {
+				seen["signal against cancel"]++
+			}
+			if len(spec.Steps) > 1 {
+				seen["signal before the wait"]++
+			}
+		case "redrive":
+			require.Empty(t, p.Race.Ops)
+			require.Contains(t, []int{1, 2}, p.Race.Redrives)
+			require.Equal(t, 1, spec.Steps[0].Retry.MaxAttempts)
+			require.Contains(t, string(p.Body), `"chaos_worker":"fail_first"`)
+			if p.Race.Redrives == 2 {
+				seen["redrive twice"]++
+			}
+		}
+	}
+	for _, k := range []string{"approval", "signal", "redrive", "approve twice", "signal without id", "signal against cancel", "signal before the wait", "redrive twice"} {
+		require.Positive(t, seen[k], "never planned: %s", k)
+	}
+	require.Positive(t, sfnSleeps, "some sleeps go through Step Functions")
+}

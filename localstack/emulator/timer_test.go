@@ -31,16 +31,7 @@ func TestTimerStateMachineDelivers(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	emu, err := emulator.Start(ctx, "127.0.0.1:0", nil)
-	require.NoError(t, err)
-	t.Cleanup(emu.Close)
-
-	cfg := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""), BaseEndpoint: aws.String(emu.URL)}
-	db, sq, sf := dynamodb.NewFromConfig(cfg), sqs.NewFromConfig(cfg), sfn.NewFromConfig(cfg)
-	tpl, err := bootstrap.Parse("../../template.yaml")
-	require.NoError(t, err)
-	stack, err := bootstrap.Provision(ctx, db, sq, sf, tpl, "timer")
-	require.NoError(t, err)
+	sq, sf, stack := timerStack(ctx, t, "timer")
 	timer := stack.Env["STEPFLOW_TIMER_STATE_MACHINE"]
 	require.Equal(t, stack.StateMachines["TimerStateMachine"], timer)
 
@@ -117,6 +108,22 @@ func TestTimerStateMachineDelivers(t *testing.T) {
 	}
 }
 
+// timerStack starts a moto of the test's own and provisions template.yaml
+// on it (the timer state machine among the rest).
+func timerStack(ctx context.Context, t *testing.T, name string) (*sqs.Client, *sfn.Client, *bootstrap.Stack) {
+	t.Helper()
+	emu, err := emulator.Start(ctx, "127.0.0.1:0", nil)
+	require.NoError(t, err)
+	t.Cleanup(emu.Close)
+	cfg := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""), BaseEndpoint: aws.String(emu.URL)}
+	sq, sf := sqs.NewFromConfig(cfg), sfn.NewFromConfig(cfg)
+	tpl, err := bootstrap.Parse("../../template.yaml")
+	require.NoError(t, err)
+	stack, err := bootstrap.Provision(ctx, dynamodb.NewFromConfig(cfg), sq, sf, tpl, name)
+	require.NoError(t, err)
+	return sq, sf, stack
+}
+
 // waitFinished polls an execution until it is no longer RUNNING: the
 // message arrives just before the execution records its end.
 func waitFinished(ctx context.Context, t *testing.T, sf *sfn.Client, arn string) ftypes.ExecutionStatus {
@@ -144,15 +151,7 @@ func TestTimersOverlap(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	emu, err := emulator.Start(ctx, "127.0.0.1:0", nil)
-	require.NoError(t, err)
-	t.Cleanup(emu.Close)
-	cfg := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""), BaseEndpoint: aws.String(emu.URL)}
-	db, sq, sf := dynamodb.NewFromConfig(cfg), sqs.NewFromConfig(cfg), sfn.NewFromConfig(cfg)
-	tpl, err := bootstrap.Parse("../../template.yaml")
-	require.NoError(t, err)
-	stack, err := bootstrap.Provision(ctx, db, sq, sf, tpl, "overlap")
-	require.NoError(t, err)
+	sq, sf, stack := timerStack(ctx, t, "overlap")
 	q, err := sq.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("overlap-target")})
 	require.NoError(t, err)
 

@@ -665,26 +665,6 @@ func (d Decision) describe() string {
 	return out
 }
 
-// GateExpired reports whether step s is an open approval gate past its
-// deadline.
-func (s *Step) GateExpired(now time.Time) bool {
-	return s.State == StepNeedsUser && s.Deadline != nil && !now.Before(*s.Deadline)
-}
-
-// ExpireGate ends an open approval gate past its deadline: TIMED_OUT, then
-// FAILED, and the job with it.
-func (j *Job) ExpireGate(stepID string, now time.Time) error {
-	s, _, err := j.Step(stepID)
-	if err != nil {
-		return err
-	}
-	if !s.GateExpired(now) {
-		return &IllegalTransitionError{Kind: "step", ID: stepID, From: string(s.State), Event: string(StepEvTimeOut)}
-	}
-	msg := fmt.Sprintf("approval gate timed out: nobody decided within timeout_seconds (%d)", s.Spec.Action.TimeoutSeconds)
-	return j.timeOut(s, msg, now)
-}
-
 // Resume answers a step waiting on a person (NEEDS_USER): it goes back to
 // PENDING with their input, for a new attempt, and the job back to the
 // queue. A step that is not waiting is an illegal transition.

@@ -317,10 +317,14 @@ func (st *StepSpec) validate(field, jobQueue string) error {
 			return check
 		}
 	}
-	if !Executed(a.Type) && a.Type != "" && slices.Contains(Actions(), a.Type) {
+	if !Executed(a.Type) {
 		// Nothing runs it, so nothing of an attempt applies.
 		if st.TimeoutSeconds != 0 {
-			return Invalid(field+".timeout_seconds", "does not apply to action type %q: no executor runs it%s", a.Type, map[bool]string{true: " (its deadline is action.timeout_seconds)"}[a.Type != ActionSleep])
+			hint := ""
+			if a.Type != ActionSleep {
+				hint = " (its deadline is action.timeout_seconds)"
+			}
+			return Invalid(field+".timeout_seconds", "does not apply to action type %q: no executor runs it%s", a.Type, hint)
 		}
 		if st.Retry != nil {
 			return Invalid(field+".retry", "does not apply to action type %q: no executor runs it", a.Type)

@@ -144,7 +144,8 @@ func (j *Job) Fire(stepID string, now time.Time) ([]Dispatch, error) {
 		msg := fmt.Sprintf("wait timed out: no signal %q within timeout_seconds (%d)", s.Spec.Action.Signal, s.Spec.Action.TimeoutSeconds)
 		return nil, j.timeOut(s, msg, now)
 	default:
-		return nil, j.ExpireGate(stepID, now)
+		msg := fmt.Sprintf("approval gate timed out: nobody decided within timeout_seconds (%d)", s.Spec.Action.TimeoutSeconds)
+		return nil, j.timeOut(s, msg, now)
 	}
 }
 

@@ -36,13 +36,19 @@ const (
 // error means the message must come back (a batch item failure).
 func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error) {
 	m := d.Message
-	if res, err, ok := e.fire(ctx, m); ok {
-		return res, err
-	}
 	var lease *domain.Lease
 	var call ActionCall
 	var hideFor time.Duration
+	var fired []domain.Dispatch // a timer's message: what firing it calls for
+	timer := false
 	j, err := e.mutate(ctx, m.Tenant, m.Job, func(j *domain.Job, now time.Time) error {
+		if s, _, err := j.Step(m.Step); err == nil && !domain.Executed(s.Spec.Action.Type) {
+			// A sleep, a wait or a gate: its message is a timer, in the same
+			// read and write as any other message.
+			timer = true
+			fired, err = j.Fire(m.Step, now)
+			return err
+		}
 		s, i, hide, done, err := stepToLease(j, m.Step, now)
 		if hideFor = hide; done {
 			return err
@@ -64,6 +70,8 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 		}
 		return Held, nil
 	case errors.As(err, &notYet):
+		// Early (a backoff, a run_at or a timer SQS capped): sent again for
+		// the rest, through the timer service.
 		e.dispatch(ctx, j, []domain.Dispatch{{Step: mustStep(j, m.Step), Delay: notYet.Until.Sub(e.now())}})
 		return Deferred, nil
 	case isStale(err):
@@ -71,8 +79,13 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 	case errors.Is(err, domain.ErrUnreadable):
 		e.quarantine(ctx, m.Tenant, m.Job, err)
 		return Stale, nil // redelivering it cannot help
+	case err != nil && timer:
+		return "", fmt.Errorf("timer for step %s of job %s: %w", m.Step, m.Job, err)
 	case err != nil:
 		return "", fmt.Errorf("lease step %s of job %s: %w", m.Step, m.Job, err)
+	case timer:
+		e.dispatch(ctx, j, fired)
+		return Executed, nil
 	case lease == nil:
 		return Stale, nil // the reclaim spent the last attempt: the job failed
 	}
@@ -91,44 +104,6 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 	}
 	return Executed, nil
 }
-
-// fire handles a timer message: one for a step no executor runs (a sleep,
-// a wait, an approval gate). ok is false for any other step's message.
-func (e *Engine) fire(ctx context.Context, m Message) (res ExecuteResult, err error, ok bool) {
-	var ds []domain.Dispatch
-	j, err := e.mutate(ctx, m.Tenant, m.Job, func(j *domain.Job, now time.Time) error {
-		s, _, err := j.Step(m.Step)
-		if err != nil {
-			return err
-		}
-		if domain.Executed(s.Spec.Action.Type) {
-			return errNotTimer
-		}
-		ds, err = j.Fire(m.Step, now)
-		return err
-	})
-	var notYet *domain.NotYetError
-	switch {
-	case errors.Is(err, errNotTimer):
-		return "", nil, false
-	case errors.As(err, &notYet):
-		// Early (a delay SQS capped, or a deadline moved): sent again for
-		// the rest, through the timer service.
-		e.dispatch(ctx, j, []domain.Dispatch{{Step: mustStep(j, m.Step), Delay: notYet.Until.Sub(e.now())}})
-		return Deferred, nil, true
-	case isStale(err):
-		return Stale, nil, true
-	case errors.Is(err, domain.ErrUnreadable):
-		e.quarantine(ctx, m.Tenant, m.Job, err)
-		return Stale, nil, true
-	case err != nil:
-		return "", fmt.Errorf("timer for step %s of job %s: %w", m.Step, m.Job, err), true
-	}
-	e.dispatch(ctx, j, ds)
-	return Executed, nil, true
-}
-
-var errNotTimer = errors.New("not a timer step")
 
 // applyOutcome records an attempt's outcome under its lease: a success
 // with its output, or the failure.

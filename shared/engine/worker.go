@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/stepflow/stepflow/shared/domain"
@@ -292,11 +293,6 @@ func (e *Engine) Fail(ctx context.Context, tenant, leaseID string, o Outcome) (O
 		msg = cmp.Or(o.Prompt, "worker reported "+string(class))
 	}
 	f := &domain.Failure{Class: class, Message: msg, Prompt: o.Prompt, Steps: o.Steps, RetryAfter: time.Duration(o.RetryAfterSeconds) * time.Second}
-	if len(o.Steps) > 0 {
-		if err := e.checkReplan(ctx, tenant, leaseID, o.Steps); err != nil {
-			return OutcomeResult{}, err
-		}
-	}
 	return e.finishLease(ctx, tenant, leaseID, nil, f)
 }
 
@@ -323,7 +319,15 @@ func (e *Engine) finishLease(ctx context.Context, tenant, leaseID string, output
 		if s.Lease != nil {
 			token = s.Lease.Token
 		}
-		ds, err = applyOutcome(j, stepID, leaseID, output, failure, now, rng)
+		f := failure
+		if f != nil && len(f.Steps) > 0 {
+			replan := *f
+			if replan.Steps, err = e.prepareReplan(ctx, tenant, j, stepID, f.Steps); err != nil {
+				return err
+			}
+			f = &replan
+		}
+		ds, err = applyOutcome(j, stepID, leaseID, output, f, now, rng)
 		return err
 	})
 	if f := unstorable(err, failure); f != nil {
@@ -347,33 +351,20 @@ func (e *Engine) finishLease(ctx context.Context, tenant, leaseID string, output
 	return OutcomeResult{JobID: j.ID, StepID: stepID, StepState: s.State, JobState: j.State}, nil
 }
 
-// checkReplan validates the steps a worker's replan brings, against the
-// job they would join, and makes their worker queues: a bad replan answers
-// 400 naming the field with nothing written.
-func (e *Engine) checkReplan(ctx context.Context, tenant, leaseID string, steps []domain.StepSpec) error {
-	ref, err := domain.ParseLeaseID(leaseID)
-	if err == nil {
-		err = checkID(ref.JobID)
-	}
-	if err != nil {
-		return err
-	}
-	j, err := e.Store.Get(ctx, tenant, ref.JobID)
-	if err != nil {
-		return fmt.Errorf("lease %s: %w", leaseID, err)
-	}
-	s, err := leaseTarget(j, ref)
-	if err != nil {
-		return err
-	}
+// prepareReplan validates the steps a worker's replan brings against the
+// job they would join (a copy, with its defaults filled) and makes their
+// worker queues: a bad replan answers 400 naming the field with nothing
+// written.
+func (e *Engine) prepareReplan(ctx context.Context, tenant string, j *domain.Job, stepID string, steps []domain.StepSpec) ([]domain.StepSpec, error) {
+	steps = slices.Clone(steps)
 	if err := domain.ValidateSteps(steps, "steps", j.Queue); err != nil {
-		return err
+		return nil, err
 	}
-	if err := j.CheckReplan(s.ID(), steps, "steps"); err != nil {
-		return err
+	if err := j.CheckReplan(stepID, steps, "steps"); err != nil {
+		return nil, err
 	}
 	if err := e.checkTargets(steps, "steps"); err != nil {
-		return err
+		return nil, err
 	}
-	return e.ensureWorkerQueues(ctx, tenant, steps, "steps")
+	return steps, e.ensureWorkerQueues(ctx, tenant, steps, "steps")
 }

@@ -309,12 +309,7 @@ type timerInput struct {
 // dispatch) is refused by Step Functions and changes nothing.
 func (q *Queue) startTimer(ctx context.Context, j *domain.Job, d domain.Dispatch, url, body string) error {
 	at := time.Now().Add(d.Delay).UTC().Truncate(time.Second).Add(time.Second) // never early
-	idx := 0
-	for i, s := range j.Steps {
-		if s == d.Step {
-			idx = i
-		}
-	}
+	_, idx, _ := j.Step(d.Step.ID())
 	in, _ := json.Marshal(timerInput{At: at.Format(time.RFC3339), QueueURL: url, Body: body, Group: j.Tenant})
 	name := TimerName(j.ID, idx, d.Step.Attempt, at)
 	_, err := q.timers.StartExecution(ctx, &sfn.StartExecutionInput{

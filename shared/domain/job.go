@@ -106,11 +106,58 @@ type Step struct {
 	Parked bool `json:"parked,omitempty"`
 	// ReplacedBy names the steps a replan put in this step's place.
 	ReplacedBy []string `json:"replaced_by,omitempty"`
+	// ResourceWait: the step is runnable but every matching resource's
+	// slots are held; a freed slot wakes it.
+	ResourceWait *ResourceWait `json:"resource_wait,omitempty"`
+}
+
+// ResourceWait says which resources a step waits on for a slot (none when
+// no resource matches its requirements yet).
+type ResourceWait struct {
+	Since time.Time `json:"since"`
+	On    []string  `json:"on"`
 }
 
 // attemptsLeft reports whether the step may run again after its current
-// attempt, within its retry budget.
-func (s *Step) attemptsLeft() bool { return s.Attempt-s.AttemptBase < s.Spec.Retry.MaxAttempts }
+// attempt, within its general retry budget: the attempts since the last
+// redrive, less those that failed in a class with a policy of its own
+// (an expired lease always counts here).
+func (s *Step) attemptsLeft() bool {
+	n := 0
+	for _, a := range s.Attempts {
+		if a.N > s.AttemptBase && !s.ownPolicy(a) {
+			n++
+		}
+	}
+	return n < s.Spec.Retry.MaxAttempts
+}
+
+// ownPolicy reports whether attempt a failed in a class with a retry
+// policy of its own.
+func (s *Step) ownPolicy(a Attempt) bool {
+	if a.Error == nil || a.Error.Message == leaseExpired {
+		return false
+	}
+	_, own := s.Spec.Retry.For(a.Error.Class)
+	return own
+}
+
+// retryFor answers, for a failure of class c just recorded, the policy
+// that governs it, which retry of that policy this would be (0 for the
+// first), and whether one is left.
+func (s *Step) retryFor(c FailureClass) (p *RetryPolicy, retry int, left bool) {
+	p, own := s.Spec.Retry.For(c)
+	if !own {
+		return p, s.Attempt - s.AttemptBase - 1, s.attemptsLeft()
+	}
+	n := 0
+	for _, a := range s.Attempts {
+		if a.N > s.AttemptBase && a.Error != nil && a.Error.Class == c && a.Error.Message != leaseExpired {
+			n++
+		}
+	}
+	return p, n - 1, n < p.MaxAttempts
+}
 
 // Decision is a person's answer at an approval gate.
 type Decision struct {
@@ -134,6 +181,12 @@ type Lease struct {
 	// Token is the queue's handle on the delivery the lease was taken from
 	// (opaque here), so a heartbeat can extend it and completion ack it.
 	Token string `json:"token,omitempty"`
+	// Resource is the resource whose slot the attempt holds.
+	Resource string `json:"resource,omitempty"`
+	// Deadline is when the attempt has run for its step's timeout_seconds:
+	// no heartbeat extends the lease past it, and one after it times the
+	// attempt out.
+	Deadline *time.Time `json:"deadline,omitempty"`
 }
 
 // StepError is why an attempt failed.
@@ -154,6 +207,7 @@ type Attempt struct {
 	// the lease is simply lost.
 	LeaseUntil *time.Time      `json:"lease_until,omitempty"`
 	Worker     string          `json:"worker,omitempty"`
+	Resource   string          `json:"resource,omitempty"`
 	StartedAt  *time.Time      `json:"started_at,omitempty"`
 	EndedAt    *time.Time      `json:"ended_at,omitempty"`
 	Error      *StepError      `json:"error,omitempty"`
@@ -176,6 +230,9 @@ type Event struct {
 type Dispatch struct {
 	Step  *Step
 	Delay time.Duration
+	// Wake names the resource whose freed slot woke the step: if the step
+	// has nothing to do by then, it wakes the next in line.
+	Wake string
 }
 
 // NewJob builds a job from a validated spec: QUEUED, its first steps
@@ -185,7 +242,7 @@ type Dispatch struct {
 // docs/model.md#approval-gated-runs). Outstanding answers what to send.
 func NewJob(tenant, id string, spec *JobSpec, idemKey string, now time.Time) (*Job, error) {
 	j := &Job{
-		Tenant: tenant, ID: id, Queue: spec.Queue, Priority: *spec.Priority,
+		Tenant: tenant, ID: id, Queue: spec.Queue, Priority: int(*spec.Priority),
 		Payload: spec.Payload, IdempotencyKey: idemKey, CreatedAt: now, UpdatedAt: now,
 		Graph: spec.DAG(), ParkAfterSeconds: int(cmp.Or(spec.ParkAfter, DefaultTimerThreshold) / time.Second),
 	}
@@ -342,6 +399,7 @@ type LeaseRequest struct {
 	Nonce     string        // random part of the lease id
 	Duration  time.Duration // lease length
 	Token     string        // the queue's handle on the delivery it came from
+	Resource  string        // the resource whose slot the attempt took, if any
 }
 
 // Lease gives step id a lease for one new attempt and starts it: PENDING
@@ -356,24 +414,18 @@ func (j *Job) Lease(stepID string, req LeaseRequest, now time.Time) (*Lease, err
 		return nil, err
 	}
 	if s.State.leased() && s.Lease != nil && !now.Before(s.Lease.ExpiresAt) {
-		if err := j.reclaim(s, now); err != nil {
+		if _, err := j.reclaim(s, now); err != nil {
 			return nil, err
 		}
 		if j.State.Terminal() {
 			return nil, &IllegalTransitionError{Kind: "job", ID: j.ID, From: string(j.State), Event: string(JobEvRunning)}
 		}
 	}
-	if !s.State.leasable() {
-		return nil, &IllegalTransitionError{Kind: "step", ID: stepID, From: string(s.State), Event: string(StepEvLease)}
+	if err := j.leasable(s, i, now); err != nil {
+		return nil, err
 	}
-	if !j.depsMet(i) {
-		return nil, &IllegalTransitionError{Kind: "step", ID: stepID, From: string(StepWaitingDeps), Event: string(StepEvLease)}
-	}
-	if !Executed(s.Spec.Action.Type) {
-		return nil, &IllegalTransitionError{Kind: "step", ID: stepID, From: string(s.State), Event: string(StepEvLease) + " (no executor runs a " + s.Spec.Action.Type + " step)"}
-	}
-	if s.ReadyAt != nil && now.Before(*s.ReadyAt) {
-		return nil, &NotYetError{Until: *s.ReadyAt} // a retry's backoff, or run_at
+	if s.Spec.Requires != nil && req.Resource == "" {
+		return nil, &IllegalTransitionError{Kind: "step", ID: stepID, From: string(s.State), Event: string(StepEvLease) + " (it requires a resource and none was given)"}
 	}
 	s.Attempt++
 	lease := &Lease{
@@ -382,6 +434,14 @@ func (j *Job) Lease(stepID string, req LeaseRequest, now time.Time) (*Lease, err
 		ExpiresAt: now.Add(req.Duration),
 		Worker:    req.Worker,
 		Token:     req.Token,
+		Resource:  req.Resource,
+	}
+	if t := s.Spec.TimeoutSeconds; t > 0 && s.Spec.Action.Type == ActionWorker {
+		d := now.Add(time.Duration(t) * time.Second)
+		lease.Deadline = &d
+		if d.Before(lease.ExpiresAt) {
+			lease.ExpiresAt = d
+		}
 	}
 	if s.State != StepRetrying {
 		if err := j.stepTo(s, StepEvLease, now, req.Worker); err != nil {
@@ -394,9 +454,54 @@ func (j *Job) Lease(stepID string, req LeaseRequest, now time.Time) (*Lease, err
 	s.Lease = lease
 	s.ReadyAt = nil
 	s.Redispatches = 0
-	s.Attempts = append(s.Attempts, Attempt{N: s.Attempt, State: AttemptRunning, Lease: lease.ID, Worker: req.Worker, StartedAt: &now})
+	s.ResourceWait = nil
+	s.Attempts = append(s.Attempts, Attempt{N: s.Attempt, State: AttemptRunning, Lease: lease.ID, Worker: req.Worker, Resource: req.Resource, StartedAt: &now})
 	j.settleVia(now, req.ViaWorker)
 	return lease, nil
+}
+
+// CanLease answers why step id cannot be leased now (nil if it can), with
+// no change: the engine asks before it takes a resource's slot for it. A
+// step whose lease expired is reclaimed before this is asked.
+func (j *Job) CanLease(stepID string, now time.Time) error {
+	if j.State.Terminal() {
+		return &IllegalTransitionError{Kind: "job", ID: j.ID, From: string(j.State), Event: string(JobEvRunning)}
+	}
+	s, i, err := j.Step(stepID)
+	if err != nil {
+		return err
+	}
+	return j.leasable(s, i, now)
+}
+
+func (j *Job) leasable(s *Step, i int, now time.Time) error {
+	stepID := s.ID()
+	if !s.State.leasable() {
+		return &IllegalTransitionError{Kind: "step", ID: stepID, From: string(s.State), Event: string(StepEvLease)}
+	}
+	if !j.depsMet(i) {
+		return &IllegalTransitionError{Kind: "step", ID: stepID, From: string(StepWaitingDeps), Event: string(StepEvLease)}
+	}
+	if !Executed(s.Spec.Action.Type) {
+		return &IllegalTransitionError{Kind: "step", ID: stepID, From: string(s.State), Event: string(StepEvLease) + " (no executor runs a " + s.Spec.Action.Type + " step)"}
+	}
+	if s.ReadyAt != nil && now.Before(*s.ReadyAt) {
+		return &NotYetError{Until: *s.ReadyAt} // a retry's backoff, or run_at
+	}
+	return nil
+}
+
+// WaitForResource notes that a runnable step found every matching
+// resource's slots held: it waits in line (a freed slot wakes it), and the
+// sweep looks at it later each time, as for a re-dispatch.
+func (j *Job) WaitForResource(stepID string, w *ResourceWait, now time.Time) error {
+	s, _, err := j.Step(stepID)
+	if err != nil {
+		return err
+	}
+	s.ResourceWait = w
+	j.Redispatched(s, now)
+	return nil
 }
 
 // Reclaim ends a step's expired lease: LEASE_TIMEOUT, then PENDING for
@@ -409,34 +514,61 @@ func (j *Job) Reclaim(stepID string, now time.Time) ([]Dispatch, error) {
 	if !s.State.leased() || s.Lease == nil || now.Before(s.Lease.ExpiresAt) {
 		return nil, &IllegalTransitionError{Kind: "step", ID: stepID, From: string(s.State), Event: string(StepEvLeaseTimeout)}
 	}
-	if err := j.reclaim(s, now); err != nil {
-		return nil, err
-	}
-	if s.State == StepPending {
-		return []Dispatch{{Step: s}}, nil
-	}
-	return nil, nil
+	return j.reclaim(s, now)
 }
 
-func (j *Job) reclaim(s *Step, now time.Time) error {
+// reclaim ends an expired lease. An attempt that ran to its
+// timeout_seconds (its lease stopped at the deadline) timed out, and the
+// timeout policy applies; otherwise its holder went quiet: LEASE_TIMEOUT,
+// then PENDING for another attempt, or FAILED once the attempts are spent.
+func (j *Job) reclaim(s *Step, now time.Time) ([]Dispatch, error) {
+	if d := s.Lease.Deadline; d != nil && !s.Lease.ExpiresAt.Before(*d) {
+		return j.fail(s, Failure{Class: ClassTimeout, Message: timeoutMessage(s)}, now, nil)
+	}
 	if err := j.stepTo(s, StepEvLeaseTimeout, now, "lease "+s.Lease.ID+" expired"); err != nil {
-		return err
+		return nil, err
 	}
 	j.endAttempt(s, AttemptTimeout, &StepError{Class: ClassTimeout, Message: leaseExpired}, nil, now)
 	s.Lease = nil
 	if !s.attemptsLeft() {
 		s.Error = s.Attempts[len(s.Attempts)-1].Error
 		if err := j.stepTo(s, StepEvFail, now, "attempts exhausted"); err != nil {
-			return err
+			return nil, err
 		}
-	} else {
-		if err := j.stepTo(s, StepEvRequeue, now, ""); err != nil {
-			return err
-		}
-		s.ReadyAt = &now
+		j.settle(now)
+		return nil, nil
 	}
+	if err := j.stepTo(s, StepEvRequeue, now, ""); err != nil {
+		return nil, err
+	}
+	s.ReadyAt = &now
 	j.settle(now)
-	return nil
+	return []Dispatch{{Step: s}}, nil
+}
+
+func timeoutMessage(s *Step) string {
+	return fmt.Sprintf("ran past timeout_seconds (%d)", s.Spec.TimeoutSeconds)
+}
+
+// PastDeadline reports whether leaseID's attempt has run for its step's
+// timeout_seconds: its heartbeat times it out instead of extending it.
+func (j *Job) PastDeadline(stepID, leaseID string, now time.Time) bool {
+	s, _, err := j.Step(stepID)
+	return err == nil && s.Lease != nil && s.Lease.ID == leaseID && s.Lease.Deadline != nil && !now.Before(*s.Lease.Deadline)
+}
+
+// TimeOut ends leaseID's attempt as having run past its timeout_seconds
+// (TIMED_OUT, attempt state timeout); the timeout policy decides what
+// follows.
+func (j *Job) TimeOut(stepID, leaseID string, now time.Time, rng *rand.Rand) ([]Dispatch, error) {
+	s, _, err := j.Step(stepID)
+	if err != nil {
+		return nil, err
+	}
+	if !s.State.leased() || s.Lease == nil || s.Lease.ID != leaseID {
+		return nil, fmt.Errorf("step %s of job %s is %s: %w", stepID, j.ID, s.State, ErrLeaseLost)
+	}
+	return j.fail(s, Failure{Class: ClassTimeout, Message: timeoutMessage(s)}, now, rng)
 }
 
 // checkLease answers the leased step that leaseID still holds at now.
@@ -458,6 +590,9 @@ func (j *Job) Heartbeat(stepID, leaseID string, extend time.Duration, now time.T
 		return nil, err
 	}
 	s.Lease.ExpiresAt = now.Add(extend)
+	if d := s.Lease.Deadline; d != nil && d.Before(s.Lease.ExpiresAt) {
+		s.Lease.ExpiresAt = *d // timeout_seconds bounds the attempt, heartbeats or not
+	}
 	j.settle(now)
 	return s.Lease, nil
 }
@@ -515,6 +650,9 @@ type Failure struct {
 	// Unstorable marks the fatal failure recorded in place of an outcome
 	// the job's item could not hold.
 	Unstorable bool
+	// NoOtherResource: class resource, and every resource that matches the
+	// step's requirements is on its avoid list: there is nothing to switch to.
+	NoOtherResource bool
 }
 
 // Fail records a failed attempt under leaseID and applies the critic
@@ -525,19 +663,26 @@ func (j *Job) Fail(stepID, leaseID string, f Failure, now time.Time, rng *rand.R
 	if err != nil {
 		return nil, err
 	}
+	return j.fail(s, f, now, rng)
+}
+
+func (j *Job) fail(s *Step, f Failure, now time.Time, rng *rand.Rand) ([]Dispatch, error) {
 	serr := &StepError{Class: f.Class, Message: Truncate(f.Message, MaxErrorMessageBytes)}
 	attemptState := AttemptFailed
 	if f.Class == ClassTimeout {
 		attemptState = AttemptTimeout
 	}
 	worker := s.Lease.Worker
+	if s.Lease.Resource != "" {
+		worker = s.Lease.Resource // the resource, not its executor, failed it
+	}
 	j.endAttempt(s, attemptState, serr, nil, now)
 	s.Error, s.Lease = serr, nil
-	left := s.attemptsLeft()
+	policy, retry, left := s.retryFor(f.Class)
 	var steps []StepEvent
 	var out []Dispatch
 	switch f.Class {
-	case ClassRetryable, ClassTimeout:
+	case ClassRetryable, ClassNetwork, ClassBlocked, ClassTimeout:
 		first := StepEvFailRetryable
 		if f.Class == ClassTimeout {
 			first = StepEvTimeOut
@@ -545,7 +690,7 @@ func (j *Job) Fail(stepID, leaseID string, f Failure, now time.Time, rng *rand.R
 		switch {
 		case left:
 			steps = []StepEvent{first, StepEvRetry}
-			delay := max(s.Spec.Retry.Delay(s.Attempt-1, rng), f.RetryAfter)
+			delay := max(policy.Delay(retry, rng), f.RetryAfter)
 			at := now.Add(delay)
 			s.ReadyAt = &at
 			out = append(out, Dispatch{Step: s, Delay: delay})
@@ -556,7 +701,7 @@ func (j *Job) Fail(stepID, leaseID string, f Failure, now time.Time, rng *rand.R
 		}
 	case ClassResource:
 		steps = []StepEvent{StepEvFailResource, StepEvFailFatal, StepEvFail}
-		if left {
+		if left && !f.NoOtherResource {
 			steps = []StepEvent{StepEvFailResource, StepEvSwitchResource}
 			if worker != "" {
 				s.Avoid = append(s.Avoid, worker)

@@ -384,6 +384,7 @@ func decodeError(err error, t reflect.Type) error {
 
 // typeNames say in a client's words what a field of a domain type must be.
 var typeNames = map[reflect.Type]string{
+	reflect.TypeFor[Priority]():   `0 (highest), 1 or 2, or "P0", "P1" or "P2"`,
 	reflect.TypeFor[ActionSpec](): `an object such as {"type": "pass"} (an action's type and its own parameters)`,
 }
 

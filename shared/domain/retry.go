@@ -1,8 +1,10 @@
 package domain
 
 import (
+	"maps"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -24,6 +26,44 @@ type RetryPolicy struct {
 	InitialDelayMS *int64 `json:"initial_delay_ms,omitempty"`
 	MaxDelayMS     *int64 `json:"max_delay_ms,omitempty"`
 	Jitter         bool   `json:"jitter,omitempty"`
+	// Classes are policies for single failure classes (network, timeout,
+	// blocked, retryable, resource). A class named here counts only its own
+	// failures against its max_attempts; any other class is under the
+	// policy above, which counts every attempt.
+	Classes map[FailureClass]*RetryPolicy `json:"classes,omitempty"`
+}
+
+// retriedClasses are the classes a retry policy governs.
+var retriedClasses = []FailureClass{ClassRetryable, ClassNetwork, ClassTimeout, ClassBlocked, ClassResource}
+
+// ClassDefaults are the quality platform's rules for a step that names no
+// retry policy (docs/model.md#retries-and-backoff): network errors 3
+// retries after 30 s, 60 s and 120 s; a timeout 1 retry after 5 minutes; a
+// blocked step every 5 minutes, for a day, until it clears. Other classes
+// follow the default policy. A step's own retry replaces them all.
+func ClassDefaults() map[FailureClass]*RetryPolicy {
+	ms := func(v int64) *int64 { return &v }
+	return map[FailureClass]*RetryPolicy{
+		ClassNetwork: {MaxAttempts: 4, Backoff: BackoffExponential, InitialDelayMS: ms(30_000), MaxDelayMS: ms(120_000)},
+		ClassTimeout: {MaxAttempts: 2, Backoff: BackoffFixed, InitialDelayMS: ms(300_000), MaxDelayMS: ms(300_000)},
+		ClassBlocked: {MaxAttempts: BlockedDefaultAttempts, Backoff: BackoffFixed, InitialDelayMS: ms(300_000), MaxDelayMS: ms(300_000)},
+	}
+}
+
+// BlockedDefaultAttempts is a day of 5-minute retries; MaxClassAttempts
+// bounds what a class policy may ask for.
+const (
+	BlockedDefaultAttempts = 288
+	MaxClassAttempts       = 10_000
+)
+
+// For answers the policy that governs a failure of class c, and whether
+// it counts only c's own failures (a class policy) or every attempt.
+func (p *RetryPolicy) For(c FailureClass) (*RetryPolicy, bool) {
+	if cp, ok := p.Classes[c]; ok && cp != nil {
+		return cp, true
+	}
+	return p, false
 }
 
 // The step machine's defaults (docs/model.md#retries-and-backoff): three
@@ -44,11 +84,34 @@ func DefaultRetryPolicy() RetryPolicy {
 }
 
 func (p *RetryPolicy) validate(field string) error {
+	if err := p.validateOne(field, MaxAttemptsLimit); err != nil {
+		return err
+	}
+	for _, c := range slices.Sorted(maps.Keys(p.Classes)) {
+		cp := p.Classes[c]
+		f := field + ".classes." + string(c)
+		if !slices.Contains(retriedClasses, c) {
+			return Invalid(f, "is not a class that retries: one of retryable, network, timeout, blocked, resource")
+		}
+		if cp == nil {
+			return Invalid(f, "must be a retry policy such as {\"max_attempts\": 3}")
+		}
+		if cp.Classes != nil {
+			return Invalid(f+".classes", "does not apply inside a class policy")
+		}
+		if err := cp.validateOne(f, MaxClassAttempts); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *RetryPolicy) validateOne(field string, maxAttempts int) error {
 	switch {
 	case p.MaxAttempts == 0:
 		p.MaxAttempts = DefaultMaxAttempts
-	case p.MaxAttempts < 1 || p.MaxAttempts > MaxAttemptsLimit:
-		return Invalid(field+".max_attempts", "must be between 1 and %d", MaxAttemptsLimit)
+	case p.MaxAttempts < 1 || p.MaxAttempts > maxAttempts:
+		return Invalid(field+".max_attempts", "must be between 1 and %d", maxAttempts)
 	}
 	switch p.Backoff {
 	case "":

@@ -60,21 +60,32 @@ type FailureClass string
 
 const (
 	ClassRetryable FailureClass = "retryable"
+	// ClassNetwork: the callee could not be reached (connection refused,
+	// DNS, reset); retried on its own, slower schedule.
+	ClassNetwork FailureClass = "network"
+	ClassTimeout FailureClass = "timeout"
+	// ClassBlocked: something outside the job is not ready yet (the quality
+	// platform's blocked task); retried every few minutes until it clears.
+	ClassBlocked   FailureClass = "blocked"
 	ClassResource  FailureClass = "resource"
 	ClassFatal     FailureClass = "fatal"
 	ClassNeedsUser FailureClass = "needs_user"
-	ClassTimeout   FailureClass = "timeout"
 	// ClassReplan ends the step and puts the steps its outcome carries in
 	// its place (the agent platform's critic decision replan).
 	ClassReplan FailureClass = "replan"
 )
 
-const classList = "retryable, resource, fatal, needs_user, timeout, replan"
+// FailureClasses lists every class.
+func FailureClasses() []FailureClass {
+	return []FailureClass{ClassRetryable, ClassNetwork, ClassTimeout, ClassBlocked, ClassResource, ClassFatal, ClassNeedsUser, ClassReplan}
+}
+
+const classList = "retryable, network, timeout, blocked, resource, fatal, needs_user, replan"
 
 // ParseFailureClass validates a class named by a client.
 func ParseFailureClass(field, s string) (FailureClass, error) {
 	switch c := FailureClass(s); c {
-	case ClassRetryable, ClassResource, ClassFatal, ClassNeedsUser, ClassTimeout, ClassReplan:
+	case ClassRetryable, ClassNetwork, ClassTimeout, ClassBlocked, ClassResource, ClassFatal, ClassNeedsUser, ClassReplan:
 		return c, nil
 	case "":
 		return "", Invalid(field, "is required: one of %s", classList)
@@ -88,7 +99,7 @@ type JobSpec struct {
 	Steps    []StepSpec      `json:"steps"`
 	Payload  json.RawMessage `json:"payload,omitempty"`
 	Queue    string          `json:"queue,omitempty"`
-	Priority *int            `json:"priority,omitempty"`
+	Priority *Priority       `json:"priority,omitempty"`
 	// RunAt is when the job may start at the earliest; its first steps are
 	// dispatched through the timer service.
 	RunAt *time.Time `json:"run_at,omitempty"`
@@ -105,6 +116,9 @@ type StepSpec struct {
 	DependsOn      []string     `json:"depends_on,omitempty"`
 	Retry          *RetryPolicy `json:"retry,omitempty"`
 	TimeoutSeconds int          `json:"timeout_seconds,omitempty"` // one attempt's bound (executed actions)
+	// Requires names what a resource must have for the step to run on it:
+	// each attempt then holds a slot of a matching resource.
+	Requires *Requirements `json:"requires,omitempty"`
 }
 
 // ActionSpec is a step's action: its type and that type's parameters. Each
@@ -184,10 +198,8 @@ func (s *JobSpec) Validate() error {
 		return Invalid("queue", "must match %s", namePattern)
 	}
 	if s.Priority == nil {
-		p := DefaultPriority
+		p := Priority(DefaultPriority)
 		s.Priority = &p
-	} else if *s.Priority < 0 || *s.Priority > MaxPriority {
-		return Invalid("priority", "must be 0 (highest), 1 or 2, not %d", *s.Priority)
 	}
 	if s.RunAt != nil {
 		if s.RunAt.IsZero() {
@@ -329,6 +341,9 @@ func (st *StepSpec) validate(field, jobQueue string) error {
 		if st.Retry != nil {
 			return Invalid(field+".retry", "does not apply to action type %q: no executor runs it", a.Type)
 		}
+		if st.Requires != nil {
+			return Invalid(field+".requires", "does not apply to action type %q: no executor runs it", a.Type)
+		}
 	}
 	maxTimeout := MaxBuiltinSeconds
 	switch a.Type {
@@ -397,13 +412,24 @@ func (st *StepSpec) validate(field, jobQueue string) error {
 		st.Retry = &p
 		return nil
 	}
-	if st.TimeoutSeconds == 0 {
+	if st.Requires != nil {
+		if err := st.Requires.validate(field + ".requires"); err != nil {
+			return err
+		}
+	}
+	switch {
+	case st.TimeoutSeconds == 0 && a.Type == ActionWorker:
+		// A worker's attempt is bounded by its lease unless it sets one.
+	case st.TimeoutSeconds == 0:
 		st.TimeoutSeconds = DefaultTimeoutSecs
-	} else if st.TimeoutSeconds < 1 || st.TimeoutSeconds > maxTimeout {
+	case st.TimeoutSeconds < 1 || st.TimeoutSeconds > maxTimeout:
 		return Invalid(field+".timeout_seconds", "must be between 1 and %d for action type %s", maxTimeout, a.Type)
 	}
 	if st.Retry == nil {
+		// No policy of its own: each class by the quality platform's rules,
+		// written out so the job shows the policies in force.
 		p := DefaultRetryPolicy()
+		p.Classes = ClassDefaults()
 		st.Retry = &p
 	}
 	return st.Retry.validate(field + ".retry")

@@ -14,7 +14,7 @@ func i64(v int64) *int64 { return &v }
 
 func TestParseJobSpecDefaults(t *testing.T) {
 	t.Parallel()
-	defRetry := RetryPolicy{MaxAttempts: 3, Backoff: BackoffExponential, InitialDelayMS: i64(1000), MaxDelayMS: i64(30000)}
+	defRetry := RetryPolicy{MaxAttempts: 3, Backoff: BackoffExponential, InitialDelayMS: i64(1000), MaxDelayMS: i64(30000), Classes: ClassDefaults()}
 	for _, tc := range []struct {
 		name  string
 		body  string
@@ -22,7 +22,7 @@ func TestParseJobSpecDefaults(t *testing.T) {
 	}{
 		{"minimal pass", `{"steps":[{"id":"a","action":{"type":"pass"}}]}`, func(t *testing.T, s *JobSpec) {
 			require.Equal(t, DefaultQueue, s.Queue)
-			require.Equal(t, 1, *s.Priority)
+			require.Equal(t, Priority(1), *s.Priority)
 			require.JSONEq(t, `{}`, string(s.Payload))
 			require.Len(t, s.Steps, 1)
 			st := s.Steps[0]
@@ -39,13 +39,13 @@ func TestParseJobSpecDefaults(t *testing.T) {
 		{"payload kept", `{"payload":{"k":[1,2]},"queue":"q-1","priority":0,"steps":[{"id":"a","action":{"type":"pass"}}]}`, func(t *testing.T, s *JobSpec) {
 			require.JSONEq(t, `{"k":[1,2]}`, string(s.Payload))
 			require.Equal(t, "q-1", s.Queue)
-			require.Equal(t, 0, *s.Priority)
+			require.Equal(t, Priority(0), *s.Priority)
 		}},
 		{"worker defaults to job queue", `{"queue":"gpu","steps":[{"id":"w","action":{"type":"worker"}}]}`, func(t *testing.T, s *JobSpec) {
 			st := s.Steps[0]
 			require.Equal(t, "gpu", st.Action.Queue)
 			require.Equal(t, DefaultLeaseSecs, st.Action.LeaseSeconds)
-			require.Equal(t, 60, st.TimeoutSeconds)
+			require.Zero(t, st.TimeoutSeconds, "a worker's attempt is bounded by its lease unless it sets timeout_seconds")
 			require.Equal(t, defRetry, *st.Retry)
 		}},
 		{"worker own queue, long timeout", `{"steps":[{"id":"w","action":{"type":"worker","queue":"other","lease_seconds":30},"timeout_seconds":43200}]}`, func(t *testing.T, s *JobSpec) {

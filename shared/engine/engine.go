@@ -29,11 +29,14 @@ type Clock func() time.Time
 
 // Engine is stepflow's core.
 type Engine struct {
-	Store  Store
-	Queue  Queue
-	Runner Actions
-	Now    Clock
-	Log    *slog.Logger
+	Store Store
+	// Resources keeps resource pools; New takes it from the store when the
+	// store keeps them too (both adapters do).
+	Resources Resources
+	Queue     Queue
+	Runner    Actions
+	Now       Clock
+	Log       *slog.Logger
 	// BuiltinLease is the longest the execute function holds a step: the
 	// ready queues' visibility timeout, after which SQS hands the message out
 	// again. A step's own lease is shorter (builtinLease).
@@ -75,11 +78,15 @@ func New(st Store, q Queue, runner Actions, builtinLease time.Duration, log *slo
 	}
 	seed := make([]byte, 16)
 	_, _ = rand.Read(seed)
-	return &Engine{
+	e := &Engine{
 		Store: st, Queue: q, Runner: runner, Now: func() time.Time { return time.Now().UTC() }, Log: log,
 		BuiltinLease: builtinLease,
 		rng:          mrand.New(mrand.NewPCG(uint64(seed[0])<<56|uint64(seed[1])<<48|uint64(seed[2]), uint64(seed[3]))),
 	}
+	if r, ok := st.(Resources); ok {
+		e.Resources = r
+	}
+	return e
 }
 
 func (e *Engine) now() time.Time { return e.Now().UTC().Truncate(time.Millisecond) }
@@ -394,11 +401,15 @@ func (e *Engine) Cancel(ctx context.Context, tenant, id string) (*domain.Job, er
 		return nil, err
 	}
 	var tokens []string
+	var slots []slot
 	j, err := e.mutate(ctx, tenant, id, func(j *domain.Job, now time.Time) error {
-		tokens = tokens[:0]
+		tokens, slots = tokens[:0], slots[:0]
 		for _, s := range j.Steps {
 			if s.Lease != nil && s.Lease.Token != "" && s.Spec.Action.Type == domain.ActionWorker {
 				tokens = append(tokens, s.Lease.Token)
+			}
+			if s.Lease != nil && s.Lease.Resource != "" {
+				slots = append(slots, slot{s.Lease.Resource, domain.HolderKey(j.ID, s.ID(), s.Lease.Attempt)})
 			}
 		}
 		changed, err := j.Cancel(now)
@@ -412,6 +423,9 @@ func (e *Engine) Cancel(ctx context.Context, tenant, id string) (*domain.Job, er
 	}
 	for _, t := range tokens {
 		_ = e.Queue.Ack(ctx, t) // best effort: a stale message is dropped when next taken
+	}
+	for _, sl := range slots {
+		e.releaseSlot(ctx, tenant, sl.resource, sl.key)
 	}
 	return j, nil
 }

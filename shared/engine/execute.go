@@ -28,6 +28,9 @@ const (
 	// runs out and must not be deleted: if the holder died, it comes back
 	// and the step is reclaimed.
 	Held ExecuteResult = "held"
+	// Waiting: the step needs a resource whose slots are all held; it is in
+	// line, and a freed slot sends its message again.
+	Waiting ExecuteResult = "waiting"
 )
 
 // Execute handles one ready-queue message: it takes the step's lease with a
@@ -40,8 +43,11 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 	var call ActionCall
 	var hideFor time.Duration
 	var fired []domain.Dispatch // a timer's message: what firing it calls for
-	timer := false
+	var fx sideEffects
+	timer, waiting := false, false
 	j, err := e.mutate(ctx, m.Tenant, m.Job, func(j *domain.Job, now time.Time) error {
+		fx.decided()
+		timer, waiting = false, false
 		if s, _, err := j.Step(m.Step); err == nil && !domain.Executed(s.Spec.Action.Type) {
 			// A sleep, a wait or a gate: its message is a timer, in the same
 			// read and write as any other message.
@@ -49,17 +55,30 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 			fired, err = j.Fire(m.Step, now)
 			return err
 		}
-		s, i, hide, done, err := stepToLease(j, m.Step, now)
+		s, i, hide, done, err := e.stepToLease(j, m.Step, now, &fx)
 		if hideFor = hide; done {
 			return err
 		}
-		lease, err = j.Lease(m.Step, domain.LeaseRequest{Nonce: nonce(), Duration: e.builtinLease(s)}, now)
+		dur := e.builtinLease(s)
+		res, wait, err := e.slotFor(ctx, j, s, dur, now, &fx)
+		if err != nil {
+			return err
+		}
+		if wait != nil {
+			waiting = true
+			return j.WaitForResource(m.Step, wait, now)
+		}
+		lease, err = j.Lease(m.Step, domain.LeaseRequest{Nonce: nonce(), Duration: dur, Resource: res}, now)
 		if err != nil {
 			return err
 		}
 		call = ActionCall{Spec: s.Spec, Input: j.Input(i), IdempotencyKey: j.IdempotencyToken(s)}
 		return nil
 	})
+	if err != nil || lease == nil {
+		fx.dropAcquired(ctx, e, m.Tenant)
+	}
+	fx.settle(ctx, e, m.Tenant, j, err)
 	var notYet *domain.NotYetError
 	switch {
 	case errors.Is(err, errLiveLease):
@@ -68,6 +87,7 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 				e.Log.Warn("held message not hidden; it comes back at its visibility timeout", "job", m.Job, "err", qerr)
 			}
 		}
+		e.passWake(ctx, m.Tenant, m.Wake)
 		return Held, nil
 	case errors.As(err, &notYet):
 		// Early (a backoff, a run_at or a timer SQS capped): sent again for
@@ -75,6 +95,7 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 		e.dispatch(ctx, j, []domain.Dispatch{{Step: mustStep(j, m.Step), Delay: notYet.Until.Sub(e.now())}})
 		return Deferred, nil
 	case isStale(err):
+		e.passWake(ctx, m.Tenant, m.Wake)
 		return Stale, nil
 	case errors.Is(err, domain.ErrUnreadable):
 		e.quarantine(ctx, m.Tenant, m.Job, err)
@@ -86,7 +107,10 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 	case timer:
 		e.dispatch(ctx, j, fired)
 		return Executed, nil
+	case waiting:
+		return Waiting, nil // in line for a slot: a freed one sends it again
 	case lease == nil:
+		e.passWake(ctx, m.Tenant, m.Wake)
 		return Stale, nil // the reclaim spent the last attempt: the job failed
 	}
 
@@ -96,13 +120,81 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 	}
 	output, failure := e.Runner.Run(runCtx, call)
 	cancel()
-	if err := e.record(ctx, m.Tenant, m.Job, j, m.Step, lease.ID, output, failure); err != nil {
+	if err := e.record(ctx, m.Tenant, m.Job, j, m.Step, lease, output, failure); err != nil {
 		if isStale(err) {
 			return Stale, nil // cancelled or taken over meanwhile: the outcome is refused
 		}
 		return "", err
 	}
 	return Executed, nil
+}
+
+// sideEffects gathers what a change decided besides itself, to act on
+// once it is saved: messages a reclaim calls for, slots to give back (an
+// expired lease's), and the slot taken for a new lease (given back if the
+// change is not saved).
+type sideEffects struct {
+	ds       []domain.Dispatch
+	release  []slot
+	acquired *slot
+	// taken are the slots taken by earlier decisions of this change (lost
+	// races), kept when decided again, given back if not.
+	taken []slot
+}
+
+type slot struct{ resource, key string }
+
+// decided starts a new decision of the change: what an earlier one
+// gathered is dropped, except the slots it took.
+func (fx *sideEffects) decided() {
+	if fx.acquired != nil {
+		fx.taken = append(fx.taken, *fx.acquired)
+	}
+	fx.ds, fx.release, fx.acquired = fx.ds[:0], fx.release[:0], nil
+}
+
+// settle acts on a saved change: it sends the reclaim's messages and
+// gives back the slots of expired leases and of earlier decisions.
+func (fx *sideEffects) settle(ctx context.Context, e *Engine, tenant string, j *domain.Job, err error) {
+	for _, t := range fx.taken {
+		if fx.acquired == nil || t != *fx.acquired {
+			e.releaseSlot(ctx, tenant, t.resource, t.key)
+		}
+	}
+	fx.taken = nil
+	if err != nil {
+		return
+	}
+	e.dispatch(ctx, j, fx.ds)
+	for _, r := range fx.release {
+		e.releaseSlot(ctx, tenant, r.resource, r.key)
+	}
+}
+
+// dropAcquired gives back the slot taken for a lease that was not written.
+func (fx *sideEffects) dropAcquired(ctx context.Context, e *Engine, tenant string) {
+	if fx.acquired != nil {
+		e.releaseSlot(ctx, tenant, fx.acquired.resource, fx.acquired.key)
+		fx.acquired = nil
+	}
+}
+
+// slotFor takes a slot for a step that requires a resource, for a lease of
+// dur from now, once the step can be leased; a wait when every matching
+// resource is full. A step that requires nothing needs no slot.
+func (e *Engine) slotFor(ctx context.Context, j *domain.Job, s *domain.Step, dur time.Duration, now time.Time, fx *sideEffects) (string, *domain.ResourceWait, error) {
+	if s.Spec.Requires == nil {
+		return "", nil, nil
+	}
+	if err := j.CanLease(s.ID(), now); err != nil {
+		return "", nil, err
+	}
+	sr := newSlotRequest(j, s, now.Add(dur), now)
+	res, wait, err := e.takeSlot(ctx, sr)
+	if err == nil && res != "" {
+		fx.acquired = &slot{res, sr.key}
+	}
+	return res, wait, err
 }
 
 // applyOutcome records an attempt's outcome under its lease: a success
@@ -153,34 +245,40 @@ var errLiveLease = errors.New("step holds a live lease")
 
 // stepToLease finds the step a delivery names and settles a lease it still
 // holds (reclaimIfExpired); done means there is nothing to lease now, with
-// err saying why (nil when a reclaim spent the last attempt). hideFor is
-// how long a live holder's lease still runs.
-func stepToLease(j *domain.Job, stepID string, now time.Time) (s *domain.Step, i int, hideFor time.Duration, done bool, err error) {
+// err saying why (nil when a reclaim spent the last attempt, or put the
+// step in a backoff). hideFor is how long a live holder's lease still runs.
+func (e *Engine) stepToLease(j *domain.Job, stepID string, now time.Time, fx *sideEffects) (s *domain.Step, i int, hideFor time.Duration, done bool, err error) {
 	if s, i, err = j.Step(stepID); err != nil {
 		return nil, 0, 0, true, err
 	}
 	if s.Lease != nil {
 		hideFor = s.Lease.ExpiresAt.Sub(now) + time.Second
 	}
-	held, err := reclaimIfExpired(j, s, now)
+	held, err := reclaimIfExpired(j, s, now, fx)
 	return s, i, hideFor, held || err != nil, err
 }
 
 // reclaimIfExpired settles a step still marked leased before a new lease is
 // taken: a live lease answers errLiveLease (a duplicate delivery: the
-// holder's own message covers it); an expired one is reclaimed, and when
-// that spent the last attempt the change is saved as it is (held true, no
-// error) with nothing left to lease.
-func reclaimIfExpired(j *domain.Job, s *domain.Step, now time.Time) (held bool, err error) {
+// holder's own message covers it); an expired one is reclaimed (its slot
+// given back once saved), and when that spent the last attempt, or timed
+// the attempt out into a backoff, the change is saved as it is (held true,
+// no error) with nothing to lease now.
+func reclaimIfExpired(j *domain.Job, s *domain.Step, now time.Time, fx *sideEffects) (held bool, err error) {
 	if (s.State != domain.StepLeased && s.State != domain.StepRunning) || s.Lease == nil {
 		return false, nil
 	}
 	if now.Before(s.Lease.ExpiresAt) {
 		return true, errLiveLease
 	}
-	if _, err := j.Reclaim(s.ID(), now); err != nil {
+	if res := s.Lease.Resource; res != "" {
+		fx.release = append(fx.release, slot{res, domain.HolderKey(j.ID, s.ID(), s.Lease.Attempt)})
+	}
+	ds, err := j.Reclaim(s.ID(), now)
+	if err != nil {
 		return true, err
 	}
+	fx.ds = append(fx.ds, ds...)
 	return s.State != domain.StepPending, nil
 }
 
@@ -196,7 +294,17 @@ func isStale(err error) bool {
 // next step or the retry.
 // leased, the job as this process saved it with the lease, saves a read;
 // it is consumed.
-func (e *Engine) record(ctx context.Context, tenant, jobID string, leased *domain.Job, stepID, leaseID string, output json.RawMessage, failure *domain.Failure) error {
+func (e *Engine) record(ctx context.Context, tenant, jobID string, leased *domain.Job, stepID string, lease *domain.Lease, output json.RawMessage, failure *domain.Failure) error {
+	leaseID := lease.ID
+	if failure != nil && failure.Class == domain.ClassResource && lease.Resource != "" && leased != nil {
+		if s, _, err := leased.Step(stepID); err == nil {
+			if none, err := e.noOtherResource(ctx, tenant, s, lease.Resource); err == nil {
+				f := *failure
+				f.NoOtherResource = none
+				failure = &f
+			}
+		}
+	}
 	if failure == nil && len(output) > 0 {
 		// A built-in action's output comes from outside (an http answer):
 		// poison JSON fails the attempt instead of being stored.
@@ -212,11 +320,12 @@ func (e *Engine) record(ctx context.Context, tenant, jobID string, leased *domai
 		return err
 	})
 	if f := unstorable(err, failure); f != nil {
-		return e.record(ctx, tenant, jobID, nil, stepID, leaseID, nil, f)
+		return e.record(ctx, tenant, jobID, nil, stepID, lease, nil, f)
 	}
 	if err != nil {
 		return fmt.Errorf("record outcome of step %s of job %s: %w", stepID, jobID, err)
 	}
+	e.releaseSlot(ctx, tenant, lease.Resource, domain.HolderKey(jobID, stepID, lease.Attempt))
 	e.dispatch(ctx, j, ds)
 	return nil
 }

@@ -87,6 +87,8 @@ type Message struct {
 	Tenant string `json:"tenant"`
 	Job    string `json:"job"`
 	Step   string `json:"step"`
+	// Wake: a freed slot of this resource woke the step.
+	Wake string `json:"wake,omitempty"`
 }
 
 // Delivery is a message as taken from a queue, with the token that

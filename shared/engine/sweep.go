@@ -82,9 +82,10 @@ func (e *Engine) sweepJob(ctx context.Context, tenant, id string, rep *SweepRepo
 		}
 	}()
 	var ds []domain.Dispatch
+	var slots []slot
 	reclaimed, redispatched := 0, 0
 	j, err := e.mutate(ctx, tenant, id, func(j *domain.Job, now time.Time) error {
-		ds, reclaimed, redispatched = ds[:0], 0, 0
+		ds, slots, reclaimed, redispatched = ds[:0], slots[:0], 0, 0
 		// Timers whose message never came fire first (a sleep's end, a
 		// gate's or a wait's deadline): one that fails the job leaves
 		// nothing else of it for the sweep.
@@ -97,6 +98,9 @@ func (e *Engine) sweepJob(ctx context.Context, tenant, id string, rep *SweepRepo
 			redispatch, reclaim := j.NeedsSweep(s, now)
 			switch {
 			case reclaim:
+				if s.Lease != nil && s.Lease.Resource != "" {
+					slots = append(slots, slot{s.Lease.Resource, domain.HolderKey(j.ID, s.ID(), s.Lease.Attempt)})
+				}
 				more, err := j.Reclaim(s.ID(), now)
 				if err != nil {
 					return err
@@ -128,5 +132,8 @@ func (e *Engine) sweepJob(ctx context.Context, tenant, id string, rep *SweepRepo
 	rep.Reclaimed += reclaimed
 	rep.Redispatched += redispatched
 	e.dispatch(ctx, j, ds)
+	for _, sl := range slots {
+		e.releaseSlot(ctx, tenant, sl.resource, sl.key) // the dead holder's slot wakes the next in line
+	}
 	return nil
 }

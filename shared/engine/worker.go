@@ -59,6 +59,11 @@ type ClaimedLease struct {
 	ExpiresAt      time.Time       `json:"expires_at"`
 	LeaseSeconds   int             `json:"lease_seconds"`
 	IdempotencyKey string          `json:"idempotency_key"`
+	// Deadline is when the attempt has run for the step's timeout_seconds:
+	// a heartbeat after it hears 409 and the attempt is timed out.
+	Deadline *time.Time `json:"deadline,omitempty"`
+	// Resource is the resource whose slot the attempt holds.
+	Resource *ClaimedResource `json:"resource,omitempty"`
 }
 
 // Claim takes up to Max leases from a tenant's worker queue, long-polling
@@ -144,31 +149,52 @@ func (e *Engine) claimOne(ctx context.Context, tenant, worker string, d Delivery
 	jobID, stepID := d.Message.Job, d.Message.Step
 	var lease *domain.Lease
 	var hideFor time.Duration
+	var fx sideEffects
+	waiting := false
 	j, err := e.mutate(ctx, tenant, jobID, func(j *domain.Job, now time.Time) error {
-		s, _, hide, done, err := stepToLease(j, stepID, now)
+		fx.decided()
+		waiting = false
+		s, _, hide, done, err := e.stepToLease(j, stepID, now, &fx)
 		if hideFor = hide; done {
 			return err
 		}
+		dur := time.Duration(s.Spec.Action.LeaseSeconds) * time.Second
+		res, wait, err := e.slotFor(ctx, j, s, dur, now, &fx)
+		if err != nil {
+			return err
+		}
+		if wait != nil {
+			waiting = true
+			return j.WaitForResource(stepID, wait, now)
+		}
 		lease, err = j.Lease(stepID, domain.LeaseRequest{
-			Worker: worker, ViaWorker: true, Nonce: nonce(),
-			Duration: time.Duration(s.Spec.Action.LeaseSeconds) * time.Second, Token: d.Token,
+			Worker: worker, ViaWorker: true, Nonce: nonce(), Duration: dur, Token: d.Token, Resource: res,
 		}, now)
 		return err
 	})
+	if err != nil || lease == nil {
+		fx.dropAcquired(ctx, e, tenant)
+	}
+	fx.settle(ctx, e, tenant, j, err)
 	var notYet *domain.NotYetError
 	switch {
 	case errors.Is(err, errLiveLease):
+		e.passWake(ctx, tenant, d.Message.Wake)
 		return nil, e.Queue.Extend(ctx, d.Token, hideFor)
 	case errors.As(err, &notYet):
 		return nil, e.Queue.Extend(ctx, d.Token, notYet.Until.Sub(e.now()))
 	case isStale(err):
+		e.passWake(ctx, tenant, d.Message.Wake)
 		return nil, e.Queue.Ack(ctx, d.Token)
 	case errors.Is(err, domain.ErrUnreadable):
 		e.quarantine(ctx, tenant, jobID, err)
 		return nil, e.Queue.Ack(ctx, d.Token)
 	case err != nil:
 		return nil, err
+	case waiting:
+		return nil, e.Queue.Ack(ctx, d.Token) // in line for a slot: a freed one sends it again
 	case lease == nil:
+		e.passWake(ctx, tenant, d.Message.Wake)
 		return nil, e.Queue.Ack(ctx, d.Token) // the reclaim spent the last attempt
 	}
 	s, i, _ := j.Step(stepID)
@@ -177,10 +203,25 @@ func (e *Engine) claimOne(ctx context.Context, tenant, worker string, d Delivery
 		// claimer finds the lease live and hides it again.
 		e.Log.Warn("lease visibility not set", "lease", lease.ID, "err", err)
 	}
-	return &ClaimedLease{
+	cl := &ClaimedLease{
 		LeaseID: lease.ID, JobID: j.ID, StepID: stepID, Attempt: lease.Attempt, MaxAttempts: s.Spec.Retry.MaxAttempts,
 		Input: j.Input(i), ExpiresAt: lease.ExpiresAt, LeaseSeconds: s.Spec.Action.LeaseSeconds, IdempotencyKey: j.IdempotencyToken(s),
-	}, nil
+		Deadline: lease.Deadline,
+	}
+	if lease.Resource != "" {
+		cl.Resource = &ClaimedResource{ID: lease.Resource}
+		if r, err := e.Resources.GetResource(ctx, tenant, lease.Resource); err == nil {
+			cl.Resource.Capabilities, cl.Resource.Labels = r.Capabilities, r.Labels
+		}
+	}
+	return cl, nil
+}
+
+// ClaimedResource is the resource a claimed lease holds a slot of.
+type ClaimedResource struct {
+	ID           string            `json:"id"`
+	Capabilities []string          `json:"capabilities,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
 }
 
 // leaseTarget resolves a lease id to its job and step, within the tenant.
@@ -210,16 +251,28 @@ func (e *Engine) Heartbeat(ctx context.Context, tenant, leaseID string, extend t
 	if err != nil {
 		return HeartbeatResult{}, err
 	}
-	var lease *domain.Lease
+	var lease, ended *domain.Lease
+	var ds []domain.Dispatch
+	var stepID string
+	rng := e.jitterRNG()
 	res := HeartbeatResult{LeaseID: leaseID}
-	_, err = e.mutate(ctx, tenant, ref.JobID, func(j *domain.Job, now time.Time) error {
+	j, err := e.mutate(ctx, tenant, ref.JobID, func(j *domain.Job, now time.Time) error {
+		ended = nil
 		s, err := leaseTarget(j, ref)
 		if err != nil {
 			return err
 		}
+		stepID = s.ID()
 		if s.CancelledUnder(leaseID, now) {
 			res.CancelRequested = true
 			return errNoChange
+		}
+		if j.PastDeadline(s.ID(), leaseID, now) {
+			// The attempt ran for its timeout_seconds: it ends TIMED_OUT
+			// now, and its holder hears that it lost the lease.
+			ended = s.Lease
+			ds, err = j.TimeOut(s.ID(), leaseID, now, rng)
+			return err
 		}
 		d := extend
 		if d <= 0 {
@@ -234,10 +287,20 @@ func (e *Engine) Heartbeat(ctx context.Context, tenant, leaseID string, extend t
 	if res.CancelRequested {
 		return res, nil
 	}
+	if ended != nil {
+		e.endLease(ctx, tenant, j, stepID, ended, ds)
+		s, _, _ := j.Step(stepID)
+		return res, fmt.Errorf("heartbeat lease %s: the attempt ran past timeout_seconds (%d) and was timed out: %w", leaseID, s.Spec.TimeoutSeconds, domain.ErrLeaseLost)
+	}
 	res.ExpiresAt = &lease.ExpiresAt
 	if lease.Token != "" {
 		if err := e.Queue.Extend(ctx, lease.Token, lease.ExpiresAt.Sub(e.now())); err != nil {
 			e.Log.Warn("heartbeat could not extend the message's visibility", "lease", leaseID, "err", err)
+		}
+	}
+	if lease.Resource != "" {
+		if err := e.Resources.ExtendHolder(ctx, tenant, lease.Resource, domain.HolderKey(j.ID, stepID, lease.Attempt), lease.ExpiresAt); err != nil {
+			e.Log.Warn("heartbeat could not extend the resource slot", "lease", leaseID, "resource", lease.Resource, "err", err)
 		}
 	}
 	return res, nil
@@ -304,10 +367,12 @@ func (e *Engine) finishLease(ctx context.Context, tenant, leaseID string, output
 	if err != nil {
 		return OutcomeResult{}, err
 	}
-	var token, stepID string
+	var stepID string
+	var ended *domain.Lease
 	var ds []domain.Dispatch
 	rng := e.jitterRNG()
 	j, err := e.mutate(ctx, tenant, ref.JobID, func(j *domain.Job, now time.Time) error {
+		ended = nil
 		s, err := leaseTarget(j, ref)
 		if err != nil {
 			return err
@@ -316,10 +381,17 @@ func (e *Engine) finishLease(ctx context.Context, tenant, leaseID string, output
 		if s.AlreadyRecorded(leaseID, failure == nil, now) {
 			return errNoChange // a retry whose first answer was lost: answer it again
 		}
-		if s.Lease != nil {
-			token = s.Lease.Token
-		}
+		ended = s.Lease
 		f := failure
+		if f != nil && f.Class == domain.ClassResource && s.Lease != nil && s.Lease.Resource != "" && s.Lease.ID == leaseID {
+			none, err := e.noOtherResource(ctx, tenant, s, s.Lease.Resource)
+			if err != nil {
+				return err
+			}
+			withRes := *f
+			withRes.NoOtherResource = none
+			f = &withRes
+		}
 		if f != nil && len(f.Steps) > 0 {
 			replan := *f
 			if replan.Steps, err = e.prepareReplan(ctx, tenant, j, stepID, f.Steps); err != nil {
@@ -341,14 +413,24 @@ func (e *Engine) finishLease(ctx context.Context, tenant, leaseID string, output
 	if err != nil {
 		return OutcomeResult{}, fmt.Errorf("lease %s: %w", leaseID, err)
 	}
-	if token != "" {
-		if err := e.Queue.Ack(ctx, token); err != nil {
-			e.Log.Warn("finished lease's message not deleted; it is dropped when next received", "lease", leaseID, "err", err)
-		}
+	if ended != nil {
+		e.endLease(ctx, tenant, j, stepID, ended, ds)
 	}
-	e.dispatch(ctx, j, ds)
 	s, _, _ := j.Step(stepID)
 	return OutcomeResult{JobID: j.ID, StepID: stepID, StepState: s.State, JobState: j.State}, nil
+}
+
+// endLease acts on a worker's lease that a saved change ended: its
+// message is deleted, its slot given back, and what the change calls for
+// sent.
+func (e *Engine) endLease(ctx context.Context, tenant string, j *domain.Job, stepID string, l *domain.Lease, ds []domain.Dispatch) {
+	if l.Token != "" {
+		if err := e.Queue.Ack(ctx, l.Token); err != nil {
+			e.Log.Warn("finished lease's message not deleted; it is dropped when next received", "lease", l.ID, "err", err)
+		}
+	}
+	e.releaseSlot(ctx, tenant, l.Resource, domain.HolderKey(j.ID, stepID, l.Attempt))
+	e.dispatch(ctx, j, ds)
 }
 
 // prepareReplan validates the steps a worker's replan brings against the

@@ -44,6 +44,14 @@ type StepView struct {
 	WakeAt      *time.Time        `json:"wake_at,omitempty"`    // when a sleeping step wakes
 	Parked      bool              `json:"parked,omitempty"`     // it waits beyond the timer threshold, or for ever
 	ReplacedBy  []string          `json:"replaced_by,omitempty"`
+	// Requires is what a resource must have for the step; Avoid the
+	// resources (or workers) that failed it with class resource, never
+	// chosen for it again; ResourceWait the resources it waits on for a slot.
+	Requires     *domain.Requirements `json:"requires,omitempty"`
+	Avoid        []string             `json:"avoid,omitempty"`
+	ResourceWait *domain.ResourceWait `json:"resource_wait,omitempty"`
+	Retry        *domain.RetryPolicy  `json:"retry,omitempty"`
+	TimeoutSecs  int                  `json:"timeout_seconds,omitempty"`
 }
 
 // AttemptView is one attempt; the lease id it ran under stays with its
@@ -52,6 +60,7 @@ type AttemptView struct {
 	N         int                 `json:"n"`
 	State     domain.AttemptState `json:"state"`
 	Worker    string              `json:"worker,omitempty"`
+	Resource  string              `json:"resource,omitempty"`
 	StartedAt *time.Time          `json:"started_at,omitempty"`
 	EndedAt   *time.Time          `json:"ended_at,omitempty"`
 	Error     *domain.StepError   `json:"error,omitempty"`
@@ -61,9 +70,11 @@ type AttemptView struct {
 // LeaseView shows who holds a step. The lease id is the holder's fencing
 // token and stays with the holder; the SQS receipt is internal.
 type LeaseView struct {
-	Attempt   int       `json:"attempt"`
-	Worker    string    `json:"worker,omitempty"`
-	ExpiresAt time.Time `json:"expires_at"`
+	Attempt   int        `json:"attempt"`
+	Worker    string     `json:"worker,omitempty"`
+	Resource  string     `json:"resource,omitempty"`
+	ExpiresAt time.Time  `json:"expires_at"`
+	Deadline  *time.Time `json:"deadline,omitempty"` // timeout_seconds after it started
 }
 
 func jobView(j *domain.Job) JobView {
@@ -78,15 +89,19 @@ func jobView(j *domain.Job) JobView {
 			Output: s.Output, Error: s.Error, Attempts: make([]AttemptView, 0, len(s.Attempts)),
 			DependsOn: s.Spec.DependsOn, Prompt: s.Prompt, UserInput: s.UserInput, Deadline: s.Deadline, Decision: s.Decision,
 			Signal: s.Spec.Action.Signal, WakeAt: s.WakeAt, Parked: s.Parked, ReplacedBy: s.ReplacedBy,
+			Requires: s.Spec.Requires, Avoid: s.Avoid, ResourceWait: s.ResourceWait, TimeoutSecs: s.Spec.TimeoutSeconds,
+		}
+		if domain.Executed(s.Spec.Action.Type) {
+			sv.Retry = s.Spec.Retry
 		}
 		for _, a := range s.Attempts {
-			sv.Attempts = append(sv.Attempts, AttemptView{N: a.N, State: a.State, Worker: a.Worker, StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: a.Error, Output: a.Output})
+			sv.Attempts = append(sv.Attempts, AttemptView{N: a.N, State: a.State, Worker: a.Worker, Resource: a.Resource, StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: a.Error, Output: a.Output})
 		}
 		if s.State == domain.StepRetrying || s.State == domain.StepPending && j.RunAt != nil {
 			sv.NextRunAt = s.ReadyAt // after the backoff, or at run_at
 		}
 		if s.Lease != nil {
-			sv.Lease = &LeaseView{Attempt: s.Lease.Attempt, Worker: s.Lease.Worker, ExpiresAt: s.Lease.ExpiresAt}
+			sv.Lease = &LeaseView{Attempt: s.Lease.Attempt, Worker: s.Lease.Worker, Resource: s.Lease.Resource, ExpiresAt: s.Lease.ExpiresAt, Deadline: s.Lease.Deadline}
 		}
 		v.Steps = append(v.Steps, sv)
 	}

@@ -175,7 +175,7 @@ func (q *Queue) Dispatch(_ context.Context, j *domain.Job, ds []domain.Dispatch)
 		delay := (min(max(d.Delay, 0), MaxDelay) + time.Second - 1).Truncate(time.Second)
 		q.nextID++
 		m := &message{id: q.nextID, q: dest[i], visibleAt: now.Add(delay),
-			body: engine.Message{Tenant: j.Tenant, Job: j.ID, Step: d.Step.ID()}}
+			body: engine.Message{Tenant: j.Tenant, Job: j.ID, Step: d.Step.ID(), Wake: d.Wake}}
 		dest[i].msgs = append(dest[i].msgs, m)
 		q.live[m.id] = m
 	}

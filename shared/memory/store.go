@@ -68,6 +68,8 @@ type Store struct {
 	hours    map[statsKey]engine.StatsDelta
 	blocked  map[string]int64
 	maxBytes int
+	// resources are encoded, as stored, so no caller shares a stored value.
+	resources map[jobKey][]byte
 }
 
 // StoreOption configures a Store.

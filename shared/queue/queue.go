@@ -250,7 +250,7 @@ func (q *Queue) Dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispatc
 		if err != nil {
 			return fmt.Errorf("dispatch job %s step %s: %w", j.ID, d.Step.ID(), err)
 		}
-		body, _ := json.Marshal(engine.Message{Tenant: j.Tenant, Job: j.ID, Step: d.Step.ID()})
+		body, _ := json.Marshal(engine.Message{Tenant: j.Tenant, Job: j.ID, Step: d.Step.ID(), Wake: d.Wake})
 		if d.Delay > q.cfg.TimerThreshold && q.timers != nil {
 			if err := q.startTimer(ctx, j, d, url, string(body)); err != nil {
 				return err

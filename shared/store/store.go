@@ -9,6 +9,7 @@
 //	idempotency   pk I#<tenant>#<key>              sk I
 //	api key       pk K#<sha256 of the key>         sk K
 //	stats         pk S#<tenant>#<hour>#<shard>     sk S
+//	resource      pk R#<tenant>                    sk <resource id>
 //	index due:    gsi2pk D#<shard>, gsi2sk <due time>; only unfinished jobs
 //
 // A tenant's jobs sit in ListShards partitions, sorted by id (ULIDs sort by
@@ -47,6 +48,7 @@ type API interface {
 	GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	PutItem(context.Context, *dynamodb.PutItemInput, ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
 	UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	DeleteItem(context.Context, *dynamodb.DeleteItemInput, ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
 	Query(context.Context, *dynamodb.QueryInput, ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
 	TransactWriteItems(context.Context, *dynamodb.TransactWriteItemsInput, ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
 	BatchGetItem(context.Context, *dynamodb.BatchGetItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)

@@ -1,0 +1,294 @@
+package engine
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/stepflow/stepflow/shared/domain"
+)
+
+// Resources keeps a tenant's resources. SaveResource writes r only if the
+// stored one is still at r.Version (0: none stored yet), so of two writers
+// racing on a slot exactly one wins (domain.ErrVersionConflict for the
+// other); it bumps r.Version on success.
+type Resources interface {
+	GetResource(ctx context.Context, tenant, id string) (*domain.Resource, error)
+	// ListResources answers all of a tenant's resources (at most
+	// domain.MaxResourcesPerTenant), by id.
+	ListResources(ctx context.Context, tenant string) ([]*domain.Resource, error)
+	SaveResource(ctx context.Context, r *domain.Resource) error
+	DeleteResource(ctx context.Context, tenant, id string, version int64) error
+	// ExtendHolder moves a held slot's expiry to until (a heartbeat), if
+	// the slot is still held; it bumps the version so no racing write
+	// puts back the old expiry.
+	ExtendHolder(ctx context.Context, tenant, id, key string, until time.Time) error
+}
+
+// PutResource creates or changes a resource; the slots held stay held.
+func (e *Engine) PutResource(ctx context.Context, tenant, id string, body []byte) (*domain.Resource, bool, error) {
+	if !domain.ValidResourceID(id) {
+		return nil, false, domain.Invalid("id", "must be 1 to 64 letters, digits, '_', '.' or '-'")
+	}
+	spec, err := domain.ParseResourceSpec(body)
+	if err != nil {
+		return nil, false, err
+	}
+	var woken []domain.Waiter
+	created := false
+	r, err := e.changeResource(ctx, tenant, id, true, func(r *domain.Resource, now time.Time) error {
+		created = r.Version == 0
+		if created {
+			n, err := e.Resources.ListResources(ctx, tenant)
+			if err != nil {
+				return err
+			}
+			if len(n) >= domain.MaxResourcesPerTenant {
+				return domain.Invalid("id", "tenant %s already has %d resources, the limit", tenant, len(n))
+			}
+		}
+		r.Apply(spec, now)
+		woken = r.Wake(now) // a raised capacity frees slots
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	e.wake(ctx, tenant, r.ID, woken)
+	return r, created, nil
+}
+
+// GetResource answers one of tenant's resources.
+func (e *Engine) GetResource(ctx context.Context, tenant, id string) (*domain.Resource, error) {
+	if !domain.ValidResourceID(id) {
+		return nil, fmt.Errorf("resource %.64q: %w", id, domain.ErrNotFound)
+	}
+	return e.Resources.GetResource(ctx, tenant, id)
+}
+
+// ListResources answers tenant's resources.
+func (e *Engine) ListResources(ctx context.Context, tenant string) ([]*domain.Resource, error) {
+	return e.Resources.ListResources(ctx, tenant)
+}
+
+// DeleteResource removes a resource no lease holds a slot of: one still
+// held answers a conflict naming the leases, so no running step loses the
+// resource it runs on.
+func (e *Engine) DeleteResource(ctx context.Context, tenant, id string) error {
+	r, err := e.GetResource(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	now := e.now()
+	if n := r.Live(now); n > 0 {
+		var leases []string
+		for _, h := range r.Holders {
+			if now.Before(h.ExpiresAt) {
+				leases = append(leases, h.Lease)
+			}
+		}
+		slices.Sort(leases)
+		return &domain.Error{Code: domain.CodeConflict, Message: fmt.Sprintf("resource %s has %d slots in use (leases %v); delete it when they end", id, n, leases)}
+	}
+	if err := e.Resources.DeleteResource(ctx, tenant, id, r.Version); err != nil {
+		if errors.Is(err, domain.ErrVersionConflict) {
+			return &domain.Error{Code: domain.CodeConflict, Message: fmt.Sprintf("resource %s changed while being deleted; try again", id)}
+		}
+		return err
+	}
+	return nil
+}
+
+// changeResource reads a resource (a new one when create and none is
+// stored), lets change decide and saves it conditionally, again on a lost
+// race.
+func (e *Engine) changeResource(ctx context.Context, tenant, id string, create bool, change func(r *domain.Resource, now time.Time) error) (*domain.Resource, error) {
+	for range maxRaces {
+		r, err := e.Resources.GetResource(ctx, tenant, id)
+		if errors.Is(err, domain.ErrNotFound) && create {
+			r, err = &domain.Resource{Tenant: tenant, ID: id}, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := change(r, e.now()); err != nil {
+			return nil, err
+		}
+		err = e.Resources.SaveResource(ctx, r)
+		if errors.Is(err, domain.ErrVersionConflict) {
+			continue
+		}
+		return r, err
+	}
+	return nil, fmt.Errorf("resource %s: gave up after %d lost races: %w", id, maxRaces, domain.ErrVersionConflict)
+}
+
+// slotRequest is a step's ask for a slot for its next attempt.
+type slotRequest struct {
+	tenant, job, step string
+	key               string // domain.HolderKey of the attempt
+	req               *domain.Requirements
+	avoid             []string
+	expires           time.Time
+	waiter            domain.Waiter
+}
+
+func newSlotRequest(j *domain.Job, s *domain.Step, expires, now time.Time) slotRequest {
+	w := domain.Waiter{Job: j.ID, Step: s.ID(), Since: now, Priority: j.Priority}
+	if s.Spec.Action.Type == domain.ActionWorker {
+		w.Queue = s.Spec.Action.Queue
+	}
+	return slotRequest{
+		tenant: j.Tenant, job: j.ID, step: s.ID(), key: domain.HolderKey(j.ID, s.ID(), s.Attempt+1),
+		req: s.Spec.Requires, avoid: s.Avoid, expires: expires, waiter: w,
+	}
+}
+
+// candidates answers the resources a step may run on, those with the most
+// free slots first.
+func candidates(all []*domain.Resource, req *domain.Requirements, avoid []string, now time.Time) []*domain.Resource {
+	var out []*domain.Resource
+	for _, r := range all {
+		if r.Matches(req) && !slices.Contains(avoid, r.ID) {
+			out = append(out, r)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b *domain.Resource) int { return cmp.Compare(b.Free(now), a.Free(now)) })
+	return out
+}
+
+// takeSlot takes a free slot of a matching resource for a step's next
+// attempt, each take one conditional write on the resource. With none
+// free it puts the step in line on each matching resource (also
+// conditional, so a slot freed in between is seen, not missed) and answers
+// the wait. Taking a slot again for the same attempt (its change decided
+// again after a lost race) finds the slot it took.
+func (e *Engine) takeSlot(ctx context.Context, sr slotRequest) (string, *domain.ResourceWait, error) {
+	if e.Resources == nil {
+		return "", nil, errors.New("resources are not configured")
+	}
+	const maxWaitOn = 4 // resources a step waits on at once
+	for range maxRaces {
+		all, err := e.Resources.ListResources(ctx, sr.tenant)
+		if err != nil {
+			return "", nil, fmt.Errorf("list resources: %w", err)
+		}
+		now := e.now()
+		for _, r := range all {
+			if _, held := r.Holders[sr.key]; held {
+				return r.ID, nil, nil
+			}
+		}
+		cands := candidates(all, sr.req, sr.avoid, now)
+		raced := false
+		for _, r := range cands {
+			if r.Free(now) == 0 {
+				continue
+			}
+			h := domain.Holder{Lease: sr.key, Job: sr.job, Step: sr.step, Since: now, ExpiresAt: sr.expires}
+			if err := r.Acquire(sr.key, h, now); err != nil {
+				continue
+			}
+			err := e.Resources.SaveResource(ctx, r)
+			if errors.Is(err, domain.ErrVersionConflict) {
+				raced = true
+				continue
+			}
+			if err != nil {
+				return "", nil, fmt.Errorf("take a slot of resource %s: %w", r.ID, err)
+			}
+			return r.ID, nil, nil
+		}
+		if raced {
+			continue
+		}
+		wait := &domain.ResourceWait{Since: now, On: []string{}}
+		for _, r := range cands[:min(len(cands), maxWaitOn)] {
+			wait.On = append(wait.On, r.ID)
+			if !r.Wait(sr.waiter) {
+				continue
+			}
+			if err := e.Resources.SaveResource(ctx, r); errors.Is(err, domain.ErrVersionConflict) {
+				raced = true // it changed: a slot may have freed; look again
+				break
+			} else if err != nil {
+				return "", nil, fmt.Errorf("wait on resource %s: %w", r.ID, err)
+			}
+		}
+		if !raced {
+			return "", wait, nil
+		}
+	}
+	return "", nil, fmt.Errorf("take a slot: gave up after %d lost races: %w", maxRaces, domain.ErrVersionConflict)
+}
+
+// releaseSlot gives back the slot an attempt held and wakes the steps in
+// line for it. It runs after the job's own write (an outcome, a cancel, a
+// reclaim); one that fails is logged, and the slot still comes back when
+// its lease expires.
+func (e *Engine) releaseSlot(ctx context.Context, tenant, resource, key string) {
+	if resource == "" {
+		return
+	}
+	var woken []domain.Waiter
+	_, err := e.changeResource(ctx, tenant, resource, false, func(r *domain.Resource, now time.Time) error {
+		woken = r.Release(key, now)
+		return nil
+	})
+	if err != nil {
+		if !errors.Is(err, domain.ErrNotFound) {
+			e.Log.Warn("slot not released; it comes back when its lease expires", "resource", resource, "slot", key, "err", err)
+		}
+		return
+	}
+	e.wake(ctx, tenant, resource, woken)
+}
+
+// wake sends the message of each step taken out of line: it tries for a
+// slot again. A woken step that finds nothing to do passes the wake on
+// (passWake), so a stale place in line never strands the others.
+func (e *Engine) wake(ctx context.Context, tenant, resource string, woken []domain.Waiter) {
+	for _, w := range woken {
+		// The waiter says where its message goes: no job is read to wake it.
+		j := &domain.Job{Tenant: tenant, ID: w.Job, Priority: w.Priority}
+		s := &domain.Step{Spec: domain.StepSpec{ID: w.Step, Action: domain.ActionSpec{Type: domain.ActionPass}}}
+		if w.Queue != "" {
+			s.Spec.Action = domain.ActionSpec{Type: domain.ActionWorker, Queue: w.Queue}
+		}
+		if err := e.Queue.Dispatch(ctx, j, []domain.Dispatch{{Step: s, Wake: resource}}); err != nil {
+			e.Log.Warn("waiter not woken; the sweep sends its step again", "job", w.Job, "step", w.Step, "err", err)
+		}
+	}
+}
+
+// passWake wakes the next step in line on a resource after a woken one
+// found nothing to do (it had run, or another slot took it).
+func (e *Engine) passWake(ctx context.Context, tenant, resource string) {
+	if resource == "" {
+		return
+	}
+	var woken []domain.Waiter
+	_, err := e.changeResource(ctx, tenant, resource, false, func(r *domain.Resource, now time.Time) error {
+		if woken = r.Wake(now); len(woken) == 0 {
+			return errNoChange
+		}
+		return nil
+	})
+	if err != nil {
+		return
+	}
+	e.wake(ctx, tenant, resource, woken)
+}
+
+// noOtherResource reports, for a resource failure of step s on resource
+// failed, whether any matching resource is left off its avoid list.
+func (e *Engine) noOtherResource(ctx context.Context, tenant string, s *domain.Step, failed string) (bool, error) {
+	all, err := e.Resources.ListResources(ctx, tenant)
+	if err != nil {
+		return false, fmt.Errorf("list resources: %w", err)
+	}
+	return len(candidates(all, s.Spec.Requires, append(slices.Clone(s.Avoid), failed), e.now())) == 0, nil
+}

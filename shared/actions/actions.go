@@ -106,9 +106,11 @@ func (r *Runner) run(ctx context.Context, c engine.ActionCall) (json.RawMessage,
 }
 
 // post sends the input to the step's url: 2xx succeeds with the response
-// body as output; 408, 429 and 5xx are retryable (honouring Retry-After up
-// to MaxRetryAfter); any other status is fatal, and so is a destination
-// the guard refuses (the URL, an address it resolves to, a redirect).
+// body as output; a callee not reached (connection, DNS) is class network;
+// 408 and 504 are timeout; 429 and other 5xx are retryable (honouring
+// Retry-After up to MaxRetryAfter); any other status is fatal, and so is a
+// destination the guard refuses (the URL, an address it resolves to, a
+// redirect).
 func (r *Runner) post(ctx context.Context, c engine.ActionCall) (json.RawMessage, *domain.Failure) {
 	target := clip(redact(c.Spec.Action.URL))
 	if err := r.Guard.CheckURL(c.Spec.Action.URL); err != nil {
@@ -131,12 +133,13 @@ func (r *Runner) post(ctx context.Context, c engine.ActionCall) (json.RawMessage
 			}
 			return nil, refused(target, where, re)
 		}
-		return nil, &domain.Failure{Class: domain.ClassRetryable, Message: fmt.Sprintf("POST %s: %s", target, clip(err.Error()))}
+		// Connection refused, DNS, reset: the callee was not reached.
+		return nil, &domain.Failure{Class: domain.ClassNetwork, Message: fmt.Sprintf("POST %s: %s", target, clip(err.Error()))}
 	}
 	defer res.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(res.Body, MaxOutputBytes+1))
 	if err != nil {
-		return nil, &domain.Failure{Class: domain.ClassRetryable, Message: fmt.Sprintf("POST %s: read body: %s", target, clip(err.Error()))}
+		return nil, &domain.Failure{Class: domain.ClassNetwork, Message: fmt.Sprintf("POST %s: read body: %s", target, clip(err.Error()))}
 	}
 	switch code := res.StatusCode; {
 	case code >= 200 && code < 300:
@@ -151,7 +154,9 @@ func (r *Runner) post(ctx context.Context, c engine.ActionCall) (json.RawMessage
 		}
 		s, _ := json.Marshal(string(body)) // a text answer becomes a JSON string
 		return s, nil
-	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
+	case code == http.StatusRequestTimeout || code == http.StatusGatewayTimeout:
+		return nil, &domain.Failure{Class: domain.ClassTimeout, Message: fmt.Sprintf("POST %s answered %d", target, code)}
+	case code == http.StatusTooManyRequests || code >= 500:
 		return nil, &domain.Failure{
 			Class:      domain.ClassRetryable,
 			Message:    fmt.Sprintf("POST %s answered %d", target, code),

@@ -83,6 +83,10 @@ func TestHTTPAction(t *testing.T) {
 			w.WriteHeader(http.StatusTooManyRequests)
 		case "/timeout":
 			w.WriteHeader(http.StatusRequestTimeout)
+		case "/gateway-timeout":
+			w.WriteHeader(http.StatusGatewayTimeout)
+		case "/broken":
+			w.WriteHeader(http.StatusBadGateway)
 		case "/bad":
 			w.WriteHeader(http.StatusUnprocessableEntity)
 			_, _ = w.Write([]byte(`{"error":"no"}`))
@@ -117,20 +121,24 @@ func TestHTTPAction(t *testing.T) {
 	_, f = call("/busy")
 	require.Equal(t, domain.ClassRetryable, f.Class)
 	require.Equal(t, 7*time.Second, f.RetryAfter)
-	for _, p := range []string{"/slow-down", "/timeout"} {
+	for _, p := range []string{"/slow-down", "/broken"} {
 		_, f = call(p)
 		require.Equal(t, domain.ClassRetryable, f.Class, p)
+	}
+	for _, p := range []string{"/timeout", "/gateway-timeout"} {
+		_, f = call(p)
+		require.Equal(t, domain.ClassTimeout, f.Class, p)
 	}
 	for _, p := range []string{"/bad", "/missing"} {
 		_, f = call(p)
 		require.Equal(t, domain.ClassFatal, f.Class, p)
 	}
 
-	// A connection refused is retryable: the far end may come back.
+	// A connection refused is class network: the far end may come back.
 	closed := httptest.NewServer(http.NotFoundHandler())
 	closed.Close()
 	_, f = r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionHTTP, URL: closed.URL}}, Input: json.RawMessage(`{}`)})
-	require.Equal(t, domain.ClassRetryable, f.Class)
+	require.Equal(t, domain.ClassNetwork, f.Class)
 }
 
 func TestOutputOverTheLimitFails(t *testing.T) {

@@ -62,7 +62,8 @@ type Queue interface {
 	// tenant's bound (an *domain.Error, CodeInvalid, past it).
 	EnsureWorkerQueue(ctx context.Context, tenant, name string) error
 	// Take waits up to wait for deliveries from a tenant's worker queue and
-	// answers at most max; ErrNoWorkerQueue if no job ever named it.
+	// answers at most max, P0 first, in PriorityOrder; ErrNoWorkerQueue if
+	// no job ever named it.
 	Take(ctx context.Context, tenant, name string, max int, wait time.Duration) ([]Delivery, error)
 	// Extend keeps a delivery invisible until d from now.
 	Extend(ctx context.Context, token string, d time.Duration) error
@@ -70,6 +71,21 @@ type Queue interface {
 	Release(ctx context.Context, token string) error
 	// Ack removes a delivery for good.
 	Ack(ctx context.Context, token string) error
+}
+
+// StarvationGuard is how often a worker queue's take serves its lowest
+// priority first: every tenth, so a steady stream of P0 work takes at most
+// nine claims in ten and P1 and P2 work still moves.
+const StarvationGuard = 10
+
+// PriorityOrder answers the order in which the n-th take (from 1) of a
+// worker queue looks at its priorities: P0, P1, P2, except every
+// StarvationGuard-th take, which goes P2, P1, P0.
+func PriorityOrder(n int) []int {
+	if n%StarvationGuard == 0 {
+		return []int{2, 1, 0}
+	}
+	return []int{0, 1, 2}
 }
 
 // HashKey answers how every store keeps an API key: its SHA-256, never the

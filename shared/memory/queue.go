@@ -71,6 +71,15 @@ type Queue struct {
 	maxWorkerQueues int
 	workerVis       time.Duration
 	workerMax       int
+	// lanes are a worker queue's P0 and P2 messages (its P1 ones are in
+	// workers), made when a job of that priority first names the queue.
+	lanes map[laneKey]*fifo
+	takes map[workerKey]int // takes per worker queue, for PriorityOrder
+}
+
+type laneKey struct {
+	workerKey
+	priority int
 }
 
 // QueueOption configures a Queue.
@@ -169,6 +178,16 @@ func (q *Queue) Dispatch(_ context.Context, j *domain.Job, ds []domain.Dispatch)
 		if err != nil {
 			return fmt.Errorf("dispatch job %s step %s: %w", j.ID, d.Step.ID(), err)
 		}
+		if p := min(max(j.Priority, 0), domain.MaxPriority); p != domain.DefaultPriority {
+			k := laneKey{workerKey{j.Tenant, d.Step.Spec.Action.Queue}, p}
+			if q.lanes == nil {
+				q.lanes = map[laneKey]*fifo{}
+			}
+			if q.lanes[k] == nil {
+				q.lanes[k] = &fifo{name: f.name + " P" + strconv.Itoa(p), visibility: q.workerVis, maxReceives: q.workerMax}
+			}
+			f = q.lanes[k]
+		}
 		dest[i] = f
 	}
 	for i, d := range ds {
@@ -192,11 +211,29 @@ func (q *Queue) Take(_ context.Context, tenant, name string, max int, _ time.Dur
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	f, ok := q.workers[workerKey{tenant, name}]
+	wk := workerKey{tenant, name}
+	f, ok := q.workers[wk]
 	if !ok {
 		return nil, fmt.Errorf("worker queue %q of tenant %s: %w", name, tenant, engine.ErrNoWorkerQueue)
 	}
-	return q.receiveLocked(f, max, q.now()), nil
+	if q.takes == nil {
+		q.takes = map[workerKey]int{}
+	}
+	q.takes[wk]++
+	now := q.now()
+	var out []engine.Delivery
+	for _, p := range engine.PriorityOrder(q.takes[wk]) {
+		lane := f
+		if p != domain.DefaultPriority {
+			if lane = q.lanes[laneKey{wk, p}]; lane == nil {
+				continue
+			}
+		}
+		if len(out) < max {
+			out = append(out, q.receiveLocked(lane, max-len(out), now)...)
+		}
+	}
+	return out, nil
 }
 
 // TakeReady plays the SQS event source mapping for tests: it receives up

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -83,6 +84,10 @@ type Queue struct {
 	timers TimerAPI // nil: no timer state machine
 	cfg    Config
 	urls   sync.Map // worker queue name -> url
+	// noLane remembers, for a minute, that a worker queue has no P0 or P2
+	// lane, so a claim does not ask SQS each time.
+	noLane sync.Map // lane name -> time.Time checked
+	takes  sync.Map // worker queue name -> *atomic.Int64, for PriorityOrder
 }
 
 // WithTimers lets the queue send delays beyond the threshold through the
@@ -230,7 +235,12 @@ func (q *Queue) countWorkerQueues(ctx context.Context, tenant string) (int, erro
 func (q *Queue) queueFor(ctx context.Context, j *domain.Job, s *domain.Step) (string, error) {
 	if s.Spec.Action.Type == domain.ActionWorker {
 		// Made at submit; made again here only if it was deleted since.
-		return q.ensureWorkerQueue(ctx, j.Tenant, s.Spec.Action.Queue)
+		u, err := q.ensureWorkerQueue(ctx, j.Tenant, s.Spec.Action.Queue)
+		p := min(max(j.Priority, 0), domain.MaxPriority)
+		if err != nil || p == domain.DefaultPriority {
+			return u, err
+		}
+		return q.ensureLane(ctx, j.Tenant, s.Spec.Action.Queue, p)
 	}
 	p := min(max(j.Priority, 0), domain.MaxPriority)
 	if q.cfg.ReadyURLs[p] == "" {
@@ -358,10 +368,95 @@ func ReadyTokens(readyURLs [domain.MaxPriority + 1]string) func(queueARN, receip
 
 // Take long-polls a tenant's worker queue for up to max deliveries.
 func (q *Queue) Take(ctx context.Context, tenant, name string, max int, wait time.Duration) ([]engine.Delivery, error) {
-	url, err := q.WorkerQueueURL(ctx, tenant, name)
+	main, err := q.WorkerQueueURL(ctx, tenant, name)
 	if err != nil {
 		return nil, err
 	}
+	n, _ := q.takes.LoadOrStore(q.WorkerQueueName(tenant, name), new(atomic.Int64))
+	var urls []string
+	for _, p := range engine.PriorityOrder(int(n.(*atomic.Int64).Add(1))) {
+		if p == domain.DefaultPriority {
+			urls = append(urls, main)
+		} else if u := q.laneURL(ctx, tenant, name, p); u != "" {
+			urls = append(urls, u)
+		}
+	}
+	// Each lane in turn without waiting; only the last long-polls, and
+	// only if the others had nothing.
+	var res []engine.Delivery
+	for i, url := range urls {
+		w := time.Duration(0)
+		if i == len(urls)-1 && len(res) == 0 {
+			w = wait
+		}
+		got, err := q.receive(ctx, tenant, name, url, max-len(res), w)
+		if err != nil {
+			return res, err
+		}
+		if res = append(res, got...); len(res) >= max {
+			break
+		}
+	}
+	return res, nil
+}
+
+// laneName is the SQS name of a worker queue's P0 or P2 lane: the queue's
+// own name with "p<n>" after the prefix (readable names start with a digit,
+// hashed ones with "h", so none is another queue's).
+func (q *Queue) laneName(tenant, name string, p int) string {
+	base := strings.TrimPrefix(q.WorkerQueueName(tenant, name), q.cfg.WorkerQueuePrefix)
+	if len(q.cfg.WorkerQueuePrefix)+2+len(base) > 80 {
+		sum := sha256.Sum256([]byte(tenant + "/" + name))
+		base = strings.TrimPrefix(q.hashedPrefix(tenant), q.cfg.WorkerQueuePrefix) + hex.EncodeToString(sum[:])[:32]
+	}
+	return q.cfg.WorkerQueuePrefix + "p" + strconv.Itoa(p) + base
+}
+
+// laneURL answers a lane's URL, or "" when it does not exist (remembered
+// for a minute: a lane made meanwhile is seen within a minute).
+func (q *Queue) laneURL(ctx context.Context, tenant, name string, p int) string {
+	ln := q.laneName(tenant, name, p)
+	if u, ok := q.urls.Load(ln); ok {
+		return u.(string)
+	}
+	if at, ok := q.noLane.Load(ln); ok && time.Since(at.(time.Time)) < time.Minute {
+		return ""
+	}
+	out, err := q.api.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: &ln})
+	if err != nil {
+		q.noLane.Store(ln, time.Now())
+		return ""
+	}
+	q.urls.Store(ln, *out.QueueUrl)
+	return *out.QueueUrl
+}
+
+// ensureLane makes a worker queue's P0 or P2 lane when a job of that
+// priority first names the queue; lanes do not count against the
+// tenant's bound of worker queues (the queue itself does).
+func (q *Queue) ensureLane(ctx context.Context, tenant, name string, p int) (string, error) {
+	ln := q.laneName(tenant, name, p)
+	if u, ok := q.urls.Load(ln); ok {
+		return u.(string), nil
+	}
+	attrs := map[string]string{
+		"VisibilityTimeout":      strconv.Itoa(int(q.cfg.WorkerQueueVisible.Seconds())),
+		"MessageRetentionPeriod": "1209600",
+	}
+	if q.cfg.DLQARN != "" {
+		rp, _ := json.Marshal(map[string]any{"deadLetterTargetArn": q.cfg.DLQARN, "maxReceiveCount": q.cfg.WorkerMaxReceives})
+		attrs["RedrivePolicy"] = string(rp)
+	}
+	created, err := q.api.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: &ln, Attributes: attrs})
+	if err != nil {
+		return "", fmt.Errorf("create worker queue lane %s: %w", ln, err)
+	}
+	q.urls.Store(ln, *created.QueueUrl)
+	q.noLane.Delete(ln)
+	return *created.QueueUrl, nil
+}
+
+func (q *Queue) receive(ctx context.Context, tenant, name, url string, max int, wait time.Duration) ([]engine.Delivery, error) {
 	out, err := q.api.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 		QueueUrl: &url, MaxNumberOfMessages: int32(max), WaitTimeSeconds: int32(wait / time.Second),
 	})

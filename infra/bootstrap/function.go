@@ -76,6 +76,7 @@ var eventKeys = map[string]keySet{
 		"BatchSize":                      handled,
 		"FunctionResponseTypes":          handled,
 		"MaximumBatchingWindowInSeconds": "the runner hands messages over as soon as it has them, as a 0 s window does",
+		"ScalingConfig":                  "the runner runs each mapping at its own fixed concurrency (runner.Concurrency); each priority still has its own mapping",
 	},
 	"Schedule": {
 		"Schedule":    handled,

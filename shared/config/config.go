@@ -53,6 +53,9 @@ type Settings struct {
 	// TimerThreshold is STEPFLOW_TIMER_THRESHOLD (optional, seconds, 1 to
 	// 900, default 900): longer delays go through the timer state machine.
 	TimerThreshold time.Duration
+	// Retention is STEPFLOW_RETENTION_COMPLETED_DAYS, _FAILED_DAYS and
+	// _CANCELLED_DAYS (optional; 30, 14 and 7 by default).
+	Retention domain.Retention
 }
 
 // FromEnv reads Settings, naming any variable that is missing.
@@ -93,6 +96,19 @@ func FromEnv(getenv func(string) string) (Settings, error) {
 			return s, fmt.Errorf("environment variable STEPFLOW_TIMER_THRESHOLD must be a number of seconds from 1 to %d", int(queue.MaxDelay/time.Second))
 		}
 		s.TimerThreshold = time.Duration(n) * time.Second
+	}
+	for name, dst := range map[string]*int{
+		"STEPFLOW_RETENTION_COMPLETED_DAYS": &s.Retention.CompletedDays,
+		"STEPFLOW_RETENTION_FAILED_DAYS":    &s.Retention.FailedDays,
+		"STEPFLOW_RETENTION_CANCELLED_DAYS": &s.Retention.CancelledDays,
+	} {
+		if v := getenv(name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 3650 {
+				return s, fmt.Errorf("environment variable %s must be a number of days from 1 to 3650", name)
+			}
+			*dst = n
+		}
 	}
 	if _, err := netguard.ParseAllow(s.HTTPAllow); err != nil {
 		return s, fmt.Errorf("environment variable %s: %w", netguard.EnvAllow, err)
@@ -145,6 +161,7 @@ func Engine(s Settings, c Clients, log *slog.Logger) *engine.Engine {
 	e := engine.New(st, q, runner, s.Lease, log)
 	e.P0Tenants = engine.ParseTenantList(s.P0Tenants)
 	e.TimerThreshold = s.TimerThreshold
+	e.Retention = s.Retention
 	return e
 }
 

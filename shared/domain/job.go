@@ -21,12 +21,26 @@ const leaseExpired = "lease expired before an outcome was reported"
 // job.
 const DispatchGrace = 60 * time.Second
 
-// retention of finished jobs (the quality platform's cleanup rules,
-// docs/model.md#retention), applied as a TTL.
-var retention = map[JobState]time.Duration{
-	JobCompleted: 30 * 24 * time.Hour,
-	JobCancelled: 7 * 24 * time.Hour,
-	JobFailed:    14 * 24 * time.Hour,
+// Retention is how long a finished job is kept, per terminal state, in
+// days (the quality platform's cleanup rules, docs/model.md#retention),
+// applied as a TTL. Zero fields take the defaults.
+type Retention struct {
+	CompletedDays int `json:"completed_days,omitempty"`
+	FailedDays    int `json:"failed_days,omitempty"`
+	CancelledDays int `json:"cancelled_days,omitempty"`
+}
+
+// DefaultRetention: completed 30 days, failed 14, cancelled 7.
+var DefaultRetention = Retention{CompletedDays: 30, FailedDays: 14, CancelledDays: 7}
+
+// For answers how long a job finished in state is kept.
+func (r Retention) For(state JobState) time.Duration {
+	days := map[JobState]int{
+		JobCompleted: cmp.Or(r.CompletedDays, DefaultRetention.CompletedDays),
+		JobFailed:    cmp.Or(r.FailedDays, DefaultRetention.FailedDays),
+		JobCancelled: cmp.Or(r.CancelledDays, DefaultRetention.CancelledDays),
+	}[state]
+	return time.Duration(days) * 24 * time.Hour
 }
 
 // Job is a submitted job: its projection (state, steps, attempts) and its
@@ -60,6 +74,8 @@ type Job struct {
 	// ParkAfterSeconds is the timer threshold the job was submitted under:
 	// a job whose waits end further off than that, or never, is PARKED.
 	ParkAfterSeconds int `json:"park_after_seconds,omitempty"`
+	// Retention is what the job was submitted under (none: the defaults).
+	Retention *Retention `json:"retention,omitempty"`
 	// Signals are the signals the job received, each kept until a wait
 	// of its name takes it.
 	Signals []Signal `json:"signals,omitempty"`
@@ -245,6 +261,10 @@ func NewJob(tenant, id string, spec *JobSpec, idemKey string, now time.Time) (*J
 		Tenant: tenant, ID: id, Queue: spec.Queue, Priority: int(*spec.Priority),
 		Payload: spec.Payload, IdempotencyKey: idemKey, CreatedAt: now, UpdatedAt: now,
 		Graph: spec.DAG(), ParkAfterSeconds: int(cmp.Or(spec.ParkAfter, DefaultTimerThreshold) / time.Second),
+	}
+	if spec.Retention != (Retention{}) && spec.Retention != DefaultRetention {
+		r := spec.Retention
+		j.Retention = &r
 	}
 	if spec.RunAt != nil && spec.RunAt.After(now) {
 		j.RunAt = spec.RunAt
@@ -1004,7 +1024,11 @@ func (j *Job) settleVia(now time.Time, viaWorker bool) {
 		if j.EndedAt == nil {
 			j.EndedAt = &now
 		}
-		exp := now.Add(retention[j.State])
+		var r Retention
+		if j.Retention != nil {
+			r = *j.Retention
+		}
+		exp := now.Add(r.For(j.State))
 		j.ExpiresAt = &exp
 	}
 }

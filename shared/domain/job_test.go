@@ -984,12 +984,11 @@ func TestEveryNonTerminalStepStateCanBeCancelled(t *testing.T) {
 func TestRetentionCoversTerminalStates(t *testing.T) {
 	t.Parallel()
 	for _, s := range AllJobStates() {
-		_, ok := retention[s]
-		require.Equal(t, s.Terminal(), ok, "%s", s)
+		require.Equal(t, s.Terminal(), DefaultRetention.For(s) > 0, "%s", s)
 	}
-	require.Equal(t, 30*24*time.Hour, retention[JobCompleted])
-	require.Equal(t, 7*24*time.Hour, retention[JobCancelled])
-	require.Equal(t, 14*24*time.Hour, retention[JobFailed])
+	require.Equal(t, 30*24*time.Hour, DefaultRetention.For(JobCompleted))
+	require.Equal(t, 7*24*time.Hour, DefaultRetention.For(JobCancelled))
+	require.Equal(t, 14*24*time.Hour, DefaultRetention.For(JobFailed))
 }
 
 // requireDue checks the job's due time: the sweep needs it at want, and the

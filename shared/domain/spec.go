@@ -106,6 +106,9 @@ type JobSpec struct {
 	// ParkAfter is set by the engine, not the client: its timer threshold
 	// (DefaultTimerThreshold when zero).
 	ParkAfter time.Duration `json:"-"`
+	// Retention is set by the engine: how long the finished job is kept
+	// (STEPFLOW_RETENTION_*_DAYS).
+	Retention Retention `json:"-"`
 }
 
 // StepSpec is one step of a submission: what every step has, and its

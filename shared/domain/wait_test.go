@@ -329,3 +329,36 @@ func TestReplanIsChecked(t *testing.T) {
 		require.Equal(t, tc.field, de.Field, tc.name)
 	}
 }
+
+func TestRetentionPerTerminalState(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		r    Retention
+		body string
+		want time.Duration
+	}{
+		{"completed, default", Retention{}, `{"steps":[{"id":"p","action":{"type":"pass"}}]}`, 30 * 24 * time.Hour},
+		{"completed, configured", Retention{CompletedDays: 2}, `{"steps":[{"id":"p","action":{"type":"pass"}}]}`, 2 * 24 * time.Hour},
+		{"failed, configured", Retention{FailedDays: 3}, `{"steps":[{"id":"p","action":{"type":"fail","class":"fatal"}}]}`, 3 * 24 * time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec, err := ParseJobSpec([]byte(tc.body))
+			require.NoError(t, err)
+			spec.Retention = tc.r
+			j, err := NewJob("t", "01J0000000000000000000000A", spec, "", now)
+			require.NoError(t, err)
+			l, err := j.Lease("p", LeaseRequest{Nonce: "n", Duration: time.Minute}, now)
+			require.NoError(t, err)
+			if spec.Steps[0].Action.Type == ActionPass {
+				_, err = j.Complete("p", l.ID, nil, now)
+			} else {
+				_, err = j.Fail("p", l.ID, Failure{Class: ClassFatal}, now, nil)
+			}
+			require.NoError(t, err)
+			require.True(t, j.State.Terminal())
+			require.Equal(t, now.Add(tc.want), *j.ExpiresAt)
+		})
+	}
+}

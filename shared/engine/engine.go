@@ -48,6 +48,9 @@ type Engine struct {
 	// (a longer one goes through a Step Functions timer); a job whose waits
 	// all end beyond it is PARKED (STEPFLOW_TIMER_THRESHOLD).
 	TimerThreshold time.Duration
+	// Retention is how long finished jobs are kept, per state
+	// (STEPFLOW_RETENTION_*_DAYS; zero fields take the defaults).
+	Retention domain.Retention
 
 	rngMu sync.Mutex
 	rng   *mrand.Rand
@@ -257,6 +260,7 @@ func (e *Engine) Submit(ctx context.Context, tenant string, body []byte, idemKey
 		return nil, false, err
 	}
 	spec.ParkAfter = e.TimerThreshold
+	spec.Retention = e.Retention
 	now := e.now()
 	id := e.newID(now)
 	j, err := domain.NewJob(tenant, id, spec, idemKey, now)

@@ -27,15 +27,15 @@ var errClosed = errors.New("the local Lambda service is closing")
 // function is one function's pool of processes: started on demand, kept
 // warm between invocations, at most Options.Concurrency at once.
 type function struct {
-	s                *Service
-	name             string // AWS_LAMBDA_FUNCTION_NAME
-	src, bin         string
-	mu               sync.Mutex
-	live             []*instance
-	idle             []*instance // waiting in GET next: ready for an invocation
-	finishing        int         // answered, not back at GET next yet: warm in a moment
-	changed          chan struct{}
-	closed           bool
+	s         *Service
+	name      string // AWS_LAMBDA_FUNCTION_NAME
+	src, bin  string
+	mu        sync.Mutex
+	live      []*instance
+	idle      []*instance // waiting in GET next: ready for an invocation
+	finishing int         // answered, not back at GET next yet: warm in a moment
+	changed   chan struct{}
+	closed    bool
 }
 
 // invocation is one invoke, handed to a process through GET next.

@@ -52,9 +52,12 @@ build/%/bootstrap: FORCE
 	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w' -o $@ ./functions/$*
 
 # sam build calls build-<LogicalId> with ARTIFACTS_DIR set (BuildMethod: makefile).
+# EchoFunction is functions/echo, or examples/functions/echo (the lambda action's examples).
+fn_dir = $(firstword $(wildcard $(addsuffix /$(shell echo '$*' | sed 's/Function$$//' | tr 'A-Z' 'a-z'),functions examples/functions)))
 build-%:
+	@test -n "$(fn_dir)" || { echo "build-$*: no functions/ or examples/functions/ directory for it"; exit 2; }
 	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w' \
-		-o $(ARTIFACTS_DIR)/bootstrap ./functions/$(shell echo '$*' | sed 's/Function$$//' | tr 'A-Z' 'a-z')
+		-o $(ARTIFACTS_DIR)/bootstrap ./$(fn_dir)
 
 clean:
 	rm -rf build .stepflow .aws-sam

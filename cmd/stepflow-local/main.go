@@ -43,7 +43,7 @@ func main() {
 // from its own environment.
 func passedSettings() map[string]string {
 	m := map[string]string{}
-	for _, k := range []string{"STEPFLOW_P0_TENANTS", "STEPFLOW_MAX_WORKER_QUEUES", "STEPFLOW_TIMER_THRESHOLD"} {
+	for _, k := range []string{"STEPFLOW_P0_TENANTS", "STEPFLOW_MAX_WORKER_QUEUES", "STEPFLOW_TIMER_THRESHOLD", "STEPFLOW_LAMBDA_ALLOW"} {
 		if v, ok := os.LookupEnv(k); ok {
 			m[k] = v
 		}
@@ -87,7 +87,12 @@ func devCmd() *cobra.Command {
                         e.g. 127.0.0.1/32,localhost
   STEPFLOW_TIMER_THRESHOLD
                         seconds, 1-900 (default 900): longer delays go through the timer
-                        state machine (moto runs it), shorter ones are SQS message delays`,
+                        state machine (moto runs it), shorter ones are SQS message delays
+  STEPFLOW_LAMBDA_ALLOW function-name prefixes the lambda action may call (default: the
+                        template's LambdaActionPrefix, stepflow-fn-)
+
+The Go functions in examples/functions are built and served on a local Lambda
+Invoke API as stepflow-fn-<name> (and <name>); lambda steps call them there.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -116,6 +121,7 @@ func devCmd() *cobra.Command {
 				Addr: addr, EndpointURL: os.Getenv("AWS_ENDPOINT_URL"), StackName: os.Getenv("STEPFLOW_STACK"),
 				APIKeys: keys, ScheduleEvery: every, Region: env("AWS_REGION", "us-east-1"), Log: log, MotoLog: motoLog,
 				HTTPAllow: os.Getenv("STEPFLOW_HTTP_ALLOW"), Env: passedSettings(),
+				LambdaDirs: []string{"examples/functions"}, LambdaOutput: os.Stderr,
 			})
 			if err != nil {
 				return err
@@ -140,18 +146,31 @@ stepflow is running
   HTTP API   %s
   emulator   %s (DynamoDB serialised by proxy at %s)
   stack      %s (resources from template.yaml)
+  lambda     %s (examples/functions: %s)
   tenants    %s
 
   curl -s -X POST %s/v1/jobs -H 'Authorization: Bearer %s' \
        -d '{"steps":[{"id":"hello","action":{"type":"pass"}}],"payload":{"hi":1}}'
 
 Ctrl-C stops it.
-`, st.URL, emu, st.Endpoint, st.Name, strings.Join(tenants, ", "), st.URL, firstKey(keys))
+`, st.URL, emu, st.Endpoint, st.Name, st.Lambda.URL, strings.Join(st.Lambda.Names(), ", "), strings.Join(tenants, ", "), st.URL, firstKey(keys))
 			<-ctx.Done()
 			fmt.Fprintln(os.Stderr, "stopping")
 			return nil
 		},
 	}
+}
+
+// lambdaSettings are the running dev stack's lambda action settings, so an
+// invoked execute handler calls the functions `make dev` serves.
+func lambdaSettings(running map[string]string) map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{"STEPFLOW_LAMBDA_ENDPOINT", "STEPFLOW_LAMBDA_ALLOW"} {
+		if v := running[k]; v != "" {
+			m[k] = v
+		}
+	}
+	return m
 }
 
 func firstKey(keys map[string]string) string {
@@ -188,7 +207,7 @@ func invokeCmd() *cobra.Command {
 				return err
 			}
 			st, err := devstack.Start(ctx, devstack.Options{EndpointURL: state.Endpoint, StackName: state.Stack, NoRunner: true, Region: env("AWS_REGION", "us-east-1"),
-				HTTPAllow: state.Env["STEPFLOW_HTTP_ALLOW"]})
+				HTTPAllow: state.Env["STEPFLOW_HTTP_ALLOW"], Env: lambdaSettings(state.Env)})
 			if err != nil {
 				return err
 			}

@@ -62,6 +62,7 @@ var functionKeys = keySet{
 	"CodeUri":             inProcess,
 	"Description":         "documentation",
 	"Policies":            "IAM only matters on AWS: the emulator allows every call",
+	"FunctionName":        "a lambda action's function: the local Lambda service (localstack/lambdaemu) serves examples/functions/<name> under STEPFLOW_LAMBDA_ALLOW's prefix",
 }
 
 // eventKeys declares, per event type, the event properties.

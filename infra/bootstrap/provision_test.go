@@ -103,23 +103,24 @@ func TestProvisionRealTemplate(t *testing.T) {
 		"STEPFLOW_HTTP_ALLOW":          "",
 		"STEPFLOW_TIMER_STATE_MACHINE": timer,
 		"STEPFLOW_TIMER_THRESHOLD":     "900",
+		"STEPFLOW_LAMBDA_ALLOW":        "stepflow-fn-",
 	}
 	require.Equal(t, want, st.Env)
 	require.Regexp(t, `^arn:aws:sqs:us-east-1:\d{12}:stepflow-DeadLetterQueue$`, st.Env["STEPFLOW_DLQ_ARN"])
 	require.True(t, strings.HasPrefix(st.Env["STEPFLOW_QUEUE_P0"], "http://127.0.0.1:"), st.Env["STEPFLOW_QUEUE_P0"])
 
 	// Functions carry their queue URLs; the template's own copy is untouched.
-	require.Len(t, st.Functions, 4)
+	require.Len(t, st.Functions, 5)
 	for _, f := range st.Functions {
 		for _, s := range f.SQS {
 			require.Equal(t, st.QueueURLs[s.QueueLogicalID], s.QueueURL)
 		}
 	}
-	exec := st.Functions[2]
+	exec := st.Functions[3]
 	require.Equal(t, "ExecuteFunction", exec.LogicalID)
 	require.Len(t, exec.SQS, 3)
 	require.Equal(t, st.QueueURLs["ReadyQueueP1"], exec.SQS[1].QueueURL)
-	require.Empty(t, tpl.Functions()[2].SQS[0].QueueURL)
+	require.Empty(t, tpl.Functions()[3].SQS[0].QueueURL)
 }
 
 func TestProvisionIsIdempotent(t *testing.T) {

@@ -25,7 +25,7 @@ func TestParseRealTemplate(t *testing.T) {
 		ids[i] = f.LogicalID
 		byID[f.LogicalID] = f
 	}
-	require.Equal(t, []string{"ClaimFunction", "EnqueueFunction", "ExecuteFunction", "HeartbeatFunction"}, ids)
+	require.Equal(t, []string{"ClaimFunction", "EchoFunction", "EnqueueFunction", "ExecuteFunction", "HeartbeatFunction"}, ids)
 
 	enq := byID["EnqueueFunction"]
 	require.Equal(t, 30, enq.Timeout, "Globals timeout")
@@ -67,6 +67,8 @@ func TestParseRealTemplate(t *testing.T) {
 	hb := byID["HeartbeatFunction"]
 	require.Equal(t, 60, hb.Timeout)
 	require.Equal(t, []Schedule{{Expression: "rate(1 minute)", Every: time.Minute}}, hb.Schedules)
+
+	require.Equal(t, Function{LogicalID: "EchoFunction", Timeout: 30}, byID["EchoFunction"], "a lambda action's function: no event, only invoked")
 
 	// Resource types and short tags survive parsing.
 	require.Equal(t, "AWS::DynamoDB::Table", tpl.Resources["JobsTable"].Type)
@@ -142,6 +144,9 @@ func TestTemplateTimerPermissions(t *testing.T) {
 	}, sends)
 
 	for _, f := range tpl.Functions() {
+		if len(f.Routes)+len(f.SQS)+len(f.Schedules) == 0 {
+			continue // a lambda action's function (EchoFunction) dispatches nothing
+		}
 		var starts []any
 		for _, st := range statements(f.LogicalID) {
 			for _, a := range st.actions {
@@ -329,4 +334,49 @@ Resources:
 		"H": "7",
 		"I": true,
 	}, tpl.Resources["R"].Properties)
+}
+
+// Only the execute function may invoke the lambda action's functions, and
+// only those named under LambdaActionPrefix, which every function reads as
+// STEPFLOW_LAMBDA_ALLOW (the check at submit); the example functions the
+// template deploys are named under it, from a directory of
+// examples/functions.
+func TestTemplateLambdaActionPermissions(t *testing.T) {
+	t.Parallel()
+	tpl, err := Parse(realTemplate)
+	require.NoError(t, err)
+	require.Equal(t, map[string]any{"Ref": "LambdaActionPrefix"}, envVars(tpl.globalFn)["STEPFLOW_LAMBDA_ALLOW"])
+	const fn = "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:${LambdaActionPrefix}*"
+	for _, f := range tpl.Functions() {
+		props := tpl.Resources[f.LogicalID].Properties
+		var invokes []any
+		policies, _ := props["Policies"].([]any)
+		for _, p := range policies {
+			for _, st := range p.(map[string]any)["Statement"].([]any) {
+				st := st.(map[string]any)
+				for _, a := range st["Action"].([]any) {
+					if strings.HasPrefix(a.(string), "lambda:") {
+						require.Equal(t, []any{"lambda:InvokeFunction"}, st["Action"], f.LogicalID)
+						invokes = append(invokes, st["Resource"].([]any)...)
+					}
+				}
+			}
+		}
+		if f.LogicalID == "ExecuteFunction" {
+			require.Equal(t, []any{map[string]any{"Fn::Sub": fn}, map[string]any{"Fn::Sub": fn + ":*"}}, invokes)
+		} else {
+			require.Empty(t, invokes, f.LogicalID)
+		}
+		name, ok := props["FunctionName"]
+		if len(f.Routes)+len(f.SQS)+len(f.Schedules) > 0 {
+			require.False(t, ok, "%s: stepflow's own functions keep their generated names", f.LogicalID)
+			continue
+		}
+		sub, _ := name.(map[string]any)["Fn::Sub"].(string)
+		dir, ok := strings.CutPrefix(sub, "${LambdaActionPrefix}")
+		require.True(t, ok, "%s: FunctionName %v is not under LambdaActionPrefix", f.LogicalID, name)
+		require.Equal(t, strings.ToLower(strings.TrimSuffix(f.LogicalID, "Function")), dir, "the Makefile's build-%% finds the code by the logical id")
+		_, err := os.Stat(filepath.Join("../../examples/functions", dir, "main.go"))
+		require.NoError(t, err, f.LogicalID)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -28,7 +29,9 @@ import (
 
 	"github.com/stepflow/stepflow/infra/bootstrap"
 	"github.com/stepflow/stepflow/localstack/emulator"
+	"github.com/stepflow/stepflow/localstack/lambdaemu"
 	"github.com/stepflow/stepflow/localstack/runner"
+	"github.com/stepflow/stepflow/shared/actions"
 	"github.com/stepflow/stepflow/shared/config"
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
@@ -82,6 +85,16 @@ type Options struct {
 	// "127.0.0.1/32" for a test server); empty keeps the guard's default,
 	// which refuses loopback, private and link-local addresses.
 	HTTPAllow string
+	// LambdaDirs, when set, starts the local Lambda service
+	// (localstack/lambdaemu) for the Go functions in these directories
+	// (each subdirectory one function; relative to template.yaml's
+	// directory), served under their names and under the template's
+	// STEPFLOW_LAMBDA_ALLOW prefix, and points the lambda action at it
+	// (STEPFLOW_LAMBDA_ENDPOINT). `make dev` serves examples/functions.
+	LambdaDirs []string
+	// LambdaOutput receives those functions' stdout and stderr; nil
+	// discards them.
+	LambdaOutput io.Writer
 }
 
 // Stack is a running local stack.
@@ -96,7 +109,8 @@ type Stack struct {
 	DynamoDB  *dynamodb.Client
 	SQS       *sqs.Client
 	Handlers  runner.Handlers
-	Runner    *runner.Runner // nil with NoRunner
+	Runner    *runner.Runner     // nil with NoRunner
+	Lambda    *lambdaemu.Service // the local Lambda service; nil without LambdaDirs
 
 	cancel context.CancelFunc
 	done   chan error
@@ -216,6 +230,12 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	if o.HTTPAllow != "" {
 		res.Env["STEPFLOW_HTTP_ALLOW"] = o.HTTPAllow // validated by FromEnv
 	}
+	if len(o.LambdaDirs) > 0 {
+		if err := s.startLambda(ctx, o); err != nil {
+			ln.Close()
+			return nil, err
+		}
+	}
 	for k, v := range o.Env {
 		res.Env[k] = v // validated by FromEnv
 	}
@@ -291,10 +311,39 @@ func (s *Stack) Close() {
 		}
 		s.cancel = nil
 	}
+	if s.Lambda != nil {
+		s.Lambda.Close()
+		s.Lambda = nil
+	}
 	if s.Emulator != nil {
 		s.Emulator.Close()
 		s.Emulator = nil
 	}
+}
+
+// startLambda serves o.LambdaDirs' functions as Lambda would, under the
+// names template.yaml gives them, and points the lambda action there. The
+// functions reach the emulator as the stack's own functions do.
+func (s *Stack) startLambda(ctx context.Context, o Options) error {
+	root := filepath.Dir(o.TemplatePath)
+	dirs := make([]string, len(o.LambdaDirs))
+	for i, d := range o.LambdaDirs {
+		if !filepath.IsAbs(d) {
+			d = filepath.Join(root, d)
+		}
+		dirs[i] = d
+	}
+	svc, err := lambdaemu.Start(ctx, "127.0.0.1:0", lambdaemu.Options{
+		Dirs: dirs, Prefixes: actions.ParseLambdaAllow(s.Resources.Env[actions.EnvLambdaAllow]), Region: o.Region,
+		Env:    map[string]string{"AWS_ENDPOINT_URL": s.Endpoint, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"},
+		Output: o.LambdaOutput, Log: o.Log,
+	})
+	if err != nil {
+		return err
+	}
+	s.Lambda = svc
+	s.Resources.Env["STEPFLOW_LAMBDA_ENDPOINT"] = svc.URL // validated by FromEnv
+	return nil
 }
 
 // FindTemplate finds template.yaml in the working directory or above it,

@@ -1,5 +1,6 @@
-// Package actions runs the built-in step actions: pass, sleep, fail and
-// http. (worker steps run elsewhere, on external workers through claim.)
+// Package actions runs the built-in step actions: pass, sleep, fail, http
+// and lambda. (worker steps run elsewhere, on external workers through
+// claim.)
 package actions
 
 import (
@@ -49,6 +50,12 @@ type Runner struct {
 	// URL check still applies, but the dial-time check (DNS answers,
 	// redirects) only does if the client comes from Guard.Client.
 	HTTP *http.Client
+	// Lambda invokes the lambda action's functions; without it a lambda
+	// step fails fatal, saying so.
+	Lambda LambdaInvoker
+	// LambdaAllow lists the function-name prefixes a lambda step may call
+	// (STEPFLOW_LAMBDA_ALLOW); empty allows any the IAM role allows.
+	LambdaAllow []string
 
 	once   sync.Once
 	client *http.Client
@@ -100,6 +107,8 @@ func (r *Runner) run(ctx context.Context, c engine.ActionCall) (json.RawMessage,
 		return nil, &domain.Failure{Class: domain.FailureClass(a.Class), Message: msg, Prompt: a.Prompt, Steps: a.Steps}
 	case domain.ActionHTTP:
 		return r.post(ctx, c)
+	case domain.ActionLambda:
+		return r.invokeLambda(ctx, c)
 	}
 	// Sleeps, waits and gates are timers and decisions, never run.
 	return nil, &domain.Failure{Class: domain.ClassFatal, Message: fmt.Sprintf("action type %q cannot run in the built-in executor", a.Type)}

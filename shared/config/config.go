@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go/middleware"
@@ -56,6 +58,13 @@ type Settings struct {
 	// Retention is STEPFLOW_RETENTION_COMPLETED_DAYS, _FAILED_DAYS and
 	// _CANCELLED_DAYS (optional; 30, 14 and 7 by default).
 	Retention domain.Retention
+	// LambdaEndpoint is STEPFLOW_LAMBDA_ENDPOINT (optional): the endpoint of
+	// the lambda action's client alone (locally, the invoke service of
+	// examples/functions); empty keeps the AWS config's.
+	LambdaEndpoint string
+	// LambdaAllow is STEPFLOW_LAMBDA_ALLOW (optional): function-name
+	// prefixes a lambda step may call; empty leaves it to IAM.
+	LambdaAllow string
 }
 
 // FromEnv reads Settings, naming any variable that is missing.
@@ -113,6 +122,12 @@ func FromEnv(getenv func(string) string) (Settings, error) {
 	if _, err := netguard.ParseAllow(s.HTTPAllow); err != nil {
 		return s, fmt.Errorf("environment variable %s: %w", netguard.EnvAllow, err)
 	}
+	s.LambdaAllow = getenv(actions.EnvLambdaAllow)
+	if s.LambdaEndpoint = getenv("STEPFLOW_LAMBDA_ENDPOINT"); s.LambdaEndpoint != "" {
+		if u, err := url.Parse(s.LambdaEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return s, fmt.Errorf("environment variable STEPFLOW_LAMBDA_ENDPOINT must be an http or https URL such as http://127.0.0.1:3001")
+		}
+	}
 	return s, nil
 }
 
@@ -121,6 +136,7 @@ type Clients struct {
 	DynamoDB      store.API
 	SQS           queue.API
 	StepFunctions queue.TimerAPI
+	Lambda        *lambda.Client // the lambda action's
 }
 
 // NewClients builds SDK clients from the default chain (environment,
@@ -134,12 +150,12 @@ func NewClients(ctx context.Context) (Clients, aws.Config, error) {
 }
 
 // ClientsFrom builds the engine's SDK clients from cfg. apiOptions are
-// added to both clients' middleware stacks after cfg's own APIOptions; each
-// sees every operation of both services and picks its own (the local
+// added to every client's middleware stack after cfg's own APIOptions; each
+// sees every operation of every service and picks its own (the local
 // stack's fault layer and cost meter go here).
 func ClientsFrom(cfg aws.Config, apiOptions ...func(*middleware.Stack) error) Clients {
 	cfg.APIOptions = append(slices.Clip(cfg.APIOptions), apiOptions...)
-	return Clients{DynamoDB: dynamodb.NewFromConfig(cfg), SQS: sqs.NewFromConfig(cfg), StepFunctions: sfn.NewFromConfig(cfg)}
+	return Clients{DynamoDB: dynamodb.NewFromConfig(cfg), SQS: sqs.NewFromConfig(cfg), StepFunctions: sfn.NewFromConfig(cfg), Lambda: lambda.NewFromConfig(cfg)}
 }
 
 // Engine wires an engine over the clients.
@@ -157,7 +173,13 @@ func Engine(s Settings, c Clients, log *slog.Logger) *engine.Engine {
 			log.Error("ignoring "+netguard.EnvAllow+": the http action reaches public addresses only", "err", err)
 		}
 	}
-	runner := &actions.Runner{Guard: guard}
+	runner := &actions.Runner{Guard: guard, LambdaAllow: actions.ParseLambdaAllow(s.LambdaAllow)}
+	if c.Lambda != nil {
+		runner.Lambda = c.Lambda
+		if s.LambdaEndpoint != "" {
+			runner.Lambda = lambda.New(c.Lambda.Options(), func(o *lambda.Options) { o.BaseEndpoint = aws.String(s.LambdaEndpoint) })
+		}
+	}
 	e := engine.New(st, q, runner, s.Lease, log)
 	e.P0Tenants = engine.ParseTenantList(s.P0Tenants)
 	e.TimerThreshold = s.TimerThreshold

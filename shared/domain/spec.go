@@ -41,11 +41,13 @@ const (
 	ActionApproval = "approval"
 	// ActionWait holds its job until a signal of its name arrives.
 	ActionWait = "wait"
+	// ActionLambda invokes an AWS Lambda function with the step's input.
+	ActionLambda = "lambda"
 )
 
 // Actions lists the known action types.
 func Actions() []string {
-	return []string{ActionPass, ActionSleep, ActionFail, ActionHTTP, ActionWorker, ActionApproval, ActionWait}
+	return []string{ActionPass, ActionSleep, ActionFail, ActionHTTP, ActionWorker, ActionApproval, ActionWait, ActionLambda}
 }
 
 // Executed reports whether an executor runs steps of action type t: the
@@ -138,6 +140,8 @@ type ActionSpec struct {
 	Queue        string     `json:"queue,omitempty"`         // worker
 	LeaseSeconds int        `json:"lease_seconds,omitempty"` // worker
 	Signal       string     `json:"signal,omitempty"`        // wait
+	Function     string     `json:"function,omitempty"`      // lambda: name, name:alias or ARN
+	Qualifier    string     `json:"qualifier,omitempty"`     // lambda: version or alias
 	// TimeoutSeconds is the deadline of an approval gate or a wait; none
 	// waits for ever.
 	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
@@ -326,6 +330,8 @@ func (st *StepSpec) validate(field, jobQueue string) error {
 		only("queue", a.Queue != "", ActionWorker),
 		only("lease_seconds", a.LeaseSeconds != 0, ActionWorker),
 		only("signal", a.Signal != "", ActionWait),
+		only("function", a.Function != "", ActionLambda),
+		only("qualifier", a.Qualifier != "", ActionLambda),
 		only("timeout_seconds", a.TimeoutSeconds != 0, ActionApproval, ActionWait),
 	} {
 		if check != nil {
@@ -384,6 +390,10 @@ func (st *StepSpec) validate(field, jobQueue string) error {
 		}
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return Invalid(af+".url", "must be an absolute http or https URL")
+		}
+	case ActionLambda:
+		if err := a.validateLambda(af); err != nil {
+			return err
 		}
 	case ActionApproval, ActionWait:
 		if a.TimeoutSeconds < 0 || a.TimeoutSeconds > MaxWaitSeconds {

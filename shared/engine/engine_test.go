@@ -129,6 +129,8 @@ func (g *gateRunner) Run(ctx context.Context, c engine.ActionCall) (json.RawMess
 
 func (g *gateRunner) CheckTarget(url string) error { return g.inner.CheckTarget(url) }
 
+func (g *gateRunner) CheckFunction(function string) error { return g.inner.CheckFunction(function) }
+
 // submit submits a job for tenant and requires it made.
 func (b *bundle) submit(t *testing.T, tenant, body string) *domain.Job {
 	t.Helper()

@@ -122,6 +122,10 @@ type Actions interface {
 	// CheckTarget answers why a step's target may never be called (an http
 	// url the network guard refuses), before the job is written.
 	CheckTarget(url string) error
+	// CheckFunction answers why a lambda step's function may never be
+	// called (outside the functions the stack may invoke), before the job
+	// is written.
+	CheckFunction(function string) error
 }
 
 // ActionCall is one attempt of a built-in step.

@@ -1,0 +1,181 @@
+package actions
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
+	lambdatypes "github.com/aws/aws-sdk-go-v2/service/lambda/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
+)
+
+// EnvLambdaAllow names the setting that lists the functions a lambda step
+// may call: comma-separated function-name prefixes (a name is a prefix of
+// itself); empty allows any function the execute function's role may
+// invoke.
+const EnvLambdaAllow = "STEPFLOW_LAMBDA_ALLOW"
+
+// LambdaInvoker is what the lambda action needs of Lambda: the SDK
+// client's Invoke, so *lambda.Client fits.
+type LambdaInvoker interface {
+	Invoke(ctx context.Context, params *lambda.InvokeInput, optFns ...func(*lambda.Options)) (*lambda.InvokeOutput, error)
+}
+
+// ParseLambdaAllow reads STEPFLOW_LAMBDA_ALLOW: the prefixes, blanks
+// dropped; nil allows every function.
+func ParseLambdaAllow(v string) []string {
+	var out []string
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// CheckFunction answers why a lambda step's function may never be called
+// (a name outside LambdaAllow), so the job is refused at submit. A nil
+// Runner allows every function.
+func (r *Runner) CheckFunction(function string) error {
+	if r == nil || len(r.LambdaAllow) == 0 {
+		return nil
+	}
+	name, _, ok := domain.ParseLambdaFunction(function)
+	if !ok {
+		return fmt.Errorf("%q is not a Lambda function name or ARN", function)
+	}
+	for _, p := range r.LambdaAllow {
+		if strings.HasPrefix(name, p) {
+			return nil
+		}
+	}
+	return fmt.Errorf("function %s is not one this stack may invoke: its name must start with one of %s (%s)", name, strings.Join(r.LambdaAllow, ", "), EnvLambdaAllow)
+}
+
+// invokeLambda invokes the step's function synchronously with the input as
+// its event: its answer is the output; a function error, a throttle and
+// Lambda's own 5xx are retryable; an unknown function, a refused request
+// and other 4xx are fatal (classifyLambdaErr).
+func (r *Runner) invokeLambda(ctx context.Context, c engine.ActionCall) (json.RawMessage, *domain.Failure) {
+	a := c.Spec.Action
+	target := "lambda " + a.Function
+	if a.Qualifier != "" {
+		target += " (qualifier " + a.Qualifier + ")"
+	}
+	target = clip(target)
+	if r.Lambda == nil {
+		return nil, &domain.Failure{Class: domain.ClassFatal, Message: target + ": this executor has no Lambda client: set Runner.Lambda (shared/config wires one from the AWS config; STEPFLOW_LAMBDA_ENDPOINT points it at another endpoint)"}
+	}
+	if err := r.CheckFunction(a.Function); err != nil {
+		return nil, &domain.Failure{Class: domain.ClassFatal, Message: target + " refused: " + err.Error()}
+	}
+	in := &lambda.InvokeInput{
+		FunctionName:   &a.Function,
+		InvocationType: lambdatypes.InvocationTypeRequestResponse,
+		Payload:        c.Input,
+		ClientContext:  clientContext(c.IdempotencyKey),
+	}
+	if a.Qualifier != "" {
+		in.Qualifier = &a.Qualifier
+	}
+	// One request per attempt: the step's retry policy is the only retry
+	// loop, and an SDK retry after a lost answer would run the function again
+	// unseen.
+	out, err := r.Lambda.Invoke(ctx, in, func(o *lambda.Options) { o.RetryMaxAttempts = 1 })
+	if err != nil {
+		return nil, classifyLambdaErr(target, err)
+	}
+	if out.FunctionError != nil {
+		return nil, &domain.Failure{Class: domain.ClassRetryable, Message: fmt.Sprintf("%s: function error (%s): %s", target, *out.FunctionError, functionErrorText(out.Payload))}
+	}
+	switch body := out.Payload; {
+	case len(body) > MaxOutputBytes:
+		return nil, &domain.Failure{Class: domain.ClassFatal, Message: fmt.Sprintf("%s answered %d bytes; the limit is %d", target, len(body), MaxOutputBytes)}
+	case len(bytes.TrimSpace(body)) == 0:
+		return json.RawMessage(`null`), nil
+	case json.Valid(body):
+		return body, nil
+	default:
+		s, _ := json.Marshal(string(body)) // a text answer becomes a JSON string, as the http action's does
+		return s, nil
+	}
+}
+
+// clientContext passes the attempt's idempotency key to the function as
+// Lambda passes a client context: the handler reads it as
+// lambdacontext.FromContext(ctx).ClientContext.Custom["idempotency_key"].
+func clientContext(key string) *string {
+	if key == "" {
+		return nil
+	}
+	raw, _ := json.Marshal(map[string]map[string]string{"custom": {"idempotency_key": key}})
+	s := base64.StdEncoding.EncodeToString(raw)
+	return &s
+}
+
+// functionErrorText quotes a function error's payload: Lambda's
+// {"errorType", "errorMessage"} as "type: message", anything else as is.
+func functionErrorText(payload []byte) string {
+	var e struct {
+		Type    string `json:"errorType"`
+		Message string `json:"errorMessage"`
+	}
+	if json.Unmarshal(payload, &e) != nil || (e.Type == "" && e.Message == "") {
+		return clip(string(payload))
+	}
+	if e.Type == "" {
+		return clip(e.Message)
+	}
+	return clip(e.Type + ": " + e.Message)
+}
+
+// retryableLambdaCodes are Lambda's errors that pass, whatever status they
+// come with: throttles, and its own or its network's (EC2, ENI) faults.
+var retryableLambdaCodes = map[string]bool{
+	"TooManyRequestsException": true, "ServiceException": true, "ResourceNotReadyException": true,
+	"EC2ThrottledException": true, "EC2UnexpectedException": true, "ENILimitReachedException": true,
+	"SubnetIPAddressLimitReachedException": true,
+}
+
+// classifyLambdaErr decides what an Invoke that got no function answer
+// means for the step: a throttle (429) or a Lambda fault (5xx, or a code in
+// retryableLambdaCodes) is retryable; any other answer (404
+// ResourceNotFoundException, 400 InvalidRequestContentException, 413
+// RequestTooLargeException, 403 AccessDenied...) is fatal, since the same
+// request would be refused again; no answer at all (connection, DNS) is
+// retryable. The one place that decides it.
+func classifyLambdaErr(target string, err error) *domain.Failure {
+	status := 0
+	var re *awshttp.ResponseError
+	if errors.As(err, &re) {
+		status = re.HTTPStatusCode()
+	}
+	var ae smithy.APIError
+	if !errors.As(err, &ae) && status == 0 {
+		return &domain.Failure{Class: domain.ClassRetryable, Message: fmt.Sprintf("%s: no answer: %s", target, clip(err.Error()))}
+	}
+	what := fmt.Sprintf("HTTP %d", status)
+	if ae != nil {
+		what = fmt.Sprintf("%s (HTTP %d): %s", ae.ErrorCode(), status, clip(ae.ErrorMessage()))
+	}
+	f := &domain.Failure{Class: domain.ClassFatal, Message: target + ": " + what}
+	if status == http.StatusTooManyRequests || status >= 500 || (ae != nil && retryableLambdaCodes[ae.ErrorCode()]) {
+		f.Class = domain.ClassRetryable
+		var tm *lambdatypes.TooManyRequestsException
+		if errors.As(err, &tm) && tm.RetryAfterSeconds != nil {
+			f.RetryAfter = retryAfter(*tm.RetryAfterSeconds, time.Now())
+		}
+	}
+	return f
+}

@@ -1,0 +1,69 @@
+package config_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepflow/stepflow/shared/config"
+	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
+)
+
+func lambdaEnv(extra map[string]string) func(string) string {
+	env := map[string]string{
+		"STEPFLOW_TABLE": "t", "STEPFLOW_QUEUE_P0": "q0", "STEPFLOW_QUEUE_P1": "q1", "STEPFLOW_QUEUE_P2": "q2",
+		"STEPFLOW_WORKER_QUEUE_PREFIX": "w-", "STEPFLOW_LEASE_SECONDS": "60",
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	return func(k string) string { return env[k] }
+}
+
+func TestLambdaSettingsFromEnv(t *testing.T) {
+	t.Parallel()
+	s, err := config.FromEnv(lambdaEnv(map[string]string{"STEPFLOW_LAMBDA_ENDPOINT": "http://127.0.0.1:3001", "STEPFLOW_LAMBDA_ALLOW": "stepflow-fn-"}))
+	require.NoError(t, err)
+	require.Equal(t, "http://127.0.0.1:3001", s.LambdaEndpoint)
+	require.Equal(t, "stepflow-fn-", s.LambdaAllow)
+	for _, bad := range []string{"127.0.0.1:3001", "ftp://x", "http://"} {
+		_, err := config.FromEnv(lambdaEnv(map[string]string{"STEPFLOW_LAMBDA_ENDPOINT": bad}))
+		require.ErrorContains(t, err, "STEPFLOW_LAMBDA_ENDPOINT", bad)
+	}
+}
+
+// STEPFLOW_LAMBDA_ENDPOINT moves the lambda action's client alone: the
+// other clients keep the AWS config's endpoint (here one nothing answers).
+// STEPFLOW_LAMBDA_ALLOW reaches the runner's submit check.
+func TestEngineWiresTheLambdaClient(t *testing.T) {
+	t.Parallel()
+	var got string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got = r.URL.Path
+		_, _ = w.Write(append(append([]byte(`{"echo":`), b...), '}'))
+	}))
+	t.Cleanup(srv.Close)
+	cfg := aws.Config{Region: "us-east-1", BaseEndpoint: aws.String("http://127.0.0.1:1"), Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")}
+	s, err := config.FromEnv(lambdaEnv(map[string]string{"STEPFLOW_LAMBDA_ENDPOINT": srv.URL, "STEPFLOW_LAMBDA_ALLOW": "stepflow-fn-"}))
+	require.NoError(t, err)
+	e := config.Engine(s, config.ClientsFrom(cfg), nil)
+
+	out, f := e.Runner.Run(context.Background(), engine.ActionCall{
+		Spec:  domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionLambda, Function: "stepflow-fn-echo"}, TimeoutSeconds: 5},
+		Input: json.RawMessage(`{"a":1}`),
+	})
+	require.Nil(t, f)
+	require.JSONEq(t, `{"echo":{"a":1}}`, string(out))
+	require.Equal(t, "/2015-03-31/functions/stepflow-fn-echo/invocations", got)
+	require.NoError(t, e.Runner.CheckFunction("stepflow-fn-echo"))
+	require.ErrorContains(t, e.Runner.CheckFunction("echo"), "STEPFLOW_LAMBDA_ALLOW")
+}

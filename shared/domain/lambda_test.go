@@ -1,0 +1,75 @@
+package domain
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseLambdaFunction(t *testing.T) {
+	t.Parallel()
+	for ref, want := range map[string][2]string{
+		"echo":                    {"echo", ""},
+		"stepflow-fn-echo:live":   {"stepflow-fn-echo", "live"},
+		"my_fn:$LATEST":           {"my_fn", "$LATEST"},
+		"my-fn:7":                 {"my-fn", "7"},
+		"123456789012:function:f": {"f", ""},
+		"arn:aws:lambda:us-west-2:123456789012:function:my-function":    {"my-function", ""},
+		"arn:aws:lambda:us-west-2:123456789012:function:my-function:v1": {"my-function", "v1"},
+		"arn:aws-us-gov:lambda:us-gov-west-1:123456789012:function:g":   {"g", ""},
+		"arn:aws-cn:lambda:cn-north-1:123456789012:function:c:$LATEST":  {"c", "$LATEST"},
+		strings.Repeat("n", 64): {strings.Repeat("n", 64), ""},
+	} {
+		name, q, ok := ParseLambdaFunction(ref)
+		require.True(t, ok, ref)
+		require.Equal(t, want, [2]string{name, q}, ref)
+	}
+	for _, bad := range []string{
+		"", "my fn", "fn:", "fn:a:b", "fn/x", "arn:aws:s3:::bucket", ":fn",
+		"arn:aws:lambda:us-west-2:12345:function:f", // not a 12-digit account
+		strings.Repeat("n", 65),                     // a name is at most 64
+		"arn:aws:lambda:us-west-2:123456789012:function:" + strings.Repeat("n", 64) + ":" + strings.Repeat("q", 60), // over 170
+		"fn:al.ias",
+	} {
+		_, _, ok := ParseLambdaFunction(bad)
+		require.False(t, ok, bad)
+	}
+}
+
+func TestLambdaStepSpec(t *testing.T) {
+	t.Parallel()
+	s, err := ParseJobSpec([]byte(step(`"id":"l","action":{"type":"lambda","function":"stepflow-fn-echo","qualifier":"live"},"timeout_seconds":270`)))
+	require.NoError(t, err)
+	st := s.Steps[0]
+	require.Equal(t, "stepflow-fn-echo", st.Action.Function)
+	require.Equal(t, "live", st.Action.Qualifier)
+	require.Equal(t, MaxBuiltinSeconds, st.TimeoutSeconds)
+	require.Equal(t, DefaultRetryPolicy(), *st.Retry, "an executed action: retried by default")
+	require.Contains(t, Actions(), ActionLambda)
+	require.True(t, Executed(ActionLambda))
+
+	s, err = ParseJobSpec([]byte(step(`"id":"l","action":{"type":"lambda","function":"arn:aws:lambda:us-east-1:123456789012:function:f:3"}`)))
+	require.NoError(t, err)
+	require.Equal(t, DefaultTimeoutSecs, s.Steps[0].TimeoutSeconds)
+
+	for _, tc := range []struct{ name, body, field string }{
+		{"no function", step(`"id":"l","action":{"type":"lambda"}`), "steps[0].action.function"},
+		{"bad function", step(`"id":"l","action":{"type":"lambda","function":"not a name"}`), "steps[0].action.function"},
+		{"name too long", step(`"id":"l","action":{"type":"lambda","function":"` + strings.Repeat("f", 65) + `"}`), "steps[0].action.function"},
+		{"bad qualifier", step(`"id":"l","action":{"type":"lambda","function":"f","qualifier":"a.b"}`), "steps[0].action.qualifier"},
+		{"two qualifiers", step(`"id":"l","action":{"type":"lambda","function":"f:live","qualifier":"live"}`), "steps[0].action.qualifier"},
+		{"timeout over the built-in bound", step(`"id":"l","action":{"type":"lambda","function":"f"},"timeout_seconds":271`), "steps[0].timeout_seconds"},
+		{"function on http", step(`"id":"h","action":{"type":"http","url":"https://x.io","function":"f"}`), "steps[0].action.function"},
+		{"qualifier on pass", step(`"id":"p","action":{"type":"pass","qualifier":"1"}`), "steps[0].action.qualifier"},
+		{"url on lambda", step(`"id":"l","action":{"type":"lambda","function":"f","url":"https://x.io"}`), "steps[0].action.url"},
+		{"in a replan", step(`"id":"a","action":{"type":"fail","class":"replan","steps":[{"id":"b","action":{"type":"lambda","function":"x y"}}]}`), "steps[0].action.steps[0].action.function"},
+	} {
+		_, err := ParseJobSpec([]byte(tc.body))
+		var de *Error
+		require.True(t, errors.As(err, &de), "%s: want *Error, got %v", tc.name, err)
+		require.Equal(t, CodeInvalid, de.Code, tc.name)
+		require.Equal(t, tc.field, de.Field, "%s: %v", tc.name, err)
+	}
+}

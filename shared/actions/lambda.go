@@ -154,7 +154,7 @@ var retryableLambdaCodes = map[string]bool{
 // ResourceNotFoundException, 400 InvalidRequestContentException, 413
 // RequestTooLargeException, 403 AccessDenied...) is fatal, since the same
 // request would be refused again; no answer at all (connection, DNS) is
-// retryable. The one place that decides it.
+// class network. The one place that decides it.
 func classifyLambdaErr(target string, err error) *domain.Failure {
 	status := 0
 	var re *awshttp.ResponseError
@@ -163,7 +163,7 @@ func classifyLambdaErr(target string, err error) *domain.Failure {
 	}
 	var ae smithy.APIError
 	if !errors.As(err, &ae) && status == 0 {
-		return &domain.Failure{Class: domain.ClassRetryable, Message: fmt.Sprintf("%s: no answer: %s", target, clip(err.Error()))}
+		return &domain.Failure{Class: domain.ClassNetwork, Message: fmt.Sprintf("%s: no answer: %s", target, clip(err.Error()))}
 	}
 	what := fmt.Sprintf("HTTP %d", status)
 	if ae != nil {

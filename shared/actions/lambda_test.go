@@ -175,12 +175,12 @@ func TestLambdaActionWithoutAnswer(t *testing.T) {
 	_, f := s.invoke(ctx, "slow", "")
 	require.Equal(t, domain.ClassTimeout, f.Class, f.Message)
 
-	// No answer at all (connection refused) is retryable for now.
+	// No answer at all (connection refused) is class network.
 	closed := httptest.NewServer(http.NotFoundHandler())
 	closed.Close()
 	r := &actions.Runner{Lambda: lambdaClient(closed.URL)}
 	_, f = r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionLambda, Function: "echo"}}, Input: json.RawMessage(`{}`)})
-	require.Equal(t, domain.ClassRetryable, f.Class)
+	require.Equal(t, domain.ClassNetwork, f.Class)
 	require.Contains(t, f.Message, "lambda echo: no answer")
 
 	// No client configured: fatal, saying how to configure one.

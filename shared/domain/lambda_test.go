@@ -46,7 +46,9 @@ func TestLambdaStepSpec(t *testing.T) {
 	require.Equal(t, "stepflow-fn-echo", st.Action.Function)
 	require.Equal(t, "live", st.Action.Qualifier)
 	require.Equal(t, MaxBuiltinSeconds, st.TimeoutSeconds)
-	require.Equal(t, DefaultRetryPolicy(), *st.Retry, "an executed action: retried by default")
+	want := DefaultRetryPolicy()
+	want.Classes = ClassDefaults()
+	require.Equal(t, want, *st.Retry, "an executed action: retried by default, each class by its rule")
 	require.Contains(t, Actions(), ActionLambda)
 	require.True(t, Executed(ActionLambda))
 

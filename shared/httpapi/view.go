@@ -17,6 +17,7 @@ type JobView struct {
 	CreatedAt time.Time       `json:"created_at"`
 	UpdatedAt time.Time       `json:"updated_at"`
 	EndedAt   *time.Time      `json:"ended_at,omitempty"`
+	ExpiresAt *time.Time      `json:"expires_at,omitempty"` // when retention deletes the finished job
 	RunAt     *time.Time      `json:"run_at,omitempty"`
 	Steps     []StepView      `json:"steps"`
 	// Signals are the signals the job received: those a wait took name it.
@@ -80,7 +81,7 @@ type LeaseView struct {
 func jobView(j *domain.Job) JobView {
 	v := JobView{
 		ID: j.ID, State: j.State, Queue: j.Queue, Priority: j.Priority, Payload: j.Payload,
-		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, EndedAt: j.EndedAt, RunAt: j.RunAt, Steps: make([]StepView, 0, len(j.Steps)),
+		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, EndedAt: j.EndedAt, ExpiresAt: j.ExpiresAt, RunAt: j.RunAt, Steps: make([]StepView, 0, len(j.Steps)),
 		Signals: j.Signals,
 	}
 	for _, s := range j.Steps {

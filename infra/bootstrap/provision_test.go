@@ -91,19 +91,22 @@ func TestProvisionRealTemplate(t *testing.T) {
 
 	// Environment: every reference resolved.
 	want := map[string]string{
-		"STEPFLOW_TABLE":               "stepflow-JobsTable",
-		"STEPFLOW_QUEUE_P0":            st.QueueURLs["ReadyQueueP0"],
-		"STEPFLOW_QUEUE_P1":            st.QueueURLs["ReadyQueueP1"],
-		"STEPFLOW_QUEUE_P2":            st.QueueURLs["ReadyQueueP2"],
-		"STEPFLOW_DLQ_ARN":             st.QueueARNs["DeadLetterQueue"],
-		"STEPFLOW_WORKER_QUEUE_PREFIX": "stepflow-w-",
-		"STEPFLOW_LEASE_SECONDS":       "1800",
-		"STEPFLOW_P0_TENANTS":          "*",
-		"STEPFLOW_MAX_WORKER_QUEUES":   "50",
-		"STEPFLOW_HTTP_ALLOW":          "",
-		"STEPFLOW_TIMER_STATE_MACHINE": timer,
-		"STEPFLOW_TIMER_THRESHOLD":     "900",
-		"STEPFLOW_LAMBDA_ALLOW":        "stepflow-fn-",
+		"STEPFLOW_TABLE":                    "stepflow-JobsTable",
+		"STEPFLOW_QUEUE_P0":                 st.QueueURLs["ReadyQueueP0"],
+		"STEPFLOW_QUEUE_P1":                 st.QueueURLs["ReadyQueueP1"],
+		"STEPFLOW_QUEUE_P2":                 st.QueueURLs["ReadyQueueP2"],
+		"STEPFLOW_DLQ_ARN":                  st.QueueARNs["DeadLetterQueue"],
+		"STEPFLOW_WORKER_QUEUE_PREFIX":      "stepflow-w-",
+		"STEPFLOW_LEASE_SECONDS":            "1800",
+		"STEPFLOW_P0_TENANTS":               "*",
+		"STEPFLOW_MAX_WORKER_QUEUES":        "50",
+		"STEPFLOW_HTTP_ALLOW":               "",
+		"STEPFLOW_TIMER_STATE_MACHINE":      timer,
+		"STEPFLOW_TIMER_THRESHOLD":          "900",
+		"STEPFLOW_LAMBDA_ALLOW":             "stepflow-fn-",
+		"STEPFLOW_RETENTION_COMPLETED_DAYS": "30",
+		"STEPFLOW_RETENTION_FAILED_DAYS":    "14",
+		"STEPFLOW_RETENTION_CANCELLED_DAYS": "7",
 	}
 	require.Equal(t, want, st.Env)
 	require.Regexp(t, `^arn:aws:sqs:us-east-1:\d{12}:stepflow-DeadLetterQueue$`, st.Env["STEPFLOW_DLQ_ARN"])

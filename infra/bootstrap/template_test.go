@@ -42,6 +42,10 @@ func TestParseRealTemplate(t *testing.T) {
 		{"POST", "/v1/jobs/{id}/steps/{step}/approve"},
 		{"POST", "/v1/jobs/{id}/steps/{step}/reject"},
 		{"POST", "/v1/jobs/{id}/steps/{step}/resume"},
+		{"GET", "/v1/resources"},
+		{"DELETE", "/v1/resources/{id}"},
+		{"GET", "/v1/resources/{id}"},
+		{"PUT", "/v1/resources/{id}"},
 	}, enq.Routes, "sorted by path, then method; which function serves which route is pinned in shared/httpapi")
 	require.Empty(t, enq.SQS)
 	require.Empty(t, enq.Schedules)

@@ -95,6 +95,9 @@ type JobSpec struct {
 	// ParkAfter is set by the engine, not the client: its timer threshold
 	// (DefaultTimerThreshold when zero).
 	ParkAfter time.Duration `json:"-"`
+	// ScheduleID is set by the engine for a schedule's run, so a client
+	// cannot make a job look like one.
+	ScheduleID string `json:"-"`
 }
 
 // StepSpec is one step of a submission: what every step has, and its

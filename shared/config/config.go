@@ -145,6 +145,7 @@ func Engine(s Settings, c Clients, log *slog.Logger) *engine.Engine {
 	e := engine.New(st, q, runner, s.Lease, log)
 	e.P0Tenants = engine.ParseTenantList(s.P0Tenants)
 	e.TimerThreshold = s.TimerThreshold
+	e.Schedules = store.NewSchedules(c.DynamoDB, s.Table)
 	return e
 }
 

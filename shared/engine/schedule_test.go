@@ -267,8 +267,8 @@ func TestCreateScheduleChecksItsJobAsASubmission(t *testing.T) {
 	_, _, err := e.Submit(ctx, tenantA, []byte(`{"steps":[{"id":"w","action":{"type":"worker","queue":"q1"}}]}`), "")
 	require.NoError(t, err)
 	for body, field := range map[string]string{
-		`{"id":"s","every":"1m","job":{"steps":[{"id":"w","action":{"type":"worker","queue":"q2"}}]}}`:               "job.steps[0].action.queue",
-		`{"id":"s","every":"1m","job":{"priority":0,"steps":[{"id":"a","action":{"type":"pass"}}]}}`:                 "job.priority",
+		`{"id":"s","every":"1m","job":{"steps":[{"id":"w","action":{"type":"worker","queue":"q2"}}]}}`:             "job.steps[0].action.queue",
+		`{"id":"s","every":"1m","job":{"priority":0,"steps":[{"id":"a","action":{"type":"pass"}}]}}`:               "job.priority",
 		`{"id":"s","every":"1m","job":{"steps":[{"id":"h","action":{"type":"http","url":"http://127.0.0.1/x"}}]}}`: "job.steps[0].action.url",
 	} {
 		_, _, err := e.CreateSchedule(ctx, tenantA, []byte(body))

@@ -42,6 +42,12 @@ func TestParseRealTemplate(t *testing.T) {
 		{"POST", "/v1/jobs/{id}/steps/{step}/approve"},
 		{"POST", "/v1/jobs/{id}/steps/{step}/reject"},
 		{"POST", "/v1/jobs/{id}/steps/{step}/resume"},
+		{"GET", "/v1/schedules"},
+		{"POST", "/v1/schedules"},
+		{"DELETE", "/v1/schedules/{id}"},
+		{"GET", "/v1/schedules/{id}"},
+		{"POST", "/v1/schedules/{id}/pause"},
+		{"POST", "/v1/schedules/{id}/resume"},
 	}, enq.Routes, "sorted by path, then method; which function serves which route is pinned in shared/httpapi")
 	require.Empty(t, enq.SQS)
 	require.Empty(t, enq.Schedules)

@@ -74,6 +74,12 @@ var owners = map[string]Function{
 	"POST /v1/jobs/{id}/steps/{step}/approve": EnqueueFunction,
 	"POST /v1/jobs/{id}/steps/{step}/reject":  EnqueueFunction,
 	"GET /v1/health":                          EnqueueFunction,
+	"POST /v1/schedules":                      EnqueueFunction,
+	"GET /v1/schedules":                       EnqueueFunction,
+	"GET /v1/schedules/{id}":                  EnqueueFunction,
+	"DELETE /v1/schedules/{id}":               EnqueueFunction,
+	"POST /v1/schedules/{id}/pause":           EnqueueFunction,
+	"POST /v1/schedules/{id}/resume":          EnqueueFunction,
 	"POST /v1/claim":                          ClaimFunction,
 	"POST /v1/leases/{lease}/heartbeat":       ClaimFunction,
 	"POST /v1/leases/{lease}/complete":        ClaimFunction,
@@ -151,6 +157,12 @@ func (a *API) routes() map[string]route {
 		"POST /v1/jobs/{id}/steps/{step}/approve": a.decide(true),
 		"POST /v1/jobs/{id}/steps/{step}/reject":  a.decide(false),
 		"GET /v1/health":                          a.health,
+		"POST /v1/schedules":                      a.createSchedule,
+		"GET /v1/schedules":                       a.listSchedules,
+		"GET /v1/schedules/{id}":                  a.getSchedule,
+		"DELETE /v1/schedules/{id}":               a.deleteSchedule,
+		"POST /v1/schedules/{id}/pause":           a.pauseSchedule,
+		"POST /v1/schedules/{id}/resume":          a.resumeSchedule,
 		"POST /v1/claim":                          a.claim,
 		"POST /v1/leases/{lease}/heartbeat":       a.heartbeat,
 		"POST /v1/leases/{lease}/complete":        a.complete,
@@ -454,7 +466,10 @@ func (a *API) events(ctx context.Context, tenant string, r *request) (int, any, 
 
 func (a *API) list(ctx context.Context, tenant string, r *request) (int, any, error) {
 	q := r.ev.QueryStringParameters
-	f := engine.ListFilter{Limit: 50, Queue: q["queue"], Cursor: q["cursor"]}
+	f := engine.ListFilter{Limit: 50, Queue: q["queue"], Cursor: q["cursor"], Schedule: q["schedule"]}
+	if f.Schedule != "" && !domain.ValidScheduleID(f.Schedule) {
+		return 0, nil, domain.Invalid("schedule", "%.70q is not a schedule id", f.Schedule)
+	}
 	if s := q["state"]; s != "" {
 		st := domain.JobState(strings.ToUpper(s))
 		valid := false

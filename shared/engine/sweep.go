@@ -78,7 +78,7 @@ func (e *Engine) Sweep(ctx context.Context) (SweepReport, error) {
 	}
 	// Schedules after jobs: a failure there never holds recovery back.
 	sr, err := e.FireSchedules(ctx)
-	if err != nil {
+	if err != nil && ctx.Err() == nil {
 		e.Log.Warn("sweep could not read the due schedules", "err", err)
 		sr.Errors++
 	}

@@ -164,9 +164,11 @@ func (e *Engine) checkScheduleID(id string) error {
 	return nil
 }
 
-// ScheduleReport says what one pass over the due schedules did.
+// ScheduleReport says what one pass over the due schedules did. Lost
+// counts writes that found their schedule moved on (another sweep fired
+// the tick, or a pause or delete landed) and were decided again.
 type ScheduleReport struct {
-	Due, Fired, Skipped, Errors int
+	Due, Fired, Skipped, Errors, Lost int
 }
 
 // FireSchedules is the sweep's pass over the schedules whose tick has
@@ -224,9 +226,11 @@ func (e *Engine) fireSchedule(ctx context.Context, k DueSchedule, rep *ScheduleR
 		if err != nil {
 			return err
 		}
+		now = e.now() // read after the last run: a run made now is made after it ended
 		if busy {
 			s.Skip("", now)
 			if err := e.Schedules.Save(ctx, s); errors.Is(err, domain.ErrVersionConflict) {
+				rep.Lost++
 				continue
 			} else if err != nil {
 				return fmt.Errorf("skip a tick of schedule %s: %w", s.ID, err)
@@ -244,6 +248,7 @@ func (e *Engine) fireSchedule(ctx context.Context, k DueSchedule, rep *ScheduleR
 			// tick is skipped, and the schedule says why.
 			s.Skip(err.Error(), now)
 			if err := e.Schedules.Save(ctx, s); errors.Is(err, domain.ErrVersionConflict) {
+				rep.Lost++
 				continue
 			} else if err != nil {
 				return fmt.Errorf("skip a tick of schedule %s: %w", s.ID, err)
@@ -254,6 +259,7 @@ func (e *Engine) fireSchedule(ctx context.Context, k DueSchedule, rep *ScheduleR
 		s.Ran(tick, run.ID, now)
 		err = e.Schedules.Fire(ctx, s, run)
 		if errors.Is(err, domain.ErrVersionConflict) {
+			rep.Lost++
 			continue // another sweep fired it, or it was paused or deleted: look again
 		}
 		if err != nil {

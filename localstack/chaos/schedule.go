@@ -69,7 +69,7 @@ type ScheduleResult struct {
 	// tick that found it fired (or skipped) by the other sweep, RacerErrors
 	// the ticks they left due after a fault.
 	RacePairs, RacerFired, RacerLost, RacerErrors int
-	Checks                             []*Check
+	Checks                                        []*Check
 }
 
 // Failed answers how many schedule checks failed.

@@ -75,7 +75,9 @@ finishes twice in one run, every job ends as its plan and the faults
 imply, no step after a sleep starts before its wake time, every racing call
 answers 200 or 409 as the log says it landed, no outcome is applied under
 a lost lease, every log replays to its stored state, and no message is
-left in flight. With --hostile (the
+left in flight. Beside them, schedules of a tenant of their own fire from
+every sweep and from two sweeps at once: one job per tick, every run their
+schedule counts stored and none beyond, overlap skip held. With --hostile (the
 default) a second tenant attacks beside the run: claims on queue names that
 collided with the run's under the old naming and on unknown names, poison
 bodies, a flood of its own jobs, requests on the run's jobs; a lease it did

@@ -81,7 +81,8 @@ func devCmd() *cobra.Command {
                         must run with MOTO_PORT=<its port> and TZ=UTC for timers to fire
   STEPFLOW_API_KEYS     tenant:key,... (default dev:dev-key)
   STEPFLOW_STACK        resource name prefix (default stepflow-<port>)
-  STEPFLOW_SWEEP_EVERY  heartbeat period (default: template.yaml's schedule, 1m)
+  STEPFLOW_SWEEP_EVERY  heartbeat period (default: template.yaml's schedule, 1m); schedules
+                        fire from it, so an every shorter than it ticks once a sweep
   STEPFLOW_HTTP_ALLOW   CIDRs and host names the http action may reach despite the
                         guard (default none: loopback, private, link-local refused),
                         e.g. 127.0.0.1/32,localhost

@@ -46,6 +46,12 @@ func TestParseRealTemplate(t *testing.T) {
 		{"DELETE", "/v1/resources/{id}"},
 		{"GET", "/v1/resources/{id}"},
 		{"PUT", "/v1/resources/{id}"},
+		{"GET", "/v1/schedules"},
+		{"POST", "/v1/schedules"},
+		{"DELETE", "/v1/schedules/{id}"},
+		{"GET", "/v1/schedules/{id}"},
+		{"POST", "/v1/schedules/{id}/pause"},
+		{"POST", "/v1/schedules/{id}/resume"},
 	}, enq.Routes, "sorted by path, then method; which function serves which route is pinned in shared/httpapi")
 	require.Empty(t, enq.SQS)
 	require.Empty(t, enq.Schedules)

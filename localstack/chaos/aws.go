@@ -58,7 +58,7 @@ import (
 // dynamoOps are the DynamoDB operations the engine calls, true for writes.
 var dynamoOps = map[string]bool{
 	"GetItem": false, "Query": false, "BatchGetItem": false,
-	"PutItem": true, "UpdateItem": true, "TransactWriteItems": true,
+	"PutItem": true, "UpdateItem": true, "TransactWriteItems": true, "DeleteItem": true,
 }
 
 // sqsOps are the SQS operations the engine calls.

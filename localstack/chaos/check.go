@@ -71,6 +71,10 @@ type Result struct {
 	// Hostile is what the hostile tenant did beside the run, and its
 	// checks; nil when the run had none.
 	Hostile *HostileResult
+	// Schedules is what the schedules beside the run did, and their
+	// checks (schedule.go); their failures count in Lost, Duplicated and
+	// Mismatched.
+	Schedules *ScheduleResult
 }
 
 // Passed reports whether every check held, the hostile tenant's too.

@@ -29,6 +29,7 @@ func (r *Result) Report(w io.Writer, verbose bool) {
 		r.Sweeps.Sweeps, r.Sweeps.Crashed, r.Sweeps.Advances, r.Sweeps.Reclaimed, r.Sweeps.Redispatched,
 		r.Claimed, r.WorkerOutcomes, r.WorkerRefused, r.Dead)
 	fmt.Fprintf(w, "  races and timers: %s\n", r.Races.brief())
+	fmt.Fprintf(w, "  schedules: %s\n", r.Schedules.brief())
 	if h := r.Hostile; h != nil {
 		fmt.Fprintf(w, "  hostile tenant %s (plan %s): %d claims (%d on colliding names, %d on unknown names, %d answered 5xx), %d leases, foreign %d; "+
 			"worker queues %d (%d named by jobs, %d made by claims); poison bodies %d sent, refused %d, accepted %d, resent after a 5xx %d; "+
@@ -46,6 +47,9 @@ func (r *Result) Report(w io.Writer, verbose bool) {
 	checks := r.Checks
 	if r.Hostile != nil {
 		checks = append(append([]*Check(nil), checks...), r.Hostile.Checks...)
+	}
+	if r.Schedules != nil {
+		checks = append(append([]*Check(nil), checks...), r.Schedules.Checks...)
 	}
 	for _, c := range checks {
 		fmt.Fprintf(tw, "  %s\t%d\t%d\t%s\n", c.Name, c.OK, c.Failed, c.Category)

@@ -142,7 +142,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	clock := &Clock{}
 	name := fmt.Sprintf("chaos-%d-%x", cfg.Seed, time.Now().UnixNano()&0xffffff)
 	st, err := devstack.Start(ctx, devstack.Options{
-		EndpointURL: cfg.Endpoint, StackName: name, APIKeys: map[string]string{APIKey: Tenant, HostileKey: HostileTenant},
+		EndpointURL: cfg.Endpoint, StackName: name, APIKeys: map[string]string{APIKey: Tenant, HostileKey: HostileTenant, ScheduleKey: ScheduleTenant},
 		ScheduleEvery: 2 * time.Second, PollWait: time.Second, Lease: cfg.Lease, Now: clock.Now, Log: cfg.Log,
 		TimerThreshold:   RunTimerThreshold,
 		APIOptions:       []func(*middleware.Stack) error{f.Middleware},
@@ -191,12 +191,18 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if h != nil {
 		h.start(workCtx, ctx, deadline)
 	}
+	sc := newScheduler(r)
+	sc.start(workCtx, deadline)
 	r.submitAll(ctx, plan, deadline)
 	r.submitted.Store(true)
 	finished := r.await(ctx, deadline)
 	if h != nil {
 		h.await(ctx, deadline)
 	}
+	// The schedules stop (paused, then deleted) once the run's jobs are
+	// done, and their last runs finish before the queues are drained.
+	sc.stop(ctx, time.Now().Add(cfg.Drain))
+	sc.await(ctx, time.Now().Add(cfg.Drain))
 	res.Waited = time.Since(started)
 	fmt.Fprintf(cfg.Progress, "seed %d: %d of %d jobs finished after %s\n", cfg.Seed, finished, len(plan), res.Waited.Round(time.Millisecond))
 
@@ -215,6 +221,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	r.w.wg.Wait()
 
 	r.check(ctx, res)
+	sc.check(ctx, res)
 	if h != nil {
 		res.Hostile = h.check(ctx)
 	}

@@ -48,6 +48,13 @@ func TestShortRun(t *testing.T) {
 	require.Equal(t, 10, res.States["COMPLETED"]+res.States["FAILED"]+res.States["CANCELLED"])
 	require.Contains(t, Summary([]*Result{res}), "chaos: 1 runs, ")
 
+	sc := res.Schedules
+	require.NotNil(t, sc)
+	require.Zero(t, sc.Failed())
+	require.Equal(t, len(schedulePlans()), sc.Schedules)
+	require.Positive(t, sc.Runs, "the schedules made jobs")
+	require.Positive(t, sc.RacePairs, "two sweeps fired at once")
+
 	h := res.Hostile
 	require.NotNil(t, h)
 	require.Zero(t, h.Failed())

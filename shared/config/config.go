@@ -184,6 +184,7 @@ func Engine(s Settings, c Clients, log *slog.Logger) *engine.Engine {
 	e.P0Tenants = engine.ParseTenantList(s.P0Tenants)
 	e.TimerThreshold = s.TimerThreshold
 	e.Retention = s.Retention
+	e.Schedules = store.NewSchedules(c.DynamoDB, s.Table)
 	return e
 }
 

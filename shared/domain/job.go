@@ -79,6 +79,8 @@ type Job struct {
 	// Signals are the signals the job received, each kept until a wait
 	// of its name takes it.
 	Signals []Signal `json:"signals,omitempty"`
+	// ScheduleID names the schedule whose tick made the job.
+	ScheduleID string `json:"schedule_id,omitempty"`
 }
 
 // Signal is a named message to a job's wait steps.
@@ -261,6 +263,7 @@ func NewJob(tenant, id string, spec *JobSpec, idemKey string, now time.Time) (*J
 		Tenant: tenant, ID: id, Queue: spec.Queue, Priority: int(*spec.Priority),
 		Payload: spec.Payload, IdempotencyKey: idemKey, CreatedAt: now, UpdatedAt: now,
 		Graph: spec.DAG(), ParkAfterSeconds: int(cmp.Or(spec.ParkAfter, DefaultTimerThreshold) / time.Second),
+		ScheduleID: spec.ScheduleID,
 	}
 	if spec.Retention != (Retention{}) && spec.Retention != DefaultRetention {
 		r := spec.Retention

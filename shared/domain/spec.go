@@ -111,6 +111,9 @@ type JobSpec struct {
 	// Retention is set by the engine: how long the finished job is kept
 	// (STEPFLOW_RETENTION_*_DAYS).
 	Retention Retention `json:"-"`
+	// ScheduleID is set by the engine for a schedule's run, so a client
+	// cannot make a job look like one.
+	ScheduleID string `json:"-"`
 }
 
 // StepSpec is one step of a submission: what every step has, and its

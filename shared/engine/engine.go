@@ -51,6 +51,9 @@ type Engine struct {
 	// Retention is how long finished jobs are kept, per state
 	// (STEPFLOW_RETENTION_*_DAYS; zero fields take the defaults).
 	Retention domain.Retention
+	// Schedules keeps the schedules the sweep fires (schedule.go); nil
+	// wires none.
+	Schedules Schedules
 
 	rngMu sync.Mutex
 	rng   *mrand.Rand
@@ -244,19 +247,10 @@ func (e *Engine) Submit(ctx context.Context, tenant string, body []byte, idemKey
 	if err != nil {
 		return nil, false, err
 	}
-	if err := e.checkTargets(spec.Steps, "steps"); err != nil {
-		return nil, false, err
-	}
-	if spec.RunAt != nil && spec.RunAt.Sub(e.now()) > domain.MaxWaitSeconds*time.Second {
-		return nil, false, domain.Invalid("run_at", "is more than a year ahead")
-	}
 	if len(idemKey) > 255 {
 		return nil, false, domain.Invalid("Idempotency-Key", "is %d characters; the limit is 255", len(idemKey))
 	}
-	if *spec.Priority == 0 && e.P0Tenants != nil && !e.P0Tenants[tenant] {
-		return nil, false, domain.Invalid("priority", "tenant %s may not submit priority 0 (P0); use 1 or 2, or ask an operator to add it to STEPFLOW_P0_TENANTS", tenant)
-	}
-	if err := e.ensureWorkerQueues(ctx, tenant, spec.Steps, "steps"); err != nil {
+	if err := e.checkSpec(ctx, tenant, spec, ""); err != nil {
 		return nil, false, err
 	}
 	spec.ParkAfter = e.TimerThreshold
@@ -272,15 +266,7 @@ func (e *Engine) Submit(ctx context.Context, tenant string, body []byte, idemKey
 		return nil, false, err
 	}
 	if created {
-		// A job may start waiting (a gate, a sleep or a wait first).
-		var d StatsDelta
-		if j.State == domain.JobQueued {
-			d.Queued = 1
-		}
-		if j.WaitsOnPerson() {
-			d.Blocked = 1
-		}
-		e.addStats(tenant, d)
+		e.noteCreated(j)
 	}
 	// A replay of a job that has not started yet dispatches again: the
 	// first request may have died between its write and its send, and a
@@ -289,6 +275,37 @@ func (e *Engine) Submit(ctx context.Context, tenant string, body []byte, idemKey
 		e.dispatch(ctx, j, j.Outstanding(e.now()))
 	}
 	return j, created, nil
+}
+
+// checkSpec refuses, before anything is written, what a valid spec may
+// still not do here: an http target the guard refuses, run_at beyond a
+// year, priority 0 for a tenant not allowed it, a worker queue past the
+// tenant's bound (made now, so a claim never has to). prefix names the
+// fields of a spec nested in another body ("job.").
+func (e *Engine) checkSpec(ctx context.Context, tenant string, spec *domain.JobSpec, prefix string) error {
+	if err := e.checkTargets(spec.Steps, prefix+"steps"); err != nil {
+		return err
+	}
+	if spec.RunAt != nil && spec.RunAt.Sub(e.now()) > domain.MaxWaitSeconds*time.Second {
+		return domain.Invalid(prefix+"run_at", "is more than a year ahead")
+	}
+	if *spec.Priority == 0 && e.P0Tenants != nil && !e.P0Tenants[tenant] {
+		return domain.Invalid(prefix+"priority", "tenant %s may not submit priority 0 (P0); use 1 or 2, or ask an operator to add it to STEPFLOW_P0_TENANTS", tenant)
+	}
+	return e.ensureWorkerQueues(ctx, tenant, spec.Steps, prefix+"steps")
+}
+
+// noteCreated counts a new job in its tenant's counters: it may start
+// waiting (a gate, a sleep or a wait first).
+func (e *Engine) noteCreated(j *domain.Job) {
+	var d StatsDelta
+	if j.State == domain.JobQueued {
+		d.Queued = 1
+	}
+	if j.WaitsOnPerson() {
+		d.Blocked = 1
+	}
+	e.addStats(j.Tenant, d)
 }
 
 // ParseTenantList reads a setting that lists tenants: "*" or empty is

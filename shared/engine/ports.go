@@ -141,6 +141,8 @@ type ListFilter struct {
 	Queue  string          // "" for any
 	Limit  int32
 	Cursor string // from the previous page
+
+	Schedule string // the runs of this schedule; "" for any job
 }
 
 // EncodeCursor makes the opaque cursor of a listing that goes on after id;
@@ -171,6 +173,8 @@ type JobSummary struct {
 	ID    string          `json:"id"`
 	State domain.JobState `json:"state"`
 	Queue string          `json:"queue"`
+	// Schedule names the schedule whose tick made the job.
+	Schedule string `json:"schedule_id,omitempty"`
 }
 
 // DueJob names a job in the due index; Due is its due time as found there.

@@ -24,6 +24,11 @@ type SweepReport struct {
 	Quarantined int `json:"quarantined"`
 	Deferred    int `json:"deferred"`
 	Errors      int `json:"errors"`
+	// SchedulesDue schedules had a tick due: Fired made its job, Skipped
+	// made none (the last run unfinished, or its job refused).
+	SchedulesDue int `json:"schedules_due"`
+	Fired        int `json:"fired"`
+	Skipped      int `json:"skipped"`
 }
 
 // SweepRetryAfter is how long the sweep leaves a job it could not move on
@@ -35,7 +40,8 @@ const SweepRetryAfter = 5 * time.Minute
 // PENDING, attempt + 1), runnable steps whose message went missing (the
 // process died between the DynamoDB write and the SQS send) are sent again,
 // and timers whose message never came (a Step Functions start that failed
-// after the write) fire. A job waiting on a person or a signal is never
+// after the write) fire; then the schedules whose tick has come fire
+// (FireSchedules). A job waiting on a person or a signal is never
 // reclaimed; a parked one with no deadline is never due.
 // It reads only the sparse due index, so its cost follows the work due, not
 // the jobs stored. Two sweeps at once are safe: each change is conditional,
@@ -70,6 +76,13 @@ func (e *Engine) Sweep(ctx context.Context) (SweepReport, error) {
 			e.Log.Warn("sweep skipped a job", "tenant", k.Tenant, "job", k.ID, "err", err)
 		}
 	}
+	// Schedules after jobs: a failure there never holds recovery back.
+	sr, err := e.FireSchedules(ctx)
+	if err != nil && ctx.Err() == nil {
+		e.Log.Warn("sweep could not read the due schedules", "err", err)
+		sr.Errors++
+	}
+	rep.SchedulesDue, rep.Fired, rep.Skipped, rep.Errors = sr.Due, sr.Fired, sr.Skipped, rep.Errors+sr.Errors
 	return rep, nil
 }
 

@@ -77,8 +77,9 @@ func Heartbeat(e *engine.Engine) func(context.Context, events.EventBridgeEvent) 
 		if err != nil {
 			return rep, err
 		}
-		if rep.Due > 0 {
-			e.Log.Info("sweep", "due", rep.Due, "reclaimed", rep.Reclaimed, "redispatched", rep.Redispatched, "errors", rep.Errors)
+		if rep.Due > 0 || rep.SchedulesDue > 0 {
+			e.Log.Info("sweep", "due", rep.Due, "reclaimed", rep.Reclaimed, "redispatched", rep.Redispatched,
+				"schedules_due", rep.SchedulesDue, "fired", rep.Fired, "skipped", rep.Skipped, "errors", rep.Errors)
 		}
 		return rep, nil
 	}

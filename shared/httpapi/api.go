@@ -78,6 +78,12 @@ var owners = map[string]Function{
 	"GET /v1/resources/{id}":                  EnqueueFunction,
 	"GET /v1/resources":                       EnqueueFunction,
 	"DELETE /v1/resources/{id}":               EnqueueFunction,
+	"POST /v1/schedules":                      EnqueueFunction,
+	"GET /v1/schedules":                       EnqueueFunction,
+	"GET /v1/schedules/{id}":                  EnqueueFunction,
+	"DELETE /v1/schedules/{id}":               EnqueueFunction,
+	"POST /v1/schedules/{id}/pause":           EnqueueFunction,
+	"POST /v1/schedules/{id}/resume":          EnqueueFunction,
 	"POST /v1/claim":                          ClaimFunction,
 	"POST /v1/leases/{lease}/heartbeat":       ClaimFunction,
 	"POST /v1/leases/{lease}/complete":        ClaimFunction,
@@ -159,6 +165,12 @@ func (a *API) routes() map[string]route {
 		"GET /v1/resources/{id}":                  a.getResource,
 		"GET /v1/resources":                       a.listResources,
 		"DELETE /v1/resources/{id}":               a.deleteResource,
+		"POST /v1/schedules":                      a.createSchedule,
+		"GET /v1/schedules":                       a.listSchedules,
+		"GET /v1/schedules/{id}":                  a.getSchedule,
+		"DELETE /v1/schedules/{id}":               a.deleteSchedule,
+		"POST /v1/schedules/{id}/pause":           a.pauseSchedule,
+		"POST /v1/schedules/{id}/resume":          a.resumeSchedule,
 		"POST /v1/claim":                          a.claim,
 		"POST /v1/leases/{lease}/heartbeat":       a.heartbeat,
 		"POST /v1/leases/{lease}/complete":        a.complete,
@@ -462,7 +474,10 @@ func (a *API) events(ctx context.Context, tenant string, r *request) (int, any, 
 
 func (a *API) list(ctx context.Context, tenant string, r *request) (int, any, error) {
 	q := r.ev.QueryStringParameters
-	f := engine.ListFilter{Limit: 50, Queue: q["queue"], Cursor: q["cursor"]}
+	f := engine.ListFilter{Limit: 50, Queue: q["queue"], Cursor: q["cursor"], Schedule: q["schedule"]}
+	if f.Schedule != "" && !domain.ValidScheduleID(f.Schedule) {
+		return 0, nil, domain.Invalid("schedule", "%.70q is not a schedule id", f.Schedule)
+	}
 	if s := q["state"]; s != "" {
 		st := domain.JobState(strings.ToUpper(s))
 		valid := false

@@ -22,6 +22,8 @@ type JobView struct {
 	Steps     []StepView      `json:"steps"`
 	// Signals are the signals the job received: those a wait took name it.
 	Signals []domain.Signal `json:"signals,omitempty"`
+	// ScheduleID names the schedule whose tick made the job.
+	ScheduleID string `json:"schedule_id,omitempty"`
 }
 
 // StepView is one step with its attempts.
@@ -82,7 +84,7 @@ func jobView(j *domain.Job) JobView {
 	v := JobView{
 		ID: j.ID, State: j.State, Queue: j.Queue, Priority: j.Priority, Payload: j.Payload,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, EndedAt: j.EndedAt, ExpiresAt: j.ExpiresAt, RunAt: j.RunAt, Steps: make([]StepView, 0, len(j.Steps)),
-		Signals: j.Signals,
+		Signals: j.Signals, ScheduleID: j.ScheduleID,
 	}
 	for _, s := range j.Steps {
 		sv := StepView{

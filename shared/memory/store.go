@@ -46,6 +46,7 @@ type record struct {
 	state         domain.JobState
 	version       int64
 	queue         string
+	schedule      string // the schedule whose run it is, if any
 	due           string // dueLayout; "" when out of the due index
 	quarantined   string // why, once quarantined
 	quarantinedAt time.Time
@@ -98,7 +99,7 @@ func (s *Store) encode(j *domain.Job) (*record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode job %s: %w", j.ID, err)
 	}
-	r := &record{doc: doc, state: j.State, version: j.Version, queue: j.Queue}
+	r := &record{doc: doc, state: j.State, version: j.Version, queue: j.Queue, schedule: j.ScheduleID}
 	if j.DueAt != nil {
 		r.due = j.DueAt.UTC().Format(dueLayout)
 	}
@@ -118,6 +119,9 @@ func (r *record) size(tenant, id string, limit int) int {
 		len("queue") + len(r.queue) + len("doc")
 	if r.due != "" {
 		attrs += len("gsi2pk") + len("D#0") + len("gsi2sk") + len(r.due)
+	}
+	if r.schedule != "" {
+		attrs += len("schedule") + len(r.schedule)
 	}
 	if limit <= 0 || attrs+len(r.doc) <= limit {
 		return attrs + len(r.doc)
@@ -224,10 +228,10 @@ func (s *Store) List(_ context.Context, tenant string, f engine.ListFilter) ([]e
 	var all []engine.JobSummary
 	for k, r := range s.jobs {
 		if k.tenant != tenant || before != "" && k.id >= before ||
-			f.State != "" && r.state != f.State || f.Queue != "" && r.queue != f.Queue {
+			f.State != "" && r.state != f.State || f.Queue != "" && r.queue != f.Queue || f.Schedule != "" && r.schedule != f.Schedule {
 			continue
 		}
-		all = append(all, engine.JobSummary{ID: k.id, State: r.state, Queue: r.queue})
+		all = append(all, engine.JobSummary{ID: k.id, State: r.state, Queue: r.queue, Schedule: r.schedule})
 	}
 	s.mu.Unlock()
 	slices.SortFunc(all, func(a, b engine.JobSummary) int { return strings.Compare(b.ID, a.ID) })

@@ -71,7 +71,7 @@ func (s *Store) listShard(ctx context.Context, tenant string, shard uint32, befo
 		kc = kc.And(expression.Key("sk").LessThan(expression.Value(before)))
 	}
 	b := expression.NewBuilder().WithKeyCondition(kc).
-		WithProjection(expression.NamesList(expression.Name("sk"), expression.Name("state"), expression.Name("queue")))
+		WithProjection(expression.NamesList(expression.Name("sk"), expression.Name("state"), expression.Name("queue"), expression.Name("schedule")))
 	var conds []expression.ConditionBuilder
 	if f.State != "" {
 		conds = append(conds, expression.Name("state").Equal(expression.Value(string(f.State))))
@@ -79,11 +79,15 @@ func (s *Store) listShard(ctx context.Context, tenant string, shard uint32, befo
 	if f.Queue != "" {
 		conds = append(conds, expression.Name("queue").Equal(expression.Value(f.Queue)))
 	}
-	switch len(conds) {
-	case 1:
-		b = b.WithFilter(conds[0])
-	case 2:
-		b = b.WithFilter(conds[0].And(conds[1]))
+	if f.Schedule != "" {
+		conds = append(conds, expression.Name("schedule").Equal(expression.Value(f.Schedule)))
+	}
+	if len(conds) > 0 {
+		filter := conds[0]
+		for _, c := range conds[1:] {
+			filter = filter.And(c)
+		}
+		b = b.WithFilter(filter)
 	}
 	expr, err := b.Build()
 	if err != nil {
@@ -113,14 +117,15 @@ func (s *Store) listShard(ctx context.Context, tenant string, shard uint32, befo
 		}
 		for _, it := range res.Items {
 			var sm struct {
-				ID    string `json:"sk"`
-				State string `json:"state"`
-				Queue string `json:"queue"`
+				ID       string `json:"sk"`
+				State    string `json:"state"`
+				Queue    string `json:"queue"`
+				Schedule string `json:"schedule"`
 			}
 			if err := decoder.Decode(&ddb.AttributeValueMemberM{Value: it}, &sm); err != nil {
 				return nil, "", fmt.Errorf("list jobs: %w", err)
 			}
-			out = append(out, engine.JobSummary{ID: sm.ID, State: domain.JobState(sm.State), Queue: sm.Queue})
+			out = append(out, engine.JobSummary{ID: sm.ID, State: domain.JobState(sm.State), Queue: sm.Queue, Schedule: sm.Schedule})
 		}
 		start = res.LastEvaluatedKey
 		if len(start) == 0 || int32(len(out)) >= f.Limit {

@@ -10,7 +10,9 @@
 //	api key       pk K#<sha256 of the key>         sk K
 //	stats         pk S#<tenant>#<hour>#<shard>     sk S
 //	resource      pk R#<tenant>                    sk <resource id>
+//	schedule      pk C#<tenant>                    sk <schedule id>   (schedule.go)
 //	index due:    gsi2pk D#<shard>, gsi2sk <due time>; only unfinished jobs
+//	              gsi2pk DS#<shard>, gsi2sk <next tick>; only running schedules
 //
 // A tenant's jobs sit in ListShards partitions, sorted by id (ULIDs sort by
 // time): listing queries them directly and merges, so no index has to be
@@ -108,25 +110,24 @@ func item(j *domain.Job) (map[string]ddb.AttributeValue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode job %s: %w", j.ID, err)
 	}
-	var buf bytes.Buffer
-	zw, _ := flate.NewWriter(&buf, flate.DefaultCompression)
-	if _, err := zw.Write(doc); err != nil {
-		return nil, fmt.Errorf("compress job %s: %w", j.ID, err)
-	}
-	if err := zw.Close(); err != nil {
+	z, err := deflate(doc)
+	if err != nil {
 		return nil, fmt.Errorf("compress job %s: %w", j.ID, err)
 	}
 	it := jobKey(j.Tenant, j.ID)
 	it["state"] = &ddb.AttributeValueMemberS{Value: string(j.State)}
 	it["version"] = &ddb.AttributeValueMemberN{Value: strconv.FormatInt(j.Version, 10)}
 	it["queue"] = &ddb.AttributeValueMemberS{Value: j.Queue}
-	it["doc"] = &ddb.AttributeValueMemberB{Value: buf.Bytes()}
+	it["doc"] = &ddb.AttributeValueMemberB{Value: z}
 	if j.DueAt != nil {
 		it["gsi2pk"] = &ddb.AttributeValueMemberS{Value: dueShard(j.ID)}
 		it["gsi2sk"] = &ddb.AttributeValueMemberS{Value: j.DueAt.UTC().Format(dueLayout)}
 	}
 	if j.ExpiresAt != nil {
 		it["ttl"] = &ddb.AttributeValueMemberN{Value: fmt.Sprint(j.ExpiresAt.Unix())}
+	}
+	if j.ScheduleID != "" {
+		it["schedule"] = &ddb.AttributeValueMemberS{Value: j.ScheduleID} // GET /v1/jobs?schedule= filters on it
 	}
 	return it, nil
 }
@@ -136,7 +137,7 @@ func decodeJob(it map[string]ddb.AttributeValue) (*domain.Job, error) {
 	if !ok {
 		return nil, errors.New("decode job: item has no doc")
 	}
-	raw, err := io.ReadAll(flate.NewReader(bytes.NewReader(doc.Value)))
+	raw, err := inflate(doc.Value)
 	if err != nil {
 		return nil, fmt.Errorf("decode job: inflate: %w", err)
 	}
@@ -146,6 +147,21 @@ func decodeJob(it map[string]ddb.AttributeValue) (*domain.Job, error) {
 	}
 	return &j, nil
 }
+
+// deflate compresses a stored document (a job's, a schedule's).
+func deflate(doc []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	zw, _ := flate.NewWriter(&buf, flate.DefaultCompression) // fails only for a bad level
+	if _, err := zw.Write(doc); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func inflate(z []byte) ([]byte, error) { return io.ReadAll(flate.NewReader(bytes.NewReader(z))) }
 
 // Create writes a new job. With an idempotency key the job and the key's
 // record are written in one transaction; when the key is taken, the job it

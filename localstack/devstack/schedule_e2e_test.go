@@ -1,0 +1,244 @@
+package devstack_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepflow/stepflow/localstack/devstack"
+	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
+	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/memory"
+)
+
+// Schedules over HTTP against a whole local stack on the emulator. The
+// stack's heartbeat sweeps every 200 ms; the engine's clock stands still
+// unless the test moves it, so each tick comes exactly when the test says.
+
+type scheduleView struct {
+	ID        string     `json:"id"`
+	Every     string     `json:"every"`
+	Cron      string     `json:"cron"`
+	TimeZone  string     `json:"time_zone"`
+	Overlap   string     `json:"overlap"`
+	Paused    bool       `json:"paused"`
+	NextAt    *time.Time `json:"next_at"`
+	LastRunAt *time.Time `json:"last_run_at"`
+	LastJobID string     `json:"last_job_id"`
+	Runs      int        `json:"runs"`
+	Skipped   int        `json:"skipped"`
+}
+
+type jobList struct {
+	Jobs []struct {
+		ID         string          `json:"id"`
+		State      domain.JobState `json:"state"`
+		ScheduleID string          `json:"schedule_id"`
+	} `json:"jobs"`
+	NextCursor string `json:"next_cursor"`
+}
+
+func scheduledStack(t *testing.T) (*stacktest.Harness, *memory.Clock) {
+	t.Helper()
+	clock := memory.NewClock(time.Now().UTC().Truncate(time.Second))
+	h := stacktest.New(t, func(o *devstack.Options) {
+		o.Now = clock.Now
+		o.ScheduleEvery = 200 * time.Millisecond // STEPFLOW_SWEEP_EVERY
+	})
+	return h, clock
+}
+
+func runsOf(t *testing.T, h *stacktest.Harness, key, id string) jobList {
+	t.Helper()
+	var page jobList
+	h.JSON(t, http.StatusOK, http.MethodGet, "/v1/jobs?schedule="+id+"&limit=100", key, nil, &page)
+	return page
+}
+
+// awaitRuns polls until the schedule has made n jobs.
+func awaitRuns(t *testing.T, h *stacktest.Harness, id string, n int) jobList {
+	t.Helper()
+	var page jobList
+	require.Eventually(t, func() bool {
+		page = runsOf(t, h, keyA, id)
+		return len(page.Jobs) >= n
+	}, 30*time.Second, 50*time.Millisecond, "schedule %s never made %d jobs", id, n)
+	require.Len(t, page.Jobs, n, "schedule %s made more than %d jobs", id, n)
+	return page
+}
+
+func TestScheduleEveryFiveSecondsMakesAJobEachTickUntilDeleted(t *testing.T) {
+	t.Parallel()
+	h, clock := scheduledStack(t)
+	created := clock.Now()
+	body := map[string]any{"id": "every-5s", "every": "5s", "overlap": "allow", "job": map[string]any{
+		"payload": map[string]any{"report": "daily"},
+		"steps":   []any{map[string]any{"id": "a", "action": map[string]any{"type": "pass"}}},
+	}}
+	var s scheduleView
+	h.JSON(t, http.StatusCreated, http.MethodPost, "/v1/schedules", keyA, body, &s)
+	require.Equal(t, "5s", s.Every)
+	require.True(t, created.Add(5*time.Second).Equal(*s.NextAt))
+	plain := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "a", "action": map[string]any{"type": "pass"}}}})
+
+	for tick := 1; tick <= 3; tick++ {
+		clock.Advance(5 * time.Second)
+		awaitRuns(t, h, "every-5s", tick)
+		require.Zero(t, h.Sweep(t).Fired, "tick %d fired once", tick)
+	}
+	// Downtime: an hour of ticks nobody swept makes one job, not 720.
+	clock.Advance(time.Hour)
+	page := awaitRuns(t, h, "every-5s", 4)
+	require.Zero(t, h.Sweep(t).Fired)
+	require.Len(t, runsOf(t, h, keyA, "every-5s").Jobs, 4)
+
+	for _, js := range page.Jobs {
+		require.Equal(t, "every-5s", js.ScheduleID)
+		require.NotEqual(t, plain.ID, js.ID, "?schedule= lists the schedule's jobs only")
+		j := h.AwaitState(t, keyA, js.ID, domain.JobCompleted)
+		require.JSONEq(t, `{"report":"daily"}`, string(j.Steps[0].Output))
+		var full struct {
+			ScheduleID string `json:"schedule_id"`
+		}
+		h.JSON(t, http.StatusOK, http.MethodGet, "/v1/jobs/"+js.ID, keyA, nil, &full)
+		require.Equal(t, "every-5s", full.ScheduleID)
+		h.CheckReplay(t, tenantA, js.ID)
+	}
+	require.Empty(t, runsOf(t, h, stacktest.KeyB, "every-5s").Jobs, "another tenant sees none")
+	h.JSON(t, http.StatusOK, http.MethodGet, "/v1/schedules/every-5s", keyA, nil, &s)
+	require.Equal(t, 4, s.Runs)
+	require.Equal(t, page.Jobs[0].ID, s.LastJobID, "the newest run")
+	require.True(t, clock.Now().Add(5*time.Second).Equal(*s.NextAt), "the first tick after now")
+
+	// Paused, it makes nothing; resumed, it goes on from now.
+	var paused scheduleView
+	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/schedules/every-5s/pause", keyA, nil, &paused)
+	require.True(t, paused.Paused)
+	require.Nil(t, paused.NextAt)
+	clock.Advance(time.Minute)
+	require.Zero(t, h.Sweep(t).SchedulesDue)
+	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/schedules/every-5s/resume", keyA, nil, &s)
+	require.False(t, s.Paused)
+	clock.Advance(5 * time.Second)
+	awaitRuns(t, h, "every-5s", 5)
+
+	// Deleted, it stops.
+	h.JSON(t, http.StatusOK, http.MethodDelete, "/v1/schedules/every-5s", keyA, nil, &s)
+	require.Equal(t, 5, s.Runs)
+	status, _ := h.Call(t, http.MethodGet, "/v1/schedules/every-5s", keyA, nil)
+	require.Equal(t, http.StatusNotFound, status)
+	for range 3 {
+		clock.Advance(5 * time.Second)
+		require.Zero(t, h.Sweep(t).SchedulesDue)
+	}
+	require.Len(t, runsOf(t, h, keyA, "every-5s").Jobs, 5)
+}
+
+// An overlap-skip schedule makes no job while its last run waits on a
+// worker.
+func TestScheduleSkipsTicksWhileItsLastRunIsUnfinished(t *testing.T) {
+	t.Parallel()
+	h, clock := scheduledStack(t)
+	h.JSON(t, http.StatusCreated, http.MethodPost, "/v1/schedules", keyA, map[string]any{"id": "sync", "cron": "* * * * *", "time_zone": "Europe/Berlin",
+		"job": map[string]any{"steps": []any{map[string]any{"id": "w", "action": map[string]any{"type": "worker", "queue": "sync"}}}}}, nil)
+	clock.Advance(time.Minute)
+	awaitRuns(t, h, "sync", 1)
+	clock.Advance(time.Minute)
+	var s scheduleView
+	require.Eventually(t, func() bool {
+		h.JSON(t, http.StatusOK, http.MethodGet, "/v1/schedules/sync", keyA, nil, &s)
+		return s.Skipped == 1
+	}, 30*time.Second, 50*time.Millisecond, "the tick was never skipped")
+	require.Equal(t, "skip", s.Overlap, "the default")
+	require.Len(t, runsOf(t, h, keyA, "sync").Jobs, 1)
+
+	l := claim(t, h, keyA, "sync", "w", 1, 5)
+	require.Len(t, l, 1)
+	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+l[0].LeaseID+"/complete", keyA, nil, nil)
+	h.AwaitState(t, keyA, l[0].JobID, domain.JobCompleted)
+	clock.Advance(time.Minute)
+	awaitRuns(t, h, "sync", 2)
+}
+
+func TestScheduleRoutesRefuseBadInputAndOtherTenants(t *testing.T) {
+	t.Parallel()
+	h, _ := scheduledStack(t)
+	job := map[string]any{"steps": []any{map[string]any{"id": "a", "action": map[string]any{"type": "pass"}}}}
+	for _, tc := range []struct {
+		body  any
+		field string
+	}{
+		{map[string]any{"every": "1m", "job": job}, "id"},
+		{map[string]any{"id": "s", "cron": "every day", "job": job}, "cron"},
+		{map[string]any{"id": "s", "cron": "0 9 * * *", "time_zone": "Atlantis/Capital", "job": job}, "time_zone"},
+		{map[string]any{"id": "s", "every": "100ms", "job": job}, "every"},
+		{map[string]any{"id": "s", "every": "1m", "overlap": "queue", "job": job}, "overlap"},
+		{map[string]any{"id": "s", "every": "1m", "job": map[string]any{"steps": []any{map[string]any{"id": "a", "action": map[string]any{"type": "nope"}}}}}, "job.steps[0].action.type"},
+		{map[string]any{"id": "s", "every": "1m", "job": job, "jobs": job}, "jobs"},
+	} {
+		status, raw := h.Call(t, http.MethodPost, "/v1/schedules", keyA, tc.body)
+		require.Equal(t, http.StatusBadRequest, status, "%v: %s", tc.body, raw)
+		require.Contains(t, string(raw), `"field":"`+tc.field+`"`, "%s", raw)
+	}
+	var list struct {
+		Schedules  []scheduleView `json:"schedules"`
+		NextCursor string         `json:"next_cursor"`
+	}
+	h.JSON(t, http.StatusOK, http.MethodGet, "/v1/schedules", keyA, nil, &list)
+	require.Empty(t, list.Schedules, "nothing written")
+
+	body := map[string]any{"id": "nightly", "cron": "0 3 * * *", "time_zone": "Asia/Tokyo", "job": job}
+	var s scheduleView
+	h.JSON(t, http.StatusCreated, http.MethodPost, "/v1/schedules", keyA, body, &s)
+	require.Equal(t, "Asia/Tokyo", s.TimeZone)
+	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/schedules", keyA, body, &s) // the same body: the same schedule
+	body["cron"] = "0 4 * * *"
+	status, raw := h.Call(t, http.MethodPost, "/v1/schedules", keyA, body)
+	require.Equal(t, http.StatusConflict, status, "%s", raw)
+	h.JSON(t, http.StatusCreated, http.MethodPost, "/v1/schedules", keyA, map[string]any{"id": "hourly", "cron": "0 * * * *", "job": job}, nil)
+	h.JSON(t, http.StatusCreated, http.MethodPost, "/v1/schedules", keyA, map[string]any{"id": "often", "every": "90s", "job": job}, nil)
+
+	var got []string
+	path := "/v1/schedules?limit=2"
+	for {
+		h.JSON(t, http.StatusOK, http.MethodGet, path, keyA, nil, &list)
+		for _, s := range list.Schedules {
+			got = append(got, s.ID)
+		}
+		if list.NextCursor == "" {
+			break
+		}
+		path = "/v1/schedules?limit=2&cursor=" + list.NextCursor
+	}
+	require.Equal(t, []string{"hourly", "nightly", "often"}, got)
+
+	for _, r := range [][2]string{
+		{http.MethodGet, "/v1/schedules/nightly"}, {http.MethodDelete, "/v1/schedules/nightly"},
+		{http.MethodPost, "/v1/schedules/nightly/pause"}, {http.MethodPost, "/v1/schedules/nightly/resume"},
+	} {
+		status, _ := h.Call(t, r[0], r[1], stacktest.KeyB, nil)
+		require.Equal(t, http.StatusNotFound, status, "another tenant's schedule: %s %s", r[0], r[1])
+	}
+	h.JSON(t, http.StatusOK, http.MethodGet, "/v1/schedules", stacktest.KeyB, nil, &list)
+	require.Empty(t, list.Schedules)
+	h.JSON(t, http.StatusOK, http.MethodGet, "/v1/schedules/nightly", keyA, nil, &s)
+	require.False(t, s.Paused, "untouched by the other tenant")
+
+	for path, field := range map[string]string{
+		"/v1/jobs?schedule=a%20b":  "schedule",
+		"/v1/schedules?limit=0":    "limit",
+		"/v1/schedules?cursor=zzz": "cursor",
+	} {
+		status, raw := h.Call(t, http.MethodGet, path, keyA, nil)
+		require.Equal(t, http.StatusBadRequest, status, path)
+		require.Contains(t, string(raw), `"field":"`+field+`"`, "%s: %s", path, raw)
+	}
+	status, raw = h.Call(t, http.MethodPost, "/v1/schedules/nightly/pause", keyA, map[string]any{"until": "never"})
+	require.Equal(t, http.StatusBadRequest, status, "%s", raw)
+	status, _ = h.Call(t, http.MethodGet, "/v1/schedules/no-such", keyA, nil)
+	require.Equal(t, http.StatusNotFound, status)
+	status, _ = h.Call(t, http.MethodPut, "/v1/schedules/nightly", keyA, nil)
+	require.Equal(t, http.StatusMethodNotAllowed, status)
+}

@@ -120,14 +120,23 @@ func (h *hostile) check(ctx context.Context) *HostileResult {
 	}
 
 	f.Legit = map[string]bool{}
+	// A worker queue's P0 and P2 lanes are its own, made when a job of that
+	// priority names it.
+	lanes := func(tenant, q string) {
+		for _, p := range []int{0, 2} {
+			f.Legit[h.names.LaneName(tenant, q, p)] = true
+		}
+	}
 	for _, q := range WorkerQueues {
 		n := h.names.WorkerQueueName(Tenant, q)
 		f.Legit[n] = true
+		lanes(Tenant, q)
 		f.Required = append(f.Required, n)
 	}
 	for _, q := range []string{HostileOwnQueue, HostileParkedQueue} {
 		n := h.names.WorkerQueueName(HostileTenant, q)
 		f.Legit[n] = true
+		lanes(HostileTenant, q)
 		for _, j := range f.Stored {
 			if len(j.Steps) > 0 && j.Steps[0].Spec.Action.Queue == q {
 				f.Required = append(f.Required, n) // a job of it is stored: the queue was made

@@ -400,10 +400,10 @@ func (q *Queue) Take(ctx context.Context, tenant, name string, max int, wait tim
 	return res, nil
 }
 
-// laneName is the SQS name of a worker queue's P0 or P2 lane: the queue's
+// LaneName is the SQS name of a worker queue's P0 or P2 lane: the queue's
 // own name with "p<n>" after the prefix (readable names start with a digit,
 // hashed ones with "h", so none is another queue's).
-func (q *Queue) laneName(tenant, name string, p int) string {
+func (q *Queue) LaneName(tenant, name string, p int) string {
 	base := strings.TrimPrefix(q.WorkerQueueName(tenant, name), q.cfg.WorkerQueuePrefix)
 	if len(q.cfg.WorkerQueuePrefix)+2+len(base) > 80 {
 		sum := sha256.Sum256([]byte(tenant + "/" + name))
@@ -415,7 +415,7 @@ func (q *Queue) laneName(tenant, name string, p int) string {
 // laneURL answers a lane's URL, or "" when it does not exist (remembered
 // for a minute: a lane made meanwhile is seen within a minute).
 func (q *Queue) laneURL(ctx context.Context, tenant, name string, p int) string {
-	ln := q.laneName(tenant, name, p)
+	ln := q.LaneName(tenant, name, p)
 	if u, ok := q.urls.Load(ln); ok {
 		return u.(string)
 	}
@@ -435,7 +435,7 @@ func (q *Queue) laneURL(ctx context.Context, tenant, name string, p int) string 
 // priority first names the queue; lanes do not count against the
 // tenant's bound of worker queues (the queue itself does).
 func (q *Queue) ensureLane(ctx context.Context, tenant, name string, p int) (string, error) {
-	ln := q.laneName(tenant, name, p)
+	ln := q.LaneName(tenant, name, p)
 	if u, ok := q.urls.Load(ln); ok {
 		return u.(string), nil
 	}

@@ -215,13 +215,16 @@ func (r *SignalRequest) Validate() error {
 // takes it. A signal whose id was seen already changes nothing (false); a
 // finished job refuses it.
 func (j *Job) Signal(r SignalRequest, now time.Time) ([]Dispatch, bool, error) {
-	if j.State.Terminal() {
-		return nil, false, &IllegalTransitionError{Kind: "job", ID: j.ID, From: string(j.State), Event: "signal " + r.Name}
-	}
+	// A repeat of a delivered signal's id writes nothing, even once the
+	// job has finished: the sender's retry of a request whose answer was
+	// lost (the signal may have ended the job) hears what it first would.
 	for _, sg := range j.Signals {
 		if r.ID != "" && sg.ID == r.ID {
 			return nil, false, nil
 		}
+	}
+	if j.State.Terminal() {
+		return nil, false, &IllegalTransitionError{Kind: "job", ID: j.ID, From: string(j.State), Event: "signal " + r.Name}
 	}
 	kept := 0
 	for _, sg := range j.Signals {

@@ -362,3 +362,21 @@ func TestRetentionPerTerminalState(t *testing.T) {
 		})
 	}
 }
+
+// A signal that ended its job, sent again with its id (its answer was
+// lost), is answered as delivered, not refused as late.
+func TestRepeatedSignalIDAfterTheJobEnded(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, `{"steps":[{"id":"w","action":{"type":"wait","signal":"go"}}]}`)
+	_, changed, err := j.Signal(SignalRequest{Name: "go", ID: "s-1"}, t0)
+	require.NoError(t, err)
+	require.True(t, changed)
+	require.Equal(t, JobCompleted, j.State)
+	_, changed, err = j.Signal(SignalRequest{Name: "go", ID: "s-1"}, at(time.Second))
+	require.NoError(t, err)
+	require.False(t, changed)
+	_, _, err = j.Signal(SignalRequest{Name: "go", ID: "s-2"}, at(time.Second))
+	var ite *IllegalTransitionError
+	require.ErrorAs(t, err, &ite, "a new signal to a finished job is refused")
+	replayOK(t, j)
+}

@@ -27,7 +27,10 @@ type SQSSource struct {
 	QueueLogicalID          string
 	BatchSize               int // 10 when the template gives none (Lambda's default)
 	ReportBatchItemFailures bool
-	QueueURL                string // filled by Provision
+	// MaximumConcurrency is ScalingConfig's cap on the mapping's concurrent
+	// invocations (0: none given; the runner uses its default).
+	MaximumConcurrency int
+	QueueURL           string // filled by Provision
 }
 
 // Schedule is one Schedule event: Expression as written, Every its period.
@@ -191,6 +194,15 @@ func (t *Template) sqsSource(ep map[string]any) (SQSSource, error) {
 			return src, fmt.Errorf("BatchSize: %w", err)
 		}
 		src.BatchSize = n
+	}
+	if sc, ok := ep["ScalingConfig"].(map[string]any); ok {
+		if v, ok := sc["MaximumConcurrency"]; ok {
+			n, err := intValue(v)
+			if err != nil {
+				return src, fmt.Errorf("ScalingConfig.MaximumConcurrency: %w", err)
+			}
+			src.MaximumConcurrency = n
+		}
 	}
 	types, _ := ep["FunctionResponseTypes"].([]any)
 	for _, rt := range types {

@@ -69,9 +69,9 @@ func TestParseRealTemplate(t *testing.T) {
 	require.Equal(t, 300, exec.Timeout)
 	require.Empty(t, exec.Routes)
 	require.Equal(t, []SQSSource{
-		{QueueLogicalID: "ReadyQueueP0", BatchSize: 10, ReportBatchItemFailures: true},
-		{QueueLogicalID: "ReadyQueueP1", BatchSize: 10, ReportBatchItemFailures: true},
-		{QueueLogicalID: "ReadyQueueP2", BatchSize: 10, ReportBatchItemFailures: true},
+		{QueueLogicalID: "ReadyQueueP0", BatchSize: 10, ReportBatchItemFailures: true, MaximumConcurrency: 20},
+		{QueueLogicalID: "ReadyQueueP1", BatchSize: 10, ReportBatchItemFailures: true, MaximumConcurrency: 10},
+		{QueueLogicalID: "ReadyQueueP2", BatchSize: 10, ReportBatchItemFailures: true, MaximumConcurrency: 5},
 	}, exec.SQS)
 
 	hb := byID["HeartbeatFunction"]

@@ -2,11 +2,15 @@ package devstack_test
 
 import (
 	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stepflow/stepflow/localstack/devstack"
 	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
@@ -152,28 +156,44 @@ func TestP0WorkerJobIsClaimedFirstOverHTTP(t *testing.T) {
 	require.Contains(t, string(body), `"field":"priority"`)
 }
 
-func TestP0BuiltinJobStartsBeforeMostOfABacklog(t *testing.T) {
+func TestP0BuiltinJobIsNotQueuedBehindAP2Backlog(t *testing.T) {
 	t.Parallel()
-	h := stacktest.New(t)
-	// All come due at one instant, so the 60 P2 jobs are a backlog on
-	// their queue when the P0 job, submitted last, comes due on its own.
-	start := time.Now()
-	at := start.Add(30 * time.Second).UTC().Format(time.RFC3339)
-	var backlog []string
-	for range 60 {
-		backlog = append(backlog, h.Submit(t, keyA, map[string]any{"priority": 2, "run_at": at, "steps": []any{map[string]any{"id": "p", "action": map[string]any{"type": "pass"}}}}).ID)
-	}
-	urgent := h.Submit(t, keyA, map[string]any{"priority": "P0", "run_at": at, "steps": []any{map[string]any{"id": "p", "action": map[string]any{"type": "pass"}}}})
-	require.Less(t, time.Since(start), 29*time.Second, "precondition: the whole backlog was queued before it came due")
-	u := h.AwaitState(t, keyA, urgent.ID, domain.JobCompleted)
-	after := 0
-	for _, id := range backlog {
-		j := h.AwaitState(t, keyA, id, domain.JobCompleted)
-		if j.Steps[0].Attempts[0].StartedAt.After(*u.Steps[0].Attempts[0].StartedAt) {
-			after++
+	// The P2 jobs call an endpoint that answers only once the test lets
+	// it: every invocation the P2 mapping may run (its MaximumConcurrency)
+	// is held, and the rest of the backlog stays on its queue. The P0 job
+	// has its own queue and mapping, so it completes meanwhile.
+	var started atomic.Int32
+	release := make(chan struct{})
+	held := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		started.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
 		}
+		_, _ = w.Write([]byte(`"done"`))
+	}))
+	t.Cleanup(held.Close)
+	var once sync.Once
+	let := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(let) // runs before held.Close, which waits for held requests
+	h := stacktest.New(t, func(o *devstack.Options) { o.HTTPAllow = "127.0.0.1/32" })
+
+	const backlog = 60
+	var p2 []string
+	for range backlog {
+		p2 = append(p2, h.Submit(t, keyA, map[string]any{"priority": 2, "steps": []any{map[string]any{"id": "h", "action": map[string]any{"type": "http", "url": held.URL}}}}).ID)
 	}
-	require.Greater(t, after, 30, "the P0 job started before most of the 60 P2 jobs ahead of it")
+	require.Eventually(t, func() bool { return started.Load() > 0 }, 30*time.Second, 10*time.Millisecond, "the P2 mapping took work")
+	urgent := h.Submit(t, keyA, map[string]any{"priority": "P0", "steps": []any{map[string]any{"id": "p", "action": map[string]any{"type": "pass"}}}})
+	h.AwaitState(t, keyA, urgent.ID, domain.JobCompleted)
+	require.Less(t, int(started.Load()), backlog, "part of the P2 backlog was still queued when the P0 job completed")
+	for _, id := range p2 {
+		require.NotEqual(t, domain.JobCompleted, h.Get(t, keyA, id).State, "no P2 job had finished")
+	}
+	let()
+	for _, id := range p2 {
+		h.AwaitState(t, keyA, id, domain.JobCompleted)
+	}
 }
 
 func TestFailureClassesAndWorkerTimeoutOverHTTP(t *testing.T) {

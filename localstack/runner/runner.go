@@ -7,6 +7,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -59,7 +60,8 @@ type Runner struct {
 	// PollWait is the event source mapping's long-poll wait.
 	PollWait time.Duration
 	// Concurrency bounds the batches in flight per queue, as Lambda's
-	// scaling would run them side by side.
+	// scaling would run them side by side, where the mapping's
+	// ScalingConfig gives no MaximumConcurrency.
 	Concurrency int
 }
 
@@ -373,7 +375,9 @@ func (r *Runner) poll(ctx context.Context, fn string, src bootstrap.SQSSource, h
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { r.receive(ctx, fn, src, buf) })
-	sem := make(chan struct{}, r.Concurrency)
+	// ScalingConfig.MaximumConcurrency caps the mapping as it does on
+	// Lambda; it is what keeps a P2 backlog from taking every invocation.
+	sem := make(chan struct{}, cmp.Or(src.MaximumConcurrency, r.Concurrency))
 	for {
 		select {
 		case sem <- struct{}{}:

@@ -1152,7 +1152,7 @@ func (j *Job) due() *time.Time {
 		var t time.Time
 		switch {
 		case s.State.leasable() && s.ReadyAt != nil:
-			t = s.ReadyAt.Add(DispatchGrace << min(s.Redispatches, 6))
+			t = s.resendAt()
 		case s.State.leased() && s.Lease != nil:
 			t = s.Lease.ExpiresAt.Add(leaseGrace(s))
 		case s.timer() != nil:
@@ -1187,11 +1187,23 @@ func (j *Job) NeedsSweep(s *Step, now time.Time) (redispatch, reclaim bool) {
 	case j.State.Terminal():
 		return false, false
 	case s.State.leasable() && s.ReadyAt != nil:
-		return !now.Before(s.ReadyAt.Add(DispatchGrace << min(s.Redispatches, 6))), false
+		return !now.Before(s.resendAt()), false
 	case s.State.leased() && s.Lease != nil:
 		return false, !now.Before(s.Lease.ExpiresAt.Add(leaseGrace(s)))
 	}
 	return false, false
+}
+
+// resendAt is when the sweep sends a runnable step's message again: each
+// re-send waits longer (to 64 min), except for a step in line for a
+// resource, whose wake is one message that must not strand it for an hour
+// if lost (at most 4 min).
+func (s *Step) resendAt() time.Time {
+	shift := min(s.Redispatches, 6)
+	if s.ResourceWait != nil {
+		shift = min(shift, 2)
+	}
+	return s.ReadyAt.Add(DispatchGrace << shift)
 }
 
 // AttemptUnder answers the attempt that ran under leaseID, if any.

@@ -802,6 +802,12 @@ func TestSweepRedispatchAfterGrace(t *testing.T) {
 	}
 	require.Equal(t, 64*time.Minute, wait, "the wait is capped")
 
+	// In line for a resource, the wait is capped at 4 minutes: its wake is
+	// one message, and the sweep is the net under it.
+	require.NoError(t, j.WaitForResource("a", &ResourceWait{Since: now, On: []string{"gpu-1"}}, now))
+	require.Equal(t, ptr(now.Add(4*time.Minute)), j.DueAt)
+	s.ResourceWait, s.Redispatches = nil, 0
+
 	// A lease resets the count.
 	l := mustLease(t, j, "a", builtin("n"), now)
 	require.Zero(t, s.Redispatches)

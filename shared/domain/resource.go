@@ -77,7 +77,10 @@ type Resource struct {
 	Capabilities []string          `json:"capabilities" dynamodbav:"capabilities"`
 	Labels       map[string]string `json:"labels" dynamodbav:"labels"`
 	Capacity     int               `json:"capacity" dynamodbav:"capacity"`
-	// Holders are the slots in use, by the key of the attempt holding each.
+	// Holders are the slots in use, by the id of the lease holding each.
+	// The lease id is known before the lease is written (its nonce is
+	// chosen first), so a slot is one claimer's own: two claimers racing
+	// for one attempt never share one.
 	Holders map[string]Holder `json:"holders" dynamodbav:"holders"`
 	// Waiters are steps waiting for a slot, first come first woken.
 	Waiters   []Waiter  `json:"waiters,omitempty" dynamodbav:"waiters,omitempty"`
@@ -106,12 +109,6 @@ type Waiter struct {
 	Priority int    `json:"priority" dynamodbav:"priority"`
 }
 
-// HolderKey names an attempt's slot: job/step/attempt. It is known before
-// the lease is written, so taking a slot again for the same attempt (a
-// change decided again after a lost race) takes nothing more.
-func HolderKey(job, step string, attempt int) string {
-	return fmt.Sprintf("%s/%s/%d", job, step, attempt)
-}
 
 // ResourceSpec is the body of PUT /v1/resources/{id}.
 type ResourceSpec struct {

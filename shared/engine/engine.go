@@ -435,7 +435,7 @@ func (e *Engine) Cancel(ctx context.Context, tenant, id string) (*domain.Job, er
 				tokens = append(tokens, s.Lease.Token)
 			}
 			if s.Lease != nil && s.Lease.Resource != "" {
-				slots = append(slots, slot{s.Lease.Resource, domain.HolderKey(j.ID, s.ID(), s.Lease.Attempt)})
+				slots = append(slots, slot{s.Lease.Resource, s.Lease.ID})
 			}
 		}
 		changed, err := j.Cancel(now)

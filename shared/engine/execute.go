@@ -45,6 +45,7 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 	var fired []domain.Dispatch // a timer's message: what firing it calls for
 	var fx sideEffects
 	timer, waiting := false, false
+	n := nonce() // one per change: a slot taken for the lease stays its own
 	j, err := e.mutate(ctx, m.Tenant, m.Job, func(j *domain.Job, now time.Time) error {
 		fx.decided()
 		timer, waiting = false, false
@@ -60,7 +61,7 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 			return err
 		}
 		dur := e.builtinLease(s)
-		res, wait, err := e.slotFor(ctx, j, s, dur, now, &fx)
+		res, wait, err := e.slotFor(ctx, j, s, n, dur, now, &fx)
 		if err != nil {
 			return err
 		}
@@ -68,7 +69,7 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 			waiting = true
 			return j.WaitForResource(m.Step, wait, now)
 		}
-		lease, err = j.Lease(m.Step, domain.LeaseRequest{Nonce: nonce(), Duration: dur, Resource: res}, now)
+		lease, err = leaseOnSlot(j, m.Step, domain.LeaseRequest{Nonce: n, Duration: dur, Resource: res}, now, &fx)
 		if err != nil {
 			return err
 		}
@@ -182,20 +183,38 @@ func (fx *sideEffects) dropAcquired(ctx context.Context, e *Engine, tenant strin
 // slotFor takes a slot for a step that requires a resource, for a lease of
 // dur from now, once the step can be leased; a wait when every matching
 // resource is full. A step that requires nothing needs no slot.
-func (e *Engine) slotFor(ctx context.Context, j *domain.Job, s *domain.Step, dur time.Duration, now time.Time, fx *sideEffects) (string, *domain.ResourceWait, error) {
+// The slot's key is the id the lease will have (its nonce chosen by the
+// caller, once per change), which leaseOnSlot checks.
+func (e *Engine) slotFor(ctx context.Context, j *domain.Job, s *domain.Step, nonce string, dur time.Duration, now time.Time, fx *sideEffects) (string, *domain.ResourceWait, error) {
 	if s.Spec.Requires == nil {
 		return "", nil, nil
 	}
 	if err := j.CanLease(s.ID(), now); err != nil {
 		return "", nil, err
 	}
-	sr := newSlotRequest(j, s, now.Add(dur), now)
+	_, i, err := j.Step(s.ID())
+	if err != nil {
+		return "", nil, err
+	}
+	sr := newSlotRequest(j, s, i, nonce, now.Add(dur), now)
 	res, wait, err := e.takeSlot(ctx, sr)
 	if err == nil && res != "" {
 		fx.acquired = &slot{res, sr.key}
 	}
 	return res, wait, err
 }
+
+// leaseOnSlot takes the lease a slot was taken for: its id must be the
+// slot's key, or the slot would hold for no lease.
+func leaseOnSlot(j *domain.Job, stepID string, req domain.LeaseRequest, now time.Time, fx *sideEffects) (*domain.Lease, error) {
+	lease, err := j.Lease(stepID, req, now)
+	if err == nil && fx.acquired != nil && lease.ID != fx.acquired.key {
+		return nil, fmt.Errorf("lease %s was taken on the slot of %s: %w", lease.ID, fx.acquired.key, errSlotMismatch)
+	}
+	return lease, err
+}
+
+var errSlotMismatch = errors.New("a lease's id differs from its slot's key")
 
 // applyOutcome records an attempt's outcome under its lease: a success
 // with its output, or the failure.
@@ -272,7 +291,7 @@ func reclaimIfExpired(j *domain.Job, s *domain.Step, now time.Time, fx *sideEffe
 		return true, errLiveLease
 	}
 	if res := s.Lease.Resource; res != "" {
-		fx.release = append(fx.release, slot{res, domain.HolderKey(j.ID, s.ID(), s.Lease.Attempt)})
+		fx.release = append(fx.release, slot{res, s.Lease.ID})
 	}
 	ds, err := j.Reclaim(s.ID(), now)
 	if err != nil {
@@ -325,7 +344,7 @@ func (e *Engine) record(ctx context.Context, tenant, jobID string, leased *domai
 	if err != nil {
 		return fmt.Errorf("record outcome of step %s of job %s: %w", stepID, jobID, err)
 	}
-	e.releaseSlot(ctx, tenant, lease.Resource, domain.HolderKey(jobID, stepID, lease.Attempt))
+	e.releaseSlot(ctx, tenant, lease.Resource, lease.ID)
 	e.dispatch(ctx, j, ds)
 	return nil
 }

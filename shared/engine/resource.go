@@ -22,9 +22,9 @@ type Resources interface {
 	ListResources(ctx context.Context, tenant string) ([]*domain.Resource, error)
 	SaveResource(ctx context.Context, r *domain.Resource) error
 	DeleteResource(ctx context.Context, tenant, id string, version int64) error
-	// ExtendHolder moves a held slot's expiry to until (a heartbeat), if
-	// the slot is still held; it bumps the version so no racing write
-	// puts back the old expiry.
+	// ExtendHolder moves a held slot's expiry to until (a heartbeat); it
+	// bumps the version so no racing write puts back the old expiry. A
+	// slot no longer held answers domain.ErrLeaseLost (nothing is made).
 	ExtendHolder(ctx context.Context, tenant, id, key string, until time.Time) error
 }
 
@@ -129,20 +129,20 @@ func (e *Engine) changeResource(ctx context.Context, tenant, id string, create b
 // slotRequest is a step's ask for a slot for its next attempt.
 type slotRequest struct {
 	tenant, job, step string
-	key               string // domain.HolderKey of the attempt
+	key               string // the id the lease will have: the slot's holder key
 	req               *domain.Requirements
 	avoid             []string
 	expires           time.Time
 	waiter            domain.Waiter
 }
 
-func newSlotRequest(j *domain.Job, s *domain.Step, expires, now time.Time) slotRequest {
+func newSlotRequest(j *domain.Job, s *domain.Step, i int, nonce string, expires, now time.Time) slotRequest {
 	w := domain.Waiter{Job: j.ID, Step: s.ID(), Since: now, Priority: j.Priority}
 	if s.Spec.Action.Type == domain.ActionWorker {
 		w.Queue = s.Spec.Action.Queue
 	}
 	return slotRequest{
-		tenant: j.Tenant, job: j.ID, step: s.ID(), key: domain.HolderKey(j.ID, s.ID(), s.Attempt+1),
+		tenant: j.Tenant, job: j.ID, step: s.ID(), key: domain.LeaseRef{JobID: j.ID, StepIndex: i, Attempt: s.Attempt + 1, Nonce: nonce}.String(),
 		req: s.Spec.Requires, avoid: s.Avoid, expires: expires, waiter: w,
 	}
 }
@@ -164,8 +164,10 @@ func candidates(all []*domain.Resource, req *domain.Requirements, avoid []string
 // attempt, each take one conditional write on the resource. With none
 // free it puts the step in line on each matching resource (also
 // conditional, so a slot freed in between is seen, not missed) and answers
-// the wait. Taking a slot again for the same attempt (its change decided
-// again after a lost race) finds the slot it took.
+// the wait. A change decided again after a lost race asks with the same
+// key (its lease's id) and keeps the slot it took, with the new expiry,
+// unless the resource is no longer one the step may run on (it failed the
+// step meanwhile); a slot it does not keep is given back by settle.
 func (e *Engine) takeSlot(ctx context.Context, sr slotRequest) (string, *domain.ResourceWait, error) {
 	if e.Resources == nil {
 		return "", nil, errors.New("resources are not configured")
@@ -177,12 +179,12 @@ func (e *Engine) takeSlot(ctx context.Context, sr slotRequest) (string, *domain.
 			return "", nil, fmt.Errorf("list resources: %w", err)
 		}
 		now := e.now()
-		for _, r := range all {
-			if _, held := r.Holders[sr.key]; held {
-				return r.ID, nil, nil
-			}
-		}
 		cands := candidates(all, sr.req, sr.avoid, now)
+		if r, kept, err := e.keepSlot(ctx, cands, sr); err != nil || kept {
+			return r, nil, err
+		} else if r != "" {
+			continue // the resource changed under the kept slot: look again
+		}
 		raced := false
 		for _, r := range cands {
 			if r.Free(now) == 0 {
@@ -223,6 +225,33 @@ func (e *Engine) takeSlot(ctx context.Context, sr slotRequest) (string, *domain.
 		}
 	}
 	return "", nil, fmt.Errorf("take a slot: gave up after %d lost races: %w", maxRaces, domain.ErrVersionConflict)
+}
+
+// keepSlot keeps the slot an earlier decision of the same change took, if
+// it is on a resource the step may still run on, moving its expiry to the
+// new decision's lease. kept false with a resource named means the write
+// lost a race.
+func (e *Engine) keepSlot(ctx context.Context, cands []*domain.Resource, sr slotRequest) (string, bool, error) {
+	for _, r := range cands {
+		h, held := r.Holders[sr.key]
+		if !held {
+			continue
+		}
+		if h.ExpiresAt.Equal(sr.expires) {
+			return r.ID, true, nil
+		}
+		h.ExpiresAt = sr.expires
+		r.Holders[sr.key] = h
+		err := e.Resources.SaveResource(ctx, r)
+		if errors.Is(err, domain.ErrVersionConflict) {
+			return r.ID, false, nil
+		}
+		if err != nil {
+			return "", false, fmt.Errorf("keep the slot of resource %s: %w", r.ID, err)
+		}
+		return r.ID, true, nil
+	}
+	return "", false, nil
 }
 
 // releaseSlot gives back the slot an attempt held and wakes the steps in

@@ -112,7 +112,7 @@ func (e *Engine) sweepJob(ctx context.Context, tenant, id string, rep *SweepRepo
 			switch {
 			case reclaim:
 				if s.Lease != nil && s.Lease.Resource != "" {
-					slots = append(slots, slot{s.Lease.Resource, domain.HolderKey(j.ID, s.ID(), s.Lease.Attempt)})
+					slots = append(slots, slot{s.Lease.Resource, s.Lease.ID})
 				}
 				more, err := j.Reclaim(s.ID(), now)
 				if err != nil {

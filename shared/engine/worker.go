@@ -151,6 +151,7 @@ func (e *Engine) claimOne(ctx context.Context, tenant, worker string, d Delivery
 	var hideFor time.Duration
 	var fx sideEffects
 	waiting := false
+	n := nonce() // one per change: a slot taken for the lease stays its own
 	j, err := e.mutate(ctx, tenant, jobID, func(j *domain.Job, now time.Time) error {
 		fx.decided()
 		waiting = false
@@ -159,7 +160,7 @@ func (e *Engine) claimOne(ctx context.Context, tenant, worker string, d Delivery
 			return err
 		}
 		dur := time.Duration(s.Spec.Action.LeaseSeconds) * time.Second
-		res, wait, err := e.slotFor(ctx, j, s, dur, now, &fx)
+		res, wait, err := e.slotFor(ctx, j, s, n, dur, now, &fx)
 		if err != nil {
 			return err
 		}
@@ -167,9 +168,9 @@ func (e *Engine) claimOne(ctx context.Context, tenant, worker string, d Delivery
 			waiting = true
 			return j.WaitForResource(stepID, wait, now)
 		}
-		lease, err = j.Lease(stepID, domain.LeaseRequest{
-			Worker: worker, ViaWorker: true, Nonce: nonce(), Duration: dur, Token: d.Token, Resource: res,
-		}, now)
+		lease, err = leaseOnSlot(j, stepID, domain.LeaseRequest{
+			Worker: worker, ViaWorker: true, Nonce: n, Duration: dur, Token: d.Token, Resource: res,
+		}, now, &fx)
 		return err
 	})
 	if err != nil || lease == nil {
@@ -278,8 +279,18 @@ func (e *Engine) Heartbeat(ctx context.Context, tenant, leaseID string, extend t
 		if d <= 0 {
 			d = time.Duration(s.Spec.Action.LeaseSeconds) * time.Second
 		}
-		lease, err = j.Heartbeat(s.ID(), leaseID, d, now)
-		return err
+		if lease, err = j.Heartbeat(s.ID(), leaseID, d, now); err != nil {
+			return err
+		}
+		// The slot is extended first: a lease never outlives its slot, or
+		// another attempt could take the slot while this one still runs.
+		// (A slot that outlives its lease only holds longer.)
+		if lease.Resource != "" {
+			if err := e.Resources.ExtendHolder(ctx, tenant, lease.Resource, lease.ID, lease.ExpiresAt); err != nil {
+				return fmt.Errorf("extend the slot of resource %s: %w", lease.Resource, err)
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return res, fmt.Errorf("heartbeat lease %s: %w", leaseID, err)
@@ -296,11 +307,6 @@ func (e *Engine) Heartbeat(ctx context.Context, tenant, leaseID string, extend t
 	if lease.Token != "" {
 		if err := e.Queue.Extend(ctx, lease.Token, lease.ExpiresAt.Sub(e.now())); err != nil {
 			e.Log.Warn("heartbeat could not extend the message's visibility", "lease", leaseID, "err", err)
-		}
-	}
-	if lease.Resource != "" {
-		if err := e.Resources.ExtendHolder(ctx, tenant, lease.Resource, domain.HolderKey(j.ID, stepID, lease.Attempt), lease.ExpiresAt); err != nil {
-			e.Log.Warn("heartbeat could not extend the resource slot", "lease", leaseID, "resource", lease.Resource, "err", err)
 		}
 	}
 	return res, nil
@@ -429,7 +435,7 @@ func (e *Engine) endLease(ctx context.Context, tenant string, j *domain.Job, ste
 			e.Log.Warn("finished lease's message not deleted; it is dropped when next received", "lease", l.ID, "err", err)
 		}
 	}
-	e.releaseSlot(ctx, tenant, l.Resource, domain.HolderKey(j.ID, stepID, l.Attempt))
+	e.releaseSlot(ctx, tenant, l.Resource, l.ID)
 	e.dispatch(ctx, j, ds)
 }
 

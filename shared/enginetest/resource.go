@@ -67,7 +67,7 @@ var resourceChecks = []check[StoreFixture]{
 		stale := *r
 		later := f.Now.Add(time.Hour)
 		require.NoError(t, rs.ExtendHolder(ctx, "ta", "a", "j/s/1", later))
-		require.NoError(t, rs.ExtendHolder(ctx, "ta", "a", "gone/s/1", later), "a slot no longer held is left alone")
+		require.ErrorIs(t, rs.ExtendHolder(ctx, "ta", "a", "gone/s/1", later), domain.ErrLeaseLost, "a slot no longer held is not made again")
 		got, err := rs.GetResource(ctx, "ta", "a")
 		require.NoError(t, err)
 		require.True(t, later.Equal(got.Holders["j/s/1"].ExpiresAt))

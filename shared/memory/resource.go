@@ -108,7 +108,7 @@ func (s *Store) ExtendHolder(_ context.Context, tenant, id, key string, until ti
 	}
 	h, ok := r.Holders[key]
 	if !ok {
-		return nil // released or pruned meanwhile: nothing to extend
+		return fmt.Errorf("slot %s of resource %s is no longer held: %w", key, id, domain.ErrLeaseLost)
 	}
 	h.ExpiresAt = cmp.Or(until, h.ExpiresAt)
 	r.Holders[key] = h

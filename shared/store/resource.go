@@ -143,7 +143,7 @@ func (s *Store) DeleteResource(ctx context.Context, tenant, id string, version i
 }
 
 // ExtendHolder moves a held slot's expiry in one update that reads
-// nothing; a slot no longer held is left alone.
+// nothing; a slot no longer held answers domain.ErrLeaseLost.
 func (s *Store) ExtendHolder(ctx context.Context, tenant, id, key string, until time.Time) error {
 	at, err := attributevalue.Marshal(until)
 	if err != nil {
@@ -156,8 +156,10 @@ func (s *Store) ExtendHolder(ctx context.Context, tenant, id, key string, until 
 		ExpressionAttributeNames:  map[string]string{"#k": key},
 		ExpressionAttributeValues: map[string]ddb.AttributeValue{":t": at, ":one": &ddb.AttributeValueMemberN{Value: "1"}},
 	})
-	var ccf *ddb.ConditionalCheckFailedException
-	if err != nil && !errors.As(err, &ccf) {
+	if ccf := (*ddb.ConditionalCheckFailedException)(nil); errors.As(err, &ccf) {
+		return fmt.Errorf("slot %s of resource %s is no longer held: %w", key, id, domain.ErrLeaseLost)
+	}
+	if err != nil {
 		return fmt.Errorf("extend slot %s of resource %s: %w", key, id, err)
 	}
 	return nil

@@ -24,7 +24,7 @@
 // interleaving, which may differ between two runs of one seed.
 //
 // With --resources (the default) each run also registers a pool of three
-// resources with four slots for its tenant and runs a dozen jobs beside
+// resources with four slots for its tenant and runs eight jobs beside
 // its plan whose steps compete for them: holders go silent, resources
 // fail, waves of claimers race; the checks hold every resource to its
 // capacity, every slot to its lease and every step to its avoid list.

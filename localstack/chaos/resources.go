@@ -46,12 +46,12 @@ import (
 // ResourceConfig sizes a run's resource jobs.
 type ResourceConfig struct {
 	Off  bool // no resources, no resource jobs
-	Jobs int  // resource jobs beside Config.Jobs; 0 means 12
+	Jobs int  // resource jobs beside Config.Jobs; 0 means 8
 }
 
 func (c *ResourceConfig) defaults() {
 	if c.Jobs == 0 {
-		c.Jobs = 12
+		c.Jobs = 8
 	}
 }
 
@@ -82,7 +82,7 @@ const (
 const (
 	ScriptKill     = "kill"     // hold the slot and go silent: no heartbeat, no outcome
 	ScriptResource = "resource" // fail with class resource: the step switches
-	ScriptHold     = "hold"     // heartbeat twice, each with half the lease left, then complete
+	ScriptHold     = "hold"     // heartbeat with half the lease left, then complete
 	ScriptComplete = "complete"
 )
 
@@ -156,7 +156,7 @@ func (f *Faults) ResourcePlan(first int, c ResourceConfig) *resourcePlan {
 		for w := range waves {
 			wave := resourceWave{Claimers: 2 + r.IntN(3)}
 			if w > 0 {
-				wave.After = time.Duration(1500+r.IntN(1500)) * time.Millisecond
+				wave.After = time.Duration(500+r.IntN(1000)) * time.Millisecond
 			}
 			p.Waves = append(p.Waves, wave)
 		}
@@ -197,7 +197,7 @@ func planResourceJob(r *rand.Rand, seed uint64, n, total int) (JobPlan, resource
 		req := r.IntN(2) // any GPU, or zone a: two resources or more to switch between
 		rj.Script = planScript(r, requirements[req].matching-1)
 		payload[WorkerMarker], payload[ScriptMember] = WorkerResource, rj.Script
-		worker := step("train", map[string]any{"type": "worker", "queue": WorkerQueues[r.IntN(len(WorkerQueues))], "lease_seconds": 1 + r.IntN(2)}, req)
+		worker := step("train", map[string]any{"type": "worker", "queue": WorkerQueues[r.IntN(len(WorkerQueues))], "lease_seconds": 1}, req)
 		// Two attempts beyond the script, for leases other faults lose.
 		worker["retry"] = map[string]any{"max_attempts": len(rj.Script) + 2, "backoff": "fixed", "initial_delay_ms": 100, "max_delay_ms": 1000}
 		steps = []map[string]any{worker}
@@ -229,14 +229,14 @@ func planResourceJob(r *rand.Rand, seed uint64, n, total int) (JobPlan, resource
 	return JobPlan{N: n, Kind: kind, Key: fmt.Sprintf("chaos-%d-%d", seed, n), Body: body, CancelAfter: cancel}, rj
 }
 
-// planScript draws a worker step's script: one to three attempts that end
+// planScript draws a worker step's script: up to two attempts that end
 // without success (at most switches resource failures, so a resource is
 // always left to switch to), then one that succeeds.
 func planScript(r *rand.Rand, switches int) []string {
 	var out []string
-	for range 1 + r.IntN(3) {
+	for range r.IntN(3) {
 		switch x := r.IntN(10); {
-		case x < 4:
+		case x < 3:
 			out = append(out, ScriptKill)
 		case x < 7 && switches > 0:
 			switches--
@@ -245,7 +245,7 @@ func planScript(r *rand.Rand, switches int) []string {
 			out = append(out, ScriptHold)
 		}
 	}
-	if out[len(out)-1] == ScriptHold {
+	if len(out) > 0 && out[len(out)-1] == ScriptHold {
 		return out // a hold completes
 	}
 	if r.IntN(2) == 0 {
@@ -612,21 +612,21 @@ func (w *workers) resource(ctx context.Context, name string, l engine.ClaimedLea
 		w.f.Count(KindSlotHolderKilled)
 		return // the slot comes back when the lease expires
 	case ScriptHold:
+		// With half the lease left, by the stack's clock, the worker
+		// extends it, and goes on past where it would have ended: the
+		// slot's expiry must follow the lease's.
 		half := time.Duration(l.LeaseSeconds) * time.Second / 2
-		for range 2 {
-			// With half the lease left, by the stack's clock: the slot's
-			// expiry must follow the lease's.
-			w.waitUntil(ctx, func() bool { return !w.clock.Now().Before(expires.Add(-half)) })
-			a := w.send(ctx, l, "heartbeat", &expires, func(bool) []byte { return []byte(`{}`) })
-			w.answered(seen, "heartbeat", a)
-			var hb engine.HeartbeatResult
-			if !a.ok() || json.Unmarshal(a.body, &hb) != nil || hb.CancelRequested || hb.ExpiresAt == nil {
-				return // lost, or cancelled: stop working
-			}
-			expires = *hb.ExpiresAt
+		w.waitUntil(ctx, func() bool { return !w.clock.Now().Before(expires.Add(-half)) })
+		a := w.send(ctx, l, "heartbeat", &expires, func(bool) []byte { return []byte(`{}`) })
+		w.answered(seen, "heartbeat", a)
+		var hb engine.HeartbeatResult
+		if !a.ok() || json.Unmarshal(a.body, &hb) != nil || hb.CancelRequested || hb.ExpiresAt == nil {
+			return // lost, or cancelled: stop working
 		}
+		expires = *hb.ExpiresAt
+		w.waitUntil(ctx, func() bool { return !w.clock.Now().Before(l.ExpiresAt.Add(100 * time.Millisecond)) })
 	default:
-		sleep(ctx, 200*time.Millisecond) // holding the slot meanwhile
+		sleep(ctx, 100*time.Millisecond) // holding the slot meanwhile
 	}
 	if ctx.Err() != nil {
 		return

@@ -449,8 +449,11 @@ func resourceOutcome(j *domain.Job, rj resourceJob, pool map[string]*domain.Reso
 	return ""
 }
 
-// span is an attempt's hold on a slot: from when the slot was taken to
-// when its lease ended (its outcome, a cancel, or its expiry).
+// span is an attempt's hold on a slot: from when the slot was taken (or
+// the attempt started, if later) to when its lease ended (its outcome, a
+// cancel, or its expiry). Both ends are bounds a correct engine keeps: a
+// slot is taken (its since) only after the slot before it was given back
+// or expired, and given back only after the attempt's end was written.
 type span struct {
 	res, job, step string
 	attempt        int
@@ -506,7 +509,13 @@ func spanOf(j *domain.Job, s *domain.Step, a domain.Attempt, leases map[string]l
 	}
 	switch {
 	case sp.held != nil:
+		// No earlier than the attempt's start either: a slot kept from an
+		// earlier decision of the change held nothing for this lease
+		// before it was written.
 		sp.from = sp.held.since
+		if a.StartedAt.After(sp.from) {
+			sp.from = *a.StartedAt
+		}
 	case len(held) > 0:
 		sp.late = true
 		return sp, false

@@ -169,7 +169,7 @@ func TestSlotGivenBackAndCapacityExceededAreFound(t *testing.T) {
 	j1, s1 := step("j1", a1)
 	sp1, ok := spanOf(j1, s1, a1, leases, hs)
 	require.True(t, ok)
-	require.True(t, sp1.from.Equal(at(0)), "from the slot's taking, not the attempt's start")
+	require.True(t, sp1.from.Equal(at(0)), "from the slot's taking, not the attempt's earlier start")
 	require.NotNil(t, sp1.held.dropped)
 	require.True(t, sp1.held.dropped.Start.Before(sp1.to), "given back at 500 while the lease ran to 2000")
 	require.Contains(t, p.describeDrop(sp1), "given back by write v3 [+0.500s")
@@ -202,6 +202,13 @@ func TestSlotGivenBackAndCapacityExceededAreFound(t *testing.T) {
 	require.True(t, ok)
 	require.Nil(t, sp4.held)
 	require.True(t, sp4.from.Equal(at(3000)))
+	// A slot kept from an earlier decision holds for the lease from the
+	// attempt's start.
+	p.applied = append(p.applied, poolWrite{Res: "gpu-1", Version: 6, Start: at(2500), Holders: map[string]domain.Holder{"j5/w/1": {Since: at(2500)}}})
+	j5, s5 := step("j5", late)
+	sp5, ok := spanOf(j5, s5, late, leases, p.holdings())
+	require.True(t, ok)
+	require.True(t, sp5.from.Equal(at(3000)))
 }
 
 func TestCheckAvoid(t *testing.T) {

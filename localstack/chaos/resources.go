@@ -34,14 +34,14 @@ import (
 // while holding the slot (KindSlotHolderKilled), fail with class resource
 // (KindResourceFailed, as does a built-in fail step that switches through
 // every matching resource), hold the slot over heartbeats, or complete.
-// The faults of the rest of the run apply to
-// every call these make.
+// The faults of the rest of the run apply to every call these make.
 //
 // What the checks (resources_check.go) rely on is observed, not assumed:
-// a middleware beside the fault layer reads every resource item the
-// engine writes, so when each slot was taken (its holder's since) is
-// known exactly; a sampler reads the resources while the run goes; the
-// workers note every lease they were handed on a resource.
+// a middleware beside the fault layer sees every write of a resource item
+// the engine makes that was applied (in version order), so when each slot
+// was taken (its holder's since) and given back is known exactly; a
+// sampler reads the resources while the run goes; the workers note every
+// lease they were handed on a resource and every answer under it.
 
 // ResourceConfig sizes a run's resource jobs.
 type ResourceConfig struct {
@@ -279,9 +279,8 @@ type leaseSeen struct {
 	Lease, Job, Step, Resource, Worker string
 	Attempt                            int
 	Script                             string
-	Handed                             time.Time // the stack's clock
-	Heartbeats                         int       // answered 2xx
-	Answers                            []string  // "heartbeat 200", "complete 409", ...: the last answer of each request
+	Heartbeats                         int      // answered 2xx
+	Answers                            []string // "heartbeat 200", "complete 409", ...: the last answer of each request
 }
 
 // poolSample is one read of the pool while the run went.
@@ -597,7 +596,7 @@ func script(input json.RawMessage, n int) string {
 // resource handles a lease of a resource job's worker step by its script.
 func (w *workers) resource(ctx context.Context, name string, l engine.ClaimedLease) {
 	do := script(l.Input, l.Attempt)
-	seen := &leaseSeen{Lease: l.LeaseID, Job: l.JobID, Step: l.StepID, Attempt: l.Attempt, Worker: name, Script: do, Handed: w.clock.Now()}
+	seen := &leaseSeen{Lease: l.LeaseID, Job: l.JobID, Step: l.StepID, Attempt: l.Attempt, Worker: name, Script: do}
 	if l.Resource != nil {
 		seen.Resource = l.Resource.ID
 	}

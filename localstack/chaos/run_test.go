@@ -49,16 +49,6 @@ func TestShortRun(t *testing.T) {
 	require.Equal(t, res.Jobs, res.States["COMPLETED"]+res.States["FAILED"]+res.States["CANCELLED"])
 	require.Contains(t, Summary([]*Result{res}), "chaos: 1 runs, ")
 
-	rr := res.Resources
-	require.NotNil(t, rr)
-	require.Zero(t, rr.Failed())
-	require.EqualValues(t, len(ResourcePool), rr.Registered)
-	require.Equal(t, 4, rr.Jobs)
-	require.Positive(t, rr.Ran, "attempts ran on a slot")
-	require.Zero(t, rr.Unobserved, "every slot's taking was seen")
-	require.Positive(t, rr.Samples)
-	require.EqualValues(t, 2, res.Faults[KindSlotRace], "two waves")
-
 	h := res.Hostile
 	require.NotNil(t, h)
 	require.Zero(t, h.Failed())
@@ -72,4 +62,14 @@ func TestShortRun(t *testing.T) {
 	require.Equal(t, 10+4, h.Flood)
 	require.Equal(t, h.Flood, h.FloodFinished)
 	require.Equal(t, 3, h.Parked)
+
+	rr := res.Resources
+	require.NotNil(t, rr)
+	require.Zero(t, rr.Failed())
+	require.EqualValues(t, len(ResourcePool), rr.Registered)
+	require.Equal(t, 4, rr.Jobs)
+	require.Positive(t, rr.Ran, "attempts ran on a slot")
+	require.Zero(t, rr.Unobserved, "every slot's taking was seen")
+	require.Positive(t, rr.Samples)
+	require.EqualValues(t, 2, res.Faults[KindSlotRace], "two waves")
 }

@@ -22,6 +22,12 @@
 // plan and the same sequence of fault decisions; which call, message or
 // lease meets each decision follows the goroutines' wall-clock
 // interleaving, which may differ between two runs of one seed.
+//
+// With --resources (the default) each run also registers a pool of three
+// resources with four slots for its tenant and runs eight jobs beside
+// its plan whose steps compete for them: holders go silent, resources
+// fail, waves of claimers race; the checks hold every resource to its
+// capacity, every slot to its lease and every step to its avoid list.
 package main
 
 import (
@@ -59,6 +65,7 @@ func command() *cobra.Command {
 		verbose  bool
 		bound    time.Duration
 		hostile  bool
+		pool     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "stepflow-chaos",
@@ -109,7 +116,7 @@ unfinished flood job or a leak between the tenants fails the run.`,
 			var results []*chaos.Result
 			for i := range runs {
 				cfg := chaos.Config{Seed: seed + uint64(i), Jobs: jobs, Endpoint: endpoint, Bound: bound, Log: logger,
-					Hostile: chaos.HostileConfig{Off: !hostile}}
+					Hostile: chaos.HostileConfig{Off: !hostile}, Resources: chaos.ResourceConfig{Off: !pool}}
 				if verbose {
 					cfg.Progress = cmd.ErrOrStderr()
 				}
@@ -145,5 +152,6 @@ unfinished flood job or a leak between the tenants fails the run.`,
 	f.BoolVar(&verbose, "verbose", false, "log the stack's warnings and the run's progress to stderr")
 	f.DurationVar(&bound, "bound", 120*time.Second, "how long a run waits for every job to finish; a job not finished by then is lost")
 	f.BoolVar(&hostile, "hostile", true, "run a hostile tenant beside each run (--hostile=false for none)")
+	f.BoolVar(&pool, "resources", true, "register a resource pool and run resource jobs beside each run's plan (--resources=false for none)")
 	return cmd
 }

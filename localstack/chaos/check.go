@@ -68,6 +68,9 @@ type Result struct {
 	FaultsByCall                       map[string]int64 // "kind Service.Operation" -> faults injected there
 	// Races is what the racers and the sleeps came to.
 	Races RaceTotals
+	// Resources is what the resource jobs did, and their checks
+	// (resources_check.go); nil when the run had none.
+	Resources *ResourceResult
 	// Hostile is what the hostile tenant did beside the run, and its
 	// checks; nil when the run had none.
 	Hostile *HostileResult
@@ -278,6 +281,7 @@ func (r *run) check(ctx context.Context, res *Result) {
 	res.Lost = len(lostJobs)
 	res.Duplicated = len(dupJobs) + extras
 	res.Mismatched = len(mismatched) + leftover
+	r.pool.check(ctx, r, res, subs, lostJobs, dupJobs, mismatched)
 }
 
 func (r *run) listAll(ctx context.Context) (map[string]bool, error) {

@@ -63,6 +63,11 @@ const (
 	KindApprovalRace Kind = "approval_race" // approve, approve again, reject and cancel sent at one approval gate at once
 	KindSignalRace   Kind = "signal_race"   // signals (repeated, early, late) sent to a wait, some against a cancel
 	KindRedriveRace  Kind = "redrive_race"  // two redrives of one failed job at once
+	// Resource pools (resources.go): planned in the resource jobs, counted
+	// when carried out.
+	KindSlotHolderKilled Kind = "slot_holder_killed" // a worker holding a slot goes silent: no heartbeat, no outcome
+	KindResourceFailed   Kind = "resource_failed"    // an attempt fails with class resource (a worker's report or a built-in fail step)
+	KindSlotRace         Kind = "slot_race"          // a wave of resource jobs submitted at once, met by a storm of extra claimers
 )
 
 // Kinds lists every fault kind in report order.
@@ -70,10 +75,13 @@ var Kinds = [...]Kind{
 	KindCrashBefore, KindCrashAfter, KindThrottle, KindServerError, KindAmbiguous,
 	KindSendLost, KindDuplicate, KindDoubleSweep, KindZombie, KindSkew,
 	KindTimerTwice, KindTimerLate, KindSFNStartLost, KindApprovalRace, KindSignalRace, KindRedriveRace,
+	KindSlotHolderKilled, KindResourceFailed, KindSlotRace,
 }
 
-// racerKinds are counted once per racer that ran, not drawn by the layer.
-var racerKinds = map[Kind]bool{KindApprovalRace: true, KindSignalRace: true, KindRedriveRace: true}
+// racerKinds are counted once per racer that ran, not drawn by the layer;
+// so are the resource jobs' kinds, as they are carried out.
+var racerKinds = map[Kind]bool{KindApprovalRace: true, KindSignalRace: true, KindRedriveRace: true,
+	KindSlotHolderKilled: true, KindResourceFailed: true, KindSlotRace: true}
 
 func kindIndex(k Kind) int {
 	for i, x := range Kinds {
@@ -157,6 +165,7 @@ const (
 	StreamAttempts               // the engine's AWS calls, once per attempt (the SDK's retries included)
 	StreamTimers                 // timer steps' messages received, and delayed entries sent
 	StreamRacers                 // the racers' plans, drawn with the workload plan
+	StreamPool                   // the resource jobs' plan (resources.go)
 	numStreams
 )
 

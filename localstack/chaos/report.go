@@ -28,6 +28,9 @@ func (r *Result) Report(w io.Writer, verbose bool) {
 	fmt.Fprintf(w, "  sweeps %d (%d crashed, clock advanced %d times): reclaimed %d, re-dispatched %d; workers claimed %d, outcomes accepted %d, refused 409 %d; dead-lettered %d\n",
 		r.Sweeps.Sweeps, r.Sweeps.Crashed, r.Sweeps.Advances, r.Sweeps.Reclaimed, r.Sweeps.Redispatched,
 		r.Claimed, r.WorkerOutcomes, r.WorkerRefused, r.Dead)
+	if r.Resources != nil {
+		fmt.Fprintf(w, "  resources: %s\n", r.Resources.brief())
+	}
 	fmt.Fprintf(w, "  races and timers: %s\n", r.Races.brief())
 	fmt.Fprintf(w, "  schedules: %s\n", r.Schedules.brief())
 	if h := r.Hostile; h != nil {
@@ -45,6 +48,9 @@ func (r *Result) Report(w io.Writer, verbose bool) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  check\tok\tfailed\tcounts as\n")
 	checks := r.Checks
+	if r.Resources != nil {
+		checks = append(append([]*Check(nil), checks...), r.Resources.Checks...)
+	}
 	if r.Hostile != nil {
 		checks = append(append([]*Check(nil), checks...), r.Hostile.Checks...)
 	}
@@ -73,6 +79,11 @@ func (r *Result) Report(w io.Writer, verbose bool) {
 		fmt.Fprintf(w, "    faults by call: %s\n", strings.Join(at, ", "))
 		for _, n := range r.Notes {
 			fmt.Fprintf(w, "    note: %s\n", n)
+		}
+		if r.Resources != nil {
+			for _, n := range r.Resources.Notes {
+				fmt.Fprintf(w, "    resource note: %s\n", n)
+			}
 		}
 		if r.Hostile != nil {
 			for _, n := range r.Hostile.Notes {

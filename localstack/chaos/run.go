@@ -48,6 +48,9 @@ type Config struct {
 	// Hostile sizes the hostile tenant that works beside the run (see
 	// HostileTenant); Hostile.Off runs without one.
 	Hostile HostileConfig
+	// Resources sizes the resource jobs beside the plan (resources.go);
+	// Resources.Off runs without them.
+	Resources ResourceConfig
 }
 
 func (c *Config) defaults() {
@@ -76,6 +79,7 @@ func (c *Config) defaults() {
 		c.Progress = io.Discard
 	}
 	c.Hostile.defaults()
+	c.Resources.defaults()
 }
 
 // WorkerVisibility is the worker queues' visibility timeout in a run.
@@ -140,12 +144,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	f := New(cfg.Seed, cfg.Probabilities)
 	plan := f.Plan(cfg.Jobs)
 	clock := &Clock{}
+	pool := newResourcePool(f.ResourcePlan(len(plan), cfg.Resources), clock)
+	plan = append(plan, pool.plan.all()...)
 	name := fmt.Sprintf("chaos-%d-%x", cfg.Seed, time.Now().UnixNano()&0xffffff)
 	st, err := devstack.Start(ctx, devstack.Options{
 		EndpointURL: cfg.Endpoint, StackName: name, APIKeys: map[string]string{APIKey: Tenant, HostileKey: HostileTenant, ScheduleKey: ScheduleTenant},
 		ScheduleEvery: 2 * time.Second, PollWait: time.Second, Lease: cfg.Lease, Now: clock.Now, Log: cfg.Log,
 		TimerThreshold:   RunTimerThreshold,
-		APIOptions:       []func(*middleware.Stack) error{f.Middleware},
+		APIOptions:       []func(*middleware.Stack) error{f.Middleware, pool.Observe},
 		RunnerAPIOptions: []func(*middleware.Stack) error{f.Duplicates()},
 	})
 	if err != nil {
@@ -160,6 +166,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		subs: make([]*submission, len(plan)),
 	}
 	r.w = &workers{f: f, c: r.c, clock: clock}
+	r.w.pool, r.pool = pool, pool
 	// The worker queues are made before the engine first uses them, with a
 	// 5 s visibility timeout instead of the engine's 30 s (as Lease shortens
 	// the ready queues'), so a message a crashed claim took comes back soon.
@@ -188,12 +195,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	sweeper.Go(func() { r.sweeper(sweepCtx) })
 
 	deadline := time.Now().Add(cfg.Bound)
+	submittedResources := pool.start(ctx, workCtx, r, deadline)
 	if h != nil {
 		h.start(workCtx, ctx, deadline)
 	}
 	sc := newScheduler(r)
 	sc.start(workCtx, deadline)
 	r.submitAll(ctx, plan, deadline)
+	submittedResources.Wait()
 	r.submitted.Store(true)
 	finished := r.await(ctx, deadline)
 	if h != nil {
@@ -249,6 +258,7 @@ type run struct {
 	raw   *store.Store // the table without the fault layer, for the checks
 	c     *client
 	w     *workers
+	pool  *resourcePool
 
 	mu        sync.Mutex
 	subs      []*submission
@@ -272,6 +282,9 @@ func (r *run) submitAll(ctx context.Context, plan []JobPlan, deadline time.Time)
 				i := int(next.Add(1)) - 1
 				if i >= len(plan) || ctx.Err() != nil {
 					return
+				}
+				if _, inWave := r.pool.plan.Jobs[plan[i].N]; inWave {
+					continue // a resource job: its wave submits it (resources.go)
 				}
 				r.submit(ctx, plan[i], deadline)
 			}

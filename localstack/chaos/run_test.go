@@ -33,7 +33,7 @@ func TestShortRun(t *testing.T) {
 	var progress strings.Builder
 	start := time.Now()
 	res, err := Run(ctx, Config{Seed: 5, Jobs: 10, Endpoint: em.URL, Bound: 60 * time.Second, Drain: 15 * time.Second, Probabilities: p, Progress: &progress,
-		Hostile: HostileConfig{Pass: 10, Unknown: 5}})
+		Hostile: HostileConfig{Pass: 10, Unknown: 5}, Resources: ResourceConfig{Jobs: 4}})
 	require.NoError(t, err)
 	var report strings.Builder
 	res.Report(&report, true)
@@ -42,10 +42,11 @@ func TestShortRun(t *testing.T) {
 	require.True(t, res.Passed(), "a check failed:\n%s", report.String())
 	require.Positive(t, res.FaultTotal())
 	require.Len(t, res.Checks, 13)
+	require.Equal(t, 10+4, res.Jobs, "the plan's jobs and the resource jobs")
 	for _, c := range append(res.Checks[:9:9], res.Checks[10]) {
-		require.Equal(t, 10, c.OK+c.Failed, "check %q ran on every job", c.Name)
+		require.Equal(t, res.Jobs, c.OK+c.Failed, "check %q ran on every job", c.Name)
 	}
-	require.Equal(t, 10, res.States["COMPLETED"]+res.States["FAILED"]+res.States["CANCELLED"])
+	require.Equal(t, res.Jobs, res.States["COMPLETED"]+res.States["FAILED"]+res.States["CANCELLED"])
 	require.Contains(t, Summary([]*Result{res}), "chaos: 1 runs, ")
 
 	sc := res.Schedules
@@ -69,4 +70,14 @@ func TestShortRun(t *testing.T) {
 	require.Equal(t, 10+4, h.Flood)
 	require.Equal(t, h.Flood, h.FloodFinished)
 	require.Equal(t, 3, h.Parked)
+
+	rr := res.Resources
+	require.NotNil(t, rr)
+	require.Zero(t, rr.Failed())
+	require.EqualValues(t, len(ResourcePool), rr.Registered)
+	require.Equal(t, 4, rr.Jobs)
+	require.Positive(t, rr.Ran, "attempts ran on a slot")
+	require.Zero(t, rr.Unobserved, "every slot's taking was seen")
+	require.Positive(t, rr.Samples)
+	require.EqualValues(t, 2, res.Faults[KindSlotRace], "two waves")
 }

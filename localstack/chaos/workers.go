@@ -37,6 +37,7 @@ type workers struct {
 	c     *client
 	clock *Clock
 	wg    sync.WaitGroup
+	pool  *resourcePool // notes the leases of resource jobs (resources.go); nil for none
 
 	claimed  atomic.Int64
 	outcomes atomic.Int64 // outcomes the engine accepted
@@ -162,6 +163,10 @@ func (w *workers) handle(ctx context.Context, name string, l engine.ClaimedLease
 	m := marker(l.Input)
 	if m == WorkerFailFirst {
 		w.planned(ctx, name, l)
+		return
+	}
+	if m == WorkerResource {
+		w.resource(ctx, name, l)
 		return
 	}
 	b := w.behaviour()

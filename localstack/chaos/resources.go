@@ -1,0 +1,673 @@
+package chaos
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
+)
+
+// Resource pools under chaos. At start the run's tenant registers
+// ResourcePool (four slots on three resources), and beside the plan a
+// batch of resource jobs, drawn from StreamPool, whose worker and
+// built-in steps require them, so more steps compete than there are
+// slots. The jobs come in waves, each submitted at once and met by a
+// storm of extra claimers (KindSlotRace). A resource job's worker step
+// carries a script the chaos workers follow attempt by attempt: go silent
+// while holding the slot (KindSlotHolderKilled), fail with class resource
+// (KindResourceFailed, as does a built-in fail step that switches through
+// every matching resource), hold the slot over heartbeats, or complete.
+// The faults of the rest of the run apply to every call these make.
+//
+// What the checks (resources_check.go) rely on is observed, not assumed:
+// a middleware beside the fault layer sees every write of a resource item
+// the engine makes that was applied (in version order), so when each slot
+// was taken (its holder's since) and given back is known exactly; a
+// sampler reads the resources while the run goes; the workers note every
+// lease they were handed on a resource and every answer under it.
+
+// ResourceConfig sizes a run's resource jobs.
+type ResourceConfig struct {
+	Off  bool // no resources, no resource jobs
+	Jobs int  // resource jobs beside Config.Jobs; 0 means 8
+}
+
+func (c *ResourceConfig) defaults() {
+	if c.Jobs == 0 {
+		c.Jobs = 8
+	}
+}
+
+// PoolResource is one resource the run registers: capability gpu, label
+// zone.
+type PoolResource struct {
+	ID       string
+	Zone     string
+	Capacity int
+}
+
+// ResourcePool is what the run registers: zone a has three slots on two
+// resources, zone b one.
+var ResourcePool = []PoolResource{{ID: "gpu-1", Zone: "a", Capacity: 1}, {ID: "gpu-2", Zone: "a", Capacity: 2}, {ID: "gpu-3", Zone: "b", Capacity: 1}}
+
+// ResourceCapability is the capability every pool resource has.
+const ResourceCapability = "gpu"
+
+// WorkerResource is the WorkerMarker of a resource job: the workers follow
+// the script in its ScriptMember, one entry per attempt (complete beyond
+// its end).
+const (
+	WorkerResource = "resource"
+	ScriptMember   = "chaos_script"
+)
+
+// What a worker does with an attempt of a resource job's worker step.
+const (
+	ScriptKill     = "kill"     // hold the slot and go silent: no heartbeat, no outcome
+	ScriptResource = "resource" // fail with class resource: the step switches
+	ScriptHold     = "hold"     // heartbeat with half the lease left, then complete
+	ScriptComplete = "complete"
+)
+
+// resourceKinds are the resource jobs' kinds with their weights:
+// res-worker a worker step (between built-in steps, some), res-pass
+// built-in steps only, res-switch a built-in step that fails with class
+// resource on every resource it is given.
+var resourceKinds = []struct {
+	kind   string
+	weight int
+}{{"res-worker", 6}, {"res-pass", 3}, {"res-switch", 1}}
+
+// resourceJob is a resource job's part of the plan beyond its JobPlan.
+type resourceJob struct {
+	Kind   string
+	Script []string // the worker step's, by attempt
+	Wave   int
+}
+
+// resourceWave is a group of resource jobs submitted at once, After the
+// first wave, then met by Claimers extra claimers per worker queue.
+type resourceWave struct {
+	After    time.Duration
+	Jobs     []JobPlan
+	Claimers int
+}
+
+// resourcePlan is what a run does with resources.
+type resourcePlan struct {
+	Waves []resourceWave
+	Jobs  map[int]resourceJob // by JobPlan.N
+}
+
+// all answers the resource jobs' plans in order.
+func (p *resourcePlan) all() []JobPlan {
+	var out []JobPlan
+	for _, w := range p.Waves {
+		out = append(out, w.Jobs...)
+	}
+	return out
+}
+
+// requirement is what a step may require of the pool, with the number of
+// pool resources it matches.
+var requirements = []struct {
+	req      map[string]any
+	matching int
+}{
+	{map[string]any{"capabilities": []string{ResourceCapability}}, 3},
+	{map[string]any{"capabilities": []string{ResourceCapability}, "labels": map[string]string{"zone": "a"}}, 2},
+	{map[string]any{"labels": map[string]string{"zone": "b"}}, 1},
+}
+
+// ResourcePlan draws a run's resource jobs from StreamPool, numbered
+// from first (after the plan's): the same seed, the same jobs, and the
+// rest of the plan is not changed by them.
+func (f *Faults) ResourcePlan(first int, c ResourceConfig) *resourcePlan {
+	p := &resourcePlan{Jobs: map[int]resourceJob{}}
+	if c.Off || c.Jobs <= 0 {
+		return p
+	}
+	waves := 2
+	if c.Jobs < 4 {
+		waves = 1
+	}
+	total := 0
+	for _, k := range resourceKinds {
+		total += k.weight
+	}
+	f.Draw(StreamPool, func(r *rand.Rand) {
+		for w := range waves {
+			wave := resourceWave{Claimers: 2 + r.IntN(3)}
+			if w > 0 {
+				wave.After = time.Duration(500+r.IntN(1000)) * time.Millisecond
+			}
+			p.Waves = append(p.Waves, wave)
+		}
+	})
+	for i := range c.Jobs {
+		n := first + i
+		var jp JobPlan
+		var rj resourceJob
+		f.Draw(StreamPool, func(r *rand.Rand) { jp, rj = planResourceJob(r, f.Seed, n, total) })
+		rj.Wave = i * waves / c.Jobs
+		p.Waves[rj.Wave].Jobs = append(p.Waves[rj.Wave].Jobs, jp)
+		p.Jobs[n] = rj
+	}
+	return p
+}
+
+func planResourceJob(r *rand.Rand, seed uint64, n, total int) (JobPlan, resourceJob) {
+	w := r.IntN(total)
+	kind := resourceKinds[len(resourceKinds)-1].kind
+	for _, k := range resourceKinds {
+		if w < k.weight {
+			kind = k.kind
+			break
+		}
+		w -= k.weight
+	}
+	rj := resourceJob{Kind: kind}
+	payload := map[string]any{"seed": seed, "n": n}
+	step := func(id string, action map[string]any, req int) map[string]any {
+		return map[string]any{"id": id, "action": action, "requires": requirements[req].req}
+	}
+	pass := func(id string) map[string]any {
+		return step(id, map[string]any{"type": "pass"}, r.IntN(len(requirements)))
+	}
+	var steps []map[string]any
+	switch kind {
+	case "res-worker":
+		req := r.IntN(2) // any GPU, or zone a: two resources or more to switch between
+		rj.Script = planScript(r, requirements[req].matching-1)
+		payload[WorkerMarker], payload[ScriptMember] = WorkerResource, rj.Script
+		worker := step("train", map[string]any{"type": "worker", "queue": WorkerQueues[r.IntN(len(WorkerQueues))], "lease_seconds": 1}, req)
+		// Two attempts beyond the script, for leases other faults lose.
+		worker["retry"] = map[string]any{"max_attempts": len(rj.Script) + 2, "backoff": "fixed", "initial_delay_ms": 100, "max_delay_ms": 1000}
+		steps = []map[string]any{worker}
+		if r.IntN(2) == 0 {
+			steps = append([]map[string]any{pass("prep")}, steps...)
+		}
+		if r.IntN(2) == 0 {
+			steps = append(steps, pass("post"))
+		}
+	case "res-pass":
+		for s := range 2 + r.IntN(2) {
+			steps = append(steps, pass(fmt.Sprintf("p%d", s+1)))
+		}
+	case "res-switch":
+		// Fails with class resource on every resource it is given: it
+		// switches until none that matches is left, then fails.
+		sw := step("flaky", map[string]any{"type": "fail", "class": "resource", "message": "chaos: the GPU faulted"}, r.IntN(2))
+		sw["retry"] = map[string]any{"max_attempts": 5, "backoff": "fixed", "initial_delay_ms": 100, "max_delay_ms": 1000}
+		steps = []map[string]any{sw}
+	}
+	var cancel time.Duration
+	if r.Float64() < 0.1 {
+		cancel = time.Duration(300+r.IntN(1700)) * time.Millisecond
+	}
+	body, err := json.Marshal(map[string]any{"steps": steps, "payload": payload, "priority": r.IntN(3)})
+	if err != nil {
+		panic(err)
+	}
+	return JobPlan{N: n, Kind: kind, Key: fmt.Sprintf("chaos-%d-%d", seed, n), Body: body, CancelAfter: cancel}, rj
+}
+
+// planScript draws a worker step's script: up to two attempts that end
+// without success (at most switches resource failures, so a resource is
+// always left to switch to), then one that succeeds.
+func planScript(r *rand.Rand, switches int) []string {
+	var out []string
+	for range r.IntN(3) {
+		switch x := r.IntN(10); {
+		case x < 3:
+			out = append(out, ScriptKill)
+		case x < 7 && switches > 0:
+			switches--
+			out = append(out, ScriptResource)
+		default:
+			out = append(out, ScriptHold)
+		}
+	}
+	if len(out) > 0 && out[len(out)-1] == ScriptHold {
+		return out // a hold completes
+	}
+	if r.IntN(2) == 0 {
+		return append(out, ScriptHold)
+	}
+	return append(out, ScriptComplete)
+}
+
+// resourcePool is a run's resource coverage: the plan, what the observer,
+// the sampler and the workers saw.
+type resourcePool struct {
+	plan  *resourcePlan
+	clock *Clock
+	t0    time.Time // the stack's clock when the run started
+
+	mu      sync.Mutex
+	applied []poolWrite // the writes of pool resources that were applied
+	// extends: per resource and holder key, how each attempt to extend
+	// the slot (a heartbeat's) ended: "ok", "no slot" (its condition
+	// failed: the slot was not held), "error".
+	extends map[string]map[string][]string
+	leases  map[string]*leaseSeen // lease id -> what a worker did with it
+	samples []poolSample
+	notes   []string
+
+	writes, raced, registered atomic.Int64
+}
+
+// leaseSeen is a lease of a resource job's step a worker was handed.
+type leaseSeen struct {
+	Lease, Job, Step, Resource, Worker string
+	Attempt                            int
+	Script                             string
+	Heartbeats                         int      // answered 2xx
+	Answers                            []string // "heartbeat 200", "complete 409", ...: the last answer of each request
+}
+
+// poolSample is one read of the pool while the run went.
+type poolSample struct {
+	At      time.Time
+	InUse   map[string]int
+	Waiting map[string]int
+	Holders map[string][]string // live holder keys
+	Waiters map[string]bool     // job/step of every step in line
+}
+
+func newResourcePool(plan *resourcePlan, clock *Clock) *resourcePool {
+	return &resourcePool{
+		plan: plan, clock: clock, t0: clock.Now(),
+		extends: map[string]map[string][]string{}, leases: map[string]*leaseSeen{},
+	}
+}
+
+func (p *resourcePool) note(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.notes) < 20 {
+		p.notes = append(p.notes, fmt.Sprintf(format, args...))
+	}
+}
+
+// Observe is an APIOptions entry: beside the fault layer it reads every
+// resource item of the run's tenant the engine writes, and every
+// extension of a slot. It looks at each HTTP attempt right at the
+// transport, inside the fault layer's attempt faults, so a write applied
+// whose answer an ambiguous fault replaced is seen applied, and a call a
+// crash stopped before it is not seen at all.
+func (p *resourcePool) Observe(s *middleware.Stack) error {
+	if err := s.Initialize.Add(middleware.InitializeMiddlewareFunc("chaos.ResourcesCall", p.observeCall), middleware.After); err != nil {
+		return err
+	}
+	return s.Deserialize.Add(middleware.DeserializeMiddlewareFunc("chaos.ResourcesAttempt", p.observeAttempt), middleware.After)
+}
+
+// poolCall is a write of a pool resource, from its call to its attempts.
+type poolCall struct {
+	res     string
+	put     *domain.Resource // a PutItem of the item
+	extend  string           // an UpdateItem extending this holder key's slot
+	applied atomic.Bool
+}
+
+type poolCallKey struct{}
+
+// poolWrite is a PutItem of a pool resource that was applied.
+type poolWrite struct {
+	Res        string
+	Version    int64
+	Start, End time.Time // the attempt, on the stack's clock
+	Holders    map[string]domain.Holder
+}
+
+func (p *resourcePool) observeCall(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+	var c *poolCall
+	switch v := in.Parameters.(type) {
+	case *dynamodb.PutItemInput:
+		if id, ok := poolItem(v.Item); ok {
+			var r domain.Resource
+			if err := attributevalue.UnmarshalMap(v.Item, &r); err != nil {
+				p.note("a write of resource %s is unreadable: %v", id, err)
+				break
+			}
+			c = &poolCall{res: id, put: &r}
+		}
+	case *dynamodb.UpdateItemInput:
+		if id, ok := poolItem(v.Key); ok && v.ExpressionAttributeNames["#k"] != "" {
+			c = &poolCall{res: id, extend: v.ExpressionAttributeNames["#k"]}
+		}
+	}
+	if c == nil {
+		return next.HandleInitialize(ctx, in)
+	}
+	out, md, err := next.HandleInitialize(context.WithValue(ctx, poolCallKey{}, c), in)
+	if c.put != nil {
+		p.writes.Add(1)
+		var ccf *ddb.ConditionalCheckFailedException
+		if errors.As(err, &ccf) && !c.applied.Load() {
+			p.raced.Add(1)
+		}
+	}
+	return out, md, err
+}
+
+func (p *resourcePool) observeAttempt(ctx context.Context, in middleware.DeserializeInput, next middleware.DeserializeHandler) (middleware.DeserializeOutput, middleware.Metadata, error) {
+	c, _ := ctx.Value(poolCallKey{}).(*poolCall)
+	if c == nil {
+		return next.HandleDeserialize(ctx, in)
+	}
+	start := p.clock.Now()
+	out, md, err := next.HandleDeserialize(ctx, in)
+	end := p.clock.Now()
+	status := 0
+	if r, ok := out.RawResponse.(*smithyhttp.Response); ok {
+		status = r.StatusCode
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case c.put != nil && status == http.StatusOK:
+		c.applied.Store(true)
+		p.applied = append(p.applied, poolWrite{Res: c.res, Version: c.put.Version, Start: start, End: end, Holders: c.put.Holders})
+	case c.extend != "":
+		how := "error"
+		switch status {
+		case http.StatusOK:
+			how = "ok"
+		case http.StatusBadRequest:
+			how = "no slot" // its condition: the slot is no longer held
+		}
+		if p.extends[c.res] == nil {
+			p.extends[c.res] = map[string][]string{}
+		}
+		p.extends[c.res][c.extend] = append(p.extends[c.res][c.extend], how)
+	}
+	return out, md, err
+}
+
+// poolItem answers the resource id of an item (or key) of the run's
+// tenant's resources.
+func poolItem(it map[string]ddb.AttributeValue) (string, bool) {
+	pk, ok := it["pk"].(*ddb.AttributeValueMemberS)
+	if !ok || pk.Value != "R#"+Tenant {
+		return "", false
+	}
+	sk, ok := it["sk"].(*ddb.AttributeValueMemberS)
+	if !ok {
+		return "", false
+	}
+	return sk.Value, true
+}
+
+// holding is one stretch a slot was held on a resource by a holder key,
+// as the applied writes show it: from the write that took it (with its
+// since) to the write that dropped it, if one did.
+type holding struct {
+	since    time.Time
+	added    poolWrite
+	dropped  *poolWrite
+	took     []string      // the holder keys the dropping write added: it took a slot, pruning this one as expired
+	lastSeen domain.Holder // as the last write before the drop had it
+}
+
+// holdings answers, per resource and holder key, the stretches each slot
+// was held, from the applied writes in version order.
+func (p *resourcePool) holdings() map[string]map[string][]holding {
+	p.mu.Lock()
+	writes := slices.Clone(p.applied)
+	p.mu.Unlock()
+	slices.SortStableFunc(writes, func(a, b poolWrite) int {
+		if c := strings.Compare(a.Res, b.Res); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Version, b.Version)
+	})
+	out := map[string]map[string][]holding{}
+	open := map[string]map[string]*holding{}
+	for _, w := range writes {
+		if out[w.Res] == nil {
+			out[w.Res], open[w.Res] = map[string][]holding{}, map[string]*holding{}
+		}
+		var took []string
+		for key := range w.Holders {
+			if _, held := open[w.Res][key]; !held {
+				took = append(took, key)
+			}
+		}
+		slices.Sort(took)
+		for key, h := range open[w.Res] {
+			if _, still := w.Holders[key]; !still {
+				h.dropped, h.took = &w, took
+				out[w.Res][key] = append(out[w.Res][key], *h)
+				delete(open[w.Res], key)
+			}
+		}
+		for key, hd := range w.Holders {
+			if h, ok := open[w.Res][key]; ok && h.since.Equal(hd.Since) {
+				h.lastSeen = hd
+				continue
+			}
+			if h, ok := open[w.Res][key]; ok { // taken again in the same write: a new stretch
+				out[w.Res][key] = append(out[w.Res][key], *h)
+			}
+			open[w.Res][key] = &holding{since: hd.Since, added: w, lastSeen: hd}
+		}
+	}
+	for res, byKey := range open {
+		for key, h := range byKey {
+			out[res][key] = append(out[res][key], *h)
+		}
+	}
+	return out
+}
+
+// register puts the pool's resources, again on a 5xx or no answer.
+func (p *resourcePool) register(ctx context.Context, c *client, deadline time.Time) {
+	for _, res := range ResourcePool {
+		body, _ := json.Marshal(map[string]any{"capabilities": []string{ResourceCapability}, "labels": map[string]string{"zone": res.Zone}, "capacity": res.Capacity})
+		as := c.retry(ctx, deadline, http.MethodPut, "/v1/resources/"+res.ID, body)
+		if a := as[len(as)-1]; a.ok() {
+			p.registered.Add(1)
+		} else {
+			p.note("resource %s not registered: %d %s %v", res.ID, a.status, truncate(a.body, 160), a.err)
+		}
+	}
+}
+
+// start registers the pool and submits the resource jobs beside the
+// plan's (the wait group is done once they are submitted), and samples
+// the pool until work ends. With no resource jobs it does nothing.
+func (p *resourcePool) start(ctx, work context.Context, r *run, deadline time.Time) *sync.WaitGroup {
+	var submitted sync.WaitGroup
+	if len(p.plan.Jobs) == 0 {
+		return &submitted
+	}
+	submitted.Go(func() { p.submit(ctx, work, r, deadline) })
+	r.w.wg.Go(func() { p.sample(work, r) })
+	return &submitted
+}
+
+// submit registers the pool, then submits each wave at once, each job
+// from its own goroutine, and sends the wave's claim storm. ctx bounds the
+// submits, work the storm's claimers.
+func (p *resourcePool) submit(ctx, work context.Context, r *run, deadline time.Time) {
+	p.register(ctx, r.c, deadline)
+	start := time.Now()
+	for _, wave := range p.plan.Waves {
+		sleep(ctx, time.Until(start.Add(wave.After)))
+		var wg sync.WaitGroup
+		for _, jp := range wave.Jobs {
+			wg.Go(func() { r.submit(ctx, jp, deadline) })
+		}
+		wg.Wait()
+		r.f.Count(KindSlotRace)
+		for _, q := range WorkerQueues {
+			for i := range wave.Claimers {
+				r.w.wg.Go(func() { r.w.storm(work, fmt.Sprintf("%s-storm%d", q, i), q) })
+			}
+		}
+	}
+}
+
+// sample reads the pool every 200 ms from the table (without faults)
+// until ctx ends.
+func (p *resourcePool) sample(ctx context.Context, r *run) {
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		all, err := r.raw.ListResources(ctx, Tenant)
+		if err != nil {
+			continue
+		}
+		now := p.clock.Now()
+		s := poolSample{At: now, InUse: map[string]int{}, Waiting: map[string]int{}, Holders: map[string][]string{}, Waiters: map[string]bool{}}
+		for _, res := range all {
+			s.InUse[res.ID] = res.Live(now)
+			s.Waiting[res.ID] = len(res.Waiters)
+			for _, w := range res.Waiters {
+				s.Waiters[w.Job+"/"+w.Step] = true
+			}
+			for key, h := range res.Holders {
+				if now.Before(h.ExpiresAt) {
+					s.Holders[res.ID] = append(s.Holders[res.ID], key)
+				}
+			}
+			slices.Sort(s.Holders[res.ID])
+		}
+		p.mu.Lock()
+		p.samples = append(p.samples, s)
+		p.mu.Unlock()
+	}
+}
+
+// storm is one extra claimer of a wave: one claim, its leases handled as
+// any worker's.
+func (w *workers) storm(ctx context.Context, name, queue string) {
+	body, _ := json.Marshal(map[string]any{"queue": queue, "max": 2, "wait_seconds": 1, "worker": name})
+	a := w.c.once(ctx, http.MethodPost, "/v1/claim", body)
+	if !a.ok() {
+		return
+	}
+	var ca claimAnswer
+	if json.Unmarshal(a.body, &ca) != nil {
+		return
+	}
+	for _, l := range ca.Leases {
+		w.claimed.Add(1)
+		w.wg.Go(func() { w.handle(ctx, name, l) })
+	}
+}
+
+// script answers what a resource job's worker does with attempt n.
+func script(input json.RawMessage, n int) string {
+	var v struct {
+		S []string `json:"chaos_script"`
+	}
+	_ = json.Unmarshal(input, &v)
+	if n >= 1 && n <= len(v.S) {
+		return v.S[n-1]
+	}
+	return ScriptComplete
+}
+
+// resource handles a lease of a resource job's worker step by its script.
+func (w *workers) resource(ctx context.Context, name string, l engine.ClaimedLease) {
+	do := script(l.Input, l.Attempt)
+	seen := &leaseSeen{Lease: l.LeaseID, Job: l.JobID, Step: l.StepID, Attempt: l.Attempt, Worker: name, Script: do}
+	if l.Resource != nil {
+		seen.Resource = l.Resource.ID
+	}
+	if p := w.pool; p != nil {
+		p.mu.Lock()
+		p.leases[l.LeaseID] = seen
+		p.mu.Unlock()
+	}
+	expires := l.ExpiresAt
+	switch do {
+	case ScriptKill:
+		w.f.Count(KindSlotHolderKilled)
+		return // the slot comes back when the lease expires
+	case ScriptHold:
+		// With half the lease left, by the stack's clock, the worker
+		// extends it, and goes on past where it would have ended: the
+		// slot's expiry must follow the lease's.
+		half := time.Duration(l.LeaseSeconds) * time.Second / 2
+		w.waitUntil(ctx, func() bool { return !w.clock.Now().Before(expires.Add(-half)) })
+		a := w.send(ctx, l, "heartbeat", &expires, func(bool) []byte { return []byte(`{}`) })
+		w.answered(seen, "heartbeat", a)
+		var hb engine.HeartbeatResult
+		if !a.ok() || json.Unmarshal(a.body, &hb) != nil || hb.CancelRequested || hb.ExpiresAt == nil {
+			return // lost, or cancelled: stop working
+		}
+		expires = *hb.ExpiresAt
+		w.waitUntil(ctx, func() bool { return !w.clock.Now().Before(l.ExpiresAt.Add(100 * time.Millisecond)) })
+	default:
+		sleep(ctx, 100*time.Millisecond) // holding the slot meanwhile
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	op := "complete"
+	if do == ScriptResource {
+		op = "fail"
+	}
+	a := w.send(ctx, l, op, &expires, func(late bool) []byte {
+		var v map[string]any
+		if op == "complete" {
+			out := map[string]any{"worker": name, "attempt": l.Attempt, "resource": seen.Resource}
+			if late {
+				out[ZombieTag] = true
+			}
+			v = map[string]any{"output": out}
+		} else {
+			msg := fmt.Sprintf("worker %s: resource %s failed", name, seen.Resource)
+			if late {
+				msg = "[" + ZombieTag + "] " + msg
+			}
+			v = map[string]any{"class": "resource", "message": msg}
+		}
+		raw, _ := json.Marshal(v)
+		return raw
+	})
+	w.answered(seen, op, a)
+}
+
+// answered notes the last answer to a request under a resource lease.
+func (w *workers) answered(seen *leaseSeen, op string, a answer) {
+	if w.pool == nil {
+		return
+	}
+	w.pool.mu.Lock()
+	defer w.pool.mu.Unlock()
+	if a.ok() && op == "heartbeat" {
+		seen.Heartbeats++
+	}
+	what := fmt.Sprintf("%s %d", op, a.status)
+	if a.err != nil {
+		what = op + " unanswered"
+	}
+	seen.Answers = append(seen.Answers, what)
+}

@@ -1,0 +1,281 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepflow/stepflow/shared/domain"
+)
+
+func TestResourcePlanIsValidSeededAndApart(t *testing.T) {
+	t.Parallel()
+	f := New(9, DefaultProbabilities())
+	main := PlanDigest(f.Plan(30))
+	p := f.ResourcePlan(30, ResourceConfig{Jobs: 200})
+	require.Equal(t, main, PlanDigest(New(9, DefaultProbabilities()).Plan(30)), "the resource plan leaves the plan as it was")
+	require.Equal(t, PlanDigest(p.all()), PlanDigest(New(9, Probabilities{}).ResourcePlan(30, ResourceConfig{Jobs: 200}).all()), "the same seed, the same resource jobs")
+	require.NotEqual(t, PlanDigest(p.all()), PlanDigest(New(10, Probabilities{}).ResourcePlan(30, ResourceConfig{Jobs: 200}).all()))
+
+	require.Len(t, p.Waves, 2)
+	require.Zero(t, p.Waves[0].After)
+	require.Positive(t, p.Waves[1].After)
+	pool := poolResources()
+	kinds := map[string]int{}
+	scripts := map[string]int{}
+	for i, jp := range p.all() {
+		require.Equal(t, 30+i, jp.N)
+		spec, err := domain.ParseJobSpec(jp.Body)
+		require.NoError(t, err, "%s", jp.Body)
+		rj := p.Jobs[jp.N]
+		require.Equal(t, rj.Kind, jp.Kind)
+		kinds[jp.Kind]++
+		for _, s := range spec.Steps {
+			require.NotNil(t, s.Requires, "step %s of %s requires a resource", s.ID, jp.Body)
+			matches := 0
+			for _, r := range pool {
+				if r.Matches(s.Requires) {
+					matches++
+				}
+			}
+			require.Positive(t, matches, "%s", jp.Body)
+			if s.Action.Type != domain.ActionWorker {
+				continue
+			}
+			// A script fails with class resource on fewer resources than
+			// match, ends in success, and leaves two attempts to spare.
+			require.Less(t, strings.Count(strings.Join(rj.Script, " "), ScriptResource), matches, "%v", rj.Script)
+			require.Contains(t, []string{ScriptHold, ScriptComplete}, rj.Script[len(rj.Script)-1])
+			require.Equal(t, len(rj.Script)+2, s.Retry.MaxAttempts)
+			var payload map[string]any
+			require.NoError(t, json.Unmarshal(spec.Payload, &payload))
+			require.Equal(t, WorkerResource, payload[WorkerMarker])
+			for _, x := range rj.Script {
+				scripts[x]++
+			}
+		}
+	}
+	for _, k := range resourceKinds {
+		require.Positive(t, kinds[k.kind], "kind %s never planned", k.kind)
+	}
+	for _, x := range []string{ScriptKill, ScriptResource, ScriptHold, ScriptComplete} {
+		require.Positive(t, scripts[x], "script %s never planned", x)
+	}
+	require.Empty(t, f.ResourcePlan(230, ResourceConfig{Off: true, Jobs: 5}).all())
+}
+
+func TestScriptByAttempt(t *testing.T) {
+	t.Parallel()
+	in := json.RawMessage(`{"chaos_worker":"resource","chaos_script":["kill","resource"]}`)
+	require.Equal(t, ScriptKill, script(in, 1))
+	require.Equal(t, ScriptResource, script(in, 2))
+	require.Equal(t, ScriptComplete, script(in, 3), "beyond the script: complete")
+}
+
+// poolItemOf is a resource item as the store writes it.
+func poolItemOf(t *testing.T, r domain.Resource) map[string]ddb.AttributeValue {
+	t.Helper()
+	it, err := attributevalue.MarshalMap(r)
+	require.NoError(t, err)
+	it["pk"] = &ddb.AttributeValueMemberS{Value: "R#" + Tenant}
+	it["sk"] = &ddb.AttributeValueMemberS{Value: r.ID}
+	return it
+}
+
+// observed runs a write through the observer as the SDK would: the call,
+// then one attempt answered status, the call ending in callErr.
+func observed(p *resourcePool, params any, status int, callErr error) {
+	attempt := middleware.DeserializeHandlerFunc(func(ctx context.Context, _ middleware.DeserializeInput) (middleware.DeserializeOutput, middleware.Metadata, error) {
+		return middleware.DeserializeOutput{RawResponse: &smithyhttp.Response{Response: &http.Response{StatusCode: status}}}, middleware.Metadata{}, nil
+	})
+	call := middleware.InitializeHandlerFunc(func(ctx context.Context, _ middleware.InitializeInput) (middleware.InitializeOutput, middleware.Metadata, error) {
+		_, md, _ := p.observeAttempt(ctx, middleware.DeserializeInput{}, attempt)
+		return middleware.InitializeOutput{}, md, callErr
+	})
+	_, _, _ = p.observeCall(context.Background(), middleware.InitializeInput{Parameters: params}, call)
+}
+
+func TestObserverSeesAppliedWritesAndLostRaces(t *testing.T) {
+	t.Parallel()
+	clock := &Clock{}
+	p := newResourcePool(&resourcePlan{}, clock)
+	now := clock.Now()
+	h := domain.Holder{Job: "j1", Step: "w", Since: now, ExpiresAt: now.Add(time.Second)}
+	ccf := &ddb.ConditionalCheckFailedException{}
+	put := func(v int64, holders map[string]domain.Holder) *dynamodb.PutItemInput {
+		return &dynamodb.PutItemInput{Item: poolItemOf(t, domain.Resource{Tenant: Tenant, ID: "gpu-1", Capacity: 1, Version: v, Holders: holders})}
+	}
+	observed(p, put(2, map[string]domain.Holder{"j1/w/1": h}), http.StatusOK, nil)
+	observed(p, put(2, map[string]domain.Holder{"j2/w/1": h}), http.StatusBadRequest, ccf) // lost the race
+	observed(p, put(3, nil), http.StatusOK, ccf)                                           // applied, its answer lost, its retry refused
+	observed(p, &dynamodb.PutItemInput{Item: map[string]ddb.AttributeValue{"pk": &ddb.AttributeValueMemberS{Value: "J#" + Tenant}}}, http.StatusOK, nil)
+	observed(p, &dynamodb.UpdateItemInput{Key: poolItemOf(t, domain.Resource{ID: "gpu-1"}), ExpressionAttributeNames: map[string]string{"#k": "j1/w/1"}}, http.StatusBadRequest, ccf)
+
+	require.EqualValues(t, 3, p.writes.Load(), "the pool's writes, not a job's")
+	require.EqualValues(t, 1, p.raced.Load(), "an applied write whose answer was lost did not lose a race")
+	hs := p.holdings()
+	require.Len(t, hs["gpu-1"]["j1/w/1"], 1)
+	got := hs["gpu-1"]["j1/w/1"][0]
+	require.True(t, got.since.Equal(now))
+	require.NotNil(t, got.dropped, "the applied write without it gave it back")
+	require.EqualValues(t, 3, got.dropped.Version)
+	require.Empty(t, got.took)
+	require.Empty(t, hs["gpu-1"]["j2/w/1"], "a write that lost its race held nothing")
+	require.Equal(t, []string{"no slot"}, p.extends["gpu-1"]["j1/w/1"])
+}
+
+// attemptAt is a worker attempt from from to to (its lease's end).
+func attemptAt(n int, res string, from, to time.Time, state domain.AttemptState, class domain.FailureClass) domain.Attempt {
+	a := domain.Attempt{N: n, State: state, Lease: res + "-lease-" + string(rune('0'+n)), Resource: res, StartedAt: &from, EndedAt: &to, LeaseUntil: &to}
+	if class != "" {
+		a.Error = &domain.StepError{Class: class, Message: "x"}
+	}
+	return a
+}
+
+func TestSlotGivenBackAndCapacityExceededAreFound(t *testing.T) {
+	t.Parallel()
+	clock := &Clock{}
+	p := newResourcePool(&resourcePlan{}, clock)
+	t0 := clock.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	// Attempt 1 of j1 takes gpu-1's one slot at 0 with a lease to 2000; a
+	// release gives it back at 500; j2 takes it at 600.
+	p.applied = []poolWrite{
+		{Res: "gpu-1", Version: 2, Start: at(0), End: at(10), Holders: map[string]domain.Holder{"gpu-1-lease-1": {Since: at(0), ExpiresAt: at(2000)}}},
+		{Res: "gpu-1", Version: 3, Start: at(500), End: at(510), Holders: map[string]domain.Holder{}},
+		{Res: "gpu-1", Version: 4, Start: at(600), End: at(610), Holders: map[string]domain.Holder{"j2-lease": {Since: at(600), ExpiresAt: at(1600)}}},
+	}
+	hs := p.holdings()
+	step := func(job string, a domain.Attempt) (*domain.Job, *domain.Step) {
+		s := &domain.Step{Spec: domain.StepSpec{ID: "w", Action: domain.ActionSpec{Type: domain.ActionWorker}}, Attempts: []domain.Attempt{a}}
+		return &domain.Job{ID: job, Steps: []*domain.Step{s}}, s
+	}
+	a1 := attemptAt(1, "gpu-1", at(-50), at(2000), domain.AttemptSucceeded, "")
+	a2 := attemptAt(1, "gpu-1", at(590), at(1200), domain.AttemptSucceeded, "")
+	a2.Lease = "j2-lease"
+	leases := map[string]leaseSeen{a1.Lease: {Worker: "w1", Script: ScriptHold}}
+	j1, s1 := step("j1", a1)
+	sp1, ok := spanOf(j1, s1, a1, leases, hs)
+	require.True(t, ok)
+	require.True(t, sp1.from.Equal(at(0)), "from the slot's taking, not the attempt's earlier start")
+	require.NotNil(t, sp1.held.dropped)
+	require.True(t, sp1.held.dropped.Start.Before(sp1.to), "given back at 500 while the lease ran to 2000")
+	require.Contains(t, p.describeDrop(sp1), "given back by write v3 [+0.500s")
+
+	j2, s2 := step("j2", a2)
+	_, ok = spanOf(j2, s2, a2, leases, hs)
+	require.False(t, ok, "an attempt no worker was handed held nothing")
+	leases[a2.Lease] = leaseSeen{Worker: "w2", Script: ScriptComplete}
+	sp2, ok := spanOf(j2, s2, a2, leases, hs)
+	require.True(t, ok)
+	over := overlaps([]span{sp1, sp2}, 1)
+	require.Len(t, over, 1)
+	require.True(t, over[0].at.Equal(at(600)))
+	require.True(t, over[0].until.Equal(at(1200)))
+	require.Empty(t, overlaps([]span{sp1, sp2}, 2))
+	require.Contains(t, p.describe(ResourcePool[0], over[0]), "gpu-1 (1 slots) ran 2 attempts at once for 600ms from +0.600s")
+
+	// A slot taken only after its lease ran out held nothing; one no
+	// write showed starts with its attempt.
+	late := attemptAt(1, "gpu-1", at(3000), at(3100), domain.AttemptSucceeded, "")
+	late.Lease = "j3-lease"
+	p.applied = append(p.applied, poolWrite{Res: "gpu-1", Version: 5, Start: at(3200), Holders: map[string]domain.Holder{"j3-lease": {Since: at(3150)}}})
+	j3, s3 := step("j3", late)
+	leases[late.Lease] = leaseSeen{}
+	sp3, ok := spanOf(j3, s3, late, leases, p.holdings())
+	require.False(t, ok)
+	require.True(t, sp3.late)
+	late.Lease = "j4-lease"
+	leases[late.Lease] = leaseSeen{}
+	j4, s4 := step("j4", late)
+	sp4, ok := spanOf(j4, s4, late, leases, p.holdings())
+	require.True(t, ok)
+	require.Nil(t, sp4.held)
+	require.True(t, sp4.from.Equal(at(3000)))
+	// A slot kept from an earlier decision holds for the lease from the
+	// attempt's start.
+	late.Lease = "j5-lease"
+	leases[late.Lease] = leaseSeen{}
+	p.applied = append(p.applied, poolWrite{Res: "gpu-1", Version: 6, Start: at(2500), Holders: map[string]domain.Holder{"j5-lease": {Since: at(2500)}}})
+	j5, s5 := step("j5", late)
+	sp5, ok := spanOf(j5, s5, late, leases, p.holdings())
+	require.True(t, ok)
+	require.True(t, sp5.from.Equal(at(3000)))
+}
+
+func TestCheckAvoid(t *testing.T) {
+	t.Parallel()
+	req := &domain.Requirements{Capabilities: []string{ResourceCapability}}
+	job := func(state domain.StepState, avoid []string, as ...domain.Attempt) *domain.Job {
+		return &domain.Job{ID: "j", Steps: []*domain.Step{{Spec: domain.StepSpec{ID: "w", Requires: req}, State: state, Avoid: avoid, Attempts: as}}}
+	}
+	t1, t2 := t0, t0.Add(time.Second)
+	failed := func(n int, res string) domain.Attempt {
+		return attemptAt(n, res, t1, t2, domain.AttemptFailed, domain.ClassResource)
+	}
+	ok := func(n int, res string) domain.Attempt { return attemptAt(n, res, t1, t2, domain.AttemptSucceeded, "") }
+	require.Empty(t, checkAvoid(job(domain.StepSucceeded, []string{"gpu-1"}, failed(1, "gpu-1"), ok(2, "gpu-2"))))
+	require.Empty(t, checkAvoid(job(domain.StepFailed, []string{"gpu-1"}, failed(1, "gpu-1"), failed(2, "gpu-2"))),
+		"the last resource failure had nothing left to switch to")
+	require.Contains(t, strings.Join(checkAvoid(job(domain.StepSucceeded, []string{"gpu-1"}, failed(1, "gpu-1"), ok(2, "gpu-1"))), "; "), "attempt 2 ran on gpu-1, which failed it before")
+	require.Contains(t, strings.Join(checkAvoid(job(domain.StepSucceeded, nil, failed(1, "gpu-1"), ok(2, "gpu-2"))), "; "), "avoids []; its resource failures say [gpu-1]")
+}
+
+func TestCheckKilledAndResourceOutcome(t *testing.T) {
+	t.Parallel()
+	t1, t2 := t0, t0.Add(time.Second)
+	worker := domain.StepSpec{ID: "train", Action: domain.ActionSpec{Type: domain.ActionWorker}, Retry: &domain.RetryPolicy{MaxAttempts: 4}}
+	job := func(js domain.JobState, ss domain.StepState, as ...domain.Attempt) *domain.Job {
+		return &domain.Job{ID: "j", State: js, Steps: []*domain.Step{{Spec: worker, State: ss, Attempts: as}}}
+	}
+	killed := attemptAt(1, "gpu-1", t1, t2, domain.AttemptTimeout, domain.ClassTimeout)
+	done := attemptAt(2, "gpu-2", t1, t2, domain.AttemptSucceeded, "")
+	l := leaseSeen{Step: "train", Attempt: 1, Resource: "gpu-1", Script: ScriptKill}
+	require.Empty(t, checkKilled(job(domain.JobCompleted, domain.StepSucceeded, killed, done), l))
+	require.Contains(t, checkKilled(job(domain.JobRunning, domain.StepPending, killed), l), "no attempt after the killed one")
+	require.Contains(t, checkKilled(job(domain.JobCompleted, domain.StepSucceeded, done, done), l), "not as a lost lease")
+
+	rj := resourceJob{Kind: "res-worker", Script: []string{ScriptKill, ScriptComplete}}
+	pool := poolResources()
+	require.Empty(t, resourceOutcome(job(domain.JobCompleted, domain.StepSucceeded, killed, done), rj, pool))
+	lost := attemptAt(2, "gpu-2", t1, t2, domain.AttemptTimeout, domain.ClassTimeout)
+	require.Contains(t, resourceOutcome(job(domain.JobFailed, domain.StepFailed, killed, lost), rj, pool), "not COMPLETED",
+		"attempts left: a fault's lost lease does not excuse it")
+	require.Empty(t, resourceOutcome(job(domain.JobFailed, domain.StepFailed, killed, lost, lost, lost), rj, pool),
+		"attempts spent, a lease lost beyond the plan's kill")
+
+	sw := domain.StepSpec{ID: "flaky", Action: domain.ActionSpec{Type: domain.ActionFail}, Requires: &domain.Requirements{Labels: map[string]string{"zone": "a"}}, Retry: &domain.RetryPolicy{MaxAttempts: 5}}
+	swJob := func(as ...domain.Attempt) *domain.Job {
+		return &domain.Job{ID: "j", State: domain.JobFailed, Steps: []*domain.Step{{Spec: sw, State: domain.StepFailed, Attempts: as}}}
+	}
+	f1 := attemptAt(1, "gpu-1", t1, t2, domain.AttemptFailed, domain.ClassResource)
+	f2 := attemptAt(2, "gpu-2", t1, t2, domain.AttemptFailed, domain.ClassResource)
+	switchJob := resourceJob{Kind: "res-switch"}
+	require.Empty(t, resourceOutcome(swJob(f1, f2), switchJob, pool), "failed on both resources of zone a")
+	require.Contains(t, resourceOutcome(swJob(f1), switchJob, pool), "1 resource failures with 2 resources matching")
+}
+
+func TestResourceBrief(t *testing.T) {
+	t.Parallel()
+	var none *ResourceResult
+	require.Equal(t, "none", none.brief())
+	require.Zero(t, none.Failed())
+	r := &ResourceResult{Jobs: 12, Kinds: map[string]int{"res-worker": 8}, PeakInUse: map[string]int{"gpu-2": 2}, Extends: map[string]int{"ok": 3},
+		Checks: []*Check{{Failed: 2}, {Failed: 1}}}
+	require.Contains(t, r.brief(), "pool gpu-1 1, gpu-2 2, gpu-3 1")
+	require.Contains(t, r.brief(), "peak in use gpu-1 0/1, gpu-2 2/2, gpu-3 0/1")
+	require.Equal(t, 3, r.Failed())
+	require.True(t, slices.Contains(Kinds[:], KindSlotRace))
+}

@@ -232,10 +232,6 @@ func (j *Job) OutputData(k int) (Data, bool) {
 	return Data{}, false
 }
 
-// ReferPayload keeps the job's payload in the blob store: the job holds
-// the reference instead of the data.
-func (j *Job) ReferPayload(ref DataRef) { j.Payload, j.PayloadRef = nil, &ref }
-
 // InlineBytes answers how much data the job holds inline: its payload, its
 // steps' outputs (each kept on the step and on its attempt), people's
 // answers and signals' payloads.

@@ -127,11 +127,18 @@ func TestAPersonsInputIsAddedToAReferencedInput(t *testing.T) {
 
 func TestAReferencedPayloadIsTheFirstStepsInput(t *testing.T) {
 	t.Parallel()
-	j := newJob(t, threeJob)
-	ref := NewDataRef(PayloadKey(j.Tenant, j.ID), []byte(`{"in":1}`))
-	j.ReferPayload(ref)
+	spec, err := ParseJobSpec([]byte(`{"payload":{"in":1},"steps":[{"id":"nap","action":{"type":"sleep","seconds":0}},{"id":"b","action":{"type":"pass"}}]}`))
+	require.NoError(t, err)
+	ref := NewDataRef(PayloadKey("tenant1", "job1"), spec.Payload)
+	spec.Payload, spec.PayloadRef = nil, &ref
+	j, err := NewJob("tenant1", "job1", spec, "", t0)
+	require.NoError(t, err)
+	replayOK(t, j)
 	require.Nil(t, j.Payload)
+	require.Equal(t, &ref, j.PayloadRef)
 	require.Equal(t, &ref, j.InputData(0).Ref())
+	require.Equal(t, &ref, j.Steps[0].OutputRef, "a zero sleep at creation passes the reference on")
+	require.Equal(t, &ref, j.InputData(1).Ref())
 	require.Zero(t, j.InlineBytes())
 }
 

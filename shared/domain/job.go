@@ -39,7 +39,7 @@ type Job struct {
 	Version        int64           `json:"version"`
 	Queue          string          `json:"queue"`
 	Priority       int             `json:"priority"`
-	Payload        json.RawMessage `json:"payload"`
+	Payload        json.RawMessage `json:"payload,omitempty"`
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
 	CreatedAt      time.Time       `json:"created_at"`
 	UpdatedAt      time.Time       `json:"updated_at"`
@@ -197,6 +197,7 @@ func NewJob(tenant, id string, spec *JobSpec, idemKey string, now time.Time) (*J
 		Tenant: tenant, ID: id, Queue: spec.Queue, Priority: *spec.Priority,
 		Payload: spec.Payload, IdempotencyKey: idemKey, CreatedAt: now, UpdatedAt: now,
 		Graph: spec.DAG(), ParkAfterSeconds: int(cmp.Or(spec.ParkAfter, DefaultTimerThreshold) / time.Second),
+		PayloadRef: spec.PayloadRef,
 	}
 	if spec.RunAt != nil && spec.RunAt.After(now) {
 		j.RunAt = spec.RunAt

@@ -95,6 +95,9 @@ type JobSpec struct {
 	// ParkAfter is set by the engine, not the client: its timer threshold
 	// (DefaultTimerThreshold when zero).
 	ParkAfter time.Duration `json:"-"`
+	// PayloadRef is set by the engine, not the client: the payload kept in
+	// the blob store (Payload is then nil).
+	PayloadRef *DataRef `json:"-"`
 }
 
 // StepSpec is one step of a submission: what every step has, and its

@@ -45,6 +45,12 @@ type Engine struct {
 	// (a longer one goes through a Step Functions timer); a job whose waits
 	// all end beyond it is PARKED (STEPFLOW_TIMER_THRESHOLD).
 	TimerThreshold time.Duration
+	// Blobs keeps payloads and outputs over InlineLimit (STEPFLOW_DATA_BUCKET);
+	// nil keeps everything in the job's item.
+	Blobs Blobs
+	// InlineLimit is the largest payload or output kept in the job's item
+	// (STEPFLOW_INLINE_LIMIT; domain.DefaultInlineLimit when zero).
+	InlineLimit int
 
 	rngMu sync.Mutex
 	rng   *mrand.Rand
@@ -252,6 +258,15 @@ func (e *Engine) Submit(ctx context.Context, tenant string, body []byte, idemKey
 	spec.ParkAfter = e.TimerThreshold
 	now := e.now()
 	id := e.newID(now)
+	if e.Blobs != nil && len(spec.Payload) > e.inlineLimit() {
+		// Written before the job: a replay of an idempotent submission
+		// leaves this one's copy as garbage the bucket's lifecycle expires.
+		ref, err := e.put(ctx, &dataCache{}, domain.PayloadKey(tenant, id), spec.Payload)
+		if err != nil {
+			return nil, false, err
+		}
+		spec.Payload, spec.PayloadRef = nil, &ref
+	}
 	j, err := domain.NewJob(tenant, id, spec, idemKey, now)
 	if err != nil {
 		return nil, false, err

@@ -16,11 +16,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/stepflow/stepflow/shared/actions"
+	"github.com/stepflow/stepflow/shared/blobstore"
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/netguard"
@@ -53,6 +55,14 @@ type Settings struct {
 	// TimerThreshold is STEPFLOW_TIMER_THRESHOLD (optional, seconds, 1 to
 	// 900, default 900): longer delays go through the timer state machine.
 	TimerThreshold time.Duration
+	// DataBucket is STEPFLOW_DATA_BUCKET (optional): the S3 bucket that
+	// keeps payloads and outputs over InlineLimit. Without it everything
+	// stays in the job's item.
+	DataBucket string
+	// InlineLimit is STEPFLOW_INLINE_LIMIT (optional, bytes,
+	// domain.DefaultInlineLimit when unset): the largest payload or output
+	// kept inline.
+	InlineLimit int
 }
 
 // FromEnv reads Settings, naming any variable that is missing.
@@ -94,6 +104,13 @@ func FromEnv(getenv func(string) string) (Settings, error) {
 		}
 		s.TimerThreshold = time.Duration(n) * time.Second
 	}
+	s.DataBucket = getenv("STEPFLOW_DATA_BUCKET")
+	s.InlineLimit = domain.DefaultInlineLimit
+	if v := getenv("STEPFLOW_INLINE_LIMIT"); v != "" {
+		if s.InlineLimit, err = strconv.Atoi(v); err != nil || s.InlineLimit < 1 || s.InlineLimit > domain.MaxInlineJobBytes/2 {
+			return s, fmt.Errorf("environment variable STEPFLOW_INLINE_LIMIT must be a number of bytes from 1 to %d", domain.MaxInlineJobBytes/2)
+		}
+	}
 	if _, err := netguard.ParseAllow(s.HTTPAllow); err != nil {
 		return s, fmt.Errorf("environment variable %s: %w", netguard.EnvAllow, err)
 	}
@@ -105,6 +122,7 @@ type Clients struct {
 	DynamoDB      store.API
 	SQS           queue.API
 	StepFunctions queue.TimerAPI
+	S3            *s3.Client
 }
 
 // NewClients builds SDK clients from the default chain (environment,
@@ -118,12 +136,13 @@ func NewClients(ctx context.Context) (Clients, aws.Config, error) {
 }
 
 // ClientsFrom builds the engine's SDK clients from cfg. apiOptions are
-// added to both clients' middleware stacks after cfg's own APIOptions; each
-// sees every operation of both services and picks its own (the local
+// added to every client's middleware stack after cfg's own APIOptions; each
+// sees every operation of every service and picks its own (the local
 // stack's fault layer and cost meter go here).
 func ClientsFrom(cfg aws.Config, apiOptions ...func(*middleware.Stack) error) Clients {
 	cfg.APIOptions = append(slices.Clip(cfg.APIOptions), apiOptions...)
-	return Clients{DynamoDB: dynamodb.NewFromConfig(cfg), SQS: sqs.NewFromConfig(cfg), StepFunctions: sfn.NewFromConfig(cfg)}
+	return Clients{DynamoDB: dynamodb.NewFromConfig(cfg), SQS: sqs.NewFromConfig(cfg), StepFunctions: sfn.NewFromConfig(cfg),
+		S3: s3.NewFromConfig(cfg, blobstore.Options(cfg.BaseEndpoint != nil))}
 }
 
 // Engine wires an engine over the clients.
@@ -145,6 +164,10 @@ func Engine(s Settings, c Clients, log *slog.Logger) *engine.Engine {
 	e := engine.New(st, q, runner, s.Lease, log)
 	e.P0Tenants = engine.ParseTenantList(s.P0Tenants)
 	e.TimerThreshold = s.TimerThreshold
+	if s.DataBucket != "" && c.S3 != nil {
+		e.Blobs = blobstore.New(c.S3, s.DataBucket)
+	}
+	e.InlineLimit = s.InlineLimit
 	return e
 }
 

@@ -21,6 +21,8 @@ type JobView struct {
 	Steps     []StepView      `json:"steps"`
 	// Signals are the signals the job received: those a wait took name it.
 	Signals []domain.Signal `json:"signals,omitempty"`
+	// PayloadRef is the payload kept in S3 (payload is then null).
+	PayloadRef *domain.DataRef `json:"payload_ref,omitempty"`
 }
 
 // StepView is one step with its attempts.
@@ -44,6 +46,11 @@ type StepView struct {
 	WakeAt      *time.Time        `json:"wake_at,omitempty"`    // when a sleeping step wakes
 	Parked      bool              `json:"parked,omitempty"`     // it waits beyond the timer threshold, or for ever
 	ReplacedBy  []string          `json:"replaced_by,omitempty"`
+	// OutputRef is the output kept in S3 (output is then absent); GET
+	// .../steps/{step}/output answers it whole. OutputIsInput: the output
+	// is the step's input (a sleep's), which that route composes.
+	OutputRef     *domain.DataRef `json:"output_ref,omitempty"`
+	OutputIsInput bool            `json:"output_is_input,omitempty"`
 }
 
 // AttemptView is one attempt; the lease id it ran under stays with its
@@ -56,6 +63,7 @@ type AttemptView struct {
 	EndedAt   *time.Time          `json:"ended_at,omitempty"`
 	Error     *domain.StepError   `json:"error,omitempty"`
 	Output    json.RawMessage     `json:"output,omitempty"`
+	OutputRef *domain.DataRef     `json:"output_ref,omitempty"`
 }
 
 // LeaseView shows who holds a step. The lease id is the holder's fencing
@@ -70,7 +78,7 @@ func jobView(j *domain.Job) JobView {
 	v := JobView{
 		ID: j.ID, State: j.State, Queue: j.Queue, Priority: j.Priority, Payload: j.Payload,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, EndedAt: j.EndedAt, RunAt: j.RunAt, Steps: make([]StepView, 0, len(j.Steps)),
-		Signals: j.Signals,
+		Signals: j.Signals, PayloadRef: j.PayloadRef,
 	}
 	for _, s := range j.Steps {
 		sv := StepView{
@@ -78,9 +86,10 @@ func jobView(j *domain.Job) JobView {
 			Output: s.Output, Error: s.Error, Attempts: make([]AttemptView, 0, len(s.Attempts)),
 			DependsOn: s.Spec.DependsOn, Prompt: s.Prompt, UserInput: s.UserInput, Deadline: s.Deadline, Decision: s.Decision,
 			Signal: s.Spec.Action.Signal, WakeAt: s.WakeAt, Parked: s.Parked, ReplacedBy: s.ReplacedBy,
+			OutputRef: s.OutputRef, OutputIsInput: s.OutputIsInput,
 		}
 		for _, a := range s.Attempts {
-			sv.Attempts = append(sv.Attempts, AttemptView{N: a.N, State: a.State, Worker: a.Worker, StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: a.Error, Output: a.Output})
+			sv.Attempts = append(sv.Attempts, AttemptView{N: a.N, State: a.State, Worker: a.Worker, StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: a.Error, Output: a.Output, OutputRef: a.OutputRef})
 		}
 		if s.State == domain.StepRetrying || s.State == domain.StepPending && j.RunAt != nil {
 			sv.NextRunAt = s.ReadyAt // after the backoff, or at run_at

@@ -113,11 +113,15 @@ func (r result) invocations() int64 {
 }
 
 // cost answers USD per million jobs: DynamoDB units, SQS requests, Lambda
-// requests, and the timer state machine (its transitions, and the SQS send
-// each execution makes, which the emulator's proxy does not see).
-func (r result) cost(p costmeter.Prices) (ddbUSD, sqsUSD, lambdaUSD, timerUSD float64) {
+// requests, the timer state machine (its transitions, and the SQS send
+// each execution makes, which the emulator's proxy does not see), and S3
+// requests for large data (the engine's, metered; a worker's GET of a
+// presigned URL is counted at the proxy, s3.GetObject).
+func (r result) cost(p costmeter.Prices) (ddbUSD, sqsUSD, lambdaUSD, timerUSD, s3USD float64) {
 	perJob := 1e6 / float64(r.Jobs)
 	ddbUSD = (r.Units.WRU*p["dynamodb_wru"] + r.Units.RRU*p["dynamodb_rru"]) * perJob
+	workerGets := float64(r.count("s3.GetObject")) - r.Units.S3Reads // the proxy sees the engine's own GETs too
+	s3USD = (r.Units.S3Writes*p["s3_put_request"] + (r.Units.S3Reads+max(workerGets, 0))*p["s3_get_request"]) * perJob
 	sqsUSD = float64(r.count("sqs.")) * p["sqs_request"] * perJob
 	lambdaUSD = float64(r.invocations()) * p["lambda_request"] * perJob
 	timers := float64(r.count("states.StartExecution"))
@@ -126,8 +130,8 @@ func (r result) cost(p costmeter.Prices) (ddbUSD, sqsUSD, lambdaUSD, timerUSD fl
 }
 
 func (r result) total(p costmeter.Prices) float64 {
-	a, b, c, d := r.cost(p)
-	return a + b + c + d
+	a, b, c, d, e := r.cost(p)
+	return a + b + c + d + e
 }
 
 // stepFunctions prices the same work as Step Functions Standard and Express
@@ -327,7 +331,8 @@ func (b *bench) workload(ctx context.Context, name string, n, steps int, spec ma
 	r.Wall = time.Since(start)
 	r.Requests = diff(b.stack.Emulator.Counts(), before)
 	u := b.meter.Units()
-	r.Units = costmeter.Units{WRU: u.WRU - unitsBefore.WRU, RRU: u.RRU - unitsBefore.RRU}
+	r.Units = costmeter.Units{WRU: u.WRU - unitsBefore.WRU, RRU: u.RRU - unitsBefore.RRU,
+		S3Writes: u.S3Writes - unitsBefore.S3Writes, S3Reads: u.S3Reads - unitsBefore.S3Reads}
 	r.Invocations = diff(b.stack.Runner.Invocations(), invBefore)
 	var first, last time.Time
 	for _, id := range ids {

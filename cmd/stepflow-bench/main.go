@@ -7,6 +7,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -43,6 +45,11 @@ type options struct {
 	rest                       []int
 	out, chart, prices         string
 	skipBuild                  bool
+	// largeOutput is what the large-output workload's workers complete
+	// with; noBlobs keeps every output in the job's item (no S3), to
+	// measure what large data cost before it went to S3.
+	largeOutput int
+	noBlobs     bool
 }
 
 func main() {
@@ -64,6 +71,8 @@ func main() {
 	f.StringVar(&o.chart, "chart", "docs/benchmarks.png", "chart")
 	f.StringVar(&o.prices, "prices", "docs/costs.md", "price table")
 	f.BoolVar(&o.skipBuild, "skip-build", false, "do not build the Lambda bootstraps to measure their size")
+	f.IntVar(&o.largeOutput, "large-output", 32*1024, "bytes each step of the large-output worker workload completes with (incompressible)")
+	f.BoolVar(&o.noBlobs, "no-blobs", false, "keep every payload and output in the job's item, no S3 (the cost before large data went to S3)")
 	if err := cmd.Execute(); err != nil {
 		os.Exit(1)
 	}
@@ -173,7 +182,12 @@ func run(ctx context.Context, o options) error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	b := &bench{o: o, meter: costmeter.New(), http: &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}, log: log}
+	var env map[string]string
+	if o.noBlobs {
+		env = map[string]string{"STEPFLOW_DATA_BUCKET": ""}
+	}
 	st, err := devstack.Start(ctx, devstack.Options{
+		Env:     env,
 		APIKeys: map[string]string{benchKey: benchTenant}, Log: log,
 		// The event source mapping long-polls as Lambda's does (20 s), so idle
 		// polls do not count against the work.
@@ -210,6 +224,11 @@ func run(ctx context.Context, o options) error {
 		{"single-step pass", o.jobs, 1, map[string]any{"steps": []any{map[string]any{"id": "a", "action": map[string]any{"type": "pass"}}}, "payload": map[string]any{"n": 1}}},
 		{"five-step pass", o.jobs / 5, 5, map[string]any{"steps": fiveSteps(), "payload": map[string]any{"n": 1}}},
 		{"worker step via /v1/claim", o.jobs / 5, 1, map[string]any{"steps": []any{map[string]any{"id": "w", "action": map[string]any{"type": "worker", "queue": "bench", "lease_seconds": 60}}}, "payload": map[string]any{"n": 1}}},
+		{fmt.Sprintf("worker: three steps of %d KB outputs", o.largeOutput/1024), o.jobs / 10, 3, map[string]any{"steps": []any{
+			map[string]any{"id": "large1", "action": map[string]any{"type": "worker", "queue": "bench", "lease_seconds": 60}},
+			map[string]any{"id": "large2", "action": map[string]any{"type": "worker", "queue": "bench", "lease_seconds": 60}},
+			map[string]any{"id": "large3", "action": map[string]any{"type": "worker", "queue": "bench", "lease_seconds": 60}},
+		}, "payload": map[string]any{"n": 1}}},
 		{"diamond DAG (a; b, c; d)", o.jobs / 5, 4, map[string]any{"steps": diamond(), "payload": map[string]any{"n": 1}}},
 		{"timer: 5 s sleep via Step Functions, then pass", o.jobs / 10, 2, map[string]any{"steps": []any{
 			map[string]any{"id": "nap", "action": map[string]any{"type": "sleep", "seconds": 5}},
@@ -383,6 +402,7 @@ func (b *bench) worker(ctx context.Context, name string, stop <-chan struct{}) {
 		var c struct {
 			Leases []struct {
 				LeaseID string `json:"lease_id"`
+				StepID  string `json:"step_id"`
 			} `json:"leases"`
 		}
 		req, _ := json.Marshal(map[string]any{"queue": "bench", "max": 10, "wait_seconds": 1, "worker": name})
@@ -391,11 +411,23 @@ func (b *bench) worker(ctx context.Context, name string, stop <-chan struct{}) {
 			continue
 		}
 		for _, l := range c.Leases {
-			if err := b.call(ctx, http.MethodPost, "/v1/leases/"+l.LeaseID+"/complete", []byte(`{"output":{"ok":true}}`), nil); err != nil {
+			out := []byte(`{"output":{"ok":true}}`)
+			if strings.HasPrefix(l.StepID, "large") {
+				out = largeOutput(b.o.largeOutput)
+			}
+			if err := b.call(ctx, http.MethodPost, "/v1/leases/"+l.LeaseID+"/complete", out, nil); err != nil {
 				b.log.Warn("complete failed", "err", err)
 			}
 		}
 	}
+}
+
+// largeOutput is a complete body whose output is n bytes of base64: as
+// incompressible as JSON gets.
+func largeOutput(n int) []byte {
+	raw := make([]byte, max(n-2, 0)*3/4)
+	_, _ = rand.Read(raw)
+	return []byte(`{"output":"` + base64.StdEncoding.EncodeToString(raw) + `"}`)
 }
 
 func (b *bench) call(ctx context.Context, method, path string, body []byte, out any) error {

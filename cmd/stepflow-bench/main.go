@@ -7,6 +7,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -43,6 +45,11 @@ type options struct {
 	rest                       []int
 	out, chart, prices         string
 	skipBuild                  bool
+	// largeOutput is what the large-output workload's workers complete
+	// with; noBlobs keeps every output in the job's item (no S3), to
+	// measure what large data cost before it went to S3.
+	largeOutput int
+	noBlobs     bool
 }
 
 func main() {
@@ -64,6 +71,8 @@ func main() {
 	f.StringVar(&o.chart, "chart", "docs/benchmarks.png", "chart")
 	f.StringVar(&o.prices, "prices", "docs/costs.md", "price table")
 	f.BoolVar(&o.skipBuild, "skip-build", false, "do not build the Lambda bootstraps to measure their size")
+	f.IntVar(&o.largeOutput, "large-output", 32*1024, "bytes each step of the large-output worker workload completes with (incompressible)")
+	f.BoolVar(&o.noBlobs, "no-blobs", false, "keep every payload and output in the job's item, no S3 (the cost before large data went to S3)")
 	if err := cmd.Execute(); err != nil {
 		os.Exit(1)
 	}
@@ -113,11 +122,15 @@ func (r result) invocations() int64 {
 }
 
 // cost answers USD per million jobs: DynamoDB units, SQS requests, Lambda
-// requests, and the timer state machine (its transitions, and the SQS send
-// each execution makes, which the emulator's proxy does not see).
-func (r result) cost(p costmeter.Prices) (ddbUSD, sqsUSD, lambdaUSD, timerUSD float64) {
+// requests, the timer state machine (its transitions, and the SQS send
+// each execution makes, which the emulator's proxy does not see), and S3
+// requests for large data (the engine's, metered; a worker's GET of a
+// presigned URL is counted at the proxy, s3.GetObject).
+func (r result) cost(p costmeter.Prices) (ddbUSD, sqsUSD, lambdaUSD, timerUSD, s3USD float64) {
 	perJob := 1e6 / float64(r.Jobs)
 	ddbUSD = (r.Units.WRU*p["dynamodb_wru"] + r.Units.RRU*p["dynamodb_rru"]) * perJob
+	workerGets := float64(r.count("s3.GetObject")) - r.Units.S3Reads // the proxy sees the engine's own GETs too
+	s3USD = (r.Units.S3Writes*p["s3_put_request"] + (r.Units.S3Reads+max(workerGets, 0))*p["s3_get_request"]) * perJob
 	sqsUSD = float64(r.count("sqs.")) * p["sqs_request"] * perJob
 	lambdaUSD = float64(r.invocations()) * p["lambda_request"] * perJob
 	timers := float64(r.count("states.StartExecution"))
@@ -126,8 +139,8 @@ func (r result) cost(p costmeter.Prices) (ddbUSD, sqsUSD, lambdaUSD, timerUSD fl
 }
 
 func (r result) total(p costmeter.Prices) float64 {
-	a, b, c, d := r.cost(p)
-	return a + b + c + d
+	a, b, c, d, e := r.cost(p)
+	return a + b + c + d + e
 }
 
 // stepFunctions prices the same work as Step Functions Standard and Express
@@ -169,7 +182,12 @@ func run(ctx context.Context, o options) error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	b := &bench{o: o, meter: costmeter.New(), http: &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}, log: log}
+	var env map[string]string
+	if o.noBlobs {
+		env = map[string]string{"STEPFLOW_DATA_BUCKET": ""}
+	}
 	st, err := devstack.Start(ctx, devstack.Options{
+		Env:     env,
 		APIKeys: map[string]string{benchKey: benchTenant}, Log: log,
 		// The event source mapping long-polls as Lambda's does (20 s), so idle
 		// polls do not count against the work.
@@ -206,6 +224,11 @@ func run(ctx context.Context, o options) error {
 		{"single-step pass", o.jobs, 1, map[string]any{"steps": []any{map[string]any{"id": "a", "action": map[string]any{"type": "pass"}}}, "payload": map[string]any{"n": 1}}},
 		{"five-step pass", o.jobs / 5, 5, map[string]any{"steps": fiveSteps(), "payload": map[string]any{"n": 1}}},
 		{"worker step via /v1/claim", o.jobs / 5, 1, map[string]any{"steps": []any{map[string]any{"id": "w", "action": map[string]any{"type": "worker", "queue": "bench", "lease_seconds": 60}}}, "payload": map[string]any{"n": 1}}},
+		{fmt.Sprintf("worker: three steps of %d KB outputs", o.largeOutput/1024), o.jobs / 10, 3, map[string]any{"steps": []any{
+			map[string]any{"id": "large1", "action": map[string]any{"type": "worker", "queue": "bench", "lease_seconds": 60}},
+			map[string]any{"id": "large2", "action": map[string]any{"type": "worker", "queue": "bench", "lease_seconds": 60}},
+			map[string]any{"id": "large3", "action": map[string]any{"type": "worker", "queue": "bench", "lease_seconds": 60}},
+		}, "payload": map[string]any{"n": 1}}},
 		{"diamond DAG (a; b, c; d)", o.jobs / 5, 4, map[string]any{"steps": diamond(), "payload": map[string]any{"n": 1}}},
 		{"timer: 5 s sleep via Step Functions, then pass", o.jobs / 10, 2, map[string]any{"steps": []any{
 			map[string]any{"id": "nap", "action": map[string]any{"type": "sleep", "seconds": 5}},
@@ -327,7 +350,8 @@ func (b *bench) workload(ctx context.Context, name string, n, steps int, spec ma
 	r.Wall = time.Since(start)
 	r.Requests = diff(b.stack.Emulator.Counts(), before)
 	u := b.meter.Units()
-	r.Units = costmeter.Units{WRU: u.WRU - unitsBefore.WRU, RRU: u.RRU - unitsBefore.RRU}
+	r.Units = costmeter.Units{WRU: u.WRU - unitsBefore.WRU, RRU: u.RRU - unitsBefore.RRU,
+		S3Writes: u.S3Writes - unitsBefore.S3Writes, S3Reads: u.S3Reads - unitsBefore.S3Reads}
 	r.Invocations = diff(b.stack.Runner.Invocations(), invBefore)
 	var first, last time.Time
 	for _, id := range ids {
@@ -378,6 +402,7 @@ func (b *bench) worker(ctx context.Context, name string, stop <-chan struct{}) {
 		var c struct {
 			Leases []struct {
 				LeaseID string `json:"lease_id"`
+				StepID  string `json:"step_id"`
 			} `json:"leases"`
 		}
 		req, _ := json.Marshal(map[string]any{"queue": "bench", "max": 10, "wait_seconds": 1, "worker": name})
@@ -386,11 +411,23 @@ func (b *bench) worker(ctx context.Context, name string, stop <-chan struct{}) {
 			continue
 		}
 		for _, l := range c.Leases {
-			if err := b.call(ctx, http.MethodPost, "/v1/leases/"+l.LeaseID+"/complete", []byte(`{"output":{"ok":true}}`), nil); err != nil {
+			out := []byte(`{"output":{"ok":true}}`)
+			if strings.HasPrefix(l.StepID, "large") {
+				out = largeOutput(b.o.largeOutput)
+			}
+			if err := b.call(ctx, http.MethodPost, "/v1/leases/"+l.LeaseID+"/complete", out, nil); err != nil {
 				b.log.Warn("complete failed", "err", err)
 			}
 		}
 	}
+}
+
+// largeOutput is a complete body whose output is n bytes of base64: as
+// incompressible as JSON gets.
+func largeOutput(n int) []byte {
+	raw := make([]byte, max(n-2, 0)*3/4)
+	_, _ = rand.Read(raw)
+	return []byte(`{"output":"` + base64.StdEncoding.EncodeToString(raw) + `"}`)
 }
 
 func (b *bench) call(ctx context.Context, method, path string, body []byte, out any) error {

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/stretchr/testify/require"
@@ -62,8 +63,9 @@ func startMoto(t *testing.T) string {
 	}
 }
 
-// clients returns DynamoDB, SQS and Step Functions clients pointed at endpoint.
-func clients(endpoint string) (*dynamodb.Client, *sqs.Client, *sfn.Client) {
+// clients returns DynamoDB, SQS, Step Functions and S3 clients pointed at
+// endpoint.
+func clients(endpoint string) (*dynamodb.Client, *sqs.Client, *sfn.Client, *s3.Client) {
 	cfg := aws.Config{
 		Region:      "us-east-1",
 		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
@@ -71,7 +73,8 @@ func clients(endpoint string) (*dynamodb.Client, *sqs.Client, *sfn.Client) {
 	db := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(endpoint) })
 	sq := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.BaseEndpoint = aws.String(endpoint) })
 	sf := sfn.NewFromConfig(cfg, func(o *sfn.Options) { o.BaseEndpoint = aws.String(endpoint) })
-	return db, sq, sf
+	s3c := s3.NewFromConfig(cfg, func(o *s3.Options) { o.BaseEndpoint, o.UsePathStyle = aws.String(endpoint), true })
+	return db, sq, sf, s3c
 }
 
 func testContext(t *testing.T) context.Context {

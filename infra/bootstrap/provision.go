@@ -7,6 +7,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 )
@@ -19,20 +20,23 @@ type Stack struct {
 	QueueURLs     map[string]string // logical id -> url
 	QueueARNs     map[string]string // logical id -> arn
 	StateMachines map[string]string // logical id -> arn
+	Buckets       map[string]string // logical id -> bucket name
 	Functions     []Function        // as Functions(), with SQSSource.QueueURL filled
 }
 
 var stackNameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9-]{0,127}$`)
 
-// Provision creates the template's AWS::DynamoDB::Table, AWS::SQS::Queue
-// and AWS::Serverless::StateMachine resources through the given clients
-// (pointed at a local emulator), named "<stack>-<LogicalId>", and resolves
+// Provision creates the template's AWS::DynamoDB::Table, AWS::SQS::Queue,
+// AWS::Serverless::StateMachine and AWS::S3::Bucket resources through the
+// given clients (pointed at a local emulator), named "<stack>-<LogicalId>"
+// (a bucket's lower-cased), and resolves
 // the functions' environment. It first refuses, before creating anything, a
 // template that uses what this package does not handle. It is idempotent: an
 // existing table of the same keys and indexes is reused, an existing queue
 // is reused and its attributes set to the template's, an existing state
-// machine is reused and its definition set to the template's.
-func Provision(ctx context.Context, db *dynamodb.Client, sq *sqs.Client, sf *sfn.Client, t *Template, stack string) (*Stack, error) {
+// machine is reused and its definition set to the template's, an existing
+// bucket is reused.
+func Provision(ctx context.Context, db *dynamodb.Client, sq *sqs.Client, sf *sfn.Client, s3c *s3.Client, t *Template, stack string) (*Stack, error) {
 	if !stackNameRE.MatchString(stack) {
 		return nil, fmt.Errorf("provision: stack name %q must match %s (CloudFormation's rule)", stack, stackNameRE)
 	}
@@ -46,6 +50,15 @@ func Provision(ctx context.Context, db *dynamodb.Client, sq *sqs.Client, sf *sfn
 		QueueURLs:     map[string]string{},
 		QueueARNs:     map[string]string{},
 		StateMachines: map[string]string{},
+		Buckets:       map[string]string{},
+	}
+	// Every bucket name is checked before anything is created.
+	for _, id := range t.ids(typeBucket) {
+		name, err := bucketName(stack, id)
+		if err != nil {
+			return nil, fmt.Errorf("provision bucket %s: %w", id, err)
+		}
+		s.Buckets[id] = name
 	}
 
 	for _, id := range t.ids(typeTable) {
@@ -83,6 +96,14 @@ func Provision(ctx context.Context, db *dynamodb.Client, sq *sqs.Client, sf *sfn
 		if err != nil {
 			return nil, fmt.Errorf("provision queue %s: set attributes: %w", id, err)
 		}
+	}
+
+	for _, id := range t.ids(typeBucket) {
+		name := s.Buckets[id]
+		if err := ensureBucket(ctx, s3c, name); err != nil {
+			return nil, fmt.Errorf("provision bucket %s: %w", id, err)
+		}
+		r.refs[id], r.arns[id] = name, bucketARN(name)
 	}
 
 	// The queues' ARNs name the emulator's account, which the state

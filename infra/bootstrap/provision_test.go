@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	dtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	ftypes "github.com/aws/aws-sdk-go-v2/service/sfn/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -21,12 +22,12 @@ import (
 
 func TestProvisionRealTemplate(t *testing.T) {
 	t.Parallel()
-	db, sq, sf := clients(startMoto(t))
+	db, sq, sf, s3c := clients(startMoto(t))
 	ctx := testContext(t)
 	tpl, err := Parse(realTemplate)
 	require.NoError(t, err)
 
-	st, err := Provision(ctx, db, sq, sf, tpl, "stepflow")
+	st, err := Provision(ctx, db, sq, sf, s3c, tpl, "stepflow")
 	require.NoError(t, err)
 	require.Equal(t, "stepflow", st.Name)
 
@@ -89,6 +90,11 @@ func TestProvisionRealTemplate(t *testing.T) {
 	require.Equal(t, readFile(t, "../../statemachine/timer.asl.json"), aws.ToString(sm.Definition))
 	require.Regexp(t, `^arn:aws:iam::\d{12}:role/stepflow-TimerStateMachineRole$`, aws.ToString(sm.RoleArn))
 
+	// Bucket: named after the stack, lower-cased as S3 wants.
+	require.Equal(t, map[string]string{"DataBucket": "stepflow-databucket"}, st.Buckets)
+	_, err = s3c.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String("stepflow-databucket")})
+	require.NoError(t, err)
+
 	// Environment: every reference resolved.
 	want := map[string]string{
 		"STEPFLOW_TABLE":                    "stepflow-JobsTable",
@@ -107,6 +113,7 @@ func TestProvisionRealTemplate(t *testing.T) {
 		"STEPFLOW_RETENTION_COMPLETED_DAYS": "30",
 		"STEPFLOW_RETENTION_FAILED_DAYS":    "14",
 		"STEPFLOW_RETENTION_CANCELLED_DAYS": "7",
+		"STEPFLOW_DATA_BUCKET":              "stepflow-databucket",
 	}
 	require.Equal(t, want, st.Env)
 	require.Regexp(t, `^arn:aws:sqs:us-east-1:\d{12}:stepflow-DeadLetterQueue$`, st.Env["STEPFLOW_DLQ_ARN"])
@@ -128,12 +135,12 @@ func TestProvisionRealTemplate(t *testing.T) {
 
 func TestProvisionIsIdempotent(t *testing.T) {
 	t.Parallel()
-	db, sq, sf := clients(startMoto(t))
+	db, sq, sf, s3c := clients(startMoto(t))
 	ctx := testContext(t)
 	tpl, err := Parse(realTemplate)
 	require.NoError(t, err)
 
-	first, err := Provision(ctx, db, sq, sf, tpl, "idem")
+	first, err := Provision(ctx, db, sq, sf, s3c, tpl, "idem")
 	require.NoError(t, err)
 	// Drift on an existing queue or state machine is put back to the
 	// template's value.
@@ -149,7 +156,7 @@ func TestProvisionIsIdempotent(t *testing.T) {
 	})
 	require.NoError(t, err)
 
-	second, err := Provision(ctx, db, sq, sf, tpl, "idem")
+	second, err := Provision(ctx, db, sq, sf, s3c, tpl, "idem")
 	require.NoError(t, err)
 	require.Equal(t, first, second)
 	require.Equal(t, "1800", sqsAttributes(t, sq, second.QueueURLs["ReadyQueueP2"])["VisibilityTimeout"])
@@ -166,18 +173,22 @@ func TestProvisionIsIdempotent(t *testing.T) {
 	machines, err := sf.ListStateMachines(ctx, &sfn.ListStateMachinesInput{})
 	require.NoError(t, err)
 	require.Len(t, machines.StateMachines, 1)
+	buckets, err := s3c.ListBuckets(ctx, &s3.ListBucketsInput{})
+	require.NoError(t, err)
+	require.Len(t, buckets.Buckets, 1)
+	require.Equal(t, "idem-databucket", aws.ToString(buckets.Buckets[0].Name))
 }
 
 func TestProvisionStacksDoNotCollide(t *testing.T) {
 	t.Parallel()
-	db, sq, sf := clients(startMoto(t))
+	db, sq, sf, s3c := clients(startMoto(t))
 	ctx := testContext(t)
 	tpl, err := Parse(realTemplate)
 	require.NoError(t, err)
 
-	a, err := Provision(ctx, db, sq, sf, tpl, "alpha")
+	a, err := Provision(ctx, db, sq, sf, s3c, tpl, "alpha")
 	require.NoError(t, err)
-	b, err := Provision(ctx, db, sq, sf, tpl, "beta")
+	b, err := Provision(ctx, db, sq, sf, s3c, tpl, "beta")
 	require.NoError(t, err)
 
 	require.Equal(t, "alpha-JobsTable", a.Env["STEPFLOW_TABLE"])
@@ -210,7 +221,7 @@ func TestProvisionStacksDoNotCollide(t *testing.T) {
 // template.
 func TestProvisionSyntheticTemplate(t *testing.T) {
 	t.Parallel()
-	db, sq, sf := clients(startMoto(t))
+	db, sq, sf, s3c := clients(startMoto(t))
 	ctx := testContext(t)
 
 	const base = `
@@ -280,7 +291,7 @@ Resources:
 	}
 	tpl, err := Parse(write(base))
 	require.NoError(t, err)
-	st, err := Provision(ctx, db, sq, sf, tpl, "syn")
+	st, err := Provision(ctx, db, sq, sf, s3c, tpl, "syn")
 	require.NoError(t, err)
 
 	desc, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String("syn-T")})
@@ -324,7 +335,7 @@ Resources:
 		require.NotEqual(t, base, changed, name)
 		tpl, err := Parse(write(changed))
 		require.NoError(t, err)
-		_, err = Provision(ctx, db, sq, sf, tpl, "syn")
+		_, err = Provision(ctx, db, sq, sf, s3c, tpl, "syn")
 		require.ErrorContains(t, err, "provision table T", name)
 		require.ErrorContains(t, err, "delete it to recreate", name)
 	}
@@ -334,7 +345,7 @@ Resources:
 // bootstrap does not handle, naming each thing and where it is.
 func TestProvisionRefusesUnsupportedTemplates(t *testing.T) {
 	t.Parallel()
-	db, sq, sf := clients(startMoto(t))
+	db, sq, sf, s3c := clients(startMoto(t))
 	ctx := testContext(t)
 
 	tpl, err := Parse(writeTemplate(t, `
@@ -359,7 +370,7 @@ Resources:
       KinesisStreamSpecification: {StreamArn: arn:aws:kinesis:us-east-1:000000000000:stream/s}
 `))
 	require.NoError(t, err)
-	_, err = Provision(ctx, db, sq, sf, tpl, "refuse")
+	_, err = Provision(ctx, db, sq, sf, s3c, tpl, "refuse")
 	require.ErrorContains(t, err, "Globals.Function.Environment.Variables.JOINED: intrinsic function Fn::Join")
 	require.ErrorContains(t, err, "Resources.Q.Properties.FifoQueue: AWS::SQS::Queue key FifoQueue")
 	require.ErrorContains(t, err, "Resources.T.Properties.KinesisStreamSpecification: AWS::DynamoDB::Table key KinesisStreamSpecification")
@@ -378,11 +389,21 @@ Globals:
         URL: !Sub "https://${Api}.execute-api.example.com/"
 `))
 	require.NoError(t, err)
-	_, err = Provision(ctx, db, sq, sf, tpl, "refuse")
+	_, err = Provision(ctx, db, sq, sf, s3c, tpl, "refuse")
 	require.ErrorContains(t, err, "URL: Fn::Sub: Ref Api: Api is a AWS::Serverless::HttpApi, which is not created locally")
 
-	_, err = Provision(ctx, db, sq, sf, tpl, "bad_name")
+	_, err = Provision(ctx, db, sq, sf, s3c, tpl, "bad_name")
 	require.ErrorContains(t, err, "stack name")
+
+	// A stack name CloudFormation takes but S3 would not as a bucket's.
+	real, err := Parse(realTemplate)
+	require.NoError(t, err)
+	_, err = Provision(ctx, db, sq, sf, s3c, real, "s"+strings.Repeat("x", 60))
+	require.ErrorContains(t, err, "provision bucket DataBucket")
+	require.ErrorContains(t, err, "use a shorter stack name")
+	buckets, err := s3c.ListBuckets(ctx, &s3.ListBucketsInput{})
+	require.NoError(t, err)
+	require.Empty(t, buckets.Buckets)
 
 	// Nothing was created by the refused runs.
 	tables, err := db.ListTables(ctx, &dynamodb.ListTablesInput{})
@@ -400,7 +421,7 @@ Globals:
 // failure is checked.
 func TestProvisionRefusesAnInvalidDefinition(t *testing.T) {
 	t.Parallel()
-	db, sq, sf := clients(startMoto(t))
+	db, sq, sf, s3c := clients(startMoto(t))
 	p := writeTemplate(t, `
 Resources:
   M:
@@ -412,7 +433,7 @@ Resources:
 	require.NoError(t, os.WriteFile(filepath.Join(filepath.Dir(p), "m.asl.json"), []byte(`{"StartAt": "Nowhere", "States": {}}`), 0o600))
 	tpl, err := Parse(p)
 	require.NoError(t, err)
-	_, err = Provision(testContext(t), db, sq, sf, tpl, "bad")
+	_, err = Provision(testContext(t), db, sq, sf, s3c, tpl, "bad")
 	require.ErrorContains(t, err, "provision state machine M: create bad-M")
 }
 

@@ -48,6 +48,7 @@ var resourceKeys = map[string]keySet{
 	typeTable:        tableKeys,
 	typeQueue:        queueKeys,
 	typeStateMachine: stateMachineKeys,
+	typeBucket:       bucketKeys,
 	typeFunction:     functionKeys,
 	typeHttpApi:      httpAPIKeys,
 }
@@ -208,7 +209,7 @@ func (s *survey) calls(path string, v any) {
 func (s *survey) dryRun() {
 	t := s.t
 	r := newResolver(t, "check")
-	for _, typ := range []string{typeTable, typeQueue, typeStateMachine} {
+	for _, typ := range []string{typeTable, typeQueue, typeStateMachine, typeBucket} {
 		for _, id := range t.ids(typ) {
 			r.refs[id], r.arns[id] = "<"+id+">", "<"+id+".Arn>"
 		}

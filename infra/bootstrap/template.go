@@ -28,6 +28,7 @@ const (
 	typeTable        = "AWS::DynamoDB::Table"
 	typeQueue        = "AWS::SQS::Queue"
 	typeStateMachine = "AWS::Serverless::StateMachine"
+	typeBucket       = "AWS::S3::Bucket"
 )
 
 // Template is a parsed SAM template. Intrinsic functions are kept in their

@@ -40,6 +40,7 @@ func TestParseRealTemplate(t *testing.T) {
 		{"POST", "/v1/jobs/{id}/redrive"},
 		{"POST", "/v1/jobs/{id}/signal"},
 		{"POST", "/v1/jobs/{id}/steps/{step}/approve"},
+		{"GET", "/v1/jobs/{id}/steps/{step}/output"},
 		{"POST", "/v1/jobs/{id}/steps/{step}/reject"},
 		{"POST", "/v1/jobs/{id}/steps/{step}/resume"},
 		{"GET", "/v1/resources"},

@@ -18,6 +18,12 @@
 // (chaos's ambiguous fault, above it) is billed like any other. The typed
 // input it reads was kept in the context at the Initialize step
 // (awsfault.CaptureInput).
+//
+// S3 bills by request: the meter counts each answered S3 attempt (any
+// status under 500, as S3 bills a 404 too) in its class, writes (PUT,
+// COPY, POST, LIST) or reads (GET and the rest). A worker's GET of a
+// presigned URL is no client of the engine's: the emulator's proxy counts
+// those (s3.GetObject).
 package costmeter
 
 import (
@@ -41,9 +47,12 @@ import (
 	"github.com/stepflow/stepflow/shared/store"
 )
 
-// Units are modelled DynamoDB request units.
+// Units are modelled DynamoDB request units, and S3 requests by class.
 type Units struct {
 	WRU, RRU float64
+	// S3Writes are S3's class A requests (PutObject...), S3Reads its class
+	// B (GetObject...).
+	S3Writes, S3Reads float64
 }
 
 // Meter models the units of the DynamoDB requests it sees.
@@ -82,11 +91,19 @@ func conditionFailed(err error) bool {
 
 func (m *Meter) bill(ctx context.Context, in middleware.DeserializeInput, next middleware.DeserializeHandler) (middleware.DeserializeOutput, middleware.Metadata, error) {
 	out, md, err := next.HandleDeserialize(ctx, in)
-	if service, _ := awsfault.Call(ctx); service != "DynamoDB" {
+	service, op := awsfault.Call(ctx)
+	if service != "DynamoDB" && service != "S3" {
 		return out, md, err
 	}
-	if r, ok := out.RawResponse.(*smithyhttp.Response); !ok || r.Response == nil || r.StatusCode == 0 {
+	r, ok := out.RawResponse.(*smithyhttp.Response)
+	if !ok || r.Response == nil || r.StatusCode == 0 {
 		return out, md, err // no answer (the transport failed): nothing known billed
+	}
+	if service == "S3" {
+		if r.StatusCode < 500 {
+			m.add(s3Request(op))
+		}
+		return out, md, err
 	}
 	if err != nil && !conditionFailed(err) {
 		return out, md, err // throttled, refused or failed: not billed
@@ -206,6 +223,18 @@ func (m *Meter) add(u Units) {
 	defer m.mu.Unlock()
 	m.units.WRU += u.WRU
 	m.units.RRU += u.RRU
+	m.units.S3Writes += u.S3Writes
+	m.units.S3Reads += u.S3Reads
+}
+
+// s3Request is one S3 request of operation op, in its price class.
+func s3Request(op string) Units {
+	for _, a := range []string{"Put", "Copy", "Post", "List", "Create", "Upload", "Complete"} {
+		if strings.HasPrefix(op, a) {
+			return Units{S3Writes: 1}
+		}
+	}
+	return Units{S3Reads: 1}
 }
 
 func readFactor(consistent *bool) float64 {
@@ -240,7 +269,7 @@ func LoadPrices(path string) (Prices, error) {
 		}
 		p[strings.TrimSpace(cols[0])] = usd / per
 	}
-	for _, k := range []string{"dynamodb_wru", "dynamodb_rru", "sqs_request", "lambda_request", "sfn_standard_transition", "sfn_express_request", "sfn_express_gb_second"} {
+	for _, k := range []string{"dynamodb_wru", "dynamodb_rru", "sqs_request", "lambda_request", "sfn_standard_transition", "sfn_express_request", "sfn_express_gb_second", "s3_put_request", "s3_get_request"} {
 		if _, ok := p[k]; !ok {
 			return nil, fmt.Errorf("price table %s has no row %q", path, k)
 		}

@@ -13,6 +13,7 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/oklog/ulid/v2"
@@ -21,6 +22,7 @@ import (
 	"github.com/stepflow/stepflow/localstack/costmeter"
 	"github.com/stepflow/stepflow/localstack/devstack"
 	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
+	"github.com/stepflow/stepflow/shared/blobstore"
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/store"
 )
@@ -118,4 +120,28 @@ func TestBillsEachAttemptThatReachedTheService(t *testing.T) {
 	var ccf *ddb.ConditionalCheckFailedException
 	require.ErrorAs(t, err, &ccf)
 	require.Equal(t, costmeter.Units{WRU: 2}, m.Units(), "a failed condition is billed")
+}
+
+// TestS3RequestsAreMetered: each answered S3 request is one of its class,
+// a GET of a missing key included (S3 bills it); no DynamoDB units.
+func TestS3RequestsAreMetered(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t, func(o *devstack.Options) { o.NoRunner = true })
+	m := costmeter.New()
+	c := s3.New(h.S3.Options(), func(o *s3.Options) { o.APIOptions = append(o.APIOptions, m.Middleware) })
+	bs := blobstore.New(c, h.Resources.Buckets["DataBucket"])
+	ctx := context.Background()
+	require.NoError(t, bs.Put(ctx, "t/j/s/1", []byte(`{"big":true}`)))
+	_, err := bs.Get(ctx, "t/j/s/1")
+	require.NoError(t, err)
+	_, err = bs.Get(ctx, "t/j/s/2")
+	require.ErrorIs(t, err, domain.ErrNotFound)
+	_, err = bs.URL(ctx, "t/j/s/1", time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, costmeter.Units{S3Writes: 1, S3Reads: 2}, m.Units(), "a presign is no request")
+
+	p, err := costmeter.LoadPrices(filepath.Join("..", "..", "docs", "costs.md"))
+	require.NoError(t, err)
+	require.InDelta(t, 5e-6, p["s3_put_request"], 1e-12)
+	require.InDelta(t, 0.4e-6, p["s3_get_request"], 1e-12)
 }

@@ -23,6 +23,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go/middleware"
@@ -32,6 +33,7 @@ import (
 	"github.com/stepflow/stepflow/localstack/lambdaemu"
 	"github.com/stepflow/stepflow/localstack/runner"
 	"github.com/stepflow/stepflow/shared/actions"
+	"github.com/stepflow/stepflow/shared/blobstore"
 	"github.com/stepflow/stepflow/shared/config"
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
@@ -53,8 +55,8 @@ type Options struct {
 	Region        string
 	Log           *slog.Logger
 	MotoLog       *os.File
-	// APIOptions are added to the middleware stacks of the engine's
-	// DynamoDB and SQS clients, and of no other: the clients that provision
+	// APIOptions are added to the middleware stacks of the engine's AWS
+	// clients (DynamoDB, SQS, Step Functions, S3), and of no other: the clients that provision
 	// the stack, register the API keys and are Stack.DynamoDB and Stack.SQS
 	// stay plain. The chaos fault layer (chaos.Faults.Middleware), the cost
 	// meter (costmeter.Meter.Middleware) and tests' faults
@@ -108,6 +110,7 @@ type Stack struct {
 	Emulator  *emulator.Emulator // the serialising proxy, and the moto it started when EndpointURL was empty
 	DynamoDB  *dynamodb.Client
 	SQS       *sqs.Client
+	S3        *s3.Client
 	Handlers  runner.Handlers
 	Runner    *runner.Runner     // nil with NoRunner
 	Lambda    *lambdaemu.Service // the local Lambda service; nil without LambdaDirs
@@ -203,12 +206,13 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		return nil, err
 	}
 	s.DynamoDB, s.SQS = dynamodb.NewFromConfig(cfg), sqs.NewFromConfig(cfg)
+	s.S3 = s3.NewFromConfig(cfg, blobstore.Options(true))
 	tmpl, err := bootstrap.Parse(o.TemplatePath)
 	if err != nil {
 		ln.Close()
 		return nil, err
 	}
-	res, err := bootstrap.Provision(ctx, s.DynamoDB, s.SQS, sfn.NewFromConfig(cfg), tmpl, o.StackName)
+	res, err := bootstrap.Provision(ctx, s.DynamoDB, s.SQS, sfn.NewFromConfig(cfg), s.S3, tmpl, o.StackName)
 	if err != nil {
 		ln.Close()
 		return nil, err

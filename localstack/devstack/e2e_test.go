@@ -2,8 +2,6 @@ package devstack_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -356,37 +354,6 @@ func TestTwoInstancesDoNotShareData(t *testing.T) {
 	var list struct{ Jobs []json.RawMessage }
 	hb.JSON(t, http.StatusOK, http.MethodGet, "/v1/jobs", "same-key", nil, &list)
 	require.Empty(t, list.Jobs)
-}
-
-func TestOutputThatOverflowsTheJobFailsTheAttemptAtOnce(t *testing.T) {
-	t.Parallel()
-	h := stacktest.New(t)
-	// Random text: the store compresses jobs, so repeated bytes would fit.
-	big := func(n int) string {
-		b := make([]byte, n*3/4)
-		_, _ = rand.Read(b)
-		return base64.StdEncoding.EncodeToString(b)
-	}
-	j := h.Submit(t, keyA, map[string]any{"payload": map[string]any{"blob": big(200 * 1024)}, "steps": []any{map[string]any{"id": "w", "action": map[string]any{"type": "worker"}}}})
-	l := claim(t, h, keyA, "default", "w1", 1, 5)
-	require.Len(t, l, 1)
-
-	status, body := h.Call(t, http.MethodPost, "/v1/leases/"+l[0].LeaseID+"/complete", keyA, map[string]any{"output": big(250 * 1024)})
-	require.Equal(t, http.StatusRequestEntityTooLarge, status, "%s", body)
-	require.Contains(t, string(body), "S3")
-	require.Contains(t, string(body), "the attempt was failed as fatal")
-
-	// The attempt ended at once, with an error that says why; the job did
-	// not wait for the lease to run out.
-	got := h.Get(t, keyA, j.ID)
-	require.Equal(t, domain.JobFailed, got.State)
-	a := got.Steps[0].Attempts[0]
-	require.Equal(t, domain.AttemptFailed, a.State)
-	require.Contains(t, a.Error.Message, "could not be stored")
-	// The lease is spent: the worker's late outcome changes nothing.
-	status, _ = h.Call(t, http.MethodPost, "/v1/leases/"+l[0].LeaseID+"/complete", keyA, map[string]any{"output": 1})
-	require.Equal(t, http.StatusConflict, status)
-	h.CheckReplay(t, tenantA, j.ID)
 }
 
 func TestIdempotentReplayDispatchesAJobThatNeverStarted(t *testing.T) {

@@ -261,9 +261,13 @@ func (p *Proxy) Counts() map[string]int64 {
 }
 
 // operation names a request "service.Operation" from its JSON-protocol
-// target header (DynamoDB_20120810.PutItem, AmazonSQS.SendMessage), or its
-// path for anything else.
+// target header (DynamoDB_20120810.PutItem, AmazonSQS.SendMessage), an S3
+// request from its method and path (s3.PutObject: its key is no part of
+// the name, so counts stay few), or its path for anything else.
 func operation(r *http.Request) string {
+	if op := s3Operation(r); op != "" {
+		return "s3." + op
+	}
 	t := r.Header.Get("X-Amz-Target")
 	svc, op, ok := strings.Cut(t, ".")
 	switch {
@@ -277,6 +281,35 @@ func operation(r *http.Request) string {
 		return strings.ToLower(svc) + "." + op
 	}
 	return "other." + r.Method + " " + r.URL.Path
+}
+
+// s3Operation names an S3 request (signed for service s3, in its
+// Authorization header or, presigned, in its query), path-style: /bucket
+// or /bucket/key. It answers "" for a request of another service.
+func s3Operation(r *http.Request) string {
+	if !strings.Contains(r.Header.Get("Authorization"), "/s3/aws4_request") &&
+		!strings.Contains(r.URL.Query().Get("X-Amz-Credential"), "/s3/aws4_request") {
+		return ""
+	}
+	_, key, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	object := key != ""
+	switch {
+	case r.Method == http.MethodPut && object:
+		return "PutObject"
+	case r.Method == http.MethodGet && object:
+		return "GetObject"
+	case r.Method == http.MethodHead && object:
+		return "HeadObject"
+	case r.Method == http.MethodDelete && object:
+		return "DeleteObject"
+	case r.Method == http.MethodPut:
+		return "CreateBucket"
+	case r.Method == http.MethodHead:
+		return "HeadBucket"
+	case r.Method == http.MethodGet:
+		return "ListObjects"
+	}
+	return r.Method
 }
 
 // SortedCounts renders counts one per line, for reports.

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/oklog/ulid/v2"
 	"github.com/stretchr/testify/require"
 
@@ -274,4 +277,38 @@ func TestCountsByOperation(t *testing.T) {
 	lines := emulator.SortedCounts(b.emu.Counts())
 	require.Contains(t, lines, "dynamodb.GetItem 1")
 	require.IsNonDecreasing(t, lines)
+}
+
+// TestS3RequestsAreCountedByOperation: an S3 request is named by what it
+// does, never by its key, presigned GETs (a worker's) included.
+func TestS3RequestsAreCountedByOperation(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	c := s3.New(s3.Options{
+		Region: "us-east-1", BaseEndpoint: aws.String(b.emu.URL), UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
+	})
+	_, err := c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("counted")})
+	require.NoError(t, err)
+	for _, k := range []string{"t/j/a/1", "t/j/b/1"} {
+		_, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("counted"), Key: aws.String(k), Body: strings.NewReader(`{}`)})
+		require.NoError(t, err)
+	}
+	_, err = c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String("counted"), Key: aws.String("t/j/a/1")})
+	require.NoError(t, err)
+	req, err := s3.NewPresignClient(c).PresignGetObject(ctx, &s3.GetObjectInput{Bucket: aws.String("counted"), Key: aws.String("t/j/b/1")})
+	require.NoError(t, err)
+	res, err := http.Get(req.URL)
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+
+	counts := b.emu.Counts()
+	require.Equal(t, int64(1), counts["s3.CreateBucket"])
+	require.Equal(t, int64(2), counts["s3.PutObject"])
+	require.Equal(t, int64(2), counts["s3.GetObject"])
+	for op := range counts {
+		require.NotContains(t, op, "counted", "no key or bucket in a name")
+	}
 }

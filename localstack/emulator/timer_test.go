@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	ftypes "github.com/aws/aws-sdk-go-v2/service/sfn/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -119,7 +120,8 @@ func timerStack(ctx context.Context, t *testing.T, name string) (*sqs.Client, *s
 	sq, sf := sqs.NewFromConfig(cfg), sfn.NewFromConfig(cfg)
 	tpl, err := bootstrap.Parse("../../template.yaml")
 	require.NoError(t, err)
-	stack, err := bootstrap.Provision(ctx, dynamodb.NewFromConfig(cfg), sq, sf, tpl, name)
+	s3c := s3.NewFromConfig(cfg, func(o *s3.Options) { o.UsePathStyle = true })
+	stack, err := bootstrap.Provision(ctx, dynamodb.NewFromConfig(cfg), sq, sf, s3c, tpl, name)
 	require.NoError(t, err)
 	return sq, sf, stack
 }

@@ -185,6 +185,14 @@ func eventPath(routed string) (string, bool) {
 // maxPayload is API Gateway's request payload limit.
 const maxPayload = 10 * 1024 * 1024
 
+// Lambda's synchronous invocation limits, which bind before API Gateway's:
+// the event (the body escaped inside it) and the function's response, as
+// JSON. Past them AWS answers 413, and 502 for a response.
+const (
+	maxLambdaRequest  = 6 * 1024 * 1024
+	maxLambdaResponse = 6*1024*1024 + 100
+)
+
 // ServeHTTP turns a request into an API Gateway HTTP API payload 2.0 event,
 // round-trips it through JSON as Lambda would, calls the route's handler
 // and writes its response.
@@ -225,6 +233,12 @@ func (r *Runner) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
+	if len(raw) > maxLambdaRequest {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusRequestEntityTooLarge)
+		_, _ = io.WriteString(w, `{"message":"Request Entity Too Large"}`)
+		return
+	}
 	var lambdaEv events.APIGatewayV2HTTPRequest
 	if err := json.Unmarshal(raw, &lambdaEv); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -241,6 +255,13 @@ func (r *Runner) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		r.Log.Error("function error", "function", rt.fn, "err", err)
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = io.WriteString(w, `{"message":"Internal Server Error"}`)
+		return
+	}
+	if out, err := json.Marshal(resp); err != nil || len(out) > maxLambdaResponse {
+		r.Log.Error("function response over Lambda's payload limit", "function", rt.fn, "bytes", len(out))
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadGateway)
 		_, _ = io.WriteString(w, `{"message":"Internal Server Error"}`)
 		return
 	}

@@ -99,6 +99,33 @@ func TestHTTPRequestsBecomeAPIGatewayV2Events(t *testing.T) {
 	require.Equal(t, "GET", res.Header.Get("Allow"))
 }
 
+// TestLambdasPayloadLimitsApply: the event (the body escaped inside it)
+// and the response are bound by Lambda's 6 MB, below API Gateway's 10 MB.
+func TestLambdasPayloadLimitsApply(t *testing.T) {
+	t.Parallel()
+	h := func(_ context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+		n, _ := strconv.Atoi(ev.QueryStringParameters["answer"])
+		return events.APIGatewayV2HTTPResponse{StatusCode: 200, Body: strings.Repeat("a", n)}, nil
+	}
+	r := &runner.Runner{
+		Stack:    &bootstrap.Stack{Functions: []bootstrap.Function{{LogicalID: "Api", Routes: []bootstrap.Route{{Method: "POST", Path: "/v1/echo"}}}}},
+		Handlers: runner.Handlers{HTTP: map[string]func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error){"Api": h}},
+		Log:      slog.Default(),
+	}
+	url := start(t, r)
+	post := func(body string, answer int) int {
+		res, err := http.Post(url+"/v1/echo?answer="+strconv.Itoa(answer), "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	require.Equal(t, http.StatusOK, post(strings.Repeat("a", 5<<20), 5<<20))
+	// 3.5 MB of quotes is 7 MB escaped inside the event.
+	require.Equal(t, http.StatusRequestEntityTooLarge, post(strings.Repeat(`"`, 7<<19), 0))
+	require.Equal(t, http.StatusBadGateway, post("{}", 6<<20+100))
+}
+
 func TestEventSourceMappingRedeliversOnlyFailedItems(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

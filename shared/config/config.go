@@ -18,11 +18,13 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/stepflow/stepflow/shared/actions"
+	"github.com/stepflow/stepflow/shared/blobstore"
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/netguard"
@@ -65,6 +67,14 @@ type Settings struct {
 	// LambdaAllow is STEPFLOW_LAMBDA_ALLOW (optional): function-name
 	// prefixes a lambda step may call; empty leaves it to IAM.
 	LambdaAllow string
+	// DataBucket is STEPFLOW_DATA_BUCKET (optional): the S3 bucket that
+	// keeps payloads and outputs over InlineLimit. Without it everything
+	// stays in the job's item.
+	DataBucket string
+	// InlineLimit is STEPFLOW_INLINE_LIMIT (optional, bytes,
+	// domain.DefaultInlineLimit when unset): the largest payload or output
+	// kept inline.
+	InlineLimit int
 }
 
 // FromEnv reads Settings, naming any variable that is missing.
@@ -119,6 +129,13 @@ func FromEnv(getenv func(string) string) (Settings, error) {
 			*dst = n
 		}
 	}
+	s.DataBucket = getenv("STEPFLOW_DATA_BUCKET")
+	s.InlineLimit = domain.DefaultInlineLimit
+	if v := getenv("STEPFLOW_INLINE_LIMIT"); v != "" {
+		if s.InlineLimit, err = strconv.Atoi(v); err != nil || s.InlineLimit < 1 || s.InlineLimit > domain.MaxInlineJobBytes/2 {
+			return s, fmt.Errorf("environment variable STEPFLOW_INLINE_LIMIT must be a number of bytes from 1 to %d", domain.MaxInlineJobBytes/2)
+		}
+	}
 	if _, err := netguard.ParseAllow(s.HTTPAllow); err != nil {
 		return s, fmt.Errorf("environment variable %s: %w", netguard.EnvAllow, err)
 	}
@@ -137,6 +154,7 @@ type Clients struct {
 	SQS           queue.API
 	StepFunctions queue.TimerAPI
 	Lambda        *lambda.Client // the lambda action's
+	S3            *s3.Client
 }
 
 // NewClients builds SDK clients from the default chain (environment,
@@ -155,7 +173,8 @@ func NewClients(ctx context.Context) (Clients, aws.Config, error) {
 // stack's fault layer and cost meter go here).
 func ClientsFrom(cfg aws.Config, apiOptions ...func(*middleware.Stack) error) Clients {
 	cfg.APIOptions = append(slices.Clip(cfg.APIOptions), apiOptions...)
-	return Clients{DynamoDB: dynamodb.NewFromConfig(cfg), SQS: sqs.NewFromConfig(cfg), StepFunctions: sfn.NewFromConfig(cfg), Lambda: lambda.NewFromConfig(cfg)}
+	return Clients{DynamoDB: dynamodb.NewFromConfig(cfg), SQS: sqs.NewFromConfig(cfg), StepFunctions: sfn.NewFromConfig(cfg), Lambda: lambda.NewFromConfig(cfg),
+		S3: s3.NewFromConfig(cfg, blobstore.Options(cfg.BaseEndpoint != nil))}
 }
 
 // Engine wires an engine over the clients.
@@ -185,6 +204,10 @@ func Engine(s Settings, c Clients, log *slog.Logger) *engine.Engine {
 	e.TimerThreshold = s.TimerThreshold
 	e.Retention = s.Retention
 	e.Schedules = store.NewSchedules(c.DynamoDB, s.Table)
+	if s.DataBucket != "" && c.S3 != nil {
+		e.Blobs = blobstore.New(c.S3, s.DataBucket)
+	}
+	e.InlineLimit = s.InlineLimit
 	return e
 }
 

@@ -53,7 +53,7 @@ type Job struct {
 	Version        int64           `json:"version"`
 	Queue          string          `json:"queue"`
 	Priority       int             `json:"priority"`
-	Payload        json.RawMessage `json:"payload"`
+	Payload        json.RawMessage `json:"payload,omitempty"`
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
 	CreatedAt      time.Time       `json:"created_at"`
 	UpdatedAt      time.Time       `json:"updated_at"`
@@ -81,6 +81,9 @@ type Job struct {
 	Signals []Signal `json:"signals,omitempty"`
 	// ScheduleID names the schedule whose tick made the job.
 	ScheduleID string `json:"schedule_id,omitempty"`
+	// PayloadRef is the payload kept in the blob store (Payload is then
+	// nil).
+	PayloadRef *DataRef `json:"payload_ref,omitempty"`
 }
 
 // Signal is a named message to a job's wait steps.
@@ -127,6 +130,11 @@ type Step struct {
 	// ResourceWait: the step is runnable but every matching resource's
 	// slots are held; a freed slot wakes it.
 	ResourceWait *ResourceWait `json:"resource_wait,omitempty"`
+	// OutputRef is the output kept in the blob store (Output is then nil).
+	OutputRef *DataRef `json:"output_ref,omitempty"`
+	// OutputIsInput: the step's output is its input, which references data
+	// in the blob store and is composed when read (a sleep's).
+	OutputIsInput bool `json:"output_is_input,omitempty"`
 }
 
 // ResourceWait says which resources a step waits on for a slot (none when
@@ -230,6 +238,7 @@ type Attempt struct {
 	EndedAt    *time.Time      `json:"ended_at,omitempty"`
 	Error      *StepError      `json:"error,omitempty"`
 	Output     json.RawMessage `json:"output,omitempty"`
+	OutputRef  *DataRef        `json:"output_ref,omitempty"` // the output kept in the blob store
 }
 
 // Event is one entry of a job's log. Type is a job event (job_created ...)
@@ -264,6 +273,7 @@ func NewJob(tenant, id string, spec *JobSpec, idemKey string, now time.Time) (*J
 		Payload: spec.Payload, IdempotencyKey: idemKey, CreatedAt: now, UpdatedAt: now,
 		Graph: spec.DAG(), ParkAfterSeconds: int(cmp.Or(spec.ParkAfter, DefaultTimerThreshold) / time.Second),
 		ScheduleID: spec.ScheduleID,
+		PayloadRef: spec.PayloadRef,
 	}
 	if spec.Retention != (Retention{}) && spec.Retention != DefaultRetention {
 		r := spec.Retention
@@ -349,12 +359,11 @@ func (j *Job) depsMet(i int) bool {
 // Input answers what step i runs on. In order: the job's payload for the
 // first step, the previous step's output after that (as in Step
 // Functions). In a DAG: the payload for a step that depends on nothing,
-// else {"payload": ..., "deps": {"<step id>": <its output>, ...}}.
+// else {"payload": ..., "deps": {"<step id>": <its output>, ...}}. It is
+// for a job that references no data in the blob store; InputData keeps
+// the references, for the engine to fetch.
 func (j *Job) Input(i int) json.RawMessage {
-	in := j.baseInput(i)
-	if ui := j.Steps[i].UserInput; ui != nil {
-		return withUserInput(in, ui)
-	}
+	in, _ := j.InputData(i).Compose(nil)
 	return in
 }
 
@@ -369,28 +378,6 @@ func withUserInput(in, ui json.RawMessage) json.RawMessage {
 	obj["user_input"] = ui
 	out, _ := json.Marshal(obj)
 	return out
-}
-
-func (j *Job) baseInput(i int) json.RawMessage {
-	deps := j.deps(i)
-	switch {
-	case len(deps) == 0:
-		return j.Payload
-	case !j.Graph:
-		if out := j.Steps[deps[0]].Output; out != nil {
-			return out
-		}
-		return j.Payload
-	}
-	outs := make(map[string]json.RawMessage, len(deps))
-	for _, k := range deps {
-		outs[j.Steps[k].ID()] = j.Steps[k].Output
-	}
-	in, _ := json.Marshal(struct {
-		Payload json.RawMessage            `json:"payload"`
-		Deps    map[string]json.RawMessage `json:"deps"`
-	}{j.Payload, outs})
-	return in
 }
 
 // Runnable lists the steps waiting for an executor now or after a backoff.
@@ -620,21 +607,39 @@ func (j *Job) Heartbeat(stepID, leaseID string, extend time.Duration, now time.T
 	return s.Lease, nil
 }
 
+// CheckLease answers ErrLeaseLost (wrapped) unless leaseID still holds
+// step stepID at now: what an outcome under it needs.
+func (j *Job) CheckLease(stepID, leaseID string, now time.Time) error {
+	_, _, err := j.checkLease(stepID, leaseID, now)
+	return err
+}
+
 // Complete records a successful attempt under leaseID and makes the next
 // step runnable, or completes the job.
 func (j *Job) Complete(stepID, leaseID string, output json.RawMessage, now time.Time) ([]Dispatch, error) {
+	if len(output) == 0 {
+		output = json.RawMessage(`null`)
+	}
+	return j.complete(stepID, leaseID, output, nil, now)
+}
+
+// CompleteRef is Complete with an output kept in the blob store: the step
+// and its attempt hold the reference.
+func (j *Job) CompleteRef(stepID, leaseID string, ref DataRef, now time.Time) ([]Dispatch, error) {
+	return j.complete(stepID, leaseID, nil, &ref, now)
+}
+
+func (j *Job) complete(stepID, leaseID string, output json.RawMessage, ref *DataRef, now time.Time) ([]Dispatch, error) {
 	s, i, err := j.checkLease(stepID, leaseID, now)
 	if err != nil {
 		return nil, err
-	}
-	if len(output) == 0 {
-		output = json.RawMessage(`null`)
 	}
 	if err := j.stepTo(s, StepEvSucceed, now, ""); err != nil {
 		return nil, err
 	}
 	j.endAttempt(s, AttemptSucceeded, nil, output, now)
-	s.Output, s.Error, s.Lease = output, nil, nil
+	s.Attempts[len(s.Attempts)-1].OutputRef = ref
+	s.Output, s.OutputRef, s.Error, s.Lease = output, ref, nil, nil
 	out, err := j.releaseAfter(i, now)
 	if err != nil {
 		return nil, err

@@ -114,6 +114,9 @@ type JobSpec struct {
 	// ScheduleID is set by the engine for a schedule's run, so a client
 	// cannot make a job look like one.
 	ScheduleID string `json:"-"`
+	// PayloadRef is set by the engine, not the client: the payload kept in
+	// the blob store (Payload is then nil).
+	PayloadRef *DataRef `json:"-"`
 }
 
 // StepSpec is one step of a submission: what every step has, and its

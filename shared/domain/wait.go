@@ -48,7 +48,7 @@ func (j *Job) ready(s *Step, now time.Time) ([]Dispatch, error) {
 			return nil, err
 		}
 		if d <= 0 {
-			return j.wake(s, j.Input(j.index(s)), "slept 0 s", now)
+			return j.wake(s, j.InputData(j.index(s)), "slept 0 s", now)
 		}
 		s.WakeAt = &wake
 		s.Parked = j.parks(s, now)
@@ -89,16 +89,28 @@ func (s *Step) timer() *time.Time {
 	return nil
 }
 
-// wake ends a waiting step SUCCEEDED with output and releases what waited
-// on it.
-func (j *Job) wake(s *Step, output json.RawMessage, detail string, now time.Time) ([]Dispatch, error) {
+// wake ends a waiting step SUCCEEDED with output (a signal's payload, or
+// a sleep's own input) and releases what waited on it. An output that
+// references data in the blob store is kept as a reference when it is
+// one, else as the step's input, composed when read: the domain fetches
+// nothing.
+func (j *Job) wake(s *Step, output Data, detail string, now time.Time) ([]Dispatch, error) {
 	if err := j.stepTo(s, StepEvWake, now, detail); err != nil {
 		return nil, err
 	}
-	if len(output) == 0 {
-		output = json.RawMessage(`null`)
+	switch refs := output.Refs(); {
+	case output.Ref() != nil:
+		s.OutputRef = output.Ref()
+	case len(refs) > 0:
+		s.OutputIsInput = true // only a sleep's output is made of references
+	default:
+		raw, _ := output.Compose(nil)
+		if len(raw) == 0 {
+			raw = json.RawMessage(`null`)
+		}
+		s.Output = raw
 	}
-	s.Output, s.WakeAt, s.Deadline, s.Parked = output, nil, nil, false
+	s.WakeAt, s.Deadline, s.Parked = nil, nil, false
 	return j.releaseAfter(j.index(s), now)
 }
 
@@ -134,7 +146,7 @@ func (j *Job) Fire(stepID string, now time.Time) ([]Dispatch, error) {
 	case now.Before(*s.timer()):
 		return nil, &NotYetError{Until: *s.timer()}
 	case s.State == StepWaiting && s.WakeAt != nil:
-		out, err := j.wake(s, j.Input(i), "slept until "+s.WakeAt.Format(time.RFC3339), now)
+		out, err := j.wake(s, j.InputData(i), "slept until "+s.WakeAt.Format(time.RFC3339), now)
 		if err != nil {
 			return nil, err
 		}
@@ -267,7 +279,7 @@ func (j *Job) keptSignal(name string) int {
 // payload as its output.
 func (j *Job) takeSignal(s *Step, k int, now time.Time) ([]Dispatch, error) {
 	j.Signals[k].Step = s.ID()
-	return j.wake(s, j.Signals[k].Payload, "signal "+j.Signals[k].Name, now)
+	return j.wake(s, Data{raw: j.Signals[k].Payload}, "signal "+j.Signals[k].Name, now)
 }
 
 // Outstanding answers the messages a job that has not started needs: each

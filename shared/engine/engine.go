@@ -54,6 +54,12 @@ type Engine struct {
 	// Schedules keeps the schedules the sweep fires (schedule.go); nil
 	// wires none.
 	Schedules Schedules
+	// Blobs keeps payloads and outputs over InlineLimit (STEPFLOW_DATA_BUCKET);
+	// nil keeps everything in the job's item.
+	Blobs Blobs
+	// InlineLimit is the largest payload or output kept in the job's item
+	// (STEPFLOW_INLINE_LIMIT; domain.DefaultInlineLimit when zero).
+	InlineLimit int
 
 	rngMu sync.Mutex
 	rng   *mrand.Rand
@@ -257,6 +263,15 @@ func (e *Engine) Submit(ctx context.Context, tenant string, body []byte, idemKey
 	spec.Retention = e.Retention
 	now := e.now()
 	id := e.newID(now)
+	if e.Blobs != nil && len(spec.Payload) > e.inlineLimit() {
+		// Written before the job: a replay of an idempotent submission
+		// leaves this one's copy as garbage the bucket's lifecycle expires.
+		ref, err := e.put(ctx, &dataCache{}, domain.PayloadKey(tenant, id), spec.Payload)
+		if err != nil {
+			return nil, false, err
+		}
+		spec.Payload, spec.PayloadRef = nil, &ref
+	}
 	j, err := domain.NewJob(tenant, id, spec, idemKey, now)
 	if err != nil {
 		return nil, false, err

@@ -42,13 +42,15 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 	var lease *domain.Lease
 	var call ActionCall
 	var hideFor time.Duration
-	var fired []domain.Dispatch // a timer's message: what firing it calls for
+	var fired []domain.Dispatch // what a timer's firing, or an attempt failed at once, calls for
 	var fx sideEffects
+	var cache dataCache
 	timer, waiting := false, false
-	n := nonce() // one per change: a slot taken for the lease stays its own
+	var unreadable bool // the attempt failed at once: its input can never be had
+	n := nonce()        // one per change: a slot taken for the lease stays its own
 	j, err := e.mutate(ctx, m.Tenant, m.Job, func(j *domain.Job, now time.Time) error {
 		fx.decided()
-		timer, waiting = false, false
+		timer, waiting, unreadable = false, false, false
 		if s, _, err := j.Step(m.Step); err == nil && !domain.Executed(s.Spec.Action.Type) {
 			// A sleep, a wait or a gate: its message is a timer, in the same
 			// read and write as any other message.
@@ -73,7 +75,22 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 		if err != nil {
 			return err
 		}
-		call = ActionCall{Spec: s.Spec, Input: j.Input(i), IdempotencyKey: j.IdempotencyToken(s)}
+		// Built-in actions run on their input whole: what it references is
+		// fetched in the same change as the lease, so a fetch that fails
+		// writes nothing and the message comes back.
+		in, err := e.compose(ctx, &cache, j.InputData(i))
+		if de := (*dataError)(nil); errors.As(err, &de) {
+			unreadable = true
+			if res != "" {
+				fx.release = append(fx.release, slot{res, lease.ID}) // the attempt ended
+			}
+			fired, err = failUnreadableInput(j, m.Step, lease.ID, de, now)
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		call = ActionCall{Spec: s.Spec, Input: in, IdempotencyKey: j.IdempotencyToken(s)}
 		return nil
 	})
 	if err != nil || lease == nil {
@@ -110,6 +127,9 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 		return Executed, nil
 	case waiting:
 		return Waiting, nil // in line for a slot: a freed one sends it again
+	case unreadable:
+		e.dispatch(ctx, j, fired)
+		return Executed, nil
 	case lease == nil:
 		e.passWake(ctx, m.Tenant, m.Wake)
 		return Stale, nil // the reclaim spent the last attempt: the job failed
@@ -217,9 +237,12 @@ func leaseOnSlot(j *domain.Job, stepID string, req domain.LeaseRequest, now time
 var errSlotMismatch = errors.New("a lease's id differs from its slot's key")
 
 // applyOutcome records an attempt's outcome under its lease: a success
-// with its output, or the failure.
-func applyOutcome(j *domain.Job, stepID, leaseID string, output json.RawMessage, failure *domain.Failure, now time.Time, rng *mrand.Rand) ([]domain.Dispatch, error) {
-	if failure == nil {
+// with its output (inline, or ref), or the failure.
+func applyOutcome(j *domain.Job, stepID, leaseID string, output json.RawMessage, ref *domain.DataRef, failure *domain.Failure, now time.Time, rng *mrand.Rand) ([]domain.Dispatch, error) {
+	switch {
+	case failure == nil && ref != nil:
+		return j.CompleteRef(stepID, leaseID, *ref, now)
+	case failure == nil:
 		return j.Complete(stepID, leaseID, output, now)
 	}
 	return j.Fail(stepID, leaseID, *failure, now, rng)
@@ -332,10 +355,24 @@ func (e *Engine) record(ctx context.Context, tenant, jobID string, leased *domai
 		}
 	}
 	var ds []domain.Dispatch
+	var cache dataCache
 	rng := e.jitterRNG()
 	j, err := e.mutateFrom(ctx, tenant, jobID, leased, func(j *domain.Job, now time.Time) error {
+		out, ref := output, (*domain.DataRef)(nil)
+		if failure == nil {
+			lr, err := domain.ParseLeaseID(leaseID)
+			if err == nil {
+				err = j.CheckLease(stepID, leaseID, now)
+			}
+			if err != nil {
+				return err // nothing stored for an outcome that is refused
+			}
+			if out, ref, err = e.keepOutput(ctx, &cache, j, stepID, lr.Attempt, output); err != nil {
+				return err
+			}
+		}
 		var err error
-		ds, err = applyOutcome(j, stepID, leaseID, output, failure, now, rng)
+		ds, err = applyOutcome(j, stepID, leaseID, out, ref, failure, now, rng)
 		return err
 	})
 	if f := unstorable(err, failure); f != nil {

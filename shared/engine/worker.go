@@ -64,6 +64,10 @@ type ClaimedLease struct {
 	Deadline *time.Time `json:"deadline,omitempty"`
 	// Resource is the resource whose slot the attempt holds.
 	Resource *ClaimedResource `json:"resource,omitempty"`
+	// A large input is not inline (input is null): InputURL GETs it for the
+	// lease's length, and InputRef says its size and SHA-256.
+	InputRef *domain.DataRef `json:"input_ref,omitempty"`
+	InputURL string          `json:"input_url,omitempty"`
 }
 
 // Claim takes up to Max leases from a tenant's worker queue, long-polling
@@ -150,12 +154,16 @@ func (e *Engine) claimOne(ctx context.Context, tenant, worker string, d Delivery
 	var lease *domain.Lease
 	var hideFor time.Duration
 	var fx sideEffects
+	var in workerInput
+	var cache dataCache
+	var unreadable bool // the attempt failed at once: its input can never be had
+	var ds []domain.Dispatch
 	waiting := false
 	n := nonce() // one per change: a slot taken for the lease stays its own
 	j, err := e.mutate(ctx, tenant, jobID, func(j *domain.Job, now time.Time) error {
 		fx.decided()
-		waiting = false
-		s, _, hide, done, err := e.stepToLease(j, stepID, now, &fx)
+		waiting, unreadable = false, false
+		s, i, hide, done, err := e.stepToLease(j, stepID, now, &fx)
 		if hideFor = hide; done {
 			return err
 		}
@@ -171,6 +179,19 @@ func (e *Engine) claimOne(ctx context.Context, tenant, worker string, d Delivery
 		lease, err = leaseOnSlot(j, stepID, domain.LeaseRequest{
 			Worker: worker, ViaWorker: true, Nonce: n, Duration: dur, Token: d.Token, Resource: res,
 		}, now, &fx)
+		if err != nil {
+			return err
+		}
+		// In the same change as the lease: a fetch that fails writes
+		// nothing, and the message comes back.
+		in, err = e.workerInput(ctx, &cache, j, i, lease.Attempt, dur)
+		if de := (*dataError)(nil); errors.As(err, &de) {
+			unreadable = true
+			ds, err = failUnreadableInput(j, stepID, lease.ID, de, now)
+			if res != "" {
+				fx.release = append(fx.release, slot{res, lease.ID}) // the attempt ended
+			}
+		}
 		return err
 	})
 	if err != nil || lease == nil {
@@ -197,8 +218,11 @@ func (e *Engine) claimOne(ctx context.Context, tenant, worker string, d Delivery
 	case lease == nil:
 		e.passWake(ctx, tenant, d.Message.Wake)
 		return nil, e.Queue.Ack(ctx, d.Token) // the reclaim spent the last attempt
+	case unreadable:
+		e.dispatch(ctx, j, ds)
+		return nil, e.Queue.Ack(ctx, d.Token)
 	}
-	s, i, _ := j.Step(stepID)
+	s, _, _ := j.Step(stepID)
 	if err := e.Queue.Extend(ctx, d.Token, lease.ExpiresAt.Sub(e.now())); err != nil {
 		// The lease is written; if the message shows up early, the next
 		// claimer finds the lease live and hides it again.
@@ -206,8 +230,8 @@ func (e *Engine) claimOne(ctx context.Context, tenant, worker string, d Delivery
 	}
 	cl := &ClaimedLease{
 		LeaseID: lease.ID, JobID: j.ID, StepID: stepID, Attempt: lease.Attempt, MaxAttempts: s.Spec.Retry.MaxAttempts,
-		Input: j.Input(i), ExpiresAt: lease.ExpiresAt, LeaseSeconds: s.Spec.Action.LeaseSeconds, IdempotencyKey: j.IdempotencyToken(s),
-		Deadline: lease.Deadline,
+		Input: in.inline, ExpiresAt: lease.ExpiresAt, LeaseSeconds: s.Spec.Action.LeaseSeconds, IdempotencyKey: j.IdempotencyToken(s),
+		InputRef: in.ref, InputURL: in.url, Deadline: lease.Deadline,
 	}
 	if lease.Resource != "" {
 		cl.Resource = &ClaimedResource{ID: lease.Resource}
@@ -333,10 +357,16 @@ type OutcomeResult struct {
 	JobState  domain.JobState  `json:"job_state"`
 }
 
-// Complete records a worker's success under its lease.
+// Complete records a worker's success under its lease. An output over the
+// inline limit goes to the blob store, up to MaxOutputBytes; without one,
+// outputs are bound by the job's item.
 func (e *Engine) Complete(ctx context.Context, tenant, leaseID string, output json.RawMessage) (OutcomeResult, error) {
-	if len(output) > 256*1024 {
-		return OutcomeResult{}, &domain.Error{Code: domain.CodeTooLarge, Message: "output is over 256 KB"}
+	limit := domain.MaxBodyBytes
+	if e.Blobs != nil {
+		limit = MaxOutputBytes
+	}
+	if len(output) > limit {
+		return OutcomeResult{}, &domain.Error{Code: domain.CodeTooLarge, Message: fmt.Sprintf("output is %d bytes; the limit is %d", len(output), limit)}
 	}
 	return e.finishLease(ctx, tenant, leaseID, output, nil)
 }
@@ -376,6 +406,7 @@ func (e *Engine) finishLease(ctx context.Context, tenant, leaseID string, output
 	var stepID string
 	var ended *domain.Lease
 	var ds []domain.Dispatch
+	var cache dataCache
 	rng := e.jitterRNG()
 	j, err := e.mutate(ctx, tenant, ref.JobID, func(j *domain.Job, now time.Time) error {
 		ended = nil
@@ -405,7 +436,16 @@ func (e *Engine) finishLease(ctx context.Context, tenant, leaseID string, output
 			}
 			f = &replan
 		}
-		ds, err = applyOutcome(j, stepID, leaseID, output, f, now, rng)
+		out, dataRef := output, (*domain.DataRef)(nil)
+		if f == nil {
+			if err := j.CheckLease(stepID, leaseID, now); err != nil {
+				return err // nothing stored for an outcome that is refused
+			}
+			if out, dataRef, err = e.keepOutput(ctx, &cache, j, stepID, ref.Attempt, output); err != nil {
+				return err
+			}
+		}
+		ds, err = applyOutcome(j, stepID, leaseID, out, dataRef, f, now, rng)
 		return err
 	})
 	if f := unstorable(err, failure); f != nil {

@@ -73,6 +73,7 @@ var owners = map[string]Function{
 	"POST /v1/jobs/{id}/redrive":              EnqueueFunction,
 	"POST /v1/jobs/{id}/steps/{step}/approve": EnqueueFunction,
 	"POST /v1/jobs/{id}/steps/{step}/reject":  EnqueueFunction,
+	"GET /v1/jobs/{id}/steps/{step}/output":   EnqueueFunction,
 	"GET /v1/health":                          EnqueueFunction,
 	"PUT /v1/resources/{id}":                  EnqueueFunction,
 	"GET /v1/resources/{id}":                  EnqueueFunction,
@@ -160,6 +161,7 @@ func (a *API) routes() map[string]route {
 		"POST /v1/jobs/{id}/redrive":              a.redrive,
 		"POST /v1/jobs/{id}/steps/{step}/approve": a.decide(true),
 		"POST /v1/jobs/{id}/steps/{step}/reject":  a.decide(false),
+		"GET /v1/jobs/{id}/steps/{step}/output":   a.output,
 		"GET /v1/health":                          a.health,
 		"PUT /v1/resources/{id}":                  a.putResource,
 		"GET /v1/resources/{id}":                  a.getResource,
@@ -272,13 +274,16 @@ func (r *request) body() ([]byte, error) {
 }
 
 // decode reads an optional JSON body into v, refusing unknown fields.
-func (r *request) decode(v any) error {
+func (r *request) decode(v any) error { return r.decodeUpTo(v, domain.MaxBodyBytes) }
+
+// decodeUpTo is decode with a body limit of its own.
+func (r *request) decodeUpTo(v any, limit int) error {
 	b, err := r.body()
 	if err != nil {
 		return err
 	}
-	if len(b) > domain.MaxBodyBytes {
-		return &domain.Error{Code: domain.CodeTooLarge, Message: fmt.Sprintf("body is %d bytes; the limit is %d", len(b), domain.MaxBodyBytes)}
+	if len(b) > limit {
+		return &domain.Error{Code: domain.CodeTooLarge, Message: fmt.Sprintf("body is %d bytes; the limit is %d", len(b), limit)}
 	}
 	if strings.TrimSpace(string(b)) == "" {
 		return nil
@@ -580,6 +585,39 @@ func (a *API) decide(approve bool) route {
 	}
 }
 
+// output answers a step's whole output as its body, or, when Lambda's
+// response could not carry it, 303 to a URL that fetches it.
+func (a *API) output(ctx context.Context, tenant string, r *request) (int, any, error) {
+	out, err := a.Engine.Output(ctx, tenant, r.ev.PathParameters["id"], r.ev.PathParameters["step"], fitsResponse)
+	if err != nil {
+		return 0, nil, err
+	}
+	if out.URL != "" {
+		r.setHeader("location", out.URL)
+		return http.StatusSeeOther, map[string]any{"output_ref": out.Ref, "url": out.URL}, nil
+	}
+	return http.StatusOK, out.Data, nil
+}
+
+// maxResponseBytes is what a response body may take of Lambda's 6 MB
+// response payload, the rest left to its envelope and headers.
+const maxResponseBytes = 6<<20 - 64<<10
+
+// fitsResponse reports whether Lambda can answer data as a body: the body
+// is a string inside the function's JSON response, so it is measured as
+// it goes there, escaped twice (respond's encoding, then Lambda's).
+func fitsResponse(data json.RawMessage) bool {
+	if len(data) > maxResponseBytes {
+		return false
+	}
+	body, err := json.Marshal(data)
+	if err != nil {
+		return false
+	}
+	s, err := json.Marshal(string(body))
+	return err == nil && len(s) <= maxResponseBytes
+}
+
 func (a *API) health(ctx context.Context, tenant string, _ *request) (int, any, error) {
 	h, err := a.Engine.Health(ctx, tenant)
 	if err != nil {
@@ -622,7 +660,9 @@ func (a *API) heartbeat(ctx context.Context, tenant string, r *request) (int, an
 
 func (a *API) complete(ctx context.Context, tenant string, r *request) (int, any, error) {
 	var o engine.Outcome
-	if err := r.decode(&o); err != nil {
+	// The output's own limit is the engine's (MaxOutputBytes with a blob
+	// store); the body may carry it and its envelope.
+	if err := r.decodeUpTo(&o, engine.MaxOutputBytes+4096); err != nil {
 		return 0, nil, err
 	}
 	if o.Class != "" || o.Message != "" || o.RetryAfterSeconds != 0 {

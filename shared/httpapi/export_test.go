@@ -28,3 +28,9 @@ func (a *API) CacheUnknownKey(hash string) {
 	a.keys.init()
 	a.keys.unknown.Add(hash, a.now().Add(unknownKeyTTL))
 }
+
+// FitsResponse and MaxResponseBytes: whether GET .../output answers data in
+// its body.
+var FitsResponse = fitsResponse
+
+const MaxResponseBytes = maxResponseBytes

@@ -24,6 +24,8 @@ type JobView struct {
 	Signals []domain.Signal `json:"signals,omitempty"`
 	// ScheduleID names the schedule whose tick made the job.
 	ScheduleID string `json:"schedule_id,omitempty"`
+	// PayloadRef is the payload kept in S3 (payload is then null).
+	PayloadRef *domain.DataRef `json:"payload_ref,omitempty"`
 }
 
 // StepView is one step with its attempts.
@@ -55,6 +57,11 @@ type StepView struct {
 	ResourceWait *domain.ResourceWait `json:"resource_wait,omitempty"`
 	Retry        *domain.RetryPolicy  `json:"retry,omitempty"`
 	TimeoutSecs  int                  `json:"timeout_seconds,omitempty"`
+	// OutputRef is the output kept in S3 (output is then absent); GET
+	// .../steps/{step}/output answers it whole. OutputIsInput: the output
+	// is the step's input (a sleep's), which that route composes.
+	OutputRef     *domain.DataRef `json:"output_ref,omitempty"`
+	OutputIsInput bool            `json:"output_is_input,omitempty"`
 }
 
 // AttemptView is one attempt; the lease id it ran under stays with its
@@ -68,6 +75,7 @@ type AttemptView struct {
 	EndedAt   *time.Time          `json:"ended_at,omitempty"`
 	Error     *domain.StepError   `json:"error,omitempty"`
 	Output    json.RawMessage     `json:"output,omitempty"`
+	OutputRef *domain.DataRef     `json:"output_ref,omitempty"`
 }
 
 // LeaseView shows who holds a step. The lease id is the holder's fencing
@@ -84,7 +92,7 @@ func jobView(j *domain.Job) JobView {
 	v := JobView{
 		ID: j.ID, State: j.State, Queue: j.Queue, Priority: j.Priority, Payload: j.Payload,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, EndedAt: j.EndedAt, ExpiresAt: j.ExpiresAt, RunAt: j.RunAt, Steps: make([]StepView, 0, len(j.Steps)),
-		Signals: j.Signals, ScheduleID: j.ScheduleID,
+		Signals: j.Signals, ScheduleID: j.ScheduleID, PayloadRef: j.PayloadRef,
 	}
 	for _, s := range j.Steps {
 		sv := StepView{
@@ -93,12 +101,13 @@ func jobView(j *domain.Job) JobView {
 			DependsOn: s.Spec.DependsOn, Prompt: s.Prompt, UserInput: s.UserInput, Deadline: s.Deadline, Decision: s.Decision,
 			Signal: s.Spec.Action.Signal, WakeAt: s.WakeAt, Parked: s.Parked, ReplacedBy: s.ReplacedBy,
 			Requires: s.Spec.Requires, Avoid: s.Avoid, ResourceWait: s.ResourceWait, TimeoutSecs: s.Spec.TimeoutSeconds,
+			OutputRef: s.OutputRef, OutputIsInput: s.OutputIsInput,
 		}
 		if domain.Executed(s.Spec.Action.Type) {
 			sv.Retry = s.Spec.Retry
 		}
 		for _, a := range s.Attempts {
-			sv.Attempts = append(sv.Attempts, AttemptView{N: a.N, State: a.State, Worker: a.Worker, Resource: a.Resource, StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: a.Error, Output: a.Output})
+			sv.Attempts = append(sv.Attempts, AttemptView{N: a.N, State: a.State, Worker: a.Worker, Resource: a.Resource, StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: a.Error, Output: a.Output, OutputRef: a.OutputRef})
 		}
 		if s.State == domain.StepRetrying || s.State == domain.StepPending && j.RunAt != nil {
 			sv.NextRunAt = s.ReadyAt // after the backoff, or at run_at

@@ -187,3 +187,31 @@ func job(t *testing.T, spec string) *domain.Job {
 	require.NoError(t, err)
 	return j
 }
+
+func TestBlobsContract(t *testing.T) {
+	t.Parallel()
+	enginetest.BlobsContract(t, func(t *testing.T) enginetest.BlobsFixture {
+		b := memory.NewBlobs((&memory.Clock{}).Now)
+		return enginetest.BlobsFixture{
+			Blobs: b,
+			Fetch: func(_ *testing.T, url string) ([]byte, error) { return b.Open(url) },
+		}
+	})
+}
+
+func TestBlobURLsExpire(t *testing.T) {
+	t.Parallel()
+	clock := &memory.Clock{}
+	b := memory.NewBlobs(clock.Now)
+	require.NoError(t, b.Put(context.Background(), "t/j/s/1", []byte(`1`)))
+	u, err := b.URL(context.Background(), "t/j/s/1", time.Minute)
+	require.NoError(t, err)
+	got, err := b.Open(u)
+	require.NoError(t, err)
+	require.Equal(t, `1`, string(got))
+	clock.Advance(time.Minute)
+	_, err = b.Open(u)
+	require.ErrorContains(t, err, "expired")
+	_, err = b.Open("https://example.com/t/j/s/1")
+	require.Error(t, err)
+}

@@ -1,0 +1,94 @@
+// Package blobstore keeps the data too large for a job's item in S3 (the
+// DataBucket of template.yaml): the engine's Blobs port. Keys are the
+// domain's (all of a job's data under its tenant/job prefix); a URL is a
+// presigned GET, which a worker fetches without credentials.
+package blobstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
+)
+
+var _ engine.Blobs = (*Store)(nil)
+
+// API is the part of the S3 client the store calls.
+type API interface {
+	PutObject(context.Context, *s3.PutObjectInput, ...func(*s3.Options)) (*s3.PutObjectOutput, error)
+	GetObject(context.Context, *s3.GetObjectInput, ...func(*s3.Options)) (*s3.GetObjectOutput, error)
+}
+
+// Store is the S3 adapter.
+type Store struct {
+	api     API
+	presign *s3.PresignClient
+	bucket  string
+}
+
+// New answers a store over bucket, presigning with the client's own
+// credentials and endpoint.
+func New(c *s3.Client, bucket string) *Store {
+	return &Store{api: c, presign: s3.NewPresignClient(c), bucket: bucket}
+}
+
+// Options configures an S3 client for the store. A local emulator
+// (endpoint set) is addressed path-style: it serves S3 on the endpoint of
+// every other service, where a bucket cannot be a host name. Responses
+// are not checksum-validated by the SDK: the engine checks each object's
+// SHA-256 against its reference.
+func Options(endpointSet bool) func(*s3.Options) {
+	return func(o *s3.Options) {
+		o.UsePathStyle = o.UsePathStyle || endpointSet
+		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+	}
+}
+
+// Put writes data under key.
+func (s *Store) Put(ctx context.Context, key string, data []byte) error {
+	_, err := s.api.PutObject(ctx, &s3.PutObjectInput{
+		Bucket: &s.bucket, Key: &key, Body: bytes.NewReader(data),
+		ContentLength: aws.Int64(int64(len(data))), ContentType: aws.String("application/json"),
+	})
+	if err != nil {
+		return fmt.Errorf("put s3://%s/%s: %w", s.bucket, key, err)
+	}
+	return nil
+}
+
+// Get answers the data under key, or domain.ErrNotFound.
+func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
+	out, err := s.api.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &key})
+	var nsk *s3types.NoSuchKey
+	switch {
+	case errors.As(err, &nsk):
+		return nil, fmt.Errorf("s3://%s/%s: %w", s.bucket, key, domain.ErrNotFound)
+	case err != nil:
+		return nil, fmt.Errorf("get s3://%s/%s: %w", s.bucket, key, err)
+	}
+	defer out.Body.Close()
+	b, err := io.ReadAll(out.Body)
+	if err != nil {
+		return nil, fmt.Errorf("read s3://%s/%s: %w", s.bucket, key, err)
+	}
+	return b, nil
+}
+
+// URL answers a presigned GET of key, valid for ttl (at most 7 days, S3's
+// limit; a URL signed with a role's session credentials ends with them).
+func (s *Store) URL(ctx context.Context, key string, ttl time.Duration) (string, error) {
+	req, err := s.presign.PresignGetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &key}, s3.WithPresignExpires(min(ttl, 7*24*time.Hour)))
+	if err != nil {
+		return "", fmt.Errorf("presign s3://%s/%s: %w", s.bucket, key, err)
+	}
+	return req.URL, nil
+}

@@ -26,6 +26,8 @@ var _ engine.Blobs = (*Store)(nil)
 type API interface {
 	PutObject(context.Context, *s3.PutObjectInput, ...func(*s3.Options)) (*s3.PutObjectOutput, error)
 	GetObject(context.Context, *s3.GetObjectInput, ...func(*s3.Options)) (*s3.GetObjectOutput, error)
+	ListObjectsV2(context.Context, *s3.ListObjectsV2Input, ...func(*s3.Options)) (*s3.ListObjectsV2Output, error)
+	DeleteObjects(context.Context, *s3.DeleteObjectsInput, ...func(*s3.Options)) (*s3.DeleteObjectsOutput, error)
 }
 
 // Store is the S3 adapter.
@@ -91,4 +93,34 @@ func (s *Store) URL(ctx context.Context, key string, ttl time.Duration) (string,
 		return "", fmt.Errorf("presign s3://%s/%s: %w", s.bucket, key, err)
 	}
 	return req.URL, nil
+}
+
+// DeletePrefix deletes every object under prefix: one ListObjectsV2 and one
+// DeleteObjects per 1000 keys (a job has a few).
+func (s *Store) DeletePrefix(ctx context.Context, prefix string) (int, error) {
+	n := 0
+	pages := s3.NewListObjectsV2Paginator(s.api, &s3.ListObjectsV2Input{Bucket: &s.bucket, Prefix: &prefix})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return n, fmt.Errorf("list s3://%s/%s: %w", s.bucket, prefix, err)
+		}
+		if len(page.Contents) == 0 {
+			continue
+		}
+		ids := make([]s3types.ObjectIdentifier, 0, len(page.Contents))
+		for _, o := range page.Contents {
+			ids = append(ids, s3types.ObjectIdentifier{Key: o.Key})
+		}
+		out, err := s.api.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: &s.bucket, Delete: &s3types.Delete{Objects: ids, Quiet: aws.Bool(true)}})
+		if err != nil {
+			return n, fmt.Errorf("delete under s3://%s/%s: %w", s.bucket, prefix, err)
+		}
+		if len(out.Errors) > 0 {
+			e := out.Errors[0]
+			return n, fmt.Errorf("delete s3://%s/%s: %s %s (and %d more)", s.bucket, aws.ToString(e.Key), aws.ToString(e.Code), aws.ToString(e.Message), len(out.Errors)-1)
+		}
+		n += len(ids)
+	}
+	return n, nil
 }

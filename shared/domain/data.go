@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Large data: a job's item is capped at 400 KB and every write of it is
@@ -255,4 +256,52 @@ func (j *Job) InlineBytes() int {
 // step and on its attempt).
 func (j *Job) KeepsInline(size, limit int) bool {
 	return size <= limit && j.InlineBytes()+2*size <= MaxInlineJobBytes
+}
+
+// StoresData reports whether the job references data in the blob store:
+// its payload, or any step's or attempt's output. (An input stored for a
+// worker is composed of such references, so it implies one.)
+func (j *Job) StoresData() bool {
+	if j.PayloadRef != nil {
+		return true
+	}
+	for _, s := range j.Steps {
+		if s.OutputRef != nil {
+			return true
+		}
+		for _, a := range s.Attempts {
+			if a.OutputRef != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// DataGrace is how long a finished job's item outlives its ExpiresAt while
+// its stored data is not yet deleted: the sweep deletes the data at
+// ExpiresAt, and the item's TTL must not take the job (and with it the
+// sweep's record of the data) first.
+const DataGrace = 24 * time.Hour
+
+// DataDue reports whether a finished job's stored data is due for deletion.
+func (j *Job) DataDue(now time.Time) bool {
+	return j.State.Terminal() && j.StoresData() && j.DataDeletedAt == nil && j.ExpiresAt != nil && !now.Before(*j.ExpiresAt)
+}
+
+// DataDeleted records that the job's stored data is gone; the job is due
+// no more, and its item's TTL is its ExpiresAt again.
+func (j *Job) DataDeleted(now time.Time) {
+	j.DataDeletedAt = &now
+	j.Resweep()
+}
+
+// TTLAt is when the table's TTL may delete the job's item: ExpiresAt, plus
+// DataGrace while its stored data is not yet deleted.
+func (j *Job) TTLAt() *time.Time {
+	if j.ExpiresAt == nil || !j.StoresData() || j.DataDeletedAt != nil {
+		return j.ExpiresAt
+	}
+	t := j.ExpiresAt.Add(DataGrace)
+	return &t
 }

@@ -65,6 +65,9 @@ type Job struct {
 	DueAt *time.Time `json:"due_at,omitempty"`
 	// ExpiresAt is when retention deletes the finished job.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// DataDeletedAt is when the sweep deleted the job's data in the blob
+	// store, at ExpiresAt (see DataDue).
+	DataDeletedAt *time.Time `json:"data_deleted_at,omitempty"`
 	// Graph: the steps run as a DAG by their depends_on (set when any step
 	// declares one, and by a replan); otherwise each runs after the one
 	// before it.
@@ -1019,15 +1022,6 @@ func (j *Job) settleVia(now time.Time, viaWorker bool) {
 			}
 		}
 	}
-	// The due time only moves earlier here: pushing it later on every lease
-	// and heartbeat would rewrite the due index each time. A job found due
-	// too early costs the sweep one look, and Resweep pushes it on.
-	switch want := j.due(); {
-	case want == nil:
-		j.DueAt = nil
-	case j.DueAt == nil || want.Before(*j.DueAt):
-		j.DueAt = want
-	}
 	if j.State.Terminal() {
 		if j.EndedAt == nil {
 			j.EndedAt = &now
@@ -1038,6 +1032,15 @@ func (j *Job) settleVia(now time.Time, viaWorker bool) {
 		}
 		exp := now.Add(r.For(j.State))
 		j.ExpiresAt = &exp
+	}
+	// The due time only moves earlier here: pushing it later on every lease
+	// and heartbeat would rewrite the due index each time. A job found due
+	// too early costs the sweep one look, and Resweep pushes it on.
+	switch want := j.due(); {
+	case want == nil || j.State.Terminal():
+		j.DueAt = want // a finished job is due once, exactly when it expires
+	case j.DueAt == nil || want.Before(*j.DueAt):
+		j.DueAt = want
 	}
 }
 
@@ -1147,9 +1150,13 @@ func jobPath(from, to JobState, viaWorker bool) []JobEvent {
 // message should have been taken by then, a lease that should have been
 // reclaimed by then, or a timer (a sleep's end, a gate's or a wait's
 // deadline) whose message should have come by then. Each re-dispatch
-// doubles the wait. A parked job with no deadline is never due.
+// doubles the wait. A parked job with no deadline is never due. A finished
+// job is due only to have its stored data deleted, when it expires.
 func (j *Job) due() *time.Time {
 	if j.State.Terminal() {
+		if j.StoresData() && j.DataDeletedAt == nil {
+			return j.ExpiresAt
+		}
 		return nil
 	}
 	var at *time.Time

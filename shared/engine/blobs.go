@@ -22,6 +22,9 @@ type Blobs interface {
 	// URL answers a URL that GETs the data under key without credentials
 	// for at least ttl (S3: a presigned GET).
 	URL(ctx context.Context, key string, ttl time.Duration) (string, error)
+	// DeletePrefix deletes every key under prefix (a job's data once it
+	// expires) and answers how many there were; none is no error.
+	DeletePrefix(ctx context.Context, prefix string) (int, error)
 }
 
 // Limits on data passing through the engine.

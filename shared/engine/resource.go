@@ -94,6 +94,9 @@ func (e *Engine) DeleteResource(ctx context.Context, tenant, id string) error {
 		return &domain.Error{Code: domain.CodeConflict, Message: fmt.Sprintf("resource %s has %d slots in use (leases %v); delete it when they end", id, n, leases)}
 	}
 	if err := e.Resources.DeleteResource(ctx, tenant, id, r.Version); err != nil {
+		if _, gerr := e.Resources.GetResource(ctx, tenant, id); errors.Is(err, domain.ErrVersionConflict) && errors.Is(gerr, domain.ErrNotFound) {
+			return nil // gone: this delete's own write retried after its answer was lost, or a concurrent delete
+		}
 		if errors.Is(err, domain.ErrVersionConflict) {
 			return &domain.Error{Code: domain.CodeConflict, Message: fmt.Sprintf("resource %s changed while being deleted; try again", id)}
 		}

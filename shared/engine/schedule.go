@@ -107,7 +107,10 @@ func (e *Engine) DeleteSchedule(ctx context.Context, tenant, id string) (*domain
 	if err != nil {
 		return nil, err
 	}
-	if err := e.Schedules.Delete(ctx, tenant, id); err != nil {
+	// Gone by now, though just read: this delete's own write, retried
+	// after an answer was lost (the SDK retries), or a concurrent one.
+	// Either way the schedule is deleted, as the caller asked.
+	if err := e.Schedules.Delete(ctx, tenant, id); err != nil && !errors.Is(err, domain.ErrNotFound) {
 		return nil, fmt.Errorf("delete schedule %s: %w", id, err)
 	}
 	return s, nil

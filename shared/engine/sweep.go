@@ -24,6 +24,9 @@ type SweepReport struct {
 	Quarantined int `json:"quarantined"`
 	Deferred    int `json:"deferred"`
 	Errors      int `json:"errors"`
+	// DataDeleted finished jobs had their stored data deleted as they
+	// expired.
+	DataDeleted int `json:"data_deleted"`
 	// SchedulesDue schedules had a tick due: Fired made its job, Skipped
 	// made none (the last run unfinished, or its job refused).
 	SchedulesDue int `json:"schedules_due"`
@@ -97,8 +100,28 @@ func (e *Engine) sweepJob(ctx context.Context, tenant, id string, rep *SweepRepo
 	var ds []domain.Dispatch
 	var slots []slot
 	reclaimed, redispatched := 0, 0
+	deleted := false
 	j, err := e.mutate(ctx, tenant, id, func(j *domain.Job, now time.Time) error {
-		ds, slots, reclaimed, redispatched = ds[:0], slots[:0], 0, 0
+		ds, slots, reclaimed, redispatched, deleted = ds[:0], slots[:0], 0, 0, false
+		if j.State.Terminal() {
+			// Due only to have its stored data deleted as it expires: the
+			// data goes first, then the record of it (a lost race deletes
+			// nothing more the second time). The item's TTL follows.
+			if j.DataDue(now) {
+				if e.Blobs == nil {
+					e.Log.Warn("a finished job's stored data cannot be deleted: no blob store is configured (STEPFLOW_DATA_BUCKET); the bucket's lifecycle rule expires it", "job", j.ID)
+				} else if _, err := e.Blobs.DeletePrefix(ctx, domain.JobDataPrefix(j.Tenant, j.ID)); err != nil {
+					return fmt.Errorf("delete the data of job %s: %w", j.ID, err)
+				}
+				j.DataDeleted(now)
+				deleted = true
+				return nil
+			}
+			if !j.Resweep() {
+				return errNoChange
+			}
+			return nil
+		}
 		// Timers whose message never came fire first (a sleep's end, a
 		// gate's or a wait's deadline): one that fails the job leaves
 		// nothing else of it for the sweep.
@@ -144,6 +167,9 @@ func (e *Engine) sweepJob(ctx context.Context, tenant, id string, rep *SweepRepo
 	}
 	rep.Reclaimed += reclaimed
 	rep.Redispatched += redispatched
+	if deleted {
+		rep.DataDeleted++
+	}
 	e.dispatch(ctx, j, ds)
 	for _, sl := range slots {
 		e.releaseSlot(ctx, tenant, sl.resource, sl.key) // the dead holder's slot wakes the next in line

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -31,6 +32,7 @@ var blobsChecks = []check[BlobsFixture]{
 	{"a URL reads the data without credentials", blobsURL},
 	{"every key the domain names round-trips", blobsKeys},
 	{"the largest output round-trips", blobsLarge},
+	{"deleting a job's prefix deletes its data only", blobsDeletePrefix},
 }
 
 // BlobsChecks answers the names of the blob store contract's checks.
@@ -134,4 +136,27 @@ func blobsLarge(t *testing.T, f BlobsFixture) {
 	got, err := f.Blobs.Get(ctx, key)
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(data, got), "the data read back differs (%d bytes, %d put)", len(got), len(data))
+}
+
+func blobsDeletePrefix(t *testing.T, f BlobsFixture) {
+	ctx := context.Background()
+	mine := []string{domain.PayloadKey(tenantA, "01JOB"), domain.OutputKey(tenantA, "01JOB", "s", 1), domain.InputKey(tenantA, "01JOB", "w", 1)}
+	others := []string{domain.PayloadKey(tenantA, "01JOB2"), domain.PayloadKey(tenantB, "01JOB")}
+	for _, k := range append(slices.Clone(mine), others...) {
+		require.NoError(t, f.Blobs.Put(ctx, k, []byte(`{}`)))
+	}
+	n, err := f.Blobs.DeletePrefix(ctx, domain.JobDataPrefix(tenantA, "01JOB"))
+	require.NoError(t, err)
+	require.Equal(t, len(mine), n)
+	for _, k := range mine {
+		_, err := f.Blobs.Get(ctx, k)
+		require.ErrorIs(t, err, domain.ErrNotFound, k)
+	}
+	for _, k := range others {
+		_, err := f.Blobs.Get(ctx, k)
+		require.NoError(t, err, "%s is another job's", k)
+	}
+	n, err = f.Blobs.DeletePrefix(ctx, domain.JobDataPrefix(tenantA, "01JOB"))
+	require.NoError(t, err)
+	require.Zero(t, n, "again: nothing left")
 }

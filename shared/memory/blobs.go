@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -90,4 +91,18 @@ func (b *Blobs) Delete(key string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.data, key)
+}
+
+// DeletePrefix deletes every key under prefix.
+func (b *Blobs) DeletePrefix(_ context.Context, prefix string) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for k := range b.data {
+		if strings.HasPrefix(k, prefix) {
+			delete(b.data, k)
+			n++
+		}
+	}
+	return n, nil
 }

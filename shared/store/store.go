@@ -11,7 +11,8 @@
 //	stats         pk S#<tenant>#<hour>#<shard>     sk S
 //	resource      pk R#<tenant>                    sk <resource id>
 //	schedule      pk C#<tenant>                    sk <schedule id>   (schedule.go)
-//	index due:    gsi2pk D#<shard>, gsi2sk <due time>; only unfinished jobs
+//	index due:    gsi2pk D#<shard>, gsi2sk <due time>; only unfinished jobs,
+//	              and finished ones whose stored data is due for deletion
 //	              gsi2pk DS#<shard>, gsi2sk <next tick>; only running schedules
 //
 // A tenant's jobs sit in ListShards partitions, sorted by id (ULIDs sort by
@@ -123,8 +124,8 @@ func item(j *domain.Job) (map[string]ddb.AttributeValue, error) {
 		it["gsi2pk"] = &ddb.AttributeValueMemberS{Value: dueShard(j.ID)}
 		it["gsi2sk"] = &ddb.AttributeValueMemberS{Value: j.DueAt.UTC().Format(dueLayout)}
 	}
-	if j.ExpiresAt != nil {
-		it["ttl"] = &ddb.AttributeValueMemberN{Value: fmt.Sprint(j.ExpiresAt.Unix())}
+	if t := j.TTLAt(); t != nil {
+		it["ttl"] = &ddb.AttributeValueMemberN{Value: fmt.Sprint(t.Unix())}
 	}
 	if j.ScheduleID != "" {
 		it["schedule"] = &ddb.AttributeValueMemberS{Value: j.ScheduleID} // GET /v1/jobs?schedule= filters on it

@@ -178,15 +178,20 @@ func TestP0BuiltinJobIsNotQueuedBehindAP2Backlog(t *testing.T) {
 	t.Cleanup(let) // runs before held.Close, which waits for held requests
 	h := stacktest.New(t, func(o *devstack.Options) { o.HTTPAllow = "127.0.0.1/32" })
 
-	const backlog = 60
+	// The first five P2 jobs are submitted one at a time, each once the one
+	// before is running, so each of the P2 mapping's five invocations
+	// (MaximumConcurrency 5) holds one; the other 55 queue behind them.
+	const backlog, p2Concurrency = 60, 5
 	var p2 []string
-	for range backlog {
+	for i := range backlog {
 		p2 = append(p2, h.Submit(t, keyA, map[string]any{"priority": 2, "steps": []any{map[string]any{"id": "h", "action": map[string]any{"type": "http", "url": held.URL}}}}).ID)
+		if i < p2Concurrency {
+			require.Eventually(t, func() bool { return started.Load() == int32(i+1) }, 30*time.Second, 10*time.Millisecond, "P2 job %d is running", i)
+		}
 	}
-	require.Eventually(t, func() bool { return started.Load() > 0 }, 30*time.Second, 10*time.Millisecond, "the P2 mapping took work")
 	urgent := h.Submit(t, keyA, map[string]any{"priority": "P0", "steps": []any{map[string]any{"id": "p", "action": map[string]any{"type": "pass"}}}})
 	h.AwaitState(t, keyA, urgent.ID, domain.JobCompleted)
-	require.Less(t, int(started.Load()), backlog, "part of the P2 backlog was still queued when the P0 job completed")
+	require.Equal(t, int32(p2Concurrency), started.Load(), "the P0 job started before %d of the %d P2 jobs ahead of it", backlog-p2Concurrency, backlog)
 	for _, id := range p2 {
 		require.NotEqual(t, domain.JobCompleted, h.Get(t, keyA, id).State, "no P2 job had finished")
 	}

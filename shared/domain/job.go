@@ -94,8 +94,11 @@ type Signal struct {
 	Name    string          `json:"name"`
 	Payload json.RawMessage `json:"payload,omitempty"`
 	ID      string          `json:"id,omitempty"` // the sender's id for it: a repeat is dropped
-	At      time.Time       `json:"at"`
-	Step    string          `json:"step,omitempty"` // the wait that took it; "" while it is kept
+	// Request is the engine's id of the request that delivered it
+	// (SignalRequest.Request).
+	Request string    `json:"request,omitempty"`
+	At      time.Time `json:"at"`
+	Step    string    `json:"step,omitempty"` // the wait that took it; "" while it is kept
 }
 
 // Step is one step of a job with its attempts.

@@ -203,6 +203,11 @@ type SignalRequest struct {
 	// ID makes the signal idempotent: a second signal with the same id is
 	// dropped.
 	ID string `json:"id,omitempty"`
+	// Request is set by the engine, once per request: a write of this
+	// request that landed though its answer was lost (and was retried) is
+	// found again, so the request is answered as delivered even without an
+	// ID.
+	Request string `json:"-"`
 }
 
 // Validate checks a signal's fields.
@@ -231,7 +236,7 @@ func (j *Job) Signal(r SignalRequest, now time.Time) ([]Dispatch, bool, error) {
 	// job has finished: the sender's retry of a request whose answer was
 	// lost (the signal may have ended the job) hears what it first would.
 	for _, sg := range j.Signals {
-		if r.ID != "" && sg.ID == r.ID {
+		if r.ID != "" && sg.ID == r.ID || r.Request != "" && sg.Request == r.Request {
 			return nil, false, nil
 		}
 	}
@@ -244,7 +249,7 @@ func (j *Job) Signal(r SignalRequest, now time.Time) ([]Dispatch, bool, error) {
 			kept++
 		}
 	}
-	j.Signals = append(j.Signals, Signal{Name: r.Name, Payload: r.Payload, ID: r.ID, At: now})
+	j.Signals = append(j.Signals, Signal{Name: r.Name, Payload: r.Payload, ID: r.ID, Request: r.Request, At: now})
 	for _, s := range j.Steps {
 		if s.State == StepWaiting && s.Spec.Action.Type == ActionWait && s.Spec.Action.Signal == r.Name {
 			j.log(NoteSignalReceived, "", 0, r.Name+": taken by step "+s.ID(), now)

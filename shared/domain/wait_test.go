@@ -380,3 +380,21 @@ func TestRepeatedSignalIDAfterTheJobEnded(t *testing.T) {
 	require.ErrorAs(t, err, &ite, "a new signal to a finished job is refused")
 	replayOK(t, j)
 }
+
+// A request without an id whose write landed but whose answer was lost is
+// decided again by the engine with the same Request: it finds itself.
+func TestSignalRequestDecidedAgainFindsItsOwnWrite(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, `{"steps":[{"id":"w","action":{"type":"wait","signal":"go"}}]}`)
+	_, changed, err := j.Signal(SignalRequest{Name: "go", Request: "r1"}, t0)
+	require.NoError(t, err)
+	require.True(t, changed)
+	require.Equal(t, JobCompleted, j.State)
+	_, changed, err = j.Signal(SignalRequest{Name: "go", Request: "r1"}, at(time.Second))
+	require.NoError(t, err)
+	require.False(t, changed)
+	_, _, err = j.Signal(SignalRequest{Name: "go", Request: "r2"}, at(time.Second))
+	var ite *IllegalTransitionError
+	require.ErrorAs(t, err, &ite, "another request's signal to the finished job is refused")
+	replayOK(t, j)
+}

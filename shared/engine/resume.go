@@ -44,6 +44,7 @@ func (e *Engine) Signal(ctx context.Context, tenant, id string, r domain.SignalR
 	}
 	var ds []domain.Dispatch
 	changed := false
+	r.Request = nonce() // the same in every decision of this request
 	j, err := e.mutate(ctx, tenant, id, func(j *domain.Job, now time.Time) error {
 		var err error
 		ds, changed, err = j.Signal(r, now)

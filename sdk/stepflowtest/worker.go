@@ -12,8 +12,8 @@ import (
 )
 
 // Task is one attempt of a worker step, as a handler gets it: what a claim
-// answers a worker. (The SDK's worker package hands its handlers the same
-// fields.)
+// answers a worker. Kept plain so that the SDK's worker package can hand
+// its handlers the same type.
 type Task struct {
 	JobID  string
 	StepID string

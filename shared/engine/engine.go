@@ -103,6 +103,15 @@ func New(st Store, q Queue, runner Actions, builtinLease time.Duration, log *slo
 
 func (e *Engine) now() time.Time { return e.Now().UTC().Truncate(time.Millisecond) }
 
+// SeedJitter makes the backoff jitter a fixed sequence from seed, so a
+// harness that drives the engine on a test clock (sdk/stepflowtest) sees
+// the same retry times on every run; New seeds it at random.
+func (e *Engine) SeedJitter(seed uint64) {
+	e.rngMu.Lock()
+	defer e.rngMu.Unlock()
+	e.rng = mrand.New(mrand.NewPCG(seed, seed))
+}
+
 // jitterRNG answers a random source for backoff jitter; math/rand/v2's Rand
 // is not safe for concurrent use, so each caller gets its own.
 func (e *Engine) jitterRNG() *mrand.Rand {

@@ -135,6 +135,34 @@ func TestQueueTokensOfEarlierReceives(t *testing.T) {
 	require.Error(t, err, "SQS answers at most 10 a receive")
 }
 
+// NextVisible names the next time a message of any queue shows up: a
+// delay, a worker lane, a receive's visibility; never one visible already.
+func TestQueueNextVisible(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := &memory.Clock{}
+	q := memory.NewQueue(clock.Now, memory.WithReadyVisibility(time.Hour))
+	_, ok := q.NextVisible(clock.Now())
+	require.False(t, ok, "no message")
+
+	b := job(t, `{"steps":[{"id":"b","action":{"type":"pass"}}]}`)
+	w := job(t, `{"priority":0,"steps":[{"id":"w","action":{"type":"worker","queue":"q"}}]}`)
+	require.NoError(t, q.Dispatch(ctx, b, []domain.Dispatch{{Step: b.Steps[0], Delay: 90 * time.Second}}))
+	require.NoError(t, q.Dispatch(ctx, w, []domain.Dispatch{{Step: w.Steps[0], Delay: 1500 * time.Millisecond}}))
+	next, ok := q.NextVisible(clock.Now())
+	require.True(t, ok)
+	require.Equal(t, memory.Epoch.Add(2*time.Second), next, "the P0 lane's message, its delay in whole seconds")
+
+	clock.Advance(2 * time.Second)
+	next, _ = q.NextVisible(clock.Now())
+	require.Equal(t, memory.Epoch.Add(90*time.Second), next, "one visible now is not next")
+
+	clock.Advance(88 * time.Second)
+	require.Len(t, q.TakeReady(10), 1)
+	next, _ = q.NextVisible(clock.Now())
+	require.Equal(t, clock.Now().Add(time.Hour), next, "a received message comes back after its visibility")
+}
+
 // The store bounds a job as DynamoDB bounds its item; the bound can be set.
 func TestStoreMaxItemBytesOption(t *testing.T) {
 	t.Parallel()

@@ -350,6 +350,21 @@ func (q *Queue) DeadLetters() []engine.Message {
 	return append([]engine.Message(nil), q.dead...)
 }
 
+// NextVisible answers the earliest time after after at which a message of
+// any queue (ready, worker or lane) becomes visible, and false when none
+// will: a harness on the Clock moves it there rather than step by step.
+func (q *Queue) NextVisible(after time.Time) (time.Time, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var next time.Time
+	for _, m := range q.live {
+		if m.visibleAt.After(after) && (next.IsZero() || m.visibleAt.Before(next)) {
+			next = m.visibleAt
+		}
+	}
+	return next, !next.IsZero()
+}
+
 // Len answers how many messages tenant's worker queue name holds, visible
 // or not (0 for a queue never made); with tenant "" it answers the ready
 // queues' total.

@@ -437,12 +437,19 @@ func respond(status int, body any, headers map[string]string) events.APIGatewayV
 	for k, v := range headers {
 		h[k] = v
 	}
-	b, err := json.Marshal(body)
-	if err != nil {
+	var b []byte
+	var err error
+	if v, ok := body.(verbatim); ok {
+		b = v
+	} else if b, err = json.Marshal(body); err != nil {
 		status, b = http.StatusInternalServerError, []byte(`{"error":{"code":"internal","message":"encode response"}}`)
 	}
 	return events.APIGatewayV2HTTPResponse{StatusCode: status, Headers: h, Body: string(b)}
 }
+
+// verbatim is a JSON body answered byte for byte (json.Marshal would
+// compact it): a stored output, whose SHA-256 its reference gives.
+type verbatim json.RawMessage
 
 func (a *API) submit(ctx context.Context, tenant string, r *request) (int, any, error) {
 	b, err := r.body()
@@ -596,7 +603,7 @@ func (a *API) output(ctx context.Context, tenant string, r *request) (int, any, 
 		r.setHeader("location", out.URL)
 		return http.StatusSeeOther, map[string]any{"output_ref": out.Ref, "url": out.URL}, nil
 	}
-	return http.StatusOK, out.Data, nil
+	return http.StatusOK, verbatim(out.Data), nil
 }
 
 // maxResponseBytes is what a response body may take of Lambda's 6 MB

@@ -48,6 +48,7 @@ function showSignIn(message) {
       } catch (err) {
         error.textContent = err instanceof ApiError ? err.describe() : String(err);
         error.hidden = false;
+        input.select(); // the next try replaces it
       } finally {
         button.disabled = false;
       }
@@ -107,6 +108,9 @@ signOut.addEventListener('click', () => {
   forgetKey();
   showSignIn();
 });
-window.addEventListener('hashchange', route);
+window.addEventListener('hashchange', () => {
+  takeKeyFromFragment(); // a #key= link opened in a tab that shows the UI already
+  route();
+});
 takeKeyFromFragment();
 route();

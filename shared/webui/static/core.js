@@ -1,7 +1,7 @@
 // What every view shares: polling, error display, running actions and the
 // tenant's health.
 
-import { ApiError, forgetKey, get } from './api.js';
+import { ApiError, forgetKey, get, getKey } from './api.js';
 
 const banner = document.getElementById('banner');
 const badge = document.getElementById('health-badge');
@@ -52,8 +52,12 @@ export async function whenVisible(signal) {
 export function failed(err) {
   if (err && err.name === 'AbortError') return false;
   if (err instanceof ApiError && err.status === 401) {
-    forgetKey();
-    signIn(err.describe());
+    // The first refusal signs out; others of the same key, in flight at
+    // the time, change nothing (the sign-in box may hold typing by then).
+    if (getKey()) {
+      forgetKey();
+      signIn(err.describe());
+    }
     return false;
   }
   showBanner(err instanceof ApiError ? err.describe() : String(err));

@@ -65,6 +65,7 @@ export function jobsView({ signal, params, main }) {
   const newer = h('button', { type: 'button', onclick: () => { page--; kick(); } }, '← newer');
   const older = h('button', { type: 'button', onclick: () => { cursors[page + 1] = next; page++; kick(); } }, 'older →');
   const where = h('span', { class: 'muted' });
+  const pager = h('div', { class: 'pager' }, newer, where, older);
 
   main.append(
     h('h1', null, 'Jobs'),
@@ -73,7 +74,7 @@ export function jobsView({ signal, params, main }) {
     h('table', { class: 'list', id: 'jobs' },
       h('thead', null, h('tr', null, h('th', null, 'job'), h('th', null, 'state'), h('th', null, 'queue'), h('th', null, 'schedule'), h('th', null, 'submitted'))),
       tbody),
-    h('div', { class: 'pager' }, newer, where, older),
+    pager,
   );
 
   const kick = poller(signal, 5000, async () => {
@@ -96,6 +97,7 @@ export function jobsView({ signal, params, main }) {
     newer.disabled = page === 0;
     older.disabled = !next;
     where.textContent = `page ${page + 1}`;
+    pager.hidden = page === 0 && !next;
   });
 }
 
@@ -214,7 +216,7 @@ export function jobView({ signal, main }, id) {
       j.run_at && row('runs at', timeEl(j.run_at)),
       j.ended_at && row('ended', timeEl(j.ended_at)),
       j.ended_at && row('took', dur(j.created_at, j.ended_at)),
-      j.expires_at && row('deleted', timeEl(j.expires_at)),
+      j.expires_at && row('kept until', timeEl(j.expires_at)),
       j.schedule_id && row('schedule', h('a', { href: listHref({ schedule: j.schedule_id }) }, j.schedule_id)),
       j.signals && j.signals.length && row('signals', j.signals.map((sg) => sg.name).join(', ')),
     ].flat().filter(Boolean));

@@ -52,11 +52,12 @@ export function schedulesView({ signal, main }) {
   error.hidden = true;
   const newer = h('button', { type: 'button', onclick: () => { page--; kick(); } }, '← previous');
   const older = h('button', { type: 'button', onclick: () => { cursors[page + 1] = next; page++; kick(); } }, 'next →');
+  const pager = h('div', { class: 'pager' }, newer, older);
   main.append(
     h('h1', null, 'Schedules'),
     error,
     table('schedules', ['schedule', 'when', 'overlap', 'state', 'next tick', 'last run', 'runs', 'skipped', ''], tbody),
-    h('div', { class: 'pager' }, newer, older));
+    pager);
 
   const kick = poller(signal, 5000, async () => {
     const q = new URLSearchParams({ limit: '50' });
@@ -67,6 +68,7 @@ export function schedulesView({ signal, main }) {
     next = answer.next_cursor || '';
     newer.disabled = page === 0;
     older.disabled = !next;
+    pager.hidden = page === 0 && !next;
     if (!answer.schedules.length) return empty(tbody, 9, 'No schedules.');
     tbody.replaceChildren(...answer.schedules.map((sc) => {
       const path = `v1/schedules/${encodeURIComponent(sc.id)}/${sc.paused ? 'resume' : 'pause'}`;

@@ -189,7 +189,7 @@ func TestUIApprovesAJobWaitingAtItsGate(t *testing.T) {
 
 	// The state filter lists only that state's jobs.
 	b.do(chromedp.Click(chromedp.CSS(`.chips a[data-state="FAILED"]`)), chromedp.WaitNotPresent(chromedp.CSS(`tr[data-job="`+j.ID+`"]`)))
-	b.do(chromedp.WaitVisible(chromedp.CSS(`tr[data-job="`+failed.ID+`"]`)))
+	b.do(chromedp.WaitVisible(chromedp.CSS(`tr[data-job="` + failed.ID + `"]`)))
 	require.Equal(t, "1", b.eval(`String(document.querySelectorAll('#jobs tr[data-job]').length)`))
 	b.do(chromedp.Click(chromedp.CSS(`.chips a:first-child`)), chromedp.WaitVisible(chromedp.CSS(`tr[data-job="`+j.ID+`"]`)))
 
@@ -241,7 +241,7 @@ func TestUISignInAndAWrongKey(t *testing.T) {
 	b.shot("signin.png")
 
 	// A wrong key in a link: the API's error shows, and the key is not kept.
-	b.do(chromedp.Navigate(h.URL+"/ui#key=not-a-key"))
+	b.do(chromedp.Navigate(h.URL + "/ui#key=not-a-key"))
 	b.awaitText(`#signin-error`, "401 unauthorized: missing or unknown API key")
 	require.Equal(t, "", b.eval(`localStorage.getItem('stepflow.key') || ''`))
 	loc, err := chromedp.Run(b.ctx, chromedp.Location())
@@ -271,7 +271,11 @@ func TestUIResourcesSchedulesAndCancel(t *testing.T) {
 	h := stacktest.New(t)
 	h.JSON(t, http.StatusCreated, http.MethodPut, "/v1/resources/gpu-1", keyA, map[string]any{"capabilities": []string{"gpu"}, "labels": map[string]string{"zone": "a"}, "capacity": 2}, nil)
 	j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "train", "action": map[string]any{"type": "worker", "queue": "ml"}, "requires": map[string]any{"capabilities": []string{"gpu"}}}}})
-	var claimed struct{ Leases []struct{ JobID string `json:"job_id"` } }
+	var claimed struct {
+		Leases []struct {
+			JobID string `json:"job_id"`
+		}
+	}
 	require.Eventually(t, func() bool {
 		h.JSON(t, http.StatusOK, http.MethodPost, "/v1/claim", keyA, map[string]any{"queue": "ml", "max": 1, "wait_seconds": 1, "worker": "box-1"}, &claimed)
 		return len(claimed.Leases) == 1

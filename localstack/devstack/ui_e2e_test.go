@@ -311,3 +311,38 @@ func TestUIResourcesSchedulesAndCancel(t *testing.T) {
 	b.do(chromedp.Click(chromedp.CSS(`nav a[data-view="resources"]`)))
 	b.awaitText(`tr[data-resource="gpu-1"]`, "0/2")
 }
+
+func TestUISignalsAWaitingJobAndShowsTheAPIsErrors(t *testing.T) {
+	t.Parallel()
+	b := newBrowser(t)
+	h := stacktest.New(t)
+	j := h.Submit(t, keyA, map[string]any{"steps": []any{
+		map[string]any{"id": "paid", "action": map[string]any{"type": "wait", "signal": "payment", "timeout_seconds": 3600}},
+		map[string]any{"id": "ship", "action": map[string]any{"type": "pass"}},
+	}})
+	b.do(chromedp.Navigate(h.URL+"/ui#key="+keyA), chromedp.WaitVisible(chromedp.CSS(`#jobs`)))
+	b.do(chromedp.Navigate(h.URL+"/ui#/jobs/"+j.ID), chromedp.WaitVisible(chromedp.CSS(`button[data-action="signal"]`)))
+	require.Equal(t, "payment", b.eval(`document.querySelector('#job-actions input[name="name"]').value`), "the name the wait waits for")
+
+	// Bad input: the page's own check, then the API's 400 naming the field;
+	// neither changes the job.
+	b.do(chromedp.SendKeys(chromedp.CSS(`#job-actions textarea[name="payload"]`), `{"amount":`),
+		chromedp.Click(chromedp.CSS(`button[data-action="signal"]`)))
+	b.awaitText(`#job-actions .error`, "payload: is not JSON")
+	b.eval(`document.querySelector('#job-actions input[name="name"]').value = ''; document.querySelector('#job-actions textarea[name="payload"]').value = ''`)
+	b.do(chromedp.SendKeys(chromedp.CSS(`#job-actions input[name="name"]`), "pay ment"),
+		chromedp.SendKeys(chromedp.CSS(`#job-actions textarea[name="payload"]`), `{"amount":5}`),
+		chromedp.Click(chromedp.CSS(`button[data-action="signal"]`)))
+	b.awaitText(`#job-actions .error`, "400 invalid: name: ")
+	require.Equal(t, domain.StepWaiting, h.Get(t, keyA, j.ID).Steps[0].State)
+	b.shot("signal-error.png")
+
+	b.eval(`document.querySelector('#job-actions input[name="name"]').value = ''`)
+	b.do(chromedp.SendKeys(chromedp.CSS(`#job-actions input[name="name"]`), "payment"),
+		chromedp.Click(chromedp.CSS(`button[data-action="signal"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#job-state .st-completed`)))
+	require.Contains(t, b.text(`#job-notice`), "Signal payment sent")
+	got := h.Get(t, keyA, j.ID)
+	require.Equal(t, domain.JobCompleted, got.State)
+	require.JSONEq(t, `{"amount":5}`, string(got.Steps[0].Output), "the payload typed in is the wait's output")
+}

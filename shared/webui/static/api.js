@@ -38,10 +38,10 @@ export class ApiError extends Error {
     this.code = code;
     this.field = field;
   }
-  // describe says what went wrong as the API said it.
+  // describe says what went wrong as the API said it (its message names
+  // the field).
   describe() {
-    const where = this.field ? ` (${this.field})` : '';
-    return `${this.status} ${this.code}: ${this.message}${where}`;
+    return `${this.status} ${this.code}: ${this.message}`;
   }
 }
 

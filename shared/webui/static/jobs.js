@@ -122,7 +122,7 @@ function parseJSON(text, field) {
   try {
     return JSON.parse(text);
   } catch (err) {
-    throw new ApiError(400, 'invalid', `is not JSON: ${err.message}`, field);
+    throw new ApiError(400, 'invalid', `${field}: is not JSON (${err.message})`, field);
   }
 }
 

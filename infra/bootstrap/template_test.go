@@ -31,6 +31,8 @@ func TestParseRealTemplate(t *testing.T) {
 	require.Equal(t, 30, enq.Timeout, "Globals timeout")
 	require.Equal(t, []Route{
 		{"ANY", "$default"},
+		{"GET", "/ui"},
+		{"GET", "/ui/{asset}"},
 		{"GET", "/v1/health"},
 		{"GET", "/v1/jobs"},
 		{"POST", "/v1/jobs"},

@@ -85,6 +85,8 @@ var owners = map[string]Function{
 	"DELETE /v1/schedules/{id}":               EnqueueFunction,
 	"POST /v1/schedules/{id}/pause":           EnqueueFunction,
 	"POST /v1/schedules/{id}/resume":          EnqueueFunction,
+	"GET /ui":                                 EnqueueFunction, // the web UI: no key (keyless)
+	"GET /ui/{asset}":                         EnqueueFunction,
 	"POST /v1/claim":                          ClaimFunction,
 	"POST /v1/leases/{lease}/heartbeat":       ClaimFunction,
 	"POST /v1/leases/{lease}/complete":        ClaimFunction,
@@ -137,6 +139,13 @@ func (a *API) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 		a.Log.Error("route served by another function", "route", ev.RouteKey, "owner", owners[ev.RouteKey])
 		return a.fail(ev, &domain.Error{Code: domain.CodeInternal, Message: fmt.Sprintf("route %s is served by %s, not this function: check template.yaml", ev.RouteKey, owners[ev.RouteKey])}), nil
 	}
+	if keyless[ev.RouteKey] {
+		status, body, err := h(ctx, "", req)
+		if err != nil {
+			return a.fail(ev, err), nil
+		}
+		return respond(status, body, req.extraHeaders), nil
+	}
 	tenant, err := a.authenticate(ctx, req)
 	if err != nil {
 		return a.fail(ev, err), nil
@@ -173,6 +182,8 @@ func (a *API) routes() map[string]route {
 		"DELETE /v1/schedules/{id}":               a.deleteSchedule,
 		"POST /v1/schedules/{id}/pause":           a.pauseSchedule,
 		"POST /v1/schedules/{id}/resume":          a.resumeSchedule,
+		"GET /ui":                                 a.uiPage,
+		"GET /ui/{asset}":                         a.uiAsset,
 		"POST /v1/claim":                          a.claim,
 		"POST /v1/leases/{lease}/heartbeat":       a.heartbeat,
 		"POST /v1/leases/{lease}/complete":        a.complete,
@@ -433,6 +444,9 @@ func (a *API) fail(ev events.APIGatewayV2HTTPRequest, err error) events.APIGatew
 }
 
 func respond(status int, body any, headers map[string]string) events.APIGatewayV2HTTPResponse {
+	if f, ok := body.(uiFile); ok {
+		return f.response(status, headers)
+	}
 	h := map[string]string{"content-type": "application/json"}
 	for k, v := range headers {
 		h[k] = v

@@ -1,0 +1,88 @@
+// The API key and calls to the stepflow HTTP API, on the page's own origin.
+
+const keyName = 'stepflow.key';
+
+// takeKeyFromFragment keeps a key passed as #key=... (a link that opens the
+// UI signed in) and removes it from the address bar and history.
+export function takeKeyFromFragment() {
+  // Not URLSearchParams: it reads '+' as a space, and a key may hold '+'.
+  const m = /^#key=([^&]*)/.exec(location.hash);
+  if (!m) return;
+  let key = m[1];
+  try {
+    key = decodeURIComponent(key);
+  } catch {
+    // Not percent-encoded: taken as it is.
+  }
+  if (key.trim() !== '') setKey(key.trim());
+  history.replaceState(null, '', location.pathname + location.search + '#/jobs');
+}
+
+export function getKey() {
+  return localStorage.getItem(keyName) || '';
+}
+
+export function setKey(key) {
+  localStorage.setItem(keyName, key);
+}
+
+export function forgetKey() {
+  localStorage.removeItem(keyName);
+}
+
+// ApiError is an error answer: {"error": {"code", "message", "field"}}.
+export class ApiError extends Error {
+  constructor(status, code, message, field) {
+    super(message);
+    this.status = status;
+    this.code = code;
+    this.field = field;
+  }
+  // describe says what went wrong as the API said it (its message names
+  // the field).
+  describe() {
+    return `${this.status} ${this.code}: ${this.message}`;
+  }
+}
+
+// call makes one request and answers its JSON body, or throws ApiError.
+// Paths are relative ("v1/jobs"): the page is served at <base>/ui, so they
+// resolve against the API's own base, whatever stage or mapping it has.
+export async function call(method, path, body, { signal, key = getKey() } = {}) {
+  const headers = { Accept: 'application/json' };
+  if (key) headers.Authorization = `Bearer ${key}`;
+  const init = { method, headers, signal, cache: 'no-store' };
+  if (body !== undefined) {
+    headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  let res;
+  try {
+    res = await fetch(path, init);
+  } catch (err) {
+    if (err.name === 'AbortError') throw err;
+    throw new ApiError(0, 'network', `the API did not answer: ${err.message}`);
+  }
+  const text = await res.text();
+  let data = null;
+  try {
+    data = text ? JSON.parse(text) : null;
+  } catch {
+    // Not JSON: an error from something in front of the API.
+  }
+  if (!res.ok) {
+    const e = data && data.error;
+    if (e && e.message) throw new ApiError(res.status, e.code || 'error', e.message, e.field);
+    throw new ApiError(res.status, 'error', (data && data.message) || text || res.statusText);
+  }
+  return data;
+}
+
+export const get = (path, opts) => call('GET', path, undefined, opts);
+export const post = (path, body, opts) => call('POST', path, body, opts);
+
+// jobPath answers the path of a job route; ids are escaped, though the API
+// makes them safe already.
+export function jobPath(id, ...rest) {
+  return ['v1/jobs', encodeURIComponent(id), ...rest.map(encodeURIComponent)].join('/');
+}

@@ -1,0 +1,429 @@
+// The jobs list and the job page.
+
+import { ApiError, get, jobPath, post } from './api.js';
+import { act, failed, hideBanner, onHealth, poller, sleep, whenVisible } from './core.js';
+import { drawDag } from './dag.js';
+import { dur, h, json, pill, timeEl, ulidTime } from './dom.js';
+
+export const JOB_STATES = ['QUEUED', 'RUNNING', 'WAITING', 'PARKED', 'RETRYING', 'COMPLETED', 'FAILED', 'CANCELLED'];
+const TERMINAL = new Set(['COMPLETED', 'FAILED', 'CANCELLED']);
+const STEP_DONE = new Set(['SUCCEEDED', 'FAILED', 'CANCELED']);
+const PAGE = 25;
+
+function listHref(f) {
+  const q = new URLSearchParams();
+  for (const k of ['state', 'queue', 'schedule']) if (f[k]) q.set(k, f[k]);
+  const qs = q.toString();
+  return '#/jobs' + (qs ? '?' + qs : '');
+}
+
+// ---------------------------------------------------------------- the list
+
+export function jobsView({ signal, params, main }) {
+  const filter = {
+    state: (params.get('state') || '').toUpperCase(),
+    queue: params.get('queue') || '',
+    schedule: params.get('schedule') || '',
+  };
+  const cursors = ['']; // the cursor of each page seen, newest page first
+  let page = 0;
+  let next = '';
+
+  // Counts come from the tenant's health figures, which the engine keeps
+  // as counters: counting jobs by listing them would read every job.
+  const tiles = h('div', { class: 'tiles' });
+  onHealth((hl) => {
+    const tile = (label, value, state, note) =>
+      h('a', { class: ['tile', filter.state === state && 'on'], href: listHref({ ...filter, state }), title: note },
+        h('span', { class: 'n' }, value), h('span', { class: 'label' }, label));
+    tiles.replaceChildren(
+      tile('backlog (queued)', hl.backlog, 'QUEUED', 'jobs submitted and not started'),
+      tile('waiting on a person', hl.blocked, 'WAITING', 'jobs blocked on an approval or a person'),
+      tile('completed, 24 h', hl.completed_24h, 'COMPLETED', 'jobs completed in the last 24 hours'),
+      tile('failed, 24 h', hl.failed_24h, 'FAILED', 'jobs failed in the last 24 hours'),
+      tile('cancelled, 24 h', hl.cancelled_24h, 'CANCELLED', 'jobs cancelled in the last 24 hours'),
+    );
+  }, signal);
+
+  const chips = h('nav', { class: 'chips', 'aria-label': 'state' },
+    h('a', { class: ['chip', !filter.state && 'on'], href: listHref({ ...filter, state: '' }) }, 'all'),
+    JOB_STATES.map((st) => h('a', { class: ['chip', filter.state === st && 'on'], href: listHref({ ...filter, state: st }), 'data-state': st }, st.toLowerCase())));
+
+  const queue = h('input', { name: 'queue', value: filter.queue, placeholder: 'any queue', 'aria-label': 'queue' });
+  const schedule = h('input', { name: 'schedule', value: filter.schedule, placeholder: 'any schedule', 'aria-label': 'schedule' });
+  const form = h('form', {
+    class: 'filters',
+    onsubmit: (e) => {
+      e.preventDefault();
+      location.hash = listHref({ ...filter, queue: queue.value.trim(), schedule: schedule.value.trim() });
+    },
+  }, h('label', null, 'queue ', queue), h('label', null, 'schedule ', schedule),
+  h('button', { type: 'submit' }, 'Filter'),
+  (filter.queue || filter.schedule || filter.state) && h('a', { href: '#/jobs', class: 'clear' }, 'clear filters'));
+
+  const tbody = h('tbody');
+  const newer = h('button', { type: 'button', onclick: () => { page--; kick(); } }, '← newer');
+  const older = h('button', { type: 'button', onclick: () => { cursors[page + 1] = next; page++; kick(); } }, 'older →');
+  const where = h('span', { class: 'muted' });
+  const pager = h('div', { class: 'pager' }, newer, where, older);
+
+  main.append(
+    h('h1', null, 'Jobs'),
+    tiles,
+    h('div', { class: 'toolbar' }, chips, form),
+    h('table', { class: 'list', id: 'jobs' },
+      h('thead', null, h('tr', null, h('th', null, 'job'), h('th', null, 'state'), h('th', null, 'queue'), h('th', null, 'schedule'), h('th', null, 'submitted'))),
+      tbody),
+    pager,
+  );
+
+  const kick = poller(signal, 5000, async () => {
+    const q = new URLSearchParams({ limit: String(PAGE) });
+    for (const k of ['state', 'queue', 'schedule']) if (filter[k]) q.set(k, filter[k]);
+    if (cursors[page]) q.set('cursor', cursors[page]);
+    const at = page;
+    const answer = await get('v1/jobs?' + q, { signal });
+    if (at !== page) return; // the page changed meanwhile: its own load follows
+    next = answer.next_cursor || '';
+    const rows = (answer.jobs || []).map((j) =>
+      h('tr', { 'data-job': j.id },
+        h('td', null, h('a', { class: 'job-link mono', href: `#/jobs/${encodeURIComponent(j.id)}` }, j.id)),
+        h('td', null, pill(j.state)),
+        h('td', null, h('a', { href: listHref({ ...filter, queue: j.queue }) }, j.queue)),
+        h('td', null, j.schedule_id ? h('a', { href: listHref({ ...filter, schedule: j.schedule_id }) }, j.schedule_id) : ''),
+        h('td', null, timeEl(ulidTime(j.id)?.toISOString()))));
+    if (!rows.length) rows.push(h('tr', null, h('td', { colspan: 5, class: 'empty' }, page ? 'No older jobs.' : 'No jobs match.')));
+    tbody.replaceChildren(...rows);
+    newer.disabled = page === 0;
+    older.disabled = !next;
+    where.textContent = `page ${page + 1}`;
+    pager.hidden = page === 0 && !next;
+  });
+}
+
+// ---------------------------------------------------------------- one job
+
+// drafts keeps what a person typed into a job's forms across the page's
+// redraws, by job, step and field.
+const drafts = new Map();
+
+function draft(key, fallback = '') {
+  return drafts.has(key) ? drafts.get(key) : fallback;
+}
+
+function bound(tag, key, attrs, fallback) {
+  const el = h(tag, { ...attrs, oninput: (e) => drafts.set(key, e.target.value) });
+  el.value = draft(key, fallback);
+  return el;
+}
+
+function parseJSON(text, field) {
+  if (text.trim() === '') return undefined;
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw new ApiError(400, 'invalid', `${field}: is not JSON (${err.message})`, field);
+  }
+}
+
+// confirmButton asks for a second click before it acts: for what cannot be
+// undone (cancel, reject).
+function confirmButton(label, attrs, run) {
+  let armed = null;
+  const b = h('button', {
+    type: 'button', ...attrs,
+    onclick: () => {
+      if (!armed) {
+        b.textContent = `Confirm ${label.toLowerCase()}?`;
+        b.classList.add('armed');
+        armed = setTimeout(() => { armed = null; b.textContent = label; b.classList.remove('armed'); }, 4000);
+        return;
+      }
+      clearTimeout(armed);
+      armed = null;
+      b.textContent = label;
+      b.classList.remove('armed');
+      run(b);
+    },
+  }, label);
+  return b;
+}
+
+export function jobView({ signal, main }, id) {
+  let job = null;
+  let shown = '';
+  const events = [];
+  let seq = 0;
+
+  const title = h('h1', null, 'Job ', h('span', { class: 'mono' }, id), ' ');
+  const state = h('span', { id: 'job-state' });
+  title.append(state);
+  const facts = h('dl', { class: 'facts' });
+  const actions = h('div', { class: 'actions', id: 'job-actions' });
+  const notice = h('p', { class: 'notice', id: 'job-notice', role: 'status' });
+  notice.hidden = true;
+  const graph = h('div', { class: 'graph' });
+  const steps = h('div', { class: 'steps' });
+  const timeline = h('ol', { class: 'timeline', id: 'events' });
+  const follow = h('span', { class: 'muted' });
+  const payload = h('details', null, h('summary', null, 'payload'));
+
+  main.append(
+    h('p', { class: 'crumbs' }, h('a', { href: '#/jobs' }, 'Jobs'), ' / ', h('span', { class: 'mono' }, id)),
+    title, facts, actions, notice,
+    h('section', { class: 'card' }, h('h2', null, 'Graph'), graph),
+    h('section', null, h('h2', null, 'Steps'), steps),
+    h('section', { class: 'card' }, h('h2', null, 'Events ', follow), timeline),
+    h('section', { class: 'card' }, payload),
+  );
+
+  function say(text) {
+    notice.textContent = text;
+    notice.hidden = false;
+  }
+
+  function select(stepId) {
+    const card = steps.querySelector(`[data-step="${CSS.escape(stepId)}"]`);
+    if (!card) return;
+    card.scrollIntoView({ behavior: 'smooth', block: 'start' });
+    card.classList.remove('flash');
+    void card.offsetWidth; // restart the animation
+    card.classList.add('flash');
+  }
+
+  // show draws the job when it changed; an action's answer shows at once.
+  function show(j) {
+    const text = JSON.stringify(j);
+    if (text === shown) return;
+    shown = text;
+    job = j;
+    state.replaceChildren(pill(j.state));
+    renderFacts();
+    renderActions();
+    graph.replaceChildren(drawDag(j.steps, select));
+    steps.replaceChildren(...j.steps.map(renderStep));
+    payload.replaceChildren(h('summary', null, 'payload'), json(j.payload));
+  }
+
+  function renderFacts() {
+    const j = job;
+    const row = (k, v) => (v === undefined || v === null || v === '' ? null : [h('dt', null, k), h('dd', null, v)]);
+    facts.replaceChildren(...[
+      row('queue', h('a', { href: listHref({ queue: j.queue }) }, j.queue)),
+      row('priority', `P${j.priority}`),
+      row('submitted', timeEl(j.created_at)),
+      row('updated', timeEl(j.updated_at)),
+      j.run_at && row('runs at', timeEl(j.run_at)),
+      j.ended_at && row('ended', timeEl(j.ended_at)),
+      j.ended_at && row('took', dur(j.created_at, j.ended_at)),
+      j.expires_at && row('kept until', timeEl(j.expires_at)),
+      j.schedule_id && row('schedule', h('a', { href: listHref({ schedule: j.schedule_id }) }, j.schedule_id)),
+      j.signals && j.signals.length && row('signals', j.signals.map((sg) => sg.name).join(', ')),
+    ].flat().filter(Boolean));
+  }
+
+  function renderActions() {
+    const j = job;
+    const out = [];
+    const error = h('p', { class: 'error', role: 'alert' });
+    error.hidden = true;
+    const done = (what) => (answer) => {
+      say(what);
+      show(answer);
+      kick();
+    };
+    if (!TERMINAL.has(j.state)) {
+      out.push(confirmButton('Cancel', { class: 'danger', 'data-action': 'cancel' }, (b) =>
+        act(b, error, () => post(jobPath(id, 'cancel'), undefined, { signal }), done('Cancelled.'))));
+    }
+    if (j.state === 'FAILED') {
+      out.push(h('button', { type: 'button', 'data-action': 'redrive', onclick: (e) =>
+        act(e.currentTarget, error, () => post(jobPath(id, 'redrive'), {}, { signal }), done('Redriven: its failed steps run again.')) }, 'Redrive'));
+    }
+    const waits = j.steps.filter((st) => st.action === 'wait' && !STEP_DONE.has(st.state));
+    if (!TERMINAL.has(j.state) && waits.length) out.push(signalForm(waits, error, done));
+    out.push(error);
+    actions.replaceChildren(...out);
+  }
+
+  function signalForm(waits, error, done) {
+    const base = `${id}//signal`;
+    const waiting = waits.find((st) => st.state === 'WAITING') || waits[0];
+    const name = bound('input', `${base}/name`, { name: 'name', required: true, 'aria-label': 'signal name', placeholder: 'name' }, waiting.signal || '');
+    const body = bound('textarea', `${base}/payload`, { name: 'payload', rows: 1, 'aria-label': 'signal payload', placeholder: 'payload (JSON, optional)' });
+    const sid = bound('input', `${base}/id`, { name: 'id', 'aria-label': 'signal id', placeholder: 'id (optional)' });
+    const button = h('button', { type: 'submit', 'data-action': 'signal' }, 'Signal');
+    return h('form', {
+      class: 'inline',
+      onsubmit: (e) => {
+        e.preventDefault();
+        act(button, error, async () => {
+          const req = { name: name.value.trim() };
+          const p = parseJSON(body.value, 'payload');
+          if (p !== undefined) req.payload = p;
+          if (sid.value.trim()) req.id = sid.value.trim();
+          return post(jobPath(id, 'signal'), req, { signal });
+        }, (answer) => {
+          for (const k of ['name', 'payload', 'id']) drafts.delete(`${base}/${k}`);
+          done(`Signal ${name.value.trim()} sent.`)(answer);
+        });
+      },
+    }, name, body, sid, button);
+  }
+
+  function renderStep(st) {
+    const base = `${id}/${st.id}`;
+    const error = h('p', { class: 'error', role: 'alert' });
+    error.hidden = true;
+    const done = (what) => (answer) => {
+      for (const k of [...drafts.keys()]) if (k.startsWith(base + '/')) drafts.delete(k);
+      say(what);
+      show(answer);
+      kick();
+    };
+    const row = (k, v) => (v === undefined || v === null || v === '' || (Array.isArray(v) && !v.length) ? null : [h('dt', null, k), h('dd', null, v)]);
+    const facts = [
+      row('depends on', st.depends_on && st.depends_on.join(', ')),
+      row('asks', st.prompt),
+      row('waits for signal', st.signal),
+      row('wakes', st.wake_at && timeEl(st.wake_at)),
+      row('next run', st.next_run_at && timeEl(st.next_run_at)),
+      row('deadline', st.deadline && timeEl(st.deadline)),
+      row('parked', st.parked ? 'yes: no timer runs until its time is near' : ''),
+      row('lease', st.lease && [`attempt ${st.lease.attempt}`, st.lease.worker && ` by ${st.lease.worker}`, st.lease.resource && ` on ${st.lease.resource}`, ', expires ', timeEl(st.lease.expires_at)]),
+      row('requires', st.requires && JSON.stringify(st.requires)),
+      row('waits for a slot on', st.resource_wait && st.resource_wait.on.join(', ')),
+      row('avoids', st.avoid && st.avoid.join(', ')),
+      row('replaced by', st.replaced_by && st.replaced_by.join(', ')),
+      row('decision', st.decision && `${st.decision.approved ? 'approved' : 'rejected'}${st.decision.by ? ' by ' + st.decision.by : ''}${st.decision.comment ? ': ' + st.decision.comment : ''} (${st.decision.key})`),
+      row('error', st.error && `${st.error.class}: ${st.error.message}`),
+    ].flat().filter(Boolean);
+
+    const forms = [];
+    if (st.action === 'approval' && st.state === 'NEEDS_USER') {
+      const by = bound('input', 'by', { name: 'by', 'aria-label': 'your name', placeholder: 'your name (optional)' });
+      const comment = bound('input', `${base}/comment`, { name: 'comment', 'aria-label': 'comment', placeholder: 'comment (optional)' });
+      const decision = () => {
+        const d = {};
+        if (by.value.trim()) d.by = by.value.trim();
+        if (comment.value.trim()) d.comment = comment.value.trim();
+        return d;
+      };
+      const approve = h('button', { type: 'button', class: 'primary', 'data-action': 'approve', 'data-step': st.id, onclick: () =>
+        act(approve, error, () => post(jobPath(id, 'steps', st.id, 'approve'), decision(), { signal }), done(`Approved ${st.id}.`)) }, 'Approve');
+      const reject = confirmButton('Reject', { class: 'danger', 'data-action': 'reject', 'data-step': st.id }, (b) =>
+        act(b, error, () => post(jobPath(id, 'steps', st.id, 'reject'), decision(), { signal }), done(`Rejected ${st.id}.`)));
+      forms.push(h('div', { class: 'inline gate' }, by, comment, approve, reject));
+    } else if (st.state === 'NEEDS_USER') {
+      const input = bound('textarea', `${base}/input`, { name: 'input', rows: 3, 'aria-label': 'input', placeholder: 'input (JSON, optional)' });
+      const resume = h('button', { type: 'submit', class: 'primary', 'data-action': 'resume', 'data-step': st.id }, 'Resume');
+      forms.push(h('form', {
+        class: 'inline resume',
+        onsubmit: (e) => {
+          e.preventDefault();
+          act(resume, error, () => {
+            const v = parseJSON(input.value, 'input');
+            return post(jobPath(id, 'steps', st.id, 'resume'), v === undefined ? {} : { input: v }, { signal });
+          }, done(`Resumed ${st.id}.`));
+        },
+      }, input, resume));
+    }
+
+    const attempts = st.attempts && st.attempts.length
+      ? h('table', { class: 'list attempts' },
+        h('thead', null, h('tr', null, ['#', 'state', 'worker', 'resource', 'started', 'took', 'error'].map((c) => h('th', null, c)))),
+        h('tbody', null, st.attempts.map((a) => h('tr', null,
+          h('td', null, a.n),
+          h('td', null, pill(a.state)),
+          h('td', null, a.worker || ''),
+          h('td', null, a.resource || ''),
+          h('td', null, timeEl(a.started_at)),
+          h('td', null, a.started_at ? dur(a.started_at, a.ended_at) + (a.ended_at ? '' : ' so far') : ''),
+          h('td', { class: 'wrap' }, a.error ? `${a.error.class}: ${a.error.message}` : '')))))
+      : null;
+
+    return h('article', { class: 'card step', 'data-step': st.id, id: `step-${st.id}` },
+      h('header', null,
+        h('h3', { class: 'mono' }, st.id),
+        h('span', { 'data-step-state': st.id }, pill(st.state)),
+        h('span', { class: 'muted' }, st.action),
+        st.attempts && st.attempts.length ? h('span', { class: 'muted' }, `attempt ${st.attempt}${st.max_attempts ? ' of ' + st.max_attempts : ''}`) : null),
+      facts.length ? h('dl', { class: 'facts' }, facts) : null,
+      forms,
+      error,
+      attempts,
+      st.output !== undefined ? h('details', null, h('summary', null, 'output'), json(st.output)) : null,
+      st.user_input !== undefined ? h('details', null, h('summary', null, 'user input'), json(st.user_input)) : null);
+  }
+
+  function addEvents(list) {
+    const stick = timeline.scrollHeight - timeline.scrollTop - timeline.clientHeight < 30;
+    for (const ev of list) {
+      if (ev.seq <= seq) continue;
+      seq = ev.seq;
+      events.push(ev);
+      const at = new Date(ev.at);
+      timeline.append(h('li', { class: ['ev', 'ev-' + ev.type.split('_')[0]], 'data-seq': ev.seq },
+        h('time', { datetime: ev.at, title: ev.at }, isNaN(at) ? ev.at : at.toLocaleTimeString([], { hour12: false }) + '.' + String(at.getMilliseconds()).padStart(3, '0')),
+        h('span', { class: 'type' }, ev.type),
+        ev.step ? h('span', { class: 'mono' }, ev.step + (ev.attempt ? ` #${ev.attempt}` : '')) : h('span', null),
+        h('span', { class: 'detail' }, ev.detail || '')));
+    }
+    if (stick) timeline.scrollTop = timeline.scrollHeight;
+  }
+
+  // Following the job: the events route with after and wait long-polls
+  // where the API offers it; where it does not (the answer repeats events
+  // already seen, or comes back at once), this is plain polling every 2 s.
+  // A finished job is looked at every 10 s (a person may redrive it).
+  let longPoll = true;
+  let kicked = null;
+  const kick = () => kicked && kicked.abort();
+  (async () => {
+    try {
+      show(await get(jobPath(id), { signal }));
+    } catch (err) {
+      if (failed(err)) {
+        hideBanner();
+        main.replaceChildren(main.firstChild, h('p', { class: 'error', id: 'job-error' }, err instanceof ApiError ? err.describe() : String(err)));
+      }
+      return;
+    }
+    while (!signal.aborted) {
+      const started = Date.now();
+      let news = false;
+      let honoured = false;
+      try {
+        const wait = longPoll && job && !TERMINAL.has(job.state) ? 10 : 0;
+        let path = jobPath(id, 'events');
+        if (longPoll) path += `?after=${seq}&wait=${wait}`;
+        let answer;
+        try {
+          answer = await get(path, { signal });
+        } catch (err) {
+          if (!(longPoll && err instanceof ApiError && err.status === 400)) throw err;
+          longPoll = false; // the API takes no after/wait: poll plainly
+          continue;
+        }
+        const list = answer.events || [];
+        honoured = longPoll && list.every((ev) => ev.seq > seq);
+        news = list.some((ev) => ev.seq > seq);
+        addEvents(list);
+        if (news) show(await get(jobPath(id), { signal }));
+        hideBanner();
+      } catch (err) {
+        if (!failed(err)) return;
+      }
+      follow.textContent = job && TERMINAL.has(job.state) ? '' : '(following)';
+      const every = job && TERMINAL.has(job.state) ? 10000 : 2000;
+      const gap = news && honoured ? 0 : Math.max(0, every - (Date.now() - started));
+      kicked = new AbortController();
+      const stop = () => kicked.abort();
+      signal.addEventListener('abort', stop, { once: true });
+      await sleep(gap, kicked.signal);
+      signal.removeEventListener('abort', stop);
+      kicked = null;
+      await whenVisible(signal);
+    }
+  })();
+}

@@ -109,7 +109,6 @@ type Waiter struct {
 	Priority int    `json:"priority" dynamodbav:"priority"`
 }
 
-
 // ResourceSpec is the body of PUT /v1/resources/{id}.
 type ResourceSpec struct {
 	Capabilities []string          `json:"capabilities,omitempty"`

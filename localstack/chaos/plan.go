@@ -110,11 +110,30 @@ type jobSpec struct {
 	Priority int            `json:"priority"`
 }
 
-// planKinds are the job kinds with their weights.
-var planKinds = []struct {
+// weightedKinds are kinds with their weights, drawn by pick.
+type weightedKinds []struct {
 	kind   string
 	weight int
-}{
+}
+
+// pick draws a kind with one r.IntN, each kind as likely as its weight.
+func (ks weightedKinds) pick(r *rand.Rand) string {
+	total := 0
+	for _, k := range ks {
+		total += k.weight
+	}
+	w := r.IntN(total)
+	for _, k := range ks {
+		if w < k.weight {
+			return k.kind
+		}
+		w -= k.weight
+	}
+	return ks[len(ks)-1].kind
+}
+
+// planKinds are the job kinds with their weights.
+var planKinds = weightedKinds{
 	{"pass", 14}, {"pass3", 10}, {"pass5", 8}, {"retryable", 12}, {"fatal", 8}, {"sleep", 12}, {"worker", 26},
 	{"approval", 7}, {"signal", 7}, {"timer", 8}, {"redrive", 4},
 }
@@ -126,13 +145,9 @@ var racers = map[string]bool{"approval": true, "signal": true, "redrive": true}
 // jobs, byte for byte.
 func (f *Faults) Plan(n int) []JobPlan {
 	out := make([]JobPlan, 0, n)
-	total := 0
-	for _, k := range planKinds {
-		total += k.weight
-	}
 	for i := range n {
 		var p JobPlan
-		f.Draw(StreamPlan, func(r *rand.Rand) { p = planOne(r, f.Seed, i, total) })
+		f.Draw(StreamPlan, func(r *rand.Rand) { p = planOne(r, f.Seed, i) })
 		if racers[p.Kind] {
 			f.Draw(StreamRacers, func(r *rand.Rand) { p.Race = planRace(r, p.Kind) })
 		}
@@ -141,16 +156,8 @@ func (f *Faults) Plan(n int) []JobPlan {
 	return out
 }
 
-func planOne(r *rand.Rand, seed uint64, i, total int) JobPlan {
-	w := r.IntN(total)
-	kind := planKinds[len(planKinds)-1].kind
-	for _, k := range planKinds {
-		if w < k.weight {
-			kind = k.kind
-			break
-		}
-		w -= k.weight
-	}
+func planOne(r *rand.Rand, seed uint64, i int) JobPlan {
+	kind := planKinds.pick(r)
 	spec := jobSpec{Payload: map[string]any{"seed": seed, "n": i}, Priority: r.IntN(3)}
 	pass := func(id string) stepSpec { return stepSpec{ID: id, Action: actionSpec{Type: "pass"}} }
 	switch kind {

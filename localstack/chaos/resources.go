@@ -90,10 +90,7 @@ const (
 // res-worker a worker step (between built-in steps, some), res-pass
 // built-in steps only, res-switch a built-in step that fails with class
 // resource on every resource it is given.
-var resourceKinds = []struct {
-	kind   string
-	weight int
-}{{"res-worker", 6}, {"res-pass", 3}, {"res-switch", 1}}
+var resourceKinds = weightedKinds{{"res-worker", 6}, {"res-pass", 3}, {"res-switch", 1}}
 
 // resourceJob is a resource job's part of the plan beyond its JobPlan.
 type resourceJob struct {
@@ -148,10 +145,6 @@ func (f *Faults) ResourcePlan(first int, c ResourceConfig) *resourcePlan {
 	if c.Jobs < 4 {
 		waves = 1
 	}
-	total := 0
-	for _, k := range resourceKinds {
-		total += k.weight
-	}
 	f.Draw(StreamPool, func(r *rand.Rand) {
 		for w := range waves {
 			wave := resourceWave{Claimers: 2 + r.IntN(3)}
@@ -165,7 +158,7 @@ func (f *Faults) ResourcePlan(first int, c ResourceConfig) *resourcePlan {
 		n := first + i
 		var jp JobPlan
 		var rj resourceJob
-		f.Draw(StreamPool, func(r *rand.Rand) { jp, rj = planResourceJob(r, f.Seed, n, total) })
+		f.Draw(StreamPool, func(r *rand.Rand) { jp, rj = planResourceJob(r, f.Seed, n) })
 		rj.Wave = i * waves / c.Jobs
 		p.Waves[rj.Wave].Jobs = append(p.Waves[rj.Wave].Jobs, jp)
 		p.Jobs[n] = rj
@@ -173,17 +166,8 @@ func (f *Faults) ResourcePlan(first int, c ResourceConfig) *resourcePlan {
 	return p
 }
 
-func planResourceJob(r *rand.Rand, seed uint64, n, total int) (JobPlan, resourceJob) {
-	w := r.IntN(total)
-	kind := resourceKinds[len(resourceKinds)-1].kind
-	for _, k := range resourceKinds {
-		if w < k.weight {
-			kind = k.kind
-			break
-		}
-		w -= k.weight
-	}
-	rj := resourceJob{Kind: kind}
+func planResourceJob(r *rand.Rand, seed uint64, n int) (JobPlan, resourceJob) {
+	rj := resourceJob{Kind: resourceKinds.pick(r)}
 	payload := map[string]any{"seed": seed, "n": n}
 	step := func(id string, action map[string]any, req int) map[string]any {
 		return map[string]any{"id": id, "action": action, "requires": requirements[req].req}
@@ -192,7 +176,7 @@ func planResourceJob(r *rand.Rand, seed uint64, n, total int) (JobPlan, resource
 		return step(id, map[string]any{"type": "pass"}, r.IntN(len(requirements)))
 	}
 	var steps []map[string]any
-	switch kind {
+	switch rj.Kind {
 	case "res-worker":
 		req := r.IntN(2) // any GPU, or zone a: two resources or more to switch between
 		rj.Script = planScript(r, requirements[req].matching-1)
@@ -226,7 +210,7 @@ func planResourceJob(r *rand.Rand, seed uint64, n, total int) (JobPlan, resource
 	if err != nil {
 		panic(err)
 	}
-	return JobPlan{N: n, Kind: kind, Key: fmt.Sprintf("chaos-%d-%d", seed, n), Body: body, CancelAfter: cancel}, rj
+	return JobPlan{N: n, Kind: rj.Kind, Key: fmt.Sprintf("chaos-%d-%d", seed, n), Body: body, CancelAfter: cancel}, rj
 }
 
 // planScript draws a worker step's script: up to two attempts that end

@@ -365,36 +365,29 @@ func TestRetentionPerTerminalState(t *testing.T) {
 
 // A signal that ended its job, sent again with its id (its answer was
 // lost), is answered as delivered, not refused as late.
-func TestRepeatedSignalIDAfterTheJobEnded(t *testing.T) {
+// A repeat of a delivered signal, by the sender's id or by the engine's
+// request id (a write that landed though its answer was lost), writes
+// nothing even once the signal ended the job; another signal is refused.
+func TestRepeatedSignalAfterTheJobEnded(t *testing.T) {
 	t.Parallel()
-	j := newJob(t, `{"steps":[{"id":"w","action":{"type":"wait","signal":"go"}}]}`)
-	_, changed, err := j.Signal(SignalRequest{Name: "go", ID: "s-1"}, t0)
-	require.NoError(t, err)
-	require.True(t, changed)
-	require.Equal(t, JobCompleted, j.State)
-	_, changed, err = j.Signal(SignalRequest{Name: "go", ID: "s-1"}, at(time.Second))
-	require.NoError(t, err)
-	require.False(t, changed)
-	_, _, err = j.Signal(SignalRequest{Name: "go", ID: "s-2"}, at(time.Second))
-	var ite *IllegalTransitionError
-	require.ErrorAs(t, err, &ite, "a new signal to a finished job is refused")
-	replayOK(t, j)
-}
-
-// A request without an id whose write landed but whose answer was lost is
-// decided again by the engine with the same Request: it finds itself.
-func TestSignalRequestDecidedAgainFindsItsOwnWrite(t *testing.T) {
-	t.Parallel()
-	j := newJob(t, `{"steps":[{"id":"w","action":{"type":"wait","signal":"go"}}]}`)
-	_, changed, err := j.Signal(SignalRequest{Name: "go", Request: "r1"}, t0)
-	require.NoError(t, err)
-	require.True(t, changed)
-	require.Equal(t, JobCompleted, j.State)
-	_, changed, err = j.Signal(SignalRequest{Name: "go", Request: "r1"}, at(time.Second))
-	require.NoError(t, err)
-	require.False(t, changed)
-	_, _, err = j.Signal(SignalRequest{Name: "go", Request: "r2"}, at(time.Second))
-	var ite *IllegalTransitionError
-	require.ErrorAs(t, err, &ite, "another request's signal to the finished job is refused")
-	replayOK(t, j)
+	for name, req := range map[string]func(k string) SignalRequest{
+		"by the sender's id":         func(k string) SignalRequest { return SignalRequest{Name: "go", ID: k} },
+		"by the engine's request id": func(k string) SignalRequest { return SignalRequest{Name: "go", Request: k} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			j := newJob(t, `{"steps":[{"id":"w","action":{"type":"wait","signal":"go"}}]}`)
+			_, changed, err := j.Signal(req("s-1"), t0)
+			require.NoError(t, err)
+			require.True(t, changed)
+			require.Equal(t, JobCompleted, j.State)
+			_, changed, err = j.Signal(req("s-1"), at(time.Second))
+			require.NoError(t, err)
+			require.False(t, changed)
+			_, _, err = j.Signal(req("s-2"), at(time.Second))
+			var ite *IllegalTransitionError
+			require.ErrorAs(t, err, &ite, "a new signal to a finished job is refused")
+			replayOK(t, j)
+		})
+	}
 }

@@ -63,7 +63,7 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 			return err
 		}
 		dur := e.builtinLease(s)
-		res, wait, err := e.slotFor(ctx, j, s, n, dur, now, &fx)
+		res, wait, err := e.slotFor(ctx, j, s, i, n, dur, now, &fx)
 		if err != nil {
 			return err
 		}
@@ -158,6 +158,9 @@ type sideEffects struct {
 	ds       []domain.Dispatch
 	release  []slot
 	acquired *slot
+	// acquiredOn is the resource of acquired as the take read it: the
+	// claim answers its capabilities and labels without reading it again.
+	acquiredOn *domain.Resource
 	// taken are the slots taken by earlier decisions of this change (lost
 	// races), kept when decided again, given back if not.
 	taken []slot
@@ -171,7 +174,7 @@ func (fx *sideEffects) decided() {
 	if fx.acquired != nil {
 		fx.taken = append(fx.taken, *fx.acquired)
 	}
-	fx.ds, fx.release, fx.acquired = fx.ds[:0], fx.release[:0], nil
+	fx.ds, fx.release, fx.acquired, fx.acquiredOn = fx.ds[:0], fx.release[:0], nil, nil
 }
 
 // settle acts on a saved change: it sends the reclaim's messages and
@@ -205,23 +208,20 @@ func (fx *sideEffects) dropAcquired(ctx context.Context, e *Engine, tenant strin
 // resource is full. A step that requires nothing needs no slot.
 // The slot's key is the id the lease will have (its nonce chosen by the
 // caller, once per change), which leaseOnSlot checks.
-func (e *Engine) slotFor(ctx context.Context, j *domain.Job, s *domain.Step, nonce string, dur time.Duration, now time.Time, fx *sideEffects) (string, *domain.ResourceWait, error) {
+func (e *Engine) slotFor(ctx context.Context, j *domain.Job, s *domain.Step, i int, nonce string, dur time.Duration, now time.Time, fx *sideEffects) (string, *domain.ResourceWait, error) {
 	if s.Spec.Requires == nil {
 		return "", nil, nil
 	}
 	if err := j.CanLease(s.ID(), now); err != nil {
 		return "", nil, err
 	}
-	_, i, err := j.Step(s.ID())
-	if err != nil {
-		return "", nil, err
-	}
 	sr := newSlotRequest(j, s, i, nonce, now.Add(dur), now)
-	res, wait, err := e.takeSlot(ctx, sr)
-	if err == nil && res != "" {
-		fx.acquired = &slot{res, sr.key}
+	r, wait, err := e.takeSlot(ctx, sr)
+	if err != nil || r == nil {
+		return "", wait, err
 	}
-	return res, wait, err
+	fx.acquired, fx.acquiredOn = &slot{r.ID, sr.key}, r
+	return r.ID, nil, nil
 }
 
 // leaseOnSlot takes the lease a slot was taken for: its id must be the

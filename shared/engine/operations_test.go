@@ -54,6 +54,8 @@ func TestResourcePoolSlotsSwitchAndWake(t *testing.T) {
 	got := map[string]bool{}
 	for _, l := range first {
 		require.NotNil(t, l.Resource)
+		require.Equal(t, []string{"gpu"}, l.Resource.Capabilities, "the claim shows what the resource has")
+		require.Equal(t, map[string]string{"zone": "a"}, l.Resource.Labels)
 		got[l.Resource.ID] = true
 	}
 	require.Equal(t, map[string]bool{"gpu-1": true, "gpu-2": true}, got)

@@ -93,15 +93,14 @@ func (e *Engine) DeleteResource(ctx context.Context, tenant, id string) error {
 		slices.Sort(leases)
 		return &domain.Error{Code: domain.CodeConflict, Message: fmt.Sprintf("resource %s has %d slots in use (leases %v); delete it when they end", id, n, leases)}
 	}
-	if err := e.Resources.DeleteResource(ctx, tenant, id, r.Version); err != nil {
-		if _, gerr := e.Resources.GetResource(ctx, tenant, id); errors.Is(err, domain.ErrVersionConflict) && errors.Is(gerr, domain.ErrNotFound) {
-			return nil // gone: this delete's own write retried after its answer was lost, or a concurrent delete
-		}
-		if errors.Is(err, domain.ErrVersionConflict) {
-			return &domain.Error{Code: domain.CodeConflict, Message: fmt.Sprintf("resource %s changed while being deleted; try again", id)}
-		}
+	err = e.Resources.DeleteResource(ctx, tenant, id, r.Version)
+	if !errors.Is(err, domain.ErrVersionConflict) {
 		return err
 	}
+	if _, gerr := e.Resources.GetResource(ctx, tenant, id); errors.Is(gerr, domain.ErrNotFound) {
+		return nil // gone: this delete's own write retried after its answer was lost, or a concurrent delete
+	}
+	return &domain.Error{Code: domain.CodeConflict, Message: fmt.Sprintf("resource %s changed while being deleted; try again", id)}
 	return nil
 }
 
@@ -171,21 +170,21 @@ func candidates(all []*domain.Resource, req *domain.Requirements, avoid []string
 // key (its lease's id) and keeps the slot it took, with the new expiry,
 // unless the resource is no longer one the step may run on (it failed the
 // step meanwhile); a slot it does not keep is given back by settle.
-func (e *Engine) takeSlot(ctx context.Context, sr slotRequest) (string, *domain.ResourceWait, error) {
+func (e *Engine) takeSlot(ctx context.Context, sr slotRequest) (*domain.Resource, *domain.ResourceWait, error) {
 	if e.Resources == nil {
-		return "", nil, errors.New("resources are not configured")
+		return nil, nil, errors.New("resources are not configured")
 	}
 	const maxWaitOn = 4 // resources a step waits on at once
 	for range maxRaces {
 		all, err := e.Resources.ListResources(ctx, sr.tenant)
 		if err != nil {
-			return "", nil, fmt.Errorf("list resources: %w", err)
+			return nil, nil, fmt.Errorf("list resources: %w", err)
 		}
 		now := e.now()
 		cands := candidates(all, sr.req, sr.avoid, now)
 		if r, kept, err := e.keepSlot(ctx, cands, sr); err != nil || kept {
 			return r, nil, err
-		} else if r != "" {
+		} else if r != nil {
 			continue // the resource changed under the kept slot: look again
 		}
 		raced := false
@@ -203,9 +202,9 @@ func (e *Engine) takeSlot(ctx context.Context, sr slotRequest) (string, *domain.
 				continue
 			}
 			if err != nil {
-				return "", nil, fmt.Errorf("take a slot of resource %s: %w", r.ID, err)
+				return nil, nil, fmt.Errorf("take a slot of resource %s: %w", r.ID, err)
 			}
-			return r.ID, nil, nil
+			return r, nil, nil
 		}
 		if raced {
 			continue
@@ -220,41 +219,41 @@ func (e *Engine) takeSlot(ctx context.Context, sr slotRequest) (string, *domain.
 				raced = true // it changed: a slot may have freed; look again
 				break
 			} else if err != nil {
-				return "", nil, fmt.Errorf("wait on resource %s: %w", r.ID, err)
+				return nil, nil, fmt.Errorf("wait on resource %s: %w", r.ID, err)
 			}
 		}
 		if !raced {
-			return "", wait, nil
+			return nil, wait, nil
 		}
 	}
-	return "", nil, fmt.Errorf("take a slot: gave up after %d lost races: %w", maxRaces, domain.ErrVersionConflict)
+	return nil, nil, fmt.Errorf("take a slot: gave up after %d lost races: %w", maxRaces, domain.ErrVersionConflict)
 }
 
 // keepSlot keeps the slot an earlier decision of the same change took, if
 // it is on a resource the step may still run on, moving its expiry to the
 // new decision's lease. kept false with a resource named means the write
 // lost a race.
-func (e *Engine) keepSlot(ctx context.Context, cands []*domain.Resource, sr slotRequest) (string, bool, error) {
+func (e *Engine) keepSlot(ctx context.Context, cands []*domain.Resource, sr slotRequest) (*domain.Resource, bool, error) {
 	for _, r := range cands {
 		h, held := r.Holders[sr.key]
 		if !held {
 			continue
 		}
 		if h.ExpiresAt.Equal(sr.expires) {
-			return r.ID, true, nil
+			return r, true, nil
 		}
 		h.ExpiresAt = sr.expires
 		r.Holders[sr.key] = h
 		err := e.Resources.SaveResource(ctx, r)
 		if errors.Is(err, domain.ErrVersionConflict) {
-			return r.ID, false, nil
+			return r, false, nil
 		}
 		if err != nil {
-			return "", false, fmt.Errorf("keep the slot of resource %s: %w", r.ID, err)
+			return nil, false, fmt.Errorf("keep the slot of resource %s: %w", r.ID, err)
 		}
-		return r.ID, true, nil
+		return r, true, nil
 	}
-	return "", false, nil
+	return nil, false, nil
 }
 
 // releaseSlot gives back the slot an attempt held and wakes the steps in

@@ -168,7 +168,7 @@ func (e *Engine) claimOne(ctx context.Context, tenant, worker string, d Delivery
 			return err
 		}
 		dur := time.Duration(s.Spec.Action.LeaseSeconds) * time.Second
-		res, wait, err := e.slotFor(ctx, j, s, n, dur, now, &fx)
+		res, wait, err := e.slotFor(ctx, j, s, i, n, dur, now, &fx)
 		if err != nil {
 			return err
 		}
@@ -233,11 +233,8 @@ func (e *Engine) claimOne(ctx context.Context, tenant, worker string, d Delivery
 		Input: in.inline, ExpiresAt: lease.ExpiresAt, LeaseSeconds: s.Spec.Action.LeaseSeconds, IdempotencyKey: j.IdempotencyToken(s),
 		InputRef: in.ref, InputURL: in.url, Deadline: lease.Deadline,
 	}
-	if lease.Resource != "" {
-		cl.Resource = &ClaimedResource{ID: lease.Resource}
-		if r, err := e.Resources.GetResource(ctx, tenant, lease.Resource); err == nil {
-			cl.Resource.Capabilities, cl.Resource.Labels = r.Capabilities, r.Labels
-		}
+	if r := fx.acquiredOn; r != nil {
+		cl.Resource = &ClaimedResource{ID: r.ID, Capabilities: r.Capabilities, Labels: r.Labels}
 	}
 	return cl, nil
 }

@@ -101,7 +101,6 @@ func (e *Engine) DeleteResource(ctx context.Context, tenant, id string) error {
 		return nil // gone: this delete's own write retried after its answer was lost, or a concurrent delete
 	}
 	return &domain.Error{Code: domain.CodeConflict, Message: fmt.Sprintf("resource %s changed while being deleted; try again", id)}
-	return nil
 }
 
 // changeResource reads a resource (a new one when create and none is

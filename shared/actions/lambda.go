@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -92,7 +93,10 @@ func (r *Runner) invokeLambda(ctx context.Context, c engine.ActionCall) (json.Ra
 	// One request per attempt: the step's retry policy is the only retry
 	// loop, and an SDK retry after a lost answer would run the function again
 	// unseen.
-	out, err := r.Lambda.Invoke(ctx, in, func(o *lambda.Options) { o.RetryMaxAttempts = 1 })
+	out, err := r.Lambda.Invoke(ctx, in, func(o *lambda.Options) {
+		o.RetryMaxAttempts = 1
+		o.HTTPClient = bufferedRequestBody{o.HTTPClient}
+	})
 	if err != nil {
 		return nil, classifyLambdaErr(target, err)
 	}
@@ -165,6 +169,12 @@ func classifyLambdaErr(target string, err error) *domain.Failure {
 	if !errors.As(err, &ae) && status == 0 {
 		return &domain.Failure{Class: domain.ClassNetwork, Message: fmt.Sprintf("%s: no answer: %s", target, clip(err.Error()))}
 	}
+	if ae == nil && status < 300 {
+		// The function answered but its answer was lost on the way (a
+		// connection closed mid-body): it ran, so only the retry policy may
+		// run it again.
+		return &domain.Failure{Class: domain.ClassNetwork, Message: fmt.Sprintf("%s: answer lost (HTTP %d): %s", target, status, clip(err.Error()))}
+	}
 	what := fmt.Sprintf("HTTP %d", status)
 	if ae != nil {
 		what = fmt.Sprintf("%s (HTTP %d): %s", ae.ErrorCode(), status, clip(ae.ErrorMessage()))
@@ -178,4 +188,24 @@ func classifyLambdaErr(target string, err error) *domain.Failure {
 		}
 	}
 	return f
+}
+
+// bufferedRequestBody hands the transport a request body of its own. The
+// SDK closes the body it built as soon as the response headers arrive; when
+// the transport is still finishing the request write at that moment, the
+// close fails the write and the transport closes the connection under the
+// response being read (aws/aws-sdk-go-v2#2737). The SDK retries that, but
+// an invoke must not be retried unseen, so the race must not happen.
+type bufferedRequestBody struct{ next lambda.HTTPClient }
+
+func (b bufferedRequestBody) Do(req *http.Request) (*http.Response, error) {
+	if req.Body != nil && req.Body != http.NoBody {
+		data, err := io.ReadAll(req.Body)
+		if err != nil {
+			return nil, fmt.Errorf("buffer the invoke payload: %w", err)
+		}
+		req.Body = io.NopCloser(bytes.NewReader(data))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
+	}
+	return b.next.Do(req)
 }

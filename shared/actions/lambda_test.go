@@ -62,6 +62,12 @@ func newLambdaSetup(t *testing.T) *lambdaSetup {
 		case "fails-oddly":
 			w.Header().Set("X-Amz-Function-Error", "Handled")
 			_, _ = w.Write([]byte(`not json`))
+		case "cut-short": // answers 200, then the connection drops mid-body
+			w.Header().Set("Content-Length", "100")
+			_, _ = w.Write([]byte(`{"partial":`))
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				_ = conn.Close()
+			}
 		case "slow":
 			<-r.Context().Done()
 		case "throttled":
@@ -151,6 +157,7 @@ func TestLambdaActionClassifiesFailures(t *testing.T) {
 		{"denied", domain.ClassFatal, "AccessDeniedException (HTTP 403)"},
 		{"too-large", domain.ClassFatal, "RequestTooLargeException (HTTP 413)"},
 		{"bad-json", domain.ClassFatal, "InvalidRequestContentException (HTTP 400)"},
+		{"cut-short", domain.ClassNetwork, "answer lost (HTTP 200)"},
 	} {
 		_, f := s.invoke(ctx, tc.function, "")
 		require.NotNil(t, f, tc.function)
@@ -161,7 +168,7 @@ func TestLambdaActionClassifiesFailures(t *testing.T) {
 	require.Equal(t, 9*time.Second, f.RetryAfter, "a throttle's Retry-After is honoured")
 
 	s.mu.Lock()
-	require.Len(t, s.got, 11, "one request per attempt: the SDK retries nothing")
+	require.Len(t, s.got, 12, "one request per attempt: the SDK retries nothing")
 	s.mu.Unlock()
 }
 

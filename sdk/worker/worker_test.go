@@ -217,7 +217,9 @@ func TestShutdownDrainsRunningTasks(t *testing.T) {
 	require.Equal(t, second, <-running)
 	require.ErrorContains(t, stop(), "drain time")
 	require.ErrorIs(t, <-causes, worker.ErrShutdown)
-	j = b.await(t, second, func(j *client.Job) bool { return len(j.Steps[0].Attempts) == 1 && j.Steps[0].Attempts[0].State == "failed" })
+	j = b.await(t, second, func(j *client.Job) bool {
+		return len(j.Steps[0].Attempts) == 1 && j.Steps[0].Attempts[0].State == "failed"
+	})
 	require.Equal(t, client.ClassRetryable, j.Steps[0].Attempts[0].Error.Class)
 }
 

@@ -295,6 +295,7 @@ func (w *Worker) heartbeat(ctx context.Context, l *client.Lease, cancel context.
 			return
 		case <-t.C:
 		}
+		sent := time.Now()
 		res, err := w.c.Heartbeat(ctx, l.LeaseID, 0)
 		switch {
 		case ctx.Err() != nil:
@@ -321,6 +322,8 @@ func (w *Worker) heartbeat(ctx context.Context, l *client.Lease, cancel context.
 		if res.ExpiresAt != nil {
 			expires = *res.ExpiresAt
 		}
-		t.Reset(every)
+		// Paced from when this one was sent: a slow answer does not push
+		// the next one towards the lease's end.
+		t.Reset(max(every-time.Since(sent), 0))
 	}
 }

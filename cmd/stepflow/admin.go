@@ -39,7 +39,7 @@ func (o *adminFlags) register(cmd *cobra.Command) {
 	f.StringVar(&o.stack, "stack", "", "the CloudFormation stack on AWS (its resources are looked up)")
 	f.StringVar(&o.table, "table", "", "the stack's DynamoDB table (default STEPFLOW_TABLE)")
 	f.StringVar(&o.region, "region", "", "the AWS region (default: the standard AWS configuration)")
-	f.StringVar(&o.localState, "local-state", os.Getenv("STEPFLOW_LOCAL_STATE"), "the state file of a make dev stack (default: the one serving --url)")
+	f.StringVar(&o.localState, "local-state", "", "the state file of a make dev stack (default STEPFLOW_LOCAL_STATE, else the one of the stack serving --url)")
 }
 
 // target is a stack's AWS resources and a configuration to reach them.
@@ -77,7 +77,7 @@ func (a *app) target(ctx context.Context, o adminFlags) (*target, error) {
 		t.table, t.where = cmp.Or(o.table, t.table), "--table"
 		return t, nil
 	}
-	path := o.localState
+	path := cmp.Or(o.localState, os.Getenv("STEPFLOW_LOCAL_STATE"))
 	if path == "" {
 		var err error
 		if path, err = devstate.PathForURL(a.url); err != nil {

@@ -42,14 +42,18 @@ ended FAILED, 3 when it ended CANCELLED.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			// From the environment here, not as the flags' defaults: help
+			// must never print a key.
+			a.url = cmp.Or(a.url, os.Getenv("STEPFLOW_URL"), DefaultURL)
+			a.key = cmp.Or(a.key, os.Getenv("STEPFLOW_API_KEY"))
 			if a.output != "table" && a.output != "json" {
 				return fmt.Errorf("--output must be table or json, not %q", a.output)
 			}
 			return nil
 		},
 	}
-	root.PersistentFlags().StringVar(&a.url, "url", cmp.Or(os.Getenv("STEPFLOW_URL"), DefaultURL), "the API's base URL (STEPFLOW_URL)")
-	root.PersistentFlags().StringVar(&a.key, "api-key", os.Getenv("STEPFLOW_API_KEY"), "the API key (STEPFLOW_API_KEY)")
+	root.PersistentFlags().StringVar(&a.url, "url", "", "the API's base URL (default STEPFLOW_URL, else "+DefaultURL+")")
+	root.PersistentFlags().StringVar(&a.key, "api-key", "", "the API key (default STEPFLOW_API_KEY)")
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "table", "table or json")
 	root.AddGroup(&cobra.Group{ID: "jobs", Title: "Jobs:"}, &cobra.Group{ID: "ops", Title: "Resources, schedules and health:"},
 		&cobra.Group{ID: "work", Title: "Workers:"}, &cobra.Group{ID: "admin", Title: "Admin (AWS directly):"})

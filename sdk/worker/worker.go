@@ -144,6 +144,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer abort(nil)
 	var wg sync.WaitGroup
 	err := w.claimLoop(ctx, runCtx, &wg)
+	w.log.Info("stopped claiming; waiting for running tasks", "running", len(w.sema), "drain", w.o.DrainTimeout)
 	drained := make(chan struct{})
 	go func() { wg.Wait(); close(drained) }()
 	select {

@@ -214,7 +214,9 @@ echo "working on $STEPFLOW_STEP_ID" >&2
 case "$in" in
   *json*) printf '{"job":"%s","key":"%s","in":%s}\n' "$STEPFLOW_JOB_ID" "$STEPFLOW_IDEMPOTENCY_KEY" "$in" ;;
   *text*) echo "hello world" ;;
-  *slow*) sleep 4; echo '"slow done"' ;;
+  *slow*)
+    while [ ! -e "`+b.dir+`/$STEPFLOW_JOB_ID.go" ]; do sleep 0.1; done
+    echo '"slow done"' ;;
   *fatal*) echo "bad input" >&2; exit 2 ;;
   *tempfail*) exit 75 ;;
   *custom*) exit 3 ;;
@@ -229,7 +231,7 @@ esac
 		return b.submitJSON(t, "--action", "worker", "--param", "queue=sh", "--param", "lease_seconds="+strconv.Itoa(lease),
 			"--max-attempts", "1", "--payload", `{"mode":"`+mode+`"}`).ID
 	}
-	jsonJob, textJob, slowJob := step("json", 0), step("text", 0), step("slow", 3)
+	jsonJob, textJob, slowJob := step("json", 0), step("text", 0), step("slow", 9)
 	fatalJob, tempJob, customJob, hangJob := step("fatal", 0), step("tempfail", 0), step("custom", 0), step("hang", 3)
 
 	ctx, stop := context.WithCancel(b.ctx)
@@ -247,8 +249,18 @@ esac
 	require.JSONEq(t, `{"job":"`+jsonJob+`","key":"`+jsonJob+`/worker/1","in":{"mode":"json"}}`, string(j.Steps[0].Output))
 	j = final(textJob)
 	require.JSONEq(t, `"hello world"`, string(j.Steps[0].Output), "text on stdout is a JSON string")
+	// The slow step runs until its lease was extended by a heartbeat (every
+	// third of its 9 s).
+	var first time.Time
+	b.await(t, slowJob, func(j *client.Job) bool {
+		if l := j.Steps[0].Lease; l != nil && first.IsZero() {
+			first = l.ExpiresAt
+		}
+		return j.Steps[0].Lease != nil && j.Steps[0].Lease.ExpiresAt.After(first)
+	})
+	require.NoError(t, os.WriteFile(filepath.Join(b.dir, slowJob+".go"), nil, 0o644))
 	j = final(slowJob)
-	require.Equal(t, client.JobCompleted, j.State, "heartbeats kept a 3 s lease through a 4 s run: %+v\n%s", j.Steps[0], &logs)
+	require.Equal(t, client.JobCompleted, j.State, "%+v\n%s", j.Steps[0], &logs)
 	require.JSONEq(t, `"slow done"`, string(j.Steps[0].Output))
 	j = final(fatalJob)
 	require.Equal(t, client.ClassFatal, j.Steps[0].Error.Class)

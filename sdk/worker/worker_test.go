@@ -132,7 +132,7 @@ func TestWorkerCompletesAndFailsWithTheHandlersClass(t *testing.T) {
 func TestHandlerContextEndsOnCancelAndOnALostLease(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	cancelled := b.submit(t, workerStep("c", 3), map[string]any{"id": "cancelled"})
+	cancelled := b.submit(t, workerStep("c", 9), map[string]any{"id": "cancelled"})
 	b.submit(t, workerStep("l", 3), map[string]any{"id": "lost"})
 	var mu sync.Mutex
 	started, causes := map[string]bool{}, map[string]error{}

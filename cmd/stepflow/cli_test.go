@@ -232,7 +232,7 @@ esac
 			"--max-attempts", "1", "--payload", `{"mode":"`+mode+`"}`).ID
 	}
 	jsonJob, textJob, slowJob := step("json", 0), step("text", 0), step("slow", 9)
-	fatalJob, tempJob, customJob, hangJob := step("fatal", 0), step("tempfail", 0), step("custom", 0), step("hang", 3)
+	fatalJob, tempJob, customJob, hangJob := step("fatal", 0), step("tempfail", 0), step("custom", 0), step("hang", 9)
 
 	ctx, stop := context.WithCancel(b.ctx)
 	done := make(chan int, 1)
@@ -282,7 +282,7 @@ esac
 		return true
 	}, 30*time.Second, 10*time.Millisecond)
 	_, err := b.c.Cancel(b.ctx, hangJob)
-	require.NoError(t, err)
+	require.NoError(t, err, "%s", &logs)
 	for f, pid := range pids {
 		require.Eventually(t, func() bool { return !alive(pid) }, 30*time.Second, 20*time.Millisecond, "the script's %s (%d) was killed", f, pid)
 	}

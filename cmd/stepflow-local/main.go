@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -25,6 +24,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/stepflow/stepflow/localstack/devstack"
+	"github.com/stepflow/stepflow/localstack/devstate"
 	"github.com/stepflow/stepflow/shared/config"
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/store"
@@ -38,7 +38,6 @@ func main() {
 	}
 }
 
-// stateFile is where a running dev stack leaves what `invoke` needs.
 // passedSettings are the functions' optional settings `make dev` takes
 // from its own environment.
 func passedSettings() map[string]string {
@@ -51,17 +50,9 @@ func passedSettings() map[string]string {
 	return m
 }
 
-func stateFile(addr string) string {
-	_, port, _ := net.SplitHostPort(addr)
-	return filepath.Join(".stepflow", "dev-"+port+".json")
-}
-
-type devState struct {
-	URL      string            `json:"url"`
-	Endpoint string            `json:"endpoint"`
-	Stack    string            `json:"stack"`
-	Env      map[string]string `json:"env"`
-}
+// stateFile is where a running dev stack leaves what `invoke` and the
+// stepflow CLI's admin commands need (localstack/devstate).
+func stateFile(addr string) (string, error) { return devstate.Path(devstate.PortOf(addr)) }
 
 func env(name, def string) string {
 	if v := os.Getenv(name); v != "" {
@@ -128,9 +119,11 @@ Invoke API as stepflow-fn-<name> (and <name>); lambda steps call them there.`,
 				return err
 			}
 			defer st.Close()
-			state, _ := json.MarshalIndent(devState{URL: st.URL, Endpoint: st.Endpoint, Stack: st.Name, Env: st.Resources.Env}, "", "  ")
-			sf := stateFile(addr)
-			if err := os.WriteFile(sf, state, 0o600); err != nil {
+			sf, err := stateFile(addr)
+			if err != nil {
+				return err
+			}
+			if err := devstate.Write(sf, devstate.State{URL: st.URL, Endpoint: st.Endpoint, Region: env("AWS_REGION", "us-east-1"), Stack: st.Name, Env: st.Resources.Env}); err != nil {
 				return err
 			}
 			defer os.Remove(sf)
@@ -149,12 +142,13 @@ stepflow is running
   stack      %s (resources from template.yaml)
   lambda     %s (examples/functions: %s)
   tenants    %s
+  state      %s (what the stepflow CLI's keys and dlq commands read)
 
   curl -s -X POST %s/v1/jobs -H 'Authorization: Bearer %s' \
        -d '{"steps":[{"id":"hello","action":{"type":"pass"}}],"payload":{"hi":1}}'
 
 Ctrl-C stops it.
-`, st.URL, emu, st.Endpoint, st.Name, st.Lambda.URL, strings.Join(st.Lambda.Names(), ", "), strings.Join(tenants, ", "), st.URL, firstKey(keys))
+`, st.URL, emu, st.Endpoint, st.Name, st.Lambda.URL, strings.Join(st.Lambda.Names(), ", "), strings.Join(tenants, ", "), sf, st.URL, firstKey(keys))
 			<-ctx.Done()
 			fmt.Fprintln(os.Stderr, "stopping")
 			return nil
@@ -195,13 +189,13 @@ func invokeCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			addr := env("STEPFLOW_ADDR", "127.0.0.1:3000")
-			raw, err := os.ReadFile(stateFile(addr))
+			sf, err := stateFile(addr)
+			if err != nil {
+				return err
+			}
+			state, err := devstate.Read(sf)
 			if err != nil {
 				return fmt.Errorf("no dev stack is running at %s (start one with `make dev`): %w", addr, err)
-			}
-			var state devState
-			if err := json.Unmarshal(raw, &state); err != nil {
-				return fmt.Errorf("read %s: %w", stateFile(addr), err)
 			}
 			event, err := os.ReadFile(args[1])
 			if err != nil {

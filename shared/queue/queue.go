@@ -249,6 +249,13 @@ func (q *Queue) queueFor(ctx context.Context, j *domain.Job, s *domain.Step) (st
 	return q.cfg.ReadyURLs[p], nil
 }
 
+// URLFor answers the queue a step's messages go to (its worker queue's
+// lane, made again if deleted since, or the ready queue of its job's
+// priority): where a dead-lettered message is sent back (stepflow dlq).
+func (q *Queue) URLFor(ctx context.Context, j *domain.Job, s *domain.Step) (string, error) {
+	return q.queueFor(ctx, j, s)
+}
+
 // Dispatch sends one message per dispatch, batched per queue (up to ten a
 // request). It answers the first error; the caller relies on the sweep to
 // re-send what did not go.

@@ -473,19 +473,6 @@ func (s *Store) Due(ctx context.Context, now time.Time, limit int) ([]engine.Due
 	return keys, nil
 }
 
-// PutAPIKey records that key belongs to tenant.
-func (s *Store) PutAPIKey(ctx context.Context, tenant, key string) error {
-	_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.table, Item: map[string]ddb.AttributeValue{
-		"pk":     &ddb.AttributeValueMemberS{Value: "K#" + engine.HashKey(key)},
-		"sk":     &ddb.AttributeValueMemberS{Value: "K"},
-		"tenant": &ddb.AttributeValueMemberS{Value: tenant},
-	}})
-	if err != nil {
-		return fmt.Errorf("put api key for tenant %s: %w", tenant, err)
-	}
-	return nil
-}
-
 // TenantForKey answers the tenant an API key names, or ErrUnauthorized.
 func (s *Store) TenantForKey(ctx context.Context, key string) (string, error) {
 	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.table, Key: map[string]ddb.AttributeValue{

@@ -160,7 +160,7 @@ func devCmd() *cobra.Command {
 
 It writes .stepflow/env.json, the functions' environment in the format of
 sam local invoke --env-vars, and keeps the sample job the events in events/
-act on (id `+devstack.SampleJobID+` of tenant dev).
+act on (id ` + devstack.SampleJobID + ` of tenant dev).
 
 The Go functions in examples/functions are built and served on a local Lambda
 Invoke API as stepflow-fn-<name> (and <name>); lambda steps call them there.`,

@@ -42,7 +42,7 @@ func main() {
 // from its own environment.
 func passedSettings() map[string]string {
 	m := map[string]string{}
-	for _, k := range []string{"STEPFLOW_P0_TENANTS", "STEPFLOW_MAX_WORKER_QUEUES", "STEPFLOW_TIMER_THRESHOLD", "STEPFLOW_LAMBDA_ALLOW"} {
+	for _, k := range []string{"STEPFLOW_P0_TENANTS", "STEPFLOW_MAX_WORKER_QUEUES", "STEPFLOW_TIMER_THRESHOLD", "STEPFLOW_LAMBDA_ALLOW", "STEPFLOW_INLINE_LIMIT"} {
 		if v, ok := os.LookupEnv(k); ok {
 			m[k] = v
 		}
@@ -53,6 +53,68 @@ func passedSettings() map[string]string {
 // stateFile is where a running dev stack leaves what `invoke` and the
 // stepflow CLI's admin commands need (localstack/devstate).
 func stateFile(addr string) (string, error) { return devstate.Path(devstate.PortOf(addr)) }
+
+// envVarsFile is the functions' environment for `sam local invoke
+// --env-vars`, written by `make dev` for the stack it runs.
+var envVarsFile = filepath.Join(".stepflow", "env.json")
+
+// samEnvVars answers what `sam local invoke --env-vars` takes: each
+// function's variables by logical id. SAM passes on only variables
+// template.yaml declares, so the template declares AWS_ENDPOINT_URL
+// (empty on AWS) for this file to point the functions at the emulator.
+func samEnvVars(st *devstack.Stack) map[string]map[string]string {
+	vars := map[string]string{"AWS_ENDPOINT_URL": st.Endpoint}
+	for k, v := range st.Resources.Env {
+		if k != "AWS_ENDPOINT_URL" {
+			vars[k] = v
+		}
+	}
+	out := map[string]map[string]string{}
+	for id := range st.Handlers.HTTP {
+		out[id] = vars
+	}
+	for id := range st.Handlers.SQS {
+		out[id] = vars
+	}
+	for id := range st.Handlers.Schedule {
+		out[id] = vars
+	}
+	return out
+}
+
+func writeEnvVars(path string, st *devstack.Stack) ([]byte, error) {
+	raw, err := json.MarshalIndent(samEnvVars(st), "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		return nil, fmt.Errorf("write %s: %w", path, err)
+	}
+	return raw, nil
+}
+
+// removeIfUnchanged removes a file this process wrote unless another dev
+// stack has written its own since.
+func removeIfUnchanged(path string, wrote []byte) {
+	if now, err := os.ReadFile(path); err == nil && string(now) == string(wrote) {
+		os.Remove(path)
+	}
+}
+
+// stateLine says where the stack's state lives, loudly when it is only in
+// memory: moto has no persistence of its own.
+func stateLine(st *devstack.Stack, file string) string {
+	switch {
+	case file == "" && !st.Emulator.Launched():
+		return "kept by the emulator at AWS_ENDPOINT_URL"
+	case file == "":
+		return "IN MEMORY ONLY: stopping make dev drops every job (STEPFLOW_DEV_STATE=.stepflow/state.json make dev keeps them)"
+	case st.RestoreSkipped != nil:
+		return file + " not restored (" + st.RestoreSkipped.Error() + "); saved there on stop"
+	default:
+		return fmt.Sprintf("%s: restored %d items, %d objects; saved there on stop (Ctrl-C)", file, st.Restored.Items, st.Restored.Objects)
+	}
+}
 
 func env(name, def string) string {
 	if v := os.Getenv(name); v != "" {
@@ -82,11 +144,19 @@ func devCmd() *cobra.Command {
                         state machine (moto runs it), shorter ones are SQS message delays
   STEPFLOW_LAMBDA_ALLOW function-name prefixes the lambda action may call (default: the
                         template's LambdaActionPrefix, stepflow-fn-)
+  STEPFLOW_DEV_STATE    a file that keeps the jobs across restarts (e.g. .stepflow/state.json):
+                        restored at start into the emulator's empty table, saved on stop
+                        (Ctrl-C, SIGTERM, SIGHUP; not after kill -9). Without it the state
+                        lives in the emulator's memory and stopping drops every job.
+
+It writes .stepflow/env.json, the functions' environment in the format of
+sam local invoke --env-vars, and keeps the sample job the events in events/
+act on (id ` + devstack.SampleJobID + ` of tenant dev).
 
 The Go functions in examples/functions are built and served on a local Lambda
 Invoke API as stepflow-fn-<name> (and <name>); lambda steps call them there.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP) // SIGHUP: a closed terminal still saves the state
 			defer stop()
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 			keysSpec := env("STEPFLOW_API_KEYS", "dev:dev-key")
@@ -114,6 +184,7 @@ Invoke API as stepflow-fn-<name> (and <name>); lambda steps call them there.`,
 				APIKeys: keys, ScheduleEvery: every, Region: env("AWS_REGION", "us-east-1"), Log: log, MotoLog: motoLog,
 				HTTPAllow: os.Getenv("STEPFLOW_HTTP_ALLOW"), Env: passedSettings(),
 				LambdaDirs: []string{"examples/functions"}, LambdaOutput: os.Stderr,
+				SampleJob: true, StatePath: os.Getenv("STEPFLOW_DEV_STATE"),
 			})
 			if err != nil {
 				return err
@@ -127,6 +198,11 @@ Invoke API as stepflow-fn-<name> (and <name>); lambda steps call them there.`,
 				return err
 			}
 			defer os.Remove(sf)
+			envVars, err := writeEnvVars(envVarsFile, st)
+			if err != nil {
+				return err
+			}
+			defer removeIfUnchanged(envVarsFile, envVars)
 			emu := st.Emulator.MotoURL + ", moto started here"
 			if !st.Emulator.Launched() {
 				emu = st.Emulator.MotoURL + " from AWS_ENDPOINT_URL"
@@ -142,13 +218,17 @@ stepflow is running
   stack      %s (resources from template.yaml)
   lambda     %s (examples/functions: %s)
   tenants    %s
-  state      %s (what the stepflow CLI's keys and dlq commands read)
+  jobs       %s
+  CLI state  %s (what the stepflow CLI's keys and dlq commands read)
+  sam local  %s: sam local invoke <Function> -e events/<x>.json --env-vars %s
+             (sample job %s of tenant dev, which events/ act on)
 
   curl -s -X POST %s/v1/jobs -H 'Authorization: Bearer %s' \
        -d '{"steps":[{"id":"hello","action":{"type":"pass"}}],"payload":{"hi":1}}'
 
 Ctrl-C stops it.
-`, st.URL, emu, st.Endpoint, st.Name, st.Lambda.URL, strings.Join(st.Lambda.Names(), ", "), strings.Join(tenants, ", "), sf, st.URL, firstKey(keys))
+`, st.URL, emu, st.Endpoint, st.Name, st.Lambda.URL, strings.Join(st.Lambda.Names(), ", "), strings.Join(tenants, ", "),
+				stateLine(st, os.Getenv("STEPFLOW_DEV_STATE")), sf, envVarsFile, envVarsFile, devstack.SampleJobID, st.URL, firstKey(keys))
 			<-ctx.Done()
 			fmt.Fprintln(os.Stderr, "stopping")
 			return nil

@@ -114,13 +114,14 @@ func TestProvisionRealTemplate(t *testing.T) {
 		"STEPFLOW_RETENTION_FAILED_DAYS":    "14",
 		"STEPFLOW_RETENTION_CANCELLED_DAYS": "7",
 		"STEPFLOW_DATA_BUCKET":              "stepflow-databucket",
+		"AWS_ENDPOINT_URL":                  "", // declared for sam local invoke --env-vars; empty on AWS
 	}
 	require.Equal(t, want, st.Env)
 	require.Regexp(t, `^arn:aws:sqs:us-east-1:\d{12}:stepflow-DeadLetterQueue$`, st.Env["STEPFLOW_DLQ_ARN"])
 	require.True(t, strings.HasPrefix(st.Env["STEPFLOW_QUEUE_P0"], "http://127.0.0.1:"), st.Env["STEPFLOW_QUEUE_P0"])
 
 	// Functions carry their queue URLs; the template's own copy is untouched.
-	require.Len(t, st.Functions, 5)
+	require.Len(t, st.Functions, 6) // the four of stepflow, examples echo and flaky
 	for _, f := range st.Functions {
 		for _, s := range f.SQS {
 			require.Equal(t, st.QueueURLs[s.QueueLogicalID], s.QueueURL)

@@ -25,7 +25,7 @@ func TestParseRealTemplate(t *testing.T) {
 		ids[i] = f.LogicalID
 		byID[f.LogicalID] = f
 	}
-	require.Equal(t, []string{"ClaimFunction", "EchoFunction", "EnqueueFunction", "ExecuteFunction", "HeartbeatFunction"}, ids)
+	require.Equal(t, []string{"ClaimFunction", "EchoFunction", "EnqueueFunction", "ExecuteFunction", "FlakyFunction", "HeartbeatFunction"}, ids)
 
 	enq := byID["EnqueueFunction"]
 	require.Equal(t, 30, enq.Timeout, "Globals timeout")

@@ -97,6 +97,14 @@ type Options struct {
 	// LambdaOutput receives those functions' stdout and stderr; nil
 	// discards them.
 	LambdaOutput io.Writer
+	// SampleJob makes the sample job the sample events in events/ act on
+	// (SeedSampleJob); `make dev` does.
+	SampleJob bool
+	// StatePath keeps the stack's state in this file across restarts
+	// (`make dev`'s STEPFLOW_DEV_STATE, state.go): Start restores it into
+	// the empty table and bucket, and Close saves it once the runner has
+	// stopped.
+	StatePath string
 }
 
 // Stack is a running local stack.
@@ -114,9 +122,16 @@ type Stack struct {
 	Handlers  runner.Handlers
 	Runner    *runner.Runner     // nil with NoRunner
 	Lambda    *lambdaemu.Service // the local Lambda service; nil without LambdaDirs
+	// Restored is what Start restored from Options.StatePath;
+	// RestoreSkipped is ErrStateNotRestored when the table already held
+	// items and the file was left alone.
+	Restored       StateCounts
+	RestoreSkipped error
 
-	cancel context.CancelFunc
-	done   chan error
+	log       *slog.Logger
+	statePath string // saved by Close; set once the restore succeeded, so a failed start never overwrites the file
+	cancel    context.CancelFunc
+	done      chan error
 }
 
 // ParseAPIKeys reads STEPFLOW_API_KEYS: "tenant:key,tenant:key".
@@ -170,7 +185,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	if o.Addr == "" {
 		o.Addr = "127.0.0.1:0"
 	}
-	s := &Stack{}
+	s := &Stack{log: o.Log}
 	ok := false
 	defer func() {
 		if !ok {
@@ -218,6 +233,16 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		return nil, err
 	}
 	s.Resources = res
+	if o.StatePath != "" {
+		n, err := s.RestoreState(ctx, o.StatePath)
+		if errors.Is(err, ErrStateNotRestored) {
+			s.RestoreSkipped = err
+		} else if err != nil {
+			ln.Close()
+			return nil, err
+		}
+		s.Restored, s.statePath = n, o.StatePath
+	}
 	if o.Lease > 0 {
 		secs := fmt.Sprint(int(o.Lease.Seconds()))
 		for _, id := range []string{"ReadyQueueP0", "ReadyQueueP1", "ReadyQueueP2"} {
@@ -277,6 +302,19 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 			},
 		},
 	}
+	if o.SampleJob {
+		if _, err := s.SeedSampleJob(ctx); err != nil {
+			ln.Close()
+			return nil, err
+		}
+	}
+	if s.Restored.Items > 0 {
+		// The restored jobs' messages were not kept: re-send what is due now
+		// rather than at the first tick.
+		if _, err := heartbeat(ctx, events.EventBridgeEvent{}); err != nil {
+			o.Log.Warn("sweep after restoring the state failed; the heartbeat will run it", "err", err)
+		}
+	}
 	if o.NoRunner {
 		ln.Close()
 		ok = true
@@ -314,6 +352,18 @@ func (s *Stack) Close() {
 			slog.Warn("runner stopped with an error", "err", err)
 		}
 		s.cancel = nil
+	}
+	if s.statePath != "" {
+		path := s.statePath
+		s.statePath = ""
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		n, err := s.SaveState(ctx, path)
+		cancel()
+		if err != nil {
+			s.log.Error("state not saved", "file", path, "err", err)
+		} else {
+			s.log.Info("state saved", "file", path, "items", n.Items, "objects", n.Objects)
+		}
 	}
 	if s.Lambda != nil {
 		s.Lambda.Close()

@@ -104,3 +104,24 @@ func TestLambdaStepFailuresOnTheLocalStack(t *testing.T) {
 	h.JSON(t, http.StatusOK, http.MethodGet, "/v1/jobs", keyA, nil, &after)
 	require.Len(t, after.Jobs, len(before.Jobs), "nothing was written")
 }
+
+// The README's quickstart: examples/functions/flaky fails a step's first
+// attempt (a function error, retryable) and succeeds from the second, so
+// the job ends COMPLETED after one retry, with no retry policy of its own.
+func TestQuickstartFlakyStepSucceedsOnRetry(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t, withLambda)
+
+	j := h.Submit(t, keyA, map[string]any{"steps": []any{
+		map[string]any{"id": "charge", "action": map[string]any{"type": "lambda", "function": "stepflow-fn-flaky"}},
+	}, "payload": map[string]any{"order": 42}})
+	j = h.AwaitState(t, keyA, j.ID, domain.JobCompleted)
+	atts := j.Steps[0].Attempts
+	require.Len(t, atts, 2)
+	require.Equal(t, domain.AttemptFailed, atts[0].State)
+	require.Equal(t, domain.ClassRetryable, atts[0].Error.Class)
+	require.Contains(t, atts[0].Error.Message, "attempt 1 fails on purpose")
+	require.Equal(t, domain.AttemptSucceeded, atts[1].State)
+	require.JSONEq(t, `{"attempt":2,"input":{"order":42}}`, string(j.Steps[0].Output))
+	h.CheckReplay(t, tenantA, j.ID)
+}

@@ -70,6 +70,7 @@ func Start(ctx context.Context, addr string, logFile *os.File) (*Emulator, error
 	cmd.Env = append(os.Environ(), fmt.Sprintf("MOTO_PORT=%d", port), "TZ=UTC") // see the package comment
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	setDeathSignal(cmd)
+	ownProcessGroup(cmd)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start moto_server: %w", err)
 	}

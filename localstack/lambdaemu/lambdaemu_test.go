@@ -75,7 +75,7 @@ type probeAnswer struct {
 func TestEchoAnswersUnderEveryNameItHas(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	require.Equal(t, []string{"echo", "probe", "stepflow-fn-echo", "stepflow-fn-probe"}, b.svc.Names())
+	require.Equal(t, []string{"echo", "flaky", "probe", "stepflow-fn-echo", "stepflow-fn-flaky", "stepflow-fn-probe"}, b.svc.Names())
 	for _, in := range []*lambda.InvokeInput{
 		{FunctionName: aws.String("stepflow-fn-echo")},
 		{FunctionName: aws.String("echo")},

@@ -5,13 +5,30 @@ import (
 	"strings"
 )
 
-// Diagram renders the transition tables as Mermaid state diagrams, the
-// generated documentation of docs/states.md (go test ./shared/domain -update
-// rewrites it; a test fails when it is stale).
+// The state diagrams are generated documentation: docs/states.md, and the
+// section of docs/architecture.md between its generated markers. `go
+// generate ./shared/domain` rewrites both; TestStatesDoc fails when either
+// is stale.
+//go:generate go test -run TestStatesDoc -update .
+
+// Diagram renders the transition tables as Mermaid state diagrams: the
+// whole of docs/states.md.
 func Diagram() string {
 	var b strings.Builder
-	b.WriteString("# stepflow states\n\nGenerated from `shared/domain/transition.go` by `go test ./shared/domain -run TestStatesDoc -update`; do not edit.\n\n")
-	b.WriteString("## Step\n\n```mermaid\nstateDiagram-v2\n    [*] --> PENDING\n")
+	b.WriteString("# stepflow states\n\nGenerated from `shared/domain/transition.go` by `go generate ./shared/domain`; do not edit.\n\n")
+	b.WriteString("## Step\n\n" + StepDiagram() + "\n## Job\n\n" + JobDiagram() + "\n## Attempt\n\n")
+	var states []string
+	for _, s := range AllAttemptStates() {
+		states = append(states, "`"+string(s)+"`")
+	}
+	b.WriteString("An attempt is " + strings.Join(states, ", ") + "; it starts `running` when its lease is taken and ends once.\n")
+	return b.String()
+}
+
+// StepDiagram renders the step transition table as a Mermaid block.
+func StepDiagram() string {
+	var b strings.Builder
+	b.WriteString("```mermaid\nstateDiagram-v2\n    [*] --> PENDING\n")
 	for _, t := range stepTransitions {
 		for _, s := range t.Sources {
 			fmt.Fprintf(&b, "    %s --> %s: %s\n", s, t.Destination, t.Event)
@@ -22,7 +39,14 @@ func Diagram() string {
 			fmt.Fprintf(&b, "    %s --> [*]\n", s)
 		}
 	}
-	b.WriteString("```\n\n## Job\n\n```mermaid\nstateDiagram-v2\n")
+	b.WriteString("```\n")
+	return b.String()
+}
+
+// JobDiagram renders the job transition table as a Mermaid block.
+func JobDiagram() string {
+	var b strings.Builder
+	b.WriteString("```mermaid\nstateDiagram-v2\n")
 	for _, t := range jobTransitions {
 		for _, s := range t.Sources {
 			from := string(s)
@@ -37,11 +61,6 @@ func Diagram() string {
 			fmt.Fprintf(&b, "    %s --> [*]\n", s)
 		}
 	}
-	b.WriteString("```\n\n## Attempt\n\n")
-	var states []string
-	for _, s := range AllAttemptStates() {
-		states = append(states, "`"+string(s)+"`")
-	}
-	b.WriteString("An attempt is " + strings.Join(states, ", ") + "; it starts `running` when its lease is taken and ends once.\n")
+	b.WriteString("```\n")
 	return b.String()
 }

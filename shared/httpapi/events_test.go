@@ -130,7 +130,8 @@ func TestProjectSampleEvents(t *testing.T) {
 	require.NoError(t, err, "the project's sample events")
 	h := stacktest.New(t, func(o *devstack.Options) {
 		o.NoRunner = true
-		o.APIKeys["dev-key"] = "dev"
+		o.APIKeys["dev-key"] = devstack.SampleTenant
+		o.SampleJob = true // as make dev does
 	})
 	api := httpapi.New(h.Engine, nil)
 	ctx := context.Background()
@@ -153,8 +154,14 @@ func TestProjectSampleEvents(t *testing.T) {
 			require.NoError(t, json.Unmarshal([]byte(res.Body), &v))
 			require.Equal(t, "ok", v["status"])
 		}},
-		{"enqueue-get.json", http.StatusNotFound, func(t *testing.T, res events.APIGatewayV2HTTPResponse) {
-			requireError(t, res.StatusCode, []byte(res.Body), http.StatusNotFound, domain.CodeNotFound, "")
+		{"enqueue-get.json", http.StatusOK, func(t *testing.T, res events.APIGatewayV2HTTPResponse) {
+			var v struct {
+				ID    string
+				State domain.JobState
+			}
+			require.NoError(t, json.Unmarshal([]byte(res.Body), &v))
+			require.Equal(t, devstack.SampleJobID, v.ID, "the sample job make dev keeps")
+			require.Equal(t, domain.JobQueued, v.State, "no runner here to run it")
 		}},
 		{"claim-claim.json", http.StatusOK, func(t *testing.T, res events.APIGatewayV2HTTPResponse) {
 			var v struct{ Leases []json.RawMessage }

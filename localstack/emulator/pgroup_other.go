@@ -1,0 +1,7 @@
+//go:build !unix
+
+package emulator
+
+import "os/exec"
+
+func ownProcessGroup(*exec.Cmd) {}

@@ -24,6 +24,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	lru "github.com/hashicorp/golang-lru/v2"
 
+	"github.com/stepflow/stepflow/api"
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
 )
@@ -85,6 +86,7 @@ var owners = map[string]Function{
 	"DELETE /v1/schedules/{id}":               EnqueueFunction,
 	"POST /v1/schedules/{id}/pause":           EnqueueFunction,
 	"POST /v1/schedules/{id}/resume":          EnqueueFunction,
+	"GET /v1/openapi.json":                    EnqueueFunction,
 	"POST /v1/claim":                          ClaimFunction,
 	"POST /v1/leases/{lease}/heartbeat":       ClaimFunction,
 	"POST /v1/leases/{lease}/complete":        ClaimFunction,
@@ -124,6 +126,10 @@ func New(e *engine.Engine, log *slog.Logger, fns ...Function) *API {
 
 type route func(ctx context.Context, tenant string, req *request) (int, any, error)
 
+// public are the routes served without an API key: they answer nothing of
+// any tenant.
+var public = map[string]bool{"GET /v1/openapi.json": true}
+
 // Handle is the Lambda handler for every HTTP route.
 func (a *API) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 	req := &request{ev: ev}
@@ -137,9 +143,13 @@ func (a *API) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 		a.Log.Error("route served by another function", "route", ev.RouteKey, "owner", owners[ev.RouteKey])
 		return a.fail(ev, &domain.Error{Code: domain.CodeInternal, Message: fmt.Sprintf("route %s is served by %s, not this function: check template.yaml", ev.RouteKey, owners[ev.RouteKey])}), nil
 	}
-	tenant, err := a.authenticate(ctx, req)
-	if err != nil {
-		return a.fail(ev, err), nil
+	var tenant string
+	if !public[ev.RouteKey] {
+		t, err := a.authenticate(ctx, req)
+		if err != nil {
+			return a.fail(ev, err), nil
+		}
+		tenant = t
 	}
 	status, body, err := h(ctx, tenant, req)
 	a.Engine.FlushStats(ctx)
@@ -172,6 +182,7 @@ func (a *API) routes() map[string]route {
 		"DELETE /v1/schedules/{id}":               a.deleteSchedule,
 		"POST /v1/schedules/{id}/pause":           a.pauseSchedule,
 		"POST /v1/schedules/{id}/resume":          a.resumeSchedule,
+		"GET /v1/openapi.json":                    a.openapi,
 		"POST /v1/claim":                          a.claim,
 		"POST /v1/leases/{lease}/heartbeat":       a.heartbeat,
 		"POST /v1/leases/{lease}/complete":        a.complete,
@@ -680,6 +691,15 @@ func (a *API) decide(approve bool) route {
 		}
 		return http.StatusOK, jobView(j), nil
 	}
+}
+
+// openapi answers the API's own description (api/openapi.yaml) as JSON.
+func (a *API) openapi(context.Context, string, *request) (int, any, error) {
+	doc, err := api.JSON()
+	if err != nil {
+		return 0, nil, fmt.Errorf("openapi document: %w", err)
+	}
+	return http.StatusOK, json.RawMessage(doc), nil
 }
 
 func (a *API) health(ctx context.Context, tenant string, _ *request) (int, any, error) {

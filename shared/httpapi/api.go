@@ -24,7 +24,6 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	lru "github.com/hashicorp/golang-lru/v2"
 
-	"github.com/stepflow/stepflow/api"
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
 )
@@ -76,6 +75,7 @@ var owners = map[string]Function{
 	"POST /v1/jobs/{id}/steps/{step}/approve": EnqueueFunction,
 	"POST /v1/jobs/{id}/steps/{step}/reject":  EnqueueFunction,
 	"GET /v1/health":                          EnqueueFunction,
+	"GET /v1/openapi.json":                    EnqueueFunction, // no key (keyless)
 	"PUT /v1/resources/{id}":                  EnqueueFunction,
 	"GET /v1/resources/{id}":                  EnqueueFunction,
 	"GET /v1/resources":                       EnqueueFunction,
@@ -86,7 +86,6 @@ var owners = map[string]Function{
 	"DELETE /v1/schedules/{id}":               EnqueueFunction,
 	"POST /v1/schedules/{id}/pause":           EnqueueFunction,
 	"POST /v1/schedules/{id}/resume":          EnqueueFunction,
-	"GET /v1/openapi.json":                    EnqueueFunction,
 	"POST /v1/claim":                          ClaimFunction,
 	"POST /v1/leases/{lease}/heartbeat":       ClaimFunction,
 	"POST /v1/leases/{lease}/complete":        ClaimFunction,
@@ -126,10 +125,6 @@ func New(e *engine.Engine, log *slog.Logger, fns ...Function) *API {
 
 type route func(ctx context.Context, tenant string, req *request) (int, any, error)
 
-// public are the routes served without an API key: they answer nothing of
-// any tenant.
-var public = map[string]bool{"GET /v1/openapi.json": true}
-
 // Handle is the Lambda handler for every HTTP route.
 func (a *API) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 	req := &request{ev: ev}
@@ -143,13 +138,16 @@ func (a *API) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 		a.Log.Error("route served by another function", "route", ev.RouteKey, "owner", owners[ev.RouteKey])
 		return a.fail(ev, &domain.Error{Code: domain.CodeInternal, Message: fmt.Sprintf("route %s is served by %s, not this function: check template.yaml", ev.RouteKey, owners[ev.RouteKey])}), nil
 	}
-	var tenant string
-	if !public[ev.RouteKey] {
-		t, err := a.authenticate(ctx, req)
+	if keyless[ev.RouteKey] {
+		status, body, err := h(ctx, "", req)
 		if err != nil {
 			return a.fail(ev, err), nil
 		}
-		tenant = t
+		return respond(status, body, req.extraHeaders), nil
+	}
+	tenant, err := a.authenticate(ctx, req)
+	if err != nil {
+		return a.fail(ev, err), nil
 	}
 	status, body, err := h(ctx, tenant, req)
 	a.Engine.FlushStats(ctx)
@@ -172,6 +170,7 @@ func (a *API) routes() map[string]route {
 		"POST /v1/jobs/{id}/steps/{step}/approve": a.decide(true),
 		"POST /v1/jobs/{id}/steps/{step}/reject":  a.decide(false),
 		"GET /v1/health":                          a.health,
+		"GET /v1/openapi.json":                    a.openapi,
 		"PUT /v1/resources/{id}":                  a.putResource,
 		"GET /v1/resources/{id}":                  a.getResource,
 		"GET /v1/resources":                       a.listResources,
@@ -182,7 +181,6 @@ func (a *API) routes() map[string]route {
 		"DELETE /v1/schedules/{id}":               a.deleteSchedule,
 		"POST /v1/schedules/{id}/pause":           a.pauseSchedule,
 		"POST /v1/schedules/{id}/resume":          a.resumeSchedule,
-		"GET /v1/openapi.json":                    a.openapi,
 		"POST /v1/claim":                          a.claim,
 		"POST /v1/leases/{lease}/heartbeat":       a.heartbeat,
 		"POST /v1/leases/{lease}/complete":        a.complete,
@@ -691,15 +689,6 @@ func (a *API) decide(approve bool) route {
 		}
 		return http.StatusOK, jobView(j), nil
 	}
-}
-
-// openapi answers the API's own description (api/openapi.yaml) as JSON.
-func (a *API) openapi(context.Context, string, *request) (int, any, error) {
-	doc, err := api.JSON()
-	if err != nil {
-		return 0, nil, fmt.Errorf("openapi document: %w", err)
-	}
-	return http.StatusOK, json.RawMessage(doc), nil
 }
 
 func (a *API) health(ctx context.Context, tenant string, _ *request) (int, any, error) {

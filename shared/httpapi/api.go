@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -75,6 +76,7 @@ var owners = map[string]Function{
 	"POST /v1/jobs/{id}/steps/{step}/reject":  EnqueueFunction,
 	"GET /v1/jobs/{id}/steps/{step}/output":   EnqueueFunction,
 	"GET /v1/health":                          EnqueueFunction,
+	"GET /v1/openapi.json":                    EnqueueFunction, // no key (keyless)
 	"PUT /v1/resources/{id}":                  EnqueueFunction,
 	"GET /v1/resources/{id}":                  EnqueueFunction,
 	"GET /v1/resources":                       EnqueueFunction,
@@ -172,6 +174,7 @@ func (a *API) routes() map[string]route {
 		"POST /v1/jobs/{id}/steps/{step}/reject":  a.decide(false),
 		"GET /v1/jobs/{id}/steps/{step}/output":   a.output,
 		"GET /v1/health":                          a.health,
+		"GET /v1/openapi.json":                    a.openapi,
 		"PUT /v1/resources/{id}":                  a.putResource,
 		"GET /v1/resources/{id}":                  a.getResource,
 		"GET /v1/resources":                       a.listResources,
@@ -490,12 +493,113 @@ func (a *API) get(ctx context.Context, tenant string, r *request) (int, any, err
 	return http.StatusOK, jobView(j), nil
 }
 
+// Long-polling GET /v1/jobs/{id}/events: wait is at most maxEventsWait
+// (well inside API Gateway's 30 s and the function's own timeout); the job
+// is re-read after eventsPollFirst, each pause twice the last up to
+// eventsPollMax, so a wait of 20 s costs about 20 reads, and the answer
+// leaves eventsAnswerMargin before the function's deadline.
+const (
+	maxEventsWait      = 20
+	eventsPollFirst    = 250 * time.Millisecond
+	eventsPollMax      = time.Second
+	eventsAnswerMargin = time.Second
+)
+
+// EventsView answers GET /v1/jobs/{id}/events: the events after the seq
+// asked for, and the job's last seq, from which a client asks again.
+type EventsView struct {
+	JobID   string          `json:"job_id"`
+	State   domain.JobState `json:"state"`
+	Events  []domain.Event  `json:"events"`
+	LastSeq int             `json:"last_seq"`
+}
+
+// events answers a job's events with seq > after. With none and wait > 0
+// it re-reads the job (one GetItem each) until one comes, wait runs out or
+// the job's log is final.
 func (a *API) events(ctx context.Context, tenant string, r *request) (int, any, error) {
-	j, err := a.Engine.Get(ctx, tenant, r.ev.PathParameters["id"])
+	q := r.ev.QueryStringParameters
+	after, err := queryInt(q, "after", 0, math.MaxInt32)
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, map[string]any{"job_id": j.ID, "events": j.Events}, nil
+	wait, err := queryInt(q, "wait", 0, maxEventsWait)
+	if err != nil {
+		return 0, nil, err
+	}
+	id := r.ev.PathParameters["id"]
+	j, err := a.Engine.Get(ctx, tenant, id)
+	if err != nil {
+		return 0, nil, err
+	}
+	// The wall clock, not the engine's (tests move that one).
+	deadline := time.Now().Add(time.Duration(wait) * time.Second)
+	if d, ok := ctx.Deadline(); ok && d.Add(-eventsAnswerMargin).Before(deadline) {
+		deadline = d.Add(-eventsAnswerMargin)
+	}
+	for pause := eventsPollFirst; len(eventsAfter(j, after)) == 0 && !finalState(j.State); pause = min(2*pause, eventsPollMax) {
+		left := time.Until(deadline)
+		if left <= 0 || !sleepCtx(ctx, min(pause, left)) {
+			break
+		}
+		if j, err = a.Engine.Get(ctx, tenant, id); err != nil {
+			return 0, nil, err
+		}
+	}
+	v := EventsView{JobID: j.ID, State: j.State, Events: eventsAfter(j, after)}
+	if n := len(j.Events); n > 0 {
+		v.LastSeq = j.Events[n-1].Seq
+	}
+	return http.StatusOK, v, nil
+}
+
+// eventsAfter answers j's events with seq > after, never nil.
+func eventsAfter(j *domain.Job, after int) []domain.Event {
+	out := []domain.Event{}
+	for _, e := range j.Events {
+		if e.Seq > after {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// finalState reports a job state no transition of the job table leaves
+// (COMPLETED, CANCELLED; a FAILED job may be redriven): its log is final,
+// so a long-poll on it answers at once.
+func finalState(s domain.JobState) bool {
+	for _, t := range domain.JobTable() {
+		if slices.Contains(t.Sources, s) {
+			return false
+		}
+	}
+	return true
+}
+
+// sleepCtx waits d and reports true, or false when ctx ends first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// queryInt reads an optional whole-number query parameter within [lo, hi];
+// absent, it is lo.
+func queryInt(q map[string]string, name string, lo, hi int) (int, error) {
+	s, ok := q[name]
+	if !ok {
+		return lo, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < lo || n > hi {
+		return 0, domain.Invalid(name, "must be a whole number from %d to %d", lo, hi)
+	}
+	return n, nil
 }
 
 func (a *API) list(ctx context.Context, tenant string, r *request) (int, any, error) {

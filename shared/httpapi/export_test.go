@@ -1,5 +1,7 @@
 package httpapi
 
+import "github.com/stepflow/stepflow/shared/domain"
+
 // Internals the tests of package httpapi_test look at.
 
 // Key cache bounds and the longest key looked up.
@@ -34,3 +36,6 @@ func (a *API) CacheUnknownKey(hash string) {
 var FitsResponse = fitsResponse
 
 const MaxResponseBytes = maxResponseBytes
+
+// ErrorCodes answers every code the one error table maps to a status.
+func ErrorCodes() map[domain.Code]int { return statusOf }

@@ -42,10 +42,10 @@ func render(results []result, floor result, sweeps []sweepPoint, sizes map[strin
 		fmt.Fprintf(&b, "| %s | %.2f | %.2f | %.2f | %.2f | %.2f | $%.2f | %s |\n", r.Name, float64(r.count("dynamodb."))/n, r.Units.WRU/n, r.Units.RRU/n,
 			float64(r.count("sqs."))/n, float64(r.invocations())/n, r.total(p), sfn)
 	}
-	b.WriteString("\n### Cost breakdown ($ per million jobs)\n\n| workload | DynamoDB | SQS | Lambda requests | Step Functions timers | S3 requests |\n|---|---|---|---|---|---|\n")
+	b.WriteString("\n### Cost breakdown ($ per million jobs)\n\n| workload | DynamoDB | SQS | Lambda requests | Step Functions timers | S3 requests | EventBridge events |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range append(append([]result{}, results...), floor) {
-		d, s, l, tm, s3 := r.cost(p)
-		fmt.Fprintf(&b, "| %s | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f |\n", r.Name, d, s, l, tm, s3)
+		d, s, l, tm, s3, ev := r.cost(p)
+		fmt.Fprintf(&b, "| %s | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f |\n", r.Name, d, s, l, tm, s3, ev)
 	}
 	fmt.Fprintf(&b, "\nA timer beyond the threshold (%s here, so the timer workload's 5 s sleeps take it; 900 s by default) is one Step Functions Standard execution: %d billed transitions and the SQS send it makes.\n", benchTimerThreshold, timerTransitions)
 	b.WriteString("\n### Requests by operation (whole workload)\n\n")

@@ -125,8 +125,9 @@ func (r result) invocations() int64 {
 // requests, the timer state machine (its transitions, and the SQS send
 // each execution makes, which the emulator's proxy does not see), and S3
 // requests for large data (the engine's, metered; a worker's GET of a
-// presigned URL is counted at the proxy, s3.GetObject).
-func (r result) cost(p costmeter.Prices) (ddbUSD, sqsUSD, lambdaUSD, timerUSD, s3USD float64) {
+// presigned URL is counted at the proxy, s3.GetObject), and the Job State
+// Change events put on the bus (metered).
+func (r result) cost(p costmeter.Prices) (ddbUSD, sqsUSD, lambdaUSD, timerUSD, s3USD, eventsUSD float64) {
 	perJob := 1e6 / float64(r.Jobs)
 	ddbUSD = (r.Units.WRU*p["dynamodb_wru"] + r.Units.RRU*p["dynamodb_rru"]) * perJob
 	workerGets := float64(r.count("s3.GetObject")) - r.Units.S3Reads // the proxy sees the engine's own GETs too
@@ -135,12 +136,13 @@ func (r result) cost(p costmeter.Prices) (ddbUSD, sqsUSD, lambdaUSD, timerUSD, s
 	lambdaUSD = float64(r.invocations()) * p["lambda_request"] * perJob
 	timers := float64(r.count("states.StartExecution"))
 	timerUSD = timers * (timerTransitions*p["sfn_standard_transition"] + p["sqs_request"]) * perJob
+	eventsUSD = r.Units.Events * p["eventbridge_event"] * perJob
 	return
 }
 
 func (r result) total(p costmeter.Prices) float64 {
-	a, b, c, d, e := r.cost(p)
-	return a + b + c + d + e
+	a, b, c, d, e, f := r.cost(p)
+	return a + b + c + d + e + f
 }
 
 // stepFunctions prices the same work as Step Functions Standard and Express
@@ -351,7 +353,7 @@ func (b *bench) workload(ctx context.Context, name string, n, steps int, spec ma
 	r.Requests = diff(b.stack.Emulator.Counts(), before)
 	u := b.meter.Units()
 	r.Units = costmeter.Units{WRU: u.WRU - unitsBefore.WRU, RRU: u.RRU - unitsBefore.RRU,
-		S3Writes: u.S3Writes - unitsBefore.S3Writes, S3Reads: u.S3Reads - unitsBefore.S3Reads}
+		S3Writes: u.S3Writes - unitsBefore.S3Writes, S3Reads: u.S3Reads - unitsBefore.S3Reads, Events: u.Events - unitsBefore.Events}
 	r.Invocations = diff(b.stack.Runner.Invocations(), invBefore)
 	var first, last time.Time
 	for _, id := range ids {

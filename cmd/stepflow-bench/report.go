@@ -18,7 +18,7 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float
 
 func render(results []result, floor result, sweeps []sweepPoint, sizes map[string]int64, p costmeter.Prices, o options) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# stepflow benchmarks\n\nWritten by `make bench` on %s: the local stack (moto behind its serialising proxy) on this machine, %d submitting clients, %d external workers.\nAWS prices from [costs.md](costs.md); request charges only: DynamoDB request units, SQS requests, Lambda requests. Lambda duration and API Gateway are left out (see costs.md).\n\n",
+	fmt.Fprintf(&b, "# stepflow benchmarks\n\nWritten by `make bench` on %s: the local stack (moto behind its serialising proxy) on this machine, %d submitting clients, %d external workers.\nAWS prices from [costs.md](costs.md); request charges only: DynamoDB request units, SQS requests, Lambda requests, S3 requests, EventBridge events (Job State Change, one per job-level transition). Lambda duration and API Gateway are left out (see costs.md).\n\n",
 		time.Now().UTC().Format("2006-01-02"), o.concurrency, o.workers)
 
 	b.WriteString("## Throughput and latency\n\n| workload | jobs | jobs/s | steps/s | of floor (steps/s) | enqueue to start p50 / p95 / p99 | enqueue to done p50 / p95 / p99 |\n|---|---|---|---|---|---|---|\n")
@@ -42,10 +42,10 @@ func render(results []result, floor result, sweeps []sweepPoint, sizes map[strin
 		fmt.Fprintf(&b, "| %s | %.2f | %.2f | %.2f | %.2f | %.2f | $%.2f | %s |\n", r.Name, float64(r.count("dynamodb."))/n, r.Units.WRU/n, r.Units.RRU/n,
 			float64(r.count("sqs."))/n, float64(r.invocations())/n, r.total(p), sfn)
 	}
-	b.WriteString("\n### Cost breakdown ($ per million jobs)\n\n| workload | DynamoDB | SQS | Lambda requests | Step Functions timers | S3 requests |\n|---|---|---|---|---|---|\n")
+	b.WriteString("\n### Cost breakdown ($ per million jobs)\n\n| workload | DynamoDB | SQS | Lambda requests | Step Functions timers | S3 requests | EventBridge events |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range append(append([]result{}, results...), floor) {
-		d, s, l, tm, s3 := r.cost(p)
-		fmt.Fprintf(&b, "| %s | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f |\n", r.Name, d, s, l, tm, s3)
+		d, s, l, tm, s3, ev := r.cost(p)
+		fmt.Fprintf(&b, "| %s | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f |\n", r.Name, d, s, l, tm, s3, ev)
 	}
 	fmt.Fprintf(&b, "\nA timer beyond the threshold (%s here, so the timer workload's 5 s sleeps take it; 900 s by default) is one Step Functions Standard execution: %d billed transitions and the SQS send it makes.\n", benchTimerThreshold, timerTransitions)
 	b.WriteString("\n### Requests by operation (whole workload)\n\n")

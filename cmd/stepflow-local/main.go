@@ -27,6 +27,7 @@ import (
 	"github.com/stepflow/stepflow/localstack/devstate"
 	"github.com/stepflow/stepflow/shared/config"
 	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/logging"
 	"github.com/stepflow/stepflow/shared/store"
 )
 
@@ -158,7 +159,7 @@ Invoke API as stepflow-fn-<name> (and <name>); lambda steps call them there.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP) // SIGHUP: a closed terminal still saves the state
 			defer stop()
-			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			log := logging.Dev(os.Stderr, slog.LevelInfo) // a line per job change, and what goes wrong
 			keysSpec := env("STEPFLOW_API_KEYS", "dev:dev-key")
 			keys, err := devstack.ParseAPIKeys(keysSpec)
 			if err != nil {

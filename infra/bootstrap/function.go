@@ -53,6 +53,7 @@ var globalsFunctionKeys = keySet{
 	"Architectures":         inProcess,
 	"Handler":               inProcess,
 	"MemorySize":            inProcess,
+	"Tracing":               "X-Ray is AWS's: nothing is traced locally",
 }
 
 // functionKeys declares an AWS::Serverless::Function's properties.

@@ -9,12 +9,12 @@ import (
 // resolver replaces the intrinsic functions template.yaml uses (Ref,
 // Fn::GetAtt, Fn::Sub) with their values on the local stack. Their targets
 // are what it creates or knows: parameters with a Default, AWS::StackName,
-// and the tables, queues, state machines and buckets Provision created so
-// far.
+// and the tables, queues, state machines, buckets and event buses
+// Provision created so far.
 type resolver struct {
 	t     *Template
 	stack string
-	refs  map[string]string // logical id -> what Ref returns: a table's name, a queue's URL, a state machine's ARN, a bucket's name
+	refs  map[string]string // logical id -> what Ref returns: a table's name, a queue's URL, a state machine's ARN, a bucket's or an event bus's name
 	arns  map[string]string // logical id -> what Fn::GetAtt .Arn returns
 	names map[string]string // logical id -> what Fn::GetAtt .Name returns (state machines)
 }
@@ -155,11 +155,11 @@ func (r *resolver) notCreated(id string) error {
 	switch {
 	case !ok:
 		return fmt.Errorf("no such parameter or resource")
-	case res.Type == typeTable || res.Type == typeQueue || res.Type == typeStateMachine || res.Type == typeBucket:
+	case res.Type == typeTable || res.Type == typeQueue || res.Type == typeStateMachine || res.Type == typeBucket || res.Type == typeEventBus:
 		return fmt.Errorf("%s is not created yet", id) // a table referring to a queue: tables come first
 	}
-	return fmt.Errorf("%s is a %s, which is not created locally (only %s, %s, %s and %s are)",
-		id, res.Type, typeTable, typeQueue, typeStateMachine, typeBucket)
+	return fmt.Errorf("%s is a %s, which is not created locally (only %s, %s, %s, %s and %s are)",
+		id, res.Type, typeTable, typeQueue, typeStateMachine, typeBucket, typeEventBus)
 }
 
 // sub implements Fn::Sub's string form: "${Name}" is Ref Name,

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -63,9 +64,9 @@ func startMoto(t *testing.T) string {
 	}
 }
 
-// clients returns DynamoDB, SQS, Step Functions and S3 clients pointed at
-// endpoint.
-func clients(endpoint string) (*dynamodb.Client, *sqs.Client, *sfn.Client, *s3.Client) {
+// clients returns DynamoDB, SQS, Step Functions, S3 and EventBridge
+// clients pointed at endpoint.
+func clients(endpoint string) (*dynamodb.Client, *sqs.Client, *sfn.Client, *s3.Client, *eventbridge.Client) {
 	cfg := aws.Config{
 		Region:      "us-east-1",
 		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
@@ -74,7 +75,8 @@ func clients(endpoint string) (*dynamodb.Client, *sqs.Client, *sfn.Client, *s3.C
 	sq := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.BaseEndpoint = aws.String(endpoint) })
 	sf := sfn.NewFromConfig(cfg, func(o *sfn.Options) { o.BaseEndpoint = aws.String(endpoint) })
 	s3c := s3.NewFromConfig(cfg, func(o *s3.Options) { o.BaseEndpoint, o.UsePathStyle = aws.String(endpoint), true })
-	return db, sq, sf, s3c
+	eb := eventbridge.NewFromConfig(cfg, func(o *eventbridge.Options) { o.BaseEndpoint = aws.String(endpoint) })
+	return db, sq, sf, s3c, eb
 }
 
 func testContext(t *testing.T) context.Context {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -21,22 +22,24 @@ type Stack struct {
 	QueueARNs     map[string]string // logical id -> arn
 	StateMachines map[string]string // logical id -> arn
 	Buckets       map[string]string // logical id -> bucket name
+	EventBuses    map[string]string // logical id -> event bus name
 	Functions     []Function        // as Functions(), with SQSSource.QueueURL filled
 }
 
 var stackNameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9-]{0,127}$`)
 
 // Provision creates the template's AWS::DynamoDB::Table, AWS::SQS::Queue,
-// AWS::Serverless::StateMachine and AWS::S3::Bucket resources through the
-// given clients (pointed at a local emulator), named "<stack>-<LogicalId>"
-// (a bucket's lower-cased), and resolves
+// AWS::Serverless::StateMachine, AWS::S3::Bucket and AWS::Events::EventBus
+// resources through the given clients (pointed at a local emulator), named
+// "<stack>-<LogicalId>" (a bucket's lower-cased; a bus by its Name), and
+// resolves
 // the functions' environment. It first refuses, before creating anything, a
 // template that uses what this package does not handle. It is idempotent: an
 // existing table of the same keys and indexes is reused, an existing queue
 // is reused and its attributes set to the template's, an existing state
 // machine is reused and its definition set to the template's, an existing
-// bucket is reused.
-func Provision(ctx context.Context, db *dynamodb.Client, sq *sqs.Client, sf *sfn.Client, s3c *s3.Client, t *Template, stack string) (*Stack, error) {
+// bucket or event bus is reused.
+func Provision(ctx context.Context, db *dynamodb.Client, sq *sqs.Client, sf *sfn.Client, s3c *s3.Client, eb *eventbridge.Client, t *Template, stack string) (*Stack, error) {
 	if !stackNameRE.MatchString(stack) {
 		return nil, fmt.Errorf("provision: stack name %q must match %s (CloudFormation's rule)", stack, stackNameRE)
 	}
@@ -51,6 +54,7 @@ func Provision(ctx context.Context, db *dynamodb.Client, sq *sqs.Client, sf *sfn
 		QueueARNs:     map[string]string{},
 		StateMachines: map[string]string{},
 		Buckets:       map[string]string{},
+		EventBuses:    map[string]string{},
 	}
 	// Every bucket name is checked before anything is created.
 	for _, id := range t.ids(typeBucket) {
@@ -104,6 +108,19 @@ func Provision(ctx context.Context, db *dynamodb.Client, sq *sqs.Client, sf *sfn
 			return nil, fmt.Errorf("provision bucket %s: %w", id, err)
 		}
 		r.refs[id], r.arns[id] = name, bucketARN(name)
+	}
+
+	for _, id := range t.ids(typeEventBus) {
+		name, err := eventBusName(r, stack, id, t.Resources[id].Properties)
+		if err != nil {
+			return nil, fmt.Errorf("provision event bus %s: %w", id, err)
+		}
+		arn, err := ensureEventBus(ctx, eb, name)
+		if err != nil {
+			return nil, fmt.Errorf("provision event bus %s: %w", id, err)
+		}
+		r.refs[id], r.arns[id] = name, arn
+		s.EventBuses[id] = name
 	}
 
 	// The queues' ARNs name the emulator's account, which the state

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	dtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	ftypes "github.com/aws/aws-sdk-go-v2/service/sfn/types"
@@ -22,12 +23,12 @@ import (
 
 func TestProvisionRealTemplate(t *testing.T) {
 	t.Parallel()
-	db, sq, sf, s3c := clients(startMoto(t))
+	db, sq, sf, s3c, eb := clients(startMoto(t))
 	ctx := testContext(t)
 	tpl, err := Parse(realTemplate)
 	require.NoError(t, err)
 
-	st, err := Provision(ctx, db, sq, sf, s3c, tpl, "stepflow")
+	st, err := Provision(ctx, db, sq, sf, s3c, eb, tpl, "stepflow")
 	require.NoError(t, err)
 	require.Equal(t, "stepflow", st.Name)
 
@@ -95,6 +96,12 @@ func TestProvisionRealTemplate(t *testing.T) {
 	_, err = s3c.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String("stepflow-databucket")})
 	require.NoError(t, err)
 
+	// Event bus: under the template's Name.
+	require.Equal(t, map[string]string{"StepflowBus": "stepflow-StepflowBus"}, st.EventBuses)
+	bus, err := eb.DescribeEventBus(ctx, &eventbridge.DescribeEventBusInput{Name: aws.String("stepflow-StepflowBus")})
+	require.NoError(t, err)
+	require.Regexp(t, `^arn:aws:events:us-east-1:\d{12}:event-bus/stepflow-StepflowBus$`, aws.ToString(bus.Arn))
+
 	// Environment: every reference resolved.
 	want := map[string]string{
 		"STEPFLOW_TABLE":                    "stepflow-JobsTable",
@@ -115,6 +122,8 @@ func TestProvisionRealTemplate(t *testing.T) {
 		"STEPFLOW_RETENTION_CANCELLED_DAYS": "7",
 		"STEPFLOW_DATA_BUCKET":              "stepflow-databucket",
 		"AWS_ENDPOINT_URL":                  "", // declared for sam local invoke --env-vars; empty on AWS
+		"STEPFLOW_EVENT_BUS":                "stepflow-StepflowBus",
+		"STEPFLOW_JOB_STATE_EVENTS":         "Enabled",
 	}
 	require.Equal(t, want, st.Env)
 	require.Regexp(t, `^arn:aws:sqs:us-east-1:\d{12}:stepflow-DeadLetterQueue$`, st.Env["STEPFLOW_DLQ_ARN"])
@@ -136,12 +145,12 @@ func TestProvisionRealTemplate(t *testing.T) {
 
 func TestProvisionIsIdempotent(t *testing.T) {
 	t.Parallel()
-	db, sq, sf, s3c := clients(startMoto(t))
+	db, sq, sf, s3c, eb := clients(startMoto(t))
 	ctx := testContext(t)
 	tpl, err := Parse(realTemplate)
 	require.NoError(t, err)
 
-	first, err := Provision(ctx, db, sq, sf, s3c, tpl, "idem")
+	first, err := Provision(ctx, db, sq, sf, s3c, eb, tpl, "idem")
 	require.NoError(t, err)
 	// Drift on an existing queue or state machine is put back to the
 	// template's value.
@@ -157,7 +166,7 @@ func TestProvisionIsIdempotent(t *testing.T) {
 	})
 	require.NoError(t, err)
 
-	second, err := Provision(ctx, db, sq, sf, s3c, tpl, "idem")
+	second, err := Provision(ctx, db, sq, sf, s3c, eb, tpl, "idem")
 	require.NoError(t, err)
 	require.Equal(t, first, second)
 	require.Equal(t, "1800", sqsAttributes(t, sq, second.QueueURLs["ReadyQueueP2"])["VisibilityTimeout"])
@@ -178,18 +187,21 @@ func TestProvisionIsIdempotent(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, buckets.Buckets, 1)
 	require.Equal(t, "idem-databucket", aws.ToString(buckets.Buckets[0].Name))
+	buses, err := eb.ListEventBuses(ctx, &eventbridge.ListEventBusesInput{NamePrefix: aws.String("idem-")})
+	require.NoError(t, err)
+	require.Len(t, buses.EventBuses, 1)
 }
 
 func TestProvisionStacksDoNotCollide(t *testing.T) {
 	t.Parallel()
-	db, sq, sf, s3c := clients(startMoto(t))
+	db, sq, sf, s3c, eb := clients(startMoto(t))
 	ctx := testContext(t)
 	tpl, err := Parse(realTemplate)
 	require.NoError(t, err)
 
-	a, err := Provision(ctx, db, sq, sf, s3c, tpl, "alpha")
+	a, err := Provision(ctx, db, sq, sf, s3c, eb, tpl, "alpha")
 	require.NoError(t, err)
-	b, err := Provision(ctx, db, sq, sf, s3c, tpl, "beta")
+	b, err := Provision(ctx, db, sq, sf, s3c, eb, tpl, "beta")
 	require.NoError(t, err)
 
 	require.Equal(t, "alpha-JobsTable", a.Env["STEPFLOW_TABLE"])
@@ -222,7 +234,7 @@ func TestProvisionStacksDoNotCollide(t *testing.T) {
 // template.
 func TestProvisionSyntheticTemplate(t *testing.T) {
 	t.Parallel()
-	db, sq, sf, s3c := clients(startMoto(t))
+	db, sq, sf, s3c, eb := clients(startMoto(t))
 	ctx := testContext(t)
 
 	const base = `
@@ -292,7 +304,7 @@ Resources:
 	}
 	tpl, err := Parse(write(base))
 	require.NoError(t, err)
-	st, err := Provision(ctx, db, sq, sf, s3c, tpl, "syn")
+	st, err := Provision(ctx, db, sq, sf, s3c, eb, tpl, "syn")
 	require.NoError(t, err)
 
 	desc, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String("syn-T")})
@@ -336,7 +348,7 @@ Resources:
 		require.NotEqual(t, base, changed, name)
 		tpl, err := Parse(write(changed))
 		require.NoError(t, err)
-		_, err = Provision(ctx, db, sq, sf, s3c, tpl, "syn")
+		_, err = Provision(ctx, db, sq, sf, s3c, eb, tpl, "syn")
 		require.ErrorContains(t, err, "provision table T", name)
 		require.ErrorContains(t, err, "delete it to recreate", name)
 	}
@@ -346,7 +358,7 @@ Resources:
 // bootstrap does not handle, naming each thing and where it is.
 func TestProvisionRefusesUnsupportedTemplates(t *testing.T) {
 	t.Parallel()
-	db, sq, sf, s3c := clients(startMoto(t))
+	db, sq, sf, s3c, eb := clients(startMoto(t))
 	ctx := testContext(t)
 
 	tpl, err := Parse(writeTemplate(t, `
@@ -371,7 +383,7 @@ Resources:
       KinesisStreamSpecification: {StreamArn: arn:aws:kinesis:us-east-1:000000000000:stream/s}
 `))
 	require.NoError(t, err)
-	_, err = Provision(ctx, db, sq, sf, s3c, tpl, "refuse")
+	_, err = Provision(ctx, db, sq, sf, s3c, eb, tpl, "refuse")
 	require.ErrorContains(t, err, "Globals.Function.Environment.Variables.JOINED: intrinsic function Fn::Join")
 	require.ErrorContains(t, err, "Resources.Q.Properties.FifoQueue: AWS::SQS::Queue key FifoQueue")
 	require.ErrorContains(t, err, "Resources.T.Properties.KinesisStreamSpecification: AWS::DynamoDB::Table key KinesisStreamSpecification")
@@ -390,16 +402,16 @@ Globals:
         URL: !Sub "https://${Api}.execute-api.example.com/"
 `))
 	require.NoError(t, err)
-	_, err = Provision(ctx, db, sq, sf, s3c, tpl, "refuse")
+	_, err = Provision(ctx, db, sq, sf, s3c, eb, tpl, "refuse")
 	require.ErrorContains(t, err, "URL: Fn::Sub: Ref Api: Api is a AWS::Serverless::HttpApi, which is not created locally")
 
-	_, err = Provision(ctx, db, sq, sf, s3c, tpl, "bad_name")
+	_, err = Provision(ctx, db, sq, sf, s3c, eb, tpl, "bad_name")
 	require.ErrorContains(t, err, "stack name")
 
 	// A stack name CloudFormation takes but S3 would not as a bucket's.
 	real, err := Parse(realTemplate)
 	require.NoError(t, err)
-	_, err = Provision(ctx, db, sq, sf, s3c, real, "s"+strings.Repeat("x", 60))
+	_, err = Provision(ctx, db, sq, sf, s3c, eb, real, "s"+strings.Repeat("x", 60))
 	require.ErrorContains(t, err, "provision bucket DataBucket")
 	require.ErrorContains(t, err, "use a shorter stack name")
 	buckets, err := s3c.ListBuckets(ctx, &s3.ListBucketsInput{})
@@ -422,7 +434,7 @@ Globals:
 // failure is checked.
 func TestProvisionRefusesAnInvalidDefinition(t *testing.T) {
 	t.Parallel()
-	db, sq, sf, s3c := clients(startMoto(t))
+	db, sq, sf, s3c, eb := clients(startMoto(t))
 	p := writeTemplate(t, `
 Resources:
   M:
@@ -434,7 +446,7 @@ Resources:
 	require.NoError(t, os.WriteFile(filepath.Join(filepath.Dir(p), "m.asl.json"), []byte(`{"StartAt": "Nowhere", "States": {}}`), 0o600))
 	tpl, err := Parse(p)
 	require.NoError(t, err)
-	_, err = Provision(testContext(t), db, sq, sf, s3c, tpl, "bad")
+	_, err = Provision(testContext(t), db, sq, sf, s3c, eb, tpl, "bad")
 	require.ErrorContains(t, err, "provision state machine M: create bad-M")
 }
 

@@ -20,6 +20,7 @@ var stateMachineKeys = keySet{
 	"Type":          handled,
 	"DefinitionUri": handled,
 	"Policies":      "IAM only matters on AWS: the emulator allows every call",
+	"Tracing":       "X-Ray is AWS's: nothing is traced locally",
 }
 
 // defaultAccount is moto's account, used in the role ARN when no resource

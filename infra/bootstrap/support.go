@@ -30,6 +30,8 @@ var templateKeys = keySet{
 	"Parameters.*.Type":               "bootstrap uses a parameter's Default as written",
 	"Parameters.*.MinValue":           "CloudFormation checks values passed on deploy; locally the Default is used",
 	"Parameters.*.MaxValue":           "CloudFormation checks values passed on deploy; locally the Default is used",
+	"Parameters.*.AllowedValues":      "CloudFormation checks values passed on deploy; locally the Default is used",
+	"Conditions":                      "conditions choose settings bootstrap ignores (X-Ray tracing); a reference to one elsewhere is refused by the dry run",
 	"Parameters.*.Description":        "documentation",
 	"Globals":                         handled,
 	"Globals.Function":                handled, // checked against globalsFunctionKeys
@@ -49,6 +51,7 @@ var resourceKeys = map[string]keySet{
 	typeQueue:        queueKeys,
 	typeStateMachine: stateMachineKeys,
 	typeBucket:       bucketKeys,
+	typeEventBus:     eventBusKeys,
 	typeFunction:     functionKeys,
 	typeHttpApi:      httpAPIKeys,
 }
@@ -59,6 +62,8 @@ var intrinsics = keySet{
 	"Ref":        handled,
 	"Fn::GetAtt": handled,
 	"Fn::Sub":    handled,
+	"Fn::If":     "chooses settings bootstrap ignores (X-Ray tracing); resolving one is refused by the dry run",
+	"Fn::Equals": "only in Conditions",
 }
 
 // keySets names every declaration, as the check's problems and records do.
@@ -209,7 +214,7 @@ func (s *survey) calls(path string, v any) {
 func (s *survey) dryRun() {
 	t := s.t
 	r := newResolver(t, "check")
-	for _, typ := range []string{typeTable, typeQueue, typeStateMachine, typeBucket} {
+	for _, typ := range []string{typeTable, typeQueue, typeStateMachine, typeBucket, typeEventBus} {
 		for _, id := range t.ids(typ) {
 			r.refs[id], r.arns[id] = "<"+id+">", "<"+id+".Arn>"
 		}
@@ -229,6 +234,11 @@ func (s *survey) dryRun() {
 	}
 	for _, id := range t.ids(typeStateMachine) {
 		if _, err := readStateMachine(t, t.Resources[id].Properties); err != nil {
+			s.problem("Resources."+id+".Properties", err.Error())
+		}
+	}
+	for _, id := range t.ids(typeEventBus) {
+		if _, err := eventBusName(r, "check", id, t.Resources[id].Properties); err != nil {
 			s.problem("Resources."+id+".Properties", err.Error())
 		}
 	}

@@ -2,8 +2,8 @@
 // source of truth for stepflow's resources: Parse reads the SAM template,
 // Functions lists what a local runner must play (HTTP routes, SQS event source
 // mappings, schedules), and Provision creates the template's DynamoDB table,
-// SQS queues and Step Functions state machine on an emulator (moto,
-// LocalStack) and resolves the functions' environment as CloudFormation
+// SQS queues, Step Functions state machine, S3 bucket and EventBridge bus on
+// an emulator (moto, LocalStack) and resolves the functions' environment as CloudFormation
 // would.
 //
 // It handles what template.yaml uses and nothing more. Each part declares the
@@ -29,6 +29,7 @@ const (
 	typeQueue        = "AWS::SQS::Queue"
 	typeStateMachine = "AWS::Serverless::StateMachine"
 	typeBucket       = "AWS::S3::Bucket"
+	typeEventBus     = "AWS::Events::EventBus"
 )
 
 // Template is a parsed SAM template. Intrinsic functions are kept in their

@@ -1,8 +1,10 @@
 package bootstrap
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -133,6 +135,9 @@ func TestTemplateTimerPermissions(t *testing.T) {
 		for _, p := range tpl.Resources[id].Properties["Policies"].([]any) {
 			for _, st := range p.(map[string]any)["Statement"].([]any) {
 				st := st.(map[string]any)
+				if _, ok := st["Fn::If"]; ok {
+					continue // X-Ray's, with tracing on (TestTemplateTracing)
+				}
 				require.Equal(t, "Allow", st["Effect"], id)
 				res, ok := st["Resource"].([]any)
 				if !ok {
@@ -172,6 +177,65 @@ func TestTemplateTimerPermissions(t *testing.T) {
 		}
 		require.Equal(t, []any{timer}, starts, f.LogicalID)
 	}
+}
+
+// Every function changes jobs, so each may put stepflow's own events on
+// the stack's bus, and on no other; nothing else may put events.
+func TestTemplateEventBusPermissions(t *testing.T) {
+	t.Parallel()
+	tpl, err := Parse(realTemplate)
+	require.NoError(t, err)
+	require.Equal(t, map[string]any{"Ref": "StepflowBus"}, envVars(tpl.globalFn)["STEPFLOW_EVENT_BUS"])
+	require.Equal(t, typeEventBus, tpl.Resources["StepflowBus"].Type)
+	want := map[string]any{
+		"Sid": "PublishJobStateChanges", "Effect": "Allow", "Action": []any{"events:PutEvents"},
+		"Resource":  map[string]any{"Fn::GetAtt": []any{"StepflowBus", "Arn"}},
+		"Condition": map[string]any{"StringEquals": map[string]any{"events:source": "stepflow", "events:detail-type": "Job State Change"}},
+	}
+	for _, id := range sortedKeys(tpl.Resources) {
+		var puts []any
+		policies, _ := tpl.Resources[id].Properties["Policies"].([]any)
+		for _, p := range policies {
+			for _, st := range p.(map[string]any)["Statement"].([]any) {
+				if strings.Contains(fmt.Sprint(st), "events:") {
+					puts = append(puts, st)
+				}
+			}
+		}
+		fn := slices.IndexFunc(tpl.Functions(), func(f Function) bool { return f.LogicalID == id })
+		if fn >= 0 && len(tpl.Functions()[fn].Routes)+len(tpl.Functions()[fn].SQS)+len(tpl.Functions()[fn].Schedules) > 0 {
+			require.Equal(t, []any{want}, puts, id)
+		} else {
+			require.Empty(t, puts, id)
+		}
+	}
+}
+
+// X-Ray is one parameter: the functions' mode, and the timer state
+// machine's tracing with the permission it needs, on when Active.
+func TestTemplateTracing(t *testing.T) {
+	t.Parallel()
+	tpl, err := Parse(realTemplate)
+	require.NoError(t, err)
+	param := tpl.doc["Parameters"].(map[string]any)["Tracing"].(map[string]any)
+	require.Equal(t, "PassThrough", param["Default"])
+	require.Equal(t, []any{"Active", "PassThrough"}, param["AllowedValues"])
+	require.Equal(t, map[string]any{"Ref": "Tracing"}, tpl.globalFn["Tracing"])
+	require.Equal(t, map[string]any{"Fn::Equals": []any{map[string]any{"Ref": "Tracing"}, "Active"}},
+		tpl.doc["Conditions"].(map[string]any)["TracingActive"])
+	timer := tpl.Resources["TimerStateMachine"].Properties
+	require.Equal(t, map[string]any{"Enabled": map[string]any{"Fn::If": []any{"TracingActive", true, false}}}, timer["Tracing"])
+	var xray []any
+	for _, p := range timer["Policies"].([]any) {
+		for _, st := range p.(map[string]any)["Statement"].([]any) {
+			if c, ok := st.(map[string]any)["Fn::If"].([]any); ok {
+				require.Equal(t, "TracingActive", c[0])
+				require.Equal(t, map[string]any{"Ref": "AWS::NoValue"}, c[2])
+				xray = append(xray, c[1].(map[string]any)["Action"].([]any)...)
+			}
+		}
+	}
+	require.ElementsMatch(t, []any{"xray:PutTraceSegments", "xray:PutTelemetryRecords", "xray:GetSamplingRules", "xray:GetSamplingTargets"}, xray)
 }
 
 func TestFunctionsReturnsCopies(t *testing.T) {

@@ -24,6 +24,10 @@
 // COPY, POST, LIST) or reads (GET and the rest). A worker's GET of a
 // presigned URL is no client of the engine's: the emulator's proxy counts
 // those (s3.GetObject).
+//
+// EventBridge bills each event put on a custom bus (per 64 KB of it; a
+// Job State Change is well under): the meter counts the entries of each
+// answered PutEvents that the bus took.
 package costmeter
 
 import (
@@ -40,6 +44,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
@@ -53,6 +58,8 @@ type Units struct {
 	// S3Writes are S3's class A requests (PutObject...), S3Reads its class
 	// B (GetObject...).
 	S3Writes, S3Reads float64
+	// Events are EventBridge events put (Job State Change).
+	Events float64
 }
 
 // Meter models the units of the DynamoDB requests it sees.
@@ -92,7 +99,7 @@ func conditionFailed(err error) bool {
 func (m *Meter) bill(ctx context.Context, in middleware.DeserializeInput, next middleware.DeserializeHandler) (middleware.DeserializeOutput, middleware.Metadata, error) {
 	out, md, err := next.HandleDeserialize(ctx, in)
 	service, op := awsfault.Call(ctx)
-	if service != "DynamoDB" && service != "S3" {
+	if service != "DynamoDB" && service != "S3" && service != "EventBridge" {
 		return out, md, err
 	}
 	r, ok := out.RawResponse.(*smithyhttp.Response)
@@ -102,6 +109,12 @@ func (m *Meter) bill(ctx context.Context, in middleware.DeserializeInput, next m
 	if service == "S3" {
 		if r.StatusCode < 500 {
 			m.add(s3Request(op))
+		}
+		return out, md, err
+	}
+	if service == "EventBridge" {
+		if put, ok := out.Result.(*eventbridge.PutEventsOutput); ok && err == nil {
+			m.add(Units{Events: float64(len(put.Entries) - int(put.FailedEntryCount))})
 		}
 		return out, md, err
 	}
@@ -225,6 +238,7 @@ func (m *Meter) add(u Units) {
 	m.units.RRU += u.RRU
 	m.units.S3Writes += u.S3Writes
 	m.units.S3Reads += u.S3Reads
+	m.units.Events += u.Events
 }
 
 // s3Request is one S3 request of operation op, in its price class.
@@ -269,7 +283,7 @@ func LoadPrices(path string) (Prices, error) {
 		}
 		p[strings.TrimSpace(cols[0])] = usd / per
 	}
-	for _, k := range []string{"dynamodb_wru", "dynamodb_rru", "sqs_request", "lambda_request", "sfn_standard_transition", "sfn_express_request", "sfn_express_gb_second", "s3_put_request", "s3_get_request"} {
+	for _, k := range []string{"dynamodb_wru", "dynamodb_rru", "sqs_request", "lambda_request", "sfn_standard_transition", "sfn_express_request", "sfn_express_gb_second", "s3_put_request", "s3_get_request", "eventbridge_event"} {
 		if _, ok := p[k]; !ok {
 			return nil, fmt.Errorf("price table %s has no row %q", path, k)
 		}

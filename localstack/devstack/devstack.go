@@ -23,6 +23,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -128,6 +129,10 @@ type Stack struct {
 	Restored       StateCounts
 	RestoreSkipped error
 
+	// EventBridge is a plain client, as DynamoDB and SQS are: a test sets
+	// up rules on the stack's bus (Resources.EventBuses) with it.
+	EventBridge *eventbridge.Client
+
 	log       *slog.Logger
 	statePath string // saved by Close; set once the restore succeeded, so a failed start never overwrites the file
 	cancel    context.CancelFunc
@@ -222,12 +227,13 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	}
 	s.DynamoDB, s.SQS = dynamodb.NewFromConfig(cfg), sqs.NewFromConfig(cfg)
 	s.S3 = s3.NewFromConfig(cfg, blobstore.Options(true))
+	s.EventBridge = eventbridge.NewFromConfig(cfg)
 	tmpl, err := bootstrap.Parse(o.TemplatePath)
 	if err != nil {
 		ln.Close()
 		return nil, err
 	}
-	res, err := bootstrap.Provision(ctx, s.DynamoDB, s.SQS, sfn.NewFromConfig(cfg), s.S3, tmpl, o.StackName)
+	res, err := bootstrap.Provision(ctx, s.DynamoDB, s.SQS, sfn.NewFromConfig(cfg), s.S3, s.EventBridge, tmpl, o.StackName)
 	if err != nil {
 		ln.Close()
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	ftypes "github.com/aws/aws-sdk-go-v2/service/sfn/types"
@@ -121,7 +122,7 @@ func timerStack(ctx context.Context, t *testing.T, name string) (*sqs.Client, *s
 	tpl, err := bootstrap.Parse("../../template.yaml")
 	require.NoError(t, err)
 	s3c := s3.NewFromConfig(cfg, func(o *s3.Options) { o.UsePathStyle = true })
-	stack, err := bootstrap.Provision(ctx, dynamodb.NewFromConfig(cfg), sq, sf, s3c, tpl, name)
+	stack, err := bootstrap.Provision(ctx, dynamodb.NewFromConfig(cfg), sq, sf, s3c, eventbridge.NewFromConfig(cfg), tpl, name)
 	require.NoError(t, err)
 	return sq, sf, stack
 }

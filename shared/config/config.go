@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
@@ -27,6 +28,8 @@ import (
 	"github.com/stepflow/stepflow/shared/blobstore"
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
+	"github.com/stepflow/stepflow/shared/eventbus"
+	"github.com/stepflow/stepflow/shared/logging"
 	"github.com/stepflow/stepflow/shared/netguard"
 	"github.com/stepflow/stepflow/shared/queue"
 	"github.com/stepflow/stepflow/shared/store"
@@ -75,6 +78,11 @@ type Settings struct {
 	// domain.DefaultInlineLimit when unset): the largest payload or output
 	// kept inline.
 	InlineLimit int
+	// EventBus is STEPFLOW_EVENT_BUS (optional): the EventBridge bus that
+	// gets a "Job State Change" event for each job-level transition.
+	// Without it, or with STEPFLOW_JOB_STATE_EVENTS=Disabled (template
+	// parameter JobStateEvents), none is sent.
+	EventBus string
 }
 
 // FromEnv reads Settings, naming any variable that is missing.
@@ -130,6 +138,14 @@ func FromEnv(getenv func(string) string) (Settings, error) {
 		}
 	}
 	s.DataBucket = getenv("STEPFLOW_DATA_BUCKET")
+	s.EventBus = getenv("STEPFLOW_EVENT_BUS")
+	switch v := getenv("STEPFLOW_JOB_STATE_EVENTS"); v {
+	case "", "Enabled":
+	case "Disabled":
+		s.EventBus = ""
+	default:
+		return s, fmt.Errorf("environment variable STEPFLOW_JOB_STATE_EVENTS must be Enabled or Disabled, not %q", v)
+	}
 	s.InlineLimit = domain.DefaultInlineLimit
 	if v := getenv("STEPFLOW_INLINE_LIMIT"); v != "" {
 		if s.InlineLimit, err = strconv.Atoi(v); err != nil || s.InlineLimit < 1 || s.InlineLimit > domain.MaxInlineJobBytes/2 {
@@ -155,6 +171,7 @@ type Clients struct {
 	StepFunctions queue.TimerAPI
 	Lambda        *lambda.Client // the lambda action's
 	S3            *s3.Client
+	EventBridge   *eventbridge.Client
 }
 
 // NewClients builds SDK clients from the default chain (environment,
@@ -174,7 +191,7 @@ func NewClients(ctx context.Context) (Clients, aws.Config, error) {
 func ClientsFrom(cfg aws.Config, apiOptions ...func(*middleware.Stack) error) Clients {
 	cfg.APIOptions = append(slices.Clip(cfg.APIOptions), apiOptions...)
 	return Clients{DynamoDB: dynamodb.NewFromConfig(cfg), SQS: sqs.NewFromConfig(cfg), StepFunctions: sfn.NewFromConfig(cfg), Lambda: lambda.NewFromConfig(cfg),
-		S3: s3.NewFromConfig(cfg, blobstore.Options(cfg.BaseEndpoint != nil))}
+		S3: s3.NewFromConfig(cfg, blobstore.Options(cfg.BaseEndpoint != nil)), EventBridge: eventbridge.NewFromConfig(cfg)}
 }
 
 // Engine wires an engine over the clients.
@@ -208,6 +225,9 @@ func Engine(s Settings, c Clients, log *slog.Logger) *engine.Engine {
 		e.Blobs = blobstore.New(c.S3, s.DataBucket)
 	}
 	e.InlineLimit = s.InlineLimit
+	if s.EventBus != "" && c.EventBridge != nil {
+		e.Publisher = eventbus.New(c.EventBridge, s.EventBus)
+	}
 	return e
 }
 
@@ -226,9 +246,10 @@ func (a App) ReadyTokens() func(queueARN, receipt string) string {
 }
 
 // FromLambdaEnv is what each function's main calls: settings from the
-// environment, clients from the default chain, a JSON logger.
+// environment, clients from the default chain, a JSON logger (at Info:
+// a line per job change, and warnings and errors).
 func FromLambdaEnv(ctx context.Context) (App, error) {
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	log := logging.JSON(os.Stderr, slog.LevelInfo)
 	s, err := FromEnv(os.Getenv)
 	if err != nil {
 		return App{Log: log}, err

@@ -60,6 +60,9 @@ type Engine struct {
 	// InlineLimit is the largest payload or output kept in the job's item
 	// (STEPFLOW_INLINE_LIMIT; domain.DefaultInlineLimit when zero).
 	InlineLimit int
+	// Publisher sends each saved change's job-level transitions
+	// (STEPFLOW_EVENT_BUS); nil sends none.
+	Publisher Publisher
 
 	rngMu sync.Mutex
 	rng   *mrand.Rand
@@ -170,6 +173,7 @@ func (e *Engine) mutateFrom(ctx context.Context, tenant, id string, cached *doma
 			return nil, err
 		}
 		e.recordStats(ctx, j, prevState, waitingBefore, now)
+		e.afterWrite(ctx, j, prevState, loaded)
 		return j, nil
 	}
 	return nil, fmt.Errorf("job %s: gave up after %d lost races: %w", id, maxRaces, domain.ErrVersionConflict)
@@ -238,7 +242,7 @@ func (e *Engine) flushStats(ctx context.Context, force bool) {
 	e.statsMu.Unlock()
 	for tenant, d := range pending {
 		if err := e.Store.RecordStats(context.WithoutCancel(ctx), tenant, d, now); err != nil {
-			e.Log.Warn("stats not recorded", "tenant", tenant, "err", err)
+			e.Log.WarnContext(ctx, "stats not recorded", "tenant", tenant, "err", err)
 		}
 	}
 }
@@ -250,7 +254,7 @@ func (e *Engine) dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispat
 		return
 	}
 	if err := e.Queue.Dispatch(ctx, j, ds); err != nil {
-		e.Log.Warn("dispatch failed; the sweep will re-send", "job", j.ID, "err", err)
+		e.Log.WarnContext(ctx, "dispatch failed; the sweep will re-send", "job", j.ID, "err", err)
 	}
 }
 
@@ -291,6 +295,7 @@ func (e *Engine) Submit(ctx context.Context, tenant string, body []byte, idemKey
 	}
 	if created {
 		e.noteCreated(j)
+		e.afterWrite(ctx, j, domain.JobInitial, 0)
 	}
 	// A replay of a job that has not started yet dispatches again: the
 	// first request may have died between its write and its send, and a
@@ -415,9 +420,9 @@ func compactJSON(b []byte) ([]byte, error) {
 // quarantine sets aside a job that cannot be read, so no sweep or message
 // meets it again; the failure is logged and counted by the caller.
 func (e *Engine) quarantine(ctx context.Context, tenant, id string, cause error) {
-	e.Log.Error("job quarantined: its stored data cannot be read", "tenant", tenant, "job", id, "err", cause)
+	e.Log.ErrorContext(ctx, "job quarantined: its stored data cannot be read", "tenant", tenant, "job", id, "err", cause)
 	if err := e.Store.Quarantine(context.WithoutCancel(ctx), tenant, id, cause.Error(), e.now()); err != nil {
-		e.Log.Warn("quarantine not written; the next sweep tries again", "job", id, "err", err)
+		e.Log.WarnContext(ctx, "quarantine not written; the next sweep tries again", "job", id, "err", err)
 	}
 }
 

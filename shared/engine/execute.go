@@ -102,7 +102,7 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 	case errors.Is(err, errLiveLease):
 		if d.Token != "" {
 			if qerr := e.Queue.Extend(ctx, d.Token, hideFor); qerr != nil {
-				e.Log.Warn("held message not hidden; it comes back at its visibility timeout", "job", m.Job, "err", qerr)
+				e.Log.WarnContext(ctx, "held message not hidden; it comes back at its visibility timeout", "job", m.Job, "err", qerr)
 			}
 		}
 		e.passWake(ctx, m.Tenant, m.Wake)

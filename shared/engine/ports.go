@@ -214,3 +214,33 @@ func OutcomeDelta(state domain.JobState) StatsDelta {
 	}
 	return StatsDelta{}
 }
+
+// Publisher sends the job-level transitions of a saved change as "Job
+// State Change" events (shared/eventbus on AWS; shared/memory records
+// them). It is called after the write, once per change, with every
+// job-level transition the write made, in order. Best effort: a failed
+// publish is logged and the change stands; the job's event log is the
+// record, and a consumer that must miss nothing reads it.
+type Publisher interface {
+	Publish(ctx context.Context, changes []JobStateChange) error
+}
+
+// JobStateChange is one job-level transition, the detail of a "Job State
+// Change" event. Job and Seq identify it: a consumer that sees one twice
+// (a publish retried) drops the second.
+type JobStateChange struct {
+	Tenant string          `json:"tenant"`
+	JobID  string          `json:"job_id"`
+	From   domain.JobState `json:"from"` // "" for a new job
+	To     domain.JobState `json:"to"`
+	At     time.Time       `json:"at"`
+	// Event is the job event that made the transition (job_created,
+	// job_leased, ...), Seq its place in the job's event log.
+	Event      string `json:"event"`
+	Seq        int    `json:"seq"`
+	ScheduleID string `json:"schedule_id,omitempty"` // the schedule whose tick made the job
+	// Step and Error say, for a transition to FAILED, which step failed
+	// the job and why.
+	Step  string            `json:"step,omitempty"`
+	Error *domain.StepError `json:"error,omitempty"`
+}

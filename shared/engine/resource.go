@@ -270,7 +270,7 @@ func (e *Engine) releaseSlot(ctx context.Context, tenant, resource, key string) 
 	})
 	if err != nil {
 		if !errors.Is(err, domain.ErrNotFound) {
-			e.Log.Warn("slot not released; it comes back when its lease expires", "resource", resource, "slot", key, "err", err)
+			e.Log.WarnContext(ctx, "slot not released; it comes back when its lease expires", "resource", resource, "slot", key, "err", err)
 		}
 		return
 	}
@@ -289,7 +289,7 @@ func (e *Engine) wake(ctx context.Context, tenant, resource string, woken []doma
 			s.Spec.Action = domain.ActionSpec{Type: domain.ActionWorker, Queue: w.Queue}
 		}
 		if err := e.Queue.Dispatch(ctx, j, []domain.Dispatch{{Step: s, Wake: resource}}); err != nil {
-			e.Log.Warn("waiter not woken; the sweep sends its step again", "job", w.Job, "step", w.Step, "err", err)
+			e.Log.WarnContext(ctx, "waiter not woken; the sweep sends its step again", "job", w.Job, "step", w.Step, "err", err)
 		}
 	}
 }

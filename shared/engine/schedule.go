@@ -199,7 +199,7 @@ func (e *Engine) FireSchedules(ctx context.Context) (ScheduleReport, error) {
 		if err := e.fireSchedule(ctx, k, &rep); err != nil {
 			// Left due: the next sweep tries the tick again.
 			rep.Errors++
-			e.Log.Warn("schedule not fired", "tenant", k.Tenant, "schedule", k.ID, "err", err)
+			e.Log.WarnContext(ctx, "schedule not fired", "tenant", k.Tenant, "schedule", k.ID, "err", err)
 		}
 	}
 	return rep, nil
@@ -270,6 +270,7 @@ func (e *Engine) fireSchedule(ctx context.Context, k DueSchedule, rep *ScheduleR
 		}
 		rep.Fired++
 		e.noteCreated(run)
+		e.afterWrite(ctx, run, domain.JobInitial, 0)
 		e.dispatch(ctx, run, run.Outstanding(now))
 		return nil
 	}

@@ -69,20 +69,20 @@ func (e *Engine) Sweep(ctx context.Context) (SweepReport, error) {
 			e.quarantine(ctx, k.Tenant, k.ID, err)
 			rep.Quarantined++
 		case domain.CodeOf(err) != domain.CodeInternal || errors.Is(err, errPanic):
-			e.Log.Error("sweep could not move a job on; deferred", "tenant", k.Tenant, "job", k.ID, "err", err, "retry_after", SweepRetryAfter)
+			e.Log.ErrorContext(ctx, "sweep could not move a job on; deferred", "tenant", k.Tenant, "job", k.ID, "err", err, "retry_after", SweepRetryAfter)
 			if derr := e.Store.Defer(ctx, k, e.now().Add(SweepRetryAfter)); derr != nil {
-				e.Log.Warn("deferral not written", "job", k.ID, "err", derr)
+				e.Log.WarnContext(ctx, "deferral not written", "job", k.ID, "err", derr)
 			}
 			rep.Deferred++
 		default:
 			rep.Errors++
-			e.Log.Warn("sweep skipped a job", "tenant", k.Tenant, "job", k.ID, "err", err)
+			e.Log.WarnContext(ctx, "sweep skipped a job", "tenant", k.Tenant, "job", k.ID, "err", err)
 		}
 	}
 	// Schedules after jobs: a failure there never holds recovery back.
 	sr, err := e.FireSchedules(ctx)
 	if err != nil && ctx.Err() == nil {
-		e.Log.Warn("sweep could not read the due schedules", "err", err)
+		e.Log.WarnContext(ctx, "sweep could not read the due schedules", "err", err)
 		sr.Errors++
 	}
 	rep.SchedulesDue, rep.Fired, rep.Skipped, rep.Errors = sr.Due, sr.Fired, sr.Skipped, rep.Errors+sr.Errors
@@ -109,7 +109,7 @@ func (e *Engine) sweepJob(ctx context.Context, tenant, id string, rep *SweepRepo
 			// nothing more the second time). The item's TTL follows.
 			if j.DataDue(now) {
 				if e.Blobs == nil {
-					e.Log.Warn("a finished job's stored data cannot be deleted: no blob store is configured (STEPFLOW_DATA_BUCKET); the bucket's lifecycle rule expires it", "job", j.ID)
+					e.Log.WarnContext(ctx, "a finished job's stored data cannot be deleted: no blob store is configured (STEPFLOW_DATA_BUCKET); the bucket's lifecycle rule expires it", "job", j.ID)
 				} else if _, err := e.Blobs.DeletePrefix(ctx, domain.JobDataPrefix(j.Tenant, j.ID)); err != nil {
 					return fmt.Errorf("delete the data of job %s: %w", j.ID, err)
 				}

@@ -109,13 +109,13 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 			if d.Message.Tenant != tenant {
 				// Queues are per tenant, so this cannot be our own work: leave
 				// it for its owner rather than delete it.
-				e.Log.Warn("claim left a message of another tenant", "queue", r.Queue, "job", d.Message.Job)
+				e.Log.WarnContext(ctx, "claim left a message of another tenant", "queue", r.Queue, "job", d.Message.Job)
 				_ = e.Queue.Release(ctx, d.Token)
 				continue
 			}
 			cl, err := e.claimOne(ctx, tenant, r.Worker, d)
 			if err != nil {
-				e.Log.Warn("claim skipped a message", "job", d.Message.Job, "step", d.Message.Step, "err", err)
+				e.Log.WarnContext(ctx, "claim skipped a message", "job", d.Message.Job, "step", d.Message.Step, "err", err)
 				continue
 			}
 			if cl != nil {
@@ -226,7 +226,7 @@ func (e *Engine) claimOne(ctx context.Context, tenant, worker string, d Delivery
 	if err := e.Queue.Extend(ctx, d.Token, lease.ExpiresAt.Sub(e.now())); err != nil {
 		// The lease is written; if the message shows up early, the next
 		// claimer finds the lease live and hides it again.
-		e.Log.Warn("lease visibility not set", "lease", lease.ID, "err", err)
+		e.Log.WarnContext(ctx, "lease visibility not set", "lease", lease.ID, "err", err)
 	}
 	cl := &ClaimedLease{
 		LeaseID: lease.ID, JobID: j.ID, StepID: stepID, Attempt: lease.Attempt, MaxAttempts: s.Spec.Retry.MaxAttempts,
@@ -327,7 +327,7 @@ func (e *Engine) Heartbeat(ctx context.Context, tenant, leaseID string, extend t
 	res.ExpiresAt = &lease.ExpiresAt
 	if lease.Token != "" {
 		if err := e.Queue.Extend(ctx, lease.Token, lease.ExpiresAt.Sub(e.now())); err != nil {
-			e.Log.Warn("heartbeat could not extend the message's visibility", "lease", leaseID, "err", err)
+			e.Log.WarnContext(ctx, "heartbeat could not extend the message's visibility", "lease", leaseID, "err", err)
 		}
 	}
 	return res, nil
@@ -469,7 +469,7 @@ func (e *Engine) finishLease(ctx context.Context, tenant, leaseID string, output
 func (e *Engine) endLease(ctx context.Context, tenant string, j *domain.Job, stepID string, l *domain.Lease, ds []domain.Dispatch) {
 	if l.Token != "" {
 		if err := e.Queue.Ack(ctx, l.Token); err != nil {
-			e.Log.Warn("finished lease's message not deleted; it is dropped when next received", "lease", l.ID, "err", err)
+			e.Log.WarnContext(ctx, "finished lease's message not deleted; it is dropped when next received", "lease", l.ID, "err", err)
 		}
 	}
 	e.releaseSlot(ctx, tenant, l.Resource, l.ID)

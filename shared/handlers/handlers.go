@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/stepflow/stepflow/shared/engine"
+	"github.com/stepflow/stepflow/shared/logging"
 )
 
 // Execute is the ready queues' SQS handler. Each record is handled on its
@@ -52,10 +53,11 @@ func executeRecord(ctx context.Context, e *engine.Engine, tokens func(queueARN, 
 			err = fmt.Errorf("message %s: panic: %v", rec.MessageId, p)
 		}
 	}()
+	ctx = logging.With(ctx, slog.String("message_id", rec.MessageId))
 	var m engine.Message
 	if err := json.Unmarshal([]byte(rec.Body), &m); err != nil || m.Job == "" || m.Tenant == "" || m.Step == "" {
 		// Not a stepflow message: redelivering it cannot help; drop it.
-		e.Log.Warn("dropped a message that names no step", "message_id", rec.MessageId)
+		e.Log.WarnContext(ctx, "dropped a message that names no step")
 		return nil
 	}
 	res, err := e.Execute(ctx, engine.Delivery{Message: m, Token: tokens(rec.EventSourceARN, rec.ReceiptHandle)})

@@ -26,6 +26,7 @@ import (
 
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
+	"github.com/stepflow/stepflow/shared/logging"
 )
 
 // statusOf maps each error code to its HTTP status: the one table.
@@ -130,6 +131,7 @@ type route func(ctx context.Context, tenant string, req *request) (int, any, err
 
 // Handle is the Lambda handler for every HTTP route.
 func (a *API) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	ctx = logging.With(ctx, slog.String("request_id", ev.RequestContext.RequestID))
 	req := &request{ev: ev}
 	h, ok := a.routes()[ev.RouteKey]
 	if !ok || !cleanPath(ev) {

@@ -22,6 +22,8 @@
 //     receives is modelled (the template's maxReceiveCount); ordering is
 //     by send (SQS standard queues promise none), and fair queueing by
 //     message group is not modelled.
+//   - Bus: the job state changes published (engine.Publisher), recorded
+//     in order; EventBridge's rules, targets and retries are not modelled.
 //   - Time is the Clock's: Take never blocks on its wait, and a delay or a
 //     visibility timeout runs out when the test advances the clock.
 package memory

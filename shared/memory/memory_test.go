@@ -243,3 +243,18 @@ func TestBlobURLsExpire(t *testing.T) {
 	_, err = b.Open("https://example.com/t/j/s/1")
 	require.Error(t, err)
 }
+
+func TestPublisherContract(t *testing.T) {
+	t.Parallel()
+	enginetest.PublisherContract(t, func(t *testing.T) enginetest.PublisherFixture {
+		bus := memory.NewBus()
+		return enginetest.PublisherFixture{
+			Publisher: bus,
+			Received: func(t *testing.T, n int) []engine.JobStateChange {
+				got := bus.Changes()
+				require.Len(t, got, n)
+				return got
+			},
+		}
+	})
+}

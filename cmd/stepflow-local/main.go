@@ -215,6 +215,7 @@ Invoke API as stepflow-fn-<name> (and <name>); lambda steps call them there.`,
 			fmt.Fprintf(os.Stderr, `
 stepflow is running
   HTTP API   %s
+  web UI     %s/ui#key=%s
   emulator   %s (DynamoDB serialised by proxy at %s)
   stack      %s (resources from template.yaml)
   lambda     %s (examples/functions: %s)
@@ -228,7 +229,7 @@ stepflow is running
        -d '{"steps":[{"id":"hello","action":{"type":"pass"}}],"payload":{"hi":1}}'
 
 Ctrl-C stops it.
-`, st.URL, emu, st.Endpoint, st.Name, st.Lambda.URL, strings.Join(st.Lambda.Names(), ", "), strings.Join(tenants, ", "),
+`, st.URL, st.URL, firstKey(keys), emu, st.Endpoint, st.Name, st.Lambda.URL, strings.Join(st.Lambda.Names(), ", "), strings.Join(tenants, ", "),
 				stateLine(st, os.Getenv("STEPFLOW_DEV_STATE")), sf, envVarsFile, envVarsFile, devstack.SampleJobID, st.URL, firstKey(keys))
 			<-ctx.Done()
 			fmt.Fprintln(os.Stderr, "stopping")

@@ -63,7 +63,7 @@ type Queue interface {
 	EnsureWorkerQueue(ctx context.Context, tenant, name string) error
 	// Take waits up to wait for deliveries from a tenant's worker queue and
 	// answers at most max, P0 first, in PriorityOrder; ErrNoWorkerQueue if
-	// no job ever named it.
+	// it was never made (EnsureWorkerQueue).
 	Take(ctx context.Context, tenant, name string, max int, wait time.Duration) ([]Delivery, error)
 	// Extend keeps a delivery invisible until d from now.
 	Extend(ctx context.Context, token string, d time.Duration) error
@@ -95,7 +95,7 @@ func HashKey(key string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// ErrNoWorkerQueue answers a take from a worker queue no job ever named.
+// ErrNoWorkerQueue answers a take from a worker queue never made.
 var ErrNoWorkerQueue = errors.New("no such worker queue")
 
 // Message names one runnable step: the body of a dispatch.

@@ -92,15 +92,20 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 		}
 		ds, err := e.Queue.Take(ctx, tenant, r.Queue, r.Max-len(out), wait)
 		if errors.Is(err, ErrNoWorkerQueue) {
-			// No job ever named this queue: a claim creates nothing, and
-			// waits as a long poll on an empty queue would (a worker started
-			// before its first job does not spin), then looks once more.
-			if !waitUntil(ctx, deadline) {
-				return out, nil
+			// No job named this queue yet: a worker may start before its
+			// first job (as with any queue), so the claim makes the queue,
+			// under the same per-tenant bound as a submit, and long-polls it.
+			// A job submitted meanwhile is taken at once, not after the wait.
+			if err := e.Queue.EnsureWorkerQueue(ctx, tenant, r.Queue); err != nil {
+				var de *domain.Error
+				if errors.As(err, &de) && de.Field == "" {
+					named := *de
+					named.Field = "queue"
+					return out, &named
+				}
+				return out, fmt.Errorf("claim %s: %w", r.Queue, err)
 			}
-			if ds, err = e.Queue.Take(ctx, tenant, r.Queue, r.Max-len(out), 0); errors.Is(err, ErrNoWorkerQueue) {
-				return out, nil
-			}
+			ds, err = e.Queue.Take(ctx, tenant, r.Queue, r.Max-len(out), wait)
 		}
 		if err != nil {
 			return out, err
@@ -126,23 +131,6 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 		if len(ds) == 0 || len(out) >= r.Max || ctx.Err() != nil || len(out) > 0 && !time.Now().Before(deadline) {
 			return out, nil
 		}
-	}
-}
-
-// waitUntil waits for the deadline or ctx, answering false when ctx ended
-// first.
-func waitUntil(ctx context.Context, deadline time.Time) bool {
-	d := time.Until(deadline)
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 

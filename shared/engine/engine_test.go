@@ -325,7 +325,7 @@ func TestFatalFailureIsNotRetried(t *testing.T) {
 	require.Equal(t, domain.StepFailed, got.Steps[0].State)
 	require.Equal(t, 1, got.Steps[0].Attempt)
 	require.Equal(t, domain.ClassFatal, got.Steps[0].Error.Class)
-	require.Equal(t, domain.StepCanceled, got.Steps[1].State, "nothing is left waiting in a finished job")
+	require.Equal(t, domain.StepCancelled, got.Steps[1].State, "nothing is left waiting in a finished job")
 	b.clock.Advance(time.Hour)
 	require.Empty(t, b.queue.TakeReady(10))
 	require.Equal(t, engine.SweepReport{}, b.sweep(t))

@@ -18,6 +18,7 @@ import (
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/memory"
+	"github.com/stepflow/stepflow/shared/views"
 )
 
 // The engine's unit tests run it on the in-memory adapters and a clock
@@ -71,6 +72,7 @@ func (b *bundle) checkEveryJob(t *testing.T) {
 			}
 			require.NoError(t, err)
 			require.NoError(t, domain.CheckReplay(j), "job %s", j.ID)
+			require.NoError(t, views.CheckAll(j), "job %s in every vocabulary", j.ID)
 		}
 	}
 }

@@ -9,7 +9,7 @@ import (
 var canonical = vocabulary{
 	tables: func() []Table {
 		never := map[Pair]string{
-			{string(domain.StepWaitingDeps), string(domain.StepLeased)}: "Job.Lease refuses a step whose dependencies have not succeeded; deps_met makes it PENDING first",
+			{string(domain.StepWaitingDeps), string(domain.StepLeased)}:  "Job.Lease refuses a step whose dependencies have not succeeded; deps_met makes it PENDING first",
 			{string(domain.StepLeased), string(domain.StepLeaseTimeout)}: "a lease is taken and started in one write: a stored step is never LEASED",
 			{string(domain.StepNeedsUser), string(domain.StepRunning)}:   "a person's resume makes the step PENDING; it runs only under a new lease",
 		}

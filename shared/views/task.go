@@ -28,12 +28,12 @@ var task = vocabulary{
 					[]string{"failed", "todo"},
 				),
 				Why: map[Pair]string{
-					{Initial, "todo"}:      "POST /v1/jobs validates before it writes: a task is born todo (inbox is never stored)",
-					{"doing", "todo"}:      "a step succeeded and the next one waits for its lease (RUNNING -> QUEUED), or a lease expired and the step went back to the queue",
-					{"doing", "failed"}:    "a step failed for good (FAILED, which the task machine has no word for)",
-					{"blocked", "failed"}:  "a retry timer found the attempts spent, a person rejected an approval, or a wait passed its deadline",
-					{"blocked", "done"}:    "an approval, a signal or a sleep's time closed the last step (WAITING -> COMPLETED)",
-					{"failed", "todo"}:     "POST /v1/jobs/{id}/redrive runs a failed job again",
+					{Initial, "todo"}:     "POST /v1/jobs validates before it writes: a task is born todo (inbox is never stored)",
+					{"doing", "todo"}:     "a step succeeded and the next one waits for its lease (RUNNING -> QUEUED), or a lease expired and the step went back to the queue",
+					{"doing", "failed"}:   "a step failed for good (FAILED, which the task machine has no word for)",
+					{"blocked", "failed"}: "a retry timer found the attempts spent, a person rejected an approval, or a wait passed its deadline",
+					{"blocked", "done"}:   "an approval, a signal or a sleep's time closed the last step (WAITING -> COMPLETED)",
+					{"failed", "todo"}:    "POST /v1/jobs/{id}/redrive runs a failed job again",
 				},
 				Never: map[Pair]string{
 					{"inbox", "todo"}:      "inbox is never stored: a task is born todo or refused with 400",

@@ -179,9 +179,8 @@ func ParseView(s string) (string, error) {
 	if s == "" {
 		return Canonical, nil
 	}
-	v := strings.ToLower(s)
-	if slices.Contains(Names(), v) {
-		return v, nil
+	if slices.Contains(Names(), s) {
+		return s, nil
 	}
 	return "", unknownView(s)
 }

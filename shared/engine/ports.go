@@ -137,11 +137,11 @@ type ActionCall struct {
 
 // ListFilter selects jobs of one tenant, newest first.
 type ListFilter struct {
-	State  domain.JobState // "" for any
+	State domain.JobState // "" for any
 	// States: only jobs in one of these ("" State and none: any). A view's
 	// state word may name several canonical states.
 	States []domain.JobState
-	Queue  string          // "" for any
+	Queue  string // "" for any
 	Limit  int32
 	Cursor string // from the previous page
 

@@ -9,9 +9,10 @@ import (
 var canonical = vocabulary{
 	tables: func() []Table {
 		never := map[Pair]string{
-			{string(domain.StepWaitingDeps), string(domain.StepLeased)}:  "Job.Lease refuses a step whose dependencies have not succeeded; deps_met makes it PENDING first",
-			{string(domain.StepLeased), string(domain.StepLeaseTimeout)}: "a lease is taken and started in one write: a stored step is never LEASED",
-			{string(domain.StepNeedsUser), string(domain.StepRunning)}:   "a person's resume makes the step PENDING; it runs only under a new lease",
+			{string(domain.StepWaitingDeps), string(domain.StepLeased)}:     "Job.Lease refuses a step whose dependencies have not succeeded; deps_met makes it PENDING first",
+			{string(domain.StepLeased), string(domain.StepLeaseTimeout)}:    "a lease is taken and started in one write: a stored step is never LEASED",
+			{string(domain.StepNeedsUser), string(domain.StepRunning)}:      "a person's resume makes the step PENDING; it runs only under a new lease",
+			{string(domain.StepFailedRetryable), string(domain.StepFailed)}: "a retryable failure with no attempt left goes FAILED_FATAL -> FAILED, as the agent platform's retry does with its retries spent",
 		}
 		// A cancel is a change of its own: it finds steps at rest, never in
 		// a state a step passes through inside one change.
@@ -40,6 +41,7 @@ var canonical = vocabulary{
 // canonicalJobNever: moves of the job table the engine never writes.
 var canonicalJobNever = map[Pair]string{
 	{string(domain.JobRetrying), string(domain.JobQueued)}: "the formal table's job_requeued from Retrying: the engine leases the next attempt straight from RETRYING when the backoff ends",
+	{string(domain.JobRetrying), string(domain.JobFailed)}: "a job is RETRYING only while no step runs or waits, and a step fails only from running or waiting: the lease that runs it makes the job RUNNING first",
 }
 
 // attemptPairs: an attempt starts running when its lease is taken and

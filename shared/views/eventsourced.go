@@ -11,13 +11,15 @@ import (
 // and Parked, which it does not have, reads Waiting (a long wait).
 var eventSourced = vocabulary{
 	tables: func() []Table {
+		never := map[Pair]string{}
+		for p, r := range canonicalJobNever {
+			never[Pair{esWord(domain.JobState(p.From)), esWord(domain.JobState(p.To))}] = r
+		}
 		return []Table{{
 			Vocabulary: EventSourced, Level: "job",
 			States:  []string{"Queued", "Running", "Waiting", "Retrying", "Completed", "Failed", "Cancelled"},
 			Allowed: image(canonicalJobPairs, esWord),
-			Never: map[Pair]string{
-				{"Retrying", "Queued"}: canonicalJobNever[Pair{string(domain.JobRetrying), string(domain.JobQueued)}],
-			},
+			Never:   never,
 		}}
 	},
 	moves: func(j *domain.Job, h *history) []Move {

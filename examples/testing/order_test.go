@@ -168,5 +168,5 @@ func TestDeclinedCardFailsTheOrderAtOnce(t *testing.T) {
 	require.Equal(t, s.start, s.env.Now(), "fatal: no retry, no waiting")
 	require.Equal(t, "card declined", got.Steps[1].Error.Message)
 	require.Equal(t, 1, s.gw.calls)
-	require.Equal(t, domain.StepCanceled, got.Steps[2].State)
+	require.Equal(t, domain.StepCancelled, got.Steps[2].State)
 }

@@ -354,7 +354,7 @@ func checkSleeps(j *domain.Job) (problems []string, sleeps []sleepSeen) {
 				if ev.At.Before(wake) {
 					problems = append(problems, fmt.Sprintf("step %s woke at %s, %s before its wake time %s", s.ID(), ev.At.Format(time.RFC3339Nano), wake.Sub(ev.At), wake.Format(time.RFC3339Nano)))
 				}
-			case ev.Step != "" && ev.Step == next && ev.Type != domain.StepCanceled.EventType():
+			case ev.Step != "" && ev.Step == next && ev.Type != domain.StepCancelled.EventType():
 				if ev.At.Before(wake) {
 					problems = append(problems, fmt.Sprintf("step %s moved (%s) at %s, %s before step %s's wake time", next, ev.Type, ev.At.Format(time.RFC3339Nano), wake.Sub(ev.At), s.ID()))
 				} else if seen.slack < 0 {
@@ -460,7 +460,7 @@ func checkApproval(j *domain.Job, calls []raceCall, t *RaceTotals) []string {
 			what = "reject"
 		case ev.Type == domain.StepTimedOut.EventType():
 			what = "timeout"
-		case ev.Type == domain.StepCanceled.EventType():
+		case ev.Type == domain.StepCancelled.EventType():
 			what = "cancel"
 		}
 		if first == "" {

@@ -110,7 +110,7 @@ func TestFatalFailureIsNotRetried(t *testing.T) {
 	j = h.AwaitState(t, keyA, j.ID, domain.JobFailed)
 	require.Len(t, j.Steps[0].Attempts, 1)
 	require.Equal(t, "no such customer", j.Steps[0].Error.Message)
-	require.Equal(t, domain.StepCanceled, j.Steps[1].State, "the step after a failed one never runs, and is not left waiting")
+	require.Equal(t, domain.StepCancelled, j.Steps[1].State, "the step after a failed one never runs, and is not left waiting")
 	require.Empty(t, j.Steps[1].Attempts)
 	h.CheckReplay(t, tenantA, j.ID)
 }
@@ -125,7 +125,7 @@ func TestSleepingJobIsCancelled(t *testing.T) {
 	var cancelled stacktest.Job
 	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/jobs/"+j.ID+"/cancel", keyA, nil, &cancelled)
 	require.Equal(t, domain.JobCancelled, cancelled.State)
-	require.Equal(t, domain.StepCanceled, cancelled.Steps[0].State)
+	require.Equal(t, domain.StepCancelled, cancelled.Steps[0].State)
 	require.Empty(t, cancelled.Steps[0].Attempts, "nothing ever ran it")
 
 	// The sleep's timer arrives after the cancel and does nothing: wait for
@@ -595,7 +595,7 @@ func TestRejectedGateFailsItsJob(t *testing.T) {
 	j = h.Get(t, keyA, j.ID)
 	require.Equal(t, domain.JobFailed, j.State)
 	require.Equal(t, domain.StepFailed, j.Steps[0].State)
-	require.Equal(t, domain.StepCanceled, j.Steps[1].State)
+	require.Equal(t, domain.StepCancelled, j.Steps[1].State)
 	status, _ := h.Call(t, http.MethodPost, "/v1/jobs/"+j.ID+"/steps/gate/approve", keyA, map[string]any{"by": "ann"})
 	require.Equal(t, http.StatusConflict, status, "approve after reject")
 	h.CheckReplay(t, tenantA, j.ID)

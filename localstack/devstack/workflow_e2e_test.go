@@ -124,7 +124,7 @@ func TestCancelStopsARunningWorkerAndAGate(t *testing.T) {
 	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/jobs/"+j.ID+"/cancel", keyA, nil, &cancelled)
 	require.Equal(t, domain.JobCancelled, cancelled.State)
 	for _, s := range cancelled.Steps {
-		require.Equal(t, domain.StepCanceled, s.State, s.ID)
+		require.Equal(t, domain.StepCancelled, s.State, s.ID)
 	}
 	var hb engine.HeartbeatResult
 	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+l[0].LeaseID+"/heartbeat", keyA, nil, &hb)

@@ -126,7 +126,7 @@ func TestWorkerFailsFatal(t *testing.T) {
 	require.Equal(t, b.t0, b.env.Now(), "it failed at once")
 	require.Equal(t, domain.StepFailed, got.Steps[0].State)
 	require.Equal(t, &domain.StepError{Class: domain.ClassFatal, Message: "card declined"}, got.Steps[0].Error)
-	require.Equal(t, domain.StepCanceled, got.Steps[1].State, "what comes after never runs")
+	require.Equal(t, domain.StepCancelled, got.Steps[1].State, "what comes after never runs")
 	b.env.Advance(time.Hour)
 	require.Len(t, b.tasks, 1, "fatal is never retried")
 }
@@ -182,7 +182,7 @@ func TestApprovalGateTimesOutAfter24Hours(t *testing.T) {
 	require.Equal(t, domain.JobFailed, got.State)
 	require.Equal(t, domain.ClassTimeout, got.Steps[1].Error.Class)
 	require.Equal(t, b.t0.Add(24*time.Hour), eventAt(t, got.Events, "step_timed_out", "review"))
-	require.Equal(t, domain.StepCanceled, got.Steps[2].State)
+	require.Equal(t, domain.StepCancelled, got.Steps[2].State)
 	require.Empty(t, b.tasks)
 }
 
@@ -292,7 +292,7 @@ func TestCancelAndRedrive(t *testing.T) {
 	sleeping := b.env.Submit(`{"steps":[{"id":"nap","action":{"type":"sleep","seconds":60}},{"id":"after","action":{"type":"pass"}}]}`)
 	require.Equal(t, domain.JobCancelled, b.env.Cancel(sleeping.ID).State)
 	b.env.Advance(time.Hour)
-	require.Equal(t, domain.StepCanceled, b.env.Step(sleeping.ID, "after").State, "the sleep's timer finds nothing to do")
+	require.Equal(t, domain.StepCancelled, b.env.Step(sleeping.ID, "after").State, "the sleep's timer finds nothing to do")
 
 	broken := true
 	b.handle("q", func(context.Context, *stepflowtest.Task) (any, error) {

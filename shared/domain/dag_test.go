@@ -78,7 +78,7 @@ func TestAFailedBranchCancelsTheRestAndFencesItsSibling(t *testing.T) {
 	require.NoError(t, err)
 	replayOK(t, j)
 	require.Equal(t, JobFailed, j.State)
-	require.Equal(t, map[string]StepState{"a": StepSucceeded, "b": StepFailed, "c": StepCanceled, "d": StepCanceled}, stepStates(j))
+	require.Equal(t, map[string]StepState{"a": StepSucceeded, "b": StepFailed, "c": StepCancelled, "d": StepCancelled}, stepStates(j))
 	c := j.Steps[2]
 	require.Equal(t, AttemptCancelled, c.Attempts[0].State)
 	require.True(t, c.CancelledUnder(lc.ID, at(4*time.Second)), "its worker hears cancel_requested")
@@ -94,7 +94,7 @@ func TestAFailedStepInOrderCancelsTheStepsAfterIt(t *testing.T) {
 	_, err := j.Fail("a", l.ID, Failure{Class: ClassFatal, Message: "no"}, at(time.Second), rand.New(rand.NewPCG(1, 2)))
 	require.NoError(t, err)
 	replayOK(t, j)
-	require.Equal(t, map[string]StepState{"a": StepFailed, "b": StepCanceled, "c": StepCanceled}, stepStates(j))
+	require.Equal(t, map[string]StepState{"a": StepFailed, "b": StepCancelled, "c": StepCancelled}, stepStates(j))
 }
 
 // In a DAG one branch may run while another waits on a person: the job is

@@ -889,7 +889,7 @@ func (j *Job) Cancel(now time.Time) (bool, error) {
 	return true, nil
 }
 
-// cancelOpen ends every unfinished step CANCELED: a lease still out is
+// cancelOpen ends every unfinished step CANCELLED: a lease still out is
 // fenced off (its attempt ends cancelled, so its holder hears
 // cancel_requested and its outcome is refused), and nothing is left
 // waiting inside a finished job.
@@ -1236,7 +1236,7 @@ func (s *Step) AttemptUnder(leaseID string) *Attempt {
 // rather than that it lost.
 func (s *Step) CancelledUnder(leaseID string, now time.Time) bool {
 	a := s.AttemptUnder(leaseID)
-	return s.State == StepCanceled && a != nil && a.State == AttemptCancelled && a.LeaseUntil != nil && now.Before(*a.LeaseUntil)
+	return s.State == StepCancelled && a != nil && a.State == AttemptCancelled && a.LeaseUntil != nil && now.Before(*a.LeaseUntil)
 }
 
 // AlreadyRecorded reports whether leaseID's attempt already ended with the

@@ -700,7 +700,7 @@ func TestCancel(t *testing.T) {
 				if before[s] == StepSucceeded {
 					require.Equal(t, StepSucceeded, s.State)
 				} else {
-					require.Equal(t, StepCanceled, s.State, "step %s", s.ID())
+					require.Equal(t, StepCancelled, s.State, "step %s", s.ID())
 				}
 				require.Nil(t, s.Lease)
 				require.Nil(t, s.ReadyAt)
@@ -983,7 +983,7 @@ func TestEveryNonTerminalStepStateCanBeCancelled(t *testing.T) {
 			continue
 		}
 		require.NoError(t, err, "%s", s)
-		require.Equal(t, StepCanceled, got)
+		require.Equal(t, StepCancelled, got)
 	}
 }
 

@@ -143,7 +143,7 @@ func (j *Job) Redrive(now time.Time) ([]Dispatch, error) {
 	j.EndedAt, j.ExpiresAt = nil, nil
 	var reopened []int
 	for i, s := range j.Steps {
-		if s.State != StepFailed && s.State != StepCanceled || s.ReplacedBy != nil {
+		if s.State != StepFailed && s.State != StepCancelled || s.ReplacedBy != nil {
 			continue
 		}
 		if err := j.stepTo(s, StepEvRedrive, now, "redrive"); err != nil {

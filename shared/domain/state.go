@@ -7,7 +7,7 @@ package domain
 import "strings"
 
 // StepState is the canonical state of one step (the step machine's thirteen
-// states, plus CANCELED, TIMED_OUT and WAITING; docs/model.md#step-states).
+// states, plus CANCELLED, TIMED_OUT and WAITING; docs/model.md#step-states).
 type StepState string
 
 const (
@@ -24,7 +24,7 @@ const (
 	StepFailed            StepState = "FAILED"
 	StepNeedsUser         StepState = "NEEDS_USER"
 	StepLeaseTimeout      StepState = "LEASE_TIMEOUT"
-	StepCanceled          StepState = "CANCELED"
+	StepCancelled         StepState = "CANCELLED"
 	StepTimedOut          StepState = "TIMED_OUT"
 	// StepWaiting: a sleep or wait step holds its job until its time comes
 	// or its signal arrives; nothing runs it.
@@ -36,14 +36,31 @@ func AllStepStates() []StepState {
 	return []StepState{
 		StepPending, StepWaitingDeps, StepLeased, StepRunning, StepSucceeded,
 		StepFailedRetryable, StepRetrying, StepFailedResource, StepSwitchingResource,
-		StepFailedFatal, StepFailed, StepNeedsUser, StepLeaseTimeout, StepCanceled, StepTimedOut, StepWaiting,
+		StepFailedFatal, StepFailed, StepNeedsUser, StepLeaseTimeout, StepCancelled, StepTimedOut, StepWaiting,
 	}
 }
 
 // Terminal reports whether s ends the step within a run of its job: only a
-// redrive of the failed job reopens a FAILED or CANCELED step.
+// redrive of the failed job reopens a FAILED or CANCELLED step.
 func (s StepState) Terminal() bool {
-	return s == StepSucceeded || s == StepFailed || s == StepCanceled
+	return s == StepSucceeded || s == StepFailed || s == StepCancelled
+}
+
+// ParseStepState reads a step state as stored. CANCELED, the spelling of
+// CANCELLED in items and logs written before one spelling was kept across
+// job, step and attempt, reads as CANCELLED, so older jobs still load and
+// replay.
+func ParseStepState(s string) StepState {
+	if s == "CANCELED" {
+		return StepCancelled
+	}
+	return StepState(s)
+}
+
+// UnmarshalText reads a step state through ParseStepState.
+func (s *StepState) UnmarshalText(b []byte) error {
+	*s = ParseStepState(string(b))
+	return nil
 }
 
 // EventType is the event a step transition into s appends: step_<state>.

@@ -64,12 +64,12 @@ var stepTransitions = []Transition[StepState, StepEvent]{
 	{StepEvResume, []StepState{StepNeedsUser}, StepPending},
 	{StepEvWait, []StepState{StepPending}, StepWaiting},
 	{StepEvWake, []StepState{StepWaiting}, StepSucceeded},
-	{StepEvRedrive, []StepState{StepFailed, StepCanceled}, StepPending},
+	{StepEvRedrive, []StepState{StepFailed, StepCancelled}, StepPending},
 	{StepEvCancel, []StepState{
 		StepPending, StepWaitingDeps, StepLeased, StepRunning, StepFailedRetryable, StepRetrying,
 		StepFailedResource, StepSwitchingResource, StepFailedFatal, StepNeedsUser, StepLeaseTimeout, StepTimedOut,
 		StepWaiting,
-	}, StepCanceled},
+	}, StepCancelled},
 }
 
 // JobEvent is a job-level event of the formal job machine

@@ -187,7 +187,7 @@ func TestTerminalStatesHaveNoWayOut(t *testing.T) {
 	}
 	// Within a run nothing leaves a terminal step; only a redrive of the
 	// failed job reopens its failed and cancelled steps.
-	for _, s := range []StepState{StepSucceeded, StepFailed, StepCanceled} {
+	for _, s := range []StepState{StepSucceeded, StepFailed, StepCancelled} {
 		require.True(t, s.Terminal())
 		require.Empty(t, slices.DeleteFunc(stepOut(s), func(e StepEvent) bool { return e == StepEvRedrive }), "terminal step state %s", s)
 	}

@@ -131,7 +131,7 @@ func TestWaitPastItsDeadlineFailsTheJob(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	replayOK(t, j)
-	require.Equal(t, map[string]StepState{"w": StepFailed, "b": StepCanceled}, stepStates(j))
+	require.Equal(t, map[string]StepState{"w": StepFailed, "b": StepCancelled}, stepStates(j))
 	require.Equal(t, ClassTimeout, j.Steps[0].Error.Class)
 	require.Contains(t, j.Steps[0].Error.Message, `no signal "go"`)
 	require.Equal(t, JobFailed, j.State)
@@ -214,11 +214,11 @@ func TestCancelReachesWaitsSleepsAndGates(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, changed)
 	replayOK(t, j)
-	require.Equal(t, map[string]StepState{"w": StepCanceled, "s": StepCanceled, "g": StepCanceled, "r": StepCanceled, "z": StepCanceled}, stepStates(j))
+	require.Equal(t, map[string]StepState{"w": StepCancelled, "s": StepCancelled, "g": StepCancelled, "r": StepCancelled, "z": StepCancelled}, stepStates(j))
 	require.True(t, j.Steps[3].CancelledUnder(l.ID, at(2*time.Second)), "the running worker hears cancel_requested")
 	for _, id := range []string{"w", "s", "g"} {
 		_, err := j.Fire(id, at(time.Hour))
-		requireIllegal(t, err, "step", string(StepCanceled), "timer")
+		requireIllegal(t, err, "step", string(StepCancelled), "timer")
 	}
 	_, n, err := j.FireDue(at(time.Hour))
 	require.NoError(t, err)
@@ -242,7 +242,7 @@ func TestRedriveRunsTheFailedPartAgain(t *testing.T) {
 	_, err = j.Fail("b", lb.ID, Failure{Class: ClassRetryable, Message: "2"}, at(11*time.Second), rng())
 	require.NoError(t, err)
 	require.Equal(t, JobFailed, j.State)
-	require.Equal(t, map[string]StepState{"a": StepSucceeded, "b": StepFailed, "c": StepCanceled, "d": StepCanceled}, stepStates(j))
+	require.Equal(t, map[string]StepState{"a": StepSucceeded, "b": StepFailed, "c": StepCancelled, "d": StepCancelled}, stepStates(j))
 	require.NotNil(t, j.ExpiresAt)
 
 	n := len(j.Events)

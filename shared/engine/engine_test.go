@@ -18,6 +18,7 @@ import (
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/memory"
+	"github.com/stepflow/stepflow/shared/views"
 )
 
 // The engine's unit tests run it on the in-memory adapters and a clock
@@ -71,6 +72,7 @@ func (b *bundle) checkEveryJob(t *testing.T) {
 			}
 			require.NoError(t, err)
 			require.NoError(t, domain.CheckReplay(j), "job %s", j.ID)
+			require.NoError(t, views.CheckAll(j), "job %s in every vocabulary", j.ID)
 		}
 	}
 }
@@ -325,7 +327,7 @@ func TestFatalFailureIsNotRetried(t *testing.T) {
 	require.Equal(t, domain.StepFailed, got.Steps[0].State)
 	require.Equal(t, 1, got.Steps[0].Attempt)
 	require.Equal(t, domain.ClassFatal, got.Steps[0].Error.Class)
-	require.Equal(t, domain.StepCanceled, got.Steps[1].State, "nothing is left waiting in a finished job")
+	require.Equal(t, domain.StepCancelled, got.Steps[1].State, "nothing is left waiting in a finished job")
 	b.clock.Advance(time.Hour)
 	require.Empty(t, b.queue.TakeReady(10))
 	require.Equal(t, engine.SweepReport{}, b.sweep(t))

@@ -137,12 +137,19 @@ type ActionCall struct {
 
 // ListFilter selects jobs of one tenant, newest first.
 type ListFilter struct {
-	State  domain.JobState // "" for any
-	Queue  string          // "" for any
+	State domain.JobState // "" for any
+	// States: only jobs in one of these ("" State and none: any). A view's
+	// state word may name several canonical states.
+	States []domain.JobState
+	Queue  string // "" for any
 	Limit  int32
 	Cursor string // from the previous page
 
 	Schedule string // the runs of this schedule; "" for any job
+	// Jobs: answer each job whole (JobSummary.Job), for a listing in a
+	// view's words. DynamoDB bills a query by the items it reads, not by
+	// the attributes it answers, so this costs no more read units.
+	Jobs bool
 }
 
 // EncodeCursor makes the opaque cursor of a listing that goes on after id;
@@ -175,6 +182,8 @@ type JobSummary struct {
 	Queue string          `json:"queue"`
 	// Schedule names the schedule whose tick made the job.
 	Schedule string `json:"schedule_id,omitempty"`
+	// Job is the whole job, when the filter asked for it (Jobs).
+	Job *domain.Job `json:"-"`
 }
 
 // DueJob names a job in the due index; Due is its due time as found there.

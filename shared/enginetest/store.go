@@ -581,6 +581,9 @@ func listAll(t *testing.T, f StoreFixture, tenant string, lf engine.ListFilter) 
 			if lf.State != "" {
 				require.Equal(t, lf.State, s.State, "job %s", s.ID)
 			}
+			if len(lf.States) > 0 {
+				require.Contains(t, lf.States, s.State, "job %s", s.ID)
+			}
 			if lf.Queue != "" {
 				require.Equal(t, lf.Queue, s.Queue, "job %s", s.ID)
 			}
@@ -670,6 +673,22 @@ func storeListFilters(t *testing.T, f StoreFixture) {
 	require.Equal(t, newestFirst(beta), listAll(t, f, tenantA, engine.ListFilter{State: domain.JobQueued, Queue: "beta", Limit: 1}))
 	require.Empty(t, listAll(t, f, tenantA, engine.ListFilter{State: domain.JobCancelled, Queue: "beta", Limit: 1}))
 	require.Equal(t, newestFirst(cancelled), listAll(t, f, tenantA, engine.ListFilter{State: domain.JobCancelled, Queue: "alpha", Limit: 1}))
+
+	// Several states at once (a view's word), in one listing that pages
+	// whole; Jobs answers each job as stored.
+	either := engine.ListFilter{States: []domain.JobState{domain.JobCancelled, domain.JobCompleted}, Limit: 1}
+	require.Equal(t, newestFirst(cancelled), listAll(t, f, tenantA, either))
+	either.Queue = "beta"
+	require.Empty(t, listAll(t, f, tenantA, either))
+	page, _, err := f.Store.List(ctx, tenantA, engine.ListFilter{States: []domain.JobState{domain.JobCancelled}, Limit: 5, Jobs: true})
+	require.NoError(t, err)
+	require.Len(t, page, 2)
+	for _, js := range page {
+		require.NotNil(t, js.Job, "job %s", js.ID)
+		require.Equal(t, js.ID, js.Job.ID)
+		require.Equal(t, domain.JobCancelled, js.Job.State)
+		require.NotEmpty(t, js.Job.Events)
+	}
 }
 
 func storeListCursor(t *testing.T, f StoreFixture) {

@@ -27,6 +27,7 @@ import (
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/logging"
+	"github.com/stepflow/stepflow/shared/views"
 )
 
 // statusOf maps each error code to its HTTP status: the one table.
@@ -488,11 +489,22 @@ func (a *API) submit(ctx context.Context, tenant string, r *request) (int, any, 
 }
 
 func (a *API) get(ctx context.Context, tenant string, r *request) (int, any, error) {
+	view, err := views.ParseView(r.ev.QueryStringParameters["view"])
+	if err != nil {
+		return 0, nil, err
+	}
 	j, err := a.Engine.Get(ctx, tenant, r.ev.PathParameters["id"])
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, jobView(j), nil
+	if view == views.Canonical {
+		return http.StatusOK, jobView(j), nil
+	}
+	doc, err := views.Project(view, j)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, doc, nil
 }
 
 // Long-polling GET /v1/jobs/{id}/events: wait is at most maxEventsWait
@@ -610,7 +622,22 @@ func (a *API) list(ctx context.Context, tenant string, r *request) (int, any, er
 	if f.Schedule != "" && !domain.ValidScheduleID(f.Schedule) {
 		return 0, nil, domain.Invalid("schedule", "%.70q is not a schedule id", f.Schedule)
 	}
-	if s := q["state"]; s != "" {
+	view, err := views.ParseView(q["view"])
+	if err != nil {
+		return 0, nil, err
+	}
+	var keep func(*domain.Job) bool
+	if s := q["state"]; s != "" && view != views.Canonical {
+		vf, err := views.StateFilter(view, s)
+		if err != nil {
+			return 0, nil, err
+		}
+		if len(vf.States) == 0 {
+			// A word no stored job is ever in (a task's inbox): nothing to read.
+			return http.StatusOK, map[string]any{"jobs": []any{}, "next_cursor": ""}, nil
+		}
+		f.States, keep = vf.States, vf.Keep
+	} else if s != "" {
 		st := domain.JobState(strings.ToUpper(s))
 		valid := false
 		for _, x := range domain.AllJobStates() {
@@ -628,6 +655,7 @@ func (a *API) list(ctx context.Context, tenant string, r *request) (int, any, er
 		}
 		f.Limit = int32(n)
 	}
+	f.Jobs = view != views.Canonical
 	jobs, next, err := a.Engine.List(ctx, tenant, f)
 	if err != nil {
 		return 0, nil, err
@@ -635,7 +663,27 @@ func (a *API) list(ctx context.Context, tenant string, r *request) (int, any, er
 	if jobs == nil {
 		jobs = []engine.JobSummary{}
 	}
-	return http.StatusOK, map[string]any{"jobs": jobs, "next_cursor": next}, nil
+	if view == views.Canonical {
+		return http.StatusOK, map[string]any{"jobs": jobs, "next_cursor": next}, nil
+	}
+	// keep may drop jobs of the page: it is shorter, and next still
+	// resumes right after the last job the store read, so none is skipped.
+	items := []any{}
+	for _, js := range jobs {
+		j := js.Job
+		if j == nil { // unreadable: listed by its attributes alone
+			j = &domain.Job{ID: js.ID, State: js.State, Queue: js.Queue, ScheduleID: js.Schedule}
+		}
+		if keep != nil && !keep(j) {
+			continue
+		}
+		item, err := views.Summarize(view, j)
+		if err != nil {
+			return 0, nil, err
+		}
+		items = append(items, item)
+	}
+	return http.StatusOK, map[string]any{"jobs": items, "next_cursor": next}, nil
 }
 
 func (a *API) cancel(ctx context.Context, tenant string, r *request) (int, any, error) {

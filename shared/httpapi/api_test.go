@@ -336,7 +336,7 @@ func TestCancel(t *testing.T) {
 		var got stacktest.Job
 		h.JSON(t, http.StatusOK, "POST", "/v1/jobs/"+j.ID+"/cancel", stacktest.KeyA, nil, &got)
 		require.Equal(t, domain.JobCancelled, got.State)
-		require.Equal(t, domain.StepCanceled, got.Steps[0].State)
+		require.Equal(t, domain.StepCancelled, got.Steps[0].State)
 	}
 	types := h.EventTypes(t, stacktest.KeyA, j.ID)
 	n := 0

@@ -5,11 +5,13 @@ import (
 	"time"
 
 	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/views"
 )
 
 // JobView is a job as GET /v1/jobs/{id} answers it.
 type JobView struct {
 	ID        string          `json:"id"`
+	View      string          `json:"view"` // canonical: ?view= names the others (shared/views)
 	State     domain.JobState `json:"state"`
 	Queue     string          `json:"queue"`
 	Priority  int             `json:"priority"`
@@ -90,7 +92,7 @@ type LeaseView struct {
 
 func jobView(j *domain.Job) JobView {
 	v := JobView{
-		ID: j.ID, State: j.State, Queue: j.Queue, Priority: j.Priority, Payload: j.Payload,
+		ID: j.ID, View: views.Canonical, State: j.State, Queue: j.Queue, Priority: j.Priority, Payload: j.Payload,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, EndedAt: j.EndedAt, ExpiresAt: j.ExpiresAt, RunAt: j.RunAt, Steps: make([]StepView, 0, len(j.Steps)),
 		Signals: j.Signals, ScheduleID: j.ScheduleID, PayloadRef: j.PayloadRef,
 	}

@@ -84,7 +84,7 @@ func TestDevLogShowsOneLinePerChange(t *testing.T) {
 		"job " + id + " RETRYING  step render RETRYING attempt 1 (retryable: GPU busy)",
 		"job " + id + " RUNNING   step render RUNNING attempt 2 worker w2",
 		"job " + id + " QUEUED    step render SUCCEEDED attempt 2; step ship PENDING",
-		"job " + id + " CANCELLED step ship CANCELED",
+		"job " + id + " CANCELLED step ship CANCELLED",
 	}, lines(t, &out))
 }
 
@@ -95,13 +95,13 @@ func TestChangeLine(t *testing.T) {
 		Job: "01JOB", From: domain.JobRunning, To: domain.JobFailed,
 		Steps: []engine.StepChange{
 			{Step: "a", State: domain.StepFailed, Attempt: 3, Error: &domain.StepError{Class: domain.ClassFatal, Message: strings.Repeat("x", 300)}},
-			{Step: "b", State: domain.StepCanceled, Detail: "another step failed"},
+			{Step: "b", State: domain.StepCancelled, Detail: "another step failed"},
 		},
 		Events: []domain.Event{{Type: domain.NoteReplanned, Detail: "step a replaced by c"}},
 	}
 	line := logging.ChangeLine(at, c)
 	require.True(t, strings.HasPrefix(line, "12:00:01 job 01JOB FAILED    step a FAILED attempt 3 (fatal: xxx"), line)
-	require.Contains(t, line, "(truncated from 300 bytes)); step b CANCELED (another step failed); job replanned (step a replaced by c)")
+	require.Contains(t, line, "(truncated from 300 bytes)); step b CANCELLED (another step failed); job replanned (step a replaced by c)")
 	require.Equal(t, "12:00:01 job 01JOB QUEUED    created by schedule nightly",
 		logging.ChangeLine(at, engine.Change{Job: "01JOB", To: domain.JobQueued, Schedule: "nightly"}))
 }

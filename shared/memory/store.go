@@ -228,10 +228,15 @@ func (s *Store) List(_ context.Context, tenant string, f engine.ListFilter) ([]e
 	var all []engine.JobSummary
 	for k, r := range s.jobs {
 		if k.tenant != tenant || before != "" && k.id >= before ||
-			f.State != "" && r.state != f.State || f.Queue != "" && r.queue != f.Queue || f.Schedule != "" && r.schedule != f.Schedule {
+			f.State != "" && r.state != f.State || len(f.States) > 0 && !slices.Contains(f.States, r.state) ||
+			f.Queue != "" && r.queue != f.Queue || f.Schedule != "" && r.schedule != f.Schedule {
 			continue
 		}
-		all = append(all, engine.JobSummary{ID: k.id, State: r.state, Queue: r.queue, Schedule: r.schedule})
+		js := engine.JobSummary{ID: k.id, State: r.state, Queue: r.queue, Schedule: r.schedule}
+		if f.Jobs {
+			js.Job, _ = r.decode(tenant, k.id) // an unreadable job is listed by its attributes alone
+		}
+		all = append(all, js)
 	}
 	s.mu.Unlock()
 	slices.SortFunc(all, func(a, b engine.JobSummary) int { return strings.Compare(b.ID, a.ID) })

@@ -70,11 +70,21 @@ func (s *Store) listShard(ctx context.Context, tenant string, shard uint32, befo
 	if before != "" {
 		kc = kc.And(expression.Key("sk").LessThan(expression.Value(before)))
 	}
-	b := expression.NewBuilder().WithKeyCondition(kc).
-		WithProjection(expression.NamesList(expression.Name("sk"), expression.Name("state"), expression.Name("queue"), expression.Name("schedule")))
+	proj := expression.NamesList(expression.Name("sk"), expression.Name("state"), expression.Name("queue"), expression.Name("schedule"))
+	if f.Jobs {
+		proj = proj.AddNames(expression.Name("doc"))
+	}
+	b := expression.NewBuilder().WithKeyCondition(kc).WithProjection(proj)
 	var conds []expression.ConditionBuilder
 	if f.State != "" {
 		conds = append(conds, expression.Name("state").Equal(expression.Value(string(f.State))))
+	}
+	if len(f.States) > 0 {
+		in := make([]expression.OperandBuilder, len(f.States))
+		for i, st := range f.States {
+			in[i] = expression.Value(string(st))
+		}
+		conds = append(conds, expression.Name("state").In(in[0], in[1:]...))
 	}
 	if f.Queue != "" {
 		conds = append(conds, expression.Name("queue").Equal(expression.Value(f.Queue)))
@@ -125,7 +135,11 @@ func (s *Store) listShard(ctx context.Context, tenant string, shard uint32, befo
 			if err := decoder.Decode(&ddb.AttributeValueMemberM{Value: it}, &sm); err != nil {
 				return nil, "", fmt.Errorf("list jobs: %w", err)
 			}
-			out = append(out, engine.JobSummary{ID: sm.ID, State: domain.JobState(sm.State), Queue: sm.Queue, Schedule: sm.Schedule})
+			js := engine.JobSummary{ID: sm.ID, State: domain.JobState(sm.State), Queue: sm.Queue, Schedule: sm.Schedule}
+			if f.Jobs {
+				js.Job, _ = decodeJob(it) // an unreadable job is listed by its attributes alone
+			}
+			out = append(out, js)
 		}
 		start = res.LastEvaluatedKey
 		if len(start) == 0 || int32(len(out)) >= f.Limit {

@@ -33,6 +33,7 @@ import (
 	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/handlers"
 	"github.com/stepflow/stepflow/shared/queue"
+	"github.com/stepflow/stepflow/shared/views"
 )
 
 // API keys every test stack knows.
@@ -108,7 +109,8 @@ func New(t testing.TB, opts ...Option) *Harness {
 
 // checkEveryJob requires of every job the test made, in any state, that
 // its events replay to its stored state: each event legal in the
-// transition tables, in order.
+// transition tables, in order; and that its log, read in each
+// vocabulary's words (shared/views), moves only as that vocabulary allows.
 func (h *Harness) checkEveryJob(t testing.TB) {
 	t.Helper()
 	ctx := context.Background()
@@ -124,6 +126,7 @@ func (h *Harness) checkEveryJob(t testing.TB) {
 				}
 				require.NoError(t, err)
 				require.NoError(t, domain.CheckReplay(j), "job %s of %s", j.ID, tenant)
+				require.NoError(t, views.CheckAll(j), "job %s of %s in every vocabulary", j.ID, tenant)
 			}
 			if next == "" {
 				break

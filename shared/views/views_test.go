@@ -1,0 +1,282 @@
+package views
+
+import (
+	"encoding/json"
+	"flag"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepflow/stepflow/shared/domain"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden.json")
+
+var t0 = time.Date(2025, 3, 14, 9, 0, 0, 0, time.UTC)
+
+// gatedJob is a run with an approval gate, then a worker step that fails
+// once (retryable) and succeeds on its retry: every view has something to
+// say about it.
+func gatedJob(t *testing.T) *domain.Job {
+	t.Helper()
+	spec, err := domain.ParseJobSpec([]byte(`{"priority": "P0", "steps": [
+		{"id": "ok", "action": {"type": "approval"}},
+		{"id": "build", "action": {"type": "worker"}, "retry": {"max_attempts": 3, "backoff": "fixed", "initial_delay_ms": 1000}}]}`))
+	require.NoError(t, err)
+	j, err := domain.NewJob("tenant", "job1", spec, "", t0)
+	require.NoError(t, err)
+	_, _, err = j.Approve("ok", domain.Decision{Approved: true, By: "ana"}, t0.Add(time.Minute))
+	require.NoError(t, err)
+	l, err := j.Lease("build", domain.LeaseRequest{Worker: "w1", ViaWorker: true, Nonce: "n1", Duration: 10 * time.Minute}, t0.Add(2*time.Minute))
+	require.NoError(t, err)
+	_, err = j.Fail("build", l.ID, domain.Failure{Class: domain.ClassRetryable, Message: "flaky"}, t0.Add(3*time.Minute), rand.New(rand.NewPCG(1, 2)))
+	require.NoError(t, err)
+	l, err = j.Lease("build", domain.LeaseRequest{Worker: "w1", ViaWorker: true, Nonce: "n2", Duration: 10 * time.Minute}, t0.Add(4*time.Minute))
+	require.NoError(t, err)
+	_, err = j.Complete("build", l.ID, json.RawMessage(`{"artifact": "a.tgz"}`), t0.Add(5*time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, domain.JobCompleted, j.State)
+	return j
+}
+
+func readJob(t *testing.T, name string) *domain.Job {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("testdata", name))
+	require.NoError(t, err)
+	var j domain.Job
+	require.NoError(t, json.Unmarshal(raw, &j))
+	return &j
+}
+
+// Each view's document of the same job, against its golden file: the
+// fixed contract (id, view, state, steps[].id and .state; task's priority
+// and runs, formal's derived_state) is what examples are written against.
+func TestDocuments(t *testing.T) {
+	t.Parallel()
+	j := gatedJob(t)
+	for _, view := range []string{Task, Formal, Gated} {
+		doc, err := Project(view, j)
+		require.NoError(t, err)
+		got, err := json.MarshalIndent(doc, "", "  ")
+		require.NoError(t, err)
+		golden := filepath.Join("testdata", view+".golden.json")
+		if *update {
+			require.NoError(t, os.WriteFile(golden, append(got, '\n'), 0o644))
+		}
+		want, err := os.ReadFile(golden)
+		require.NoError(t, err)
+		require.JSONEq(t, string(want), string(got), view)
+
+		var contract struct {
+			ID, View, State string
+			Steps           []struct{ ID, State string }
+		}
+		require.NoError(t, json.Unmarshal(got, &contract))
+		require.Equal(t, "job1", contract.ID)
+		require.Equal(t, view, contract.View)
+		require.Contains(t, JobWords(view), contract.State)
+		require.Len(t, contract.Steps, 2)
+	}
+}
+
+// The job's log, in each vocabulary, moves in order through the words
+// its lifecycle uses.
+func TestMovesInOrder(t *testing.T) {
+	t.Parallel()
+	j := gatedJob(t)
+	for vocab, want := range map[string][]string{
+		Canonical:    {"(initial) -> QUEUED", "QUEUED -> WAITING", "WAITING -> QUEUED", "QUEUED -> RUNNING", "RUNNING -> RETRYING", "RETRYING -> RUNNING", "RUNNING -> COMPLETED"},
+		Task:         {"(initial) -> todo", "todo -> blocked", "blocked -> todo", "todo -> doing", "doing -> blocked", "blocked -> doing", "doing -> done"},
+		Formal:       {"(initial) -> Queued", "Queued -> Waiting", "Waiting -> Queued", "Queued -> Running", "Running -> Retrying", "Retrying -> Running", "Running -> Completed"},
+		Gated:        {"(initial) -> PENDING", "PENDING -> WAITING_APPROVAL", "WAITING_APPROVAL -> RUNNING", "RUNNING -> SUCCEEDED"},
+		EventSourced: {"(initial) -> Queued", "Queued -> Waiting", "Waiting -> Queued", "Queued -> Running", "Running -> Retrying", "Retrying -> Running", "Running -> Completed"},
+	} {
+		moves, err := Moves(vocab, j)
+		require.NoError(t, err)
+		var got []string
+		for _, m := range moves {
+			if m.Subject == j.ID {
+				got = append(got, m.Pair.String())
+			}
+		}
+		require.Equal(t, want, got, vocab)
+		require.NoError(t, Check(vocab, j), vocab)
+	}
+	moves, err := Moves(Gated, j)
+	require.NoError(t, err)
+	var build, runs []string
+	for _, m := range moves {
+		if m.Subject == "build" {
+			build = append(build, m.Pair.String())
+		}
+	}
+	require.Equal(t, []string{"PENDING -> RUNNING", "RUNNING -> PENDING", "PENDING -> RUNNING", "RUNNING -> SUCCEEDED"}, build)
+	moves, err = Moves(Task, j)
+	require.NoError(t, err)
+	for _, m := range moves {
+		if m.Level == "run" {
+			runs = append(runs, m.Subject+" "+m.Pair.String())
+		}
+	}
+	require.Equal(t, []string{"build#1 (initial) -> running", "build#1 running -> failed", "build#2 (initial) -> running", "build#2 running -> succeeded"}, runs)
+}
+
+// Every move the canonical tables allow reads, in each vocabulary, as a
+// move its table allows (or as no move): the tables are complete, so a
+// legal job never fails Check for want of a row.
+func TestTablesHoldEveryCanonicalMove(t *testing.T) {
+	t.Parallel()
+	allowed := func(vocab, level string) Table {
+		ts, err := Tables(vocab)
+		require.NoError(t, err)
+		for _, tb := range ts {
+			if tb.Level == level {
+				return tb
+			}
+		}
+		t.Fatalf("%s has no %s table", vocab, level)
+		return Table{}
+	}
+	for vocab, word := range map[string]func(domain.JobState) string{Task: taskJobWord, Formal: formalWord, EventSourced: esWord} {
+		level := "job"
+		if vocab == Task {
+			level = "task"
+		}
+		tb := allowed(vocab, level)
+		for _, p := range canonicalJobPairs() {
+			from, to := Initial, word(domain.JobState(p.To))
+			if p.From != Initial {
+				from = word(domain.JobState(p.From))
+			}
+			if from != to {
+				require.True(t, tb.Allows(Pair{from, to}), "%s: canonical %s reads %s -> %s, which its table does not allow", vocab, p, from, to)
+			}
+		}
+		for _, s := range domain.AllJobStates() {
+			require.Contains(t, tb.States, word(s), "%s has no word for %s", vocab, s)
+		}
+	}
+	// A run: QUEUED reads PENDING until the job first moves, RUNNING after.
+	run := allowed(Gated, "run")
+	for _, p := range canonicalJobPairs() {
+		for _, moved := range []bool{false, true} {
+			if !moved && p.From != Initial && p.From != string(domain.JobQueued) || moved && p.From == Initial {
+				continue
+			}
+			from := Initial
+			if p.From != Initial {
+				from = gatedJobWord(domain.JobState(p.From), moved)
+			}
+			to := gatedJobWord(domain.JobState(p.To), moved || p.To != string(domain.JobQueued))
+			if from != to {
+				require.True(t, run.Allows(Pair{from, to}), "gated run: canonical %s reads %s -> %s", p, from, to)
+			}
+		}
+	}
+	// Steps in the gated view: every path between states a step rests in,
+	// through states it only passes, reads as an allowed move.
+	steps := allowed(Gated, "step")
+	next := map[domain.StepState][]domain.StepState{}
+	for _, p := range canonicalStepPairs() {
+		next[domain.StepState(p.From)] = append(next[domain.StepState(p.From)], domain.StepState(p.To))
+	}
+	for _, from := range domain.AllStepStates() {
+		if gatedStepWord(from) == "" {
+			continue
+		}
+		seen := map[domain.StepState]bool{}
+		queue := slices.Clone(next[from])
+		for len(queue) > 0 {
+			s := queue[0]
+			queue = queue[1:]
+			if seen[s] {
+				continue
+			}
+			seen[s] = true
+			if gatedStepWord(s) == "" {
+				queue = append(queue, next[s]...)
+				continue
+			}
+			if p := (Pair{gatedStepWord(from), gatedStepWord(s)}); p.From != p.To {
+				require.True(t, steps.Allows(p), "gated step: canonical %s -> %s reads %s", from, s, p)
+			}
+		}
+	}
+	for _, vocab := range Vocabularies() {
+		ts, err := Tables(vocab)
+		require.NoError(t, err)
+		for _, tb := range ts {
+			for p := range tb.Never {
+				require.True(t, tb.Allows(p), "%s %s: never-made %s is not in the table", vocab, tb.Level, p)
+			}
+			for p := range tb.Why {
+				require.True(t, tb.Allows(p), "%s %s: widening %s is not in the table", vocab, tb.Level, p)
+			}
+			for _, p := range tb.Allowed {
+				require.True(t, p.From == Initial || slices.Contains(tb.States, p.From), "%s %s: %s", vocab, tb.Level, p)
+				require.Contains(t, tb.States, p.To, "%s %s: %s", vocab, tb.Level, p)
+			}
+		}
+	}
+}
+
+// A log with a step move no lifecycle allows (a step SUCCEEDED straight
+// from PENDING) fails Check, naming the job, the event and the pair.
+func TestCheckNamesTheForbiddenMove(t *testing.T) {
+	t.Parallel()
+	j := readJob(t, "forbidden_step.json")
+	err := Check(Gated, j)
+	require.ErrorContains(t, err, "job bad1: event 2: gated step a moved PENDING -> SUCCEEDED, which the gated step table does not allow")
+	err = Check(Canonical, j)
+	require.ErrorContains(t, err, "job bad1: event 2: canonical step a moved PENDING -> SUCCEEDED")
+}
+
+// Stored attempts must be the ones the log started, in the state it left
+// them: an attempt stored succeeded whose step failed is caught.
+func TestCheckHoldsAttemptsToTheLog(t *testing.T) {
+	t.Parallel()
+	j := readJob(t, "attempt_mismatch.json")
+	require.ErrorContains(t, Check(Task, j), "attempt a#1 is stored succeeded, the log says failed")
+}
+
+// The formal view's derived state is computed from the events alone: a
+// stored state the events do not end in is caught.
+func TestCheckDerivedState(t *testing.T) {
+	t.Parallel()
+	j := gatedJob(t)
+	j.State = domain.JobFailed
+	require.ErrorContains(t, Check(Formal, j), "stored Failed, derived from the events (the last state event wins) Completed")
+	require.ErrorContains(t, Check(EventSourced, j), "derived from the events is Completed, the stored status reads Failed")
+}
+
+func TestParseViewAndStateFilter(t *testing.T) {
+	t.Parallel()
+	v, err := ParseView("")
+	require.NoError(t, err)
+	require.Equal(t, Canonical, v)
+	_, err = ParseView("kanban")
+	var de *domain.Error
+	require.ErrorAs(t, err, &de)
+	require.Equal(t, "view", de.Field)
+	require.Contains(t, de.Message, "canonical, task, formal, gated")
+
+	f, err := StateFilter(Task, "BLOCKED")
+	require.NoError(t, err)
+	require.Equal(t, []domain.JobState{domain.JobWaiting, domain.JobParked, domain.JobRetrying}, f.States)
+	f, err = StateFilter(Task, "inbox")
+	require.NoError(t, err)
+	require.Empty(t, f.States)
+	f, err = StateFilter(Gated, "pending")
+	require.NoError(t, err)
+	require.Equal(t, []domain.JobState{domain.JobQueued}, f.States)
+	require.False(t, f.Keep(gatedJob(t)))
+	_, err = StateFilter(Gated, "WAITING")
+	require.ErrorAs(t, err, &de)
+	require.Equal(t, "state", de.Field)
+	require.Contains(t, de.Message, "PENDING, RUNNING, WAITING_APPROVAL, SUCCEEDED, FAILED, CANCELED")
+}

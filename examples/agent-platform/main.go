@@ -261,12 +261,12 @@ func printView(ctx context.Context, c *client.Client, id string, say func(string
 		return fmt.Errorf("canonical view: %w", err)
 	}
 	var v canonicalView
-	if err := json.Unmarshal(raw, &v); err != nil {
-		return fmt.Errorf("canonical view: %w", err)
-	}
-	if v.View != "canonical" {
+	if err := json.Unmarshal(raw, &struct{ View *string }{&v.View}); err != nil || v.View != "canonical" {
 		say("canonical view: (view not available)") // an API before views ignores ?view
 		return nil
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return fmt.Errorf("canonical view: %w", err)
 	}
 	say("canonical view: job %s", v.State)
 	for _, s := range v.Steps {

@@ -55,7 +55,7 @@ var statusAfter = map[string]string{
 	"job_created": "Queued", "job_queued": "Queued", "job_requeued": "Queued", "wait_completed": "Queued",
 	"job_leased": "Running", "job_running": "Running",
 	"job_waiting": "Waiting", "job_parked": "Waiting",
-	"job_retrying": "Retrying",
+	"job_retrying":  "Retrying",
 	"job_completed": "Completed", "job_failed": "Failed", "job_cancelled": "Cancelled",
 }
 

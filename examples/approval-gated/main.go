@@ -68,57 +68,57 @@ func run(ctx context.Context, cfg config) error {
 		{ID: "approve", Action: client.Approval(0)},
 		{ID: "deploy", Action: client.Pass()},
 	}}
-	run, err := c.Submit(ctx, req, client.WithIdempotencyKey(key))
+	created, err := c.Submit(ctx, req, client.WithIdempotencyKey(key))
 	if err != nil {
 		return fmt.Errorf("create the run: %w", err)
 	}
-	say("run %s created (Idempotency-Key %s): build -> approve -> deploy", run.ID, key)
+	say("run %s created (Idempotency-Key %s): build -> approve -> deploy", created.ID, key)
 	again, err := c.Submit(ctx, req, client.WithIdempotencyKey(key))
 	if err != nil {
 		return fmt.Errorf("create the run again: %w", err)
 	}
-	if again.ID != run.ID || !again.Replayed {
-		return fmt.Errorf("the same request under the same key made run %s (replayed %t), not run %s", again.ID, again.Replayed, run.ID)
+	if again.ID != created.ID || !again.Replayed {
+		return fmt.Errorf("the same request under the same key made run %s (replayed %t), not run %s", again.ID, again.Replayed, created.ID)
 	}
 	say("  the same request again: run %s again, nothing created", again.ID)
-	other1 := req
-	other1.Payload = map[string]string{"release": "v9.9.9"}
-	_, err = c.Submit(ctx, other1, client.WithIdempotencyKey(key))
+	otherBody := req
+	otherBody.Payload = map[string]string{"release": "v9.9.9"}
+	_, err = c.Submit(ctx, otherBody, client.WithIdempotencyKey(key))
 	if client.ErrorCode(err) != client.CodeIdempotencyMismatch {
 		return fmt.Errorf("another request under the same key: want 422 idempotency_mismatch, got %v", err)
 	}
 	say("  another request under the same key: %v", err)
 
 	// The run waits at its approval gate; workers never execute it.
-	if _, err := await(ctx, c, run.ID, "the approval gate", func(j *client.Job) bool { return stepState(j, "approve") == "NEEDS_USER" }); err != nil {
+	if _, err := await(ctx, c, created.ID, "the approval gate", func(j *client.Job) bool { return stepState(j, "approve") == "NEEDS_USER" }); err != nil {
 		return err
 	}
-	waiting, err := gatedView(ctx, c, run.ID)
+	waiting, err := gatedView(ctx, c, created.ID)
 	if err != nil {
 		return err
 	}
 	printGated(say, waiting)
 
 	// Tenant isolation: another tenant's key finds no such run.
-	_, err = other.Job(ctx, run.ID)
+	_, err = other.Job(ctx, created.ID)
 	if client.ErrorCode(err) == client.CodeUnauthorized {
 		return fmt.Errorf("the other tenant's key %q is not known to the API (%v): start make dev with STEPFLOW_API_KEYS=dev:dev-key,other:other-key, or set STEPFLOW_OTHER_API_KEY", cfg.OtherAPIKey, err)
 	}
 	if !client.IsNotFound(err) {
-		return fmt.Errorf("another tenant's GET of run %s: want 404, got %v", run.ID, err)
+		return fmt.Errorf("another tenant's GET of run %s: want 404, got %v", created.ID, err)
 	}
-	_, aerr := other.Approve(ctx, run.ID, "approve", client.DecisionRequest{By: "mallory"})
+	_, aerr := other.Approve(ctx, created.ID, "approve", client.DecisionRequest{By: "mallory"})
 	if !client.IsNotFound(aerr) {
-		return fmt.Errorf("another tenant's approve of run %s: want 404, got %v", run.ID, aerr)
+		return fmt.Errorf("another tenant's approve of run %s: want 404, got %v", created.ID, aerr)
 	}
 	say("another tenant: GET run -> 404, approve -> 404")
 
 	// Approve, twice: the second answers the same and changes nothing.
-	first, err := c.Approve(ctx, run.ID, "approve", client.DecisionRequest{By: "ann", Comment: "ship it"})
+	first, err := c.Approve(ctx, created.ID, "approve", client.DecisionRequest{By: "ann", Comment: "ship it"})
 	if err != nil {
 		return fmt.Errorf("approve: %w", err)
 	}
-	second, err := c.Approve(ctx, run.ID, "approve", client.DecisionRequest{By: "ann", Comment: "ship it"})
+	second, err := c.Approve(ctx, created.ID, "approve", client.DecisionRequest{By: "ann", Comment: "ship it"})
 	if err != nil {
 		return fmt.Errorf("approve again: %w", err)
 	}
@@ -128,11 +128,11 @@ func run(ctx context.Context, cfg config) error {
 	}
 	say("approved by %s at %s; approved again: the same decision, nothing written", d1.By, d1.At.Format(time.RFC3339Nano))
 
-	done, err := await(ctx, c, run.ID, "the run to succeed", func(j *client.Job) bool { return j.State == client.JobCompleted })
+	done, err := await(ctx, c, created.ID, "the run to succeed", func(j *client.Job) bool { return j.State == client.JobCompleted })
 	if err != nil {
 		return err
 	}
-	succeeded, err := gatedView(ctx, c, run.ID)
+	succeeded, err := gatedView(ctx, c, created.ID)
 	if err != nil {
 		return err
 	}

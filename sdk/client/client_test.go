@@ -80,6 +80,17 @@ func TestJobsRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, later.Events, len(evs.Events)-3)
 	require.Equal(t, 4, later.Events[0].Seq)
+	require.Equal(t, client.JobCompleted, later.State)
+	require.Equal(t, evs.Events[len(evs.Events)-1].Seq, later.LastSeq)
+
+	// A view is the API's document as it is; the canonical one has the
+	// job's id and state.
+	raw, err := b.c.GetView(b.ctx, j.ID, "canonical")
+	require.NoError(t, err)
+	var doc struct{ ID, State string }
+	require.NoError(t, json.Unmarshal(raw, &doc))
+	require.Equal(t, j.ID, doc.ID)
+	require.Equal(t, "COMPLETED", doc.State)
 
 	// The same idempotency key and body answer the same job.
 	req := client.JobRequest{Steps: []client.StepSpec{pass("x")}}

@@ -63,6 +63,18 @@ func (c *Client) Job(ctx context.Context, id string) (*Job, error) {
 	return &j, nil
 }
 
+// GetView answers a job in one vocabulary's words (GET
+// /v1/jobs/{id}?view=canonical|task|formal|gated) as the API sends it; an
+// unknown view answers a 400 naming the field view.
+func (c *Client) GetView(ctx context.Context, id, view string) (json.RawMessage, error) {
+	var raw json.RawMessage
+	_, _, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/jobs/" + esc(id), query: url.Values{"view": {view}}, out: &raw})
+	if err != nil {
+		return nil, err
+	}
+	return raw, nil
+}
+
 // ListJobsOptions filter and page GET /v1/jobs. Empty fields are not sent.
 type ListJobsOptions struct {
 	State    JobState

@@ -270,6 +270,10 @@ type Event struct {
 type EventList struct {
 	JobID  string  `json:"job_id"`
 	Events []Event `json:"events"`
+	// State is the job's state when the log was read, and LastSeq its last
+	// event's seq: ask again after it.
+	State   JobState `json:"state"`
+	LastSeq int      `json:"last_seq"`
 }
 
 // DecisionRequest is an approve's or a reject's body.

@@ -264,10 +264,10 @@ func (h Durations) Count() int64 {
 // (docs/metrics.md): counted since the counters began, or, in a delta,
 // what a batch of changes adds.
 type StepCounts struct {
-	Moves     map[StepMove]int64                 // step_state_transitions_total
-	Retries   int64                              // step_retries_total: moves into RETRYING
+	Moves     map[StepMove]int64                // step_state_transitions_total
+	Retries   int64                             // step_retries_total: moves into RETRYING
 	Durations map[domain.AttemptState]Durations // step_duration_seconds, by how each attempt ended
-	InState   map[domain.StepState]int64         // steps_by_state (a gauge: moves add and take away)
+	InState   map[domain.StepState]int64        // steps_by_state (a gauge: moves add and take away)
 }
 
 // Empty reports whether the counts hold nothing.

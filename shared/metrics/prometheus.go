@@ -21,7 +21,9 @@ const ContentType = string(expfmt.FmtText)
 // and steps_by_state always, the transitions and durations once there is
 // one to show.
 func Families(c engine.StepCounts) []*dto.MetricFamily {
-	label := func(name, value string) *dto.LabelPair { return &dto.LabelPair{Name: proto.String(name), Value: proto.String(value)} }
+	label := func(name, value string) *dto.LabelPair {
+		return &dto.LabelPair{Name: proto.String(name), Value: proto.String(value)}
+	}
 	counter := func(v float64, labels ...*dto.LabelPair) *dto.Metric {
 		return &dto.Metric{Label: labels, Counter: &dto.Counter{Value: proto.Float64(v)}}
 	}

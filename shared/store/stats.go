@@ -22,7 +22,9 @@ func statsKey(pk, sk string) map[string]ddb.AttributeValue {
 	return map[string]ddb.AttributeValue{"pk": &ddb.AttributeValueMemberS{Value: pk}, "sk": &ddb.AttributeValueMemberS{Value: sk}}
 }
 
-func num(v int64) ddb.AttributeValue { return &ddb.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)} }
+func num(v int64) ddb.AttributeValue {
+	return &ddb.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
+}
 
 // sweepKey is the item that holds the heartbeat's last sweep.
 var sweepKey = statsKey("H", "H")

@@ -28,7 +28,7 @@ import (
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/logging"
-	"github.com/stepflow/stepflow/shared/metrics"
+	"github.com/stepflow/stepflow/shared/metrics/prometheus"
 )
 
 // statusOf maps each error code to its HTTP status: the one table.
@@ -778,10 +778,10 @@ func (a *API) metrics(ctx context.Context, tenant string, _ *request) (int, any,
 		return 0, nil, err
 	}
 	var buf bytes.Buffer
-	if err := metrics.WritePrometheus(&buf, c); err != nil {
+	if err := prometheus.WritePrometheus(&buf, c); err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, text{contentType: metrics.ContentType, body: buf.Bytes()}, nil
+	return http.StatusOK, text{contentType: prometheus.ContentType, body: buf.Bytes()}, nil
 }
 
 func (a *API) claim(ctx context.Context, tenant string, r *request) (int, any, error) {

@@ -1,7 +1,7 @@
 // Package metrics writes the step metrics the engine counts, in the agent
-// platform's names (docs/metrics.md): as CloudWatch Embedded Metric Format
-// records in a function's log (EMF), and as the Prometheus text exposition
-// format GET /v1/metrics answers (Prometheus).
+// platform's names (docs/metrics.md) as CloudWatch Embedded Metric Format
+// records in a function's log (EMF); package prometheus under it writes
+// them in the text exposition format GET /v1/metrics answers.
 package metrics
 
 // The metric names, as the agent platform spells them.

@@ -18,6 +18,7 @@ import (
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/metrics"
+	"github.com/stepflow/stepflow/shared/metrics/prometheus"
 )
 
 func counts() engine.StepCounts {
@@ -49,7 +50,7 @@ func TestPrometheusExpositionIsValid(t *testing.T) {
 	t.Parallel()
 	for name, c := range map[string]engine.StepCounts{"counted": counts(), "nothing yet": {}} {
 		var buf bytes.Buffer
-		require.NoError(t, metrics.WritePrometheus(&buf, c))
+		require.NoError(t, prometheus.WritePrometheus(&buf, c))
 		problems, err := promlint.New(bytes.NewReader(buf.Bytes())).Lint()
 		require.NoError(t, err, name)
 		require.Empty(t, problems, "%s: promtool check metrics would complain:\n%s", name, buf.String())
@@ -63,7 +64,7 @@ func TestPrometheusExpositionIsValid(t *testing.T) {
 func TestPrometheusFigures(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
-	require.NoError(t, metrics.WritePrometheus(&buf, counts()))
+	require.NoError(t, prometheus.WritePrometheus(&buf, counts()))
 	fams := parse(t, buf.String())
 
 	moves := map[string]float64{}

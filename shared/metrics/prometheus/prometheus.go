@@ -1,10 +1,15 @@
-package metrics
+// Package prometheus writes the step metrics in the Prometheus text
+// exposition format GET /v1/metrics answers; it is apart from package
+// metrics so the functions that only write EMF records do not carry
+// expfmt.
+package prometheus
 
 import (
 	"fmt"
 	"io"
 	"maps"
 	"slices"
+	"strings"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -12,6 +17,7 @@ import (
 
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
+	"github.com/stepflow/stepflow/shared/metrics"
 )
 
 // ContentType is the Prometheus text exposition format's.
@@ -28,23 +34,23 @@ func Families(c engine.StepCounts) []*dto.MetricFamily {
 		return &dto.Metric{Label: labels, Counter: &dto.Counter{Value: proto.Float64(v)}}
 	}
 
-	moves := &dto.MetricFamily{Name: proto.String(Transitions), Type: dto.MetricType_COUNTER.Enum(),
+	moves := &dto.MetricFamily{Name: proto.String(metrics.Transitions), Type: dto.MetricType_COUNTER.Enum(),
 		Help: proto.String("Step state transitions, by the state left and the state entered.")}
 	keys := slices.SortedFunc(maps.Keys(c.Moves), func(a, b engine.StepMove) int {
 		if a.From != b.From {
-			return compare(a.From, b.From)
+			return strings.Compare(string(a.From), string(b.From))
 		}
-		return compare(a.To, b.To)
+		return strings.Compare(string(a.To), string(b.To))
 	})
 	for _, m := range keys {
 		moves.Metric = append(moves.Metric, counter(float64(c.Moves[m]), label("from_state", string(m.From)), label("to_state", string(m.To))))
 	}
 
-	retries := &dto.MetricFamily{Name: proto.String(Retries), Type: dto.MetricType_COUNTER.Enum(),
+	retries := &dto.MetricFamily{Name: proto.String(metrics.Retries), Type: dto.MetricType_COUNTER.Enum(),
 		Help:   proto.String("Step retries: moves into RETRYING after a retryable failure or a timeout."),
 		Metric: []*dto.Metric{counter(float64(c.Retries))}}
 
-	durations := &dto.MetricFamily{Name: proto.String(Duration), Type: dto.MetricType_HISTOGRAM.Enum(),
+	durations := &dto.MetricFamily{Name: proto.String(metrics.Duration), Type: dto.MetricType_HISTOGRAM.Enum(),
 		Help: proto.String("How long step attempts ran, by how they ended (status).")}
 	for _, st := range domain.AllAttemptStates() {
 		h, ok := c.Durations[st]
@@ -62,7 +68,7 @@ func Families(c engine.StepCounts) []*dto.MetricFamily {
 		durations.Metric = append(durations.Metric, &dto.Metric{Label: []*dto.LabelPair{label("status", string(st))}, Histogram: hist})
 	}
 
-	gauge := &dto.MetricFamily{Name: proto.String(StepsByState), Type: dto.MetricType_GAUGE.Enum(),
+	gauge := &dto.MetricFamily{Name: proto.String(metrics.StepsByState), Type: dto.MetricType_GAUGE.Enum(),
 		Help: proto.String("Steps in each state now (terminal states count every step that ended there since counting began).")}
 	inState := engine.StepsByState(c)
 	for _, st := range domain.AllStepStates() {

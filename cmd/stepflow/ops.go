@@ -31,8 +31,12 @@ func healthCmd(a *app) *cobra.Command {
 				if h.SuccessRate != nil {
 					rate = fmt.Sprintf("%.1f%%", *h.SuccessRate*100)
 				}
-				fmt.Fprintf(a.stdout, "status        %s\nsuccess rate  %s (24 h: %d completed, %d failed, %d cancelled)\nbacklog       %d\nblocked       %d\n",
-					h.Status, rate, h.Completed, h.Failed, h.Cancelled, h.Backlog, h.Blocked)
+				avg := "-"
+				if h.AvgDuration != nil {
+					avg = fmt.Sprintf("%.1f s", *h.AvgDuration)
+				}
+				fmt.Fprintf(a.stdout, "status        %s\nsuccess rate  %s (24 h: %d completed, %d failed, %d cancelled)\nbacklog       %d\nblocked       %d\navg duration  %s\nheartbeat     %s\n",
+					h.Status, rate, h.Completed, h.Failed, h.Cancelled, h.Backlog, h.Blocked, avg, when(h.LastHeartbeat))
 				for _, r := range h.Reasons {
 					fmt.Fprintf(a.stdout, "  - %s\n", r)
 				}

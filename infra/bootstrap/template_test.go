@@ -47,6 +47,7 @@ func TestParseRealTemplate(t *testing.T) {
 		{"GET", "/v1/jobs/{id}/steps/{step}/output"},
 		{"POST", "/v1/jobs/{id}/steps/{step}/reject"},
 		{"POST", "/v1/jobs/{id}/steps/{step}/resume"},
+		{"GET", "/v1/metrics"},
 		{"GET", "/v1/openapi.json"},
 		{"GET", "/v1/resources"},
 		{"DELETE", "/v1/resources/{id}"},

@@ -40,6 +40,7 @@ import (
 	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/handlers"
 	"github.com/stepflow/stepflow/shared/httpapi"
+	"github.com/stepflow/stepflow/shared/metrics"
 	"github.com/stepflow/stepflow/shared/queue"
 	"github.com/stepflow/stepflow/shared/store"
 )
@@ -98,6 +99,10 @@ type Options struct {
 	// LambdaOutput receives those functions' stdout and stderr; nil
 	// discards them.
 	LambdaOutput io.Writer
+	// MetricsOutput receives the EMF records the stack's functions write
+	// to stdout on Lambda (shared/metrics), under the template's
+	// STEPFLOW_METRICS_NAMESPACE; nil writes none.
+	MetricsOutput io.Writer
 	// SampleJob makes the sample job the sample events in events/ act on
 	// (SeedSampleJob); `make dev` does.
 	SampleJob bool
@@ -265,6 +270,10 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	if o.HTTPAllow != "" {
 		res.Env["STEPFLOW_HTTP_ALLOW"] = o.HTTPAllow // validated by FromEnv
 	}
+	if o.ScheduleEvery > 0 {
+		// The heartbeat's period, as the health verdict judges a stale one.
+		res.Env["STEPFLOW_HEARTBEAT_SECONDS"] = fmt.Sprint(int(max((o.ScheduleEvery+time.Second-1)/time.Second, 1)))
+	}
 	if len(o.LambdaDirs) > 0 {
 		if err := s.startLambda(ctx, o); err != nil {
 			ln.Close()
@@ -283,6 +292,9 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	s.Engine = config.Engine(settings, config.ClientsFrom(cfg, o.APIOptions...), o.Log)
 	if o.Now != nil {
 		s.Engine.Now = o.Now
+	}
+	if o.MetricsOutput != nil {
+		s.Engine.Metrics = metrics.NewEMF(o.MetricsOutput, settings.MetricsNamespace)
 	}
 	st := store.New(s.DynamoDB, settings.Table)
 	for key, tenant := range o.APIKeys {

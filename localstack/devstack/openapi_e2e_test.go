@@ -80,6 +80,8 @@ func TestEveryAnswerIsTheOpenAPIDocuments(t *testing.T) {
 	r.call(http.StatusOK, http.MethodGet, "/v1/health", keyA, nil)
 	r.call(http.StatusUnauthorized, http.MethodGet, "/v1/health", "", nil)
 	r.call(http.StatusUnauthorized, http.MethodGet, "/v1/health", "no-such-key", nil)
+	r.call(http.StatusOK, http.MethodGet, "/v1/metrics", keyA, nil)
+	r.call(http.StatusUnauthorized, http.MethodGet, "/v1/metrics", "", nil)
 	r.call(http.StatusNotFound, http.MethodGet, "/v1/nothing-here", keyA, nil)
 	r.call(http.StatusMethodNotAllowed, http.MethodDelete, "/v1/jobs", keyA, nil)
 

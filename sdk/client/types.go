@@ -300,6 +300,11 @@ type Health struct {
 	Completed   int64    `json:"completed_24h"`
 	Failed      int64    `json:"failed_24h"`
 	Cancelled   int64    `json:"cancelled_24h"`
+	// AvgDuration is the average run time, in seconds, of the jobs that
+	// completed or failed in 24 h; nil with none.
+	AvgDuration *float64 `json:"avg_duration_seconds,omitempty"`
+	// LastHeartbeat is when the heartbeat last swept; nil before its first.
+	LastHeartbeat *time.Time `json:"last_heartbeat,omitempty"`
 }
 
 // ResourceRequest is PUT /v1/resources/{id}.

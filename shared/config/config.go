@@ -30,6 +30,7 @@ import (
 	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/eventbus"
 	"github.com/stepflow/stepflow/shared/logging"
+	"github.com/stepflow/stepflow/shared/metrics"
 	"github.com/stepflow/stepflow/shared/netguard"
 	"github.com/stepflow/stepflow/shared/queue"
 	"github.com/stepflow/stepflow/shared/store"
@@ -83,6 +84,14 @@ type Settings struct {
 	// Without it, or with STEPFLOW_JOB_STATE_EVENTS=Disabled (template
 	// parameter JobStateEvents), none is sent.
 	EventBus string
+	// Health is STEPFLOW_HEALTH_* and STEPFLOW_HEARTBEAT_SECONDS
+	// (optional; the template's Health* parameters): the health verdict's
+	// thresholds (engine.DefaultHealthThresholds when unset).
+	Health engine.HealthThresholds
+	// MetricsNamespace is STEPFLOW_METRICS_NAMESPACE (optional): the
+	// CloudWatch namespace of the EMF records a function writes to stdout;
+	// empty writes none.
+	MetricsNamespace string
 }
 
 // FromEnv reads Settings, naming any variable that is missing.
@@ -155,6 +164,10 @@ func FromEnv(getenv func(string) string) (Settings, error) {
 	if _, err := netguard.ParseAllow(s.HTTPAllow); err != nil {
 		return s, fmt.Errorf("environment variable %s: %w", netguard.EnvAllow, err)
 	}
+	if s.Health, err = healthFromEnv(getenv); err != nil {
+		return s, err
+	}
+	s.MetricsNamespace = getenv("STEPFLOW_METRICS_NAMESPACE")
 	s.LambdaAllow = getenv(actions.EnvLambdaAllow)
 	if s.LambdaEndpoint = getenv("STEPFLOW_LAMBDA_ENDPOINT"); s.LambdaEndpoint != "" {
 		if u, err := url.Parse(s.LambdaEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -162,6 +175,56 @@ func FromEnv(getenv func(string) string) (Settings, error) {
 		}
 	}
 	return s, nil
+}
+
+// healthFromEnv reads the health thresholds, each within its range and
+// the unhealthy bound no milder than the degraded one.
+func healthFromEnv(getenv func(string) string) (engine.HealthThresholds, error) {
+	h := engine.DefaultHealthThresholds()
+	intVar := func(name string, lo, hi int64, dst *int64) error {
+		v := getenv(name)
+		if v == "" {
+			return nil
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < lo || n > hi {
+			return fmt.Errorf("environment variable %s must be a whole number from %d to %d, not %q", name, lo, hi, v)
+		}
+		*dst = n
+		return nil
+	}
+	okPct, badPct := int64(h.SuccessOK*100), int64(h.SuccessUnhealthy*100)
+	avg, every := int64(h.AvgDuration/time.Second), int64(h.SweepEvery/time.Second)
+	for _, v := range []struct {
+		name   string
+		lo, hi int64
+		dst    *int64
+	}{
+		{"STEPFLOW_HEALTH_SUCCESS_OK_PERCENT", 0, 100, &okPct},
+		{"STEPFLOW_HEALTH_SUCCESS_UNHEALTHY_PERCENT", 0, 100, &badPct},
+		{"STEPFLOW_HEALTH_BACKLOG_DEGRADED", 1, 1_000_000, &h.BacklogDegraded},
+		{"STEPFLOW_HEALTH_BACKLOG_UNHEALTHY", 1, 1_000_000, &h.BacklogUnhealthy},
+		{"STEPFLOW_HEALTH_BLOCKED_DEGRADED", 1, 1_000_000, &h.BlockedDegraded},
+		{"STEPFLOW_HEALTH_BLOCKED_UNHEALTHY", 1, 1_000_000, &h.BlockedUnhealthy},
+		{"STEPFLOW_HEALTH_AVG_DURATION_SECONDS", 1, 86_400, &avg},
+		{"STEPFLOW_HEALTH_FAILURES_24H", 1, 1_000_000, &h.Failures24h},
+		{"STEPFLOW_HEARTBEAT_SECONDS", 1, 86_400, &every},
+	} {
+		if err := intVar(v.name, v.lo, v.hi, v.dst); err != nil {
+			return h, err
+		}
+	}
+	switch {
+	case badPct > okPct:
+		return h, fmt.Errorf("environment variable STEPFLOW_HEALTH_SUCCESS_UNHEALTHY_PERCENT (%d) must not be above STEPFLOW_HEALTH_SUCCESS_OK_PERCENT (%d)", badPct, okPct)
+	case h.BacklogUnhealthy < h.BacklogDegraded:
+		return h, fmt.Errorf("environment variable STEPFLOW_HEALTH_BACKLOG_UNHEALTHY (%d) must not be below STEPFLOW_HEALTH_BACKLOG_DEGRADED (%d)", h.BacklogUnhealthy, h.BacklogDegraded)
+	case h.BlockedUnhealthy < h.BlockedDegraded:
+		return h, fmt.Errorf("environment variable STEPFLOW_HEALTH_BLOCKED_UNHEALTHY (%d) must not be below STEPFLOW_HEALTH_BLOCKED_DEGRADED (%d)", h.BlockedUnhealthy, h.BlockedDegraded)
+	}
+	h.SuccessOK, h.SuccessUnhealthy = float64(okPct)/100, float64(badPct)/100
+	h.AvgDuration, h.SweepEvery = time.Duration(avg)*time.Second, time.Duration(every)*time.Second
+	return h, nil
 }
 
 // Clients are the AWS clients the engine talks through.
@@ -228,6 +291,7 @@ func Engine(s Settings, c Clients, log *slog.Logger) *engine.Engine {
 	if s.EventBus != "" && c.EventBridge != nil {
 		e.Publisher = eventbus.New(c.EventBridge, s.EventBus)
 	}
+	e.Thresholds = s.Health
 	return e
 }
 
@@ -258,7 +322,13 @@ func FromLambdaEnv(ctx context.Context) (App, error) {
 	if err != nil {
 		return App{Log: log}, err
 	}
-	return App{Engine: Engine(s, c, log), Settings: s, Log: log}, nil
+	e := Engine(s, c, log)
+	if s.MetricsNamespace != "" {
+		// Lambda sends stdout to the function's log group, where CloudWatch
+		// extracts the EMF records' metrics.
+		e.Metrics = metrics.NewEMF(os.Stdout, s.MetricsNamespace)
+	}
+	return App{Engine: e, Settings: s, Log: log}, nil
 }
 
 // MustFromLambdaEnv is FromLambdaEnv for a function's main: a function that

@@ -63,6 +63,12 @@ type Engine struct {
 	// Publisher sends each saved change's job-level transitions
 	// (STEPFLOW_EVENT_BUS); nil sends none.
 	Publisher Publisher
+	// Metrics receives the step metrics at each flush of the counters
+	// (CloudWatch EMF on Lambda); nil sends them nowhere.
+	Metrics MetricsSink
+	// Thresholds judge GET /v1/health (STEPFLOW_HEALTH_*); the zero value
+	// takes DefaultHealthThresholds.
+	Thresholds HealthThresholds
 
 	rngMu sync.Mutex
 	rng   *mrand.Rand
@@ -72,6 +78,7 @@ type Engine struct {
 
 	statsMu      sync.Mutex
 	stats        map[string]StatsDelta // per tenant, not written yet
+	samples      map[domain.AttemptState][]float64
 	statsFlushed time.Time
 }
 
@@ -158,6 +165,7 @@ func (e *Engine) mutateFrom(ctx context.Context, tenant, id string, cached *doma
 		prevState := j.State
 		loaded := len(j.Events)
 		waitingBefore := j.WaitsOnPerson()
+		before := snapshotSteps(j)
 		now := e.now()
 		if err := decide(j, now); err != nil {
 			if errors.Is(err, errNoChange) {
@@ -172,7 +180,7 @@ func (e *Engine) mutateFrom(ctx context.Context, tenant, id string, cached *doma
 		if err != nil {
 			return nil, err
 		}
-		e.recordStats(ctx, j, prevState, waitingBefore, now)
+		e.recordStats(j, prevState, waitingBefore, before, loaded)
 		e.afterWrite(ctx, j, prevState, loaded)
 		return j, nil
 	}
@@ -184,12 +192,16 @@ func (e *Engine) mutateFrom(ctx context.Context, tenant, id string, cached *doma
 // its counters a few times a minute rather than once per job.
 const StatsFlushEvery = 10 * time.Second
 
-// recordStats notes a saved change in the health counters, in memory;
-// FlushStats writes them.
-func (e *Engine) recordStats(_ context.Context, j *domain.Job, prev domain.JobState, waitingBefore bool, _ time.Time) {
+// recordStats notes a saved change in the health counters and the step
+// metrics, in memory; FlushStats writes them. before is the job's steps
+// as loaded, loaded how many events it had.
+func (e *Engine) recordStats(j *domain.Job, prev domain.JobState, waitingBefore bool, before map[string]stepSnapshot, loaded int) {
 	var d StatsDelta
 	if !prev.Terminal() {
 		d = OutcomeDelta(j.State)
+		if j.State == domain.JobCompleted || j.State == domain.JobFailed {
+			d.DurationMs, d.Timed = runTime(j).Milliseconds(), 1
+		}
 	}
 	if w := j.WaitsOnPerson(); w != waitingBefore {
 		d.Blocked = map[bool]int64{true: 1, false: -1}[w]
@@ -197,11 +209,100 @@ func (e *Engine) recordStats(_ context.Context, j *domain.Job, prev domain.JobSt
 	if q := j.State == domain.JobQueued; q != (prev == domain.JobQueued) {
 		d.Queued = map[bool]int64{true: 1, false: -1}[q] // a reclaim or retry queues a job again
 	}
-	e.addStats(j.Tenant, d)
+	samples := countSteps(&d.Steps, j, before, loaded)
+	e.addStats(j.Tenant, d, samples)
 }
 
-// addStats adds to the tenant's counters not written yet.
-func (e *Engine) addStats(tenant string, d StatsDelta) {
+// stepSnapshot is a step as a write found it: its state and the attempts
+// that had ended.
+type stepSnapshot struct {
+	state domain.StepState
+	ended map[int]bool
+}
+
+// snapshotSteps notes j's steps before a decision changes them.
+func snapshotSteps(j *domain.Job) map[string]stepSnapshot {
+	m := make(map[string]stepSnapshot, len(j.Steps))
+	for _, s := range j.Steps {
+		sn := stepSnapshot{state: s.State}
+		for _, a := range s.Attempts {
+			if a.EndedAt != nil {
+				if sn.ended == nil {
+					sn.ended = map[int]bool{}
+				}
+				sn.ended[a.N] = true
+			}
+		}
+		m[s.ID()] = sn
+	}
+	return m
+}
+
+// countSteps adds to c the step moves a write made (the step_ events it
+// appended, each from the state before it: a step a write adds starts
+// PENDING, as Replay has it), the retries among them and the attempts it
+// ended; before is nil for a new job. It answers the ended attempts' run
+// times in seconds, for the metrics sink.
+func countSteps(c *StepCounts, j *domain.Job, before map[string]stepSnapshot, loaded int) map[domain.AttemptState][]float64 {
+	state := make(map[string]domain.StepState, len(j.Steps))
+	for _, s := range j.Steps {
+		if b, ok := before[s.ID()]; ok {
+			state[s.ID()] = b.state
+		} else {
+			state[s.ID()] = domain.StepPending
+			c.Gauge(domain.StepPending, 1)
+		}
+	}
+	for _, ev := range j.Events[min(loaded, len(j.Events)):] {
+		st, ok := strings.CutPrefix(ev.Type, "step_")
+		if !ok {
+			continue
+		}
+		to := domain.StepState(strings.ToUpper(st))
+		from := state[ev.Step]
+		state[ev.Step] = to
+		c.Move(StepMove{From: from, To: to}, 1)
+		c.Gauge(from, -1)
+		c.Gauge(to, 1)
+		if to == domain.StepRetrying {
+			c.Retries++
+		}
+	}
+	var samples map[domain.AttemptState][]float64
+	for _, s := range j.Steps {
+		for _, a := range s.Attempts {
+			if a.EndedAt == nil || a.StartedAt == nil || before[s.ID()].ended[a.N] {
+				continue
+			}
+			d := max(a.EndedAt.Sub(*a.StartedAt), 0)
+			c.Observe(a.State, d)
+			if samples == nil {
+				samples = map[domain.AttemptState][]float64{}
+			}
+			samples[a.State] = append(samples[a.State], d.Seconds())
+		}
+	}
+	return samples
+}
+
+// runTime is how long a job's attempts ran, all together: its duration
+// as the health verdict judges it (time queued, backing off or waiting on
+// a person or a signal is not run time).
+func runTime(j *domain.Job) time.Duration {
+	var d time.Duration
+	for _, s := range j.Steps {
+		for _, a := range s.Attempts {
+			if a.StartedAt != nil && a.EndedAt != nil {
+				d += max(a.EndedAt.Sub(*a.StartedAt), 0)
+			}
+		}
+	}
+	return d
+}
+
+// addStats adds to the tenant's counters not written yet, and samples to
+// the attempt run times the metrics sink has not had yet.
+func (e *Engine) addStats(tenant string, d StatsDelta, samples map[domain.AttemptState][]float64) {
 	if d.Zero() {
 		return
 	}
@@ -216,7 +317,16 @@ func (e *Engine) addStats(tenant string, d StatsDelta) {
 	t.Cancelled += d.Cancelled
 	t.Blocked += d.Blocked
 	t.Queued += d.Queued
+	t.DurationMs += d.DurationMs
+	t.Timed += d.Timed
+	t.Steps.Add(d.Steps)
 	e.stats[tenant] = t
+	for st, v := range samples {
+		if e.samples == nil {
+			e.samples = map[domain.AttemptState][]float64{}
+		}
+		e.samples[st] = append(e.samples[st], v...)
+	}
 }
 
 // FlushStats is called at the end of each invocation. It writes the
@@ -237,13 +347,26 @@ func (e *Engine) flushStats(ctx context.Context, force bool) {
 		e.statsMu.Unlock()
 		return
 	}
-	pending := e.stats
-	e.stats, e.statsFlushed = nil, now
+	pending, samples := e.stats, e.samples
+	e.stats, e.samples, e.statsFlushed = nil, nil, now
 	e.statsMu.Unlock()
+	// The stack's step counters too: the heartbeat reads steps_by_state
+	// there, one item, for the metrics sink.
+	var all StepCounts
 	for tenant, d := range pending {
+		all.Add(d.Steps)
 		if err := e.Store.RecordStats(context.WithoutCancel(ctx), tenant, d, now); err != nil {
 			e.Log.WarnContext(ctx, "stats not recorded", "tenant", tenant, "err", err)
 		}
+	}
+	if all.Empty() {
+		return
+	}
+	if err := e.Store.RecordStats(context.WithoutCancel(ctx), AllTenants, StatsDelta{Steps: all}, now); err != nil {
+		e.Log.WarnContext(ctx, "stats not recorded", "tenant", AllTenants, "err", err)
+	}
+	if e.Metrics != nil {
+		e.Metrics.Emit(ctx, MetricsBatch{At: now, Moves: all.Moves, Retries: all.Retries, Durations: samples})
 	}
 }
 
@@ -334,7 +457,8 @@ func (e *Engine) noteCreated(j *domain.Job) {
 	if j.WaitsOnPerson() {
 		d.Blocked = 1
 	}
-	e.addStats(j.Tenant, d)
+	samples := countSteps(&d.Steps, j, nil, 0)
+	e.addStats(j.Tenant, d, samples)
 }
 
 // ParseTenantList reads a setting that lists tenants: "*" or empty is
@@ -483,53 +607,4 @@ func (e *Engine) Cancel(ctx context.Context, tenant, id string) (*domain.Job, er
 		e.releaseSlot(ctx, tenant, sl.resource, sl.key)
 	}
 	return j, nil
-}
-
-// Health is the verdict of GET /v1/health (the quality platform's
-// thresholds, docs/model.md#health).
-type Health struct {
-	Status      string   `json:"status"` // ok, degraded, unhealthy
-	Reasons     []string `json:"reasons,omitempty"`
-	SuccessRate *float64 `json:"success_rate,omitempty"` // completed / finished over 24 h; absent with no finished job
-	Backlog     int      `json:"backlog"`                // the tenant's jobs submitted and not started yet (over 24 h)
-	Blocked     int64    `json:"blocked"`
-	Completed   int64    `json:"completed_24h"`
-	Failed      int64    `json:"failed_24h"`
-	Cancelled   int64    `json:"cancelled_24h"`
-}
-
-// Health judges a tenant's health: success rate over 24 h (> 95% ok,
-// >= 80% degraded), backlog (its jobs submitted and not started) (< 10 ok, <= 50 degraded) and jobs
-// waiting on a person (< 3 ok, <= 10 degraded). Every figure is the
-// tenant's own.
-func (e *Engine) Health(ctx context.Context, tenant string) (Health, error) {
-	e.flushStats(ctx, true) // this process's own counts, before reading them back
-	st, err := e.Store.Stats(ctx, tenant, e.now())
-	if err != nil {
-		return Health{}, err
-	}
-	// The tenant's own backlog, not the ready queues' length: another
-	// tenant's work never makes this one look unhealthy.
-	backlog := int(max(st.Queued, 0))
-	h := Health{Status: "ok", Backlog: backlog, Blocked: max(st.Blocked, 0), Completed: st.Completed, Failed: st.Failed, Cancelled: st.Cancelled}
-	level := 0
-	judge := func(bad, worse bool, what string) {
-		switch {
-		case worse:
-			level = max(level, 2)
-			h.Reasons = append(h.Reasons, what)
-		case bad:
-			level = max(level, 1)
-			h.Reasons = append(h.Reasons, what)
-		}
-	}
-	if done := st.Completed + st.Failed; done > 0 {
-		rate := float64(st.Completed) / float64(done)
-		h.SuccessRate = &rate
-		judge(rate <= 0.95, rate < 0.80, fmt.Sprintf("success rate %.1f%%", rate*100))
-	}
-	judge(backlog >= 10, backlog > 50, fmt.Sprintf("backlog %d", backlog))
-	judge(h.Blocked >= 3, h.Blocked > 10, fmt.Sprintf("%d jobs blocked on a person", h.Blocked))
-	h.Status = []string{"ok", "degraded", "unhealthy"}[level]
-	return h, nil
 }

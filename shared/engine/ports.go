@@ -47,8 +47,13 @@ type Store interface {
 	// domain.ErrUnauthorized.
 	TenantForKey(ctx context.Context, key string) (string, error)
 	// RecordStats adds to a tenant's counters; Stats sums them over 24 h.
+	// d.Steps goes to the tenant's cumulative step counters, which
+	// StepStats reads; tenant AllTenants keeps the stack's.
 	RecordStats(ctx context.Context, tenant string, d StatsDelta, now time.Time) error
 	Stats(ctx context.Context, tenant string, now time.Time) (Stats, error)
+	StepStats(ctx context.Context, tenant string) (StepCounts, error)
+	// RecordSweep notes when the heartbeat last swept; Stats answers it.
+	RecordSweep(ctx context.Context, at time.Time) error
 }
 
 // Queue carries dispatches. Delivery is at least once: a taken delivery
@@ -198,6 +203,12 @@ type Stats struct {
 	// summed over the same 24 hourly buckets, so a count lost with a
 	// stopped process ages out of the window instead of drifting for ever.
 	Queued int64
+	// DurationMs is the run time of the jobs that completed or failed in
+	// the window (the time their attempts ran), Timed how many they were.
+	DurationMs, Timed int64
+	// LastSweep is when the heartbeat last swept (the stack's, not the
+	// tenant's); nil before its first sweep.
+	LastSweep *time.Time
 }
 
 // StatsDelta is what a batch of changes adds to a tenant's counters.
@@ -205,10 +216,151 @@ type StatsDelta struct {
 	Completed, Failed, Cancelled int64
 	Blocked                      int64 // jobs that started (+) or stopped (-) waiting on a person
 	Queued                       int64 // jobs submitted (+) or that left QUEUED (-)
+	DurationMs, Timed            int64 // run time of jobs that completed or failed, and how many
+	// Steps adds to the cumulative step counters (never windowed).
+	Steps StepCounts
 }
 
 // Zero reports whether the delta changes nothing.
-func (d StatsDelta) Zero() bool { return d == StatsDelta{} }
+func (d StatsDelta) Zero() bool {
+	return d.Completed == 0 && d.Failed == 0 && d.Cancelled == 0 && d.Blocked == 0 && d.Queued == 0 &&
+		d.DurationMs == 0 && d.Timed == 0 && d.Steps.Empty()
+}
+
+// Windowed reports whether the delta adds to the hourly counters.
+func (d StatsDelta) Windowed() bool {
+	return d.Completed != 0 || d.Failed != 0 || d.Cancelled != 0 || d.Queued != 0 || d.DurationMs != 0 || d.Timed != 0
+}
+
+// AllTenants names the stack's own step counters in RecordStats and
+// StepStats: every tenant's together (no tenant name has a '*').
+const AllTenants = "*"
+
+// StepMove is one step transition.
+type StepMove struct{ From, To domain.StepState }
+
+// DurationBuckets are step_duration_seconds' bucket bounds, in seconds.
+var DurationBuckets = [...]float64{0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600}
+
+// Durations is a histogram of attempt run times: Counts[i] attempts took
+// at most DurationBuckets[i] and more than the bound before it; the last
+// count took longer than every bound. SumMs is their total.
+type Durations struct {
+	Counts [len(DurationBuckets) + 1]int64
+	SumMs  int64
+}
+
+// Observe counts one attempt that ran d.
+func (h *Durations) Observe(d time.Duration) {
+	i := 0
+	for i < len(DurationBuckets) && d.Seconds() > DurationBuckets[i] {
+		i++
+	}
+	h.Counts[i]++
+	h.SumMs += d.Milliseconds()
+}
+
+// Count is how many attempts the histogram holds.
+func (h Durations) Count() int64 {
+	var n int64
+	for _, c := range h.Counts {
+		n += c
+	}
+	return n
+}
+
+// StepCounts are step metrics in the agent platform's names
+// (docs/metrics.md): counted since the counters began, or, in a delta,
+// what a batch of changes adds.
+type StepCounts struct {
+	Moves     map[StepMove]int64                // step_state_transitions_total
+	Retries   int64                             // step_retries_total: moves into RETRYING
+	Durations map[domain.AttemptState]Durations // step_duration_seconds, by how each attempt ended
+	InState   map[domain.StepState]int64        // steps_by_state (a gauge: moves add and take away)
+}
+
+// Empty reports whether the counts hold nothing.
+func (c StepCounts) Empty() bool {
+	for _, n := range c.Moves {
+		if n != 0 {
+			return false
+		}
+	}
+	for _, n := range c.InState {
+		if n != 0 {
+			return false
+		}
+	}
+	return c.Retries == 0 && len(c.Durations) == 0
+}
+
+// Add adds o to c.
+func (c *StepCounts) Add(o StepCounts) {
+	for m, n := range o.Moves {
+		c.Move(m, n)
+	}
+	for s, n := range o.InState {
+		c.Gauge(s, n)
+	}
+	c.Retries += o.Retries
+	for st, h := range o.Durations {
+		if c.Durations == nil {
+			c.Durations = map[domain.AttemptState]Durations{}
+		}
+		t := c.Durations[st]
+		for i := range t.Counts {
+			t.Counts[i] += h.Counts[i]
+		}
+		t.SumMs += h.SumMs
+		c.Durations[st] = t
+	}
+}
+
+// Move counts n moves m.
+func (c *StepCounts) Move(m StepMove, n int64) {
+	if c.Moves == nil {
+		c.Moves = map[StepMove]int64{}
+	}
+	c.Moves[m] += n
+}
+
+// Gauge adds n to the steps in state s.
+func (c *StepCounts) Gauge(s domain.StepState, n int64) {
+	if c.InState == nil {
+		c.InState = map[domain.StepState]int64{}
+	}
+	c.InState[s] += n
+}
+
+// Observe counts one attempt that ended in state after running d.
+func (c *StepCounts) Observe(state domain.AttemptState, d time.Duration) {
+	if c.Durations == nil {
+		c.Durations = map[domain.AttemptState]Durations{}
+	}
+	h := c.Durations[state]
+	h.Observe(d)
+	c.Durations[state] = h
+}
+
+// MetricsSink receives the step metrics a process counted, at each flush
+// of its counters (at most every StatsFlushEvery): shared/metrics writes
+// them as CloudWatch Embedded Metric Format records. Best effort.
+type MetricsSink interface {
+	Emit(ctx context.Context, b MetricsBatch)
+}
+
+// MetricsBatch is one flush's step metrics, every tenant's together.
+type MetricsBatch struct {
+	At      time.Time
+	Moves   map[StepMove]int64
+	Retries int64
+	// Durations are the run times of the attempts that ended, in seconds,
+	// by how each ended.
+	Durations map[domain.AttemptState][]float64
+	// InState, set by the heartbeat alone, is steps_by_state: the stack's
+	// steps in each state.
+	InState map[domain.StepState]int64
+}
 
 // OutcomeDelta counts one job finished in state (completed, failed or
 // cancelled; any other state counts nothing).

@@ -86,6 +86,7 @@ func (e *Engine) Sweep(ctx context.Context) (SweepReport, error) {
 		sr.Errors++
 	}
 	rep.SchedulesDue, rep.Fired, rep.Skipped, rep.Errors = sr.Due, sr.Fired, sr.Skipped, rep.Errors+sr.Errors
+	e.noteSweep(ctx, e.now())
 	return rep, nil
 }
 

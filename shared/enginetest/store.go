@@ -49,6 +49,10 @@ var storeChecks = []check[StoreFixture]{
 	{"list refuses foreign or garbage cursors", storeListCursor},
 	{"api keys", storeKeys},
 	{"stats sum 24 hours", storeStats},
+	{"run time sums 24 hours", storeRunTime},
+	{"step counters are cumulative per tenant", storeStepCounters},
+	{"the last sweep", storeSweep},
+	{"health verdict thresholds", storeHealthVerdict},
 }
 
 // newJob builds an unsaved job from a submission body.

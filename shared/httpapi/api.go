@@ -4,6 +4,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/base64"
@@ -27,6 +28,7 @@ import (
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/logging"
+	"github.com/stepflow/stepflow/shared/metrics/prometheus"
 	"github.com/stepflow/stepflow/shared/views"
 )
 
@@ -78,6 +80,7 @@ var owners = map[string]Function{
 	"POST /v1/jobs/{id}/steps/{step}/reject":  EnqueueFunction,
 	"GET /v1/jobs/{id}/steps/{step}/output":   EnqueueFunction,
 	"GET /v1/health":                          EnqueueFunction,
+	"GET /v1/metrics":                         EnqueueFunction,
 	"GET /v1/openapi.json":                    EnqueueFunction, // no key (keyless)
 	"PUT /v1/resources/{id}":                  EnqueueFunction,
 	"GET /v1/resources/{id}":                  EnqueueFunction,
@@ -177,6 +180,7 @@ func (a *API) routes() map[string]route {
 		"POST /v1/jobs/{id}/steps/{step}/reject":  a.decide(false),
 		"GET /v1/jobs/{id}/steps/{step}/output":   a.output,
 		"GET /v1/health":                          a.health,
+		"GET /v1/metrics":                         a.metrics,
 		"GET /v1/openapi.json":                    a.openapi,
 		"PUT /v1/resources/{id}":                  a.putResource,
 		"GET /v1/resources/{id}":                  a.getResource,
@@ -452,6 +456,13 @@ func (a *API) fail(ev events.APIGatewayV2HTTPRequest, err error) events.APIGatew
 func respond(status int, body any, headers map[string]string) events.APIGatewayV2HTTPResponse {
 	if f, ok := body.(uiFile); ok {
 		return f.response(status, headers)
+	}
+	if t, ok := body.(text); ok {
+		h := map[string]string{"content-type": t.contentType}
+		for k, v := range headers {
+			h[k] = v
+		}
+		return events.APIGatewayV2HTTPResponse{StatusCode: status, Headers: h, Body: string(t.body)}
 	}
 	h := map[string]string{"content-type": "application/json"}
 	for k, v := range headers {
@@ -799,6 +810,26 @@ func (a *API) health(ctx context.Context, tenant string, _ *request) (int, any, 
 		return 0, nil, err
 	}
 	return http.StatusOK, h, nil
+}
+
+// text is a body answered as it is, under its own content type.
+type text struct {
+	contentType string
+	body        []byte
+}
+
+// metrics answers the tenant's step metrics in the Prometheus text
+// exposition format (one read of StatsShards items; docs/metrics.md).
+func (a *API) metrics(ctx context.Context, tenant string, _ *request) (int, any, error) {
+	c, err := a.Engine.StepMetrics(ctx, tenant)
+	if err != nil {
+		return 0, nil, err
+	}
+	var buf bytes.Buffer
+	if err := prometheus.WritePrometheus(&buf, c); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, text{contentType: prometheus.ContentType, body: buf.Bytes()}, nil
 }
 
 func (a *API) claim(ctx context.Context, tenant string, r *request) (int, any, error) {

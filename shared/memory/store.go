@@ -68,6 +68,8 @@ type Store struct {
 	keys     map[string]string     // sha256 of an API key -> tenant
 	hours    map[statsKey]engine.StatsDelta
 	blocked  map[string]int64
+	steps    map[string]engine.StepCounts // cumulative, per tenant (and engine.AllTenants)
+	swept    *time.Time
 	maxBytes int
 	// resources are encoded, as stored, so no caller shares a stored value.
 	resources map[jobKey][]byte
@@ -84,7 +86,7 @@ func WithMaxItemBytes(n int) StoreOption { return func(s *Store) { s.maxBytes = 
 func NewStore(opts ...StoreOption) *Store {
 	s := &Store{
 		jobs: map[jobKey]*record{}, idem: map[jobKey]idemRecord{}, keys: map[string]string{},
-		hours: map[statsKey]engine.StatsDelta{}, blocked: map[string]int64{}, maxBytes: MaxItemBytes,
+		hours: map[statsKey]engine.StatsDelta{}, blocked: map[string]int64{}, steps: map[string]engine.StepCounts{}, maxBytes: MaxItemBytes,
 	}
 	for _, o := range opts {
 		o(s)
@@ -332,8 +334,39 @@ func (s *Store) RecordStats(_ context.Context, tenant string, d engine.StatsDelt
 	h.Failed += d.Failed
 	h.Cancelled += d.Cancelled
 	h.Queued += d.Queued
-	s.hours[k] = h
+	h.DurationMs += d.DurationMs
+	h.Timed += d.Timed
+	if d.Windowed() {
+		s.hours[k] = h
+	}
 	s.blocked[tenant] += d.Blocked
+	if !d.Steps.Empty() {
+		c := s.steps[tenant]
+		c.Add(cloneCounts(d.Steps))
+		s.steps[tenant] = c
+	}
+	return nil
+}
+
+// StepStats answers tenant's cumulative step counters (a copy).
+func (s *Store) StepStats(_ context.Context, tenant string) (engine.StepCounts, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return cloneCounts(s.steps[tenant]), nil
+}
+
+func cloneCounts(c engine.StepCounts) engine.StepCounts {
+	var out engine.StepCounts
+	out.Add(c)
+	return out
+}
+
+// RecordSweep notes the heartbeat's last sweep.
+func (s *Store) RecordSweep(_ context.Context, at time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at = at.UTC()
+	s.swept = &at
 	return nil
 }
 
@@ -343,12 +376,18 @@ func (s *Store) Stats(_ context.Context, tenant string, now time.Time) (engine.S
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := engine.Stats{Blocked: s.blocked[tenant]}
+	if s.swept != nil {
+		at := *s.swept
+		st.LastSweep = &at
+	}
 	for h := range 24 {
 		b := s.hours[statsKey{tenant, now.UTC().Add(-time.Duration(h) * time.Hour).Format(hourLayout)}]
 		st.Completed += b.Completed
 		st.Failed += b.Failed
 		st.Cancelled += b.Cancelled
 		st.Queued += b.Queued
+		st.DurationMs += b.DurationMs
+		st.Timed += b.Timed
 	}
 	return st, nil
 }

@@ -3,10 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"sort"
-	"strconv"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -152,96 +149,4 @@ func (s *Store) listShard(ctx context.Context, tenant string, shard uint32, befo
 		return out, "", nil
 	}
 	return out, sk.Value, nil
-}
-
-const hourLayout = "2006010215"
-
-// RecordStats adds a delta to a tenant's counters: the outcomes in their
-// hour, on one of a few shards so a busy tenant has no hot key, and the
-// blocked gauge. One write each, whatever the delta's size: the engine
-// batches a whole invocation's changes into one call.
-func (s *Store) RecordStats(ctx context.Context, tenant string, d engine.StatsDelta, now time.Time) error {
-	if d.Completed+d.Failed+d.Cancelled > 0 || d.Queued != 0 {
-		pk := fmt.Sprintf("S#%s#%s#%d", tenant, now.UTC().Format(hourLayout), rand.IntN(StatsShards))
-		n := func(v int64) ddb.AttributeValue { return &ddb.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)} }
-		_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:                 &s.table,
-			Key:                       map[string]ddb.AttributeValue{"pk": &ddb.AttributeValueMemberS{Value: pk}, "sk": &ddb.AttributeValueMemberS{Value: "S"}},
-			UpdateExpression:          aws.String("ADD n_COMPLETED :c, n_FAILED :f, n_CANCELLED :x, n_QUEUED :q SET #ttl = :ttl"),
-			ExpressionAttributeNames:  map[string]string{"#ttl": "ttl"},
-			ExpressionAttributeValues: map[string]ddb.AttributeValue{":c": n(d.Completed), ":f": n(d.Failed), ":x": n(d.Cancelled), ":q": n(d.Queued), ":ttl": n(now.Add(48 * time.Hour).Unix())},
-		})
-		if err != nil {
-			return fmt.Errorf("record outcomes of tenant %s: %w", tenant, err)
-		}
-	}
-	if d.Blocked != 0 {
-		_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:                 &s.table,
-			Key:                       map[string]ddb.AttributeValue{"pk": &ddb.AttributeValueMemberS{Value: "S#" + tenant + "#blocked"}, "sk": &ddb.AttributeValueMemberS{Value: "S"}},
-			UpdateExpression:          aws.String("ADD blocked :d"),
-			ExpressionAttributeValues: map[string]ddb.AttributeValue{":d": &ddb.AttributeValueMemberN{Value: strconv.FormatInt(d.Blocked, 10)}},
-		})
-		if err != nil {
-			return fmt.Errorf("record blocked count of tenant %s: %w", tenant, err)
-		}
-	}
-	return nil
-}
-
-// statsTries bounds the BatchGetItem calls one Stats makes.
-const statsTries = 5
-
-// Stats sums a tenant's outcome counters over the last 24 hours in one
-// BatchGetItem (24 hours x shards keys, under its limit of 100).
-func (s *Store) Stats(ctx context.Context, tenant string, now time.Time) (engine.Stats, error) {
-	keys := []map[string]ddb.AttributeValue{{
-		"pk": &ddb.AttributeValueMemberS{Value: "S#" + tenant + "#blocked"}, "sk": &ddb.AttributeValueMemberS{Value: "S"},
-	}}
-	for h := range 24 {
-		hour := now.UTC().Add(-time.Duration(h) * time.Hour).Format(hourLayout)
-		for sh := range StatsShards {
-			keys = append(keys, map[string]ddb.AttributeValue{
-				"pk": &ddb.AttributeValueMemberS{Value: fmt.Sprintf("S#%s#%s#%d", tenant, hour, sh)},
-				"sk": &ddb.AttributeValueMemberS{Value: "S"},
-			})
-		}
-	}
-	var st engine.Stats
-	req := map[string]ddb.KeysAndAttributes{s.table: {Keys: keys}}
-	for tries := 0; len(req) > 0; tries++ {
-		if tries > 0 {
-			// Keys left unprocessed (throttling): back off before asking
-			// again, and never answer a partial count as a whole one.
-			if tries == statsTries {
-				return st, fmt.Errorf("read stats of tenant %s: %d keys unprocessed after %d tries", tenant, len(req[s.table].Keys), statsTries)
-			}
-			if err := pause(ctx, time.Duration(20<<tries)*time.Millisecond); err != nil {
-				return st, fmt.Errorf("read stats of tenant %s: %w", tenant, err)
-			}
-		}
-		out, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
-		if err != nil {
-			return st, fmt.Errorf("read stats of tenant %s: %w", tenant, err)
-		}
-		for _, it := range out.Responses[s.table] {
-			var c struct {
-				Completed int64 `json:"n_COMPLETED"`
-				Failed    int64 `json:"n_FAILED"`
-				Cancelled int64 `json:"n_CANCELLED"`
-				Blocked   int64 `json:"blocked"`
-				Queued    int64 `json:"n_QUEUED"`
-			}
-			if err := decoder.Decode(&ddb.AttributeValueMemberM{Value: it}, &c); err != nil {
-				return st, fmt.Errorf("read stats of tenant %s: %w", tenant, err)
-			}
-			st.Completed += c.Completed
-			st.Failed += c.Failed
-			st.Cancelled += c.Cancelled
-			st.Blocked += c.Blocked
-			st.Queued += c.Queued
-		}
-		req = out.UnprocessedKeys
-	}
-	return st, nil
 }

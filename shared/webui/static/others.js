@@ -104,7 +104,9 @@ export function healthView({ signal, main }) {
         fig('waiting on a person', hl.blocked),
         fig('completed, 24 h', hl.completed_24h),
         fig('failed, 24 h', hl.failed_24h),
-        fig('cancelled, 24 h', hl.cancelled_24h)),
+        fig('cancelled, 24 h', hl.cancelled_24h),
+        fig('average run time, 24 h', hl.avg_duration_seconds === undefined ? '-' : `${hl.avg_duration_seconds.toFixed(1)} s`),
+        fig('last heartbeat', hl.last_heartbeat === undefined ? 'never' : new Date(hl.last_heartbeat).toLocaleTimeString())),
       h('p', { class: 'muted' }, 'Your tenant\'s own figures; they may lag other functions by up to 10 s.'));
   }, signal);
 }

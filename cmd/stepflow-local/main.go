@@ -180,9 +180,16 @@ Invoke API as stepflow-fn-<name> (and <name>); lambda steps call them there.`,
 				return err
 			}
 			defer motoLog.Close()
+			// The functions' EMF records, as CloudWatch Logs would get them.
+			metricsPath := filepath.Join(".stepflow", "metrics-"+strings.ReplaceAll(addr, ":", "_")+".log")
+			metricsLog, err := os.Create(metricsPath)
+			if err != nil {
+				return err
+			}
+			defer metricsLog.Close()
 			st, err := devstack.Start(ctx, devstack.Options{
 				Addr: addr, EndpointURL: os.Getenv("AWS_ENDPOINT_URL"), StackName: os.Getenv("STEPFLOW_STACK"),
-				APIKeys: keys, ScheduleEvery: every, Region: env("AWS_REGION", "us-east-1"), Log: log, MotoLog: motoLog,
+				APIKeys: keys, ScheduleEvery: every, Region: env("AWS_REGION", "us-east-1"), Log: log, MotoLog: motoLog, MetricsOutput: metricsLog,
 				HTTPAllow: os.Getenv("STEPFLOW_HTTP_ALLOW"), Env: passedSettings(),
 				LambdaDirs: []string{"examples/functions"}, LambdaOutput: os.Stderr,
 				SampleJob: true, StatePath: os.Getenv("STEPFLOW_DEV_STATE"),
@@ -222,6 +229,7 @@ stepflow is running
   tenants    %s
   jobs       %s
   CLI state  %s (what the stepflow CLI's keys and dlq commands read)
+  metrics    %s (the functions' EMF records); GET /v1/metrics for Prometheus
   sam local  %s: sam local invoke <Function> -e events/<x>.json --env-vars %s
              (sample job %s of tenant dev, which events/ act on)
 
@@ -230,7 +238,7 @@ stepflow is running
 
 Ctrl-C stops it.
 `, st.URL, st.URL, firstKey(keys), emu, st.Endpoint, st.Name, st.Lambda.URL, strings.Join(st.Lambda.Names(), ", "), strings.Join(tenants, ", "),
-				stateLine(st, os.Getenv("STEPFLOW_DEV_STATE")), sf, envVarsFile, envVarsFile, devstack.SampleJobID, st.URL, firstKey(keys))
+				stateLine(st, os.Getenv("STEPFLOW_DEV_STATE")), sf, metricsPath, envVarsFile, envVarsFile, devstack.SampleJobID, st.URL, firstKey(keys))
 			<-ctx.Done()
 			fmt.Fprintln(os.Stderr, "stopping")
 			return nil

@@ -91,20 +91,16 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 			wait = max(wait, 0)
 		}
 		ds, err := e.Queue.Take(ctx, tenant, r.Queue, r.Max-len(out), wait)
-		if errors.Is(err, ErrNoWorkerQueue) {
-			// No job named this queue yet: a worker may start before its
-			// first job (as with any queue), so the claim makes the queue,
-			// under the same per-tenant bound as a submit, and long-polls it.
-			// A job submitted meanwhile is taken at once, not after the wait.
-			if err := e.Queue.EnsureWorkerQueue(ctx, tenant, r.Queue); err != nil {
-				var de *domain.Error
-				if errors.As(err, &de) && de.Field == "" {
-					named := *de
-					named.Field = "queue"
-					return out, &named
-				}
-				return out, fmt.Errorf("claim %s: %w", r.Queue, err)
+		for errors.Is(err, ErrNoWorkerQueue) {
+			// No job named this queue yet. A claim makes nothing (a
+			// mistyped name must not use up one of the tenant's queues), but
+			// a worker may start before its first job: look again every
+			// NoQueueRecheck, and long-poll the queue once a submit made it.
+			step := min(time.Until(deadline), NoQueueRecheck)
+			if step <= 0 || !sleepCtx(ctx, step) {
+				return out, nil
 			}
+			wait = max(min((time.Until(deadline)+time.Second-1).Truncate(time.Second), MaxClaimWait), 0)
 			ds, err = e.Queue.Take(ctx, tenant, r.Queue, r.Max-len(out), wait)
 		}
 		if err != nil {
@@ -131,6 +127,22 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 		if len(ds) == 0 || len(out) >= r.Max || ctx.Err() != nil || len(out) > 0 && !time.Now().Before(deadline) {
 			return out, nil
 		}
+	}
+}
+
+// NoQueueRecheck is how often a claim on a queue no job has named yet
+// looks for it again (one GetQueueUrl each time).
+const NoQueueRecheck = 2 * time.Second
+
+// sleepCtx waits d or until ctx ends, answering false when ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 

@@ -7,9 +7,12 @@ import (
 
 	"github.com/stepflow/stepflow/shared/config"
 	"github.com/stepflow/stepflow/shared/httpapi"
+	"github.com/stepflow/stepflow/shared/metrics/prometheus"
 )
 
 func main() {
 	app := config.MustFromLambdaEnv()
-	lambda.Start(httpapi.New(app.Engine, app.Log, httpapi.EnqueueFunction).Handle)
+	api := httpapi.New(app.Engine, app.Log, httpapi.EnqueueFunction)
+	api.MetricsText = prometheus.Exposition
+	lambda.Start(api.Handle)
 }

@@ -41,6 +41,7 @@ import (
 	"github.com/stepflow/stepflow/shared/handlers"
 	"github.com/stepflow/stepflow/shared/httpapi"
 	"github.com/stepflow/stepflow/shared/metrics"
+	"github.com/stepflow/stepflow/shared/metrics/prometheus"
 	"github.com/stepflow/stepflow/shared/queue"
 	"github.com/stepflow/stepflow/shared/store"
 )
@@ -303,12 +304,17 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 			return nil, err
 		}
 	}
-	s.API = httpapi.New(s.Engine, o.Log)
+	newAPI := func(fns ...httpapi.Function) *httpapi.API {
+		a := httpapi.New(s.Engine, o.Log, fns...)
+		a.MetricsText = prometheus.Exposition // as functions/enqueue wires it
+		return a
+	}
+	s.API = newAPI()
 	heartbeat := handlers.Heartbeat(s.Engine)
 	s.Handlers = runner.Handlers{
 		HTTP: map[string]func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error){
-			"EnqueueFunction": httpapi.New(s.Engine, o.Log, httpapi.EnqueueFunction).Handle,
-			"ClaimFunction":   httpapi.New(s.Engine, o.Log, httpapi.ClaimFunction).Handle,
+			"EnqueueFunction": newAPI(httpapi.EnqueueFunction).Handle,
+			"ClaimFunction":   newAPI(httpapi.ClaimFunction).Handle,
 		},
 		SQS: map[string]func(context.Context, events.SQSEvent) (events.SQSEventResponse, error){
 			"ExecuteFunction": handlers.Execute(s.Engine, queue.ReadyTokens(settings.ReadyQueues), o.Log),

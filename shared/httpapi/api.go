@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -28,7 +29,6 @@ import (
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/logging"
-	"github.com/stepflow/stepflow/shared/metrics/prometheus"
 	"github.com/stepflow/stepflow/shared/views"
 )
 
@@ -50,8 +50,12 @@ var statusOf = map[domain.Code]int{
 type API struct {
 	Engine *engine.Engine
 	Log    *slog.Logger
-	keys   keyCache
-	serves map[string]bool // route keys this function serves; nil: every route
+	// MetricsText writes GET /v1/metrics' body and answers its content
+	// type (prometheus.WritePrometheus). Main wires it, so this package,
+	// and its fuzz build, carry no exposition encoder (protobuf).
+	MetricsText func(w io.Writer, c engine.StepCounts) (contentType string, err error)
+	keys        keyCache
+	serves      map[string]bool // route keys this function serves; nil: every route
 }
 
 // Function names an HTTP function of template.yaml. Each serves exactly its
@@ -825,11 +829,15 @@ func (a *API) metrics(ctx context.Context, tenant string, _ *request) (int, any,
 	if err != nil {
 		return 0, nil, err
 	}
+	if a.MetricsText == nil {
+		return 0, nil, errors.New("metrics: no exposition encoder wired (set API.MetricsText)")
+	}
 	var buf bytes.Buffer
-	if err := prometheus.WritePrometheus(&buf, c); err != nil {
+	contentType, err := a.MetricsText(&buf, c)
+	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, text{contentType: prometheus.ContentType, body: buf.Bytes()}, nil
+	return http.StatusOK, text{contentType: contentType, body: buf.Bytes()}, nil
 }
 
 func (a *API) claim(ctx context.Context, tenant string, r *request) (int, any, error) {

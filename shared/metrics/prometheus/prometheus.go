@@ -94,3 +94,8 @@ func WritePrometheus(w io.Writer, c engine.StepCounts) error {
 	}
 	return nil
 }
+
+// Exposition writes c as GET /v1/metrics answers it (httpapi.API.MetricsText).
+func Exposition(w io.Writer, c engine.StepCounts) (string, error) {
+	return ContentType, WritePrometheus(w, c)
+}

@@ -262,7 +262,11 @@ func TestEventSourceMappingServesMessageGroupsFairly(t *testing.T) {
 		}
 	}
 	require.GreaterOrEqual(t, quietAt, 0)
-	require.LessOrEqual(t, quietAt, 1, "the quiet group's message went out in the first batch after it arrived, not after %d noisy ones", noisy)
+	// Batch 1 or 2: the queue reads empty while the receive that took the
+	// quiet message may still be on its way into the buffer when the held
+	// batch ends, so batch 1 can be formed just before it lands. Starved,
+	// it would come after 300 noisy ones, in batch 30.
+	require.LessOrEqual(t, quietAt, 2, "the quiet group's message went out within two batches of the backlog's release, not after %d noisy ones", noisy)
 }
 
 func TestRunReturnsWhenServingFails(t *testing.T) {

@@ -13,9 +13,11 @@ dev:
 ## races 1000 rounds) but the examples' (programs driving the stack over HTTP: run without it), each fuzz
 ## target briefly, a short fixed chaos run, cfn-lint on template.yaml
 # -ldflags=-w: no DWARF in test binaries (stack traces and race reports do
-# not need it), so the fifty links are quicker.
+# not need it), so the fifty links are quicker. -p 3: the stack tests
+# spend much of their time waiting on moto, so a third package in flight
+# uses two cores that would otherwise idle.
 test: vet
-	STEPFLOW_ATOMICITY_ROUNDS=1000 $(GO) test -race -count=1 -ldflags=-w $$($(GO) list ./... | grep -v /examples/)
+	STEPFLOW_ATOMICITY_ROUNDS=1000 $(GO) test -race -count=1 -p 3 -ldflags=-w $$($(GO) list ./... | grep -v /examples/)
 	$(GO) test -count=1 -ldflags=-w ./examples/...
 	$(GO) test -run='^$$' -fuzz='^FuzzParseJobSpec$$' -fuzztime=$(FUZZ_SPEC) ./shared/domain
 	$(GO) test -run='^$$' -fuzz='^FuzzTransitions$$' -fuzztime=$(FUZZ_TRANSITIONS) ./shared/domain

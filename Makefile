@@ -22,7 +22,7 @@ test: vet
 	$(GO) test -run='^$$' -fuzz='^FuzzParseJobSpec$$' -fuzztime=$(FUZZ_SPEC) ./shared/domain
 	$(GO) test -run='^$$' -fuzz='^FuzzTransitions$$' -fuzztime=$(FUZZ_TRANSITIONS) ./shared/domain
 	$(GO) test -run='^$$' -fuzz='^FuzzAPIGatewayEvent$$' -fuzztime=$(FUZZ_API) ./shared/httpapi
-	$(GO) run ./cmd/stepflow-chaos --runs 3 --seed 1
+	$(GO) run ./cmd/stepflow-chaos --runs 2 --seed 1
 	cfn-lint template.yaml
 
 # Fuzz budgets are counts of inputs, not durations: with a duration, Go
@@ -32,7 +32,7 @@ test: vet
 # transitions input is a whole job's random walk, replayed).
 FUZZ_SPEC ?= 100000x
 FUZZ_TRANSITIONS ?= 4000x
-FUZZ_API ?= 10000x
+FUZZ_API ?= 5000x
 
 ## chaos: many seeded fault-injection runs (CHAOS_FLAGS="--runs 50 --seed 100" for others) and 1000 atomicity rounds
 CHAOS_FLAGS ?= --runs 20 --seed 1

@@ -31,7 +31,7 @@ test: vet
 # (go.dev/issue/75804, fixed in Go 1.27). Each is 10 to 20 s here (a
 # transitions input is a whole job's random walk, replayed).
 FUZZ_SPEC ?= 100000x
-FUZZ_TRANSITIONS ?= 4000x
+FUZZ_TRANSITIONS ?= 1500x
 FUZZ_API ?= 5000x
 
 ## chaos: many seeded fault-injection runs (CHAOS_FLAGS="--runs 50 --seed 100" for others) and 1000 atomicity rounds

@@ -345,27 +345,13 @@ func printTask(say func(string, ...any), v *taskDoc) {
 	say("task view: %s %s, runs [%s]", v.State, v.Priority, strings.Join(runs, ", "))
 }
 
-// await follows the job's event log (long-polled) and answers the job once
-// cond holds; a job that ends first, or a minute without it, is an error.
+// await answers the job once cond holds, within a minute (Client.Await).
 func await(ctx context.Context, c *client.Client, id, what string, cond func(*client.Job) bool) (*client.Job, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	seq := 0
-	for {
-		evs, err := c.Events(ctx, id, client.EventsOptions{After: seq, Wait: 10 * time.Second})
-		if err != nil {
-			return nil, fmt.Errorf("waiting for %s: %w", what, err)
-		}
-		seq = max(seq, evs.LastSeq)
-		j, err := c.Job(ctx, id)
-		if err != nil {
-			return nil, fmt.Errorf("waiting for %s: %w", what, err)
-		}
-		if cond(j) {
-			return j, nil
-		}
-		if j.State.Finished() {
-			return nil, fmt.Errorf("job %s ended %s while waiting for %s", id, j.State, what)
-		}
+	j, err := c.Await(ctx, id, cond)
+	if err != nil {
+		return nil, fmt.Errorf("waiting for %s: %w", what, err)
 	}
+	return j, nil
 }

@@ -153,7 +153,9 @@ func TestGatesSignalsResumeRedriveAndCancel(t *testing.T) {
 	require.NoError(t, err)
 
 	for _, id := range []string{gated.ID, rejected.ID} {
-		b.awaitState(t, id, client.JobWaiting)
+		j, err := b.c.Await(b.ctx, id, func(j *client.Job) bool { return j.State == client.JobWaiting })
+		require.NoError(t, err)
+		require.Equal(t, id, j.ID)
 	}
 	_, err = b.c.Approve(b.ctx, gated.ID, "ok", client.DecisionRequest{By: "ann", Comment: "fine"})
 	require.NoError(t, err)
@@ -177,7 +179,9 @@ func TestGatesSignalsResumeRedriveAndCancel(t *testing.T) {
 	j = b.await(t, asks.ID, func(j *client.Job) bool { return j.Steps[0].State == "NEEDS_USER" && j.Steps[0].Attempt == 2 })
 	require.JSONEq(t, `{"pick":"b"}`, string(j.Steps[0].UserInput))
 
-	b.awaitState(t, fails.ID, client.JobFailed)
+	// Await follows the log: a job that finishes without its condition is an error naming the state.
+	_, err = b.c.Await(b.ctx, fails.ID, func(j *client.Job) bool { return j.State == client.JobCompleted })
+	require.ErrorContains(t, err, "ended FAILED")
 	_, err = b.c.Redrive(b.ctx, fails.ID)
 	require.NoError(t, err)
 	j = b.await(t, fails.ID, func(j *client.Job) bool { return j.State == client.JobFailed && j.Steps[0].Attempt == 2 })

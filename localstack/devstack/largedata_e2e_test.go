@@ -163,6 +163,42 @@ func TestThreeWorkerOutputsOf900KBComplete(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, res.StatusCode, "its data is gone with it")
 }
 
+func TestABuiltinStepFansInLargeOutputs(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t)
+	// Three workers' 900 KB outputs meet in a pass step: its input and
+	// output are 2.7 MB, kept in S3 as a worker's output is.
+	steps := workerSteps(3, "fan")
+	steps = append(steps, map[string]any{"id": "collect", "action": map[string]any{"type": "pass"}, "depends_on": []string{"s1", "s2", "s3"}})
+	j := h.Submit(t, keyA, map[string]any{"steps": steps})
+	outs := map[string]json.RawMessage{}
+	ls := claim(t, h, keyA, "fan", "w1", 3, 5)
+	for len(ls) < 3 {
+		ls = append(ls, claim(t, h, keyA, "fan", "w1", 3-len(ls), 5)...)
+	}
+	for _, l := range ls {
+		outs[l.StepID] = json.RawMessage(`{"blob":` + string(largeJSON(t, 900*1024)) + `}`)
+		complete(t, h, l.LeaseID, outs[l.StepID])
+	}
+	h.AwaitState(t, keyA, j.ID, domain.JobCompleted)
+
+	var got refJob
+	h.JSON(t, http.StatusOK, http.MethodGet, "/v1/jobs/"+j.ID, keyA, nil, &got)
+	res, body := getOutput(t, h, keyA, j.ID, "collect")
+	require.Equal(t, http.StatusOK, res.StatusCode, "%.300s", body)
+	require.Greater(t, len(body), 3*900*1024)
+	var fanIn struct{ Deps map[string]json.RawMessage }
+	require.NoError(t, json.Unmarshal(body, &fanIn))
+	require.Len(t, fanIn.Deps, 3)
+	for id, out := range outs {
+		require.JSONEq(t, string(out), string(fanIn.Deps[id]), "collect's output holds %s's whole", id)
+	}
+	require.Equal(t, "collect", got.Steps[3].ID)
+	require.Nil(t, got.Steps[3].Output, "the document shows the reference")
+	require.NotNil(t, got.Steps[3].OutputRef)
+	require.NoError(t, got.Steps[3].OutputRef.Verify(body))
+}
+
 func TestAFiveMBOutputCompletesAndIsAnsweredWhole(t *testing.T) {
 	t.Parallel()
 	h := stacktest.New(t)

@@ -23,9 +23,12 @@ import (
 	"github.com/stepflow/stepflow/shared/netguard"
 )
 
-// MaxOutputBytes bounds what an action may return; the job item carries
-// every output and DynamoDB items stop at 400 KB.
-const MaxOutputBytes = 64 * 1024
+// MaxOutputBytes bounds what an http or lambda action may answer: what a
+// worker may complete with. The engine keeps an output over the inline
+// limit in the blob store, so the job's item holds only its reference; a
+// pass step answers its input, which the engine bounds as it composes it
+// (engine.MaxComposedInputBytes).
+const MaxOutputBytes = engine.MaxOutputBytes
 
 // MaxRetryAfter bounds the Retry-After an http step's callee may ask for:
 // a longer wait is cut to this.
@@ -85,7 +88,7 @@ func (r *Runner) httpClient() *http.Client {
 // timeout.
 func (r *Runner) Run(ctx context.Context, c engine.ActionCall) (json.RawMessage, *domain.Failure) {
 	out, f := r.run(ctx, c)
-	if f == nil && len(out) > MaxOutputBytes {
+	if f == nil && len(out) > MaxOutputBytes && c.Spec.Action.Type != domain.ActionPass {
 		return nil, &domain.Failure{Class: domain.ClassFatal, Message: fmt.Sprintf("output is %d bytes; the limit is %d", len(out), MaxOutputBytes)}
 	}
 	if f != nil && ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {

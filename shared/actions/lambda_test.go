@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -135,7 +136,7 @@ func TestLambdaActionAnswers(t *testing.T) {
 
 	_, f = s.invoke(ctx, "big", "")
 	require.Equal(t, domain.ClassFatal, f.Class)
-	require.Contains(t, f.Message, "the limit is 65536")
+	require.Contains(t, f.Message, fmt.Sprintf("answered %d bytes; the limit is %d", actions.MaxOutputBytes+2, actions.MaxOutputBytes))
 }
 
 func TestLambdaActionClassifiesFailures(t *testing.T) {

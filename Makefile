@@ -16,11 +16,8 @@ dev:
 # not need it), so the fifty links are quicker. -p 3: the stack tests
 # spend much of their time waiting on moto, so a third package in flight
 # uses two cores that would otherwise idle.
-# The longest test packages first: go test starts packages in the order
-# given, and these would otherwise wait for slots behind short ones.
-SLOW_TESTS = ./localstack/devstack ./localstack/emulator ./localstack/chaos ./shared/store ./shared/httpapi
 test: vet
-	STEPFLOW_ATOMICITY_ROUNDS=1000 $(GO) test -race -count=1 -p 3 -ldflags=-w $(SLOW_TESTS) $$($(GO) list ./... | grep -v /examples/ | grep -vxF -e "$$($(GO) list $(SLOW_TESTS))")
+	STEPFLOW_ATOMICITY_ROUNDS=1000 $(GO) test -race -count=1 -p 3 -ldflags=-w $$($(GO) list ./... | grep -v /examples/)
 	$(GO) test -count=1 -ldflags=-w ./examples/...
 	$(GO) test -run='^$$' -fuzz='^FuzzParseJobSpec$$' -fuzztime=$(FUZZ_SPEC) ./shared/domain
 	$(GO) test -run='^$$' -fuzz='^FuzzTransitions$$' -fuzztime=$(FUZZ_TRANSITIONS) ./shared/domain

@@ -85,26 +85,18 @@ func TestEndpointURLIsSerialised(t *testing.T) {
 	table := st.Resources.Env["STEPFLOW_TABLE"]
 	require.NotEmpty(t, table)
 
-	const rounds, racers = 50, 8
+	const rounds, racers = 20, 8
 	for round := range rounds {
 		require.Equal(t, 1, race(t, st.DynamoDB, table, fmt.Sprintf("serialised-%d", round), racers), "round %d: winners", round)
 	}
 	require.GreaterOrEqual(t, st.Emulator.Counts()["dynamodb.UpdateItem"], int64(rounds*racers), "the races went through the stack's proxy")
 
-	// For comparison only (moto may or may not show it in a given run):
-	// the same races straight to moto.
+	t.Logf("%d rounds of %d racers through the stack: one winner each", rounds, racers)
+	st.Close()
+	// Closing the stack leaves the external emulator running.
 	cfg, err := devstack.AWSConfig(ctx, moto.MotoURL, "us-east-1")
 	require.NoError(t, err)
 	direct := dynamodb.NewFromConfig(cfg)
-	doubles := 0
-	for round := range rounds {
-		if race(t, direct, table, fmt.Sprintf("direct-%d", round), racers) > 1 {
-			doubles++
-		}
-	}
-	t.Logf("%d rounds of %d racers through the stack: one winner each; straight to moto: %d rounds with more than one winner", rounds, racers, doubles)
-	st.Close()
-	// Closing the stack leaves the external emulator running.
 	_, err = direct.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)})
 	require.NoError(t, err)
 }

@@ -26,6 +26,7 @@ import (
 	"bytes"
 	"compress/flate"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -179,13 +180,15 @@ func (s *Store) Create(ctx context.Context, j *domain.Job, requestHash string, n
 	if err != nil {
 		return nil, false, fmt.Errorf("create job %s: %w", j.ID, err)
 	}
+	token := withWriteToken(it)
 	if j.IdempotencyKey == "" {
 		_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{
 			TableName: &s.table, Item: it,
-			ConditionExpression:      jobCond.Condition(),
-			ExpressionAttributeNames: jobCond.Names(),
+			ConditionExpression:                 jobCond.Condition(),
+			ExpressionAttributeNames:            jobCond.Names(),
+			ReturnValuesOnConditionCheckFailure: ddb.ReturnValuesOnConditionCheckFailureAllOld,
 		})
-		if err != nil {
+		if err != nil && !ownWrite(err, token) {
 			return nil, false, fmt.Errorf("create job %s: %w", j.ID, err)
 		}
 		return j, true, nil
@@ -381,17 +384,19 @@ func (s *Store) Save(ctx context.Context, j *domain.Job, loadedEvents int) error
 		j.Version--
 		return err
 	}
+	token := withWriteToken(it)
 	if n := ItemSize(it); n > MaxItemBytes {
 		j.Version--
 		return &domain.Error{Code: domain.CodeTooLarge, Message: fmt.Sprintf("job %s would be %d bytes stored; DynamoDB's limit is %d: keep large outputs elsewhere (S3) and pass references", j.ID, n, MaxItemBytes)}
 	}
 	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: &s.table, Item: it,
-		ConditionExpression:       expr.Condition(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
+		ConditionExpression:                 expr.Condition(),
+		ExpressionAttributeNames:            expr.Names(),
+		ExpressionAttributeValues:           expr.Values(),
+		ReturnValuesOnConditionCheckFailure: ddb.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if err != nil {
+	if err != nil && !ownWrite(err, token) {
 		j.Version--
 		var ccf *ddb.ConditionalCheckFailedException
 		if errors.As(err, &ccf) {
@@ -400,6 +405,34 @@ func (s *Store) Save(ctx context.Context, j *domain.Job, loadedEvents int) error
 		return fmt.Errorf("save job %s: %w", j.ID, err)
 	}
 	return nil
+}
+
+// A job item carries the token of the write that put it. A write applied
+// whose answer was lost (a timeout) is retried by the SDK, and the retry
+// fails its condition against that very write; the item the failure
+// returns (ReturnValuesOnConditionCheckFailure, at no read cost) carries
+// the token, telling it apart from another writer's.
+const (
+	writeTokenAttr = "w"
+	writeTokenLen  = 16 // characters of crypto/rand's base32 text: 80 bits
+)
+
+// withWriteToken gives the item a fresh write token and answers it.
+func withWriteToken(it map[string]ddb.AttributeValue) string {
+	token := rand.Text()[:writeTokenLen]
+	it[writeTokenAttr] = &ddb.AttributeValueMemberS{Value: token}
+	return token
+}
+
+// ownWrite answers whether err is a failed condition against the write
+// that carried token: the write was applied.
+func ownWrite(err error, token string) bool {
+	var ccf *ddb.ConditionalCheckFailedException
+	if !errors.As(err, &ccf) {
+		return false
+	}
+	w, ok := ccf.Item[writeTokenAttr].(*ddb.AttributeValueMemberS)
+	return ok && w.Value == token
 }
 
 // MaxItemBytes is DynamoDB's item size limit.

@@ -51,7 +51,7 @@ type API struct {
 	Engine *engine.Engine
 	Log    *slog.Logger
 	// MetricsText writes GET /v1/metrics' body and answers its content
-	// type (prometheus.WritePrometheus). Main wires it, so this package,
+	// type (prometheus.Exposition). Main wires it, so this package,
 	// and its fuzz build, carry no exposition encoder (protobuf).
 	MetricsText func(w io.Writer, c engine.StepCounts) (contentType string, err error)
 	keys        keyCache

@@ -8,6 +8,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go/middleware"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepflow/stepflow/localstack/devstack"
@@ -28,13 +29,7 @@ const maxWorkerQueues = 3
 func TestQueueContract(t *testing.T) {
 	t.Parallel()
 	enginetest.QueueContract(t, func(t *testing.T) enginetest.QueueFixture {
-		h := stacktest.New(t, func(o *devstack.Options) { o.NoRunner = true })
-		settings, err := config.FromEnv(func(k string) string { return h.Resources.Env[k] })
-		require.NoError(t, err)
-		q := queue.New(h.SQS, queue.Config{
-			ReadyURLs: settings.ReadyQueues, DLQARN: settings.DLQARN,
-			WorkerQueuePrefix: settings.WorkerQueuePrefix, MaxWorkerQueues: maxWorkerQueues,
-		})
+		q, h, settings := newQueue(t)
 		return enginetest.QueueFixture{
 			Queue:           q,
 			TakeReady:       readyTaker(h, settings.ReadyQueues),
@@ -43,6 +38,22 @@ func TestQueueContract(t *testing.T) {
 			Visibility:      30 * time.Second, // queue.New's default WorkerQueueVisible
 		}
 	})
+}
+
+// newQueue answers the SQS adapter over a stack of its own (no runner),
+// opts added to its SQS client's middleware stack, with the stack and its
+// settings.
+func newQueue(t *testing.T, opts ...func(*middleware.Stack) error) (*queue.Queue, *stacktest.Harness, config.Settings) {
+	t.Helper()
+	h := stacktest.New(t, func(o *devstack.Options) { o.NoRunner = true })
+	settings, err := config.FromEnv(func(k string) string { return h.Resources.Env[k] })
+	require.NoError(t, err)
+	api := sqs.New(h.SQS.Options(), func(o *sqs.Options) { o.APIOptions = append(o.APIOptions, opts...) })
+	q := queue.New(api, queue.Config{
+		ReadyURLs: settings.ReadyQueues, DLQARN: settings.DLQARN,
+		WorkerQueuePrefix: settings.WorkerQueuePrefix, MaxWorkerQueues: maxWorkerQueues,
+	})
+	return q, h, settings
 }
 
 // readyTaker receives from the ready queues, P0 first, as the event source

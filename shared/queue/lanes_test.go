@@ -8,16 +8,12 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/smithy-go/middleware"
 	"github.com/oklog/ulid/v2"
 	"github.com/stretchr/testify/require"
 
-	"github.com/stepflow/stepflow/localstack/devstack"
-	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
-	"github.com/stepflow/stepflow/shared/config"
+	"github.com/stepflow/stepflow/localstack/awsfault"
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
-	"github.com/stepflow/stepflow/shared/queue"
 )
 
 // TestAWaitingTakeSeesWorkArrivingOnAnotherLane: SQS long-polls one queue
@@ -25,21 +21,13 @@ import (
 // P0 work that arrives meanwhile, within its wait, not answer empty.
 func TestAWaitingTakeSeesWorkArrivingOnAnotherLane(t *testing.T) {
 	t.Parallel()
-	h := stacktest.New(t, func(o *devstack.Options) { o.NoRunner = true })
-	settings, err := config.FromEnv(func(k string) string { return h.Resources.Env[k] })
-	require.NoError(t, err)
 	longPolls := make(chan struct{}, 16)
-	api := sqs.New(h.SQS.Options(), func(o *sqs.Options) {
-		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
-			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("longPolls", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-				if r, ok := in.Parameters.(*sqs.ReceiveMessageInput); ok && r.WaitTimeSeconds > 0 {
-					longPolls <- struct{}{}
-				}
-				return next.HandleInitialize(ctx, in)
-			}), middleware.After)
-		})
-	})
-	q := queue.New(api, queue.Config{ReadyURLs: settings.ReadyQueues, DLQARN: settings.DLQARN, WorkerQueuePrefix: settings.WorkerQueuePrefix, MaxWorkerQueues: 5})
+	q, _, _ := newQueue(t, awsfault.Around("SQS", "ReceiveMessage", func(_ context.Context, in any, call func() (any, error)) (any, error) {
+		if in.(*sqs.ReceiveMessageInput).WaitTimeSeconds > 0 {
+			longPolls <- struct{}{}
+		}
+		return call()
+	}))
 	ctx := context.Background()
 	const tenant, name = "t1", "lanes"
 	job := func(priority int) *domain.Job {

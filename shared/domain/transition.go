@@ -149,7 +149,7 @@ var jobWidenings = []JobWidening{
 		"the formal machine names Parked but gives no event into it: every wait left has no deadline or one beyond the timer threshold"},
 	{JobWaiting, JobEvCompleted, JobCompleted, "approval-gated runs", "`WAITING_APPROVAL -> SUCCEEDED` (the approval completes the last gate)",
 		"an approval, a signal or a sleep's time closes the job's last step"},
-	{JobWaiting, JobEvFailed, JobFailed, "approval-gated runs", "`WAITING_APPROVAL -> FAILED`",
+	{JobWaiting, JobEvFailed, JobFailed, "approval-gated runs", "`WAITING_APPROVAL -> FAILED` (a failure in what runs after the approval)",
 		"a person rejects a gate, or a gate or a wait passes its deadline"},
 }
 

@@ -67,7 +67,7 @@ func run(ctx context.Context, cfg config) error {
 		want []string
 	}{
 		{waitNode, []string{"job_created", "job_waiting", "wait_completed", "job_completed"}},
-		{parked, []string{"job_created", "job_waiting", "job_parked", "job_cancelled"}},
+		{parked, []string{"job_created", "job_running", "job_waiting", "job_parked", "job_cancelled"}},
 		{requeued, []string{"job_created", "job_leased", "job_failed", "job_requeued", "job_leased", "job_completed"}},
 	}
 	var errs []error

@@ -21,7 +21,7 @@ func TestFormalMachine(t *testing.T) {
 	require.NoError(t, err, out.String())
 	for _, line := range []string{
 		"job_waiting -> Waiting", "wait_completed -> Queued", "job_completed -> Completed",
-		"job_parked -> Parked", "job_cancelled -> Cancelled",
+		"job_created -> Queued, job_running -> Running, job_waiting -> Waiting, job_parked -> Parked, job_cancelled -> Cancelled",
 		"job_failed -> Failed, job_requeued -> Queued",
 	} {
 		require.Contains(t, out.String(), line)

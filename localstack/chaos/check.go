@@ -372,10 +372,14 @@ func zombie(raw json.RawMessage) bool {
 	return tagged
 }
 
-// checkReplay: the log replays to the stored state, its sequence numbers
-// run 1..n, and a finished job has left the due index.
+// checkReplay: the log replays to the stored state, its job events are
+// legal in the formal job table plus the documented widenings, its
+// sequence numbers run 1..n, and a finished job has left the due index.
 func checkReplay(j *domain.Job) string {
 	if err := domain.CheckReplay(j); err != nil {
+		return err.Error()
+	}
+	if err := domain.CheckFormal(j.Events); err != nil {
 		return err.Error()
 	}
 	for i, ev := range j.Events {

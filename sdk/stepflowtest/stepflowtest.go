@@ -170,7 +170,8 @@ func (w testLog) Write(p []byte) (int, error) {
 }
 
 // checkReplay requires of every job that its event log replays to its
-// stored state.
+// stored state, its job events legal in the formal job table plus the
+// documented widenings.
 func (e *Env) checkReplay() {
 	ctx := context.Background()
 	cursor := ""
@@ -184,6 +185,9 @@ func (e *Env) checkReplay() {
 			j, err := e.store.Get(ctx, e.cfg.tenant, js.ID)
 			if err == nil {
 				err = domain.CheckReplay(j)
+			}
+			if err == nil {
+				err = domain.CheckFormal(j.Events)
 			}
 			if err != nil {
 				e.t.Errorf("stepflowtest: job %s: %v", js.ID, err)

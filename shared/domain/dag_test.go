@@ -98,7 +98,8 @@ func TestAFailedStepInOrderCancelsTheStepsAfterIt(t *testing.T) {
 }
 
 // In a DAG one branch may run while another waits on a person: the job is
-// Running, then Waiting, then Running again (the widened job table).
+// Running, then Waiting, then Running again, through Queued
+// (wait_completed, then job_leased), as the formal machine leaves Waiting.
 func TestABranchRunsWhileAnotherWaitsOnAPerson(t *testing.T) {
 	t.Parallel()
 	j := newJob(t, `{"steps":[{"id":"b","action":{"type":"worker"}},{"id":"c","action":{"type":"worker"}},{"id":"d","action":{"type":"pass"},"depends_on":["b","c"]}]}`)
@@ -106,8 +107,10 @@ func TestABranchRunsWhileAnotherWaitsOnAPerson(t *testing.T) {
 	_, err := j.Fail("c", lc.ID, Failure{Class: ClassNeedsUser, Message: "which one?"}, at(time.Second), rand.New(rand.NewPCG(1, 2)))
 	require.NoError(t, err)
 	require.Equal(t, JobWaiting, j.State)
+	n := len(j.Events)
 	mustLease(t, j, "b", viaWorker("w", "b1"), at(2*time.Second))
 	require.Equal(t, JobRunning, j.State)
+	require.Equal(t, []string{"step_leased", "step_running", "wait_completed", "job_leased"}, eventTypes(j.Events[n:]))
 	replayOK(t, j)
 }
 

@@ -6,9 +6,10 @@ import (
 )
 
 // The state diagrams are generated documentation: docs/states.md, and the
-// section of docs/architecture.md between its generated markers. `go
-// generate ./shared/domain` rewrites both; TestStatesDoc fails when either
-// is stale.
+// section of docs/architecture.md between its generated markers; so are
+// docs/model.md's job table and its list of the formal table's widenings.
+// `go generate ./shared/domain` rewrites them; TestStatesDoc fails when
+// one is stale.
 //go:generate go test -run TestStatesDoc -update .
 
 // Diagram renders the transition tables as Mermaid state diagrams: the
@@ -63,4 +64,37 @@ func JobDiagram() string {
 	}
 	b.WriteString("```\n")
 	return b.String()
+}
+
+// JobTableDoc renders the canonical job table as docs/model.md's Markdown
+// table: each event, the states it leaves, where it leads.
+func JobTableDoc() string {
+	var b strings.Builder
+	b.WriteString("| event | from | to |\n|---|---|---|\n")
+	for _, t := range jobTransitions {
+		var from []string
+		for _, s := range t.Sources {
+			from = append(from, docState(s))
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | `%s` |\n", t.Event, strings.Join(from, ", "), t.Destination)
+	}
+	return b.String()
+}
+
+// WideningsDoc renders the widenings of the formal job table as
+// docs/model.md's Markdown table, with the lifecycle row each one serves.
+func WideningsDoc() string {
+	var b strings.Builder
+	b.WriteString("| added pair | required by | what makes it |\n|---|---|---|\n")
+	for _, w := range jobWidenings {
+		fmt.Fprintf(&b, "| `%s --%s--> %s` | %s: %s | %s |\n", w.From, w.Event, w.To, w.Lifecycle, w.Row, w.Why)
+	}
+	return b.String()
+}
+
+func docState(s JobState) string {
+	if s == JobInitial {
+		return "(initial)"
+	}
+	return "`" + string(s) + "`"
 }

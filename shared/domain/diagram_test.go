@@ -50,4 +50,23 @@ func TestStatesDoc(t *testing.T) {
 		require.NoError(t, os.WriteFile(path, []byte(before+generatedBegin+section+generatedEnd+after), 0o644))
 	}
 	require.Equal(t, architectureDiagrams(), section, "docs/architecture.md's state diagrams are "+fix)
+
+	path = filepath.Join(docs, "model.md")
+	for _, part := range []struct{ name, want string }{
+		{"job table", JobTableDoc()},
+		{"widenings of the formal job table", WideningsDoc()},
+	} {
+		got, err = os.ReadFile(path)
+		require.NoError(t, err)
+		begin := "<!-- BEGIN GENERATED: " + part.name + ", by go generate ./shared/domain; do not edit -->\n"
+		before, rest, ok := strings.Cut(string(got), begin)
+		require.True(t, ok, "docs/model.md has no line %q", begin)
+		section, after, ok := strings.Cut(rest, generatedEnd)
+		require.True(t, ok, "docs/model.md has no line %q after %q", generatedEnd, begin)
+		if *update {
+			section = part.want
+			require.NoError(t, os.WriteFile(path, []byte(before+begin+section+generatedEnd+after), 0o644))
+		}
+		require.Equal(t, part.want, section, "docs/model.md's "+part.name+" is "+fix)
+	}
 }

@@ -48,6 +48,9 @@ func FuzzParseJobSpec(f *testing.F) {
 		if err := domain.CheckReplay(j); err != nil {
 			t.Fatalf("new job does not replay: %v", err)
 		}
+		if err := domain.CheckFormal(j.Events); err != nil {
+			t.Fatalf("new job: %v", err)
+		}
 		if j.State.Terminal() || len(j.Steps) != len(spec.Steps) || j.Steps[0].State == domain.StepWaitingDeps {
 			t.Fatalf("new job: state %s, %d steps of %d, first step %s", j.State, len(j.Steps), len(spec.Steps), j.Steps[0].State)
 		}
@@ -80,6 +83,9 @@ func FuzzParseJobSpec(f *testing.F) {
 					t.Fatalf("step %d (%s, %s): %v", i, s.ID(), s.State, err)
 				}
 				if err := domain.CheckReplay(j); err != nil {
+					t.Fatalf("after step %d: %v", i, err)
+				}
+				if err := domain.CheckFormal(j.Events); err != nil {
 					t.Fatalf("after step %d: %v", i, err)
 				}
 			}
@@ -346,6 +352,9 @@ func snapshot(t *testing.T, j *domain.Job) *domain.Job {
 func checkJob(t *testing.T, n int, what string, j *domain.Job) {
 	t.Helper()
 	if err := domain.CheckReplay(j); err != nil {
+		t.Fatalf("move %d (%s): %v", n, what, err)
+	}
+	if err := domain.CheckFormal(j.Events); err != nil {
 		t.Fatalf("move %d (%s): %v", n, what, err)
 	}
 	terminal := 0

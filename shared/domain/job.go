@@ -882,8 +882,12 @@ func (j *Job) Cancel(now time.Time) (bool, error) {
 	if err := j.cancelOpen(now, ""); err != nil {
 		return false, err
 	}
-	if err := j.jobTo(JobEvCancelled, now, ""); err != nil {
-		return false, err
+	// A job backing off (RETRYING) is requeued and cancelled, as the
+	// formal machine cancels only from where it allows it.
+	for _, ev := range jobPath(j.State, JobCancelled, false) {
+		if err := j.jobTo(ev, now, ""); err != nil {
+			return false, err
+		}
 	}
 	j.settle(now)
 	return true, nil
@@ -1107,14 +1111,19 @@ func (j *Job) parks(s *Step, now time.Time) bool {
 	return at == nil || at.Sub(now) > time.Duration(j.ParkAfterSeconds)*time.Second
 }
 
-// settleEvents are the job events settle may write, in the order a path
-// prefers them.
-var settleEvents = []JobEvent{JobEvCompleted, JobEvFailed, JobEvWaiting, JobEvParked, JobEvRetrying, JobEvRequeued, JobEvWaitCompleted}
+// settleEvents are the job events a path may take, in the order it
+// prefers them. Running comes last: a path passes through RUNNING (the
+// formal machine's own way into Waiting, or out of Queued to an end) only
+// when no other way of the same length exists.
+var settleEvents = []JobEvent{JobEvCompleted, JobEvFailed, JobEvWaiting, JobEvParked, JobEvRetrying, JobEvRequeued, JobEvWaitCompleted, JobEvCancelled}
 
 // jobPath answers the job events that take a job from one state to
-// another: the direct one when the table has it, else the shortest way
-// through it (PARKED to RUNNING by wait_completed then job_running;
-// RUNNING to PARKED by job_waiting then job_parked).
+// another, all written in the same change: the direct one when the table
+// has it, else the shortest way through it, as the formal machine would
+// go (QUEUED to WAITING by job_running then job_waiting; WAITING to
+// RUNNING by wait_completed then job_running; PARKED to COMPLETED by
+// wait_completed, job_running, job_completed; RETRYING to CANCELLED by
+// job_requeued then job_cancelled).
 func jobPath(from, to JobState, viaWorker bool) []JobEvent {
 	if from == to {
 		return nil
@@ -1123,7 +1132,7 @@ func jobPath(from, to JobState, viaWorker bool) []JobEvent {
 	if viaWorker {
 		run = JobEvLeased
 	}
-	events := append([]JobEvent{run}, settleEvents...)
+	events := append(slices.Clone(settleEvents), run)
 	type node struct {
 		state JobState
 		path  []JobEvent

@@ -38,6 +38,7 @@ func newJob(t *testing.T, body string) *Job {
 func replayOK(t *testing.T, j *Job) {
 	t.Helper()
 	require.NoError(t, CheckReplay(j))
+	require.NoError(t, CheckFormal(j.Events), "job %s", j.ID)
 	for i, ev := range j.Events {
 		require.Equal(t, i+1, ev.Seq, "event %d", i)
 	}

@@ -3,6 +3,7 @@ package domain
 import (
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // StepEvent is what moves a step from one state to another.
@@ -106,34 +107,75 @@ func IsNote(typ string) bool { return typ == NoteSignalReceived || typ == NoteRe
 // JobInitial is the pseudo-state before job_created.
 const JobInitial JobState = ""
 
-// jobTransitions is the formal job machine's state x event table
-// (docs/model.md#formal-job-machine), widened where the canonical model
-// needs it: cancel also from QUEUED and RETRYING (the approval-gated runs
-// cancel a PENDING run, docs/model.md#approval-gated-runs); job_parked and
-// job_retrying, the events of the two states the formal table names
-// without one; job_completed and job_failed from WAITING (an approval that
-// closes the last gate completes the run; a rejected one fails it:
-// docs/model.md#a-run-succeeds-straight-from-waiting_approval) and
-// job_failed from RETRYING (a retry timer that finds the attempts spent);
-// job_leased and job_running from WAITING (in a DAG one branch runs while
-// another waits on a person, as the agent platform's parallel steps do:
-// docs/model.md#formal-job-machine); job_waiting from QUEUED (an approval
-// gate opens before any step ran: docs/model.md#approval-gated-runs);
-// job_completed and job_failed from PARKED (a signal that satisfies the
-// last wait completes the job; a parked wait's deadline fails it).
-var jobTransitions = []Transition[JobState, JobEvent]{
+// formalJobTransitions is the formal job machine's own state x event table
+// (docs/model.md#formal-job-machine), verbatim: what consumers of the event
+// stream hold a job's log against.
+var formalJobTransitions = []Transition[JobState, JobEvent]{
 	{JobEvCreated, []JobState{JobInitial}, JobQueued},
 	{JobEvQueued, []JobState{JobInitial}, JobQueued},
 	{JobEvRequeued, []JobState{JobInitial, JobQueued, JobRunning, JobRetrying, JobFailed}, JobQueued},
-	{JobEvLeased, []JobState{JobQueued, JobRetrying, JobWaiting}, JobRunning},
-	{JobEvRunning, []JobState{JobQueued, JobRetrying, JobWaiting}, JobRunning},
-	{JobEvWaiting, []JobState{JobRunning, JobQueued}, JobWaiting},
-	{JobEvParked, []JobState{JobWaiting}, JobParked},
-	{JobEvRetrying, []JobState{JobRunning}, JobRetrying},
+	{JobEvLeased, []JobState{JobQueued, JobRetrying}, JobRunning},
+	{JobEvRunning, []JobState{JobQueued, JobRetrying}, JobRunning},
+	{JobEvWaiting, []JobState{JobRunning}, JobWaiting},
 	{JobEvWaitCompleted, []JobState{JobQueued, JobRunning, JobWaiting, JobParked, JobRetrying}, JobQueued},
-	{JobEvCompleted, []JobState{JobRunning, JobWaiting, JobParked}, JobCompleted},
-	{JobEvFailed, []JobState{JobRunning, JobWaiting, JobParked, JobRetrying}, JobFailed},
-	{JobEvCancelled, []JobState{JobQueued, JobRunning, JobWaiting, JobParked, JobRetrying}, JobCancelled},
+	{JobEvCompleted, []JobState{JobRunning}, JobCompleted},
+	{JobEvFailed, []JobState{JobRunning}, JobFailed},
+	{JobEvCancelled, []JobState{JobRunning, JobWaiting, JobParked}, JobCancelled},
+}
+
+// JobWidening is one pair the canonical job table adds to the formal job
+// machine's, kept because a row of a lifecycle stepflow serves needs that
+// very transition: the engine emits the formal machine's own sequence
+// everywhere else (settle's path through the table, in the same write).
+// The table of widenings in docs/model.md#formal-job-machine is generated
+// from this list (go generate ./shared/domain).
+type JobWidening struct {
+	From      JobState
+	Event     JobEvent
+	To        JobState
+	Lifecycle string // the lifecycle (a section of docs/model.md) whose row needs it
+	Row       string // that row, in its own words
+	Why       string // what stepflow does that makes it
+}
+
+// jobWidenings are every widening of the formal job table, each with the
+// lifecycle row that requires it. Nothing else may be added to the table.
+var jobWidenings = []JobWidening{
+	{JobQueued, JobEvCancelled, JobCancelled, "approval-gated runs", "`PENDING -> CANCELED` (`POST /runs/{id}/cancel`)",
+		"a client cancels a job before it starts, or between its steps"},
+	{JobRunning, JobEvRetrying, JobRetrying, "quality-platform tasks", "`doing -> blocked` (the run failed and may be retried)",
+		"the formal machine names Retrying but gives no event into it: a step backs off after a failure"},
+	{JobWaiting, JobEvParked, JobParked, "formal job machine", "state Parked (a long wait that the scheduler skips; woken by a signal)",
+		"the formal machine names Parked but gives no event into it: every wait left has no deadline or one beyond the timer threshold"},
+	{JobWaiting, JobEvCompleted, JobCompleted, "approval-gated runs", "`WAITING_APPROVAL -> SUCCEEDED` (the approval completes the last gate)",
+		"an approval, a signal or a sleep's time closes the job's last step"},
+	{JobWaiting, JobEvFailed, JobFailed, "approval-gated runs", "`WAITING_APPROVAL -> FAILED` (a failure in what runs after the approval)",
+		"a person rejects a gate, or a gate or a wait passes its deadline"},
+}
+
+// jobTransitions is the canonical job table: the formal machine's table
+// plus jobWidenings, and nothing else.
+var jobTransitions = widen(formalJobTransitions, jobWidenings)
+
+// widen answers table with each widening's source added to its event's
+// row, or a new row for an event the table does not have.
+func widen(table []Transition[JobState, JobEvent], ws []JobWidening) []Transition[JobState, JobEvent] {
+	out := make([]Transition[JobState, JobEvent], len(table))
+	for i, t := range table {
+		out[i] = Transition[JobState, JobEvent]{t.Event, slices.Clone(t.Sources), t.Destination}
+	}
+	for _, w := range ws {
+		i := slices.IndexFunc(out, func(t Transition[JobState, JobEvent]) bool { return t.Event == w.Event })
+		switch {
+		case i < 0:
+			out = append(out, Transition[JobState, JobEvent]{w.Event, []JobState{w.From}, w.To})
+		case out[i].Destination != w.To || slices.Contains(out[i].Sources, w.From):
+			panic(fmt.Sprintf("widening %s --%s--> %s: the table already has it, or leads %s elsewhere", w.From, w.Event, w.To, w.Event))
+		default:
+			out[i].Sources = append(out[i].Sources, w.From)
+		}
+	}
+	return out
 }
 
 // next looks event up in table and answers the destination from state, or
@@ -208,5 +250,41 @@ func SaveSources(j *Job, loadedEvents int) []JobState {
 // tests outside the package; the table itself cannot be changed from there.
 func StepTable() []Transition[StepState, StepEvent] { return slices.Clone(stepTransitions) }
 
-// JobTable answers a copy of the formal job table's transitions.
+// JobTable answers a copy of the canonical job table's transitions.
 func JobTable() []Transition[JobState, JobEvent] { return slices.Clone(jobTransitions) }
+
+// FormalJobTable answers a copy of the formal job machine's own table.
+func FormalJobTable() []Transition[JobState, JobEvent] { return slices.Clone(formalJobTransitions) }
+
+// JobWidenings answers the pairs the canonical job table adds to the
+// formal one, each with the lifecycle row that requires it.
+func JobWidenings() []JobWidening { return slices.Clone(jobWidenings) }
+
+// CheckFormal walks a job's state events through the formal job machine's
+// table plus the documented widenings (JobWidenings), as a consumer of the
+// event stream holds them, and names the first pair that is neither. It
+// reads nothing of the canonical table, so it is a second opinion beside
+// Replay.
+func CheckFormal(events []Event) error {
+	state := JobInitial
+	for _, ev := range events {
+		if ev.Step != "" || IsNote(ev.Type) || strings.HasPrefix(ev.Type, "step_") {
+			continue
+		}
+		event := JobEvent(ev.Type)
+		if to, err := next(formalJobTransitions, "job", state, event); err == nil {
+			state = to
+			continue
+		}
+		i := slices.IndexFunc(jobWidenings, func(w JobWidening) bool { return w.From == state && w.Event == event })
+		if i < 0 {
+			from := string(state)
+			if state == JobInitial {
+				from = "(initial)"
+			}
+			return fmt.Errorf("event %d: %s --%s--> is neither in the formal job table nor a documented widening (docs/model.md#formal-job-machine)", ev.Seq, from, event)
+		}
+		state = jobWidenings[i].To
+	}
+	return nil
+}

@@ -2,6 +2,8 @@ package domain
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -213,47 +215,168 @@ func TestTerminalStatesHaveNoWayOut(t *testing.T) {
 	require.False(t, JobInitial.Terminal())
 }
 
-// seed002 is the formal job machine's state x event table, verbatim ("" is
-// the initial pseudo-state; docs/model.md#formal-job-machine); absent pairs
-// are "—".
-var seed002 = map[JobState]map[JobEvent]JobState{
-	JobInitial:   {JobEvCreated: JobQueued, JobEvQueued: JobQueued, JobEvRequeued: JobQueued},
-	JobQueued:    {JobEvRequeued: JobQueued, JobEvLeased: JobRunning, JobEvRunning: JobRunning, JobEvWaitCompleted: JobQueued},
-	JobRunning:   {JobEvRequeued: JobQueued, JobEvWaiting: JobWaiting, JobEvWaitCompleted: JobQueued, JobEvCompleted: JobCompleted, JobEvFailed: JobFailed, JobEvCancelled: JobCancelled},
-	JobWaiting:   {JobEvWaitCompleted: JobQueued, JobEvCancelled: JobCancelled},
-	JobParked:    {JobEvWaitCompleted: JobQueued, JobEvCancelled: JobCancelled},
-	JobRetrying:  {JobEvRequeued: JobQueued, JobEvLeased: JobRunning, JobEvRunning: JobRunning, JobEvWaitCompleted: JobQueued},
-	JobCompleted: {},
-	JobFailed:    {JobEvRequeued: JobQueued},
-	JobCancelled: {},
+// formalTable reads the formal job machine's state x event table from the
+// seed document's own text (testdata/formal_job_table.md): state -> event
+// -> next state, "—" pairs absent.
+func formalTable(t *testing.T) map[JobState]map[JobEvent]JobState {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("testdata", "formal_job_table.md"))
+	require.NoError(t, err)
+	states := map[string]JobState{
+		"(初始)": JobInitial, "Queued": JobQueued, "Running": JobRunning, "Waiting": JobWaiting, "Parked": JobParked,
+		"Retrying": JobRetrying, "Completed": JobCompleted, "Failed": JobFailed, "Cancelled": JobCancelled,
+	}
+	cells := func(line string) []string {
+		parts := strings.Split(strings.Trim(strings.TrimSpace(line), "|"), "|")
+		for i := range parts {
+			parts[i] = strings.Trim(strings.TrimSpace(parts[i]), "*")
+		}
+		return parts
+	}
+	var events []JobEvent
+	out := map[JobState]map[JobEvent]JobState{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(line, "|") || strings.HasPrefix(line, "|--") {
+			continue
+		}
+		c := cells(line)
+		if events == nil {
+			for _, e := range c[1:] {
+				events = append(events, JobEvent(e))
+			}
+			continue
+		}
+		from, ok := states[c[0]]
+		require.True(t, ok, "state %q", c[0])
+		out[from] = map[JobEvent]JobState{}
+		for i, cell := range c[1:] {
+			if cell == "—" {
+				continue
+			}
+			to, ok := states[cell]
+			require.True(t, ok, "state %q", cell)
+			out[from][events[i]] = to
+		}
+	}
+	require.Len(t, out, 9)
+	return out
 }
 
-// widened are the pairs the canonical job table adds to the formal job table
-// on purpose (docs/model.md#formal-job-machine).
-var widened = map[JobState][]JobEvent{
-	JobQueued:   {JobEvCancelled, JobEvWaiting},                                        // approval-gated runs cancel a PENDING run; a gate opens first
-	JobRetrying: {JobEvCancelled, JobEvFailed},                                         // cancel while backing off
-	JobRunning:  {JobEvRetrying},                                                       // explicit RETRYING
-	JobWaiting:  {JobEvParked, JobEvCompleted, JobEvFailed, JobEvLeased, JobEvRunning}, // approval gate approved / rejected; a DAG branch runs while another waits
-	JobParked:   {JobEvCompleted, JobEvFailed},                                         // a signal satisfies the last wait; a parked wait's deadline passes
-}
-
+// The formal table in the code is the seed's, pair for pair; the
+// canonical job table is it plus exactly the documented widenings, each
+// a pair the formal table forbids, with the lifecycle row that needs it.
 func TestJobTableAgainstSeed002(t *testing.T) {
 	t.Parallel()
+	seed := formalTable(t)
 	states := append([]JobState{JobInitial}, AllJobStates()...)
+	lifecycles := []string{"formal job machine", "event-sourced job status", "quality-platform tasks", "approval-gated runs", "agent platform"}
+	for _, w := range jobWidenings {
+		_, formal := seed[w.From][w.Event]
+		require.False(t, formal, "widening %q --%s--> is in the formal table", w.From, w.Event)
+		require.Contains(t, lifecycles, w.Lifecycle, "widening %q --%s-->", w.From, w.Event)
+		require.NotEmpty(t, w.Row, "widening %q --%s--> names no row", w.From, w.Event)
+		require.NotEmpty(t, w.Why, "widening %q --%s-->", w.From, w.Event)
+	}
 	for _, state := range states {
 		for _, event := range allJobEvents {
-			got, err := NextJobState(state, event)
-			if want, ok := seed002[state][event]; ok {
+			want, ok := seed[state][event]
+			got, err := next(formalJobTransitions, "job", state, event)
+			if ok {
 				require.NoError(t, err, "the formal job table allows %q --%s-->", state, event)
 				require.Equal(t, want, got)
+			} else {
+				require.Error(t, err, "the formal job table forbids %q --%s-->", state, event)
+			}
+			i := slices.IndexFunc(jobWidenings, func(w JobWidening) bool { return w.From == state && w.Event == event })
+			if i >= 0 {
+				want, ok = jobWidenings[i].To, true
+			}
+			got, err = NextJobState(state, event)
+			if !ok {
+				require.Error(t, err, "%q --%s--> is neither formal nor a documented widening", state, event)
 				continue
 			}
-			if slices.Contains(widened[state], event) {
-				require.NoError(t, err, "deliberate widening %q --%s-->", state, event)
-				continue
+			require.NoError(t, err, "%q --%s-->", state, event)
+			require.Equal(t, want, got, "%q --%s-->", state, event)
+		}
+	}
+}
+
+// CheckFormal names the first job event the formal table and its
+// documented widenings do not allow, passing over step events and notes.
+func TestCheckFormal(t *testing.T) {
+	t.Parallel()
+	log := func(types ...string) []Event {
+		var out []Event
+		for i, typ := range types {
+			ev := Event{Seq: i + 1, Type: typ}
+			if strings.HasPrefix(typ, "step_") {
+				ev.Step = "a"
 			}
-			require.Error(t, err, "the formal job table forbids %q --%s-->", state, event)
+			out = append(out, ev)
+		}
+		return out
+	}
+	for _, ok := range [][]string{
+		{"job_created", "job_running", "step_running", "job_waiting", "signal_received", "job_parked", "wait_completed", "job_running", "job_completed"},
+		{"job_created", "job_cancelled"},
+		{"job_created", "job_leased", "job_retrying", "job_requeued", "job_cancelled"},
+		{"job_created", "job_running", "job_waiting", "job_failed", "job_requeued", "job_replanned", "job_leased", "job_retrying", "job_running", "job_completed"},
+	} {
+		require.NoError(t, CheckFormal(log(ok...)), "%v", ok)
+	}
+	for _, bad := range []struct {
+		types []string
+		want  string
+	}{
+		// What the widened table let the engine write before.
+		{[]string{"job_created", "step_needs_user", "job_waiting"}, "event 3: QUEUED --job_waiting--> is neither in the formal job table nor a documented widening"},
+		{[]string{"job_created", "job_running", "job_waiting", "job_running"}, "event 4: WAITING --job_running-->"},
+		{[]string{"job_created", "job_running", "job_waiting", "job_leased"}, "event 4: WAITING --job_leased-->"},
+		{[]string{"job_created", "job_running", "job_waiting", "job_parked", "job_completed"}, "event 5: PARKED --job_completed-->"},
+		{[]string{"job_created", "job_running", "job_waiting", "job_parked", "job_failed"}, "event 5: PARKED --job_failed-->"},
+		{[]string{"job_created", "job_running", "job_retrying", "job_cancelled"}, "event 4: RETRYING --job_cancelled-->"},
+		{[]string{"job_created", "job_running", "job_retrying", "job_failed"}, "event 4: RETRYING --job_failed-->"},
+		{[]string{"job_running"}, "event 1: (initial) --job_running-->"},
+		{[]string{"job_created", "job_cancelled", "job_requeued"}, "event 3: CANCELLED --job_requeued-->"},
+	} {
+		require.ErrorContains(t, CheckFormal(log(bad.types...)), bad.want, "%v", bad.types)
+	}
+}
+
+// settle takes the formal machine's own way where the table has no direct
+// event, all in one change.
+func TestJobPathsGoTheFormalWay(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		from, to JobState
+		worker   bool
+		want     []JobEvent
+	}{
+		{JobQueued, JobWaiting, false, []JobEvent{JobEvRunning, JobEvWaiting}},
+		{JobQueued, JobParked, false, []JobEvent{JobEvRunning, JobEvWaiting, JobEvParked}},
+		{JobWaiting, JobRunning, true, []JobEvent{JobEvWaitCompleted, JobEvLeased}},
+		{JobWaiting, JobRunning, false, []JobEvent{JobEvWaitCompleted, JobEvRunning}},
+		{JobParked, JobCompleted, false, []JobEvent{JobEvWaitCompleted, JobEvRunning, JobEvCompleted}},
+		{JobParked, JobFailed, false, []JobEvent{JobEvWaitCompleted, JobEvRunning, JobEvFailed}},
+		{JobRetrying, JobCancelled, false, []JobEvent{JobEvRequeued, JobEvCancelled}},
+		{JobRetrying, JobRunning, true, []JobEvent{JobEvLeased}},
+		{JobWaiting, JobCompleted, false, []JobEvent{JobEvCompleted}},
+		{JobRunning, JobParked, false, []JobEvent{JobEvWaiting, JobEvParked}},
+	} {
+		require.Equal(t, tc.want, jobPath(tc.from, tc.to, tc.worker), "%s to %s", tc.from, tc.to)
+	}
+	// Every non-terminal state reaches every state a settle or a cancel may
+	// want, through the table.
+	for _, from := range []JobState{JobQueued, JobRunning, JobWaiting, JobParked, JobRetrying} {
+		for _, to := range AllJobStates() {
+			state := from
+			for _, ev := range jobPath(from, to, false) {
+				var err error
+				state, err = NextJobState(state, ev)
+				require.NoError(t, err, "%s to %s", from, to)
+			}
+			require.Equal(t, to, state, "%s to %s", from, to)
 		}
 	}
 }

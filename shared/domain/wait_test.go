@@ -47,11 +47,15 @@ func TestLongSleepParksTheJob(t *testing.T) {
 	j := newJob(t, `{"steps":[{"id":"nap","action":{"type":"sleep","seconds":86400}}]}`)
 	require.Equal(t, JobParked, j.State)
 	require.True(t, j.Steps[0].Parked)
-	require.Equal(t, []string{"job_created", "step_waiting", "job_waiting", "job_parked"}, eventTypes(j.Events))
+	// The formal machine enters Waiting only from Running: the job passes
+	// through it in the same write.
+	require.Equal(t, []string{"job_created", "step_waiting", "job_running", "job_waiting", "job_parked"}, eventTypes(j.Events))
+	n := len(j.Events)
 	_, err := j.Fire("nap", at(24*time.Hour))
 	require.NoError(t, err)
 	replayOK(t, j)
-	require.Equal(t, JobCompleted, j.State, "a parked job completes when its last wait ends (widened)")
+	require.Equal(t, JobCompleted, j.State, "a parked job completes when its last wait ends")
+	require.Equal(t, []string{"step_succeeded", "wait_completed", "job_running", "job_completed"}, eventTypes(j.Events[n:]), "the formal way out of Parked")
 }
 
 func TestZeroSleepEndsAtOnce(t *testing.T) {

@@ -72,6 +72,7 @@ func (b *bundle) checkEveryJob(t *testing.T) {
 			}
 			require.NoError(t, err)
 			require.NoError(t, domain.CheckReplay(j), "job %s", j.ID)
+			require.NoError(t, domain.CheckFormal(j.Events), "job %s", j.ID)
 			require.NoError(t, views.CheckAll(j), "job %s in every vocabulary", j.ID)
 		}
 	}

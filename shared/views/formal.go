@@ -34,6 +34,11 @@ var formal = vocabulary{
 		return jobMoves(j, h, "job", func(i int) string { return formalWord(h.job[i].state) })
 	},
 	consistent: func(j *domain.Job, h *history) error {
+		// The job events themselves, not only the states they lead to,
+		// must be the formal table's or a documented widening.
+		if err := domain.CheckFormal(j.Events); err != nil {
+			return err
+		}
 		if got, want := derivedFormal(j.Events), formalWord(j.State); got != want {
 			return fmt.Errorf("stored %s, derived from the events (the last state event wins) %s", want, got)
 		}
@@ -52,21 +57,16 @@ var formalOwn = pairs(
 	[]string{"Failed", "Queued"},
 )
 
-// formalWidening says why the canonical table adds each move
+// formalWidening says why the canonical table adds each move: the
+// domain's list of widenings, each with the lifecycle row that needs it
 // (docs/model.md#formal-job-machine).
-var formalWidening = map[Pair]string{
-	{"Queued", "Waiting"}:     "an approval gate opens before any step ran",
-	{"Queued", "Cancelled"}:   "a client may cancel a job before it starts (the approval-gated runs cancel a PENDING run)",
-	{"Retrying", "Cancelled"}: "cancel while backing off",
-	{"Retrying", "Failed"}:    "a retry timer that finds the attempts spent",
-	{"Running", "Retrying"}:   "Retrying made explicit: the formal table names the state but gives no event into it",
-	{"Waiting", "Parked"}:     "Parked made explicit: every wait left is beyond the timer threshold or has no deadline",
-	{"Parked", "Completed"}:   "a signal that satisfies the last wait completes the job",
-	{"Parked", "Failed"}:      "a parked wait whose deadline passes fails the job",
-	{"Waiting", "Completed"}:  "an approval that closes the last gate completes the job",
-	{"Waiting", "Failed"}:     "a rejected approval, or a wait past its deadline, fails the job",
-	{"Waiting", "Running"}:    "in a DAG one branch runs while another waits on a person",
-}
+var formalWidening = func() map[Pair]string {
+	out := map[Pair]string{}
+	for _, w := range domain.JobWidenings() {
+		out[Pair{formalWord(w.From), formalWord(w.To)}] = w.Why + " (required by " + w.Lifecycle + ": " + w.Row + ")"
+	}
+	return out
+}()
 
 // formalWord names a job state as the formal machine does.
 func formalWord(s domain.JobState) string {

@@ -24,13 +24,11 @@ var gated = vocabulary{
 					[]string{"PENDING", "RUNNING", "CANCELED"},
 					[]string{"RUNNING", "WAITING_APPROVAL", "SUCCEEDED", "FAILED", "CANCELED"},
 					[]string{"WAITING_APPROVAL", "RUNNING", "SUCCEEDED", "FAILED", "CANCELED"},
-					// Widenings:
-					[]string{"PENDING", "WAITING_APPROVAL"},
+					// Widening:
 					[]string{"FAILED", "RUNNING"},
 				),
 				Why: map[Pair]string{
-					{"PENDING", "WAITING_APPROVAL"}: "an approval gate is the first step: it opens before any step ran",
-					{"FAILED", "RUNNING"}:           "POST /v1/jobs/{id}/redrive runs a failed run again from its failed steps",
+					{"FAILED", "RUNNING"}: "POST /v1/jobs/{id}/redrive runs a failed run again from its failed steps",
 				},
 			},
 			{

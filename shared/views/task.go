@@ -31,11 +31,12 @@ var task = vocabulary{
 					{Initial, "todo"}:     "POST /v1/jobs validates before it writes: a task is born todo (inbox is never stored)",
 					{"doing", "todo"}:     "a step succeeded and the next one waits for its lease (RUNNING -> QUEUED), or a lease expired and the step went back to the queue",
 					{"doing", "failed"}:   "a step failed for good (FAILED, which the task machine has no word for)",
-					{"blocked", "failed"}: "a retry timer found the attempts spent, a person rejected an approval, or a wait passed its deadline",
+					{"blocked", "failed"}: "a person rejected an approval, or a gate or a wait passed its deadline",
 					{"blocked", "done"}:   "an approval, a signal or a sleep's time closed the last step (WAITING -> COMPLETED)",
 					{"failed", "todo"}:    "POST /v1/jobs/{id}/redrive runs a failed job again",
 				},
 				Never: map[Pair]string{
+					{"todo", "blocked"}:    "a queued job is not blocked: a gate, wait or sleep reached before any step ran moves it doing first (job_running, then job_waiting), as the formal machine enters Waiting only from Running",
 					{"inbox", "todo"}:      "inbox is never stored: a task is born todo or refused with 400",
 					{"inbox", "cancelled"}: "inbox is never stored: a refused submission writes nothing",
 				},

@@ -126,6 +126,7 @@ func (h *Harness) checkEveryJob(t testing.TB) {
 				}
 				require.NoError(t, err)
 				require.NoError(t, domain.CheckReplay(j), "job %s of %s", j.ID, tenant)
+				require.NoError(t, domain.CheckFormal(j.Events), "job %s of %s", j.ID, tenant)
 				require.NoError(t, views.CheckAll(j), "job %s of %s in every vocabulary", j.ID, tenant)
 			}
 			if next == "" {
@@ -251,12 +252,15 @@ func (h *Harness) AwaitState(t testing.TB, key, id string, state domain.JobState
 	return h.Await(t, key, id, string(state), func(j Job) bool { return j.State == state })
 }
 
-// CheckReplay requires that the job's events replay to its stored state.
+// CheckReplay requires that the job's events replay to its stored state,
+// and that its job events are legal in the formal job table plus the
+// documented widenings.
 func (h *Harness) CheckReplay(t testing.TB, tenant, id string) {
 	t.Helper()
 	j, err := h.Engine.Store.Get(context.Background(), tenant, id)
 	require.NoError(t, err)
 	require.NoError(t, domain.CheckReplay(j))
+	require.NoError(t, domain.CheckFormal(j.Events), "job %s", id)
 }
 
 // Sweep runs the heartbeat function's handler once, as the schedule would.

@@ -9,7 +9,7 @@ import (
 // resolver replaces the intrinsic functions template.yaml uses (Ref,
 // Fn::GetAtt, Fn::Sub) with their values on the local stack. Their targets
 // are what it creates or knows: parameters with a Default, AWS::StackName,
-// and the tables, queues, state machines, buckets and event buses
+// AWS::AccountId and AWS::Partition (the emulator's), and the tables, queues, state machines, buckets and event buses
 // Provision created so far.
 type resolver struct {
 	t     *Template
@@ -115,11 +115,16 @@ func (r *resolver) intrinsic(fn string, arg any) (any, error) {
 }
 
 func (r *resolver) ref(name string) (any, error) {
-	if name == "AWS::StackName" {
+	switch name {
+	case "AWS::StackName":
 		return r.stack, nil
+	case "AWS::AccountId":
+		return accountOf(r.arns), nil // the ARNs of what it created name the emulator's account
+	case "AWS::Partition":
+		return "aws", nil // the only one the emulators know
 	}
 	if strings.HasPrefix(name, "AWS::") {
-		return nil, fmt.Errorf("Ref %s: the only pseudo parameter handled is AWS::StackName", name)
+		return nil, fmt.Errorf("Ref %s: the pseudo parameters handled are AWS::StackName, AWS::AccountId and AWS::Partition", name)
 	}
 	if def, ok := r.t.params[name]; ok {
 		if def == nil {

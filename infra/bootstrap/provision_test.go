@@ -117,6 +117,8 @@ func TestProvisionRealTemplate(t *testing.T) {
 		"STEPFLOW_TIMER_STATE_MACHINE":              timer,
 		"STEPFLOW_TIMER_THRESHOLD":                  "900",
 		"STEPFLOW_LAMBDA_ALLOW":                     "stepflow-fn-",
+		"STEPFLOW_AWS_ACCOUNT":                      "123456789012", // the emulator's, read from the ARNs of what it made
+		"STEPFLOW_AWS_PARTITION":                    "aws",
 		"STEPFLOW_RETENTION_COMPLETED_DAYS":         "30",
 		"STEPFLOW_RETENTION_FAILED_DAYS":            "14",
 		"STEPFLOW_RETENTION_CANCELLED_DAYS":         "7",

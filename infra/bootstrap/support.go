@@ -209,8 +209,9 @@ func (s *survey) calls(path string, v any) {
 
 // dryRun reads what Provision reads, with stand-ins for the ARNs and URLs
 // of resources not created yet, so that a reference bootstrap cannot resolve
-// (a pseudo parameter other than AWS::StackName, a resource it does not
-// create) or a value it does not take is refused before anything is created.
+// (a pseudo parameter other than AWS::StackName, AWS::AccountId and
+// AWS::Partition, a resource it does not create) or a value it does not
+// take is refused before anything is created.
 func (s *survey) dryRun() {
 	t := s.t
 	r := newResolver(t, "check")

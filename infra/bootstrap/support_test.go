@@ -140,7 +140,7 @@ Resources:
 		"event property": {events, events + "        Off: {Type: Schedule, Properties: {Schedule: rate(1 minute), Enabled: false}}\n",
 			"Resources.Fn.Properties.Events.Off.Properties.Enabled: Schedule event key Enabled"},
 		"pseudo parameter": {env, env + "        REGION: !Ref AWS::Region\n",
-			"Globals.Function.Environment.Variables: REGION: Ref AWS::Region: the only pseudo parameter handled is AWS::StackName"},
+			"Globals.Function.Environment.Variables: REGION: Ref AWS::Region: the pseudo parameters handled are AWS::StackName, AWS::AccountId and AWS::Partition"},
 		"attribute": {env, env + "        URL: !GetAtt Q.QueueUrl\n",
 			"Globals.Function.Environment.Variables: URL: Fn::GetAtt Q.QueueUrl: the attributes handled are Arn, and a state machine's Name"},
 		"Name of a queue": {env, env + "        NAME: !GetAtt Q.Name\n",

@@ -413,8 +413,9 @@ func (s *Stack) startLambda(ctx context.Context, o Options) error {
 	}
 	svc, err := lambdaemu.Start(ctx, "127.0.0.1:0", lambdaemu.Options{
 		Dirs: dirs, Prefixes: actions.ParseLambdaAllow(s.Resources.Env[actions.EnvLambdaAllow]), Region: o.Region,
-		Env:    map[string]string{"AWS_ENDPOINT_URL": s.Endpoint, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"},
-		Output: o.LambdaOutput, Log: o.Log,
+		Account: s.Resources.Env[actions.EnvAccount], // the emulator's, as the stack's functions know it
+		Env:     map[string]string{"AWS_ENDPOINT_URL": s.Endpoint, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"},
+		Output:  o.LambdaOutput, Log: o.Log,
 	})
 	if err != nil {
 		return err

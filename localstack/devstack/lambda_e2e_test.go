@@ -41,7 +41,7 @@ func TestLambdaStepRunsEchoOnTheLocalStack(t *testing.T) {
 	h.CheckReplay(t, tenantA, j.ID)
 
 	// The function runs as Lambda runs it, and hears the attempt's
-	// idempotency key; its output feeds the next step.
+	// idempotency key and the job's tenant; its output feeds the next step.
 	j = h.Submit(t, keyA, map[string]any{"steps": []any{
 		lambdaStep("arn:aws:lambda:us-east-1:123456789012:function:stepflow-fn-probe"),
 		map[string]any{"id": "after", "action": map[string]any{"type": "pass"}},
@@ -50,11 +50,13 @@ func TestLambdaStepRunsEchoOnTheLocalStack(t *testing.T) {
 	var probe struct {
 		FunctionName   string          `json:"function_name"`
 		IdempotencyKey string          `json:"idempotency_key"`
+		Tenant         string          `json:"tenant"`
 		Event          json.RawMessage `json:"event"`
 	}
 	require.NoError(t, json.Unmarshal(j.Steps[1].Output, &probe), "%s", j.Steps[1].Output)
 	require.Equal(t, "stepflow-fn-probe", probe.FunctionName)
 	require.Equal(t, j.ID+"/call/1", probe.IdempotencyKey)
+	require.Equal(t, tenantA, probe.Tenant)
 	require.JSONEq(t, `{"n":1}`, string(probe.Event))
 }
 
@@ -100,9 +102,35 @@ func TestLambdaStepFailuresOnTheLocalStack(t *testing.T) {
 	require.Equal(t, "invalid", e.Error.Code)
 	require.Equal(t, "steps[1].action.function", e.Error.Field)
 	require.Contains(t, e.Error.Message, "stepflow-fn-")
+
+	// The allow list is of names: an ARN must name the stack's own
+	// account (the emulator's), region and partition.
+	for ref, why := range map[string]string{
+		"arn:aws:lambda:us-east-1:999999999999:function:stepflow-fn-echo":    "names account 999999999999",
+		"999999999999:function:stepflow-fn-echo":                             "names account 999999999999",
+		"arn:aws:lambda:eu-west-1:123456789012:function:stepflow-fn-echo":    "names region eu-west-1",
+		"arn:aws-cn:lambda:us-east-1:123456789012:function:stepflow-fn-echo": "names partition aws-cn",
+		"us-east-1:123456789012:function:stepflow-fn-echo":                   "must be a Lambda function name", // no form Lambda documents
+	} {
+		status, raw := h.Call(t, http.MethodPost, "/v1/jobs", keyA, map[string]any{"steps": []any{
+			map[string]any{"id": "a", "action": map[string]any{"type": "pass"}},
+			map[string]any{"id": "b", "action": map[string]any{"type": "fail", "class": "replan", "steps": []any{
+				map[string]any{"id": "c", "action": map[string]any{"type": "lambda", "function": ref}},
+			}}},
+		}})
+		require.Equal(t, http.StatusBadRequest, status, "%s: %s", ref, raw)
+		require.NoError(t, json.Unmarshal(raw, &e), "%s", raw)
+		require.Equal(t, "steps[1].action.steps[0].action.function", e.Error.Field, ref)
+		require.Contains(t, e.Error.Message, why, ref)
+	}
 	var after struct{ Jobs []json.RawMessage }
 	h.JSON(t, http.StatusOK, http.MethodGet, "/v1/jobs", keyA, nil, &after)
 	require.Len(t, after.Jobs, len(before.Jobs), "nothing was written")
+
+	// The stack's own account, as a partial ARN, is taken.
+	j = h.Submit(t, keyA, map[string]any{"steps": []any{lambdaStep("123456789012:function:stepflow-fn-echo")}, "payload": 7})
+	j = h.AwaitState(t, keyA, j.ID, domain.JobCompleted)
+	require.JSONEq(t, `{"echo":7}`, string(j.Steps[0].Output))
 }
 
 // The README's quickstart: examples/functions/flaky fails a step's first

@@ -346,3 +346,44 @@ func TestUISignalsAWaitingJobAndShowsTheAPIsErrors(t *testing.T) {
 	require.Equal(t, domain.JobCompleted, got.State)
 	require.JSONEq(t, `{"amount":5}`, string(got.Steps[0].Output), "the payload typed in is the wait's output")
 }
+
+// A link with another key than the one the browser keeps does not sign
+// the person in as someone else unseen: the page asks first, naming the
+// tenant of each key, and keeps the old key until told otherwise.
+func TestUILinkWithAnotherKeyAsksFirst(t *testing.T) {
+	t.Parallel()
+	b := newBrowser(t)
+	h := stacktest.New(t)
+	kept := func() string { return b.eval(`localStorage.getItem('stepflow.key') || ''`) }
+
+	b.do(chromedp.Navigate(h.URL+"/ui#key="+keyA), chromedp.WaitVisible(chromedp.CSS(`#jobs`)))
+	require.Equal(t, keyA, kept(), "with no key kept, a link's key is kept")
+
+	// Declined: the old key stays, and the jobs view comes back.
+	b.do(chromedp.Navigate(h.URL+"/ui#key="+stacktest.KeyB), chromedp.WaitVisible(chromedp.CSS(`#key-question`)))
+	b.awaitText(`#key-kept-tenant`, stacktest.TenantA)
+	b.awaitText(`#key-link-tenant`, stacktest.TenantB)
+	require.Equal(t, keyA, kept(), "nothing is replaced before the person answers")
+	require.Equal(t, "true", b.eval(`String(document.getElementById('nav').hidden)`), "no view shows behind the question")
+	loc, err := chromedp.Run(b.ctx, chromedp.Location())
+	require.NoError(t, err)
+	require.NotContains(t, loc, stacktest.KeyB, "the key leaves the address bar")
+	b.shot("key-question.png")
+	b.do(chromedp.Click(chromedp.CSS(`#key-keep`)), chromedp.WaitVisible(chromedp.CSS(`#jobs`)))
+	require.Equal(t, keyA, kept())
+
+	// A link whose key the API refuses cannot be switched to.
+	b.do(chromedp.Navigate(h.URL+"/ui#key=not-a-key"), chromedp.WaitVisible(chromedp.CSS(`#key-question`)))
+	b.awaitText(`#key-switch-error`, "401 unauthorized")
+	require.Equal(t, "true", b.eval(`String(document.getElementById('key-switch').disabled)`))
+	b.do(chromedp.Click(chromedp.CSS(`#key-keep`)), chromedp.WaitVisible(chromedp.CSS(`#jobs`)))
+	require.Equal(t, keyA, kept())
+
+	// Confirmed: the link's key replaces the old one, here through a link
+	// opened in the tab that shows the UI already.
+	b.eval(`location.hash = '#key=` + stacktest.KeyB + `'; 'ok'`)
+	b.do(chromedp.WaitVisible(chromedp.CSS(`#key-question`)))
+	b.awaitText(`#key-link-tenant`, stacktest.TenantB)
+	b.do(chromedp.WaitEnabled(chromedp.CSS(`#key-switch`)), chromedp.Click(chromedp.CSS(`#key-switch`)), chromedp.WaitVisible(chromedp.CSS(`#jobs`)))
+	require.Equal(t, stacktest.KeyB, kept())
+}

@@ -184,7 +184,7 @@ func (s *Service) discover() error {
 				continue
 			}
 			name := e.Name()
-			if n, q, ok := domain.ParseLambdaFunction(name); !ok || n != name || q != "" {
+			if f, ok := domain.ParseLambdaFunction(name); !ok || f.Name != name || f.Qualifier != "" {
 				return fmt.Errorf("lambda service: %s: %q is not a Lambda function name (letters, digits, '-', '_')", src, name)
 			}
 			canonical := name
@@ -246,7 +246,8 @@ func (f *function) build(ctx context.Context) error {
 // invokeHandler serves POST /2015-03-31/functions/{function}/invocations.
 func (s *Service) invokeHandler(w http.ResponseWriter, r *http.Request) {
 	ref := r.PathValue("function")
-	name, qualifier, ok := domain.ParseLambdaFunction(ref)
+	fn, ok := domain.ParseLambdaFunction(ref)
+	name, qualifier := fn.Name, fn.Qualifier
 	if !ok {
 		apiError(w, http.StatusBadRequest, "ValidationException", fmt.Sprintf("1 validation error detected: Value '%s' at 'functionName' failed to satisfy constraint", ref))
 		return

@@ -292,6 +292,7 @@ type SignalRequest struct {
 
 // Health is GET /v1/health.
 type Health struct {
+	Tenant      string   `json:"tenant"` // the tenant the client's key names
 	Status      string   `json:"status"` // ok, degraded, unhealthy
 	Reasons     []string `json:"reasons,omitempty"`
 	SuccessRate *float64 `json:"success_rate,omitempty"`

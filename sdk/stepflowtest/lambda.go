@@ -28,11 +28,11 @@ type Function func(ctx context.Context, event json.RawMessage) (any, error)
 // ResourceNotFoundException does.
 func (e *Env) HandleFunction(name string, fn Function) {
 	e.t.Helper()
-	fname, _, ok := domain.ParseLambdaFunction(name)
+	f, ok := domain.ParseLambdaFunction(name)
 	if !ok || fn == nil {
 		e.t.Fatalf("stepflowtest: HandleFunction(%q): not a Lambda function name, or fn is nil", name)
 	}
-	e.functions.fns[fname] = fn
+	e.functions.fns[f.Name] = fn
 }
 
 // functions plays Lambda's Invoke API for the lambda action, on the Go
@@ -40,7 +40,8 @@ func (e *Env) HandleFunction(name string, fn Function) {
 type functions struct{ fns map[string]Function }
 
 func (f *functions) Invoke(ctx context.Context, in *lambda.InvokeInput, _ ...func(*lambda.Options)) (*lambda.InvokeOutput, error) {
-	name, _, _ := domain.ParseLambdaFunction(aws.ToString(in.FunctionName))
+	ref, _ := domain.ParseLambdaFunction(aws.ToString(in.FunctionName))
+	name := ref.Name
 	fn := f.fns[name]
 	if fn == nil {
 		return nil, &lambdatypes.ResourceNotFoundException{Message: aws.String("Function not found: " + name + " (stepflowtest: register it with env.HandleFunction)")}

@@ -149,7 +149,10 @@ func New(t testing.TB, opts ...Option) *Env {
 	queue := memory.NewQueue(clock.Now)
 	fns := &functions{fns: map[string]Function{}}
 	log := slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	eng := engine.New(store, queue, &actions.Runner{Guard: guard, Lambda: fns}, memory.DefaultReadyVisibility, log)
+	// The functions live where the local stack's do, so a step naming one
+	// by an ARN names that account and region.
+	home := actions.LambdaHome{Partition: "aws", Region: "us-east-1", Account: "123456789012"}
+	eng := engine.New(store, queue, &actions.Runner{Guard: guard, Lambda: fns, LambdaHome: home}, memory.DefaultReadyVisibility, log)
 	eng.Now = clock.Now
 	eng.SeedJitter(cfg.seed)
 	env := &Env{

@@ -59,6 +59,9 @@ type Runner struct {
 	// LambdaAllow lists the function-name prefixes a lambda step may call
 	// (STEPFLOW_LAMBDA_ALLOW); empty allows any the IAM role allows.
 	LambdaAllow []string
+	// LambdaHome is the stack's partition, region and account: a lambda
+	// step's ARN must name them.
+	LambdaHome LambdaHome
 
 	once   sync.Once
 	client *http.Client

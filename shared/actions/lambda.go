@@ -23,9 +23,25 @@ import (
 
 // EnvLambdaAllow names the setting that lists the functions a lambda step
 // may call: comma-separated function-name prefixes (a name is a prefix of
-// itself); empty allows any function the execute function's role may
-// invoke.
+// itself); empty allows any function of the stack's own account and
+// region that the execute function's role may invoke.
 const EnvLambdaAllow = "STEPFLOW_LAMBDA_ALLOW"
+
+// EnvAccount and EnvPartition name the settings that tell the functions
+// the stack's own AWS account and partition (template.yaml sets them from
+// AWS::AccountId and AWS::Partition); its region is the AWS config's
+// (AWS_REGION, which Lambda sets).
+const (
+	EnvAccount   = "STEPFLOW_AWS_ACCOUNT"
+	EnvPartition = "STEPFLOW_AWS_PARTITION"
+)
+
+// LambdaHome is where the stack's own functions live. A lambda step that
+// names a partition, region or account (an ARN, or a partial one) must
+// name these: the allow list is of names, and a name in another account
+// is another function. A part left "" is unknown, and a step naming it is
+// refused.
+type LambdaHome struct{ Partition, Region, Account string }
 
 // LambdaInvoker is what the lambda action needs of Lambda: the SDK
 // client's Invoke, so *lambda.Client fits.
@@ -46,22 +62,48 @@ func ParseLambdaAllow(v string) []string {
 }
 
 // CheckFunction answers why a lambda step's function may never be called
-// (a name outside LambdaAllow), so the job is refused at submit. A nil
-// Runner allows every function.
+// (another account's, region's or partition's, or a name outside
+// LambdaAllow), so the job is refused at submit. A nil Runner allows every
+// function.
 func (r *Runner) CheckFunction(function string) error {
-	if r == nil || len(r.LambdaAllow) == 0 {
+	if r == nil {
 		return nil
 	}
-	name, _, ok := domain.ParseLambdaFunction(function)
+	f, ok := domain.ParseLambdaFunction(function)
 	if !ok {
 		return fmt.Errorf("%q is not a Lambda function name or ARN", function)
 	}
+	if err := r.LambdaHome.check(function, f); err != nil {
+		return err
+	}
+	if len(r.LambdaAllow) == 0 {
+		return nil
+	}
 	for _, p := range r.LambdaAllow {
-		if strings.HasPrefix(name, p) {
+		if strings.HasPrefix(f.Name, p) {
 			return nil
 		}
 	}
-	return fmt.Errorf("function %s is not one this stack may invoke: its name must start with one of %s (%s)", name, strings.Join(r.LambdaAllow, ", "), EnvLambdaAllow)
+	return fmt.Errorf("function %s is not one this stack may invoke: its name must start with one of %s (%s)", f.Name, strings.Join(r.LambdaAllow, ", "), EnvLambdaAllow)
+}
+
+// check refuses an ARN of a partition, region or account other than the
+// stack's own.
+func (h LambdaHome) check(function string, f domain.LambdaFunction) error {
+	for _, part := range []struct{ what, named, own, setting string }{
+		{"partition", f.Partition, h.Partition, EnvPartition},
+		{"region", f.Region, h.Region, "AWS_REGION"},
+		{"account", f.Account, h.Account, EnvAccount},
+	} {
+		switch {
+		case part.named == "" || part.named == part.own:
+		case part.own == "":
+			return fmt.Errorf("%s names %s %s, and this stack does not know its own (%s): name the function by its name alone", function, part.what, part.named, part.setting)
+		default:
+			return fmt.Errorf("%s names %s %s: a lambda step may call only this stack's own functions (%s %s); name the function by its name alone, or by its ARN in %s %s", function, part.what, part.named, part.what, part.own, part.what, part.own)
+		}
+	}
+	return nil
 }
 
 // invokeLambda invokes the step's function synchronously with the input as
@@ -85,7 +127,7 @@ func (r *Runner) invokeLambda(ctx context.Context, c engine.ActionCall) (json.Ra
 		FunctionName:   &a.Function,
 		InvocationType: lambdatypes.InvocationTypeRequestResponse,
 		Payload:        c.Input,
-		ClientContext:  clientContext(c.IdempotencyKey),
+		ClientContext:  clientContext(c.IdempotencyKey, c.Tenant),
 	}
 	if a.Qualifier != "" {
 		in.Qualifier = &a.Qualifier
@@ -116,14 +158,23 @@ func (r *Runner) invokeLambda(ctx context.Context, c engine.ActionCall) (json.Ra
 	}
 }
 
-// clientContext passes the attempt's idempotency key to the function as
-// Lambda passes a client context: the handler reads it as
-// lambdacontext.FromContext(ctx).ClientContext.Custom["idempotency_key"].
-func clientContext(key string) *string {
-	if key == "" {
+// clientContext passes the attempt's idempotency key and the calling
+// tenant to the function as Lambda passes a client context: the handler
+// reads them as lambdacontext.FromContext(ctx).ClientContext.Custom
+// ["idempotency_key"] and ["tenant"], so a function that several tenants'
+// jobs call can keep each tenant's work apart.
+func clientContext(key, tenant string) *string {
+	custom := map[string]string{}
+	if key != "" {
+		custom["idempotency_key"] = key
+	}
+	if tenant != "" {
+		custom["tenant"] = tenant
+	}
+	if len(custom) == 0 {
 		return nil
 	}
-	raw, _ := json.Marshal(map[string]map[string]string{"custom": {"idempotency_key": key}})
+	raw, _ := json.Marshal(map[string]map[string]string{"custom": custom})
 	s := base64.StdEncoding.EncodeToString(raw)
 	return &s
 }

@@ -106,7 +106,7 @@ func lambdaClient(endpoint string) *lambda.Client {
 func (s *lambdaSetup) invoke(ctx context.Context, function, qualifier string) (json.RawMessage, *domain.Failure) {
 	return s.runner.Run(ctx, engine.ActionCall{
 		Spec:  domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionLambda, Function: function, Qualifier: qualifier}, TimeoutSeconds: 5},
-		Input: json.RawMessage(`{"x":2}`), IdempotencyKey: "job/step/1",
+		Input: json.RawMessage(`{"x":2}`), IdempotencyKey: "job/step/1", Tenant: "acme",
 	})
 }
 
@@ -125,7 +125,7 @@ func TestLambdaActionAnswers(t *testing.T) {
 	require.Equal(t, "live", r.URL.Query().Get("Qualifier"))
 	cc, err := base64.StdEncoding.DecodeString(r.Header.Get("X-Amz-Client-Context"))
 	require.NoError(t, err)
-	require.JSONEq(t, `{"custom":{"idempotency_key":"job/step/1"}}`, string(cc), "the attempt's idempotency key rides in the client context")
+	require.JSONEq(t, `{"custom":{"idempotency_key":"job/step/1","tenant":"acme"}}`, string(cc), "the attempt's idempotency key and the job's tenant ride in the client context")
 
 	out, f = s.invoke(ctx, "text", "")
 	require.Nil(t, f)
@@ -206,13 +206,33 @@ func TestLambdaAllowList(t *testing.T) {
 	require.NoError(t, none.CheckFunction("anything"))
 	require.NoError(t, (&actions.Runner{}).CheckFunction("anything"), "an empty list leaves it to IAM")
 
-	r := &actions.Runner{LambdaAllow: []string{"stepflow-fn-", "billing"}}
+	home := actions.LambdaHome{Partition: "aws", Region: "us-east-1", Account: "123456789012"}
+	r := &actions.Runner{LambdaAllow: []string{"stepflow-fn-", "billing"}, LambdaHome: home}
 	for _, ok := range []string{"stepflow-fn-echo", "stepflow-fn-echo:live", "billing", "billing-v2", "arn:aws:lambda:us-east-1:123456789012:function:stepflow-fn-echo:3", "123456789012:function:billing"} {
 		require.NoError(t, r.CheckFunction(ok), ok)
 	}
 	for _, refused := range []string{"echo", "stepflow-echo", "arn:aws:lambda:us-east-1:123456789012:function:echo", "not a name"} {
 		require.Error(t, r.CheckFunction(refused), refused)
 	}
+
+	// The allow list is of names: a name in another account, region or
+	// partition is another function, refused whatever the list says.
+	for _, runner := range []*actions.Runner{r, {LambdaHome: home}} {
+		for ref, what := range map[string]string{
+			"arn:aws:lambda:us-east-1:999999999999:function:stepflow-fn-echo":    "names account 999999999999",
+			"999999999999:function:stepflow-fn-echo":                             "names account 999999999999",
+			"arn:aws:lambda:eu-west-1:123456789012:function:stepflow-fn-echo":    "names region eu-west-1",
+			"arn:aws-cn:lambda:us-east-1:123456789012:function:stepflow-fn-echo": "names partition aws-cn",
+		} {
+			err := runner.CheckFunction(ref)
+			require.ErrorContains(t, err, what, ref)
+			require.ErrorContains(t, err, "this stack's own functions", ref)
+		}
+	}
+	// A stack that does not know its account takes names alone.
+	unknown := &actions.Runner{LambdaHome: actions.LambdaHome{Partition: "aws", Region: "us-east-1"}}
+	require.NoError(t, unknown.CheckFunction("stepflow-fn-echo"))
+	require.ErrorContains(t, unknown.CheckFunction("123456789012:function:stepflow-fn-echo"), "does not know its own (STEPFLOW_AWS_ACCOUNT)")
 
 	// Checked again when the step runs (a job from before the list
 	// changed): refused without a request.

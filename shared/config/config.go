@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"time"
@@ -71,6 +72,11 @@ type Settings struct {
 	// LambdaAllow is STEPFLOW_LAMBDA_ALLOW (optional): function-name
 	// prefixes a lambda step may call; empty leaves it to IAM.
 	LambdaAllow string
+	// Account and Partition are STEPFLOW_AWS_ACCOUNT and
+	// STEPFLOW_AWS_PARTITION (template.yaml: AWS::AccountId and
+	// AWS::Partition): a lambda step's ARN must name them, and the AWS
+	// config's region. Unset, a step may name its function by name only.
+	Account, Partition string
 	// DataBucket is STEPFLOW_DATA_BUCKET (optional): the S3 bucket that
 	// keeps payloads and outputs over InlineLimit. Without it everything
 	// stays in the job's item.
@@ -169,6 +175,10 @@ func FromEnv(getenv func(string) string) (Settings, error) {
 	}
 	s.MetricsNamespace = getenv("STEPFLOW_METRICS_NAMESPACE")
 	s.LambdaAllow = getenv(actions.EnvLambdaAllow)
+	s.Account, s.Partition = getenv(actions.EnvAccount), getenv(actions.EnvPartition)
+	if s.Account != "" && !accountPattern.MatchString(s.Account) {
+		return s, fmt.Errorf("environment variable %s must be a 12-digit AWS account id, not %q", actions.EnvAccount, s.Account)
+	}
 	if s.LambdaEndpoint = getenv("STEPFLOW_LAMBDA_ENDPOINT"); s.LambdaEndpoint != "" {
 		if u, err := url.Parse(s.LambdaEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return s, fmt.Errorf("environment variable STEPFLOW_LAMBDA_ENDPOINT must be an http or https URL such as http://127.0.0.1:3001")
@@ -176,6 +186,9 @@ func FromEnv(getenv func(string) string) (Settings, error) {
 	}
 	return s, nil
 }
+
+// accountPattern is an AWS account id.
+var accountPattern = regexp.MustCompile(`^\d{12}$`)
 
 // healthFromEnv reads the health thresholds, each within its range and
 // the unhealthy bound no milder than the degraded one.
@@ -272,9 +285,11 @@ func Engine(s Settings, c Clients, log *slog.Logger) *engine.Engine {
 			log.Error("ignoring "+netguard.EnvAllow+": the http action reaches public addresses only", "err", err)
 		}
 	}
-	runner := &actions.Runner{Guard: guard, LambdaAllow: actions.ParseLambdaAllow(s.LambdaAllow)}
+	runner := &actions.Runner{Guard: guard, LambdaAllow: actions.ParseLambdaAllow(s.LambdaAllow),
+		LambdaHome: actions.LambdaHome{Partition: s.Partition, Account: s.Account}}
 	if c.Lambda != nil {
 		runner.Lambda = c.Lambda
+		runner.LambdaHome.Region = c.Lambda.Options().Region // the region its invokes go to
 		if s.LambdaEndpoint != "" {
 			runner.Lambda = lambda.New(c.Lambda.Options(), func(o *lambda.Options) { o.BaseEndpoint = aws.String(s.LambdaEndpoint) })
 		}

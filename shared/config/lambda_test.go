@@ -38,6 +38,8 @@ func TestLambdaSettingsFromEnv(t *testing.T) {
 		_, err := config.FromEnv(lambdaEnv(map[string]string{"STEPFLOW_LAMBDA_ENDPOINT": bad}))
 		require.ErrorContains(t, err, "STEPFLOW_LAMBDA_ENDPOINT", bad)
 	}
+	_, err = config.FromEnv(lambdaEnv(map[string]string{"STEPFLOW_AWS_ACCOUNT": "12345"}))
+	require.ErrorContains(t, err, "STEPFLOW_AWS_ACCOUNT")
 }
 
 // STEPFLOW_LAMBDA_ENDPOINT moves the lambda action's client alone: the
@@ -53,7 +55,8 @@ func TestEngineWiresTheLambdaClient(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	cfg := aws.Config{Region: "us-east-1", BaseEndpoint: aws.String("http://127.0.0.1:1"), Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")}
-	s, err := config.FromEnv(lambdaEnv(map[string]string{"STEPFLOW_LAMBDA_ENDPOINT": srv.URL, "STEPFLOW_LAMBDA_ALLOW": "stepflow-fn-"}))
+	s, err := config.FromEnv(lambdaEnv(map[string]string{"STEPFLOW_LAMBDA_ENDPOINT": srv.URL, "STEPFLOW_LAMBDA_ALLOW": "stepflow-fn-",
+		"STEPFLOW_AWS_ACCOUNT": "123456789012", "STEPFLOW_AWS_PARTITION": "aws"}))
 	require.NoError(t, err)
 	e := config.Engine(s, config.ClientsFrom(cfg), nil)
 
@@ -66,4 +69,10 @@ func TestEngineWiresTheLambdaClient(t *testing.T) {
 	require.Equal(t, "/2015-03-31/functions/stepflow-fn-echo/invocations", got)
 	require.NoError(t, e.Runner.CheckFunction("stepflow-fn-echo"))
 	require.ErrorContains(t, e.Runner.CheckFunction("echo"), "STEPFLOW_LAMBDA_ALLOW")
+	// The stack's home: the settings' account and partition, the client's
+	// region.
+	require.NoError(t, e.Runner.CheckFunction("arn:aws:lambda:us-east-1:123456789012:function:stepflow-fn-echo"))
+	require.ErrorContains(t, e.Runner.CheckFunction("arn:aws:lambda:us-east-1:999999999999:function:stepflow-fn-echo"), "account 999999999999")
+	require.ErrorContains(t, e.Runner.CheckFunction("arn:aws:lambda:us-west-2:123456789012:function:stepflow-fn-echo"), "region us-west-2")
+	require.ErrorContains(t, e.Runner.CheckFunction("arn:aws-cn:lambda:us-east-1:123456789012:function:stepflow-fn-echo"), "partition aws-cn")
 }

@@ -9,40 +9,56 @@ const (
 	maxLambdaQualifierLen = 128
 )
 
-// lambdaRefPattern is the pattern Lambda's Invoke API documents for
-// FunctionName (a name, name:alias, a partial or a full ARN), anchored and
-// with the name and qualifier captured.
-var lambdaRefPattern = regexp.MustCompile(`^(?:arn:(?:aws[a-zA-Z-]*)?:lambda:)?(?:[a-z]{2}(?:-gov|-iso[a-z]?)?-[a-z]+-\d:)?(?:\d{12}:)?(?:function:)?(?P<name>[a-zA-Z0-9_.-]+)(?::(?P<qualifier>\$LATEST|[a-zA-Z0-9_-]+))?$`)
+// LambdaFunction is what a lambda step's function names: the ARN's
+// partition, region and account when it names them ("" when not), the
+// function's name and its qualifier ("" when none).
+type LambdaFunction struct {
+	Partition, Region, Account string
+	Name, Qualifier            string
+}
+
+// lambdaRefPattern takes the three forms Lambda's Invoke API documents for
+// FunctionName, each with an optional version or alias: a name
+// (my-function), a partial ARN (123456789012:function:my-function) and a
+// full ARN (arn:aws:lambda:us-west-2:123456789012:function:my-function).
+// The API's own pattern lets each part be left out on its own
+// ("function:f", "us-east-1:f"); those are no documented form, so a step
+// may not name them.
+var lambdaRefPattern = regexp.MustCompile(`^(?:arn:(?P<partition>aws[a-zA-Z-]*):lambda:(?P<region>[a-z]{2}(?:-gov|-iso[a-z]?)?-[a-z]+-\d):(?P<account>\d{12}):function:|(?P<partialAccount>\d{12}):function:)?(?P<name>[a-zA-Z0-9_.-]+)(?::(?P<qualifier>\$LATEST|[a-zA-Z0-9_-]+))?$`)
 
 // lambdaQualifierPattern is the Invoke API's Qualifier: a version or an
 // alias.
 var lambdaQualifierPattern = regexp.MustCompile(`^[a-zA-Z0-9$_-]+$`)
 
-// ParseLambdaFunction answers the function name and the qualifier (""
-// when none) a lambda step's function names, whichever of Lambda's forms
-// it takes; ok is false when it takes none.
-func ParseLambdaFunction(ref string) (name, qualifier string, ok bool) {
+// ParseLambdaFunction reads a lambda step's function in whichever of
+// Lambda's documented forms it takes; ok is false when it takes none.
+func ParseLambdaFunction(ref string) (f LambdaFunction, ok bool) {
 	if len(ref) > maxLambdaRefLen {
-		return "", "", false
+		return f, false
 	}
 	m := lambdaRefPattern.FindStringSubmatch(ref)
 	if m == nil {
-		return "", "", false
+		return f, false
 	}
-	name, qualifier = m[lambdaRefPattern.SubexpIndex("name")], m[lambdaRefPattern.SubexpIndex("qualifier")]
-	if len(name) > maxLambdaNameLen {
-		return "", "", false
+	group := func(name string) string { return m[lambdaRefPattern.SubexpIndex(name)] }
+	f = LambdaFunction{Partition: group("partition"), Region: group("region"), Account: group("account"),
+		Name: group("name"), Qualifier: group("qualifier")}
+	if f.Account == "" {
+		f.Account = group("partialAccount")
 	}
-	return name, qualifier, true
+	if len(f.Name) > maxLambdaNameLen {
+		return LambdaFunction{}, false
+	}
+	return f, true
 }
 
 func (a *ActionSpec) validateLambda(af string) error {
 	if a.Function == "" {
 		return Invalid(af+".function", "is required for action type lambda: a function name, name:alias, or its (partial) ARN")
 	}
-	_, qualifier, ok := ParseLambdaFunction(a.Function)
+	f, ok := ParseLambdaFunction(a.Function)
 	if !ok {
-		return Invalid(af+".function", "must be a Lambda function name (up to %d letters, digits, '-', '_'), name:alias, or an ARN such as arn:aws:lambda:us-east-1:123456789012:function:name (up to %d characters)", maxLambdaNameLen, maxLambdaRefLen)
+		return Invalid(af+".function", "must be a Lambda function name (up to %d letters, digits, '-', '_'), name:alias, a partial ARN such as 123456789012:function:name, or an ARN such as arn:aws:lambda:us-east-1:123456789012:function:name (up to %d characters)", maxLambdaNameLen, maxLambdaRefLen)
 	}
 	if a.Qualifier == "" {
 		return nil
@@ -50,9 +66,9 @@ func (a *ActionSpec) validateLambda(af string) error {
 	if len(a.Qualifier) > maxLambdaQualifierLen || !lambdaQualifierPattern.MatchString(a.Qualifier) {
 		return Invalid(af+".qualifier", "must be a version or alias name: up to %d letters, digits, '$', '-', '_'", maxLambdaQualifierLen)
 	}
-	if qualifier != "" {
+	if f.Qualifier != "" {
 		// Lambda refuses two qualifiers that differ; name it in one place.
-		return Invalid(af+".qualifier", "does not apply: function already names the qualifier %q", qualifier)
+		return Invalid(af+".qualifier", "does not apply: function already names the qualifier %q", f.Qualifier)
 	}
 	return nil
 }

@@ -10,21 +10,22 @@ import (
 
 func TestParseLambdaFunction(t *testing.T) {
 	t.Parallel()
-	for ref, want := range map[string][2]string{
-		"echo":                    {"echo", ""},
-		"stepflow-fn-echo:live":   {"stepflow-fn-echo", "live"},
-		"my_fn:$LATEST":           {"my_fn", "$LATEST"},
-		"my-fn:7":                 {"my-fn", "7"},
-		"123456789012:function:f": {"f", ""},
-		"arn:aws:lambda:us-west-2:123456789012:function:my-function":    {"my-function", ""},
-		"arn:aws:lambda:us-west-2:123456789012:function:my-function:v1": {"my-function", "v1"},
-		"arn:aws-us-gov:lambda:us-gov-west-1:123456789012:function:g":   {"g", ""},
-		"arn:aws-cn:lambda:cn-north-1:123456789012:function:c:$LATEST":  {"c", "$LATEST"},
-		strings.Repeat("n", 64): {strings.Repeat("n", 64), ""},
+	for ref, want := range map[string]LambdaFunction{
+		"echo":                         {Name: "echo"},
+		"stepflow-fn-echo:live":        {Name: "stepflow-fn-echo", Qualifier: "live"},
+		"my_fn:$LATEST":                {Name: "my_fn", Qualifier: "$LATEST"},
+		"my-fn:7":                      {Name: "my-fn", Qualifier: "7"},
+		"123456789012:function:f":      {Account: "123456789012", Name: "f"},
+		"123456789012:function:f:live": {Account: "123456789012", Name: "f", Qualifier: "live"},
+		"arn:aws:lambda:us-west-2:123456789012:function:my-function":    {"aws", "us-west-2", "123456789012", "my-function", ""},
+		"arn:aws:lambda:us-west-2:123456789012:function:my-function:v1": {"aws", "us-west-2", "123456789012", "my-function", "v1"},
+		"arn:aws-us-gov:lambda:us-gov-west-1:123456789012:function:g":   {"aws-us-gov", "us-gov-west-1", "123456789012", "g", ""},
+		"arn:aws-cn:lambda:cn-north-1:123456789012:function:c:$LATEST":  {"aws-cn", "cn-north-1", "123456789012", "c", "$LATEST"},
+		strings.Repeat("n", 64): {Name: strings.Repeat("n", 64)},
 	} {
-		name, q, ok := ParseLambdaFunction(ref)
+		f, ok := ParseLambdaFunction(ref)
 		require.True(t, ok, ref)
-		require.Equal(t, want, [2]string{name, q}, ref)
+		require.Equal(t, want, f, ref)
 	}
 	for _, bad := range []string{
 		"", "my fn", "fn:", "fn:a:b", "fn/x", "arn:aws:s3:::bucket", ":fn",
@@ -32,8 +33,14 @@ func TestParseLambdaFunction(t *testing.T) {
 		strings.Repeat("n", 65),                     // a name is at most 64
 		"arn:aws:lambda:us-west-2:123456789012:function:" + strings.Repeat("n", 64) + ":" + strings.Repeat("q", 60), // over 170
 		"fn:al.ias",
+		// The API's pattern lets each part go on its own; none of these is
+		// a form Lambda documents. ("function:f" is one: name function,
+		// alias f.)
+		"us-east-1:123456789012:function:f", "arn:aws:lambda:f", "function:f:1",
+		"arn:aws:lambda:123456789012:function:f", "arn::lambda:us-east-1:123456789012:function:f",
+		"arn:aws:lambda:us-east-1:function:f", "us-east-1:function:f",
 	} {
-		_, _, ok := ParseLambdaFunction(bad)
+		_, ok := ParseLambdaFunction(bad)
 		require.False(t, ok, bad)
 	}
 }

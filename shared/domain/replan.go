@@ -27,8 +27,8 @@ func (j *Job) CheckReplan(replaced string, steps []StepSpec, field string) error
 	}
 	for k, st := range steps {
 		f := fmt.Sprintf("%s[%d]", field, k)
-		if !stepIDPattern.MatchString(st.ID) {
-			return Invalid(f+".id", "must match %s", stepIDPattern)
+		if !validID(st.ID) {
+			return Invalid(f+".id", "%s", idRule)
 		}
 		if _, dup := index[st.ID]; dup {
 			return Invalid(f+".id", "%q is already the id of a step of this job", st.ID)

@@ -135,7 +135,16 @@ func ParseResourceSpec(body []byte) (*ResourceSpec, error) {
 }
 
 // ValidResourceID reports whether id may name a resource.
-func ValidResourceID(id string) bool { return stepIDPattern.MatchString(id) }
+func ValidResourceID(id string) bool { return validID(id) }
+
+// CheckResourceID answers why id may not name a resource: an *Error
+// naming the field id.
+func CheckResourceID(id string) error {
+	if validID(id) {
+		return nil
+	}
+	return Invalid("id", "%s", idRule)
+}
 
 // Apply sets what a PUT changes; the slots held stay held (a capacity
 // lowered below them frees nothing: no new slot is given until they end).

@@ -73,8 +73,35 @@ type Schedule struct {
 // month, day of week) and nothing else: no seconds, no @descriptors.
 var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow)
 
+// checkCronQuestionMarks takes '?' as Quartz and AWS's cron expressions
+// do: "no specific value", alone in day-of-month or day-of-week, so that
+// "0 9 ? * MON-FRI" written for EventBridge means here what it means
+// there. The parser reads '?' as '*' in any field, which is that meaning
+// in those two (a '*' there leaves the day to the other field) and a
+// surprise anywhere else ("? * * * *" would run every minute), so '?'
+// elsewhere, in a list or a range, or in both day fields, is refused.
+func checkCronQuestionMarks(expr string) error {
+	if !strings.Contains(expr, "?") {
+		return nil
+	}
+	fields := strings.Fields(expr) // five: the parser took it
+	names := [5]string{"minute", "hour", "day-of-month", "month", "day-of-week"}
+	for i, f := range fields {
+		if !strings.Contains(f, "?") {
+			continue
+		}
+		if (i != 2 && i != 4) || f != "?" {
+			return Invalid("cron", "%q: '?' (no specific value) may stand only alone, in day-of-month or day-of-week, not in %s %q; use '*' for every %s", expr, names[i], f, names[i])
+		}
+	}
+	if fields[2] == "?" && fields[4] == "?" {
+		return Invalid("cron", "%q: '?' may stand in day-of-month or in day-of-week, not both: give the days in the other, or '*' for every day", expr)
+	}
+	return nil
+}
+
 // ValidScheduleID reports whether s may name a schedule (as a step id).
-func ValidScheduleID(s string) bool { return stepIDPattern.MatchString(s) }
+func ValidScheduleID(s string) bool { return validID(s) }
 
 // ParseSchedule decodes and validates the body of POST /v1/schedules and
 // answers the schedule it makes for tenant at now, its first tick ahead,
@@ -90,7 +117,7 @@ func ParseSchedule(tenant string, body []byte, requestHash string, now time.Time
 		return nil, nil, err
 	}
 	if !ValidScheduleID(spec.ID) {
-		return nil, nil, Invalid("id", "must match %s", stepIDPattern)
+		return nil, nil, Invalid("id", "%s", idRule)
 	}
 	s := &Schedule{
 		Tenant: tenant, ID: spec.ID, Overlap: spec.Overlap, RequestHash: requestHash,
@@ -126,6 +153,9 @@ func ParseSchedule(tenant string, body []byte, requestHash string, now time.Time
 		}
 		if _, err := cronParser.Parse(s.Cron); err != nil {
 			return nil, nil, Invalid("cron", "%q is not five cron fields (minute hour day-of-month month day-of-week): %v", s.Cron, err)
+		}
+		if err := checkCronQuestionMarks(s.Cron); err != nil {
+			return nil, nil, err
 		}
 	}
 	switch s.Overlap {

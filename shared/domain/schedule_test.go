@@ -112,6 +112,17 @@ func TestCronTicksAcrossDaylightSavingTime(t *testing.T) {
 	}, ticks(t, weekdays, utc(2030, 3, 12, 20, 0)))
 }
 
+// '?' is Quartz and AWS's "no specific value", alone in day-of-month or
+// day-of-week: the days come from the other field.
+func TestCronQuestionMarkLeavesTheDayToTheOtherField(t *testing.T) {
+	t.Parallel()
+	weekdays := mustSchedule(t, `{"id":"w","cron":"0 9 ? * 1-5","job":`+tickJob+`}`, utc(2030, 3, 8, 20, 0)) // a Friday
+	require.Equal(t, "0 9 ? * 1-5", weekdays.Cron, "kept as given")
+	require.Equal(t, []time.Time{utc(2030, 3, 11, 9, 0), utc(2030, 3, 12, 9, 0)}, ticks(t, weekdays, utc(2030, 3, 12, 20, 0)))
+	firsts := mustSchedule(t, `{"id":"f","cron":"0 9 1 * ?","job":`+tickJob+`}`, utc(2030, 3, 8, 20, 0))
+	require.Equal(t, []time.Time{utc(2030, 4, 1, 9, 0), utc(2030, 5, 1, 9, 0)}, ticks(t, firsts, utc(2030, 5, 20, 0, 0)))
+}
+
 func TestPauseAndResume(t *testing.T) {
 	t.Parallel()
 	created := utc(2030, 1, 1, 0, 0)
@@ -209,6 +220,15 @@ func TestParseScheduleNamesTheFieldAtFault(t *testing.T) {
 		{`{"id":"s","every":"1m","job":{"priority":7,"steps":[{"id":"a","action":{"type":"pass"}}]}}`, "job.priority"},
 		{`{"id":"s","every":"1m","job":{"run_at":"2030-01-02T00:00:00Z","steps":[{"id":"a","action":{"type":"pass"}}]}}`, "job.run_at"},
 		{`{"id":"s","every":"1m","jobs":` + tickJob + `}`, "jobs"},
+		{`{"id":".","every":"1m","job":` + tickJob + `}`, "id"},
+		{`{"id":"..","every":"1m","job":` + tickJob + `}`, "id"},
+		{`{"id":"s","every":"1m","job":{"steps":[{"id":"..","action":{"type":"pass"}}]}}`, "job.steps[0].id"},
+		{`{"id":"s","cron":"? * * * *","job":` + tickJob + `}`, "cron"},
+		{`{"id":"s","cron":"0 ? * * 1","job":` + tickJob + `}`, "cron"},
+		{`{"id":"s","cron":"0 9 * ? 1","job":` + tickJob + `}`, "cron"},
+		{`{"id":"s","cron":"0 9 ? * ?","job":` + tickJob + `}`, "cron"},
+		{`{"id":"s","cron":"0 9 1,? * *","job":` + tickJob + `}`, "cron"},
+		{`{"id":"s","cron":"0 9 ?/2 * *","job":` + tickJob + `}`, "cron"},
 	} {
 		_, _, err := ParseSchedule("t1", []byte(tc.body), "h", now)
 		var de *Error

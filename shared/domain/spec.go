@@ -158,6 +158,15 @@ var (
 	namePattern   = regexp.MustCompile(`^[A-Za-z0-9_-]{1,40}$`)
 )
 
+// validID reports whether s may name a step, a resource or a schedule,
+// each of which a route names as a path segment: the pattern, and not "."
+// or "..", which every URL resolver (browsers, curl, API Gateway) takes
+// for the directory or its parent, so no request could reach them.
+func validID(s string) bool { return stepIDPattern.MatchString(s) && s != "." && s != ".." }
+
+// idRule says what validID takes, in an error message.
+var idRule = "must match " + stepIDPattern.String() + " and not be . or .."
+
 // ValidName reports whether s may name a queue or a tenant.
 func ValidName(s string) bool { return namePattern.MatchString(s) }
 
@@ -228,8 +237,8 @@ func (s *JobSpec) Validate() error {
 	for i := range s.Steps {
 		st := &s.Steps[i]
 		field := fmt.Sprintf("steps[%d]", i)
-		if !stepIDPattern.MatchString(st.ID) {
-			return Invalid(field+".id", "must match %s", stepIDPattern)
+		if !validID(st.ID) {
+			return Invalid(field+".id", "%s", idRule)
 		}
 		if j, dup := seen[st.ID]; dup {
 			return Invalid(field+".id", "%q is also the id of steps[%d]; step ids must be unique", st.ID, j)

@@ -139,6 +139,8 @@ func TestParseJobSpecErrors(t *testing.T) {
 		{"missing id", step(`"action":{"type":"pass"}`), "steps[0].id"},
 		{"bad id chars", step(`"id":"a b","action":{"type":"pass"}`), "steps[0].id"},
 		{"id slash", step(`"id":"a/b","action":{"type":"pass"}`), "steps[0].id"},
+		{"id dot", step(`"id":".","action":{"type":"pass"}`), "steps[0].id"},      // no route could name it
+		{"id dot-dot", step(`"id":"..","action":{"type":"pass"}`), "steps[0].id"}, // (approve, resume, output)
 		{"id too long", step(fmt.Sprintf(`"id":%q,"action":{"type":"pass"}`, strings.Repeat("x", 65))), "steps[0].id"},
 		{"bad id in second step", `{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"ü","action":{"type":"pass"}}]}`, "steps[1].id"},
 		{"unknown action", step(`"id":"a","action":{"type":"explode"}`), "steps[0].action.type"},

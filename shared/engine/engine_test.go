@@ -625,7 +625,7 @@ func TestHealthBacklogIsTheTenantsOwn(t *testing.T) {
 	require.Nil(t, h.SuccessRate, "nothing finished yet")
 	h, err = b.e.Health(b.ctx, tenantB)
 	require.NoError(t, err)
-	require.Equal(t, engine.Health{Status: "ok", Backlog: 1}, h, "another tenant's backlog never shows")
+	require.Equal(t, engine.Health{Tenant: tenantB, Status: "ok", Backlog: 1}, h, "another tenant's backlog never shows")
 
 	results := b.drain(t)
 	require.Len(t, results, 13)
@@ -640,7 +640,7 @@ func TestHealthBacklogIsTheTenantsOwn(t *testing.T) {
 	b.clock.Advance(25 * time.Hour)
 	h, err = b.e.Health(b.ctx, tenantA)
 	require.NoError(t, err)
-	require.Equal(t, engine.Health{Status: "ok"}, h)
+	require.Equal(t, engine.Health{Tenant: tenantA, Status: "ok"}, h)
 }
 
 func TestHealthCountsJobsBlockedOnAPerson(t *testing.T) {

@@ -90,7 +90,7 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 		if err != nil {
 			return err
 		}
-		call = ActionCall{Spec: s.Spec, Input: in, IdempotencyKey: j.IdempotencyToken(s)}
+		call = ActionCall{Spec: s.Spec, Input: in, IdempotencyKey: j.IdempotencyToken(s), Tenant: j.Tenant}
 		return nil
 	})
 	if err != nil || lease == nil {

@@ -11,6 +11,9 @@ import (
 // Health is the verdict of GET /v1/health (the quality platform's
 // thresholds, docs/model.md#health).
 type Health struct {
+	// Tenant is whose health it is: the caller's, named by its key (the
+	// web UI shows it, so a person sees whom a key signs in as).
+	Tenant      string   `json:"tenant"`
 	Status      string   `json:"status"` // ok, degraded, unhealthy
 	Reasons     []string `json:"reasons,omitempty"`
 	SuccessRate *float64 `json:"success_rate,omitempty"` // completed / finished over 24 h; absent with no finished job
@@ -82,7 +85,7 @@ func (e *Engine) Health(ctx context.Context, tenant string) (Health, error) {
 	// The tenant's own backlog, not the ready queues' length: another
 	// tenant's work never makes this one look unhealthy.
 	backlog := int(max(st.Queued, 0))
-	h := Health{Status: "ok", Backlog: backlog, Blocked: max(st.Blocked, 0), Completed: st.Completed, Failed: st.Failed, Cancelled: st.Cancelled, LastHeartbeat: st.LastSweep}
+	h := Health{Tenant: tenant, Status: "ok", Backlog: backlog, Blocked: max(st.Blocked, 0), Completed: st.Completed, Failed: st.Failed, Cancelled: st.Cancelled, LastHeartbeat: st.LastSweep}
 	level := 0
 	judge := func(bad, worse bool, what string) {
 		switch {

@@ -138,6 +138,7 @@ type ActionCall struct {
 	Spec           domain.StepSpec
 	Input          json.RawMessage
 	IdempotencyKey string // job/step/attempt, passed on so callees can de-duplicate
+	Tenant         string // the job's tenant, passed to a lambda function so one shared by tenants can keep their work apart
 }
 
 // ListFilter selects jobs of one tenant, newest first.

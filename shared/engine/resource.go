@@ -30,8 +30,8 @@ type Resources interface {
 
 // PutResource creates or changes a resource; the slots held stay held.
 func (e *Engine) PutResource(ctx context.Context, tenant, id string, body []byte) (*domain.Resource, bool, error) {
-	if !domain.ValidResourceID(id) {
-		return nil, false, domain.Invalid("id", "must be 1 to 64 letters, digits, '_', '.' or '-'")
+	if err := domain.CheckResourceID(id); err != nil {
+		return nil, false, err
 	}
 	spec, err := domain.ParseResourceSpec(body)
 	if err != nil {

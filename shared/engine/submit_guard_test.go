@@ -54,22 +54,25 @@ func TestSubmitRefusesHTTPStepsTheGuardRefuses(t *testing.T) {
 }
 
 // Submit refuses a lambda step (or one a replan would add) whose function
-// is outside the runner's allow list, with 400 naming its function field,
+// is outside the runner's allow list, or an ARN outside the stack's own
+// account, region or partition, with 400 naming its function field,
 // before anything is written.
 func TestSubmitRefusesLambdaStepsOutsideTheAllowList(t *testing.T) {
 	t.Parallel()
-	e := &engine.Engine{Runner: &actions.Runner{LambdaAllow: []string{"stepflow-fn-", "billing"}}}
-	for body, field := range map[string]string{
-		`{"steps":[{"id":"a","action":{"type":"lambda","function":"other-fn"}}]}`:                                                         "steps[0].action.function",
-		`{"steps":[{"id":"a","action":{"type":"lambda","function":"arn:aws:lambda:us-east-1:123456789012:function:echo"}}]}`:              "steps[0].action.function",
-		`{"steps":[{"id":"a","action":{"type":"fail","class":"replan","steps":[{"id":"b","action":{"type":"lambda","function":"x"}}]}}]}`: "steps[0].action.steps[0].action.function",
+	home := actions.LambdaHome{Partition: "aws", Region: "us-east-1", Account: "123456789012"}
+	e := &engine.Engine{Runner: &actions.Runner{LambdaAllow: []string{"stepflow-fn-", "billing"}, LambdaHome: home}}
+	for body, want := range map[string][2]string{
+		`{"steps":[{"id":"a","action":{"type":"lambda","function":"other-fn"}}]}`:                                                         {"steps[0].action.function", "STEPFLOW_LAMBDA_ALLOW"},
+		`{"steps":[{"id":"a","action":{"type":"lambda","function":"arn:aws:lambda:us-east-1:123456789012:function:echo"}}]}`:              {"steps[0].action.function", "STEPFLOW_LAMBDA_ALLOW"},
+		`{"steps":[{"id":"a","action":{"type":"fail","class":"replan","steps":[{"id":"b","action":{"type":"lambda","function":"x"}}]}}]}`: {"steps[0].action.steps[0].action.function", "STEPFLOW_LAMBDA_ALLOW"},
+		`{"steps":[{"id":"a","action":{"type":"lambda","function":"999999999999:function:stepflow-fn-echo"}}]}`:                           {"steps[0].action.function", "names account 999999999999"},
 	} {
 		j, _, err := e.Submit(context.Background(), "tenant-a", []byte(body), "")
 		require.Nil(t, j)
 		var de *domain.Error
 		require.True(t, errors.As(err, &de), "%v", err)
 		require.Equal(t, domain.CodeInvalid, de.Code)
-		require.Equal(t, field, de.Field)
-		require.Contains(t, de.Message, "STEPFLOW_LAMBDA_ALLOW")
+		require.Equal(t, want[0], de.Field)
+		require.Contains(t, de.Message, want[1])
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -96,7 +97,9 @@ func (s *Store) writeAPIKey(ctx context.Context, tenant, name, key string, fresh
 }
 
 // ListAPIKeys lists the keys of tenant, or of every tenant when it is "",
-// by tenant and name.
+// by tenant and name. A catalog entry whose key item is gone (deleted
+// behind the catalog's back: it authenticates nothing) is not listed, and
+// is removed.
 func (s *Store) ListAPIKeys(ctx context.Context, tenant string) ([]APIKey, error) {
 	kc := expression.Key("pk").Equal(expression.Value(keyCatalog))
 	if tenant != "" {
@@ -120,12 +123,81 @@ func (s *Store) ListAPIKeys(ctx context.Context, tenant string) ([]APIKey, error
 		if err := attributevalue.UnmarshalListOfMaps(out.Items, &page); err != nil {
 			return nil, fmt.Errorf("decode api keys: %w", err)
 		}
-		keys = append(keys, page...)
+		live, err := s.liveKeys(ctx, page)
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range page {
+			if live[k.Hash] {
+				keys = append(keys, k)
+				continue
+			}
+			if err := s.dropOrphanKeyEntry(ctx, k); err != nil {
+				return nil, err
+			}
+		}
 		if len(out.LastEvaluatedKey) == 0 {
 			return keys, nil
 		}
 		in.ExclusiveStartKey = out.LastEvaluatedKey
 	}
+}
+
+// liveKeys answers which of the catalog entries' keys have their key item,
+// with a BatchGetItem per 100 (its limit).
+func (s *Store) liveKeys(ctx context.Context, entries []APIKey) (map[string]bool, error) {
+	live := make(map[string]bool, len(entries))
+	for start := 0; start < len(entries); start += 100 {
+		var keys []map[string]ddb.AttributeValue
+		for _, k := range entries[start:min(start+100, len(entries))] {
+			keys = append(keys, map[string]ddb.AttributeValue{
+				"pk": &ddb.AttributeValueMemberS{Value: "K#" + k.Hash}, "sk": &ddb.AttributeValueMemberS{Value: "K"},
+			})
+		}
+		req := map[string]ddb.KeysAndAttributes{s.table: {Keys: keys, ProjectionExpression: aws.String("pk")}}
+		for len(req) > 0 {
+			out, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+			if err != nil {
+				return nil, fmt.Errorf("list api keys: read their key items: %w", err)
+			}
+			for _, item := range out.Responses[s.table] {
+				if pk, ok := item["pk"].(*ddb.AttributeValueMemberS); ok {
+					live[strings.TrimPrefix(pk.Value, "K#")] = true
+				}
+			}
+			req = out.UnprocessedKeys // throttled reads come back to be asked again
+		}
+	}
+	return live, nil
+}
+
+// dropOrphanKeyEntry removes the catalog entry of a key whose key item is
+// gone, unless the entry changed (the name now holds another key) or the
+// key item came back since it was read.
+func (s *Store) dropOrphanKeyEntry(ctx context.Context, k APIKey) error {
+	sameKey, err := expression.NewBuilder().WithCondition(expression.Name("hash").Equal(expression.Value(k.Hash))).Build()
+	if err != nil {
+		return fmt.Errorf("api key condition: %w", err)
+	}
+	gone, err := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name("pk"))).Build()
+	if err != nil {
+		return fmt.Errorf("api key condition: %w", err)
+	}
+	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []ddb.TransactWriteItem{
+		{ConditionCheck: &ddb.ConditionCheck{TableName: &s.table, Key: map[string]ddb.AttributeValue{
+			"pk": &ddb.AttributeValueMemberS{Value: "K#" + k.Hash}, "sk": &ddb.AttributeValueMemberS{Value: "K"},
+		}, ConditionExpression: gone.Condition(), ExpressionAttributeNames: gone.Names()}},
+		{Delete: &ddb.Delete{TableName: &s.table, Key: map[string]ddb.AttributeValue{
+			"pk": &ddb.AttributeValueMemberS{Value: keyCatalog}, "sk": &ddb.AttributeValueMemberS{Value: k.Tenant + "#" + k.Name},
+		}, ConditionExpression: sameKey.Condition(), ExpressionAttributeNames: sameKey.Names(), ExpressionAttributeValues: sameKey.Values()}},
+	}})
+	if tce := (*ddb.TransactionCanceledException)(nil); errors.As(err, &tce) {
+		return nil // it changed under us: the next listing sees what it is now
+	}
+	if err != nil {
+		return fmt.Errorf("remove the catalog entry of api key %s of tenant %s, whose key item is gone: %w", k.Name, k.Tenant, err)
+	}
+	return nil
 }
 
 // RevokeAPIKey deletes a key named by its name or its id, of tenant (""

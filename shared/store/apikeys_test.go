@@ -4,9 +4,12 @@ import (
 	"context"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/store"
 )
 
@@ -61,4 +64,43 @@ func TestAPIKeysAreListedAndRevoked(t *testing.T) {
 	acme, err = b.st.ListAPIKeys(ctx, "acme")
 	require.NoError(t, err)
 	require.Empty(t, acme)
+}
+
+// A catalog entry whose key item was deleted behind its back (by hand, or
+// by a tool that knew only the key item) authenticates nothing: the
+// listing drops it and removes the entry, and leaves the others be.
+func TestAPIKeyListDropsAnEntryWhoseKeyIsGone(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, err := b.st.AddAPIKey(ctx, "orphans", "gone", "secret-gone")
+	require.NoError(t, err)
+	_, err = b.st.AddAPIKey(ctx, "orphans", "kept", "secret-kept")
+	require.NoError(t, err)
+	_, err = b.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &b.table, Key: map[string]ddb.AttributeValue{
+		"pk": &ddb.AttributeValueMemberS{Value: "K#" + engine.HashKey("secret-gone")}, "sk": &ddb.AttributeValueMemberS{Value: "K"},
+	}})
+	require.NoError(t, err)
+
+	for _, tenant := range []string{"orphans", ""} {
+		keys, err := b.st.ListAPIKeys(ctx, tenant)
+		require.NoError(t, err)
+		var names []string
+		for _, k := range keys {
+			if k.Tenant == "orphans" {
+				names = append(names, k.Name)
+			}
+		}
+		require.Equal(t, []string{"kept"}, names, "tenant %q", tenant)
+	}
+	entry, err := b.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &b.table, Key: map[string]ddb.AttributeValue{
+		"pk": &ddb.AttributeValueMemberS{Value: "KEYS"}, "sk": &ddb.AttributeValueMemberS{Value: "orphans#gone"},
+	}})
+	require.NoError(t, err)
+	require.Empty(t, entry.Item, "the orphan's catalog entry is removed")
+	_, err = b.st.AddAPIKey(ctx, "orphans", "gone", "secret-new")
+	require.NoError(t, err, "its name is free again")
+	tenant, err := b.st.TenantForKey(ctx, "secret-kept")
+	require.NoError(t, err)
+	require.Equal(t, "orphans", tenant)
 }

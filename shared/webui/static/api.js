@@ -2,20 +2,37 @@
 
 const keyName = 'stepflow.key';
 
-// takeKeyFromFragment keeps a key passed as #key=... (a link that opens the
-// UI signed in) and removes it from the address bar and history.
+// takeKeyFromFragment takes a key passed as #key=... (a link that opens the
+// UI signed in) and removes it from the address bar and history. With no
+// key kept, it is kept; with another one kept, nothing is replaced: it is
+// answered, for the person to confirm first (a link must not sign anyone
+// in as someone else unseen). It answers '' when there is nothing to ask.
 export function takeKeyFromFragment() {
   // Not URLSearchParams: it reads '+' as a space, and a key may hold '+'.
   const m = /^#key=([^&]*)/.exec(location.hash);
-  if (!m) return;
+  if (!m) return '';
   let key = m[1];
   try {
     key = decodeURIComponent(key);
   } catch {
     // Not percent-encoded: taken as it is.
   }
-  if (key.trim() !== '') setKey(key.trim());
+  key = key.trim();
   history.replaceState(null, '', location.pathname + location.search + '#/jobs');
+  const kept = getKey();
+  if (key === '' || key === kept) return '';
+  if (!kept) {
+    setKey(key);
+    return '';
+  }
+  return key;
+}
+
+// tenantOf answers the tenant a key names, as the API says (GET
+// v1/health answers the caller's tenant).
+export async function tenantOf(key, signal) {
+  const health = await get('v1/health', { key, signal });
+  return health.tenant;
 }
 
 export function getKey() {

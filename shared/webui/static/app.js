@@ -1,7 +1,7 @@
 // The stepflow UI: a hash router over a few views, each refreshing itself
 // while it is shown and the tab is visible.
 
-import { ApiError, forgetKey, get, getKey, setKey, takeKeyFromFragment } from './api.js';
+import { ApiError, forgetKey, get, getKey, setKey, takeKeyFromFragment, tenantOf } from './api.js';
 import { hideBanner, setSignIn, startHealth, stopHealth } from './core.js';
 import { h } from './dom.js';
 import { jobsView, jobView } from './jobs.js';
@@ -12,6 +12,7 @@ const nav = document.getElementById('nav');
 const signOut = document.getElementById('sign-out');
 
 let current = null; // the shown view's AbortController: aborted when it goes
+let linkKey = ''; // a link's key waiting for the person to say whether it replaces the kept one
 
 function markNav(view) {
   for (const a of nav.querySelectorAll('a')) {
@@ -64,11 +65,58 @@ function showSignIn(message) {
   input.focus();
 }
 
+// showKeySwitch asks whether a link's key replaces the kept one, showing
+// the tenant each names; nothing changes until the person says so.
+function showKeySwitch() {
+  if (current) current.abort();
+  const ctl = new AbortController();
+  current = ctl;
+  stopHealth();
+  nav.hidden = true;
+  signOut.hidden = true;
+  hideBanner();
+  const offered = linkKey;
+  const keptTenant = h('strong', { id: 'key-kept-tenant' }, '…');
+  const linkTenant = h('strong', { id: 'key-link-tenant' }, '…');
+  const error = h('p', { id: 'key-switch-error', class: 'error', role: 'alert' });
+  error.hidden = true;
+  const done = (key) => {
+    if (key) setKey(key);
+    linkKey = '';
+    route();
+  };
+  const switchButton = h('button', { type: 'button', id: 'key-switch', class: 'primary', disabled: true, onclick: () => done(offered) }, 'Switch');
+  const keepButton = h('button', { type: 'button', id: 'key-keep', onclick: () => done('') }, 'Keep my key');
+  main.replaceChildren(h('section', { id: 'key-question', class: 'card signin' },
+    h('h1', null, 'Sign in as someone else?'),
+    h('p', null, 'The link you opened holds another API key than the one this browser keeps.'),
+    h('p', null, 'Signed in now as tenant ', keptTenant, '.'),
+    h('p', null, 'The link signs in as tenant ', linkTenant, '.'),
+    h('div', { class: 'actions' }, keepButton, switchButton),
+    error));
+  keepButton.focus();
+  const show = (el, key, onTenant) => tenantOf(key, ctl.signal).then((t) => {
+    el.textContent = t;
+    if (onTenant) onTenant();
+  }, (err) => {
+    if (err.name === 'AbortError') return;
+    el.textContent = '(unknown)';
+    error.textContent = `${el === linkTenant ? "The link's key" : 'The kept key'}: ${err instanceof ApiError ? err.describe() : String(err)}`;
+    error.hidden = false;
+  });
+  show(keptTenant, getKey());
+  show(linkTenant, offered, () => { switchButton.disabled = false; }); // a key the API refuses is not offered
+}
+
 function route() {
   if (current) current.abort();
   current = null;
   if (!getKey()) {
     showSignIn();
+    return;
+  }
+  if (linkKey) {
+    showKeySwitch();
     return;
   }
   const ctl = new AbortController();
@@ -108,9 +156,16 @@ signOut.addEventListener('click', () => {
   forgetKey();
   showSignIn();
 });
+// takeLink takes a #key= link's key: kept at once when none is, or held
+// for the person to confirm (showKeySwitch).
+function takeLink() {
+  const offered = takeKeyFromFragment();
+  if (offered) linkKey = offered;
+}
+
 window.addEventListener('hashchange', () => {
-  takeKeyFromFragment(); // a #key= link opened in a tab that shows the UI already
+  takeLink(); // a #key= link opened in a tab that shows the UI already
   route();
 });
-takeKeyFromFragment();
+takeLink();
 route();

@@ -28,6 +28,7 @@ type answer struct {
 	FunctionName   string          `json:"function_name"`
 	DeadlineMS     int64           `json:"deadline_ms"`
 	IdempotencyKey string          `json:"idempotency_key"`
+	Tenant         string          `json:"tenant"`
 	Event          json.RawMessage `json:"event"`
 }
 
@@ -50,7 +51,7 @@ func handle(ctx context.Context, raw json.RawMessage) (answer, error) {
 	return answer{
 		PID: os.Getpid(), RequestID: lc.AwsRequestID, FunctionARN: lc.InvokedFunctionArn,
 		FunctionName: lambdacontext.FunctionName, DeadlineMS: deadline.UnixMilli(),
-		IdempotencyKey: lc.ClientContext.Custom["idempotency_key"], Event: raw,
+		IdempotencyKey: lc.ClientContext.Custom["idempotency_key"], Tenant: lc.ClientContext.Custom["tenant"], Event: raw,
 	}, nil
 }
 

@@ -41,7 +41,6 @@ var canonical = vocabulary{
 // canonicalJobNever: moves of the job table the engine never writes.
 var canonicalJobNever = map[Pair]string{
 	{string(domain.JobRetrying), string(domain.JobQueued)}: "the formal table's job_requeued from Retrying: the engine leases the next attempt straight from RETRYING when the backoff ends",
-	{string(domain.JobRetrying), string(domain.JobFailed)}: "a job is RETRYING only while no step runs or waits, and a step fails only from running or waiting: the lease that runs it makes the job RUNNING first",
 }
 
 // attemptPairs: an attempt starts running when its lease is taken and

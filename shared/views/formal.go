@@ -58,7 +58,7 @@ var formalWidening = map[Pair]string{
 	{"Queued", "Waiting"}:     "an approval gate opens before any step ran",
 	{"Queued", "Cancelled"}:   "a client may cancel a job before it starts (the approval-gated runs cancel a PENDING run)",
 	{"Retrying", "Cancelled"}: "cancel while backing off",
-	{"Retrying", "Failed"}:    "a retry timer that finds the attempts spent",
+	{"Retrying", "Failed"}:    "a step past its backoff whose wait for a resource slot ran past resource_wait_seconds",
 	{"Running", "Retrying"}:   "Retrying made explicit: the formal table names the state but gives no event into it",
 	{"Waiting", "Parked"}:     "Parked made explicit: every wait left is beyond the timer threshold or has no deadline",
 	{"Parked", "Completed"}:   "a signal that satisfies the last wait completes the job",

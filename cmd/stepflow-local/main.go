@@ -43,7 +43,7 @@ func main() {
 // from its own environment.
 func passedSettings() map[string]string {
 	m := map[string]string{}
-	for _, k := range []string{"STEPFLOW_P0_TENANTS", "STEPFLOW_MAX_WORKER_QUEUES", "STEPFLOW_TIMER_THRESHOLD", "STEPFLOW_LAMBDA_ALLOW", "STEPFLOW_INLINE_LIMIT"} {
+	for _, k := range []string{"STEPFLOW_P0_TENANTS", "STEPFLOW_MAX_WORKER_QUEUES", "STEPFLOW_TIMER_THRESHOLD", "STEPFLOW_RESOURCE_WAIT_SECONDS", "STEPFLOW_LAMBDA_ALLOW", "STEPFLOW_INLINE_LIMIT"} {
 		if v, ok := os.LookupEnv(k); ok {
 			m[k] = v
 		}
@@ -143,6 +143,10 @@ func devCmd() *cobra.Command {
   STEPFLOW_TIMER_THRESHOLD
                         seconds, 1-900 (default 900): longer delays go through the timer
                         state machine (moto runs it), shorter ones are SQS message delays
+  STEPFLOW_RESOURCE_WAIT_SECONDS
+                        seconds (default 86400): how long a step that requires a resource
+                        waits for a slot before it fails with class resource, unless it
+                        sets resource_wait_seconds
   STEPFLOW_LAMBDA_ALLOW function-name prefixes the lambda action may call (default: the
                         template's LambdaActionPrefix, stepflow-fn-)
   STEPFLOW_DEV_STATE    a file that keeps the jobs across restarts (e.g. .stepflow/state.json):

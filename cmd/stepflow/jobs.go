@@ -175,6 +175,9 @@ func (a *app) printJob(j *client.Job) error {
 	if j.ScheduleID != "" {
 		fmt.Fprintf(a.stdout, "schedule %s\n", j.ScheduleID)
 	}
+	if j.Error != nil {
+		fmt.Fprintf(a.stdout, "error    %s: %s\n", j.Error.Class, j.Error.Message)
+	}
 	fmt.Fprintln(a.stdout)
 	var rows [][]string
 	for _, s := range j.Steps {
@@ -194,6 +197,8 @@ func stepNote(s *client.Step) string {
 		return "leased to " + orDash(s.Lease.Worker) + " until " + when(&s.Lease.ExpiresAt)
 	case s.NextRunAt != nil:
 		return "next attempt " + when(s.NextRunAt)
+	case s.ResourceWait != nil && s.ResourceWait.Until != nil:
+		return "waits for a resource slot until " + when(s.ResourceWait.Until)
 	case s.WakeAt != nil:
 		return "wakes " + when(s.WakeAt)
 	case s.Signal != "" && s.State == "WAITING":

@@ -116,6 +116,7 @@ func TestProvisionRealTemplate(t *testing.T) {
 		"STEPFLOW_HTTP_ALLOW":                       "",
 		"STEPFLOW_TIMER_STATE_MACHINE":              timer,
 		"STEPFLOW_TIMER_THRESHOLD":                  "900",
+		"STEPFLOW_RESOURCE_WAIT_SECONDS":            "86400",
 		"STEPFLOW_LAMBDA_ALLOW":                     "stepflow-fn-",
 		"STEPFLOW_AWS_ACCOUNT":                      "123456789012", // the emulator's, read from the ARNs of what it made
 		"STEPFLOW_AWS_PARTITION":                    "aws",

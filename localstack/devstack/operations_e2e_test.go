@@ -240,3 +240,42 @@ func TestFailureClassesAndWorkerTimeoutOverHTTP(t *testing.T) {
 	require.Equal(t, domain.AttemptTimeout, s.Attempts[0].State)
 	require.Contains(t, h.EventTypes(t, keyA, k.ID), domain.StepTimedOut.EventType())
 }
+
+// A built-in step that requires a capability no resource offers waits in
+// line; past its resource_wait_seconds the sweep fails it with class
+// resource, naming the capability, and the job FAILED says why, on the
+// job and in its events. A bad bound answers 400 naming the field.
+func TestResourceWaitBoundOverHTTP(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t)
+	status, body := h.Call(t, http.MethodPost, "/v1/jobs", keyA, map[string]any{"steps": []any{
+		map[string]any{"id": "s", "action": map[string]any{"type": "pass"}, "requires": map[string]any{"capabilities": []string{"quantum"}}, "resource_wait_seconds": 0.5}}})
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, string(body), `"field":"steps[0].resource_wait_seconds"`)
+
+	j := h.Submit(t, keyA, map[string]any{"steps": []any{
+		map[string]any{"id": "solve", "action": map[string]any{"type": "pass"}, "requires": map[string]any{"capabilities": []string{"quantum"}}, "resource_wait_seconds": 2}}})
+	require.Eventually(t, func() bool { return steps(t, h, j.ID)[0].ResourceWait != nil }, 30*time.Second, 20*time.Millisecond, "the step waits for a resource")
+	require.Equal(t, domain.JobQueued, h.Get(t, keyA, j.ID).State)
+
+	h.Clock.Advance(2 * time.Second)
+	h.Sweep(t)
+	var got struct {
+		State domain.JobState   `json:"state"`
+		Error *domain.StepError `json:"error"`
+		Steps []stepView        `json:"steps"`
+	}
+	h.JSON(t, http.StatusOK, http.MethodGet, "/v1/jobs/"+j.ID, keyA, nil, &got)
+	require.Equal(t, domain.JobFailed, got.State)
+	require.Equal(t, domain.ClassResource, got.Error.Class)
+	require.Contains(t, got.Error.Message, "quantum")
+	s := h.Get(t, keyA, j.ID).Steps[0]
+	require.Equal(t, domain.StepFailed, s.State)
+	require.Equal(t, domain.ClassResource, s.Error.Class)
+	require.Contains(t, s.Error.Message, "capabilities quantum")
+	require.Empty(t, s.Attempts, "it never ran")
+	evs := h.Events(t, keyA, j.ID)
+	last := evs[len(evs)-1]
+	require.Equal(t, "job_failed", last.Type)
+	require.Contains(t, last.Detail, "quantum")
+}

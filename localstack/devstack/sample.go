@@ -35,7 +35,7 @@ func (s *Stack) SeedSampleJob(ctx context.Context) (created bool, err error) {
 		return false, fmt.Errorf("sample job: %w", err)
 	}
 	// What Engine.Submit sets beside the id it mints.
-	spec.ParkAfter, spec.Retention = e.TimerThreshold, e.Retention
+	spec.ParkAfter, spec.Retention, spec.ResourceWait = e.TimerThreshold, e.Retention, e.ResourceWait
 	now := e.Now()
 	j, err := domain.NewJob(SampleTenant, SampleJobID, spec, "", now)
 	if err != nil {

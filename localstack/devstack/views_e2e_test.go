@@ -216,15 +216,47 @@ func (l *lifecycles) clocked() {
 	g := l.submit(gate("g", 600))
 	w := l.submit(wait("s", "late", 600))
 	p := l.submit(wait("s", "late", 3600))
+	// Resource waits past their bound: a first attempt's (PENDING), one
+	// after a retry's backoff (RETRYING), one after a switch
+	// (SWITCHING_RESOURCE), their resources gone meanwhile.
+	res := func(id string) {
+		h.JSON(l.t, http.StatusCreated, http.MethodPut, "/v1/resources/"+id, keyA, map[string]any{"capabilities": []string{"c-" + id}}, nil)
+	}
+	needs := func(queue string, caps ...string) map[string]any {
+		s := worker("r", queue, "attempts", "3")
+		s["requires"], s["resource_wait_seconds"] = map[string]any{"capabilities": caps}, 60
+		return s
+	}
+	never := l.submit(needs("rw1", "quantum"))
+	res("rw2")
+	retried := l.submit(needs("rw2", "c-rw2"))
+	l.end(l.take("rw2", "w1"), retryable)
+	h.JSON(l.t, http.StatusOK, http.MethodDelete, "/v1/resources/rw2", keyA, nil, nil)
+	h.JSON(l.t, http.StatusCreated, http.MethodPut, "/v1/resources/rw3a", keyA, map[string]any{"capabilities": []string{"c-rw3"}}, nil)
+	h.JSON(l.t, http.StatusCreated, http.MethodPut, "/v1/resources/rw3b", keyA, map[string]any{"capabilities": []string{"c-rw3"}}, nil)
+	switched := l.submit(needs("rw3", "c-rw3"))
+	c := l.take("rw3", "w1")
+	l.end(c, resource)
+	other := map[string]string{"rw3a": "rw3b", "rw3b": "rw3a"}[c.Resource.ID]
+	h.JSON(l.t, http.StatusOK, http.MethodDelete, "/v1/resources/"+other, keyA, nil, nil)
+	for _, q := range []string{"rw1", "rw2", "rw3"} {
+		require.Empty(l.t, claim(l.t, h, keyA, q, "w2", 1, 1), "no slot for %s", q)
+	}
+	for _, id := range []string{never, retried, switched} {
+		l.observe(id)
+	}
 	h.Clock.Advance(3600*time.Second + domain.DispatchGrace + time.Second)
 	h.Sweep(l.t)
 	h.Sweep(l.t)
-	for _, id := range []string{again, once, g, w, p} {
+	for _, id := range []string{again, once, g, w, p, never, retried, switched} {
 		l.observe(id)
 	}
 	l.end(l.take("t1", "w2"), nil)
 	h.AwaitState(l.t, keyA, once, domain.JobFailed)
 	h.AwaitState(l.t, keyA, p, domain.JobFailed)
+	for _, id := range []string{never, retried, switched} {
+		h.AwaitState(l.t, keyA, id, domain.JobFailed)
+	}
 }
 
 // check holds every job of the harness against its views: each job's

@@ -54,6 +54,10 @@ type StepSpec struct {
 	Retry          *RetryPolicy  `json:"retry,omitempty"`
 	TimeoutSeconds int           `json:"timeout_seconds,omitempty"`
 	Requires       *Requirements `json:"requires,omitempty"`
+	// ResourceWaitSeconds bounds the wait for a slot of a required
+	// resource (the stack's default when zero); past it the step fails
+	// with class resource.
+	ResourceWaitSeconds int `json:"resource_wait_seconds,omitempty"`
 }
 
 // Action is a step's action: "type" and that type's own parameters (see
@@ -145,6 +149,9 @@ type Job struct {
 	Steps      []Step          `json:"steps"`
 	Signals    []Signal        `json:"signals,omitempty"`
 	ScheduleID string          `json:"schedule_id,omitempty"`
+	// Error says why a FAILED job failed: its failed step's error, or why
+	// no step of it could ever run again.
+	Error *StepError `json:"error,omitempty"`
 	// Replayed: Submit's Idempotency-Key named a job submitted before,
 	// which this is (200, not 201).
 	Replayed bool `json:"-"`
@@ -186,8 +193,10 @@ type Step struct {
 	Requires      *Requirements   `json:"requires,omitempty"`
 	Avoid         []string        `json:"avoid,omitempty"`
 	ResourceWait  *ResourceWait   `json:"resource_wait,omitempty"`
-	Retry         *RetryPolicy    `json:"retry,omitempty"`
-	TimeoutSecs   int             `json:"timeout_seconds,omitempty"`
+	// ResourceWaitSeconds is the bound in force on a wait for a slot.
+	ResourceWaitSeconds int          `json:"resource_wait_seconds,omitempty"`
+	Retry               *RetryPolicy `json:"retry,omitempty"`
+	TimeoutSecs         int          `json:"timeout_seconds,omitempty"`
 }
 
 // StepError is why an attempt or step failed.
@@ -240,6 +249,8 @@ type Signal struct {
 type ResourceWait struct {
 	Since time.Time `json:"since"`
 	On    []string  `json:"on"`
+	// Until is when the wait fails the step with class resource.
+	Until *time.Time `json:"until,omitempty"`
 }
 
 // JobSummary is one job of a listing.

@@ -62,6 +62,10 @@ type Settings struct {
 	// TimerThreshold is STEPFLOW_TIMER_THRESHOLD (optional, seconds, 1 to
 	// 900, default 900): longer delays go through the timer state machine.
 	TimerThreshold time.Duration
+	// ResourceWait is STEPFLOW_RESOURCE_WAIT_SECONDS (optional, seconds, 1
+	// to a year, default domain.DefaultResourceWait): how long a step that
+	// names no resource_wait_seconds waits for a resource slot.
+	ResourceWait time.Duration
 	// Retention is STEPFLOW_RETENTION_COMPLETED_DAYS, _FAILED_DAYS and
 	// _CANCELLED_DAYS (optional; 30, 14 and 7 by default).
 	Retention domain.Retention
@@ -138,6 +142,14 @@ func FromEnv(getenv func(string) string) (Settings, error) {
 			return s, fmt.Errorf("environment variable STEPFLOW_TIMER_THRESHOLD must be a number of seconds from 1 to %d", int(queue.MaxDelay/time.Second))
 		}
 		s.TimerThreshold = time.Duration(n) * time.Second
+	}
+	s.ResourceWait = domain.DefaultResourceWait
+	if v := getenv("STEPFLOW_RESOURCE_WAIT_SECONDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > domain.MaxWaitSeconds {
+			return s, fmt.Errorf("environment variable STEPFLOW_RESOURCE_WAIT_SECONDS must be a number of seconds from 1 to %d", domain.MaxWaitSeconds)
+		}
+		s.ResourceWait = time.Duration(n) * time.Second
 	}
 	for name, dst := range map[string]*int{
 		"STEPFLOW_RETENTION_COMPLETED_DAYS": &s.Retention.CompletedDays,
@@ -297,6 +309,7 @@ func Engine(s Settings, c Clients, log *slog.Logger) *engine.Engine {
 	e := engine.New(st, q, runner, s.Lease, log)
 	e.P0Tenants = engine.ParseTenantList(s.P0Tenants)
 	e.TimerThreshold = s.TimerThreshold
+	e.ResourceWait = s.ResourceWait
 	e.Retention = s.Retention
 	e.Schedules = store.NewSchedules(c.DynamoDB, s.Table)
 	if s.DataBucket != "" && c.S3 != nil {

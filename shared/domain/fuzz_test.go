@@ -379,6 +379,14 @@ func checkJob(t *testing.T, n int, what string, j *domain.Job) {
 	if j.State.Terminal() && j.DueAt != nil {
 		t.Fatalf("move %d (%s): finished job still due", n, what)
 	}
+	// No job rests for ever without a reason a person reads: an
+	// unfinished one is due for the sweep, or waits on a person, a signal
+	// or a time.
+	if !j.State.Terminal() && j.DueAt == nil && !slices.ContainsFunc(j.Steps, func(s *domain.Step) bool {
+		return s.State == domain.StepNeedsUser || s.State == domain.StepWaiting
+	}) {
+		t.Fatalf("move %d (%s): job %s is due for nothing and waits on nobody: %s", n, what, j.State, mustJSON(j.Steps))
+	}
 	for _, s := range j.Steps {
 		if len(s.Attempts) != s.Attempt || s.Attempt-s.AttemptBase > s.Spec.Retry.MaxAttempts {
 			t.Fatalf("move %d (%s): step %s: attempt %d, %d attempts recorded, max %d", n, what, s.ID(), s.Attempt, len(s.Attempts), s.Spec.Retry.MaxAttempts)

@@ -87,6 +87,12 @@ type Job struct {
 	// PayloadRef is the payload kept in the blob store (Payload is then
 	// nil).
 	PayloadRef *DataRef `json:"payload_ref,omitempty"`
+	// ResourceWaitSeconds is the resource-wait bound the job was submitted
+	// under, for its steps that name none (ResourceWaitBound).
+	ResourceWaitSeconds int `json:"resource_wait_seconds,omitempty"`
+	// Error says why the job failed: the failed step's error, or why no
+	// step of it could ever run again (stall.go).
+	Error *StepError `json:"error,omitempty"`
 }
 
 // Signal is a named message to a job's wait steps.
@@ -148,6 +154,9 @@ type Step struct {
 type ResourceWait struct {
 	Since time.Time `json:"since"`
 	On    []string  `json:"on"`
+	// Until is when the wait ends in a failure of class resource if no
+	// slot came (Since + the step's resource_wait_seconds).
+	Until *time.Time `json:"until,omitempty"`
 }
 
 // attemptsLeft reports whether the step may run again after its current
@@ -278,8 +287,9 @@ func NewJob(tenant, id string, spec *JobSpec, idemKey string, now time.Time) (*J
 		Tenant: tenant, ID: id, Queue: spec.Queue, Priority: int(*spec.Priority),
 		Payload: spec.Payload, IdempotencyKey: idemKey, CreatedAt: now, UpdatedAt: now,
 		Graph: spec.DAG(), ParkAfterSeconds: int(cmp.Or(spec.ParkAfter, DefaultTimerThreshold) / time.Second),
-		ScheduleID: spec.ScheduleID,
-		PayloadRef: spec.PayloadRef,
+		ScheduleID:          spec.ScheduleID,
+		PayloadRef:          spec.PayloadRef,
+		ResourceWaitSeconds: int(cmp.Or(spec.ResourceWait, DefaultResourceWait) / time.Second),
 	}
 	if spec.Retention != (Retention{}) && spec.Retention != DefaultRetention {
 		r := spec.Retention
@@ -510,12 +520,22 @@ func (j *Job) leasable(s *Step, i int, now time.Time) error {
 // WaitForResource notes that a runnable step found every matching
 // resource's slots held: it waits in line (a freed slot wakes it), and the
 // sweep looks at it later each time, as for a re-dispatch.
+// A wait is bounded: it keeps the time it began across its looks, and
+// one found past its bound fails the step instead (expireResourceWait).
 func (j *Job) WaitForResource(stepID string, w *ResourceWait, now time.Time) error {
 	s, _, err := j.Step(stepID)
 	if err != nil {
 		return err
 	}
+	if old := s.ResourceWait; old != nil {
+		w.Since = old.Since
+	}
+	until := w.Since.Add(j.ResourceWaitBound(s))
+	w.Until = &until
 	s.ResourceWait = w
+	if !now.Before(until) {
+		return j.expireResourceWait(s, now)
+	}
 	j.Redispatched(s, now)
 	return nil
 }
@@ -912,7 +932,7 @@ func (j *Job) cancelOpen(now time.Time, detail string) error {
 		if err := j.stepTo(s, StepEvCancel, now, detail); err != nil {
 			return err
 		}
-		s.Lease, s.ReadyAt, s.WakeAt, s.Deadline = nil, nil, nil, nil
+		s.Lease, s.ReadyAt, s.WakeAt, s.Deadline, s.ResourceWait = nil, nil, nil, nil, nil
 	}
 	return nil
 }
@@ -1014,17 +1034,30 @@ func (j *Job) settleVia(now time.Time, viaWorker bool) {
 	j.UpdatedAt = now
 	if !j.State.Terminal() {
 		want := j.impliedState()
+		detail := "another step failed"
+		if want == JobFailed {
+			j.Error = j.failedStepError()
+		} else if why := j.stalled(); why != "" {
+			// No step can ever run again: the job fails now, saying why,
+			// rather than rest QUEUED for ever.
+			want, detail = JobFailed, why
+			j.Error = &StepError{Class: ClassFatal, Message: Truncate(why, MaxErrorMessageBytes)}
+		}
 		if want == JobFailed {
 			// A failed step fails the job: the steps that can no longer run
 			// end now, and running siblings are fenced.
-			if err := j.cancelOpen(now, "another step failed"); err != nil {
+			if err := j.cancelOpen(now, detail); err != nil {
 				panic(fmt.Sprintf("job %s: %v", j.ID, err))
 			}
 		}
 		// The step transitions that got here were legal, so a path of job
 		// events is too; none is a bug in the table.
 		for _, ev := range jobPath(j.State, want, viaWorker) {
-			if err := j.jobTo(ev, now, ""); err != nil {
+			why := ""
+			if ev == JobEvFailed && j.Error != nil {
+				why = j.Error.Message
+			}
+			if err := j.jobTo(ev, now, why); err != nil {
 				panic(fmt.Sprintf("job %s: %v", j.ID, err))
 			}
 		}
@@ -1177,6 +1210,9 @@ func (j *Job) due() *time.Time {
 		switch {
 		case s.State.leasable() && s.ReadyAt != nil:
 			t = s.resendAt()
+			if end := j.resourceWaitEnds(s); end != nil && end.Before(t) {
+				t = *end // the sweep fails a wait past its bound
+			}
 		case s.State.leased() && s.Lease != nil:
 			t = s.Lease.ExpiresAt.Add(leaseGrace(s))
 		case s.timer() != nil:

@@ -140,7 +140,7 @@ func (j *Job) Redrive(now time.Time) ([]Dispatch, error) {
 	if err := j.jobTo(JobEvRequeued, now, "redrive"); err != nil {
 		return nil, err
 	}
-	j.EndedAt, j.ExpiresAt = nil, nil
+	j.EndedAt, j.ExpiresAt, j.Error = nil, nil, nil
 	var reopened []int
 	for i, s := range j.Steps {
 		if s.State != StepFailed && s.State != StepCancelled || s.ReplacedBy != nil {
@@ -151,7 +151,7 @@ func (j *Job) Redrive(now time.Time) ([]Dispatch, error) {
 		}
 		s.AttemptBase = s.Attempt
 		s.Error, s.Lease, s.Decision, s.Deadline, s.WakeAt, s.Prompt, s.Parked, s.ReadyAt = nil, nil, nil, nil, nil, "", false, nil
-		s.Redispatches = 0
+		s.Redispatches, s.ResourceWait = 0, nil
 		reopened = append(reopened, i)
 	}
 	var out []Dispatch
@@ -168,6 +168,10 @@ func (j *Job) Redrive(now time.Time) ([]Dispatch, error) {
 			return nil, err
 		}
 		out = append(out, ds...)
+	}
+	if why := j.stalled(); why != "" {
+		// Run again, it would fail at once for the same reason.
+		return nil, &Error{Code: CodeConflict, Message: "a redrive would leave no step that can run: " + why}
 	}
 	j.settle(now)
 	return out, nil

@@ -108,6 +108,10 @@ type JobSpec struct {
 	// ParkAfter is set by the engine, not the client: its timer threshold
 	// (DefaultTimerThreshold when zero).
 	ParkAfter time.Duration `json:"-"`
+	// ResourceWait is set by the engine: the bound of a resource wait for
+	// a step that names none (STEPFLOW_RESOURCE_WAIT_SECONDS;
+	// DefaultResourceWait when zero).
+	ResourceWait time.Duration `json:"-"`
 	// Retention is set by the engine: how long the finished job is kept
 	// (STEPFLOW_RETENTION_*_DAYS).
 	Retention Retention `json:"-"`
@@ -130,6 +134,10 @@ type StepSpec struct {
 	// Requires names what a resource must have for the step to run on it:
 	// each attempt then holds a slot of a matching resource.
 	Requires *Requirements `json:"requires,omitempty"`
+	// ResourceWaitSeconds bounds how long the step waits for a slot of a
+	// resource it requires (the job's default when zero): past it the
+	// step fails with class resource.
+	ResourceWaitSeconds int `json:"resource_wait_seconds,omitempty"`
 }
 
 // ActionSpec is a step's action: its type and that type's parameters. Each
@@ -368,6 +376,9 @@ func (st *StepSpec) validate(field, jobQueue string) error {
 		if st.Requires != nil {
 			return Invalid(field+".requires", "does not apply to action type %q: no executor runs it", a.Type)
 		}
+		if st.ResourceWaitSeconds != 0 {
+			return Invalid(field+".resource_wait_seconds", "does not apply to action type %q: no executor runs it", a.Type)
+		}
 	}
 	maxTimeout := MaxBuiltinSeconds
 	switch a.Type {
@@ -444,6 +455,13 @@ func (st *StepSpec) validate(field, jobQueue string) error {
 		if err := st.Requires.validate(field + ".requires"); err != nil {
 			return err
 		}
+	}
+	switch w := st.ResourceWaitSeconds; {
+	case w == 0:
+	case st.Requires == nil:
+		return Invalid(field+".resource_wait_seconds", "applies only to a step that requires a resource (requires)")
+	case w < 1 || w > MaxWaitSeconds:
+		return Invalid(field+".resource_wait_seconds", "must be between 1 and %d (a year)", MaxWaitSeconds)
 	}
 	switch {
 	case st.TimeoutSeconds == 0 && a.Type == ActionWorker:

@@ -32,6 +32,9 @@ const (
 	StepEvWait           StepEvent = "wait"            // a sleep or wait step starts waiting
 	StepEvWake           StepEvent = "wake"            // its time came, or its signal arrived
 	StepEvRedrive        StepEvent = "redrive"         // the failed job runs again from this step
+	// StepEvResourceWaitExpired: no resource slot came within the step's
+	// resource_wait_seconds (a failure of class resource with no attempt).
+	StepEvResourceWaitExpired StepEvent = "resource_wait_expired"
 )
 
 // Transition is one row of a transition table: the event moves any of Sources
@@ -53,6 +56,7 @@ var stepTransitions = []Transition[StepState, StepEvent]{
 	{StepEvFailRetryable, []StepState{StepRunning}, StepFailedRetryable},
 	{StepEvRetry, []StepState{StepFailedRetryable, StepTimedOut}, StepRetrying},
 	{StepEvFailResource, []StepState{StepRunning}, StepFailedResource},
+	{StepEvResourceWaitExpired, []StepState{StepPending, StepRetrying, StepSwitchingResource}, StepFailedResource},
 	{StepEvSwitchResource, []StepState{StepFailedResource}, StepSwitchingResource},
 	{StepEvFailFatal, []StepState{StepRunning, StepFailedResource}, StepFailedFatal},
 	{StepEvFail, []StepState{StepFailedFatal, StepFailedRetryable, StepTimedOut, StepLeaseTimeout}, StepFailed},

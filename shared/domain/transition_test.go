@@ -18,6 +18,7 @@ var allStepEvents = []StepEvent{
 	StepEvRetry, StepEvFailResource, StepEvSwitchResource, StepEvFailFatal, StepEvFail,
 	StepEvNeedsUser, StepEvApprove, StepEvReject, StepEvLeaseTimeout, StepEvRequeue,
 	StepEvTimeOut, StepEvCancel, StepEvResume, StepEvWait, StepEvWake, StepEvRedrive,
+	StepEvResourceWaitExpired,
 }
 
 // allJobEvents is every JobEvent constant, written out by hand.

@@ -162,7 +162,8 @@ func (j *Job) Fire(stepID string, now time.Time) ([]Dispatch, error) {
 }
 
 // FireDue fires every timer of the job that is past due at now: the
-// sweep's safety net for a timer message that never came. It answers what
+// sweep's safety net for a timer message that never came, and the end of
+// a resource wait past its bound. It answers what
 // to send and how many timers it fired.
 func (j *Job) FireDue(now time.Time) ([]Dispatch, int, error) {
 	var out []Dispatch
@@ -180,7 +181,9 @@ func (j *Job) FireDue(now time.Time) ([]Dispatch, int, error) {
 		out = append(out, ds...)
 		n++
 	}
-	return out, n, nil
+	// A resource wait's bound is a timer too, with no message of its own.
+	expired, err := j.ExpireResourceWaits(now)
+	return out, n + expired, err
 }
 
 // timeOut ends a step that waited past its deadline: TIMED_OUT, then

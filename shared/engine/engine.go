@@ -48,6 +48,10 @@ type Engine struct {
 	// (a longer one goes through a Step Functions timer); a job whose waits
 	// all end beyond it is PARKED (STEPFLOW_TIMER_THRESHOLD).
 	TimerThreshold time.Duration
+	// ResourceWait bounds a resource wait for a step that names no
+	// resource_wait_seconds (STEPFLOW_RESOURCE_WAIT_SECONDS; zero:
+	// domain.DefaultResourceWait).
+	ResourceWait time.Duration
 	// Retention is how long finished jobs are kept, per state
 	// (STEPFLOW_RETENTION_*_DAYS; zero fields take the defaults).
 	Retention domain.Retention
@@ -397,6 +401,7 @@ func (e *Engine) Submit(ctx context.Context, tenant string, body []byte, idemKey
 	}
 	spec.ParkAfter = e.TimerThreshold
 	spec.Retention = e.Retention
+	spec.ResourceWait = e.ResourceWait
 	now := e.now()
 	id := e.newID(now)
 	if e.Blobs != nil && len(spec.Payload) > e.inlineLimit() {

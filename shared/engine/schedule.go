@@ -305,6 +305,6 @@ func (e *Engine) newRun(ctx context.Context, s *domain.Schedule, tick, now time.
 	if err := e.checkSpec(ctx, s.Tenant, spec, "job."); err != nil {
 		return nil, err
 	}
-	spec.ParkAfter = e.TimerThreshold
+	spec.ParkAfter, spec.ResourceWait = e.TimerThreshold, e.ResourceWait
 	return domain.NewJob(s.Tenant, s.RunID(tick), spec, "", now)
 }

@@ -154,8 +154,9 @@ func (e *Engine) sweepJob(ctx context.Context, tenant, id string, rep *SweepRepo
 				redispatched++
 			}
 		}
+		stalled := j.FailStalled(now) // one stored stalled before every write checked
 		moved := j.Resweep()
-		if len(ds) == 0 && reclaimed == 0 && expired == 0 && !moved {
+		if len(ds) == 0 && reclaimed == 0 && expired == 0 && !moved && !stalled {
 			return errNoChange // the index was behind the item; nothing is due
 		}
 		return nil

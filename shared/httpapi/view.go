@@ -28,6 +28,9 @@ type JobView struct {
 	ScheduleID string `json:"schedule_id,omitempty"`
 	// PayloadRef is the payload kept in S3 (payload is then null).
 	PayloadRef *domain.DataRef `json:"payload_ref,omitempty"`
+	// Error says why a FAILED job failed: its failed step's error, or why
+	// no step of it could ever run again.
+	Error *domain.StepError `json:"error,omitempty"`
 }
 
 // StepView is one step with its attempts.
@@ -57,8 +60,11 @@ type StepView struct {
 	Requires     *domain.Requirements `json:"requires,omitempty"`
 	Avoid        []string             `json:"avoid,omitempty"`
 	ResourceWait *domain.ResourceWait `json:"resource_wait,omitempty"`
-	Retry        *domain.RetryPolicy  `json:"retry,omitempty"`
-	TimeoutSecs  int                  `json:"timeout_seconds,omitempty"`
+	// ResourceWaitSeconds bounds a wait for a slot (a step that requires
+	// a resource): its own, or the job's default.
+	ResourceWaitSeconds int                 `json:"resource_wait_seconds,omitempty"`
+	Retry               *domain.RetryPolicy `json:"retry,omitempty"`
+	TimeoutSecs         int                 `json:"timeout_seconds,omitempty"`
 	// OutputRef is the output kept in S3 (output is then absent); GET
 	// .../steps/{step}/output answers it whole. OutputIsInput: the output
 	// is the step's input (a sleep's), which that route composes.
@@ -94,7 +100,7 @@ func jobView(j *domain.Job) JobView {
 	v := JobView{
 		ID: j.ID, View: views.Canonical, State: j.State, Queue: j.Queue, Priority: j.Priority, Payload: j.Payload,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, EndedAt: j.EndedAt, ExpiresAt: j.ExpiresAt, RunAt: j.RunAt, Steps: make([]StepView, 0, len(j.Steps)),
-		Signals: j.Signals, ScheduleID: j.ScheduleID, PayloadRef: j.PayloadRef,
+		Signals: j.Signals, ScheduleID: j.ScheduleID, PayloadRef: j.PayloadRef, Error: j.Error,
 	}
 	for _, s := range j.Steps {
 		sv := StepView{
@@ -107,6 +113,9 @@ func jobView(j *domain.Job) JobView {
 		}
 		if domain.Executed(s.Spec.Action.Type) {
 			sv.Retry = s.Spec.Retry
+		}
+		if s.Spec.Requires != nil {
+			sv.ResourceWaitSeconds = int(j.ResourceWaitBound(s) / time.Second)
 		}
 		for _, a := range s.Attempts {
 			sv.Attempts = append(sv.Attempts, AttemptView{N: a.N, State: a.State, Worker: a.Worker, Resource: a.Resource, StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: a.Error, Output: a.Output, OutputRef: a.OutputRef})

@@ -42,6 +42,7 @@ var gated = vocabulary{
 					[]string{"WAITING_APPROVAL", "FAILED", "PENDING", "RUNNING"},
 					[]string{"FAILED", "PENDING"},
 					[]string{"CANCELED", "PENDING"},
+					[]string{"PENDING", "FAILED"},
 				),
 				Why: map[Pair]string{
 					{"RUNNING", "WAITING_APPROVAL"}: "a worker's outcome asks a person (class needs_user); a sleep or a wait step also reads WAITING_APPROVAL",
@@ -49,6 +50,7 @@ var gated = vocabulary{
 					{"WAITING_APPROVAL", "PENDING"}: "a person answered a needs_user step (resume): it runs again under a new lease",
 					{"FAILED", "PENDING"}:           "redrive reopens the failed step",
 					{"CANCELED", "PENDING"}:         "redrive reopens the steps the failure cancelled",
+					{"PENDING", "FAILED"}:           "no resource slot came within the step's resource_wait_seconds: it fails with class resource before it ever runs",
 					{"WAITING_APPROVAL", "RUNNING"}: "the canonical step table keeps the agent platform's NEEDS_USER -> RUNNING",
 				},
 				Never: map[Pair]string{

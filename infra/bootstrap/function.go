@@ -30,7 +30,10 @@ type SQSSource struct {
 	// MaximumConcurrency is ScalingConfig's cap on the mapping's concurrent
 	// invocations (0: none given; the runner uses its default).
 	MaximumConcurrency int
-	QueueURL           string // filled by Provision
+	// BatchingWindow is MaximumBatchingWindowInSeconds: how long a batch
+	// short of BatchSize gathers before the function is invoked (0: at once).
+	BatchingWindow time.Duration
+	QueueURL       string // filled by Provision
 }
 
 // Schedule is one Schedule event: Expression as written, Every its period.
@@ -77,11 +80,12 @@ var eventKeys = map[string]keySet{
 		"ApiId":  "the template has one HTTP API, and the runner serves every route on one address",
 	},
 	"SQS": {
-		"Queue":                          handled,
-		"BatchSize":                      handled,
-		"FunctionResponseTypes":          handled,
-		"MaximumBatchingWindowInSeconds": "the runner hands messages over as soon as it has them, as a 0 s window does",
-		"ScalingConfig":                  "the runner runs each mapping at its own fixed concurrency (runner.Concurrency); each priority still has its own mapping",
+		"Queue":                            handled,
+		"BatchSize":                        handled,
+		"FunctionResponseTypes":            handled,
+		"MaximumBatchingWindowInSeconds":   handled,
+		"ScalingConfig":                    handled,
+		"ScalingConfig.MaximumConcurrency": handled,
 	},
 	"Schedule": {
 		"Schedule":    handled,
@@ -204,6 +208,13 @@ func (t *Template) sqsSource(ep map[string]any) (SQSSource, error) {
 			}
 			src.MaximumConcurrency = n
 		}
+	}
+	if v, ok := ep["MaximumBatchingWindowInSeconds"]; ok {
+		n, err := intValue(v)
+		if err != nil || n < 0 || n > 300 {
+			return src, fmt.Errorf("MaximumBatchingWindowInSeconds: %v is not 0-300 seconds", v)
+		}
+		src.BatchingWindow = time.Duration(n) * time.Second
 	}
 	types, _ := ep["FunctionResponseTypes"].([]any)
 	for _, rt := range types {

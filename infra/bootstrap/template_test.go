@@ -306,6 +306,9 @@ Resources:
           Properties:
             Queue:
               Fn::GetAtt: [Q, Arn]
+            BatchSize: 4
+            MaximumBatchingWindowInSeconds: 20
+            ScalingConfig: {MaximumConcurrency: 2}
         Tick:
           Type: Schedule
           Properties: {Schedule: rate(10 seconds)}
@@ -321,7 +324,7 @@ Resources:
 		LogicalID: "Fn",
 		Timeout:   45,
 		Routes:    []Route{{"ANY", "$default"}, {"POST", "/x"}},
-		SQS:       []SQSSource{{QueueLogicalID: "Q", BatchSize: 10}},
+		SQS:       []SQSSource{{QueueLogicalID: "Q", BatchSize: 4, BatchingWindow: 20 * time.Second, MaximumConcurrency: 2}},
 		Schedules: []Schedule{{Expression: "rate(10 seconds)", Every: 10 * time.Second}},
 	}, fns[1])
 }
@@ -350,6 +353,16 @@ Resources:
     Properties:
       Events:
         Q: {Type: SQS, Properties: {Queue: "arn:aws:sqs:us-east-1:123456789012:elsewhere"}}
+`,
+		"sqs batching window past Lambda's 300 s": `
+Resources:
+  Q:
+    Type: AWS::SQS::Queue
+  Fn:
+    Type: AWS::Serverless::Function
+    Properties:
+      Events:
+        Q: {Type: SQS, Properties: {Queue: !GetAtt Q.Arn, MaximumBatchingWindowInSeconds: 301}}
 `,
 		"sqs not a queue": `
 Resources:

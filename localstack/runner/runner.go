@@ -405,11 +405,7 @@ func (r *Runner) poll(ctx context.Context, fn string, src bootstrap.SQSSource, h
 		case <-ctx.Done():
 			return
 		}
-		msgs := buf.take(batch)
-		for len(msgs) == 0 && ctx.Err() == nil {
-			waitFor(ctx, buf.ready)
-			msgs = buf.take(batch)
-		}
+		msgs := gather(ctx, buf, batch, src.BatchingWindow)
 		if len(msgs) == 0 {
 			return
 		}
@@ -418,6 +414,33 @@ func (r *Runner) poll(ctx context.Context, fn string, src bootstrap.SQSSource, h
 			r.deliver(ctx, fn, src, arn, msgs, h)
 		})
 	}
+}
+
+// gather forms one batch as the mapping's poller does: it waits for a
+// first message, then, under a batching window, goes on gathering until
+// the batch is full or the window since that message has passed.
+func gather(ctx context.Context, buf *fairBuffer, batch int, window time.Duration) []sqstypes.Message {
+	msgs := buf.take(batch)
+	for len(msgs) == 0 && ctx.Err() == nil {
+		waitFor(ctx, buf.ready)
+		msgs = buf.take(batch)
+	}
+	if window <= 0 || len(msgs) == 0 {
+		return msgs
+	}
+	t := time.NewTimer(window)
+	defer t.Stop()
+	for len(msgs) < batch {
+		select {
+		case <-buf.ready:
+			msgs = append(msgs, buf.take(batch-len(msgs))...)
+		case <-t.C:
+			return msgs
+		case <-ctx.Done():
+			return msgs
+		}
+	}
+	return msgs
 }
 
 // receive keeps a mapping's buffer filled up to FairBufferCap, long-polling

@@ -181,6 +181,65 @@ func TestEventSourceMappingRedeliversOnlyFailedItems(t *testing.T) {
 	require.Equal(t, map[string]int{"a": 1, "b": 1, "c": 1, "poison": 2}, deliveries)
 }
 
+// A mapping with MaximumBatchingWindowInSeconds gathers a batch short of
+// BatchSize until the window passes, as Lambda's poller does, rather than
+// invoking the function for each message as it arrives.
+func TestEventSourceMappingGathersItsBatchingWindow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, err := devstack.AWSConfig(ctx, stacktest.Endpoint(t), "us-east-1")
+	require.NoError(t, err)
+	client := sqs.NewFromConfig(cfg)
+	q, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("window-" + strings.ReplaceAll(t.Name(), "/", "-")), Attributes: map[string]string{"VisibilityTimeout": "300"}})
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var batches [][]string
+	h := func(_ context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		var bodies []string
+		for _, rec := range ev.Records {
+			bodies = append(bodies, rec.Body)
+		}
+		batches = append(batches, bodies)
+		return events.SQSEventResponse{}, nil
+	}
+	r := &runner.Runner{
+		Stack: &bootstrap.Stack{
+			QueueARNs: map[string]string{"Q": "arn:aws:sqs:us-east-1:000000000000:window"},
+			Functions: []bootstrap.Function{{LogicalID: "Fn", Timeout: 60, SQS: []bootstrap.SQSSource{{
+				QueueLogicalID: "Q", BatchSize: 3, BatchingWindow: 5 * time.Minute, ReportBatchItemFailures: true, QueueURL: *q.QueueUrl,
+			}}}},
+		},
+		Handlers: runner.Handlers{SQS: map[string]func(context.Context, events.SQSEvent) (events.SQSEventResponse, error){"Fn": h}},
+		SQS:      client, Log: slog.Default(), Region: "us-east-1", PollWait: time.Second,
+	}
+	start(t, r)
+
+	// Each message is sent once the one before has been received, so
+	// without the window each would go out in a batch of its own.
+	for i, body := range []string{"a", "b", "c"} {
+		_, err := client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String(body)})
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			mu.Lock()
+			delivered := len(batches)
+			mu.Unlock()
+			out, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: q.QueueUrl, AttributeNames: []sqstypes.QueueAttributeName{"ApproximateNumberOfMessages"}})
+			require.NoError(t, err)
+			return out.Attributes["ApproximateNumberOfMessages"] == "0" || delivered > 0
+		}, 30*time.Second, 10*time.Millisecond, "message %d received", i)
+	}
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(batches) > 0
+	}, 30*time.Second, 10*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, [][]string{{"a", "b", "c"}}, batches, "one invocation, once the batch was full, not one per message")
+}
+
 // SQS fair queues serve a quiet message group ahead of a noisy group's
 // backlog; the local mapping does the same, so one tenant's job is not
 // served after another tenant's thousand.

@@ -73,7 +73,7 @@ var depthAttributes = []sqstypes.QueueAttributeName{
 // WorkerQueueDepth answers each lane's counts (one GetQueueAttributes a
 // lane that exists).
 func (q *Queue) WorkerQueueDepth(ctx context.Context, tenant, name string) ([]engine.LaneDepth, error) {
-	lanes, err := q.laneURLs(ctx, tenant, name)
+	lanes, err := q.laneURLs(ctx, tenant, name, false)
 	if err != nil {
 		return nil, err
 	}
@@ -101,8 +101,9 @@ func (q *Queue) WorkerQueueDepth(ctx context.Context, tenant, name string) ([]en
 
 // laneURLs answers the URL of each lane of a worker queue that exists
 // ("" for one that does not), by priority; ErrNoWorkerQueue without the
-// queue itself.
-func (q *Queue) laneURLs(ctx context.Context, tenant, name string) ([domain.MaxPriority + 1]string, error) {
+// queue itself. A listing takes the minute-old knowledge that a lane does
+// not exist (as a claim does); a deletion asks SQS.
+func (q *Queue) laneURLs(ctx context.Context, tenant, name string, fresh bool) ([domain.MaxPriority + 1]string, error) {
 	var lanes [domain.MaxPriority + 1]string
 	main, err := q.WorkerQueueURL(ctx, tenant, name)
 	if err != nil {
@@ -112,7 +113,9 @@ func (q *Queue) laneURLs(ctx context.Context, tenant, name string) ([domain.MaxP
 		if p == domain.DefaultPriority {
 			lanes[p] = main
 		} else {
-			q.noLane.Delete(q.LaneName(tenant, name, p)) // the truth, not a minute-old guess
+			if fresh {
+				q.noLane.Delete(q.LaneName(tenant, name, p))
+			}
 			lanes[p] = q.laneURL(ctx, tenant, name, p)
 		}
 	}
@@ -142,7 +145,7 @@ func (q *Queue) depth(ctx context.Context, url string) (engine.LaneDepth, error)
 // deletion lost is sent again by the job's sweep, which makes the queue
 // again.
 func (q *Queue) DeleteIdleWorkerQueue(ctx context.Context, tenant, name string) (bool, error) {
-	lanes, err := q.laneURLs(ctx, tenant, name)
+	lanes, err := q.laneURLs(ctx, tenant, name, true)
 	if errors.Is(err, ErrNoWorkerQueue) {
 		return true, nil
 	}

@@ -65,9 +65,10 @@ ended FAILED, 3 when it ended CANCELLED.`,
 		c.GroupID = "ops"
 		root.AddCommand(c)
 	}
-	w := workerCmd(a)
-	w.GroupID = "work"
-	root.AddCommand(w)
+	for _, w := range []*cobra.Command{workerCmd(a), queuesCmd(a)} {
+		w.GroupID = "work"
+		root.AddCommand(w)
+	}
 	for _, c := range []*cobra.Command{keysCmd(a), dlqCmd(a)} {
 		c.GroupID = "admin"
 		root.AddCommand(c)

@@ -49,6 +49,7 @@ func TestParseRealTemplate(t *testing.T) {
 		{"POST", "/v1/jobs/{id}/steps/{step}/resume"},
 		{"GET", "/v1/metrics"},
 		{"GET", "/v1/openapi.json"},
+		{"GET", "/v1/queues"},
 		{"GET", "/v1/resources"},
 		{"DELETE", "/v1/resources/{id}"},
 		{"GET", "/v1/resources/{id}"},

@@ -183,6 +183,7 @@ func TestEveryAnswerIsTheOpenAPIDocuments(t *testing.T) {
 	lease := "/v1/leases/" + claimed.Leases[0].LeaseID
 	r.call(http.StatusOK, http.MethodGet, "/v1/resources/gpu-1", keyA, nil)
 	r.call(http.StatusOK, http.MethodGet, "/v1/resources", keyA, nil)
+	r.call(http.StatusOK, http.MethodGet, "/v1/queues", keyA, nil) // gpu, with what it holds
 	r.call(http.StatusConflict, http.MethodDelete, "/v1/resources/gpu-1", keyA, nil)
 	r.refused("extend_seconds", http.MethodPost, lease+"/heartbeat", keyA, `{"extend_seconds":-1}`)
 	r.call(http.StatusOK, http.MethodPost, lease+"/heartbeat", keyA, `{"extend_seconds":60}`)

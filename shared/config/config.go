@@ -55,6 +55,10 @@ type Settings struct {
 	// MaxWorkerQueues is STEPFLOW_MAX_WORKER_QUEUES (optional): how many
 	// worker queues one tenant may have (queue.DefaultMaxWorkerQueues).
 	MaxWorkerQueues int
+	// WorkerQueueIdle is STEPFLOW_WORKER_QUEUE_IDLE_SECONDS (optional,
+	// engine.DefaultWorkerQueueIdle): a worker queue no job has named for
+	// this long is removed by the sweep.
+	WorkerQueueIdle time.Duration
 	// TimerStateMachine is STEPFLOW_TIMER_STATE_MACHINE (optional): the
 	// ARN of statemachine/timer.asl.json. Without it a delay beyond SQS's
 	// 900 s is re-sent every 900 s until due.
@@ -133,6 +137,13 @@ func FromEnv(getenv func(string) string) (Settings, error) {
 		if s.MaxWorkerQueues, err = strconv.Atoi(v); err != nil || s.MaxWorkerQueues < 1 {
 			return s, fmt.Errorf("environment variable STEPFLOW_MAX_WORKER_QUEUES must be a positive number")
 		}
+	}
+	if v := getenv("STEPFLOW_WORKER_QUEUE_IDLE_SECONDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return s, fmt.Errorf("environment variable STEPFLOW_WORKER_QUEUE_IDLE_SECONDS must be a positive number of seconds")
+		}
+		s.WorkerQueueIdle = time.Duration(n) * time.Second
 	}
 	s.TimerStateMachine = getenv("STEPFLOW_TIMER_STATE_MACHINE")
 	s.TimerThreshold = queue.MaxDelay
@@ -311,6 +322,7 @@ func Engine(s Settings, c Clients, log *slog.Logger) *engine.Engine {
 	e.TimerThreshold = s.TimerThreshold
 	e.ResourceWait = s.ResourceWait
 	e.Retention = s.Retention
+	e.WorkerQueueIdle = s.WorkerQueueIdle
 	e.Schedules = store.NewSchedules(c.DynamoDB, s.Table)
 	if s.DataBucket != "" && c.S3 != nil {
 		e.Blobs = blobstore.New(c.S3, s.DataBucket)

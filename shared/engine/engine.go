@@ -73,6 +73,14 @@ type Engine struct {
 	// Thresholds judge GET /v1/health (STEPFLOW_HEALTH_*); the zero value
 	// takes DefaultHealthThresholds.
 	Thresholds HealthThresholds
+	// WorkerQueueUses records when jobs last named each worker queue, so
+	// the sweep removes idle ones (queues.go); New takes it from the
+	// store when the store keeps them (both adapters do).
+	WorkerQueueUses WorkerQueueUses
+	// WorkerQueueIdle is how long a worker queue no job names is kept
+	// (STEPFLOW_WORKER_QUEUE_IDLE_SECONDS; DefaultWorkerQueueIdle when zero).
+	WorkerQueueIdle time.Duration
+	touched         sync.Map // tenant NUL queue -> when this process last recorded its use
 
 	rngMu sync.Mutex
 	rng   *mrand.Rand
@@ -111,6 +119,9 @@ func New(st Store, q Queue, runner Actions, builtinLease time.Duration, log *slo
 	}
 	if r, ok := st.(Resources); ok {
 		e.Resources = r
+	}
+	if u, ok := st.(WorkerQueueUses); ok {
+		e.WorkerQueueUses = u
 	}
 	return e
 }
@@ -380,6 +391,7 @@ func (e *Engine) dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispat
 	if len(ds) == 0 {
 		return
 	}
+	e.touchDispatched(ctx, j, ds)
 	if err := e.Queue.Dispatch(ctx, j, ds); err != nil {
 		e.Log.WarnContext(ctx, "dispatch failed; the sweep will re-send", "job", j.ID, "err", err)
 	}
@@ -498,28 +510,6 @@ func (e *Engine) checkTargets(steps []domain.StepSpec, field string) error {
 			if err := e.Runner.CheckFunction(st.Action.Function); err != nil {
 				return domain.Invalid(f+".action.function", "%s", err.Error())
 			}
-		}
-		return nil
-	})
-}
-
-// ensureWorkerQueues makes the worker queues steps name (with those a
-// replan of them would add) before anything is written, so a tenant over
-// its bound is refused with nothing written, and a claim never has to
-// create a queue.
-func (e *Engine) ensureWorkerQueues(ctx context.Context, tenant string, steps []domain.StepSpec, field string) error {
-	done := map[string]bool{}
-	return domain.WalkSteps(steps, field, func(f string, st *domain.StepSpec) error {
-		q := st.Action.Queue
-		if st.Action.Type != domain.ActionWorker || done[q] {
-			return nil
-		}
-		done[q] = true
-		if err := e.Queue.EnsureWorkerQueue(ctx, tenant, q); err != nil {
-			if de := (*domain.Error)(nil); errors.As(err, &de) && de.Code == domain.CodeInvalid {
-				return domain.Invalid(f+".action.queue", "%s", de.Message)
-			}
-			return fmt.Errorf("worker queue %q: %w", q, err)
 		}
 		return nil
 	})

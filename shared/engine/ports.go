@@ -66,6 +66,19 @@ type Queue interface {
 	// EnsureWorkerQueue makes a tenant's worker queue exist, within the
 	// tenant's bound (an *domain.Error, CodeInvalid, past it).
 	EnsureWorkerQueue(ctx context.Context, tenant, name string) error
+	// EnsureWorkerQueues makes a tenant's worker queues exist, all or
+	// none: when those it would make take the tenant past its bound it
+	// makes none and answers a *WorkerQueueBoundError naming the first
+	// past it. Requests racing for the last places may each pass the
+	// count (queues.go, docs/model.md says by how much).
+	EnsureWorkerQueues(ctx context.Context, tenant string, names []string) error
+	// WorkerQueueDepth answers what each lane of a tenant's worker queue
+	// holds, by priority; ErrNoWorkerQueue if it does not exist.
+	WorkerQueueDepth(ctx context.Context, tenant, name string) ([]LaneDepth, error)
+	// DeleteIdleWorkerQueue deletes a tenant's worker queue, all its
+	// lanes, if none holds a message (visible, in flight or delayed);
+	// false if one does. A queue that does not exist is deleted already.
+	DeleteIdleWorkerQueue(ctx context.Context, tenant, name string) (bool, error)
 	// Take waits up to wait for deliveries from a tenant's worker queue and
 	// answers at most max, P0 first, in PriorityOrder; ErrNoWorkerQueue if
 	// it was never made (EnsureWorkerQueue).

@@ -32,6 +32,9 @@ type SweepReport struct {
 	SchedulesDue int `json:"schedules_due"`
 	Fired        int `json:"fired"`
 	Skipped      int `json:"skipped"`
+	// QueuesRemoved worker queues no job had named for the idle time were
+	// deleted (queues.go).
+	QueuesRemoved int `json:"queues_removed"`
 }
 
 // SweepRetryAfter is how long the sweep leaves a job it could not move on
@@ -86,6 +89,8 @@ func (e *Engine) Sweep(ctx context.Context) (SweepReport, error) {
 		sr.Errors++
 	}
 	rep.SchedulesDue, rep.Fired, rep.Skipped, rep.Errors = sr.Due, sr.Fired, sr.Skipped, rep.Errors+sr.Errors
+	removed, qerrs := e.sweepWorkerQueues(ctx)
+	rep.QueuesRemoved, rep.Errors = removed, rep.Errors+qerrs
 	e.noteSweep(ctx, e.now())
 	return rep, nil
 }

@@ -96,6 +96,7 @@ var owners = map[string]Function{
 	"DELETE /v1/schedules/{id}":               EnqueueFunction,
 	"POST /v1/schedules/{id}/pause":           EnqueueFunction,
 	"POST /v1/schedules/{id}/resume":          EnqueueFunction,
+	"GET /v1/queues":                          EnqueueFunction,
 	"GET /ui":                                 EnqueueFunction, // the web UI: no key (keyless)
 	"GET /ui/{asset}":                         EnqueueFunction,
 	"POST /v1/claim":                          ClaimFunction,
@@ -193,6 +194,7 @@ func (a *API) routes() map[string]route {
 		"POST /v1/schedules":                      a.createSchedule,
 		"GET /v1/schedules":                       a.listSchedules,
 		"GET /v1/schedules/{id}":                  a.getSchedule,
+		"GET /v1/queues":                          a.listQueues,
 		"DELETE /v1/schedules/{id}":               a.deleteSchedule,
 		"POST /v1/schedules/{id}/pause":           a.pauseSchedule,
 		"POST /v1/schedules/{id}/resume":          a.resumeSchedule,

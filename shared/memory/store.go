@@ -73,6 +73,7 @@ type Store struct {
 	maxBytes int
 	// resources are encoded, as stored, so no caller shares a stored value.
 	resources map[jobKey][]byte
+	uses      queueUses // worker queue uses (workerqueues.go)
 }
 
 // StoreOption configures a Store.

@@ -42,6 +42,8 @@ type API interface {
 	GetQueueUrl(context.Context, *sqs.GetQueueUrlInput, ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error)
 	CreateQueue(context.Context, *sqs.CreateQueueInput, ...func(*sqs.Options)) (*sqs.CreateQueueOutput, error)
 	ListQueues(context.Context, *sqs.ListQueuesInput, ...func(*sqs.Options)) (*sqs.ListQueuesOutput, error)
+	GetQueueAttributes(context.Context, *sqs.GetQueueAttributesInput, ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
+	DeleteQueue(context.Context, *sqs.DeleteQueueInput, ...func(*sqs.Options)) (*sqs.DeleteQueueOutput, error)
 }
 
 // TimerAPI is the part of the Step Functions client the timer uses.
@@ -194,6 +196,11 @@ func (q *Queue) ensureWorkerQueue(ctx context.Context, tenant, name string) (str
 		return "", &domain.Error{Code: domain.CodeInvalid, Message: fmt.Sprintf(
 			"tenant %s already has %d worker queues, the limit; use one of them or raise STEPFLOW_MAX_WORKER_QUEUES", tenant, n)}
 	}
+	return q.createWorkerQueue(ctx, tenant, name)
+}
+
+// createWorkerQueue makes a worker queue (the bound checked by the caller).
+func (q *Queue) createWorkerQueue(ctx context.Context, tenant, name string) (string, error) {
 	qn := q.WorkerQueueName(tenant, name)
 	attrs := map[string]string{
 		"VisibilityTimeout":      strconv.Itoa(int(q.cfg.WorkerQueueVisible.Seconds())),

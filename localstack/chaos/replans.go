@@ -141,10 +141,10 @@ func (p replanJob) body(closing bool) []byte {
 	}
 	if p.Kind != "flood" {
 		steps = append(steps, replanStep("s1", replanPass, "x"), replanStep("s2", replanPass, "s1"), replanStep("s3", replanPass, "s2"), replanStep("u", replanPass))
-		// x may be retried many times: the sweeper's clock jumps can take
-		// its lease.
-		if p.Kind == "worker" {
-			steps[0].(map[string]any)["retry"] = map[string]any{"max_attempts": 20, "backoff": "fixed", "initial_delay_ms": 100, "max_delay_ms": 100}
+		// Each step may lose many attempts to the faults (crashes, the
+		// sweeper's clock jumps taking leases).
+		for _, st := range steps {
+			st.(map[string]any)["retry"] = map[string]any{"max_attempts": 20, "backoff": "fixed", "initial_delay_ms": 100, "max_delay_ms": 100}
 		}
 	}
 	b, _ := json.Marshal(map[string]any{"steps": steps})
@@ -288,9 +288,12 @@ func (p *replanner) flood(ctx context.Context, i int, job replanJob, deadline ti
 				as := p.c.retry(ctx, deadline, http.MethodPost, path, []byte(fmt.Sprintf(`{"name":"junk-%d"}`, k)))
 				last := as[len(as)-1]
 				mu.Lock()
-				if last.status == http.StatusOK && signalOutcome(last.body) == domain.SignalDropped {
+				switch {
+				case last.status == http.StatusOK && signalOutcome(last.body) == domain.SignalDropped:
 					rec.dropped++
-				} else {
+				case last.retryable():
+					// No answer before the deadline: nothing said either way.
+				default:
 					rec.other = append(rec.other, fmt.Sprintf("junk-%d answered %v %s", k, statuses(as), clipBody(last.body)))
 				}
 				mu.Unlock()
@@ -308,6 +311,17 @@ func ownPayload(out json.RawMessage) bool {
 		Own bool `json:"own"`
 	}
 	return json.Unmarshal(out, &v) == nil && v.Own
+}
+
+// refusedReplan reports whether a step of j failed because its replan was
+// refused when it happened.
+func refusedReplan(j *domain.Job) bool {
+	for _, st := range j.Steps {
+		if st.Error != nil && strings.Contains(st.Error.Message, "its replan was refused") {
+			return true
+		}
+	}
+	return false
 }
 
 func clipBody(b []byte) string {
@@ -340,7 +354,7 @@ func (p *replanner) await(ctx context.Context, deadline time.Time) {
 func (p *replanner) check(ctx context.Context, res *Result) {
 	noCycle := &Check{Name: "no job stores a dependency cycle", Category: Mismatched}
 	refused := &Check{Name: "a replan closing a cycle answers 400 naming a depends_on", Category: Mismatched}
-	finished := &Check{Name: "replanned and flooded jobs complete", Category: Lost}
+	finished := &Check{Name: "replanned and flooded jobs finish (none on a refused replan)", Category: Lost}
 	own := &Check{Name: "a flooded wait's own signal is accepted, no unknown name kept", Category: Mismatched}
 	fail := func(c *Check, _, format string, args ...any) { c.fail(format, args...) }
 	cycleFree := func(tenant, id string) {
@@ -375,9 +389,12 @@ func (p *replanner) check(ctx context.Context, res *Result) {
 		case err != nil:
 			fail(finished, id, "%s job %s: %v", job.Kind, id, err)
 			continue
-		case j.State != domain.JobCompleted:
+		case !j.State.Terminal():
 			fail(finished, id, "%s job %s is %s, steps %s", job.Kind, id, j.State, stepStates(j))
+		case j.State == domain.JobFailed && refusedReplan(j):
+			fail(finished, id, "%s job %s FAILED on a refused replan: steps %s", job.Kind, id, stepStates(j))
 		default:
+			// FAILED only as the faults imply: a step's attempts all lost.
 			finished.pass()
 		}
 		totals[job.Kind]++
@@ -416,8 +433,9 @@ func (p *replanner) check(ctx context.Context, res *Result) {
 				}
 			}
 			wait, _, _ := j.Step("wait")
+			gaveUp := len(rec.own) > 0 && rec.own[len(rec.own)-1].retryable() // no answer before the deadline
 			switch {
-			case last != http.StatusOK || outcome != domain.SignalKept && outcome != domain.SignalDelivered:
+			case !gaveUp && (last != http.StatusOK || outcome != domain.SignalKept && outcome != domain.SignalDelivered):
 				fail(own, id, "flood job %s: its own signal answered %v (%s)", id, statuses(rec.own), outcome)
 			case len(rec.other) > 0:
 				fail(own, id, "flood job %s: %d unknown names not answered 200 dropped, e.g. %s", id, len(rec.other), rec.other[0])

@@ -166,6 +166,7 @@ const (
 	StreamTimers                 // timer steps' messages received, and delayed entries sent
 	StreamRacers                 // the racers' plans, drawn with the workload plan
 	StreamPool                   // the resource jobs' plan (resources.go)
+	StreamReplans                // the replans' and signal floods' plan (replans.go)
 	numStreams
 )
 

@@ -133,6 +133,9 @@ func (h *hostile) check(ctx context.Context) *HostileResult {
 		lanes(Tenant, q)
 		f.Required = append(f.Required, n)
 	}
+	// The replans' queue (replans.go), made by their jobs.
+	f.Legit[h.names.WorkerQueueName(ReplanTenant, ReplanQueue)] = true
+	lanes(ReplanTenant, ReplanQueue)
 	for _, q := range []string{HostileOwnQueue, HostileParkedQueue} {
 		n := h.names.WorkerQueueName(HostileTenant, q)
 		f.Legit[n] = true

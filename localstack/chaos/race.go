@@ -36,6 +36,9 @@ type raceCall struct {
 	K        int    // signal: its payload's "k"
 	Round    int    // redrive: which round (1 after the planned failure)
 	Statuses []int  // every answer, in order; 0 for no answer
+	// Outcome: signal: what the last answer said became of it (delivered,
+	// kept, dropped; "" when it did not say).
+	Outcome string
 }
 
 // final answers the last status, 0 for none.
@@ -180,8 +183,21 @@ func (r *run) send(ctx context.Context, id string, op RaceOp, deadline time.Time
 	c := raceCall{Op: op.Op, SignalID: op.SignalID, K: op.K}
 	for _, a := range r.c.retry(ctx, deadline, http.MethodPost, path, body) {
 		c.Statuses = append(c.Statuses, a.status)
+		c.Outcome = signalOutcome(a.body)
 	}
 	return c
+}
+
+// signalOutcome reads what an answer to a signal says became of it
+// ("signal":{"outcome":...}); "" when it says nothing.
+func signalOutcome(body []byte) string {
+	var v struct {
+		Signal struct {
+			Outcome string `json:"outcome"`
+		} `json:"signal"`
+	}
+	_ = json.Unmarshal(body, &v)
+	return v.Signal.Outcome
 }
 
 // awaitEnd polls the table (without faults) until the job is finished or
@@ -211,6 +227,8 @@ type RaceTotals struct {
 	// had been kept before it was reached; jobs a cancel ended first; late
 	// signals sent to a finished job and answered 409.
 	SignalJobs, SignalsSent, SignalsRecorded, SignalsKept, SignalCancelled, LateSignals, LateRefused int
+	// SignalsDropped: signals answered 200 "dropped" (the wait had one kept).
+	SignalsDropped int
 	// Redrive jobs, job_requeued events, concurrent redrive pairs, and
 	// re-runs that lost their one attempt's lease and were redriven again.
 	RedriveJobs, Requeued, RedrivePairs, Rerun int
@@ -261,9 +279,9 @@ func (t *RaceTotals) brief() string {
 	if t.Sleeps > 0 {
 		slack = t.MinSlack.Round(time.Millisecond).String()
 	}
-	return fmt.Sprintf("gates closed first by %s; signal jobs %d (%d sent, %d recorded, %d kept before the wait, %d ended by cancel, late %d/%d refused); "+
+	return fmt.Sprintf("gates closed first by %s; signal jobs %d (%d sent, %d recorded, %d kept before the wait, %d dropped, %d ended by cancel, late %d/%d refused); "+
 		"redrive jobs %d (%d requeued, %d concurrent pairs, %d re-runs redriven again); racer calls retried %d; sleeps %d (%d via Step Functions), least start after wake %s",
-		strings.Join(gates, ", "), t.SignalJobs, t.SignalsSent, t.SignalsRecorded, t.SignalsKept, t.SignalCancelled, t.LateRefused, t.LateSignals,
+		strings.Join(gates, ", "), t.SignalJobs, t.SignalsSent, t.SignalsRecorded, t.SignalsKept, t.SignalsDropped, t.SignalCancelled, t.LateRefused, t.LateSignals,
 		t.RedriveJobs, t.Requeued, t.RedrivePairs, t.Rerun, t.Retried, t.Sleeps, t.SleepsViaSFN, slack)
 }
 
@@ -628,6 +646,13 @@ func checkSignals(j *domain.Job, calls []raceCall, t *RaceTotals) []string {
 			out = append(out, fmt.Sprintf("%s, recorded %d times", c, n))
 		}
 		switch {
+		case f == http.StatusOK && c.Outcome == domain.SignalDropped:
+			// Nothing waits for it any more (the wait has its signal kept):
+			// it writes nothing, unless an earlier send of it landed.
+			t.SignalsDropped++
+			if n > 0 && !c.retried() {
+				out = append(out, fmt.Sprintf("%s, dropped, yet it was recorded", c))
+			}
 		case f == http.StatusOK && c.SignalID == "" && n == 0:
 			out = append(out, fmt.Sprintf("%s, but it was never recorded", c))
 		case f == http.StatusOK && c.SignalID != "":

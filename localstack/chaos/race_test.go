@@ -135,22 +135,26 @@ func TestCheckSignals(t *testing.T) {
 	require.NotEmpty(t, raceProblems(bad, "signal", calls(sig(1, "", 200), sig(2, "", 409))), "the wait's output is not the first signal's")
 
 	// Kept before the wait was reached, taken when it was; a repeated id
-	// wrote nothing; a signal without an id sent twice (a 5xx, then
-	// again) was recorded twice.
+	// wrote nothing; another signal, the wait's one kept already, was
+	// dropped (200, written nowhere).
 	j = newJob(t, napThenWait)
-	require.True(t, signal(t, j, 1, "", t0))
-	require.True(t, signal(t, j, 1, "", t0))
-	require.True(t, signal(t, j, 2, "sig-same", t0))
-	require.False(t, signal(t, j, 3, "sig-same", t0))
+	require.True(t, signal(t, j, 1, "sig-same", t0))
+	require.False(t, signal(t, j, 1, "sig-same", t0))
+	require.False(t, signal(t, j, 2, "", t0))
 	_, err := j.Fire("nap", t0.Add(time.Second))
 	require.NoError(t, err)
 	require.Equal(t, domain.JobCompleted, j.State)
 	tot := &RaceTotals{}
-	s := calls(sig(1, "", 502, 200), sig(2, "sig-same", 200), sig(3, "sig-same", 200))
+	dropped := sig(2, "", 200)
+	dropped.Outcome = domain.SignalDropped
+	s := calls(sig(1, "sig-same", 502, 200), dropped)
 	s.plan = JobPlan{Kind: "signal", Race: &RacePlan{}}
 	require.Empty(t, checkRace(j, s, tot))
 	require.Equal(t, 1, tot.SignalsKept)
-	require.NotEmpty(t, raceProblems(j, "signal", calls(sig(1, "", 200), sig(2, "sig-same", 200))), "sent once, recorded twice")
+	require.Equal(t, 1, tot.SignalsDropped)
+	require.NotEmpty(t, raceProblems(j, "signal", calls(sig(1, "sig-same", 200), sig(2, "", 200))), "answered 200 as written, never recorded")
+	dropped.K = 1
+	require.NotEmpty(t, raceProblems(j, "signal", calls(sig(1, "sig-same", 200), dropped)), "answered dropped, sent once, yet recorded")
 
 	// The cancel landed before any signal.
 	j = newJob(t, waitJob)

@@ -148,7 +148,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	plan = append(plan, pool.plan.all()...)
 	name := fmt.Sprintf("chaos-%d-%x", cfg.Seed, time.Now().UnixNano()&0xffffff)
 	st, err := devstack.Start(ctx, devstack.Options{
-		EndpointURL: cfg.Endpoint, StackName: name, APIKeys: map[string]string{APIKey: Tenant, HostileKey: HostileTenant, ScheduleKey: ScheduleTenant},
+		EndpointURL: cfg.Endpoint, StackName: name, APIKeys: map[string]string{APIKey: Tenant, HostileKey: HostileTenant, ScheduleKey: ScheduleTenant, ReplanKey: ReplanTenant},
 		ScheduleEvery: 2 * time.Second, PollWait: time.Second, Lease: cfg.Lease, Now: clock.Now, Log: cfg.Log,
 		TimerThreshold:   RunTimerThreshold,
 		APIOptions:       []func(*middleware.Stack) error{f.Middleware, pool.Observe},
@@ -201,6 +201,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	sc := newScheduler(r)
 	sc.start(workCtx, deadline)
+	rp := newReplanner(r)
+	rp.start(workCtx, deadline)
 	r.submitAll(ctx, plan, deadline)
 	submittedResources.Wait()
 	r.submitted.Store(true)
@@ -208,6 +210,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if h != nil {
 		h.await(ctx, deadline)
 	}
+	rp.await(ctx, deadline)
 	// The schedules stop (paused, then deleted) once the run's jobs are
 	// done, and their last runs finish before the queues are drained.
 	sc.stop(ctx, time.Now().Add(cfg.Drain))
@@ -231,6 +234,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	r.check(ctx, res)
 	sc.check(ctx, res)
+	rp.check(ctx, res)
 	if h != nil {
 		res.Hostile = h.check(ctx)
 	}

@@ -165,6 +165,7 @@ func TestEveryAnswerIsTheOpenAPIDocuments(t *testing.T) {
 	r.refused("name", http.MethodPost, sig, keyA, `{"name":"no spaces"}`)
 	r.call(http.StatusOK, http.MethodPost, sig, keyA, `{"name":"payment","payload":{"amount":5},"id":"pay-1"}`)
 	r.call(http.StatusOK, http.MethodPost, sig, keyA, `{"name":"payment","payload":{"amount":5},"id":"pay-1"}`)
+	r.call(http.StatusOK, http.MethodPost, sig, keyA, `{"name":"nothing-waits"}`) // dropped
 	r.call(http.StatusOK, http.MethodGet, "/v1/jobs/"+waiting, keyA, nil)
 	r.call(http.StatusConflict, http.MethodPost, "/v1/jobs/"+done+"/signal", keyA, `{"name":"late"}`)
 

@@ -168,8 +168,10 @@ func TestGatesSignalsResumeRedriveAndCancel(t *testing.T) {
 	_, err = b.c.Approve(b.ctx, rejected.ID, "ok", client.DecisionRequest{})
 	require.True(t, client.IsConflict(err), "approve after reject: %v", err)
 
-	_, err = b.c.Signal(b.ctx, waiting.ID, client.SignalRequest{Name: "payment", Payload: map[string]int{"amount": 5}})
+	signalled, err := b.c.Signal(b.ctx, waiting.ID, client.SignalRequest{Name: "payment", Payload: map[string]int{"amount": 5}})
 	require.NoError(t, err)
+	require.NotNil(t, signalled.SignalOutcome, "the answer says what became of the signal")
+	require.Contains(t, []string{client.SignalDelivered, client.SignalKept}, signalled.SignalOutcome.Outcome)
 	j = b.awaitState(t, waiting.ID, client.JobCompleted)
 	require.JSONEq(t, `{"amount":5}`, string(j.Steps[0].Output))
 

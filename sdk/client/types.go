@@ -152,6 +152,9 @@ type Job struct {
 	// Error says why a FAILED job failed: its failed step's error, or why
 	// no step of it could ever run again.
 	Error *StepError `json:"error,omitempty"`
+	// SignalOutcome is set in the answer to Signal only: what became of
+	// the signal sent.
+	SignalOutcome *SignalOutcome `json:"signal,omitempty"`
 	// Replayed: Submit's Idempotency-Key named a job submitted before,
 	// which this is (200, not 201).
 	Replayed bool `json:"-"`
@@ -291,6 +294,22 @@ type EventList struct {
 type DecisionRequest struct {
 	By      string `json:"by,omitempty"`
 	Comment string `json:"comment,omitempty"`
+}
+
+// What became of a signal (SignalOutcome.Outcome).
+const (
+	SignalDelivered = "delivered" // a wait took it
+	SignalKept      = "kept"      // kept for a wait of its name not reached yet
+	SignalDropped   = "dropped"   // no wait of the job can take it: nothing written
+)
+
+// SignalOutcome says what became of a signal, and why.
+type SignalOutcome struct {
+	Outcome string `json:"outcome"`
+	Step    string `json:"step,omitempty"` // the wait that took it
+	Reason  string `json:"reason"`
+	// Repeat: a signal of the same id came before; the outcome is its.
+	Repeat bool `json:"repeat,omitempty"`
 }
 
 // SignalRequest is POST /v1/jobs/{id}/signal. ID makes it idempotent;

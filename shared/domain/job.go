@@ -721,6 +721,15 @@ func (j *Job) Fail(stepID, leaseID string, f Failure, now time.Time, rng *rand.R
 }
 
 func (j *Job) fail(s *Step, f Failure, now time.Time, rng *rand.Rand) ([]Dispatch, error) {
+	if f.Class == ClassReplan {
+		if err := j.CheckReplan(s.ID(), f.Steps, "steps"); err != nil {
+			// A worker's replan was checked before (400), a fail action's
+			// at submit; one that still cannot join ends the step for
+			// good, saying why, rather than leaving the outcome unrecorded.
+			f.Message += "; its replan was refused: " + err.Error()
+			f.Steps = nil
+		}
+	}
 	serr := &StepError{Class: f.Class, Message: Truncate(f.Message, MaxErrorMessageBytes)}
 	attemptState := AttemptFailed
 	if f.Class == ClassTimeout {

@@ -1,29 +1,56 @@
 package domain
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 )
 
-// CheckReplan checks that steps may take the place of step replaced in j:
-// new, unique ids, dependencies on steps of the job or of the replan (not
-// on the replaced step), no cycle, and the job within MaxSteps. field
+// CheckReplan checks that steps may take the place of step replaced in j,
+// on the job as it will stand once they have (see checkReplan). field
 // prefixes the fields errors name.
 func (j *Job) CheckReplan(replaced string, steps []StepSpec, field string) error {
 	if len(steps) == 0 {
 		return nil
 	}
-	if n := len(j.Steps) + len(steps); n > MaxSteps {
+	_, at, err := j.Step(replaced)
+	if err != nil {
+		return err
+	}
+	return checkReplan(j.specs(), j.Graph, at, steps, field)
+}
+
+// specs answers the specs of j's steps, in order.
+func (j *Job) specs() []StepSpec {
+	out := make([]StepSpec, len(j.Steps))
+	for i, s := range j.Steps {
+		out[i] = s.Spec
+	}
+	return out
+}
+
+// checkReplan checks that steps may take the place of specs[at] (graph:
+// the specs declare their dependencies, else they run in order): new,
+// unique ids, dependencies on steps of the job or of the replan (not on
+// the replaced step), the job within MaxSteps, and no cycle in the graph
+// as it will be once the replaced step's dependents wait on the new steps
+// (rewire): a new step that depends on one of them would otherwise close
+// a cycle no check sees and the job would wait for ever. A new step that
+// is a fail action carrying a replan of its own is checked the same way
+// against the job as that first replan leaves it, at any depth. Submit
+// (for the fail actions of a spec) and a worker's replan both come here.
+func checkReplan(specs []StepSpec, graph bool, at int, steps []StepSpec, field string) error {
+	if len(steps) == 0 {
+		return nil
+	}
+	if n := len(specs) + len(steps); n > MaxSteps {
 		return Invalid(field, "would give the job %d steps; the limit is %d", n, MaxSteps)
 	}
-	all := &JobSpec{}
-	index := map[string]int{}
-	for _, s := range j.Steps {
-		index[s.ID()] = len(all.Steps)
-		all.Steps = append(all.Steps, s.Spec)
+	replaced := specs[at].ID
+	index := make(map[string]int, len(specs)+len(steps))
+	for i, s := range specs {
+		index[s.ID] = i
 	}
 	for k, st := range steps {
 		f := fmt.Sprintf("%s[%d]", field, k)
@@ -33,35 +60,205 @@ func (j *Job) CheckReplan(replaced string, steps []StepSpec, field string) error
 		if _, dup := index[st.ID]; dup {
 			return Invalid(f+".id", "%q is already the id of a step of this job", st.ID)
 		}
-		for d, dep := range st.DependsOn {
-			if dep == replaced {
-				return Invalid(fmt.Sprintf("%s.depends_on[%d]", f, d), "names %q, the step being replanned", dep)
-			}
-		}
-		index[st.ID] = len(all.Steps)
-		all.Steps = append(all.Steps, st)
+		index[st.ID] = len(specs) + k
 	}
-	if err := all.validateDeps(index); err != nil {
-		// It names steps by their place in the whole job: name the new ones
-		// by their place in the replan.
-		var de *Error
-		if errors.As(err, &de) {
-			var i int
-			var rest string
-			if n, _ := fmt.Sscanf(de.Field, "steps[%d]%s", &i, &rest); n >= 1 && i >= len(j.Steps) {
-				de.Field = fmt.Sprintf("%s[%d]%s", field, i-len(j.Steps), rest)
+	for k, st := range steps {
+		named := map[string]bool{}
+		for d, dep := range st.DependsOn {
+			df := fmt.Sprintf("%s[%d].depends_on[%d]", field, k, d)
+			switch _, ok := index[dep]; {
+			case dep == replaced:
+				return Invalid(df, "names %q, the step being replanned", dep)
+			case dep == st.ID:
+				return Invalid(df, "step %q cannot depend on itself", st.ID)
+			case !ok:
+				return Invalid(df, "names no step of this job: %q", dep)
+			case named[dep]:
+				return Invalid(df, "names %q twice", dep)
+			}
+			named[dep] = true
+		}
+	}
+	all := rewire(specs, graph, at, steps)
+	if cycle := onCycle(all, index); len(cycle) > 0 {
+		return cycleError(all, cycle, len(specs), replaced, field)
+	}
+	for k := range steps {
+		if nested := steps[k].Action.Steps; len(nested) > 0 {
+			if err := checkReplan(all, true, len(specs)+k, nested, fmt.Sprintf("%s[%d].action.steps", field, k)); err != nil {
+				return err
 			}
 		}
-		return err
 	}
 	return nil
 }
 
+// cycleError names the first dependency of a new step (all[first:]) that
+// leads back onto the cycle: the one to change.
+func cycleError(all []StepSpec, cycle []int, first int, replaced, field string) error {
+	on := map[string]bool{}
+	var ids []string
+	for _, i := range cycle {
+		on[all[i].ID] = true
+		ids = append(ids, all[i].ID)
+	}
+	f := field
+	for _, i := range cycle {
+		if i < first {
+			continue
+		}
+		if d := slices.IndexFunc(all[i].DependsOn, func(id string) bool { return on[id] }); d >= 0 {
+			f = fmt.Sprintf("%s[%d].depends_on[%d]", field, i-first, d)
+			break
+		}
+	}
+	return Invalid(f, "would close a dependency cycle once the steps after %q wait on this replan: steps %s would wait on each other for ever; depend on steps that do not run after %q",
+		replaced, strings.Join(ids, ", "), replaced)
+}
+
+// rewire answers the steps of a job (specs; graph: they declare their
+// dependencies, else they run in order) as they stand once steps take the
+// place of specs[at]: in order they become a chain; those that depended on
+// the replaced step depend instead on the new ones that nothing else new
+// depends on; the new ones that depend on nothing take over the replaced
+// step's dependencies and follow the old ones. The check and the change
+// itself (replan) both use it, so what is checked is what is stored.
+func rewire(specs []StepSpec, graph bool, at int, steps []StepSpec) []StepSpec {
+	all := make([]StepSpec, 0, len(specs)+len(steps))
+	for i, s := range specs {
+		if !graph && i > 0 {
+			s.DependsOn = []string{specs[i-1].ID}
+		}
+		all = append(all, s)
+	}
+	depended := map[string]bool{}
+	for _, st := range steps {
+		for _, d := range st.DependsOn {
+			depended[d] = true
+		}
+	}
+	var sinks []string
+	for _, st := range steps {
+		if !depended[st.ID] {
+			sinks = append(sinks, st.ID)
+		}
+	}
+	replaced := specs[at].ID
+	for i := range all {
+		if k := slices.Index(all[i].DependsOn, replaced); k >= 0 {
+			deps := slices.Delete(slices.Clone(all[i].DependsOn), k, k+1)
+			for _, id := range sinks {
+				if !slices.Contains(deps, id) {
+					deps = append(deps, id)
+				}
+			}
+			all[i].DependsOn = deps
+		}
+	}
+	for _, st := range steps {
+		if len(st.DependsOn) == 0 {
+			st.DependsOn = slices.Clone(all[at].DependsOn)
+		}
+		all = append(all, st)
+	}
+	return all
+}
+
+// Cycle answers the ids of the steps of j that lie on a dependency cycle,
+// in order: none for any job the engine stored (a check for tests and for
+// the chaos run).
+func (j *Job) Cycle() []string {
+	if !j.Graph {
+		return nil
+	}
+	specs := j.specs()
+	index := make(map[string]int, len(specs))
+	for i, s := range specs {
+		index[s.ID] = i
+	}
+	for i := range specs {
+		specs[i].DependsOn = slices.DeleteFunc(slices.Clone(specs[i].DependsOn), func(id string) bool { _, ok := index[id]; return !ok })
+	}
+	var ids []string
+	for _, i := range onCycle(specs, index) {
+		ids = append(ids, specs[i].ID)
+	}
+	return ids
+}
+
+// onCycle answers the positions of the steps that lie on a dependency
+// cycle (or between two), in order; none when the steps can be ordered.
+// Kahn's algorithm finds what cannot be ordered (on or behind a cycle);
+// peeling off what no such step depends on leaves the cycle itself.
+func onCycle(steps []StepSpec, index map[string]int) []int {
+	stuck := unordered(steps, index)
+	if len(stuck) == 0 {
+		return nil
+	}
+	in := map[int]bool{}
+	for _, i := range stuck {
+		in[i] = true
+	}
+	for changed := true; changed; {
+		changed = false
+		needed := map[int]bool{}
+		for i := range in {
+			for _, d := range steps[i].DependsOn {
+				needed[index[d]] = true
+			}
+		}
+		for i := range in {
+			if !needed[i] {
+				delete(in, i)
+				changed = true
+			}
+		}
+	}
+	var out []int
+	for _, i := range stuck {
+		if in[i] {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// unordered answers the positions, in order, of the steps that Kahn's
+// algorithm cannot order: those on or behind a cycle.
+func unordered(steps []StepSpec, index map[string]int) []int {
+	waiting := make([]int, len(steps))
+	after := make([][]int, len(steps))
+	var ready []int
+	for i, st := range steps {
+		waiting[i] = len(st.DependsOn)
+		for _, dep := range st.DependsOn {
+			after[index[dep]] = append(after[index[dep]], i)
+		}
+		if waiting[i] == 0 {
+			ready = append(ready, i)
+		}
+	}
+	for len(ready) > 0 {
+		i := ready[0]
+		ready = ready[1:]
+		for _, k := range after[i] {
+			if waiting[k]--; waiting[k] == 0 {
+				ready = append(ready, k)
+			}
+		}
+	}
+	var stuck []int
+	for i, n := range waiting {
+		if n > 0 {
+			stuck = append(stuck, i)
+		}
+	}
+	return stuck
+}
+
 // replan puts steps in the place of s, which has just failed with class
-// replan: they join the DAG (those that depend on nothing take over s's
-// dependencies), the steps that depended on s depend on the new ones that
-// nothing else new depends on, and the job goes on. With no steps the
-// failure is final.
+// replan: they join the DAG as rewire says and the job goes on. With no
+// steps the failure is final.
 func (j *Job) replan(s *Step, steps []StepSpec, now time.Time) ([]Dispatch, error) {
 	if len(steps) == 0 {
 		return nil, nil
@@ -69,45 +266,19 @@ func (j *Job) replan(s *Step, steps []StepSpec, now time.Time) ([]Dispatch, erro
 	if err := j.CheckReplan(s.ID(), steps, "steps"); err != nil {
 		return nil, err
 	}
-	if !j.Graph {
-		// Steps in order become a chain, so new ones can join it.
-		for i := 1; i < len(j.Steps); i++ {
-			j.Steps[i].Spec.DependsOn = []string{j.Steps[i-1].ID()}
-		}
-		j.Graph = true
+	all := rewire(j.specs(), j.Graph, j.index(s), steps)
+	for i, o := range j.Steps {
+		o.Spec.DependsOn = all[i].DependsOn
 	}
-	depended := map[string]bool{}
+	j.Graph = true
 	var ids []string
 	for _, st := range steps {
 		ids = append(ids, st.ID)
-		for _, d := range st.DependsOn {
-			depended[d] = true
-		}
-	}
-	var sinks []string
-	for _, id := range ids {
-		if !depended[id] {
-			sinks = append(sinks, id)
-		}
-	}
-	for _, o := range j.Steps {
-		if k := slices.Index(o.Spec.DependsOn, s.ID()); k >= 0 {
-			deps := slices.Delete(slices.Clone(o.Spec.DependsOn), k, k+1)
-			for _, id := range sinks {
-				if !slices.Contains(deps, id) {
-					deps = append(deps, id)
-				}
-			}
-			o.Spec.DependsOn = deps
-		}
 	}
 	s.ReplacedBy = ids
 	j.log(NoteReplanned, "", 0, fmt.Sprintf("step %s replaced by %s", s.ID(), strings.Join(ids, ", ")), now)
 	first := len(j.Steps)
-	for _, st := range steps {
-		if len(st.DependsOn) == 0 {
-			st.DependsOn = slices.Clone(s.Spec.DependsOn)
-		}
+	for _, st := range all[first:] {
 		j.Steps = append(j.Steps, &Step{Spec: st, State: StepPending})
 	}
 	var out []Dispatch

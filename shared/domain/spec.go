@@ -259,16 +259,16 @@ func (s *JobSpec) Validate() error {
 	if err := s.validateDeps(seen); err != nil {
 		return err
 	}
-	// A replan a fail step carries must bring new ids: caught now rather
-	// than when it runs.
-	return WalkSteps(s.Steps, "steps", func(field string, st *StepSpec) error {
-		for k, n := range st.Action.Steps {
-			if _, dup := seen[n.ID]; dup {
-				return Invalid(fmt.Sprintf("%s.action.steps[%d].id", field, k), "%q is already the id of a step of this job", n.ID)
-			}
+	// A replan a fail step carries is checked now, against the job as it
+	// will stand when it happens (and so on down a replan's own replans),
+	// rather than when it runs.
+	graph := s.DAG()
+	for i := range s.Steps {
+		if err := checkReplan(s.Steps, graph, i, s.Steps[i].Action.Steps, fmt.Sprintf("steps[%d].action.steps", i)); err != nil {
+			return err
 		}
-		return nil
-	})
+	}
+	return nil
 }
 
 // validateDeps checks depends_on: every step named exists, none is the step
@@ -289,33 +289,9 @@ func (s *JobSpec) validateDeps(index map[string]int) error {
 			named[dep] = true
 		}
 	}
-	// Kahn's algorithm: what cannot be ordered lies on or behind a cycle.
-	waiting := make([]int, len(s.Steps))
-	after := make([][]int, len(s.Steps))
-	var ready []int
-	for i, st := range s.Steps {
-		waiting[i] = len(st.DependsOn)
-		for _, dep := range st.DependsOn {
-			after[index[dep]] = append(after[index[dep]], i)
-		}
-		if waiting[i] == 0 {
-			ready = append(ready, i)
-		}
-	}
-	for len(ready) > 0 {
-		i := ready[0]
-		ready = ready[1:]
-		for _, k := range after[i] {
-			if waiting[k]--; waiting[k] == 0 {
-				ready = append(ready, k)
-			}
-		}
-	}
 	var stuck []string
-	for i, n := range waiting {
-		if n > 0 {
-			stuck = append(stuck, s.Steps[i].ID)
-		}
+	for _, i := range unordered(s.Steps, index) {
+		stuck = append(stuck, s.Steps[i].ID)
 	}
 	if len(stuck) > 0 {
 		return Invalid("steps", "depends_on forms a cycle: steps %s can never start", strings.Join(stuck, ", "))
@@ -403,8 +379,8 @@ func (st *StepSpec) validate(field, jobQueue string) error {
 			return Invalid(af+".steps", "applies only with class replan")
 		}
 		for k := range a.Steps {
-			// Their ids and dependencies are checked against the job when
-			// the replan happens; what each step is can be checked now.
+			// What each step is; its id and dependencies are checked
+			// against the job it joins (checkReplan).
 			if err := a.Steps[k].validate(fmt.Sprintf("%s.steps[%d]", af, k), jobQueue); err != nil {
 				return err
 			}

@@ -14,6 +14,8 @@ import (
 // the sweep's due index as the safety net.
 
 // MaxKeptSignals bounds the signals a job keeps for waits not reached yet.
+// Only a name some wait of the job may take is kept, at most one per such
+// wait, so only a job with more waits than this reaches it.
 const MaxKeptSignals = 64
 
 // MaxSignalBytes bounds one signal's payload.
@@ -229,47 +231,113 @@ func (r *SignalRequest) Validate() error {
 	return CheckJSON("payload", r.Payload)
 }
 
-// Signal delivers a signal: the first step waiting for its name succeeds
-// with the payload as its output and the job goes on; with no such step
-// yet the signal is kept, and the first wait of its name to be reached
-// takes it. A signal whose id was seen already changes nothing (false); a
-// finished job refuses it.
+// What became of a signal (SignalOutcome.Outcome).
+const (
+	SignalDelivered = "delivered" // a wait took it: its step succeeded
+	SignalKept      = "kept"      // kept for a wait of its name not reached yet
+	SignalDropped   = "dropped"   // no wait of the job can take it: nothing written
+)
+
+// SignalOutcome says what became of a signal, and why.
+type SignalOutcome struct {
+	Outcome string `json:"outcome"`
+	Step    string `json:"step,omitempty"` // the wait that took it
+	Reason  string `json:"reason"`
+	// Repeat: a signal of the same id (or the same request) came before;
+	// the outcome is that signal's, and nothing was written.
+	Repeat bool `json:"repeat,omitempty"`
+}
+
+// Written reports whether the signal changed the job.
+func (o SignalOutcome) Written() bool { return !o.Repeat && o.Outcome != SignalDropped }
+
+// Signal delivers a signal (see Deliver) and reports whether it changed
+// the job.
 func (j *Job) Signal(r SignalRequest, now time.Time) ([]Dispatch, bool, error) {
+	ds, o, err := j.Deliver(r, now)
+	return ds, o.Written(), err
+}
+
+// Deliver delivers a signal: the first step waiting for its name succeeds
+// with the payload as its output and the job goes on. With no such step
+// yet the signal is kept, and the first wait of its name to be reached
+// takes it, but only while the job has a wait of that name without a
+// signal kept for it (a wait step not done yet, or one a fail action's
+// replan would add): any other is dropped, writing nothing, so a flood of
+// names nothing waits for cannot fill the job's kept signals and lock out
+// the ones its waits do wait for. A signal whose id was seen already
+// changes nothing and answers that signal's outcome; a finished job
+// refuses it.
+func (j *Job) Deliver(r SignalRequest, now time.Time) ([]Dispatch, SignalOutcome, error) {
 	// A repeat of a delivered signal's id writes nothing, even once the
 	// job has finished: the sender's retry of a request whose answer was
 	// lost (the signal may have ended the job) hears what it first would.
 	for _, sg := range j.Signals {
 		if r.ID != "" && sg.ID == r.ID || r.Request != "" && sg.Request == r.Request {
-			return nil, false, nil
+			if sg.Step != "" {
+				return nil, SignalOutcome{Outcome: SignalDelivered, Step: sg.Step, Repeat: true, Reason: "a repeat: step " + sg.Step + " took this signal already"}, nil
+			}
+			return nil, SignalOutcome{Outcome: SignalKept, Repeat: true, Reason: "a repeat: this signal is kept already"}, nil
 		}
 	}
 	if j.State.Terminal() {
-		return nil, false, &IllegalTransitionError{Kind: "job", ID: j.ID, From: string(j.State), Event: "signal " + r.Name}
+		return nil, SignalOutcome{}, &IllegalTransitionError{Kind: "job", ID: j.ID, From: string(j.State), Event: "signal " + r.Name}
 	}
-	kept := 0
-	for _, sg := range j.Signals {
-		if sg.Step == "" {
-			kept++
-		}
-	}
-	j.Signals = append(j.Signals, Signal{Name: r.Name, Payload: r.Payload, ID: r.ID, Request: r.Request, At: now})
 	for _, s := range j.Steps {
 		if s.State == StepWaiting && s.Spec.Action.Type == ActionWait && s.Spec.Action.Signal == r.Name {
+			j.Signals = append(j.Signals, Signal{Name: r.Name, Payload: r.Payload, ID: r.ID, Request: r.Request, At: now})
 			j.log(NoteSignalReceived, "", 0, r.Name+": taken by step "+s.ID(), now)
 			out, err := j.takeSignal(s, len(j.Signals)-1, now)
 			if err != nil {
-				return nil, false, err
+				return nil, SignalOutcome{}, err
 			}
 			j.settle(now)
-			return out, true, nil
+			return out, SignalOutcome{Outcome: SignalDelivered, Step: s.ID(), Reason: "step " + s.ID() + " was waiting for it"}, nil
 		}
 	}
-	if kept >= MaxKeptSignals {
-		return nil, false, &Error{Code: CodeConflict, Message: fmt.Sprintf("job %s keeps %d signals no wait has taken; it takes no more", j.ID, kept)}
+	kept, keptOfName := 0, 0
+	for _, sg := range j.Signals {
+		if sg.Step == "" {
+			kept++
+			if sg.Name == r.Name {
+				keptOfName++
+			}
+		}
 	}
+	switch waits := j.waitsFor(r.Name); {
+	case waits == 0:
+		return nil, SignalOutcome{Outcome: SignalDropped, Reason: fmt.Sprintf("no wait step of this job (nor of a replan its fail actions carry) waits for signal %q; nothing was kept", r.Name)}, nil
+	case keptOfName >= waits:
+		return nil, SignalOutcome{Outcome: SignalDropped, Reason: fmt.Sprintf("each of the job's %d wait step(s) for signal %q has a signal kept already; nothing more was kept", waits, r.Name)}, nil
+	case kept >= MaxKeptSignals:
+		return nil, SignalOutcome{}, &Error{Code: CodeConflict, Message: fmt.Sprintf("job %s keeps %d signals no wait has taken; it takes no more", j.ID, kept)}
+	}
+	j.Signals = append(j.Signals, Signal{Name: r.Name, Payload: r.Payload, ID: r.ID, Request: r.Request, At: now})
 	j.log(NoteSignalReceived, "", 0, r.Name+": kept until a wait for it is reached", now)
 	j.settle(now)
-	return nil, true, nil
+	return nil, SignalOutcome{Outcome: SignalKept, Reason: "no wait for it is reached yet; the first to be reached takes it"}, nil
+}
+
+// waitsFor counts the wait steps of the job that may still take a signal
+// of name: those not done, and those a fail action's replan (at any depth)
+// would add to a step not replaced yet. A worker's replan is decided when
+// it happens, so the waits it may add are not known before.
+func (j *Job) waitsFor(name string) int {
+	n := 0
+	count := func(_ string, st *StepSpec) error {
+		if st.Action.Type == ActionWait && st.Action.Signal == name {
+			n++
+		}
+		return nil
+	}
+	for _, s := range j.Steps {
+		if s.State == StepSucceeded || s.ReplacedBy != nil {
+			continue
+		}
+		_ = count("", &s.Spec)
+		_ = WalkSteps(s.Spec.Action.Steps, "", count)
+	}
+	return n
 }
 
 // keptSignal answers the position of the earliest kept signal of name, or

@@ -2,7 +2,9 @@ package domain
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,8 +83,8 @@ func TestWaitResumesOnItsSignal(t *testing.T) {
 
 	_, changed, err := j.Signal(SignalRequest{Name: "other", Payload: json.RawMessage(`1`)}, at(2*time.Second))
 	require.NoError(t, err)
-	require.True(t, changed)
-	require.Equal(t, StepWaiting, w.State, "another name is only kept")
+	require.False(t, changed, "a name no wait takes is dropped")
+	require.Equal(t, StepWaiting, w.State)
 
 	n := len(j.Events)
 	ds, changed, err = j.Signal(SignalRequest{Name: "go", Payload: json.RawMessage(`{"ok":true}`), ID: "sig-1"}, at(3*time.Second))
@@ -92,7 +94,7 @@ func TestWaitResumesOnItsSignal(t *testing.T) {
 	require.Equal(t, []string{"after"}, dispatched(ds))
 	require.JSONEq(t, `{"ok":true}`, string(w.Output))
 	require.Equal(t, []string{NoteSignalReceived, "step_succeeded", "step_pending", "wait_completed"}, since(j, n))
-	require.Equal(t, "w", j.Signals[1].Step)
+	require.Equal(t, "w", j.Signals[0].Step)
 	require.Equal(t, JobQueued, j.State)
 
 	n = len(j.Events)
@@ -172,14 +174,63 @@ func TestParkedBranchBesideRunnableWorkIsWaiting(t *testing.T) {
 	replayOK(t, j)
 }
 
+// Only a signal some wait of the job can take is kept, one per such wait:
+// a flood of other names writes nothing and cannot lock out the wait's own.
+func TestUnknownSignalsCannotLockOutTheWait(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, waitJob)
+	n := len(j.Events)
+	for k := range 100 {
+		_, o, err := j.Deliver(SignalRequest{Name: fmt.Sprint("junk-", k)}, t0)
+		require.NoError(t, err)
+		require.Equal(t, SignalDropped, o.Outcome)
+		require.Contains(t, o.Reason, "no wait step of this job")
+	}
+	require.Empty(t, j.Signals)
+	require.Len(t, j.Events, n, "a dropped signal writes nothing")
+
+	_, o, err := j.Deliver(SignalRequest{Name: "go", Payload: json.RawMessage(`"early"`)}, t0)
+	require.NoError(t, err)
+	require.Equal(t, SignalKept, o.Outcome)
+	_, o, err = j.Deliver(SignalRequest{Name: "go", Payload: json.RawMessage(`"twice"`)}, t0)
+	require.NoError(t, err)
+	require.Equal(t, SignalDropped, o.Outcome, "the one wait for go has its signal kept")
+	require.Contains(t, o.Reason, "has a signal kept already")
+
+	l := mustLease(t, j, "prep", builtin("p"), at(time.Second))
+	_, err = j.Complete("prep", l.ID, nil, at(2*time.Second))
+	require.NoError(t, err)
+	require.Equal(t, StepSucceeded, j.Steps[1].State)
+	require.JSONEq(t, `"early"`, string(j.Steps[1].Output))
+	replayOK(t, j)
+}
+
+// A wait a fail action's replan would add takes a signal kept for it.
+func TestSignalForAWaitAReplanWouldAddIsKept(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, `{"steps":[{"id":"x","action":{"type":"fail","class":"replan","steps":[{"id":"w","action":{"type":"wait","signal":"later"}}]}}]}`)
+	_, o, err := j.Deliver(SignalRequest{Name: "later"}, t0)
+	require.NoError(t, err)
+	require.Equal(t, SignalKept, o.Outcome)
+	_, o, err = j.Deliver(SignalRequest{Name: "sooner"}, t0)
+	require.NoError(t, err)
+	require.Equal(t, SignalDropped, o.Outcome)
+}
+
+// The kept signals stay bounded for a job with more waits than the bound.
 func TestKeptSignalsAreBounded(t *testing.T) {
 	t.Parallel()
-	j := newJob(t, passJob)
-	for range MaxKeptSignals {
-		_, _, err := j.Signal(SignalRequest{Name: "x"}, t0)
-		require.NoError(t, err)
+	steps := []string{`{"id":"prep","action":{"type":"pass"}}`}
+	for k := range MaxKeptSignals + 1 {
+		steps = append(steps, fmt.Sprintf(`{"id":"w%d","action":{"type":"wait","signal":"go"}}`, k))
 	}
-	_, _, err := j.Signal(SignalRequest{Name: "x"}, t0)
+	j := newJob(t, `{"steps":[`+strings.Join(steps, ",")+`]}`)
+	for range MaxKeptSignals {
+		_, o, err := j.Deliver(SignalRequest{Name: "go"}, t0)
+		require.NoError(t, err)
+		require.Equal(t, SignalKept, o.Outcome)
+	}
+	_, _, err := j.Signal(SignalRequest{Name: "go"}, t0)
 	require.Equal(t, CodeConflict, CodeOf(err))
 	replayOK(t, j)
 }

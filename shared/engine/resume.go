@@ -32,32 +32,33 @@ func (e *Engine) Resume(ctx context.Context, tenant, id, stepID string, input js
 
 // Signal delivers a signal to a job: the first step waiting for its name
 // goes on with the payload as its output; with none yet it is kept for the
-// first such wait the job reaches. A signal whose id was delivered already
-// answers the job as it is (changed false) and writes nothing; a finished
-// job answers a conflict.
-func (e *Engine) Signal(ctx context.Context, tenant, id string, r domain.SignalRequest) (*domain.Job, bool, error) {
+// first such wait the job reaches, if the job has one (else dropped). The
+// outcome says which. A signal whose id was delivered already, or one
+// dropped, answers the job as it is and writes nothing; a finished job
+// answers a conflict.
+func (e *Engine) Signal(ctx context.Context, tenant, id string, r domain.SignalRequest) (*domain.Job, domain.SignalOutcome, error) {
 	if err := checkID(id); err != nil {
-		return nil, false, err
+		return nil, domain.SignalOutcome{}, err
 	}
 	if err := r.Validate(); err != nil {
-		return nil, false, err
+		return nil, domain.SignalOutcome{}, err
 	}
 	var ds []domain.Dispatch
-	changed := false
+	var outcome domain.SignalOutcome
 	r.Request = nonce() // the same in every decision of this request
 	j, err := e.mutate(ctx, tenant, id, func(j *domain.Job, now time.Time) error {
 		var err error
-		ds, changed, err = j.Signal(r, now)
-		if err == nil && !changed {
+		ds, outcome, err = j.Deliver(r, now)
+		if err == nil && !outcome.Written() {
 			return errNoChange
 		}
 		return err
 	})
 	if err != nil {
-		return nil, false, fmt.Errorf("signal %q to job %s: %w", r.Name, id, err)
+		return nil, domain.SignalOutcome{}, fmt.Errorf("signal %q to job %s: %w", r.Name, id, err)
 	}
 	e.dispatch(ctx, j, ds)
-	return j, changed, nil
+	return j, outcome, nil
 }
 
 // Redrive runs a FAILED job again from its failed and cancelled steps,

@@ -58,13 +58,14 @@ func TestWaitAndSignal(t *testing.T) {
 	_, _, err = b.e.Signal(b.ctx, tenantA, j.ID, domain.SignalRequest{Name: "no such"})
 	require.Equal(t, domain.CodeInvalid, domain.CodeOf(err))
 
-	got, changed, err := b.e.Signal(b.ctx, tenantA, j.ID, domain.SignalRequest{Name: "paid", Payload: json.RawMessage(`{"amount":5}`), ID: "pay-1"})
+	got, outcome, err := b.e.Signal(b.ctx, tenantA, j.ID, domain.SignalRequest{Name: "paid", Payload: json.RawMessage(`{"amount":5}`), ID: "pay-1"})
 	require.NoError(t, err)
-	require.True(t, changed)
+	require.True(t, outcome.Written())
 	require.Equal(t, domain.JobQueued, got.State)
-	_, changed, err = b.e.Signal(b.ctx, tenantA, j.ID, domain.SignalRequest{Name: "paid", ID: "pay-1"})
+	_, outcome, err = b.e.Signal(b.ctx, tenantA, j.ID, domain.SignalRequest{Name: "paid", ID: "pay-1"})
 	require.NoError(t, err)
-	require.False(t, changed, "a repeated id writes nothing")
+	require.False(t, outcome.Written(), "a repeated id writes nothing")
+	require.Equal(t, domain.SignalOutcome{Outcome: domain.SignalDelivered, Step: "w", Repeat: true, Reason: "a repeat: step w took this signal already"}, outcome)
 
 	b.drain(t)
 	got = b.job(t, tenantA, j.ID)

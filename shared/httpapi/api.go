@@ -727,18 +727,26 @@ func (a *API) resume(ctx context.Context, tenant string, r *request) (int, any, 
 }
 
 // signal delivers a signal to a job's waits: {"name", "payload", "id"}.
-// 200 whether a wait took it, it was kept for one not reached yet, or its
-// id was delivered already.
+// 200 whether a wait took it, it was kept for one not reached yet, it was
+// dropped (no wait of the job can take it), or its id was delivered
+// already: the job, with "signal" saying which.
 func (a *API) signal(ctx context.Context, tenant string, r *request) (int, any, error) {
 	var body domain.SignalRequest
 	if err := r.decode(&body); err != nil {
 		return 0, nil, err
 	}
-	j, _, err := a.Engine.Signal(ctx, tenant, r.ev.PathParameters["id"], body)
+	j, outcome, err := a.Engine.Signal(ctx, tenant, r.ev.PathParameters["id"], body)
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, jobView(j), nil
+	return http.StatusOK, SignalAnswer{JobView: jobView(j), Signal: outcome}, nil
+}
+
+// SignalAnswer is the answer to a signal: the job as it left it, and what
+// became of the signal.
+type SignalAnswer struct {
+	JobView
+	Signal domain.SignalOutcome `json:"signal"`
 }
 
 // redrive runs a FAILED job again from its failed and cancelled steps.

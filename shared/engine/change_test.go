@@ -163,14 +163,17 @@ func TestALostRacePublishesNothing(t *testing.T) {
 	bus := memory.NewBus()
 	e.Publisher = bus
 	ctx := context.Background()
-	j, _, err := e.Submit(ctx, tenantA, []byte(`{"steps":[{"id":"render","action":{"type":"worker","queue":"gpu"}}]}`), "")
+	// The wait after render keeps an early signal (a job keeps one only for
+	// a wait that can take it).
+	j, _, err := e.Submit(ctx, tenantA, []byte(`{"steps":[{"id":"render","action":{"type":"worker","queue":"gpu"}},{"id":"hold","action":{"type":"wait","signal":"later"}}]}`), "")
 	require.NoError(t, err)
 	ls, err := e.Claim(ctx, tenantA, engine.ClaimRequest{Queue: "gpu", Max: 1, Worker: "w1"})
 	require.NoError(t, err)
 	require.Len(t, ls, 1)
 
-	// The complete's first decision loses to a signal written meanwhile (a
-	// note, no job transition); decided again, it wins.
+	// The complete's first decision loses to a signal kept meanwhile (a
+	// note, no job transition); decided again, it wins, and the wait takes
+	// the kept signal in the same write.
 	race := func() {
 		_, _, err := e.Signal(ctx, tenantA, j.ID, domain.SignalRequest{Name: "later"})
 		require.NoError(t, err)

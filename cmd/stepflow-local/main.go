@@ -43,7 +43,7 @@ func main() {
 // from its own environment.
 func passedSettings() map[string]string {
 	m := map[string]string{}
-	for _, k := range []string{"STEPFLOW_P0_TENANTS", "STEPFLOW_MAX_WORKER_QUEUES", "STEPFLOW_TIMER_THRESHOLD", "STEPFLOW_LAMBDA_ALLOW", "STEPFLOW_INLINE_LIMIT"} {
+	for _, k := range []string{"STEPFLOW_P0_TENANTS", "STEPFLOW_MAX_WORKER_QUEUES", "STEPFLOW_MAX_LONG_POLLS", "STEPFLOW_TIMER_THRESHOLD", "STEPFLOW_LAMBDA_ALLOW", "STEPFLOW_INLINE_LIMIT"} {
 		if v, ok := os.LookupEnv(k); ok {
 			m[k] = v
 		}

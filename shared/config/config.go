@@ -54,6 +54,10 @@ type Settings struct {
 	// MaxWorkerQueues is STEPFLOW_MAX_WORKER_QUEUES (optional): how many
 	// worker queues one tenant may have (queue.DefaultMaxWorkerQueues).
 	MaxWorkerQueues int
+	// MaxLongPolls is STEPFLOW_MAX_LONG_POLLS (optional): how many
+	// long-polls (events with wait, claims with wait_seconds) one tenant
+	// may hold open at once (engine.DefaultMaxLongPolls).
+	MaxLongPolls int
 	// TimerStateMachine is STEPFLOW_TIMER_STATE_MACHINE (optional): the
 	// ARN of statemachine/timer.asl.json. Without it a delay beyond SQS's
 	// 900 s is re-sent every 900 s until due.
@@ -122,6 +126,11 @@ func FromEnv(getenv func(string) string) (Settings, error) {
 	if v := getenv("STEPFLOW_MAX_WORKER_QUEUES"); v != "" {
 		if s.MaxWorkerQueues, err = strconv.Atoi(v); err != nil || s.MaxWorkerQueues < 1 {
 			return s, fmt.Errorf("environment variable STEPFLOW_MAX_WORKER_QUEUES must be a positive number")
+		}
+	}
+	if v := getenv("STEPFLOW_MAX_LONG_POLLS"); v != "" {
+		if s.MaxLongPolls, err = strconv.Atoi(v); err != nil || s.MaxLongPolls < 1 || s.MaxLongPolls > 10000 {
+			return s, fmt.Errorf("environment variable STEPFLOW_MAX_LONG_POLLS must be a number from 1 to 10000")
 		}
 	}
 	s.TimerStateMachine = getenv("STEPFLOW_TIMER_STATE_MACHINE")
@@ -292,6 +301,7 @@ func Engine(s Settings, c Clients, log *slog.Logger) *engine.Engine {
 		e.Publisher = eventbus.New(c.EventBridge, s.EventBus)
 	}
 	e.Thresholds = s.Health
+	e.MaxLongPolls = s.MaxLongPolls
 	return e
 }
 

@@ -73,6 +73,7 @@ type Engine struct {
 	// process (STEPFLOW_MAX_LONG_POLLS; DefaultMaxLongPolls when zero,
 	// none when negative).
 	MaxLongPolls int
+	fullTenants  fullTenants // longpoll.go
 
 	rngMu sync.Mutex
 	rng   *mrand.Rand

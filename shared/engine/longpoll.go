@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/stepflow/stepflow/shared/domain"
@@ -47,6 +48,9 @@ func (e *Engine) HoldLongPoll(ctx context.Context, tenant string, wait time.Dura
 	if bound == 0 {
 		return func() {}, nil
 	}
+	if err := e.LongPollRefused(tenant); err != nil {
+		return nil, err
+	}
 	// The wall clock, as the poll's own wait (tests move the engine's).
 	now := time.Now()
 	lease := nonce()
@@ -56,8 +60,8 @@ func (e *Engine) HoldLongPoll(ctx context.Context, tenant string, wait time.Dura
 	}
 	if !ok {
 		after := min(max(retryAt.Sub(now), time.Second), maxLongPollRetryAfter)
-		return nil, &domain.Error{Code: domain.CodeThrottled, RetryAfter: after, Message: fmt.Sprintf(
-			"this tenant has %d long-polls open, its bound (template parameter MaxLongPollsPerTenant): poll again after Retry-After, or without wait", bound)}
+		e.fullTenants.Store(tenant, fullTenant{until: now.Add(knownFullFor), retryAfter: after})
+		return nil, throttledPoll(bound, after)
 	}
 	return func() {
 		// Given back even when the request's context ended: a slot not
@@ -77,4 +81,38 @@ func (e *Engine) JobVersion(ctx context.Context, tenant, id string) (int64, erro
 		return 0, err
 	}
 	return e.Store.JobVersion(ctx, tenant, id)
+}
+
+// knownFullFor is how long a process refuses a tenant's long-polls by
+// itself once its store said the tenant is at its bound: a flood of polls
+// past the bound costs no AWS request each, only one a second per process.
+const knownFullFor = time.Second
+
+type fullTenant struct {
+	until      time.Time
+	retryAfter time.Duration
+}
+
+// fullTenants remembers tenants found at their bound (tenant -> fullTenant).
+type fullTenants = sync.Map
+
+// LongPollRefused answers the 429 of a tenant this process found at its
+// long-poll bound within the last knownFullFor, or nil: the events route
+// asks it before it reads the job.
+func (e *Engine) LongPollRefused(tenant string) error {
+	v, ok := e.fullTenants.Load(tenant)
+	if !ok {
+		return nil
+	}
+	f := v.(fullTenant)
+	if !time.Now().Before(f.until) {
+		e.fullTenants.Delete(tenant)
+		return nil
+	}
+	return throttledPoll(e.longPollBound(), f.retryAfter)
+}
+
+func throttledPoll(bound int, after time.Duration) error {
+	return &domain.Error{Code: domain.CodeThrottled, RetryAfter: after, Message: fmt.Sprintf(
+		"this tenant has %d long-polls open, its bound (template parameter MaxLongPollsPerTenant): poll again after Retry-After, or without wait", bound)}
 }

@@ -571,6 +571,12 @@ func (a *API) events(ctx context.Context, tenant string, r *request) (int, any, 
 		return 0, nil, err
 	}
 	id := r.ev.PathParameters["id"]
+	if wait > 0 {
+		// A tenant known to be at its bound is refused before any read.
+		if err := a.Engine.LongPollRefused(tenant); err != nil {
+			return 0, nil, err
+		}
+	}
 	j, err := a.Engine.Get(ctx, tenant, id)
 	if err != nil {
 		return 0, nil, err

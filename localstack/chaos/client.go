@@ -28,9 +28,10 @@ type client struct {
 
 // answer is one HTTP exchange; err is a transport error.
 type answer struct {
-	status int
-	body   []byte
-	err    error
+	status     int
+	body       []byte
+	err        error
+	retryAfter string // the Retry-After header, if any
 }
 
 func (a answer) ok() bool { return a.err == nil && a.status >= 200 && a.status < 300 }
@@ -66,7 +67,7 @@ func (c *client) once(ctx context.Context, method, path string, body []byte, hea
 	if err != nil {
 		return answer{status: res.StatusCode, err: err}
 	}
-	return answer{status: res.StatusCode, body: out}
+	return answer{status: res.StatusCode, body: out, retryAfter: res.Header.Get("Retry-After")}
 }
 
 // retry sends the same request until it gets an answer that is not

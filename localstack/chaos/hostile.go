@@ -54,6 +54,7 @@ type hostile struct {
 	bigFail     *bigFailRecord
 	finished    map[string]bool // flood jobs seen terminal within the bound
 	health      healthRecord
+	longPolls   *longPollRecord // longpoll.go
 	notes       []string
 }
 
@@ -473,6 +474,7 @@ func (h *hostile) await(ctx context.Context, deadline time.Time) {
 // parked jobs are submitted.
 func (h *hostile) endPhase(ctx context.Context) {
 	deadline := time.Now().Add(30 * time.Second)
+	h.floodLongPolls(ctx)
 	h.mu.Lock()
 	lease := h.poisonLease
 	h.mu.Unlock()

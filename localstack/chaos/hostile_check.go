@@ -148,7 +148,11 @@ func (h *hostile) check(ctx context.Context) *HostileResult {
 		}
 	}
 	f.Queues, f.QueuesErr = h.workerQueues(ctx)
-	return judgeHostile(f)
+	res := judgeHostile(f)
+	h.mu.Lock()
+	res.Checks = append(res.Checks, judgeLongPolls(h.longPolls))
+	h.mu.Unlock()
+	return res
 }
 
 func listTenant(ctx context.Context, raw *store.Store, tenant string) (map[string]bool, error) {

@@ -2,7 +2,8 @@
 // and answers for every route, a context on every call, and retries of
 // throttled (429) and failed (5xx) requests honouring Retry-After.
 //
-// Which calls retry: every call retries a 429 (the API did nothing). A 5xx
+// Which calls retry: every call retries a 429 and a 503 contended (the API
+// did nothing: it was throttled, or its write lost every race). Another 5xx
 // or a broken connection is retried only where a repeat cannot do twice
 // what was asked: reads, PUT and DELETE, submit (it always sends an
 // Idempotency-Key, made per call unless you give one), cancel, approve,
@@ -103,7 +104,8 @@ type Error struct {
 	Code    string // invalid, unauthorized, not_found, conflict, lease_lost, too_large, idempotency_mismatch, throttled, internal...
 	Message string
 	Field   string // the JSON field a 400 names, e.g. steps[0].action.queue
-	// RetryAfter is what a 429 or 503 asked to wait, when it said.
+	// RetryAfter is what a 429 or 503 asked to wait, when it said; a retry
+	// waits that and up to a quarter more (jitter).
 	RetryAfter time.Duration
 }
 
@@ -119,6 +121,10 @@ const (
 	CodeIdempotencyMismatch = "idempotency_mismatch"
 	CodeThrottled           = "throttled"
 	CodeInternal            = "internal"
+	// CodeContended is a 503: the write lost its race to other writers
+	// each time it was tried, and changed nothing; every call retries it
+	// after Retry-After.
+	CodeContended = "contended"
 )
 
 func (e *Error) Error() string {
@@ -321,6 +327,7 @@ func (c *Client) retryable(p retryPolicy, status int, hdr http.Header, err error
 	isAPI := errors.As(err, &apiErr)
 	switch {
 	case isAPI && status == http.StatusTooManyRequests:
+	case isAPI && apiErr.Code == CodeContended: // a lost race changed nothing: every call may repeat it
 	case p == retrySafe && isAPI && status >= 500:
 	case p == retrySafe && !isAPI && status == 0: // the request may not have reached the API
 	default:
@@ -330,7 +337,9 @@ func (c *Client) retryable(p retryPolicy, status int, hdr http.Header, err error
 		if apiErr.RetryAfter > c.maxWait {
 			return false, 0
 		}
-		return true, apiErr.RetryAfter
+		// A little jitter past what was asked, so that callers turned away
+		// together do not come back together.
+		return true, apiErr.RetryAfter + rand.N(apiErr.RetryAfter/4+1)
 	}
 	backoff := min(200*time.Millisecond<<attempt, 5*time.Second)
 	return true, backoff/2 + rand.N(backoff/2+1)

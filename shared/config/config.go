@@ -59,6 +59,10 @@ type Settings struct {
 	// engine.DefaultWorkerQueueIdle): a worker queue no job has named for
 	// this long is removed by the sweep.
 	WorkerQueueIdle time.Duration
+	// MaxLongPolls is STEPFLOW_MAX_LONG_POLLS (optional): how many
+	// long-polls (events with wait, claims with wait_seconds) one tenant
+	// may hold open at once (engine.DefaultMaxLongPolls).
+	MaxLongPolls int
 	// TimerStateMachine is STEPFLOW_TIMER_STATE_MACHINE (optional): the
 	// ARN of statemachine/timer.asl.json. Without it a delay beyond SQS's
 	// 900 s is re-sent every 900 s until due.
@@ -144,6 +148,11 @@ func FromEnv(getenv func(string) string) (Settings, error) {
 			return s, fmt.Errorf("environment variable STEPFLOW_WORKER_QUEUE_IDLE_SECONDS must be a positive number of seconds")
 		}
 		s.WorkerQueueIdle = time.Duration(n) * time.Second
+	}
+	if v := getenv("STEPFLOW_MAX_LONG_POLLS"); v != "" {
+		if s.MaxLongPolls, err = strconv.Atoi(v); err != nil || s.MaxLongPolls < 1 || s.MaxLongPolls > 10000 {
+			return s, fmt.Errorf("environment variable STEPFLOW_MAX_LONG_POLLS must be a number from 1 to 10000")
+		}
 	}
 	s.TimerStateMachine = getenv("STEPFLOW_TIMER_STATE_MACHINE")
 	s.TimerThreshold = queue.MaxDelay
@@ -332,6 +341,7 @@ func Engine(s Settings, c Clients, log *slog.Logger) *engine.Engine {
 		e.Publisher = eventbus.New(c.EventBridge, s.EventBus)
 	}
 	e.Thresholds = s.Health
+	e.MaxLongPolls = s.MaxLongPolls
 	return e
 }
 

@@ -3,6 +3,7 @@ package domain
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Code classifies an error for clients; the HTTP layer maps each code to one
@@ -20,6 +21,12 @@ const (
 	CodeIdempotencyMismatch Code = "idempotency_mismatch" // 422
 	CodeThrottled           Code = "throttled"            // 429
 	CodeInternal            Code = "internal"             // 500
+	// CodeContended is a write that lost its race to other writers every
+	// time it was decided again: nothing was written, so the very request
+	// may be sent again. 503 with Retry-After, as AWS answers its own
+	// throttling: the request is still applicable (409 would say it is
+	// not) and it was not the client's fault (nor a server fault: 500).
+	CodeContended Code = "contended" // 503
 )
 
 // Error is an error a client can act on.
@@ -27,6 +34,9 @@ type Error struct {
 	Code    Code
 	Field   string // the offending input field, for CodeInvalid
 	Message string
+	// RetryAfter is how long a client should wait before sending the
+	// request again (CodeThrottled, CodeContended): the Retry-After header.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
@@ -51,6 +61,9 @@ var (
 	// the handlers set it aside (quarantine) instead of failing on it again
 	// and again.
 	ErrUnreadable = &Error{Code: CodeInternal, Message: "the job's stored data cannot be read; it is quarantined"}
+	// ErrContended ends a change that lost every race it was allowed:
+	// wrap it together with ErrVersionConflict.
+	ErrContended = &Error{Code: CodeContended, Message: "other writers changed this object at the same moment every time this request tried; nothing was changed: send the request again after Retry-After", RetryAfter: time.Second}
 	// ErrVersionConflict means a conditional write lost a race; the caller
 	// reloads and decides again.
 	ErrVersionConflict = errors.New("version conflict")
@@ -67,4 +80,12 @@ func CodeOf(err error) Code {
 		return CodeConflict
 	}
 	return CodeInternal
+}
+
+// Transient reports an error that says nothing of the request itself: a
+// failed AWS call (internal) or a lost contention (contended). A sweep or a
+// schedule tries such a thing again soon rather than setting it aside.
+func Transient(err error) bool {
+	c := CodeOf(err)
+	return c == CodeInternal || c == CodeContended
 }

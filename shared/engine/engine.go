@@ -81,6 +81,11 @@ type Engine struct {
 	// (STEPFLOW_WORKER_QUEUE_IDLE_SECONDS; DefaultWorkerQueueIdle when zero).
 	WorkerQueueIdle time.Duration
 	touched         sync.Map // tenant NUL queue -> when this process last recorded its use
+	// MaxLongPolls bounds one tenant's open long-polls across every
+	// process (STEPFLOW_MAX_LONG_POLLS; DefaultMaxLongPolls when zero,
+	// none when negative).
+	MaxLongPolls int
+	fullTenants  fullTenants // longpoll.go
 
 	rngMu sync.Mutex
 	rng   *mrand.Rand
@@ -152,8 +157,25 @@ func nonce() string {
 }
 
 // maxRaces bounds how often a change is decided again after losing a
-// version race to another writer.
+// version race to another writer; one that loses them all answers
+// domain.ErrContended (503, Retry-After), never a 500.
 const maxRaces = 8
+
+// Between lost races a change pauses a random time below raceBackoffFirst,
+// doubling up to raceBackoffMax (full jitter): writers that collided once
+// spread out instead of colliding again in step. The pauses add up to at
+// most about 0.6 s over maxRaces, inside any request's time.
+const (
+	raceBackoffFirst = 5 * time.Millisecond
+	raceBackoffMax   = 160 * time.Millisecond
+)
+
+// lostRace pauses after the race-th lost race (from 0) and reports whether
+// to decide again: false when ctx ended.
+func lostRace(ctx context.Context, race int) bool {
+	ceiling := min(raceBackoffFirst<<race, raceBackoffMax)
+	return sleepCtx(ctx, mrand.N(ceiling)+time.Millisecond)
+}
 
 // errNoChange tells mutate that the decision needs no write.
 var errNoChange = errors.New("no change")
@@ -168,7 +190,7 @@ func (e *Engine) mutate(ctx context.Context, tenant, id string, decide func(j *d
 // mutateFrom is mutate starting from a job this process just saved, which
 // saves a read when no one else wrote in between. cached is consumed.
 func (e *Engine) mutateFrom(ctx context.Context, tenant, id string, cached *domain.Job, decide func(j *domain.Job, now time.Time) error) (*domain.Job, error) {
-	for range maxRaces {
+	for race := range maxRaces {
 		j := cached
 		cached = nil
 		if j == nil {
@@ -190,6 +212,9 @@ func (e *Engine) mutateFrom(ctx context.Context, tenant, id string, cached *doma
 		}
 		err := e.Store.Save(ctx, j, loaded)
 		if errors.Is(err, domain.ErrVersionConflict) {
+			if !lostRace(ctx, race) {
+				return nil, ctx.Err()
+			}
 			continue
 		}
 		if err != nil {
@@ -199,7 +224,7 @@ func (e *Engine) mutateFrom(ctx context.Context, tenant, id string, cached *doma
 		e.afterWrite(ctx, j, prevState, loaded)
 		return j, nil
 	}
-	return nil, fmt.Errorf("job %s: gave up after %d lost races: %w", id, maxRaces, domain.ErrVersionConflict)
+	return nil, fmt.Errorf("job %s: gave up after %d lost races: %w: %w", id, maxRaces, domain.ErrContended, domain.ErrVersionConflict)
 }
 
 // StatsFlushEvery is how long a process keeps outcome counts before the

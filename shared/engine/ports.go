@@ -54,6 +54,19 @@ type Store interface {
 	StepStats(ctx context.Context, tenant string) (StepCounts, error)
 	// RecordSweep notes when the heartbeat last swept; Stats answers it.
 	RecordSweep(ctx context.Context, at time.Time) error
+	// JobVersion answers a job's version alone, domain.ErrNotFound when
+	// there is none: what a waiting long-poll reads to see whether the
+	// job changed (a read of one attribute, which may lag a write by
+	// moments), before it reads the whole job.
+	JobVersion(ctx context.Context, tenant, id string) (int64, error)
+	// TakePollSlot holds one of a tenant's bound open long-polls for
+	// lease until until, shared by every process that serves the tenant.
+	// ok false means bound live slots are held; retryAt is when the first
+	// of them runs out. A slot whose until has passed (its holder died)
+	// is free again.
+	TakePollSlot(ctx context.Context, tenant, lease string, bound int, until, now time.Time) (retryAt time.Time, ok bool, err error)
+	// ReleasePollSlot frees lease's slot; one not held is no error.
+	ReleasePollSlot(ctx context.Context, tenant, lease string) error
 }
 
 // Queue carries dispatches. Delivery is at least once: a taken delivery

@@ -107,7 +107,10 @@ func (e *Engine) DeleteResource(ctx context.Context, tenant, id string) error {
 // stored), lets change decide and saves it conditionally, again on a lost
 // race.
 func (e *Engine) changeResource(ctx context.Context, tenant, id string, create bool, change func(r *domain.Resource, now time.Time) error) (*domain.Resource, error) {
-	for range maxRaces {
+	for race := range maxRaces {
+		if race > 0 && !lostRace(ctx, race-1) {
+			return nil, ctx.Err()
+		}
 		r, err := e.Resources.GetResource(ctx, tenant, id)
 		if errors.Is(err, domain.ErrNotFound) && create {
 			r, err = &domain.Resource{Tenant: tenant, ID: id}, nil
@@ -124,7 +127,7 @@ func (e *Engine) changeResource(ctx context.Context, tenant, id string, create b
 		}
 		return r, err
 	}
-	return nil, fmt.Errorf("resource %s: gave up after %d lost races: %w", id, maxRaces, domain.ErrVersionConflict)
+	return nil, fmt.Errorf("resource %s: gave up after %d lost races: %w: %w", id, maxRaces, domain.ErrContended, domain.ErrVersionConflict)
 }
 
 // slotRequest is a step's ask for a slot for its next attempt.
@@ -174,7 +177,10 @@ func (e *Engine) takeSlot(ctx context.Context, sr slotRequest) (*domain.Resource
 		return nil, nil, errors.New("resources are not configured")
 	}
 	const maxWaitOn = 4 // resources a step waits on at once
-	for range maxRaces {
+	for race := range maxRaces {
+		if race > 0 && !lostRace(ctx, race-1) {
+			return nil, nil, ctx.Err()
+		}
 		all, err := e.Resources.ListResources(ctx, sr.tenant)
 		if err != nil {
 			return nil, nil, fmt.Errorf("list resources: %w", err)
@@ -225,7 +231,7 @@ func (e *Engine) takeSlot(ctx context.Context, sr slotRequest) (*domain.Resource
 			return nil, wait, nil
 		}
 	}
-	return nil, nil, fmt.Errorf("take a slot: gave up after %d lost races: %w", maxRaces, domain.ErrVersionConflict)
+	return nil, nil, fmt.Errorf("take a slot: gave up after %d lost races: %w: %w", maxRaces, domain.ErrContended, domain.ErrVersionConflict)
 }
 
 // keepSlot keeps the slot an earlier decision of the same change took, if

@@ -135,7 +135,10 @@ func (e *Engine) changeSchedule(ctx context.Context, tenant, id string, change f
 	if err := e.checkScheduleID(id); err != nil {
 		return nil, err
 	}
-	for range maxRaces {
+	for race := range maxRaces {
+		if race > 0 && !lostRace(ctx, race-1) {
+			return nil, ctx.Err()
+		}
 		s, err := e.Schedules.Get(ctx, tenant, id)
 		if err != nil {
 			return nil, err
@@ -152,7 +155,7 @@ func (e *Engine) changeSchedule(ctx context.Context, tenant, id string, change f
 		}
 		return s, nil
 	}
-	return nil, fmt.Errorf("schedule %s: gave up after %d lost races: %w", id, maxRaces, domain.ErrVersionConflict)
+	return nil, fmt.Errorf("schedule %s: gave up after %d lost races: %w: %w", id, maxRaces, domain.ErrContended, domain.ErrVersionConflict)
 }
 
 // checkScheduleID answers not found for anything that cannot be a
@@ -212,7 +215,10 @@ func (e *Engine) fireSchedule(ctx context.Context, k DueSchedule, rep *ScheduleR
 			err = fmt.Errorf("fire schedule %s: %w: %v", k.ID, errPanic, p)
 		}
 	}()
-	for range maxRaces {
+	for race := range maxRaces {
+		if race > 0 && !lostRace(ctx, race-1) {
+			return ctx.Err()
+		}
 		s, err := e.Schedules.Get(ctx, k.Tenant, k.ID)
 		if errors.Is(err, domain.ErrNotFound) {
 			return nil // deleted since the index was read
@@ -242,7 +248,7 @@ func (e *Engine) fireSchedule(ctx context.Context, k DueSchedule, rep *ScheduleR
 			return nil
 		}
 		run, err := e.newRun(ctx, s, tick, now)
-		if err != nil && domain.CodeOf(err) == domain.CodeInternal {
+		if err != nil && domain.Transient(err) {
 			return err // a failed AWS call: the tick stays due
 		}
 		if err != nil {
@@ -274,7 +280,7 @@ func (e *Engine) fireSchedule(ctx context.Context, k DueSchedule, rep *ScheduleR
 		e.dispatch(ctx, run, run.Outstanding(now))
 		return nil
 	}
-	return fmt.Errorf("schedule %s: gave up after %d lost races: %w", k.ID, maxRaces, domain.ErrVersionConflict)
+	return fmt.Errorf("schedule %s: gave up after %d lost races: %w: %w", k.ID, maxRaces, domain.ErrContended, domain.ErrVersionConflict)
 }
 
 // lastRunBusy reports whether an overlap-skip schedule's last run is still

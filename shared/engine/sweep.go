@@ -71,7 +71,7 @@ func (e *Engine) Sweep(ctx context.Context) (SweepReport, error) {
 		case errors.Is(err, domain.ErrUnreadable):
 			e.quarantine(ctx, k.Tenant, k.ID, err)
 			rep.Quarantined++
-		case domain.CodeOf(err) != domain.CodeInternal || errors.Is(err, errPanic):
+		case !domain.Transient(err) || errors.Is(err, errPanic):
 			e.Log.ErrorContext(ctx, "sweep could not move a job on; deferred", "tenant", k.Tenant, "job", k.ID, "err", err, "retry_after", SweepRetryAfter)
 			if derr := e.Store.Defer(ctx, k, e.now().Add(SweepRetryAfter)); derr != nil {
 				e.Log.WarnContext(ctx, "deferral not written", "job", k.ID, "err", derr)

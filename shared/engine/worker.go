@@ -82,9 +82,26 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 	// that one).
 	deadline := time.Now().Add(time.Duration(r.WaitSeconds) * time.Second)
 	var out []ClaimedLease
+	// A claim that would wait first looks without waiting: one that finds
+	// work holds no long-poll slot; one that finds none takes a slot (429
+	// past the tenant's bound) before it waits.
+	looked := r.WaitSeconds == 0
+	release := func() {}
+	defer func() { release() }()
+	hold := func() error {
+		if !looked {
+			looked = true
+			rel, err := e.HoldLongPoll(ctx, tenant, time.Until(deadline))
+			if err != nil {
+				return err
+			}
+			release = rel
+		}
+		return nil
+	}
 	for {
 		wait := time.Duration(0)
-		if len(out) == 0 {
+		if len(out) == 0 && looked {
 			// Whole seconds, rounded up: SQS long-polls in seconds, and a
 			// wait rounded down to 0 would poll in a busy loop.
 			wait = min((time.Until(deadline) + time.Second - 1).Truncate(time.Second), MaxClaimWait)
@@ -97,7 +114,13 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 			// a worker may start before its first job: look again every
 			// NoQueueRecheck, and long-poll the queue once a submit made it.
 			step := min(time.Until(deadline), NoQueueRecheck)
-			if step <= 0 || !sleepCtx(ctx, step) {
+			if step <= 0 {
+				return out, nil
+			}
+			if err := hold(); err != nil {
+				return out, err
+			}
+			if !sleepCtx(ctx, step) {
 				return out, nil
 			}
 			wait = max(min((time.Until(deadline)+time.Second-1).Truncate(time.Second), MaxClaimWait), 0)
@@ -122,6 +145,12 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 			if cl != nil {
 				out = append(out, *cl)
 			}
+		}
+		if len(ds) == 0 && len(out) == 0 && !looked && time.Until(deadline) > 0 {
+			if err := hold(); err != nil {
+				return out, err
+			}
+			continue
 		}
 		// An empty poll ends the claim: it waited as long as it was asked.
 		if len(ds) == 0 || len(out) >= r.Max || ctx.Err() != nil || len(out) > 0 && !time.Now().Before(deadline) {

@@ -44,6 +44,7 @@ var statusOf = map[domain.Code]int{
 	domain.CodeIdempotencyMismatch: http.StatusUnprocessableEntity,
 	domain.CodeThrottled:           http.StatusTooManyRequests,
 	domain.CodeInternal:            http.StatusInternalServerError,
+	domain.CodeContended:           http.StatusServiceUnavailable,
 }
 
 // API is the HTTP handler over an engine.
@@ -456,7 +457,17 @@ func (a *API) fail(ev events.APIGatewayV2HTTPRequest, err error) events.APIGatew
 	default:
 		body.Error.Message = err.Error()
 	}
-	return respond(status, body, nil)
+	return respond(status, body, retryAfterHeader(err))
+}
+
+// retryAfterHeader answers the Retry-After header of an error that asks the
+// client to wait (a 429, a 503), in whole seconds, rounded up.
+func retryAfterHeader(err error) map[string]string {
+	var de *domain.Error
+	if !errors.As(err, &de) || de.RetryAfter <= 0 {
+		return nil
+	}
+	return map[string]string{"retry-after": strconv.Itoa(int((de.RetryAfter + time.Second - 1) / time.Second))}
 }
 
 func respond(status int, body any, headers map[string]string) events.APIGatewayV2HTTPResponse {
@@ -525,14 +536,17 @@ func (a *API) get(ctx context.Context, tenant string, r *request) (int, any, err
 }
 
 // Long-polling GET /v1/jobs/{id}/events: wait is at most maxEventsWait
-// (well inside API Gateway's 30 s and the function's own timeout); the job
-// is re-read after eventsPollFirst, each pause twice the last up to
-// eventsPollMax, so a wait of 20 s costs about 20 reads, and the answer
-// leaves eventsAnswerMargin before the function's deadline.
+// (well inside API Gateway's 30 s and the function's own timeout); a
+// waiting poll holds one of the tenant's long-poll slots (429 past the
+// bound) and reads the job's version alone after eventsPollFirst, each
+// pause twice the last up to eventsPollMax, so a quiet wait of 20 s costs
+// about 12 small reads, and the whole job is read again only once its
+// version moved; the answer leaves eventsAnswerMargin before the
+// function's deadline.
 const (
 	maxEventsWait      = 20
 	eventsPollFirst    = 250 * time.Millisecond
-	eventsPollMax      = time.Second
+	eventsPollMax      = 2 * time.Second
 	eventsAnswerMargin = time.Second
 )
 
@@ -546,8 +560,8 @@ type EventsView struct {
 }
 
 // events answers a job's events with seq > after. With none and wait > 0
-// it re-reads the job (one GetItem each) until one comes, wait runs out or
-// the job's log is final.
+// it holds a long-poll slot and looks at the job's version until one comes,
+// wait runs out or the job's log is final.
 func (a *API) events(ctx context.Context, tenant string, r *request) (int, any, error) {
 	q := r.ev.QueryStringParameters
 	after, err := queryInt(q, "after", 0, math.MaxInt32)
@@ -559,6 +573,12 @@ func (a *API) events(ctx context.Context, tenant string, r *request) (int, any, 
 		return 0, nil, err
 	}
 	id := r.ev.PathParameters["id"]
+	if wait > 0 {
+		// A tenant known to be at its bound is refused before any read.
+		if err := a.Engine.LongPollRefused(tenant); err != nil {
+			return 0, nil, err
+		}
+	}
 	j, err := a.Engine.Get(ctx, tenant, id)
 	if err != nil {
 		return 0, nil, err
@@ -568,10 +588,24 @@ func (a *API) events(ctx context.Context, tenant string, r *request) (int, any, 
 	if d, ok := ctx.Deadline(); ok && d.Add(-eventsAnswerMargin).Before(deadline) {
 		deadline = d.Add(-eventsAnswerMargin)
 	}
+	if len(eventsAfter(j, after)) == 0 && !finalState(j.State) && time.Until(deadline) > 0 {
+		release, err := a.Engine.HoldLongPoll(ctx, tenant, time.Until(deadline))
+		if err != nil {
+			return 0, nil, err
+		}
+		defer release()
+	}
 	for pause := eventsPollFirst; len(eventsAfter(j, after)) == 0 && !finalState(j.State); pause = min(2*pause, eventsPollMax) {
 		left := time.Until(deadline)
 		if left <= 0 || !sleepCtx(ctx, min(pause, left)) {
 			break
+		}
+		v, err := a.Engine.JobVersion(ctx, tenant, id)
+		if err != nil {
+			return 0, nil, err
+		}
+		if v <= j.Version {
+			continue // unchanged (or a read that lags the one before)
 		}
 		if j, err = a.Engine.Get(ctx, tenant, id); err != nil {
 			return 0, nil, err

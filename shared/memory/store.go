@@ -74,6 +74,8 @@ type Store struct {
 	// resources are encoded, as stored, so no caller shares a stored value.
 	resources map[jobKey][]byte
 	uses      queueUses // worker queue uses (workerqueues.go)
+	// polls are each tenant's open long-poll slots: lease -> until.
+	polls map[string]map[string]time.Time
 }
 
 // StoreOption configures a Store.
@@ -419,4 +421,51 @@ func (s *Store) Quarantined(tenant, id string) (reason string, ok bool) {
 		return "", false
 	}
 	return r.quarantined, true
+}
+
+// JobVersion answers a job's version alone.
+func (s *Store) JobVersion(_ context.Context, tenant, id string) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.jobs[jobKey{tenant, id}]
+	if !ok {
+		return 0, fmt.Errorf("job %s: %w", id, domain.ErrNotFound)
+	}
+	return r.version, nil
+}
+
+// TakePollSlot holds one of tenant's bound long-poll slots, slots past
+// their until counting as free.
+func (s *Store) TakePollSlot(_ context.Context, tenant, lease string, bound int, until, now time.Time) (time.Time, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.polls == nil {
+		s.polls = map[string]map[string]time.Time{}
+	}
+	held := s.polls[tenant]
+	if held == nil {
+		held = map[string]time.Time{}
+		s.polls[tenant] = held
+	}
+	var first time.Time
+	for l, u := range held {
+		if !u.After(now) {
+			delete(held, l)
+		} else if first.IsZero() || u.Before(first) {
+			first = u
+		}
+	}
+	if len(held) >= bound {
+		return first, false, nil
+	}
+	held[lease] = until
+	return time.Time{}, true, nil
+}
+
+// ReleasePollSlot frees lease's slot.
+func (s *Store) ReleasePollSlot(_ context.Context, tenant, lease string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.polls[tenant], lease)
+	return nil
 }

@@ -11,6 +11,7 @@
 //	stats         pk S#<tenant>#<hour>#<shard>     sk S
 //	resource      pk R#<tenant>                    sk <resource id>
 //	schedule      pk C#<tenant>                    sk <schedule id>   (schedule.go)
+//	long-polls    pk P#<tenant>                    sk P               (longpoll.go)
 //	index due:    gsi2pk D#<shard>, gsi2sk <due time>; only unfinished jobs,
 //	              and finished ones whose stored data is due for deletion
 //	              gsi2pk DS#<shard>, gsi2sk <next tick>; only running schedules

@@ -62,10 +62,49 @@ export class ApiError extends Error {
   }
 }
 
+// maxRetries bounds how often call repeats an answer that asks to be
+// tried again later: a 429 (throttled, or past the tenant's long-poll
+// bound) or a 503 contended (the write lost every race and changed
+// nothing), each after its Retry-After and a little jitter.
+const maxRetries = 3;
+
+function retryable(err) {
+  return err instanceof ApiError && (err.status === 429 || (err.status === 503 && err.code === 'contended'));
+}
+
+// pause waits ms, or rejects when signal aborts.
+function pause(ms, signal) {
+  return new Promise((resolve, reject) => {
+    if (signal && signal.aborted) {
+      reject(new DOMException('aborted', 'AbortError'));
+      return;
+    }
+    const t = setTimeout(resolve, ms);
+    if (signal) {
+      signal.addEventListener('abort', () => {
+        clearTimeout(t);
+        reject(new DOMException('aborted', 'AbortError'));
+      }, { once: true });
+    }
+  });
+}
+
 // call makes one request and answers its JSON body, or throws ApiError.
 // Paths are relative ("v1/jobs"): the page is served at <base>/ui, so they
 // resolve against the API's own base, whatever stage or mapping it has.
-export async function call(method, path, body, { signal, key = getKey() } = {}) {
+export async function call(method, path, body, opts = {}) {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await callOnce(method, path, body, opts);
+    } catch (err) {
+      if (!retryable(err) || attempt >= maxRetries) throw err;
+      const secs = err.retryAfter > 0 ? err.retryAfter : 1;
+      await pause(secs * 1000 * (1 + Math.random() / 4), opts.signal);
+    }
+  }
+}
+
+async function callOnce(method, path, body, { signal, key = getKey() } = {}) {
   const headers = { Accept: 'application/json' };
   if (key) headers.Authorization = `Bearer ${key}`;
   const init = { method, headers, signal, cache: 'no-store' };
@@ -89,8 +128,11 @@ export async function call(method, path, body, { signal, key = getKey() } = {}) 
   }
   if (!res.ok) {
     const e = data && data.error;
-    if (e && e.message) throw new ApiError(res.status, e.code || 'error', e.message, e.field);
-    throw new ApiError(res.status, 'error', (data && data.message) || text || res.statusText);
+    const err = e && e.message
+      ? new ApiError(res.status, e.code || 'error', e.message, e.field)
+      : new ApiError(res.status, 'error', (data && data.message) || text || res.statusText);
+    err.retryAfter = Number.parseInt(res.headers.get('Retry-After') || '', 10);
+    throw err;
   }
   return data;
 }

@@ -113,6 +113,7 @@ func TestProvisionRealTemplate(t *testing.T) {
 		"STEPFLOW_LEASE_SECONDS":                    "1800",
 		"STEPFLOW_P0_TENANTS":                       "*",
 		"STEPFLOW_MAX_WORKER_QUEUES":                "50",
+		"STEPFLOW_MAX_LONG_POLLS":                   "20",
 		"STEPFLOW_WORKER_QUEUE_IDLE_SECONDS":        "604800",
 		"STEPFLOW_HTTP_ALLOW":                       "",
 		"STEPFLOW_TIMER_STATE_MACHINE":              timer,

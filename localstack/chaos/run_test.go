@@ -44,7 +44,7 @@ func TestShortRun(t *testing.T) {
 
 	require.True(t, res.Passed(), "a check failed:\n%s", report.String())
 	require.Positive(t, res.FaultTotal())
-	require.Len(t, res.Checks, 13)
+	require.Len(t, res.Checks, 17, "thirteen, then the replan and signal-flood tenant's four")
 	require.Equal(t, 10+4, res.Jobs, "the plan's jobs and the resource jobs")
 	for _, c := range append(res.Checks[:9:9], res.Checks[10]) {
 		require.Equal(t, res.Jobs, c.OK+c.Failed, "check %q ran on every job", c.Name)

@@ -37,7 +37,14 @@ func TestIDsThatNameNoPathSegmentAndCronQuestionMarks(t *testing.T) {
 		status, raw := h.Call(t, http.MethodPut, "/v1/resources/"+id, keyA, capacity)
 		refused(status, raw, "id", id)
 	}
-	for _, path := range []string{"/v1/resources/a%2Fb", "/v1/resources/a%252Fb", "/v1/resources/", "/v1/resources//"} {
+	// An id holding a slash, sent encoded: refused as an id, not as a path.
+	for _, id := range []string{"a%2Fb", "a%252Fb", "..%2F..", "x%2Fy%2Fz"} {
+		status, raw := h.Call(t, http.MethodPut, "/v1/resources/"+id, keyA, capacity)
+		refused(status, raw, "id", id)
+		status, raw = h.Call(t, http.MethodGet, "/v1/schedules/"+id, keyA, nil)
+		refused(status, raw, "id", id)
+	}
+	for _, path := range []string{"/v1/resources/", "/v1/resources//"} {
 		status, raw := h.Call(t, http.MethodPut, path, keyA, capacity)
 		require.Equal(t, http.StatusNotFound, status, "%s: %s", path, raw)
 	}

@@ -173,7 +173,10 @@ var (
 func validID(s string) bool { return stepIDPattern.MatchString(s) && s != "." && s != ".." }
 
 // idRule says what validID takes, in an error message.
-var idRule = "must match " + stepIDPattern.String() + " and not be . or .."
+var idRule = IDRule
+
+// IDRule says what an id of a step, a resource or a schedule must be.
+var IDRule = "must match " + stepIDPattern.String() + " and not be . or .."
 
 // ValidName reports whether s may name a queue or a tenant.
 func ValidName(s string) bool { return namePattern.MatchString(s) }

@@ -144,6 +144,14 @@ func (a *API) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 	ctx = logging.With(ctx, slog.String("request_id", ev.RequestContext.RequestID))
 	req := &request{ev: ev}
 	h, ok := a.routes()[ev.RouteKey]
+	if namesIDWithSlash(ev) {
+		// A resource's or a schedule's id is the client's own: one holding
+		// a slash is bad input naming the field, once the key is good.
+		if _, err := a.authenticate(ctx, req); err != nil {
+			return a.fail(ev, err), nil
+		}
+		return a.fail(ev, domain.Invalid("id", "may not hold a slash (%s)", domain.IDRule)), nil
+	}
 	if !ok || !cleanPath(ev) {
 		return a.noRoute(ev), nil
 	}
@@ -267,6 +275,35 @@ func cleanPath(ev events.APIGatewayV2HTTPRequest) bool {
 		}
 	}
 	return true
+}
+
+// namesIDWithSlash reports a request for a resource or a schedule by an
+// id holding a slash: sent encoded (%2F, %252F) it reaches us decoded,
+// as a path of more segments than any route of the id has, or as the
+// route with the slash in {id}. No id may hold one, so it is refused as
+// an id (400 naming id) rather than as a path that names no route.
+func namesIDWithSlash(ev events.APIGatewayV2HTTPRequest) bool {
+	switch ev.RequestContext.HTTP.Method {
+	case "GET", "PUT", "DELETE":
+	default:
+		return false
+	}
+	for _, prefix := range []string{"/v1/resources/", "/v1/schedules/"} {
+		rest, ok := strings.CutPrefix(ev.RawPath, prefix)
+		if !ok {
+			continue
+		}
+		if id := strings.ToLower(ev.PathParameters["id"]); strings.Contains(id, "/") || strings.Contains(id, "%2f") {
+			return true
+		}
+		segs := strings.Split(rest, "/")
+		if len(segs) < 2 || slices.Contains(segs, "") {
+			return false // no id, or a doubled or trailing slash: no route
+		}
+		last := segs[len(segs)-1]
+		return prefix == "/v1/resources/" || last != "pause" && last != "resume"
+	}
+	return false
 }
 
 // request wraps the event with helpers.

@@ -616,10 +616,12 @@ func TestGatePastItsTimeoutFailsItsJob(t *testing.T) {
 	require.Equal(t, domain.JobFailed, j.State)
 	require.Equal(t, domain.StepFailed, j.Steps[0].State)
 	require.Contains(t, j.Steps[0].Error.Message, "approval gate timed out")
+	// A gate first reached passes through job_running, as the formal job
+	// machine goes into Waiting (docs/model.md#formal-job-machine).
 	var types []string
 	for _, e := range eventsOf(t, h, j.ID) {
 		types = append(types, e.Type)
 	}
-	require.Equal(t, []string{"job_created", "step_needs_user", "job_waiting", "step_timed_out", "step_failed", "job_failed"}, types)
+	require.Equal(t, []string{"job_created", "step_needs_user", "job_running", "job_waiting", "step_timed_out", "step_failed", "job_failed"}, types)
 	h.CheckReplay(t, tenantA, j.ID)
 }

@@ -63,20 +63,8 @@ func checkReplan(specs []StepSpec, graph bool, at int, steps []StepSpec, field s
 		index[st.ID] = len(specs) + k
 	}
 	for k, st := range steps {
-		named := map[string]bool{}
-		for d, dep := range st.DependsOn {
-			df := fmt.Sprintf("%s[%d].depends_on[%d]", field, k, d)
-			switch _, ok := index[dep]; {
-			case dep == replaced:
-				return Invalid(df, "names %q, the step being replanned", dep)
-			case dep == st.ID:
-				return Invalid(df, "step %q cannot depend on itself", st.ID)
-			case !ok:
-				return Invalid(df, "names no step of this job: %q", dep)
-			case named[dep]:
-				return Invalid(df, "names %q twice", dep)
-			}
-			named[dep] = true
+		if err := checkDependsOn(fmt.Sprintf("%s[%d]", field, k), st, index, replaced); err != nil {
+			return err
 		}
 	}
 	all := rewire(specs, graph, at, steps)

@@ -278,18 +278,8 @@ func (s *JobSpec) Validate() error {
 // itself or named twice, and the steps form no cycle.
 func (s *JobSpec) validateDeps(index map[string]int) error {
 	for i, st := range s.Steps {
-		named := map[string]bool{}
-		for k, dep := range st.DependsOn {
-			field := fmt.Sprintf("steps[%d].depends_on[%d]", i, k)
-			switch _, ok := index[dep]; {
-			case dep == st.ID:
-				return Invalid(field, "step %q cannot depend on itself", st.ID)
-			case !ok:
-				return Invalid(field, "names no step of this job: %q", dep)
-			case named[dep]:
-				return Invalid(field, "names %q twice", dep)
-			}
-			named[dep] = true
+		if err := checkDependsOn(fmt.Sprintf("steps[%d]", i), st, index, ""); err != nil {
+			return err
 		}
 	}
 	var stuck []string
@@ -485,6 +475,28 @@ func ValidateSteps(steps []StepSpec, field, queue string) error {
 		if err := steps[i].validate(fmt.Sprintf("%s[%d]", field, i), queue); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkDependsOn checks the names in st's depends_on (field names st):
+// each a step of index, not st itself, not twice, and not replaced (the
+// step a replan takes the place of; "" for none).
+func checkDependsOn(field string, st StepSpec, index map[string]int, replaced string) error {
+	named := map[string]bool{}
+	for d, dep := range st.DependsOn {
+		df := fmt.Sprintf("%s.depends_on[%d]", field, d)
+		switch _, ok := index[dep]; {
+		case replaced != "" && dep == replaced:
+			return Invalid(df, "names %q, the step being replanned", dep)
+		case dep == st.ID:
+			return Invalid(df, "step %q cannot depend on itself", st.ID)
+		case !ok:
+			return Invalid(df, "names no step of this job: %q", dep)
+		case named[dep]:
+			return Invalid(df, "names %q twice", dep)
+		}
+		named[dep] = true
 	}
 	return nil
 }

@@ -16,6 +16,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -147,6 +149,11 @@ func devCmd() *cobra.Command {
                         seconds (default 86400): how long a step that requires a resource
                         waits for a slot before it fails with class resource, unless it
                         sets resource_wait_seconds
+  STEPFLOW_LOCAL_INVOCATIONS
+                        invocations this machine runs at once per function (default four per
+                        core): the template's MaximumConcurrency of each mapping is scaled
+                        down to fit, keeping their ratios, so a P2 backlog cannot take the
+                        one emulator from P0 work; 0 runs every mapping's full cap
   STEPFLOW_LAMBDA_ALLOW function-name prefixes the lambda action may call (default: the
                         template's LambdaActionPrefix, stepflow-fn-)
   STEPFLOW_DEV_STATE    a file that keeps the jobs across restarts (e.g. .stepflow/state.json):
@@ -175,6 +182,12 @@ Invoke API as stepflow-fn-<name> (and <name>); lambda steps call them there.`,
 					return fmt.Errorf("STEPFLOW_SWEEP_EVERY: %q is not a duration like 10s", v)
 				}
 			}
+			invocations := 4 * runtime.NumCPU()
+			if v := os.Getenv("STEPFLOW_LOCAL_INVOCATIONS"); v != "" {
+				if invocations, err = strconv.Atoi(v); err != nil || invocations < 0 {
+					return fmt.Errorf("STEPFLOW_LOCAL_INVOCATIONS: %q is not a count like 8 (0: no fitting)", v)
+				}
+			}
 			if err := os.MkdirAll(".stepflow", 0o755); err != nil {
 				return err
 			}
@@ -193,7 +206,7 @@ Invoke API as stepflow-fn-<name> (and <name>); lambda steps call them there.`,
 			defer metricsLog.Close()
 			st, err := devstack.Start(ctx, devstack.Options{
 				Addr: addr, EndpointURL: os.Getenv("AWS_ENDPOINT_URL"), StackName: os.Getenv("STEPFLOW_STACK"),
-				APIKeys: keys, ScheduleEvery: every, Region: env("AWS_REGION", "us-east-1"), Log: log, MotoLog: motoLog, MetricsOutput: metricsLog,
+				APIKeys: keys, ScheduleEvery: every, MachineInvocations: invocations, Region: env("AWS_REGION", "us-east-1"), Log: log, MotoLog: motoLog, MetricsOutput: metricsLog,
 				HTTPAllow: os.Getenv("STEPFLOW_HTTP_ALLOW"), Env: passedSettings(),
 				LambdaDirs: []string{"examples/functions"}, LambdaOutput: os.Stderr,
 				SampleJob: true, StatePath: os.Getenv("STEPFLOW_DEV_STATE"),

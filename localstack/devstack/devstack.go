@@ -55,9 +55,14 @@ type Options struct {
 	APIKeys       map[string]string // key -> tenant
 	ScheduleEvery time.Duration     // heartbeat period override; 0 keeps the template's
 	PollWait      time.Duration     // event source mapping long-poll
-	Region        string
-	Log           *slog.Logger
-	MotoLog       *os.File
+	// MachineInvocations fits each function's event source mappings to
+	// this many concurrent invocations, keeping their ratios
+	// (runner.Runner.MachineInvocations); 0 runs every mapping's
+	// MaximumConcurrency. `make dev` sets it from the machine's cores.
+	MachineInvocations int
+	Region             string
+	Log                *slog.Logger
+	MotoLog            *os.File
 	// APIOptions are added to the middleware stacks of the engine's AWS
 	// clients (DynamoDB, SQS, Step Functions, S3), and of no other: the clients that provision
 	// the stack, register the API keys and are Stack.DynamoDB and Stack.SQS
@@ -350,7 +355,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	}
 	r := &runner.Runner{
 		Stack: res, Handlers: s.Handlers, SQS: pollSQS, Log: o.Log, Region: o.Region,
-		ScheduleEvery: o.ScheduleEvery, PollWait: o.PollWait,
+		ScheduleEvery: o.ScheduleEvery, PollWait: o.PollWait, MachineInvocations: o.MachineInvocations,
 	}
 	s.Runner = r
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))

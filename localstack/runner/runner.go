@@ -63,6 +63,32 @@ type Runner struct {
 	// scaling would run them side by side, where the mapping's
 	// ScalingConfig gives no MaximumConcurrency.
 	Concurrency int
+	// MachineInvocations fits a function's mappings to one machine: when
+	// their caps (MaximumConcurrency, else Concurrency) add up to more,
+	// each is scaled down by the same factor (to at least one), so their
+	// ratios hold as on AWS (MappingInvocations). On AWS every invocation has its own CPU and
+	// DynamoDB serves them all; here they share a few cores and one
+	// emulator, and 35 invocations of ten records each would let a P2
+	// backlog take the emulator from the P0 mapping's work. 0: no fitting.
+	MachineInvocations int
+}
+
+// MappingInvocations answers how many invocations each of f's event
+// source mappings runs at once, by queue logical id, fitted to
+// MachineInvocations.
+func (r *Runner) MappingInvocations(f bootstrap.Function) map[string]int {
+	out, sum := map[string]int{}, 0
+	for _, src := range f.SQS {
+		out[src.QueueLogicalID] = cmp.Or(src.MaximumConcurrency, r.Concurrency, 10)
+		sum += out[src.QueueLogicalID]
+	}
+	if r.MachineInvocations <= 0 || sum <= r.MachineInvocations {
+		return out
+	}
+	for id, c := range out {
+		out[id] = max(1, c*r.MachineInvocations/sum)
+	}
+	return out
 }
 
 // count records one Lambda invocation of fn.
@@ -353,9 +379,13 @@ func (r *Runner) Run(ctx context.Context, ln net.Listener) error {
 	defer stop()
 	var wg sync.WaitGroup
 	for _, f := range r.Stack.Functions {
+		caps := r.MappingInvocations(f)
+		if r.MachineInvocations > 0 && len(f.SQS) > 0 && r.Log != nil {
+			r.Log.Debug("event source mappings fitted to the machine", "function", f.LogicalID, "invocations", caps)
+		}
 		for _, src := range f.SQS {
 			if h := r.Handlers.SQS[f.LogicalID]; h != nil {
-				wg.Go(func() { r.poll(ctx, f.LogicalID, src, h) })
+				wg.Go(func() { r.poll(ctx, f.LogicalID, src, caps[src.QueueLogicalID], h) })
 			}
 		}
 		for _, s := range f.Schedules {
@@ -389,7 +419,7 @@ func (r *Runner) Run(ctx context.Context, ln net.Listener) error {
 // visibility timeout, as on Lambda. Messages are received ahead into a
 // fairBuffer and handed out round-robin across message groups, as an SQS
 // fair queue would serve them.
-func (r *Runner) poll(ctx context.Context, fn string, src bootstrap.SQSSource, h func(context.Context, events.SQSEvent) (events.SQSEventResponse, error)) {
+func (r *Runner) poll(ctx context.Context, fn string, src bootstrap.SQSSource, invocations int, h func(context.Context, events.SQSEvent) (events.SQSEventResponse, error)) {
 	arn := r.Stack.QueueARNs[src.QueueLogicalID]
 	batch := min(max(src.BatchSize, 1), 10)
 	buf := newFairBuffer()
@@ -397,8 +427,9 @@ func (r *Runner) poll(ctx context.Context, fn string, src bootstrap.SQSSource, h
 	defer wg.Wait()
 	wg.Go(func() { r.receive(ctx, fn, src, buf) })
 	// ScalingConfig.MaximumConcurrency caps the mapping as it does on
-	// Lambda; it is what keeps a P2 backlog from taking every invocation.
-	sem := make(chan struct{}, cmp.Or(src.MaximumConcurrency, r.Concurrency))
+	// Lambda (fitted to the machine by caps); it is what keeps a P2
+	// backlog from taking every invocation.
+	sem := make(chan struct{}, invocations)
 	for {
 		select {
 		case sem <- struct{}{}:

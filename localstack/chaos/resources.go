@@ -181,7 +181,11 @@ func planResourceJob(r *rand.Rand, seed uint64, n int) (JobPlan, resourceJob) {
 		req := r.IntN(2) // any GPU, or zone a: two resources or more to switch between
 		rj.Script = planScript(r, requirements[req].matching-1)
 		payload[WorkerMarker], payload[ScriptMember] = WorkerResource, rj.Script
-		worker := step("train", map[string]any{"type": "worker", "queue": WorkerQueues[r.IntN(len(WorkerQueues))], "lease_seconds": 1}, req)
+		// Two-second leases: a silent holder's slot comes back soon, and a
+		// claim's answer still reaches its worker in time on a machine
+		// loaded as `make test` loads it (with one second, a short run
+		// under -race saw every lease end before its worker had it).
+		worker := step("train", map[string]any{"type": "worker", "queue": WorkerQueues[r.IntN(len(WorkerQueues))], "lease_seconds": 2}, req)
 		// Two attempts beyond the script, for leases other faults lose.
 		worker["retry"] = map[string]any{"max_attempts": len(rj.Script) + 2, "backoff": "fixed", "initial_delay_ms": 100, "max_delay_ms": 1000}
 		steps = []map[string]any{worker}

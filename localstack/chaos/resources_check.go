@@ -500,13 +500,20 @@ func spanOf(j *domain.Job, s *domain.Step, a domain.Attempt, leases map[string]l
 	default:
 		return span{}, false
 	}
-	// The slot was taken by the latest stretch that began before the
-	// lease ended (a later one is a change that lost its race after).
+	// The lease's slot is the latest stretch of its key: an earlier one
+	// was taken by a decision of the same change that lost its race, and
+	// may have expired and been pruned before the decision that wrote the
+	// lease took the slot again. When that take began only after the
+	// lease had ended (a slow or clock-jumped change), the lease held no
+	// slot while it ran: late, not given back.
 	held := hs[a.Resource][a.Lease]
 	for i := range held {
-		if held[i].since.Before(sp.to) && (sp.held == nil || held[i].since.After(sp.held.since)) {
+		if sp.held == nil || held[i].since.After(sp.held.since) {
 			sp.held = &held[i]
 		}
+	}
+	if sp.held != nil && !sp.held.since.Before(sp.to) {
+		sp.held = nil
 	}
 	switch {
 	case sp.held != nil:

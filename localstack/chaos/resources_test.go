@@ -213,6 +213,27 @@ func TestSlotGivenBackAndCapacityExceededAreFound(t *testing.T) {
 	sp5, ok := spanOf(j5, s5, late, leases, p.holdings())
 	require.True(t, ok)
 	require.True(t, sp5.from.Equal(at(3000)))
+
+	// A decision took gpu-2's slot for j6-lease and lost its race; the
+	// slot expired and was pruned; the change's next decision (the clock
+	// had jumped) took it again only after the lease it wrote had ended.
+	// The lease held no slot while it ran: late, not a slot given back.
+	late.Lease, late.Resource = "j6-lease", "gpu-2"
+	leases[late.Lease] = leaseSeen{}
+	p.applied = append(p.applied,
+		poolWrite{Res: "gpu-2", Version: 2, Start: at(100), Holders: map[string]domain.Holder{"j6-lease": {Since: at(100), ExpiresAt: at(1100)}}},
+		poolWrite{Res: "gpu-2", Version: 3, Start: at(2000), Holders: map[string]domain.Holder{}},
+		poolWrite{Res: "gpu-2", Version: 4, Start: at(3150), Holders: map[string]domain.Holder{"j6-lease": {Since: at(3150), ExpiresAt: at(3100)}}})
+	j6, s6 := step("j6", late)
+	sp6, ok := spanOf(j6, s6, late, leases, p.holdings())
+	require.False(t, ok)
+	require.True(t, sp6.late, "the lease's own take came after it ended; the earlier stretch was another decision's")
+	// Taken again in time, the second stretch is the lease's slot.
+	p.applied[len(p.applied)-1].Holders["j6-lease"] = domain.Holder{Since: at(3050), ExpiresAt: at(3100)}
+	sp6, ok = spanOf(j6, s6, late, leases, p.holdings())
+	require.True(t, ok)
+	require.True(t, sp6.from.Equal(at(3050)))
+	require.EqualValues(t, 4, sp6.held.added.Version)
 }
 
 func TestCheckAvoid(t *testing.T) {

@@ -33,7 +33,7 @@ func TestShortRun(t *testing.T) {
 	var progress strings.Builder
 	start := time.Now()
 	// The bound is liveness, not speed: under -race on a loaded machine the
-	// one-second leases of the resource jobs expire and retry, and a run
+	// two-second leases of the resource jobs expire and retry, and a run
 	// takes minutes (make chaos keeps its own, tighter bound).
 	res, err := Run(ctx, Config{Seed: 5, Jobs: 10, Endpoint: em.URL, Bound: 3 * time.Minute, Drain: 15 * time.Second, Probabilities: p, Progress: &progress,
 		Hostile: HostileConfig{Pass: 10, Unknown: 5}, Resources: ResourceConfig{Jobs: 4}})

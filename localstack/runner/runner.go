@@ -366,9 +366,8 @@ func requestID() string {
 // Run serves HTTP on ln and runs every event source mapping and schedule
 // until ctx ends.
 func (r *Runner) Run(ctx context.Context, ln net.Listener) error {
-	if r.Concurrency == 0 {
-		r.Concurrency = 10
-	}
+	// Concurrency's default (10) is MappingInvocations', read as it goes:
+	// a test may ask it while Run starts.
 	if r.PollWait == 0 {
 		r.PollWait = time.Second
 	}

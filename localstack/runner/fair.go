@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -25,7 +26,8 @@ type fairBuffer struct {
 	groups map[string][]sqstypes.Message
 	ring   []string // groups with messages, in turn order
 	next   int
-	where  map[string]string // message id -> group, for messages held
+	where  map[string]string    // message id -> group, for messages held
+	since  map[string]time.Time // message id -> when it was received, or last hidden again
 	n      int
 	ready  chan struct{} // signalled when messages arrive
 	space  chan struct{} // signalled when messages leave
@@ -33,7 +35,7 @@ type fairBuffer struct {
 
 func newFairBuffer() *fairBuffer {
 	return &fairBuffer{
-		groups: map[string][]sqstypes.Message{}, where: map[string]string{},
+		groups: map[string][]sqstypes.Message{}, where: map[string]string{}, since: map[string]time.Time{},
 		ready: make(chan struct{}, 1), space: make(chan struct{}, 1),
 	}
 }
@@ -50,11 +52,12 @@ func signal(c chan struct{}) {
 }
 
 // add holds received messages.
-func (b *fairBuffer) add(msgs []sqstypes.Message) {
+func (b *fairBuffer) add(msgs []sqstypes.Message, now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, m := range msgs {
 		id, g := aws.ToString(m.MessageId), groupOf(m)
+		b.since[id] = now
 		if held, ok := b.where[id]; ok {
 			for i, old := range b.groups[held] {
 				if aws.ToString(old.MessageId) == id {
@@ -84,6 +87,7 @@ func (b *fairBuffer) take(max int) []sqstypes.Message {
 		m := b.groups[g][0]
 		b.groups[g] = b.groups[g][1:]
 		delete(b.where, aws.ToString(m.MessageId))
+		delete(b.since, aws.ToString(m.MessageId))
 		b.n--
 		out = append(out, m)
 		if len(b.groups[g]) == 0 {
@@ -95,6 +99,23 @@ func (b *fairBuffer) take(max int) []sqstypes.Message {
 	}
 	if len(out) > 0 {
 		signal(b.space)
+	}
+	return out
+}
+
+// heldSince answers the messages held since before t, and marks them held
+// from now: the caller hides them again.
+func (b *fairBuffer) heldSince(t, now time.Time) []sqstypes.Message {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []sqstypes.Message
+	for _, msgs := range b.groups {
+		for _, m := range msgs {
+			if id := aws.ToString(m.MessageId); b.since[id].Before(t) {
+				b.since[id] = now
+				out = append(out, m)
+			}
+		}
 	}
 	return out
 }

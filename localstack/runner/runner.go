@@ -19,6 +19,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,6 +45,8 @@ type Handlers struct {
 type SQSAPI interface {
 	ReceiveMessage(context.Context, *sqs.ReceiveMessageInput, ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error)
 	DeleteMessageBatch(context.Context, *sqs.DeleteMessageBatchInput, ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error)
+	GetQueueAttributes(context.Context, *sqs.GetQueueAttributesInput, ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
+	ChangeMessageVisibilityBatch(context.Context, *sqs.ChangeMessageVisibilityBatchInput, ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error)
 }
 
 // Runner serves one stack.
@@ -425,6 +428,7 @@ func (r *Runner) poll(ctx context.Context, fn string, src bootstrap.SQSSource, i
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { r.receive(ctx, fn, src, buf) })
+	wg.Go(func() { r.keepHidden(ctx, fn, src, buf) })
 	// ScalingConfig.MaximumConcurrency caps the mapping as it does on
 	// Lambda (fitted to the machine by caps); it is what keeps a P2
 	// backlog from taking every invocation.
@@ -494,7 +498,7 @@ func (r *Runner) receive(ctx context.Context, fn string, src bootstrap.SQSSource
 			}
 			continue
 		}
-		buf.add(out.Messages)
+		buf.add(out.Messages, time.Now())
 		// A full receive may have left more behind: look again at once.
 		// Else, while the function still has messages to take, let more
 		// arrive first, as the mapping's batches gather under load: it
@@ -509,6 +513,45 @@ func (r *Runner) receive(ctx context.Context, fn string, src bootstrap.SQSSource
 			case <-ctx.Done():
 			}
 			t.Stop()
+		}
+	}
+}
+
+// keepHidden hides again the messages the buffer has held for a third of
+// the queue's visibility timeout. On AWS the mapping receives only what
+// it is about to invoke with; here messages wait in the buffer (for
+// fairness), and one whose visibility ran out there would be received
+// again, each time counting towards the queue's maxReceiveCount, until a
+// loaded machine dead-lettered messages no handler had failed.
+func (r *Runner) keepHidden(ctx context.Context, fn string, src bootstrap.SQSSource, buf *fairBuffer) {
+	visibility := 30 * time.Second // SQS's default
+	out, err := r.SQS.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(src.QueueURL), AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameVisibilityTimeout}})
+	if err == nil {
+		if n, err := strconv.Atoi(out.Attributes[string(sqstypes.QueueAttributeNameVisibilityTimeout)]); err == nil && n > 0 {
+			visibility = time.Duration(n) * time.Second
+		}
+	}
+	every := max(visibility/3, time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+		now := time.Now()
+		msgs := buf.heldSince(now.Add(-every), now)
+		for len(msgs) > 0 {
+			n := min(len(msgs), 10)
+			var entries []sqstypes.ChangeMessageVisibilityBatchRequestEntry
+			for i, m := range msgs[:n] {
+				entries = append(entries, sqstypes.ChangeMessageVisibilityBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: int32(visibility / time.Second)})
+			}
+			msgs = msgs[n:]
+			if _, err := r.SQS.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(src.QueueURL), Entries: entries}); err != nil && ctx.Err() == nil {
+				r.Log.Warn("event source mapping could not hide held messages again; they may be received twice", "function", fn, "err", err)
+			}
 		}
 	}
 }

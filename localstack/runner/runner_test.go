@@ -342,3 +342,78 @@ func TestRunReturnsWhenServingFails(t *testing.T) {
 	}
 	require.Error(t, r.Run(context.Background(), ln), "the error, not a hang on the schedule")
 }
+
+// Messages the mapping has received and holds for a busy function keep
+// their visibility: each is received once, however long it waits, and
+// none counts towards the queue's maxReceiveCount while it waits.
+func TestEventSourceMappingKeepsHeldMessagesHidden(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, err := devstack.AWSConfig(ctx, stacktest.Endpoint(t), "us-east-1")
+	require.NoError(t, err)
+	client := sqs.NewFromConfig(cfg)
+	q, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("held-" + strings.ReplaceAll(t.Name(), "/", "-")), Attributes: map[string]string{"VisibilityTimeout": "2"}})
+	require.NoError(t, err)
+	for i := range 6 {
+		_, err := client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String(strconv.Itoa(i))})
+		require.NoError(t, err)
+	}
+
+	release := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	var mu sync.Mutex
+	counts := map[string][]string{} // body -> ApproximateReceiveCount of each delivery
+	first := ""
+	h := func(_ context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+		mu.Lock()
+		for _, rec := range ev.Records {
+			counts[rec.Body] = append(counts[rec.Body], rec.Attributes["ApproximateReceiveCount"])
+		}
+		hold := first == ""
+		if hold {
+			first = ev.Records[0].Body
+		}
+		mu.Unlock()
+		if hold {
+			<-release // busy for several visibility timeouts while the rest wait in the buffer
+		}
+		return events.SQSEventResponse{}, nil
+	}
+	r := &runner.Runner{
+		Stack: &bootstrap.Stack{
+			QueueARNs: map[string]string{"Q": "arn:aws:sqs:us-east-1:000000000000:held"},
+			Functions: []bootstrap.Function{{LogicalID: "Fn", Timeout: 60, SQS: []bootstrap.SQSSource{{QueueLogicalID: "Q", BatchSize: 1, ReportBatchItemFailures: true, QueueURL: *q.QueueUrl, MaximumConcurrency: 1}}}},
+		},
+		Handlers: runner.Handlers{SQS: map[string]func(context.Context, events.SQSEvent) (events.SQSEventResponse, error){"Fn": h}},
+		SQS:      client, Log: slog.Default(), Region: "us-east-1", PollWait: time.Second,
+	}
+	start(t, r)
+	t.Cleanup(open)
+
+	// The first message's handler runs past three visibility timeouts (its
+	// own message comes back, as on AWS: a handler must extend it).
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return first != "" }, 30*time.Second, 20*time.Millisecond)
+	// moto's visibility timeouts run on its own wall clock: there is no
+	// clock to advance, so the test lets three of them pass.
+	time.Sleep(7 * time.Second)
+	open()
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for body := range counts {
+			if body != first {
+				n++
+			}
+		}
+		return n == 5
+	}, 60*time.Second, 20*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	for body, cs := range counts {
+		if body != first {
+			require.Equal(t, []string{"1"}, cs, "message %s: delivered once, received once, though it waited 7 s behind a busy function with a 2 s visibility", body)
+		}
+	}
+}

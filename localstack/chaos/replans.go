@@ -134,8 +134,11 @@ func (p replanJob) body(closing bool) []byte {
 		}
 	case "worker":
 		// A short lease: a claim whose answer a fault lost leaves the
-		// step leased until it runs out, then it is reclaimed.
-		steps = []any{replanStep("x", map[string]any{"type": "worker", "queue": ReplanQueue, "lease_seconds": 5})}
+		// step leased until it runs out (or a clock jump ends it), then it
+		// is reclaimed. Long enough for the claimer's two answers on a
+		// machine loaded by `make test`: with 5 s, each claim's lease ran
+		// out before its fitting replan, attempt after attempt.
+		steps = []any{replanStep("x", map[string]any{"type": "worker", "queue": ReplanQueue, "lease_seconds": 15})}
 	case "fail_action":
 		steps = []any{replanStep("x", map[string]any{"type": "fail", "class": "replan", "message": "chaos: replan", "steps": p.newSteps(closing)})}
 	}
@@ -236,6 +239,9 @@ func (p *replanner) claimer(ctx context.Context, deadline time.Time) {
 			sleep(ctx, 200*time.Millisecond)
 			continue
 		}
+		// Each lease answered at once, side by side: one after another,
+		// the last lease of a claim could run out before its answers.
+		var answering sync.WaitGroup
 		for _, l := range got.Leases {
 			p.mu.Lock()
 			i, ok := p.byLease[l.JobID]
@@ -243,20 +249,23 @@ func (p *replanner) claimer(ctx context.Context, deadline time.Time) {
 			if !ok {
 				continue
 			}
-			job := p.plan[i]
-			path := "/v1/leases/" + l.LeaseID + "/fail"
-			closing, _ := json.Marshal(map[string]any{"class": "replan", "message": "chaos: closes a cycle", "steps": job.newSteps(true)})
-			refused := p.c.retry(ctx, deadline, http.MethodPost, path, closing)
-			fitting, _ := json.Marshal(map[string]any{"class": "replan", "message": "chaos: fits", "steps": job.newSteps(false)})
-			fit := statuses(p.c.retry(ctx, deadline, http.MethodPost, path, fitting))
-			p.mu.Lock()
-			p.refused[i] = append(p.refused[i], refused...)
-			p.fit[i] = append(p.fit[i], fit...)
-			if fit[len(fit)-1] == http.StatusOK {
-				p.done[i] = true
-			}
-			p.mu.Unlock()
+			answering.Go(func() {
+				job := p.plan[i]
+				path := "/v1/leases/" + l.LeaseID + "/fail"
+				closing, _ := json.Marshal(map[string]any{"class": "replan", "message": "chaos: closes a cycle", "steps": job.newSteps(true)})
+				refused := p.c.retry(ctx, deadline, http.MethodPost, path, closing)
+				fitting, _ := json.Marshal(map[string]any{"class": "replan", "message": "chaos: fits", "steps": job.newSteps(false)})
+				fit := statuses(p.c.retry(ctx, deadline, http.MethodPost, path, fitting))
+				p.mu.Lock()
+				p.refused[i] = append(p.refused[i], refused...)
+				p.fit[i] = append(p.fit[i], fit...)
+				if fit[len(fit)-1] == http.StatusOK {
+					p.done[i] = true
+				}
+				p.mu.Unlock()
+			})
 		}
+		answering.Wait()
 	}
 }
 

@@ -28,6 +28,9 @@ var queueChecks = []check[QueueFixture]{
 	{"the ready path carries built-in steps", queueReady},
 }
 
+// p0First is the lane order of most takes: P0, P1, P2 (engine.PriorityOrder).
+var p0First = engine.PriorityOrder(1)
+
 func workerJob(t *testing.T, tenant, queue string) *domain.Job {
 	t.Helper()
 	return newJob(t, tenant, fmt.Sprintf(`{"steps":[{"id":"w","action":{"type":"worker","queue":%q}}]}`, queue), "", time.Now().UTC())
@@ -41,7 +44,7 @@ func builtinJob(t *testing.T, tenant string, priority int) *domain.Job {
 // dispatch sends j's first step after delay.
 func dispatch(t *testing.T, f QueueFixture, j *domain.Job, delay time.Duration) {
 	t.Helper()
-	require.NoError(t, f.Queue.Dispatch(context.Background(), j, []domain.Dispatch{{Step: j.Steps[0], Delay: delay}}))
+	require.NoError(t, f.Queue.Dispatch(context.Background(), j, engine.Route(j, []domain.Dispatch{{Step: j.Steps[0], Delay: delay}})))
 }
 
 func messageOf(j *domain.Job) engine.Message {
@@ -71,7 +74,7 @@ func (f QueueFixture) await(t *testing.T, cond func() bool, what string, args ..
 // take makes one Take from tenant's worker queue name.
 func take(t *testing.T, f QueueFixture, tenant, name string, max int) []engine.Delivery {
 	t.Helper()
-	ds, err := f.Queue.Take(context.Background(), tenant, name, max, 0)
+	ds, err := f.Queue.Take(context.Background(), tenant, name, p0First, max, 0)
 	require.NoError(t, err)
 	require.LessOrEqual(t, len(ds), max)
 	return ds
@@ -143,16 +146,16 @@ func queuePerTenant(t *testing.T, f QueueFixture) {
 	require.Empty(t, take(t, f, "a", "x-q1", 10))
 	require.Empty(t, take(t, f, "a-x", "q1", 10))
 
-	_, err := f.Queue.Take(ctx, "b", "x-q1", 10, 0)
+	_, err := f.Queue.Take(ctx, "b", "x-q1", p0First, 10, 0)
 	require.ErrorIs(t, err, engine.ErrNoWorkerQueue, "another tenant's name is no queue of b's")
-	_, err = f.Queue.Take(ctx, "a", "q1", 10, 0)
+	_, err = f.Queue.Take(ctx, "a", "q1", p0First, 10, 0)
 	require.ErrorIs(t, err, engine.ErrNoWorkerQueue)
 }
 
 func queueNoWorkerQueue(t *testing.T, f QueueFixture) {
 	ctx := context.Background()
 	for range 2 { // a take creates nothing
-		_, err := f.Queue.Take(ctx, tenantA, "never", 10, 0)
+		_, err := f.Queue.Take(ctx, tenantA, "never", p0First, 10, 0)
 		require.ErrorIs(t, err, engine.ErrNoWorkerQueue)
 	}
 	require.NoError(t, f.Queue.EnsureWorkerQueue(ctx, tenantA, "never"))
@@ -172,10 +175,10 @@ func queueBound(t *testing.T, f QueueFixture) {
 	require.ErrorAs(t, err, &de)
 	require.Equal(t, domain.CodeInvalid, de.Code)
 	require.NotEmpty(t, de.Message)
-	_, err = f.Queue.Take(ctx, tenantA, "one-more", 1, 0)
+	_, err = f.Queue.Take(ctx, tenantA, "one-more", p0First, 1, 0)
 	require.ErrorIs(t, err, engine.ErrNoWorkerQueue, "nothing was made")
 	over := workerJob(t, tenantA, "one-more")
-	require.Error(t, f.Queue.Dispatch(ctx, over, []domain.Dispatch{{Step: over.Steps[0]}}),
+	require.Error(t, f.Queue.Dispatch(ctx, over, engine.Route(over, []domain.Dispatch{{Step: over.Steps[0]}})),
 		"a dispatch cannot make a queue past the bound either")
 
 	// The bound is each tenant's own.

@@ -491,11 +491,12 @@ func destination(ctx context.Context, t *target, st *store.Store, q *queue.Queue
 			if err != nil {
 				return "", "", fmt.Sprintf("job %s has no step %q", m.Job, m.Step)
 			}
-			u, err := q.URLFor(ctx, j, s)
+			to := engine.DestinationOf(j, s)
+			u, err := q.URLFor(ctx, j.Tenant, to)
 			if err != nil {
 				return "", "", err.Error()
 			}
-			if s.Spec.Action.Type != domain.ActionWorker {
+			if to.Kind == engine.ToReady {
 				group = m.Tenant
 			}
 			return u, group, ""

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
 )
 
 // The sample job `make dev` keeps under the dev tenant, so the sample
@@ -45,7 +46,7 @@ func (s *Stack) SeedSampleJob(ctx context.Context) (created bool, err error) {
 		return false, fmt.Errorf("sample job: %w", err)
 	}
 	// A lost send is re-sent by the sweep from the due index, as for any job.
-	if err := e.Queue.Dispatch(ctx, j, j.Outstanding(now)); err != nil {
+	if err := e.Queue.Dispatch(ctx, j, engine.Route(j, j.Outstanding(now))); err != nil {
 		s.log.Warn("sample job: dispatch failed; the sweep will re-send", "err", err)
 	}
 	return created, nil

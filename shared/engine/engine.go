@@ -81,6 +81,7 @@ type Engine struct {
 	// (STEPFLOW_WORKER_QUEUE_IDLE_SECONDS; DefaultWorkerQueueIdle when zero).
 	WorkerQueueIdle time.Duration
 	touched         sync.Map // tenant NUL queue -> when this process last recorded its use
+	takes           sync.Map // tenant NUL queue -> *atomic.Int64, this process's takes from it (destination.go)
 	// MaxLongPolls bounds one tenant's open long-polls across every
 	// process (STEPFLOW_MAX_LONG_POLLS; DefaultMaxLongPolls when zero,
 	// none when negative).
@@ -417,7 +418,7 @@ func (e *Engine) dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispat
 		return
 	}
 	e.touchDispatched(ctx, j, ds)
-	if err := e.Queue.Dispatch(ctx, j, ds); err != nil {
+	if err := e.Queue.Dispatch(ctx, j, Route(j, ds)); err != nil {
 		e.Log.WarnContext(ctx, "dispatch failed; the sweep will re-send", "job", j.ID, "err", err)
 	}
 }

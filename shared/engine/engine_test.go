@@ -86,6 +86,9 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// p0First is the lane order of most takes: P0, P1, P2 (engine.PriorityOrder).
+var p0First = engine.PriorityOrder(1)
+
 // lossyQueue loses dispatches on demand: the process "dies" between its
 // write and its send.
 type lossyQueue struct {
@@ -93,7 +96,7 @@ type lossyQueue struct {
 	drop atomic.Int32
 }
 
-func (q *lossyQueue) Dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispatch) error {
+func (q *lossyQueue) Dispatch(ctx context.Context, j *domain.Job, ds []engine.Send) error {
 	if q.drop.Add(-1) >= 0 {
 		return errors.New("injected: process died before the send")
 	}
@@ -529,7 +532,7 @@ func TestHeldMessageComesBackAndFindsTheStepDone(t *testing.T) {
 	<-started
 	// A second message for the step (a sweep's re-send) is held...
 	running := b.job(t, tenantA, j.ID)
-	require.NoError(t, b.queue.Dispatch(b.ctx, running, []domain.Dispatch{{Step: running.Steps[0]}}))
+	require.NoError(t, b.queue.Dispatch(b.ctx, running, engine.Route(running, []domain.Dispatch{{Step: running.Steps[0]}})))
 	require.Equal(t, engine.Held, b.execute(t, b.takeOne(t)))
 	close(release)
 	require.NoError(t, <-done)
@@ -727,7 +730,7 @@ func TestClaimBeforeTheFirstJobMakesNothing(t *testing.T) {
 	ls, err := e.Claim(ctx, tenantA, engine.ClaimRequest{Queue: "early", Max: 1, Worker: "w"})
 	require.NoError(t, err)
 	require.Empty(t, ls)
-	_, err = q.Take(ctx, tenantA, "early", 1, 0)
+	_, err = q.Take(ctx, tenantA, "early", p0First, 1, 0)
 	require.ErrorIs(t, err, engine.ErrNoWorkerQueue, "the claim made no queue")
 
 	j, _, err := e.Submit(ctx, tenantA, []byte(`{"steps":[{"id":"w","action":{"type":"worker","queue":"early"}}]}`), "")

@@ -72,10 +72,10 @@ type Store interface {
 // Queue carries dispatches. Delivery is at least once: a taken delivery
 // comes back when its visibility runs out unless it is acked or extended.
 type Queue interface {
-	// Dispatch sends one message per dispatch, after its delay: built-in
-	// steps to the ready path at the job's priority, worker steps to the
-	// tenant's worker queue of the step.
-	Dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispatch) error
+	// Dispatch sends one message per send of j, after its delay, to its
+	// destination (Route): a lane of the ready path, or a lane of the
+	// tenant's worker queue (made if it is missing, within the bound).
+	Dispatch(ctx context.Context, j *domain.Job, sends []Send) error
 	// EnsureWorkerQueue makes a tenant's worker queue exist, within the
 	// tenant's bound (an *domain.Error, CodeInvalid, past it).
 	EnsureWorkerQueue(ctx context.Context, tenant, name string) error
@@ -93,30 +93,16 @@ type Queue interface {
 	// false if one does. A queue that does not exist is deleted already.
 	DeleteIdleWorkerQueue(ctx context.Context, tenant, name string) (bool, error)
 	// Take waits up to wait for deliveries from a tenant's worker queue and
-	// answers at most max, P0 first, in PriorityOrder; ErrNoWorkerQueue if
-	// it was never made (EnsureWorkerQueue).
-	Take(ctx context.Context, tenant, name string, max int, wait time.Duration) ([]Delivery, error)
+	// answers at most max, looking at its lanes in the order given (the
+	// engine's PriorityOrder) and at no other; ErrNoWorkerQueue if it was
+	// never made (EnsureWorkerQueue).
+	Take(ctx context.Context, tenant, name string, lanes []int, max int, wait time.Duration) ([]Delivery, error)
 	// Extend keeps a delivery invisible until d from now.
 	Extend(ctx context.Context, token string, d time.Duration) error
 	// Release makes a delivery visible again now.
 	Release(ctx context.Context, token string) error
 	// Ack removes a delivery for good.
 	Ack(ctx context.Context, token string) error
-}
-
-// StarvationGuard is how often a worker queue's take serves its lowest
-// priority first: every tenth, so a steady stream of P0 work takes at most
-// nine claims in ten and P1 and P2 work still moves.
-const StarvationGuard = 10
-
-// PriorityOrder answers the order in which the n-th take (from 1) of a
-// worker queue looks at its priorities: P0, P1, P2, except every
-// StarvationGuard-th take, which goes P2, P1, P0.
-func PriorityOrder(n int) []int {
-	if n%StarvationGuard == 0 {
-		return []int{2, 1, 0}
-	}
-	return []int{0, 1, 2}
 }
 
 // HashKey answers how every store keeps an API key: its SHA-256, never the

@@ -225,6 +225,7 @@ func (e *Engine) sweepWorkerQueues(ctx context.Context) (removed, errs int) {
 		e.forgetTouch(u.Tenant, u.Name)
 		gone, err := e.Queue.DeleteIdleWorkerQueue(ctx, u.Tenant, u.Name)
 		if err == nil && gone {
+			e.forgetTakes(u.Tenant, u.Name)
 			removed++
 			continue
 		}

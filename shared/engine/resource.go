@@ -294,7 +294,7 @@ func (e *Engine) wake(ctx context.Context, tenant, resource string, woken []doma
 		if w.Queue != "" {
 			s.Spec.Action = domain.ActionSpec{Type: domain.ActionWorker, Queue: w.Queue}
 		}
-		if err := e.Queue.Dispatch(ctx, j, []domain.Dispatch{{Step: s, Wake: resource}}); err != nil {
+		if err := e.Queue.Dispatch(ctx, j, Route(j, []domain.Dispatch{{Step: s, Wake: resource}})); err != nil {
 			e.Log.WarnContext(ctx, "waiter not woken; the sweep sends its step again", "job", w.Job, "step", w.Step, "err", err)
 		}
 	}

@@ -65,7 +65,7 @@ func TestClaimersRacingForOneAttemptNeverShareASlot(t *testing.T) {
 	ctx := context.Background()
 	j, _, err := e.Submit(ctx, tenantA, []byte(gpuJob), "")
 	require.NoError(t, err)
-	require.NoError(t, q.Dispatch(ctx, j, []domain.Dispatch{{Step: j.Steps[0]}}))
+	require.NoError(t, q.Dispatch(ctx, j, engine.Route(j, []domain.Dispatch{{Step: j.Steps[0]}})))
 
 	st.mu.Lock()
 	st.armed = j.ID
@@ -219,7 +219,7 @@ func TestRedecidedLeaseHonoursTheAvoidList(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ws, 1)
 	failed := ws[0].Resource.ID
-	require.NoError(t, q.Dispatch(ctx, j, []domain.Dispatch{{Step: j.Steps[0]}}))
+	require.NoError(t, q.Dispatch(ctx, j, engine.Route(j, []domain.Dispatch{{Step: j.Steps[0]}})))
 
 	release := []chan struct{}{make(chan struct{}), make(chan struct{})}
 	st.mu.Lock()

@@ -107,7 +107,7 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 			wait = min((time.Until(deadline) + time.Second - 1).Truncate(time.Second), MaxClaimWait)
 			wait = max(wait, 0)
 		}
-		ds, err := e.Queue.Take(ctx, tenant, r.Queue, r.Max-len(out), wait)
+		ds, err := e.take(ctx, tenant, r.Queue, r.Max-len(out), wait)
 		for errors.Is(err, ErrNoWorkerQueue) {
 			// No job named this queue yet. A claim makes nothing (a
 			// mistyped name must not use up one of the tenant's queues), but
@@ -124,7 +124,7 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 				return out, nil
 			}
 			wait = max(min((time.Until(deadline)+time.Second-1).Truncate(time.Second), MaxClaimWait), 0)
-			ds, err = e.Queue.Take(ctx, tenant, r.Queue, r.Max-len(out), wait)
+			ds, err = e.take(ctx, tenant, r.Queue, r.Max-len(out), wait)
 		}
 		if err != nil {
 			return out, err

@@ -26,7 +26,13 @@ var queueChecks = []check[QueueFixture]{
 	{"ack removes a delivery", queueAck},
 	{"an unacked delivery comes back", queueRedelivery},
 	{"the ready path carries built-in steps", queueReady},
+	{"a send goes where its destination says", queueDestination},
+	{"a take looks at the lanes given, in their order", queueLaneOrder},
+	{"a destination past the lanes is refused", queueNoSuchLane},
 }
+
+// p0First is the lane order of most takes: P0, P1, P2 (engine.PriorityOrder).
+var p0First = engine.PriorityOrder(1)
 
 func workerJob(t *testing.T, tenant, queue string) *domain.Job {
 	t.Helper()
@@ -38,10 +44,16 @@ func builtinJob(t *testing.T, tenant string, priority int) *domain.Job {
 	return newJob(t, tenant, fmt.Sprintf(`{"priority":%d,"steps":[{"id":"b","action":{"type":"pass"}}]}`, priority), "", time.Now().UTC())
 }
 
+// workerJobAt is workerJob at a priority.
+func workerJobAt(t *testing.T, tenant, queue string, priority int) *domain.Job {
+	t.Helper()
+	return newJob(t, tenant, fmt.Sprintf(`{"priority":%d,"steps":[{"id":"w","action":{"type":"worker","queue":%q}}]}`, priority, queue), "", time.Now().UTC())
+}
+
 // dispatch sends j's first step after delay.
 func dispatch(t *testing.T, f QueueFixture, j *domain.Job, delay time.Duration) {
 	t.Helper()
-	require.NoError(t, f.Queue.Dispatch(context.Background(), j, []domain.Dispatch{{Step: j.Steps[0], Delay: delay}}))
+	require.NoError(t, f.Queue.Dispatch(context.Background(), j, engine.Route(j, []domain.Dispatch{{Step: j.Steps[0], Delay: delay}})))
 }
 
 func messageOf(j *domain.Job) engine.Message {
@@ -68,10 +80,17 @@ func (f QueueFixture) await(t *testing.T, cond func() bool, what string, args ..
 	require.Eventually(t, cond, f.Wait, 25*time.Millisecond, msg)
 }
 
-// take makes one Take from tenant's worker queue name.
+// take makes one Take from tenant's worker queue name, P0 first.
 func take(t *testing.T, f QueueFixture, tenant, name string, max int) []engine.Delivery {
 	t.Helper()
-	ds, err := f.Queue.Take(context.Background(), tenant, name, max, 0)
+	return takeLanes(t, f, tenant, name, p0First, max)
+}
+
+// takeLanes makes one Take from the lanes of tenant's worker queue name,
+// in the order given.
+func takeLanes(t *testing.T, f QueueFixture, tenant, name string, lanes []int, max int) []engine.Delivery {
+	t.Helper()
+	ds, err := f.Queue.Take(context.Background(), tenant, name, lanes, max, 0)
 	require.NoError(t, err)
 	require.LessOrEqual(t, len(ds), max)
 	return ds
@@ -143,16 +162,16 @@ func queuePerTenant(t *testing.T, f QueueFixture) {
 	require.Empty(t, take(t, f, "a", "x-q1", 10))
 	require.Empty(t, take(t, f, "a-x", "q1", 10))
 
-	_, err := f.Queue.Take(ctx, "b", "x-q1", 10, 0)
+	_, err := f.Queue.Take(ctx, "b", "x-q1", p0First, 10, 0)
 	require.ErrorIs(t, err, engine.ErrNoWorkerQueue, "another tenant's name is no queue of b's")
-	_, err = f.Queue.Take(ctx, "a", "q1", 10, 0)
+	_, err = f.Queue.Take(ctx, "a", "q1", p0First, 10, 0)
 	require.ErrorIs(t, err, engine.ErrNoWorkerQueue)
 }
 
 func queueNoWorkerQueue(t *testing.T, f QueueFixture) {
 	ctx := context.Background()
 	for range 2 { // a take creates nothing
-		_, err := f.Queue.Take(ctx, tenantA, "never", 10, 0)
+		_, err := f.Queue.Take(ctx, tenantA, "never", p0First, 10, 0)
 		require.ErrorIs(t, err, engine.ErrNoWorkerQueue)
 	}
 	require.NoError(t, f.Queue.EnsureWorkerQueue(ctx, tenantA, "never"))
@@ -172,10 +191,10 @@ func queueBound(t *testing.T, f QueueFixture) {
 	require.ErrorAs(t, err, &de)
 	require.Equal(t, domain.CodeInvalid, de.Code)
 	require.NotEmpty(t, de.Message)
-	_, err = f.Queue.Take(ctx, tenantA, "one-more", 1, 0)
+	_, err = f.Queue.Take(ctx, tenantA, "one-more", p0First, 1, 0)
 	require.ErrorIs(t, err, engine.ErrNoWorkerQueue, "nothing was made")
 	over := workerJob(t, tenantA, "one-more")
-	require.Error(t, f.Queue.Dispatch(ctx, over, []domain.Dispatch{{Step: over.Steps[0]}}),
+	require.Error(t, f.Queue.Dispatch(ctx, over, engine.Route(over, []domain.Dispatch{{Step: over.Steps[0]}})),
 		"a dispatch cannot make a queue past the bound either")
 
 	// The bound is each tenant's own.
@@ -355,4 +374,79 @@ func queueReady(t *testing.T, f QueueFixture) {
 	require.Empty(t, f.TakeReady(t, 10))
 	f.Advance(2 * time.Second)
 	require.True(t, slices.Equal([]engine.Message{messageOf(r)}, messages(readyN(t, f, 1))))
+}
+
+// queueDestination: the adapter sends where the engine's destination
+// says, whatever the step's action (it decides nothing itself).
+func queueDestination(t *testing.T, f QueueFixture) {
+	ctx := context.Background()
+	b := builtinJob(t, tenantA, 1)
+	toWorker := engine.Send{Dispatch: domain.Dispatch{Step: b.Steps[0]}, To: engine.Destination{Kind: engine.ToWorker, Queue: "q", Lane: 0}}
+	require.NoError(t, f.Queue.Dispatch(ctx, b, []engine.Send{toWorker}), "a destination's worker queue is made if missing")
+	w := workerJob(t, tenantA, "q")
+	toReady := engine.Send{Dispatch: domain.Dispatch{Step: w.Steps[0]}, To: engine.Destination{Kind: engine.ToReady, Lane: 2}}
+	require.NoError(t, f.Queue.Dispatch(ctx, w, []engine.Send{toReady}))
+
+	require.Equal(t, []engine.Message{messageOf(w)}, messages(readyN(t, f, 1)), "the worker step went to the ready path")
+	var got []engine.Delivery
+	f.await(t, func() bool {
+		got = append(got, takeLanes(t, f, tenantA, "q", []int{0}, 10)...)
+		return len(got) >= 1
+	}, "the built-in step from lane 0 of the worker queue")
+	require.Equal(t, []engine.Message{messageOf(b)}, messages(got))
+	require.Empty(t, takeLanes(t, f, tenantA, "q", []int{1, 2}, 10), "nothing on the other lanes")
+}
+
+// queueLaneOrder: a job's priority is its lane (Route); a take answers
+// from the lanes it is given, in their order, and from no other.
+func queueLaneOrder(t *testing.T, f QueueFixture) {
+	ctx := context.Background()
+	require.NoError(t, f.Queue.EnsureWorkerQueue(ctx, tenantA, "q"))
+	jobs := map[int]*domain.Job{}
+	for _, p := range []int{2, 1, 0} {
+		jobs[p] = workerJobAt(t, tenantA, "q", p)
+		dispatch(t, f, jobs[p], 0)
+	}
+	takeOne := func(lanes []int, want *domain.Job, what string) {
+		t.Helper()
+		var got []engine.Delivery
+		f.await(t, func() bool {
+			got = append(got, takeLanes(t, f, tenantA, "q", lanes, 1)...)
+			return len(got) >= 1
+		}, "%s", what)
+		require.Equal(t, []engine.Message{messageOf(want)}, messages(got), what)
+		require.NoError(t, f.Queue.Ack(ctx, got[0].Token))
+	}
+	takeOne([]int{0, 1, 2}, jobs[0], "P0 first")
+	require.Empty(t, takeLanes(t, f, tenantA, "q", []int{0}, 10), "a lane not given is not looked at")
+	takeOne([]int{2, 1, 0}, jobs[2], "P2 first when asked so")
+	takeOne([]int{2, 1, 0}, jobs[1], "then P1")
+	require.Empty(t, take(t, f, tenantA, "q", 10))
+
+	// One take gathers from several lanes, in their order.
+	low, high := workerJobAt(t, tenantA, "q", 2), workerJobAt(t, tenantA, "q", 0)
+	dispatch(t, f, low, 0)
+	dispatch(t, f, high, 0)
+	var got []engine.Delivery
+	f.await(t, func() bool {
+		got = append(got, takeLanes(t, f, tenantA, "q", []int{2, 1, 0}, 2-len(got))...)
+		return len(got) >= 2
+	}, "both, from two lanes")
+	require.Equal(t, []engine.Message{messageOf(low), messageOf(high)}, messages(got))
+}
+
+// queueNoSuchLane: a lane past the priorities names no queue; nothing is
+// made or sent.
+func queueNoSuchLane(t *testing.T, f QueueFixture) {
+	ctx := context.Background()
+	j := workerJob(t, tenantA, "q")
+	for _, to := range []engine.Destination{
+		{Kind: engine.ToReady, Lane: -1}, {Kind: engine.ToReady, Lane: domain.MaxPriority + 1},
+		{Kind: engine.ToWorker, Queue: "q", Lane: domain.MaxPriority + 1},
+	} {
+		require.Error(t, f.Queue.Dispatch(ctx, j, []engine.Send{{Dispatch: domain.Dispatch{Step: j.Steps[0]}, To: to}}), "lane %d", to.Lane)
+	}
+	_, err := f.Queue.Take(ctx, tenantA, "q", p0First, 1, 0)
+	require.ErrorIs(t, err, engine.ErrNoWorkerQueue, "nothing was made")
+	require.Empty(t, f.TakeReady(t, 10))
 }

@@ -45,11 +45,11 @@ func queueBoundAllOrNone(t *testing.T, f QueueFixture) {
 	require.ErrorAs(t, err, &de)
 	require.Equal(t, domain.CodeInvalid, de.Code)
 	for _, n := range []string{"new1", "new2"} {
-		_, err := f.Queue.Take(ctx, tenantA, n, 1, 0)
+		_, err := f.Queue.Take(ctx, tenantA, n, p0First, 1, 0)
 		require.ErrorIs(t, err, engine.ErrNoWorkerQueue, "a refused request made nothing: %s", n)
 	}
 	ensure(t, f, tenantA, "q0", "new1") // what fits is made
-	_, err = f.Queue.Take(ctx, tenantA, "new1", 1, 0)
+	_, err = f.Queue.Take(ctx, tenantA, "new1", p0First, 1, 0)
 	require.NoError(t, err)
 	require.Error(t, f.Queue.EnsureWorkerQueues(ctx, tenantA, []string{"new2"}), "now full")
 	ensure(t, f, tenantA) // nothing named, nothing to check
@@ -122,7 +122,7 @@ func queueDeleteIdle(t *testing.T, f QueueFixture) {
 		require.NoError(t, err)
 		return gone
 	}, "an empty queue is deleted")
-	_, err = f.Queue.Take(ctx, tenantA, "q", 1, 0)
+	_, err = f.Queue.Take(ctx, tenantA, "q", p0First, 1, 0)
 	require.ErrorIs(t, err, engine.ErrNoWorkerQueue)
 
 	// Deleted, it counts no more against the bound, and a job naming it
@@ -175,7 +175,7 @@ func queueSweepIdle(t *testing.T, f QueueFixture) {
 		require.NoError(t, err)
 		return rep.QueuesRemoved == 1
 	}, "the idle, empty queue is removed")
-	_, err = f.Queue.Take(ctx, tenantA, "q0", 1, 0)
+	_, err = f.Queue.Take(ctx, tenantA, "q0", p0First, 1, 0)
 	require.ErrorIs(t, err, engine.ErrNoWorkerQueue)
 	qs, err := e.ListWorkerQueues(ctx, tenantA)
 	require.NoError(t, err)

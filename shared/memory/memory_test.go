@@ -68,6 +68,9 @@ func TestClock(t *testing.T) {
 	require.True(t, c.Now().Equal(start.Add(800*time.Millisecond)))
 }
 
+// p0First is the lane order of most takes: P0, P1, P2 (engine.PriorityOrder).
+var p0First = engine.PriorityOrder(1)
+
 // A message received as often as its queue's redrive allows and never
 // deleted goes to the dead letters on the next receive, as SQS redrives it.
 func TestQueueRedrivesAfterMaxReceives(t *testing.T) {
@@ -75,7 +78,7 @@ func TestQueueRedrivesAfterMaxReceives(t *testing.T) {
 	clock := &memory.Clock{}
 	q := memory.NewQueue(clock.Now, memory.WithMaxReceives(2, 3), memory.WithReadyVisibility(time.Minute))
 	j := job(t, `{"steps":[{"id":"b","action":{"type":"pass"}}]}`)
-	require.NoError(t, q.Dispatch(context.Background(), j, []domain.Dispatch{{Step: j.Steps[0]}}))
+	require.NoError(t, q.Dispatch(context.Background(), j, engine.Route(j, []domain.Dispatch{{Step: j.Steps[0]}})))
 	for range 2 {
 		require.Len(t, q.TakeReady(10), 1)
 		clock.Advance(time.Minute)
@@ -85,14 +88,14 @@ func TestQueueRedrivesAfterMaxReceives(t *testing.T) {
 	require.Zero(t, q.Len("", ""))
 
 	w := job(t, `{"steps":[{"id":"w","action":{"type":"worker","queue":"q"}}]}`)
-	require.NoError(t, q.Dispatch(context.Background(), w, []domain.Dispatch{{Step: w.Steps[0]}}))
+	require.NoError(t, q.Dispatch(context.Background(), w, engine.Route(w, []domain.Dispatch{{Step: w.Steps[0]}})))
 	for range 3 {
-		ds, err := q.Take(context.Background(), "t", "q", 10, 0)
+		ds, err := q.Take(context.Background(), "t", "q", p0First, 10, 0)
 		require.NoError(t, err)
 		require.Len(t, ds, 1)
 		clock.Advance(memory.DefaultWorkerVisibility)
 	}
-	ds, err := q.Take(context.Background(), "t", "q", 10, 0)
+	ds, err := q.Take(context.Background(), "t", "q", p0First, 10, 0)
 	require.NoError(t, err)
 	require.Empty(t, ds)
 	require.Len(t, q.DeadLetters(), 2)
@@ -106,17 +109,17 @@ func TestQueueTokensOfEarlierReceives(t *testing.T) {
 	clock := &memory.Clock{}
 	q := memory.NewQueue(clock.Now)
 	w := job(t, `{"steps":[{"id":"w","action":{"type":"worker","queue":"q"}}]}`)
-	require.NoError(t, q.Dispatch(ctx, w, []domain.Dispatch{{Step: w.Steps[0]}}))
-	first, err := q.Take(ctx, "t", "q", 1, 0)
+	require.NoError(t, q.Dispatch(ctx, w, engine.Route(w, []domain.Dispatch{{Step: w.Steps[0]}})))
+	first, err := q.Take(ctx, "t", "q", p0First, 1, 0)
 	require.NoError(t, err)
 	clock.Advance(memory.DefaultWorkerVisibility)
-	second, err := q.Take(ctx, "t", "q", 1, 0)
+	second, err := q.Take(ctx, "t", "q", p0First, 1, 0)
 	require.NoError(t, err)
 	require.Len(t, second, 1)
 
 	require.NoError(t, q.Extend(ctx, first[0].Token, time.Hour), "the first receive's token still names the message")
 	clock.Advance(memory.DefaultWorkerVisibility)
-	ds, err := q.Take(ctx, "t", "q", 1, 0)
+	ds, err := q.Take(ctx, "t", "q", p0First, 1, 0)
 	require.NoError(t, err)
 	require.Empty(t, ds, "hidden for the hour")
 	require.NoError(t, q.Ack(ctx, first[0].Token))
@@ -125,13 +128,13 @@ func TestQueueTokensOfEarlierReceives(t *testing.T) {
 	require.Error(t, q.Extend(ctx, second[0].Token, 0))
 
 	require.Error(t, q.Ack(ctx, "mem/99/1"), "never issued")
-	require.NoError(t, q.Dispatch(ctx, w, []domain.Dispatch{{Step: w.Steps[0]}}))
-	third, err := q.Take(ctx, "t", "q", 1, 0)
+	require.NoError(t, q.Dispatch(ctx, w, engine.Route(w, []domain.Dispatch{{Step: w.Steps[0]}})))
+	third, err := q.Take(ctx, "t", "q", p0First, 1, 0)
 	require.NoError(t, err)
 	require.Equal(t, "mem/2/1", third[0].Token)
 	require.Error(t, q.Ack(ctx, "mem/2/2"), "a receipt not made yet")
 	require.Error(t, q.Ack(ctx, "mem/2/x"))
-	_, err = q.Take(ctx, "t", "q", 11, 0)
+	_, err = q.Take(ctx, "t", "q", p0First, 11, 0)
 	require.Error(t, err, "SQS answers at most 10 a receive")
 }
 
@@ -147,8 +150,8 @@ func TestQueueNextVisible(t *testing.T) {
 
 	b := job(t, `{"steps":[{"id":"b","action":{"type":"pass"}}]}`)
 	w := job(t, `{"priority":0,"steps":[{"id":"w","action":{"type":"worker","queue":"q"}}]}`)
-	require.NoError(t, q.Dispatch(ctx, b, []domain.Dispatch{{Step: b.Steps[0], Delay: 90 * time.Second}}))
-	require.NoError(t, q.Dispatch(ctx, w, []domain.Dispatch{{Step: w.Steps[0], Delay: 1500 * time.Millisecond}}))
+	require.NoError(t, q.Dispatch(ctx, b, engine.Route(b, []domain.Dispatch{{Step: b.Steps[0], Delay: 90 * time.Second}})))
+	require.NoError(t, q.Dispatch(ctx, w, engine.Route(w, []domain.Dispatch{{Step: w.Steps[0], Delay: 1500 * time.Millisecond}})))
 	next, ok := q.NextVisible(clock.Now())
 	require.True(t, ok)
 	require.Equal(t, memory.Epoch.Add(2*time.Second), next, "the P0 lane's message, its delay in whole seconds")

@@ -74,7 +74,6 @@ type Queue struct {
 	// lanes are a worker queue's P0 and P2 messages (its P1 ones are in
 	// workers), made when a job of that priority first names the queue.
 	lanes map[laneKey]*fifo
-	takes map[workerKey]int // takes per worker queue, for PriorityOrder
 }
 
 type laneKey struct {
@@ -159,34 +158,20 @@ func (q *Queue) ensureLocked(tenant, name string) (*fifo, error) {
 	return f, nil
 }
 
-// Dispatch sends one message per dispatch, visible after its delay
-// (rounded up to whole seconds, at most MaxDelay): built-in steps to the
-// ready queue of the job's priority, worker steps to the tenant's worker
-// queue of the step (made if it is missing, within the bound). Nothing is
-// sent if any dispatch has nowhere to go.
-func (q *Queue) Dispatch(_ context.Context, j *domain.Job, ds []domain.Dispatch) error {
+// Dispatch sends one message per send, visible after its delay (rounded
+// up to whole seconds, at most MaxDelay), to the list of its destination:
+// a ready queue, or a lane of the tenant's worker queue (made if it is
+// missing, within the bound). Nothing is sent if any send has nowhere to
+// go.
+func (q *Queue) Dispatch(_ context.Context, j *domain.Job, ds []engine.Send) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := q.now()
 	dest := make([]*fifo, len(ds))
 	for i, d := range ds {
-		if d.Step.Spec.Action.Type != domain.ActionWorker {
-			dest[i] = q.ready[min(max(j.Priority, 0), domain.MaxPriority)]
-			continue
-		}
-		f, err := q.ensureLocked(j.Tenant, d.Step.Spec.Action.Queue)
+		f, err := q.listLocked(j.Tenant, d.To)
 		if err != nil {
 			return fmt.Errorf("dispatch job %s step %s: %w", j.ID, d.Step.ID(), err)
-		}
-		if p := min(max(j.Priority, 0), domain.MaxPriority); p != domain.DefaultPriority {
-			k := laneKey{workerKey{j.Tenant, d.Step.Spec.Action.Queue}, p}
-			if q.lanes == nil {
-				q.lanes = map[laneKey]*fifo{}
-			}
-			if q.lanes[k] == nil {
-				q.lanes[k] = &fifo{name: f.name + " P" + strconv.Itoa(p), visibility: q.workerVis, maxReceives: q.workerMax}
-			}
-			f = q.lanes[k]
 		}
 		dest[i] = f
 	}
@@ -201,11 +186,36 @@ func (q *Queue) Dispatch(_ context.Context, j *domain.Job, ds []domain.Dispatch)
 	return nil
 }
 
+// listLocked answers the list a destination names: the ready queue of its
+// lane, or its lane of tenant's worker queue, made if missing (the queue
+// within the bound).
+func (q *Queue) listLocked(tenant string, to engine.Destination) (*fifo, error) {
+	if to.Lane < 0 || to.Lane > domain.MaxPriority {
+		return nil, fmt.Errorf("no lane %d", to.Lane)
+	}
+	if to.Kind != engine.ToWorker {
+		return q.ready[to.Lane], nil
+	}
+	f, err := q.ensureLocked(tenant, to.Queue)
+	if err != nil || to.Lane == domain.DefaultPriority {
+		return f, err
+	}
+	k := laneKey{workerKey{tenant, to.Queue}, to.Lane}
+	if q.lanes == nil {
+		q.lanes = map[laneKey]*fifo{}
+	}
+	if q.lanes[k] == nil {
+		q.lanes[k] = &fifo{name: f.name + " P" + strconv.Itoa(to.Lane), visibility: q.workerVis, maxReceives: q.workerMax}
+	}
+	return q.lanes[k], nil
+}
+
 // Take answers up to max (1 to MaxReceive) visible messages of tenant's
-// worker queue name, each hidden for the queue's visibility timeout from
-// now; engine.ErrNoWorkerQueue if no job ever named it. It never waits:
-// time is the clock's, so wait is ignored.
-func (q *Queue) Take(_ context.Context, tenant, name string, max int, _ time.Duration) ([]engine.Delivery, error) {
+// worker queue name, from its lanes in the order given, each hidden for
+// the queue's visibility timeout from now; engine.ErrNoWorkerQueue if no
+// job ever named it. It never waits: time is the clock's, so wait is
+// ignored.
+func (q *Queue) Take(_ context.Context, tenant, name string, lanes []int, max int, _ time.Duration) ([]engine.Delivery, error) {
 	if max < 1 || max > MaxReceive {
 		return nil, &domain.Error{Code: domain.CodeInvalid, Field: "max", Message: fmt.Sprintf("must be between 1 and %d", MaxReceive)}
 	}
@@ -216,13 +226,9 @@ func (q *Queue) Take(_ context.Context, tenant, name string, max int, _ time.Dur
 	if !ok {
 		return nil, fmt.Errorf("worker queue %q of tenant %s: %w", name, tenant, engine.ErrNoWorkerQueue)
 	}
-	if q.takes == nil {
-		q.takes = map[workerKey]int{}
-	}
-	q.takes[wk]++
 	now := q.now()
 	var out []engine.Delivery
-	for _, p := range engine.PriorityOrder(q.takes[wk]) {
+	for _, p := range lanes {
 		lane := f
 		if p != domain.DefaultPriority {
 			if lane = q.lanes[laneKey{wk, p}]; lane == nil {

@@ -106,7 +106,6 @@ func (q *Queue) DeleteIdleWorkerQueue(_ context.Context, tenant, name string) (b
 	for p := range domain.MaxPriority + 1 {
 		delete(q.lanes, laneKey{wk, p})
 	}
-	delete(q.takes, wk)
 	return true, nil
 }
 

@@ -16,6 +16,9 @@ import (
 	"github.com/stepflow/stepflow/shared/engine"
 )
 
+// p0First is the lane order of most takes: P0, P1, P2 (engine.PriorityOrder).
+var p0First = engine.PriorityOrder(1)
+
 // TestAWaitingTakeSeesWorkArrivingOnAnotherLane: SQS long-polls one queue
 // at a time. A claim long-polling a worker queue's P2 lane must still take
 // P0 work that arrives meanwhile, within its wait, not answer empty.
@@ -38,7 +41,7 @@ func TestAWaitingTakeSeesWorkArrivingOnAnotherLane(t *testing.T) {
 		return j
 	}
 	send := func(j *domain.Job) {
-		require.NoError(t, q.Dispatch(ctx, j, []domain.Dispatch{{Step: j.Steps[0]}}))
+		require.NoError(t, q.Dispatch(ctx, j, engine.Route(j, []domain.Dispatch{{Step: j.Steps[0]}})))
 	}
 	// A job of each priority makes the three lanes; the claimer takes them.
 	for p := range domain.MaxPriority + 1 {
@@ -46,7 +49,7 @@ func TestAWaitingTakeSeesWorkArrivingOnAnotherLane(t *testing.T) {
 	}
 	var taken int
 	for taken < 3 {
-		ds, err := q.Take(ctx, tenant, name, 10, time.Second)
+		ds, err := q.Take(ctx, tenant, name, p0First, 10, time.Second)
 		require.NoError(t, err)
 		for _, d := range ds {
 			require.NoError(t, q.Ack(ctx, d.Token))
@@ -60,7 +63,7 @@ func TestAWaitingTakeSeesWorkArrivingOnAnotherLane(t *testing.T) {
 	var wg sync.WaitGroup
 	var got []engine.Delivery
 	var takeErr error
-	wg.Go(func() { got, takeErr = q.Take(ctx, tenant, name, 1, 20*time.Second) })
+	wg.Go(func() { got, takeErr = q.Take(ctx, tenant, name, p0First, 1, 20*time.Second) })
 	<-longPolls // the take is long-polling a lane, all of them empty
 	urgent := job(0)
 	send(urgent)

@@ -3,10 +3,11 @@
 // delay up to the timer threshold (at most SQS's 900 s) is the message's
 // DelaySeconds; a longer one is a Step Functions Standard execution of
 // statemachine/timer.asl.json that waits until the instant and then sends
-// the message (docs/model.md#waits-sleeps-and-timers). Built-in actions go to the ready queues, one per priority;
-// worker steps go to a queue per tenant and worker queue name, created when
-// work for it is first submitted (never by a claim), at most
-// Config.MaxWorkerQueues per tenant.
+// the message (docs/model.md#waits-sleeps-and-timers). The engine says
+// where each message goes (engine.Destination), and the queue maps that to
+// a URL: the ready queues, one per priority, or the lane of a queue per
+// tenant and worker queue name, created when work for it is first
+// submitted (never by a claim), at most Config.MaxWorkerQueues per tenant.
 package queue
 
 import (
@@ -19,7 +20,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -89,7 +89,6 @@ type Queue struct {
 	// noLane remembers, for a minute, that a worker queue has no P0 or P2
 	// lane, so a claim does not ask SQS each time.
 	noLane sync.Map // lane name -> time.Time checked
-	takes  sync.Map // worker queue name -> *atomic.Int64, for PriorityOrder
 }
 
 // WithTimers lets the queue send delays beyond the threshold through the
@@ -238,45 +237,42 @@ func (q *Queue) countWorkerQueues(ctx context.Context, tenant string) (int, erro
 	return n, nil
 }
 
-// queueFor answers where a step's messages go.
-func (q *Queue) queueFor(ctx context.Context, j *domain.Job, s *domain.Step) (string, error) {
-	if s.Spec.Action.Type == domain.ActionWorker {
-		// Made at submit; made again here only if it was deleted since.
-		u, err := q.ensureWorkerQueue(ctx, j.Tenant, s.Spec.Action.Queue)
-		p := min(max(j.Priority, 0), domain.MaxPriority)
+// URLFor answers the URL of a tenant's destination: the ready queue of
+// its lane, or its lane of the tenant's worker queue, made if missing (at
+// submit, or again if deleted since; the queue within the bound). It is
+// also where a dead-lettered message is sent back (stepflow dlq).
+func (q *Queue) URLFor(ctx context.Context, tenant string, to engine.Destination) (string, error) {
+	p := to.Lane
+	if p < 0 || p > domain.MaxPriority {
+		return "", fmt.Errorf("no lane %d", p)
+	}
+	if to.Kind == engine.ToWorker {
+		u, err := q.ensureWorkerQueue(ctx, tenant, to.Queue)
 		if err != nil || p == domain.DefaultPriority {
 			return u, err
 		}
-		return q.ensureLane(ctx, j.Tenant, s.Spec.Action.Queue, p)
+		return q.ensureLane(ctx, tenant, to.Queue, p)
 	}
-	p := min(max(j.Priority, 0), domain.MaxPriority)
 	if q.cfg.ReadyURLs[p] == "" {
 		return "", fmt.Errorf("no ready queue for priority %d", p)
 	}
 	return q.cfg.ReadyURLs[p], nil
 }
 
-// URLFor answers the queue a step's messages go to (its worker queue's
-// lane, made again if deleted since, or the ready queue of its job's
-// priority): where a dead-lettered message is sent back (stepflow dlq).
-func (q *Queue) URLFor(ctx context.Context, j *domain.Job, s *domain.Step) (string, error) {
-	return q.queueFor(ctx, j, s)
-}
-
-// Dispatch sends one message per dispatch, batched per queue (up to ten a
+// Dispatch sends one message per send, batched per queue (up to ten a
 // request). It answers the first error; the caller relies on the sweep to
 // re-send what did not go.
-func (q *Queue) Dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispatch) error {
+func (q *Queue) Dispatch(ctx context.Context, j *domain.Job, ds []engine.Send) error {
 	byURL := map[string][]sqstypes.SendMessageBatchRequestEntry{}
 	var order []string
 	for i, d := range ds {
-		url, err := q.queueFor(ctx, j, d.Step)
+		url, err := q.URLFor(ctx, j.Tenant, d.To)
 		if err != nil {
 			return fmt.Errorf("dispatch job %s step %s: %w", j.ID, d.Step.ID(), err)
 		}
 		body, _ := json.Marshal(engine.Message{Tenant: j.Tenant, Job: j.ID, Step: d.Step.ID(), Wake: d.Wake})
 		if d.Delay > q.cfg.TimerThreshold && q.timers != nil {
-			if err := q.startTimer(ctx, j, d, url, string(body)); err != nil {
+			if err := q.startTimer(ctx, j, d.Dispatch, url, string(body)); err != nil {
 				return err
 			}
 			continue
@@ -289,7 +285,7 @@ func (q *Queue) Dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispatc
 		entry := sqstypes.SendMessageBatchRequestEntry{
 			Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(string(body)), DelaySeconds: delay,
 		}
-		if d.Step.Spec.Action.Type != domain.ActionWorker {
+		if d.To.Kind != engine.ToWorker {
 			// The tenant is the message group: on a standard queue that makes
 			// it an SQS fair queue, which serves a quiet tenant's messages
 			// ahead of another's backlog (a worker queue is the tenant's own).
@@ -385,16 +381,15 @@ func ReadyTokens(readyURLs [domain.MaxPriority + 1]string) func(queueARN, receip
 // another lane waits at most this long for a claim that is waiting.
 const LaneSlice = 5 * time.Second
 
-// Take long-polls a tenant's worker queue for up to max deliveries, P0's
-// lane first (PriorityOrder).
-func (q *Queue) Take(ctx context.Context, tenant, name string, max int, wait time.Duration) ([]engine.Delivery, error) {
+// Take long-polls a tenant's worker queue for up to max deliveries, from
+// its lanes in the order given (those that exist).
+func (q *Queue) Take(ctx context.Context, tenant, name string, lanes []int, max int, wait time.Duration) ([]engine.Delivery, error) {
 	main, err := q.WorkerQueueURL(ctx, tenant, name)
 	if err != nil {
 		return nil, err
 	}
-	n, _ := q.takes.LoadOrStore(q.WorkerQueueName(tenant, name), new(atomic.Int64))
 	var urls []string
-	for _, p := range engine.PriorityOrder(int(n.(*atomic.Int64).Add(1))) {
+	for _, p := range lanes {
 		if p == domain.DefaultPriority {
 			urls = append(urls, main)
 		} else if u := q.laneURL(ctx, tenant, name, p); u != "" {

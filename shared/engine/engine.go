@@ -174,7 +174,7 @@ const (
 // to decide again: false when ctx ended.
 func lostRace(ctx context.Context, race int) bool {
 	ceiling := min(raceBackoffFirst<<race, raceBackoffMax)
-	return sleepCtx(ctx, mrand.N(ceiling)+time.Millisecond)
+	return Sleep(ctx, mrand.N(ceiling)+time.Millisecond)
 }
 
 // errNoChange tells mutate that the decision needs no write.

@@ -634,7 +634,7 @@ func (a *API) events(ctx context.Context, tenant string, r *request) (int, any, 
 	}
 	for pause := eventsPollFirst; len(eventsAfter(j, after)) == 0 && !finalState(j.State); pause = min(2*pause, eventsPollMax) {
 		left := time.Until(deadline)
-		if left <= 0 || !sleepCtx(ctx, min(pause, left)) {
+		if left <= 0 || !engine.Sleep(ctx, min(pause, left)) {
 			break
 		}
 		v, err := a.Engine.JobVersion(ctx, tenant, id)
@@ -676,18 +676,6 @@ func finalState(s domain.JobState) bool {
 		}
 	}
 	return true
-}
-
-// sleepCtx waits d and reports true, or false when ctx ends first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // queryInt reads an optional whole-number query parameter within [lo, hi];

@@ -352,14 +352,7 @@ func (e *Engine) addStats(tenant string, d StatsDelta, samples map[domain.Attemp
 		e.stats = map[string]StatsDelta{}
 	}
 	t := e.stats[tenant]
-	t.Completed += d.Completed
-	t.Failed += d.Failed
-	t.Cancelled += d.Cancelled
-	t.Blocked += d.Blocked
-	t.Queued += d.Queued
-	t.DurationMs += d.DurationMs
-	t.Timed += d.Timed
-	t.Steps.Add(d.Steps)
+	t.Add(d)
 	e.stats[tenant] = t
 	for st, v := range samples {
 		if e.samples == nil {

@@ -478,7 +478,12 @@ type ErrorBody struct {
 
 func (a *API) fail(ev events.APIGatewayV2HTTPRequest, err error) events.APIGatewayV2HTTPResponse {
 	code := domain.CodeOf(err)
-	status := statusOf[code]
+	status, ok := statusOf[code]
+	if !ok {
+		// A code the table lacks is our bug: it answers as internal (a 500,
+		// logged), so a client only ever sees a code the API documents.
+		code, status = domain.CodeInternal, statusOf[domain.CodeInternal]
+	}
 	var body ErrorBody
 	body.Error.Code = code
 	var de *domain.Error

@@ -11,5 +11,5 @@ import (
 
 func main() {
 	app := config.MustFromLambdaEnv()
-	lambda.Start(httpapi.New(app.Engine, app.Log, httpapi.ClaimFunction).Handle)
+	lambda.StartHandlerFunc(httpapi.New(app.Engine, app.Log, httpapi.ClaimFunction).Handle)
 }

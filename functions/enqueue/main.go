@@ -14,5 +14,5 @@ func main() {
 	app := config.MustFromLambdaEnv()
 	api := httpapi.New(app.Engine, app.Log, httpapi.EnqueueFunction)
 	api.MetricsText = prometheus.Exposition
-	lambda.Start(api.Handle)
+	lambda.StartHandlerFunc(api.Handle)
 }

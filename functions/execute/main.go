@@ -12,5 +12,5 @@ import (
 
 func main() {
 	app := config.MustFromLambdaEnv()
-	lambda.Start(handlers.Execute(app.Engine, app.ReadyTokens(), app.Log))
+	lambda.StartHandlerFunc(handlers.Execute(app.Engine, app.ReadyTokens(), app.Log))
 }

@@ -11,5 +11,5 @@ import (
 
 func main() {
 	app := config.MustFromLambdaEnv()
-	lambda.Start(handlers.Heartbeat(app.Engine))
+	lambda.StartHandlerFunc(handlers.Heartbeat(app.Engine))
 }

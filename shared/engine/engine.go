@@ -175,7 +175,7 @@ const (
 // to decide again: false when ctx ended.
 func lostRace(ctx context.Context, race int) bool {
 	ceiling := min(raceBackoffFirst<<race, raceBackoffMax)
-	return sleepCtx(ctx, mrand.N(ceiling)+time.Millisecond)
+	return Sleep(ctx, mrand.N(ceiling)+time.Millisecond)
 }
 
 // errNoChange tells mutate that the decision needs no write.
@@ -353,14 +353,7 @@ func (e *Engine) addStats(tenant string, d StatsDelta, samples map[domain.Attemp
 		e.stats = map[string]StatsDelta{}
 	}
 	t := e.stats[tenant]
-	t.Completed += d.Completed
-	t.Failed += d.Failed
-	t.Cancelled += d.Cancelled
-	t.Blocked += d.Blocked
-	t.Queued += d.Queued
-	t.DurationMs += d.DurationMs
-	t.Timed += d.Timed
-	t.Steps.Add(d.Steps)
+	t.Add(d)
 	e.stats[tenant] = t
 	for st, v := range samples {
 		if e.samples == nil {

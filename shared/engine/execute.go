@@ -135,10 +135,13 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 		return Stale, nil // the reclaim spent the last attempt: the job failed
 	}
 
-	runCtx, cancel := context.WithTimeout(ctx, time.Duration(call.Spec.TimeoutSeconds)*time.Second)
-	if dl, ok := ctx.Deadline(); ok {
-		runCtx, cancel = context.WithDeadline(runCtx, dl.Add(-deadlineMargin))
+	// One deadline, the step's timeout or the invocation's less the margin
+	// to record, whichever comes first: one context, one cancel.
+	runDeadline := time.Now().Add(time.Duration(call.Spec.TimeoutSeconds) * time.Second)
+	if dl, ok := ctx.Deadline(); ok && dl.Add(-deadlineMargin).Before(runDeadline) {
+		runDeadline = dl.Add(-deadlineMargin)
 	}
+	runCtx, cancel := context.WithDeadline(ctx, runDeadline)
 	output, failure := e.Runner.Run(runCtx, call)
 	cancel()
 	if err := e.record(ctx, m.Tenant, m.Job, j, m.Step, lease, output, failure); err != nil {

@@ -224,6 +224,19 @@ type Stats struct {
 	LastSweep *time.Time
 }
 
+// Add sums a delta's counters into the window's: Stats reads a tenant's
+// hourly buckets and its blocked gauge as deltas (a test checks that each
+// counter is summed).
+func (s *Stats) Add(d StatsDelta) {
+	s.Completed += d.Completed
+	s.Failed += d.Failed
+	s.Cancelled += d.Cancelled
+	s.Blocked += d.Blocked
+	s.Queued += d.Queued
+	s.DurationMs += d.DurationMs
+	s.Timed += d.Timed
+}
+
 // StatsDelta is what a batch of changes adds to a tenant's counters.
 type StatsDelta struct {
 	Completed, Failed, Cancelled int64
@@ -243,6 +256,25 @@ func (d StatsDelta) Zero() bool {
 // Windowed reports whether the delta adds to the hourly counters.
 func (d StatsDelta) Windowed() bool {
 	return d.Completed != 0 || d.Failed != 0 || d.Cancelled != 0 || d.Queued != 0 || d.DurationMs != 0 || d.Timed != 0
+}
+
+// Hourly is the part of d the hourly counters add: d without the blocked
+// gauge and the step counters, which are kept on their own.
+func (d StatsDelta) Hourly() StatsDelta {
+	d.Blocked, d.Steps = 0, StepCounts{}
+	return d
+}
+
+// Add sums o into d, every counter (a test checks that each field is).
+func (d *StatsDelta) Add(o StatsDelta) {
+	d.Completed += o.Completed
+	d.Failed += o.Failed
+	d.Cancelled += o.Cancelled
+	d.Blocked += o.Blocked
+	d.Queued += o.Queued
+	d.DurationMs += o.DurationMs
+	d.Timed += o.Timed
+	d.Steps.Add(o.Steps)
 }
 
 // AllTenants names the stack's own step counters in RecordStats and

@@ -120,7 +120,7 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 			if err := hold(); err != nil {
 				return out, err
 			}
-			if !sleepCtx(ctx, step) {
+			if !Sleep(ctx, step) {
 				return out, nil
 			}
 			wait = max(min((time.Until(deadline)+time.Second-1).Truncate(time.Second), MaxClaimWait), 0)
@@ -163,8 +163,8 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 // looks for it again (one GetQueueUrl each time).
 const NoQueueRecheck = 2 * time.Second
 
-// sleepCtx waits d or until ctx ends, answering false when ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
+// Sleep waits d or until ctx ends, answering false when ctx ended first.
+func Sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -478,7 +478,12 @@ type ErrorBody struct {
 
 func (a *API) fail(ev events.APIGatewayV2HTTPRequest, err error) events.APIGatewayV2HTTPResponse {
 	code := domain.CodeOf(err)
-	status := statusOf[code]
+	status, ok := statusOf[code]
+	if !ok {
+		// A code the table lacks is our bug: it answers as internal (a 500,
+		// logged), so a client only ever sees a code the API documents.
+		code, status = domain.CodeInternal, statusOf[domain.CodeInternal]
+	}
 	var body ErrorBody
 	body.Error.Code = code
 	var de *domain.Error
@@ -634,7 +639,7 @@ func (a *API) events(ctx context.Context, tenant string, r *request) (int, any, 
 	}
 	for pause := eventsPollFirst; len(eventsAfter(j, after)) == 0 && !finalState(j.State); pause = min(2*pause, eventsPollMax) {
 		left := time.Until(deadline)
-		if left <= 0 || !sleepCtx(ctx, min(pause, left)) {
+		if left <= 0 || !engine.Sleep(ctx, min(pause, left)) {
 			break
 		}
 		v, err := a.Engine.JobVersion(ctx, tenant, id)
@@ -676,18 +681,6 @@ func finalState(s domain.JobState) bool {
 		}
 	}
 	return true
-}
-
-// sleepCtx waits d and reports true, or false when ctx ends first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // queryInt reads an optional whole-number query parameter within [lo, hi];

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/oklog/ulid/v2"
@@ -22,6 +24,7 @@ import (
 	"github.com/stepflow/stepflow/localstack/awsfault"
 	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
 	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/httpapi"
 )
 
 const (
@@ -737,4 +740,21 @@ func TestPoisonJSONIsRefused(t *testing.T) {
 	var page listPage
 	h.JSON(t, http.StatusOK, http.MethodGet, "/v1/jobs", stacktest.KeyB, nil, &page)
 	require.Empty(t, page.Jobs, "a refused body left a job behind")
+}
+
+// TestAnUnknownErrorCodeAnswersInternal: an error whose code the table
+// lacks answers 500 as an internal error, logged, never a status 0 or a
+// code the API does not document.
+func TestAnUnknownErrorCodeAnswersInternal(t *testing.T) {
+	t.Parallel()
+	var logged strings.Builder
+	api := httpapi.New(nil, slog.New(slog.NewTextHandler(&logged, nil)))
+	ev := events.APIGatewayV2HTTPRequest{RouteKey: "GET /v1/jobs/{id}"}
+	ev.RequestContext.RequestID = "req-1"
+	res := api.Fail(ev, &domain.Error{Code: "no_such_code", Message: "secret detail"})
+	msg := requireError(t, res.StatusCode, []byte(res.Body), http.StatusInternalServerError, domain.CodeInternal, "")
+	require.Equal(t, "internal error; request id req-1", msg)
+	require.Contains(t, logged.String(), "secret detail", "the cause is logged")
+	_, known := httpapi.ErrorCodes()["no_such_code"]
+	require.False(t, known)
 }

@@ -1,6 +1,10 @@
 package httpapi
 
-import "github.com/stepflow/stepflow/shared/domain"
+import (
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/stepflow/stepflow/shared/domain"
+)
 
 // Internals the tests of package httpapi_test look at.
 
@@ -39,3 +43,8 @@ const MaxResponseBytes = maxResponseBytes
 
 // ErrorCodes answers every code the one error table maps to a status.
 func ErrorCodes() map[domain.Code]int { return statusOf }
+
+// Fail answers err as a's error response to ev.
+func (a *API) Fail(ev events.APIGatewayV2HTTPRequest, err error) events.APIGatewayV2HTTPResponse {
+	return a.fail(ev, err)
+}

@@ -332,14 +332,9 @@ func (s *Store) RecordStats(_ context.Context, tenant string, d engine.StatsDelt
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := statsKey{tenant, now.UTC().Format(hourLayout)}
-	h := s.hours[k]
-	h.Completed += d.Completed
-	h.Failed += d.Failed
-	h.Cancelled += d.Cancelled
-	h.Queued += d.Queued
-	h.DurationMs += d.DurationMs
-	h.Timed += d.Timed
 	if d.Windowed() {
+		h := s.hours[k]
+		h.Add(d.Hourly())
 		s.hours[k] = h
 	}
 	s.blocked[tenant] += d.Blocked
@@ -384,13 +379,7 @@ func (s *Store) Stats(_ context.Context, tenant string, now time.Time) (engine.S
 		st.LastSweep = &at
 	}
 	for h := range 24 {
-		b := s.hours[statsKey{tenant, now.UTC().Add(-time.Duration(h) * time.Hour).Format(hourLayout)}]
-		st.Completed += b.Completed
-		st.Failed += b.Failed
-		st.Cancelled += b.Cancelled
-		st.Queued += b.Queued
-		st.DurationMs += b.DurationMs
-		st.Timed += b.Timed
+		st.Add(s.hours[statsKey{tenant, now.UTC().Add(-time.Duration(h) * time.Hour).Format(hourLayout)}])
 	}
 	return st, nil
 }

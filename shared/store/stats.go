@@ -224,13 +224,8 @@ func (s *Store) Stats(ctx context.Context, tenant string, now time.Time) (engine
 			}
 			continue
 		}
-		st.Completed += c.Completed
-		st.Failed += c.Failed
-		st.Cancelled += c.Cancelled
-		st.Blocked += c.Blocked
-		st.Queued += c.Queued
-		st.DurationMs += c.DurMs
-		st.Timed += c.Timed
+		st.Add(engine.StatsDelta{Completed: c.Completed, Failed: c.Failed, Cancelled: c.Cancelled, Blocked: c.Blocked,
+			Queued: c.Queued, DurationMs: c.DurMs, Timed: c.Timed})
 	}
 	return st, nil
 }

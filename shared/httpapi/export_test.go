@@ -1,6 +1,10 @@
 package httpapi
 
-import "github.com/stepflow/stepflow/shared/domain"
+import (
+	"slices"
+
+	"github.com/stepflow/stepflow/shared/domain"
+)
 
 // Internals the tests of package httpapi_test look at.
 
@@ -39,3 +43,16 @@ const MaxResponseBytes = maxResponseBytes
 
 // ErrorCodes answers every code the one error table maps to a status.
 func ErrorCodes() map[domain.Code]int { return statusOf }
+
+// KeylessRoutes answers the route keys that answer without an API key,
+// sorted.
+func KeylessRoutes() []string {
+	var out []string
+	for _, rt := range routes {
+		if rt.keyless {
+			out = append(out, rt.key)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

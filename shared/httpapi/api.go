@@ -56,7 +56,7 @@ type API struct {
 	// and its fuzz build, carry no exposition encoder (protobuf).
 	MetricsText func(w io.Writer, c engine.StepCounts) (contentType string, err error)
 	keys        keyCache
-	serves      map[string]bool // route keys this function serves; nil: every route
+	serves      map[Function]bool // the functions whose routes this one serves; nil: every route
 }
 
 // Function names an HTTP function of template.yaml. Each serves exactly its
@@ -70,48 +70,73 @@ const (
 	ClaimFunction   Function = "ClaimFunction"   // the worker protocol
 )
 
-// owners says which function serves each route; template.yaml must agree
-// (a test compares them).
-var owners = map[string]Function{
-	"POST /v1/jobs":                           EnqueueFunction,
-	"GET /v1/jobs":                            EnqueueFunction,
-	"GET /v1/jobs/{id}":                       EnqueueFunction,
-	"GET /v1/jobs/{id}/events":                EnqueueFunction,
-	"POST /v1/jobs/{id}/cancel":               EnqueueFunction,
-	"POST /v1/jobs/{id}/steps/{step}/resume":  EnqueueFunction,
-	"POST /v1/jobs/{id}/signal":               EnqueueFunction,
-	"POST /v1/jobs/{id}/redrive":              EnqueueFunction,
-	"POST /v1/jobs/{id}/steps/{step}/approve": EnqueueFunction,
-	"POST /v1/jobs/{id}/steps/{step}/reject":  EnqueueFunction,
-	"GET /v1/jobs/{id}/steps/{step}/output":   EnqueueFunction,
-	"GET /v1/health":                          EnqueueFunction,
-	"GET /v1/metrics":                         EnqueueFunction,
-	"GET /v1/openapi.json":                    EnqueueFunction, // no key (keyless)
-	"PUT /v1/resources/{id}":                  EnqueueFunction,
-	"GET /v1/resources/{id}":                  EnqueueFunction,
-	"GET /v1/resources":                       EnqueueFunction,
-	"DELETE /v1/resources/{id}":               EnqueueFunction,
-	"POST /v1/schedules":                      EnqueueFunction,
-	"GET /v1/schedules":                       EnqueueFunction,
-	"GET /v1/schedules/{id}":                  EnqueueFunction,
-	"DELETE /v1/schedules/{id}":               EnqueueFunction,
-	"POST /v1/schedules/{id}/pause":           EnqueueFunction,
-	"POST /v1/schedules/{id}/resume":          EnqueueFunction,
-	"GET /v1/queues":                          EnqueueFunction,
-	"GET /ui":                                 EnqueueFunction, // the web UI: no key (keyless)
-	"GET /ui/{asset}":                         EnqueueFunction,
-	"POST /v1/claim":                          ClaimFunction,
-	"POST /v1/leases/{lease}/heartbeat":       ClaimFunction,
-	"POST /v1/leases/{lease}/complete":        ClaimFunction,
-	"POST /v1/leases/{lease}/fail":            ClaimFunction,
+// route is one route of the API: its key as API Gateway sends it (from
+// template.yaml), the function that serves it, whether it answers without
+// an API key, and its handler. template.yaml and api/openapi.yaml must
+// agree with the table (tests compare them).
+type route struct {
+	key   string
+	owner Function
+	// keyless: the web UI's page and its files and the API's description
+	// hold nothing of any tenant (the page asks its user for a key and
+	// sends it with each call).
+	keyless bool
+	serve   func(a *API, ctx context.Context, tenant string, req *request) (int, any, error)
 }
+
+// routes is every route: the one table.
+var routes = []route{
+	{key: "POST /v1/jobs", owner: EnqueueFunction, serve: (*API).submit},
+	{key: "GET /v1/jobs", owner: EnqueueFunction, serve: (*API).list},
+	{key: "GET /v1/jobs/{id}", owner: EnqueueFunction, serve: (*API).get},
+	{key: "GET /v1/jobs/{id}/events", owner: EnqueueFunction, serve: (*API).events},
+	{key: "POST /v1/jobs/{id}/cancel", owner: EnqueueFunction, serve: (*API).cancel},
+	{key: "POST /v1/jobs/{id}/steps/{step}/resume", owner: EnqueueFunction, serve: (*API).resume},
+	{key: "POST /v1/jobs/{id}/signal", owner: EnqueueFunction, serve: (*API).signal},
+	{key: "POST /v1/jobs/{id}/redrive", owner: EnqueueFunction, serve: (*API).redrive},
+	{key: "POST /v1/jobs/{id}/steps/{step}/approve", owner: EnqueueFunction, serve: (*API).approve},
+	{key: "POST /v1/jobs/{id}/steps/{step}/reject", owner: EnqueueFunction, serve: (*API).reject},
+	{key: "GET /v1/jobs/{id}/steps/{step}/output", owner: EnqueueFunction, serve: (*API).output},
+	{key: "GET /v1/health", owner: EnqueueFunction, serve: (*API).health},
+	{key: "GET /v1/metrics", owner: EnqueueFunction, serve: (*API).metrics},
+	{key: "GET /v1/openapi.json", owner: EnqueueFunction, keyless: true, serve: (*API).openapi},
+	{key: "PUT /v1/resources/{id}", owner: EnqueueFunction, serve: (*API).putResource},
+	{key: "GET /v1/resources/{id}", owner: EnqueueFunction, serve: (*API).getResource},
+	{key: "GET /v1/resources", owner: EnqueueFunction, serve: (*API).listResources},
+	{key: "DELETE /v1/resources/{id}", owner: EnqueueFunction, serve: (*API).deleteResource},
+	{key: "POST /v1/schedules", owner: EnqueueFunction, serve: (*API).createSchedule},
+	{key: "GET /v1/schedules", owner: EnqueueFunction, serve: (*API).listSchedules},
+	{key: "GET /v1/schedules/{id}", owner: EnqueueFunction, serve: (*API).getSchedule},
+	{key: "DELETE /v1/schedules/{id}", owner: EnqueueFunction, serve: (*API).deleteSchedule},
+	{key: "POST /v1/schedules/{id}/pause", owner: EnqueueFunction, serve: (*API).pauseSchedule},
+	{key: "POST /v1/schedules/{id}/resume", owner: EnqueueFunction, serve: (*API).resumeSchedule},
+	{key: "GET /v1/queues", owner: EnqueueFunction, serve: (*API).listQueues},
+	{key: "GET /ui", owner: EnqueueFunction, keyless: true, serve: (*API).uiPage},
+	{key: "GET /ui/{asset}", owner: EnqueueFunction, keyless: true, serve: (*API).uiAsset},
+	{key: "POST /v1/claim", owner: ClaimFunction, serve: (*API).claim},
+	{key: "POST /v1/leases/{lease}/heartbeat", owner: ClaimFunction, serve: (*API).heartbeat},
+	{key: "POST /v1/leases/{lease}/complete", owner: ClaimFunction, serve: (*API).complete},
+	{key: "POST /v1/leases/{lease}/fail", owner: ClaimFunction, serve: (*API).failLease},
+}
+
+// routeOf finds a route by its key.
+var routeOf = func() map[string]route {
+	out := make(map[string]route, len(routes))
+	for _, rt := range routes {
+		if _, dup := out[rt.key]; dup {
+			panic("httpapi: route " + rt.key + " twice")
+		}
+		out[rt.key] = rt
+	}
+	return out
+}()
 
 // Routes answers the route keys fn serves, sorted.
 func Routes(fn Function) []string {
 	var out []string
-	for key, owner := range owners {
-		if owner == fn {
-			out = append(out, key)
+	for _, rt := range routes {
+		if rt.owner == fn {
+			out = append(out, rt.key)
 		}
 	}
 	slices.Sort(out)
@@ -127,23 +152,19 @@ func New(e *engine.Engine, log *slog.Logger, fns ...Function) *API {
 	}
 	a := &API{Engine: e, Log: log}
 	if len(fns) > 0 {
-		a.serves = map[string]bool{}
+		a.serves = map[Function]bool{}
 		for _, fn := range fns {
-			for _, key := range Routes(fn) {
-				a.serves[key] = true
-			}
+			a.serves[fn] = true
 		}
 	}
 	return a
 }
 
-type route func(ctx context.Context, tenant string, req *request) (int, any, error)
-
 // Handle is the Lambda handler for every HTTP route.
 func (a *API) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 	ctx = logging.With(ctx, slog.String("request_id", ev.RequestContext.RequestID))
 	req := &request{ev: ev}
-	h, ok := a.routes()[ev.RouteKey]
+	rt, ok := routeOf[ev.RouteKey]
 	if namesIDWithSlash(ev) {
 		// A resource's or a schedule's id is the client's own: one holding
 		// a slash is bad input naming the field, once the key is good.
@@ -155,14 +176,14 @@ func (a *API) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 	if !ok || !cleanPath(ev) {
 		return a.noRoute(ev), nil
 	}
-	if a.serves != nil && !a.serves[ev.RouteKey] {
+	if a.serves != nil && !a.serves[rt.owner] {
 		// API Gateway sent a route of another function here: template.yaml
-		// and owners disagree, a deployment fault no request can fix.
-		a.Log.Error("route served by another function", "route", ev.RouteKey, "owner", owners[ev.RouteKey])
-		return a.fail(ev, &domain.Error{Code: domain.CodeInternal, Message: fmt.Sprintf("route %s is served by %s, not this function: check template.yaml", ev.RouteKey, owners[ev.RouteKey])}), nil
+		// and the routes table disagree, a deployment fault no request can fix.
+		a.Log.Error("route served by another function", "route", ev.RouteKey, "owner", rt.owner)
+		return a.fail(ev, &domain.Error{Code: domain.CodeInternal, Message: fmt.Sprintf("route %s is served by %s, not this function: check template.yaml", ev.RouteKey, rt.owner)}), nil
 	}
-	if keyless[ev.RouteKey] {
-		status, body, err := h(ctx, "", req)
+	if rt.keyless {
+		status, body, err := rt.serve(a, ctx, "", req)
 		if err != nil {
 			return a.fail(ev, err), nil
 		}
@@ -172,48 +193,12 @@ func (a *API) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 	if err != nil {
 		return a.fail(ev, err), nil
 	}
-	status, body, err := h(ctx, tenant, req)
+	status, body, err := rt.serve(a, ctx, tenant, req)
 	a.Engine.FlushStats(ctx)
 	if err != nil {
 		return a.fail(ev, err), nil
 	}
 	return respond(status, body, req.extraHeaders), nil
-}
-
-func (a *API) routes() map[string]route {
-	return map[string]route{
-		"POST /v1/jobs":                           a.submit,
-		"GET /v1/jobs":                            a.list,
-		"GET /v1/jobs/{id}":                       a.get,
-		"GET /v1/jobs/{id}/events":                a.events,
-		"POST /v1/jobs/{id}/cancel":               a.cancel,
-		"POST /v1/jobs/{id}/steps/{step}/resume":  a.resume,
-		"POST /v1/jobs/{id}/signal":               a.signal,
-		"POST /v1/jobs/{id}/redrive":              a.redrive,
-		"POST /v1/jobs/{id}/steps/{step}/approve": a.decide(true),
-		"POST /v1/jobs/{id}/steps/{step}/reject":  a.decide(false),
-		"GET /v1/jobs/{id}/steps/{step}/output":   a.output,
-		"GET /v1/health":                          a.health,
-		"GET /v1/metrics":                         a.metrics,
-		"GET /v1/openapi.json":                    a.openapi,
-		"PUT /v1/resources/{id}":                  a.putResource,
-		"GET /v1/resources/{id}":                  a.getResource,
-		"GET /v1/resources":                       a.listResources,
-		"DELETE /v1/resources/{id}":               a.deleteResource,
-		"POST /v1/schedules":                      a.createSchedule,
-		"GET /v1/schedules":                       a.listSchedules,
-		"GET /v1/schedules/{id}":                  a.getSchedule,
-		"GET /v1/queues":                          a.listQueues,
-		"DELETE /v1/schedules/{id}":               a.deleteSchedule,
-		"POST /v1/schedules/{id}/pause":           a.pauseSchedule,
-		"POST /v1/schedules/{id}/resume":          a.resumeSchedule,
-		"GET /ui":                                 a.uiPage,
-		"GET /ui/{asset}":                         a.uiAsset,
-		"POST /v1/claim":                          a.claim,
-		"POST /v1/leases/{lease}/heartbeat":       a.heartbeat,
-		"POST /v1/leases/{lease}/complete":        a.complete,
-		"POST /v1/leases/{lease}/fail":            a.failLease,
-	}
 }
 
 // noRoute answers a request API Gateway sent to the $default route: 405
@@ -226,8 +211,8 @@ func (a *API) noRoute(ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTP
 	}
 	segs := strings.Split(strings.Trim(path, "/"), "/")
 	var allowed []string
-	for key := range a.routes() {
-		m, pattern, _ := strings.Cut(key, " ")
+	for _, rt := range routes {
+		m, pattern, _ := strings.Cut(rt.key, " ")
 		ps := strings.Split(strings.Trim(pattern, "/"), "/")
 		if len(ps) != len(segs) {
 			continue
@@ -826,27 +811,33 @@ func (a *API) redrive(ctx context.Context, tenant string, r *request) (int, any,
 	return http.StatusOK, jobView(j), nil
 }
 
+func (a *API) approve(ctx context.Context, tenant string, r *request) (int, any, error) {
+	return a.decide(ctx, tenant, r, true)
+}
+
+func (a *API) reject(ctx context.Context, tenant string, r *request) (int, any, error) {
+	return a.decide(ctx, tenant, r, false)
+}
+
 // decide answers a person's decision at an approval gate: {"by",
 // "comment"}, recorded with the calling key's id. 200 whether it changed
 // the job or repeated a decision made already.
-func (a *API) decide(approve bool) route {
-	return func(ctx context.Context, tenant string, r *request) (int, any, error) {
-		var d engine.Decision
-		if err := r.decode(&d); err != nil {
-			return 0, nil, err
-		}
-		d.Key = r.keyID()
-		id, step := r.ev.PathParameters["id"], r.ev.PathParameters["step"]
-		decide := a.Engine.Reject
-		if approve {
-			decide = a.Engine.Approve
-		}
-		j, _, err := decide(ctx, tenant, id, step, d)
-		if err != nil {
-			return 0, nil, err
-		}
-		return http.StatusOK, jobView(j), nil
+func (a *API) decide(ctx context.Context, tenant string, r *request, approve bool) (int, any, error) {
+	var d engine.Decision
+	if err := r.decode(&d); err != nil {
+		return 0, nil, err
 	}
+	d.Key = r.keyID()
+	id, step := r.ev.PathParameters["id"], r.ev.PathParameters["step"]
+	decide := a.Engine.Reject
+	if approve {
+		decide = a.Engine.Approve
+	}
+	j, _, err := decide(ctx, tenant, id, step, d)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, jobView(j), nil
 }
 
 // output answers a step's whole output as its body, or, when Lambda's

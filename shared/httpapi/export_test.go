@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"slices"
+
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/stepflow/stepflow/shared/domain"
@@ -47,4 +49,17 @@ func ErrorCodes() map[domain.Code]int { return statusOf }
 // Fail answers err as a's error response to ev.
 func (a *API) Fail(ev events.APIGatewayV2HTTPRequest, err error) events.APIGatewayV2HTTPResponse {
 	return a.fail(ev, err)
+}
+
+// KeylessRoutes answers the route keys that answer without an API key,
+// sorted.
+func KeylessRoutes() []string {
+	var out []string
+	for _, rt := range routes {
+		if rt.keyless {
+			out = append(out, rt.key)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

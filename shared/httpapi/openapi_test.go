@@ -98,6 +98,23 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 	require.Equal(t, served, described)
 }
 
+// The operations the document describes without a key (security: [])
+// are the routes that answer without one.
+func TestOpenAPIKeylessOperationsAreTheKeylessRoutes(t *testing.T) {
+	t.Parallel()
+	var open []string
+	for path, item := range loadSpec(t).Paths {
+		for method, raw := range item {
+			var op struct{ Security *[]json.RawMessage }
+			if json.Unmarshal(raw, &op) == nil && op.Security != nil && len(*op.Security) == 0 {
+				open = append(open, strings.ToUpper(method)+" "+path)
+			}
+		}
+	}
+	slices.Sort(open)
+	require.Equal(t, httpapi.KeylessRoutes(), open)
+}
+
 // The document's enums are the domain's: a state, class, action or error
 // code added there and not here fails.
 func TestOpenAPIEnumsAreTheDomains(t *testing.T) {

@@ -12,15 +12,6 @@ import (
 	"github.com/stepflow/stepflow/shared/webui"
 )
 
-// keyless are the routes that answer without an API key: the web UI's page
-// and its files and the API's description, which hold nothing of any
-// tenant (the page asks its user for a key and sends it with each call).
-var keyless = map[string]bool{
-	"GET /ui":              true,
-	"GET /ui/{asset}":      true,
-	"GET /v1/openapi.json": true,
-}
-
 // uiPolicy lets the page load its own scripts, styles and images and call
 // its own origin, and nothing else: no inline script, no third party, no
 // framing.

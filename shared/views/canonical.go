@@ -36,6 +36,8 @@ var canonical = vocabulary{
 		}
 		return consistentRuns(j, h)
 	},
+	// No project or summarize: the API answers a canonical job in its own documents.
+	filter: wordFilter(func(s domain.JobState) string { return string(s) }),
 }
 
 // canonicalJobNever: moves of the job table the engine never writes.

@@ -45,6 +45,7 @@ var eventSourced = vocabulary{
 		}
 		return nil
 	},
+	filter: wordFilter(esWord),
 }
 
 // esTarget: each state event and the status it leads to. job_parked and

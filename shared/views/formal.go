@@ -44,6 +44,11 @@ var formal = vocabulary{
 		}
 		return nil
 	},
+	project: func(j *domain.Job) any { return formalDoc(j) },
+	summarize: func(j *domain.Job) any {
+		return FormalSummary{ID: j.ID, View: Formal, State: formalWord(j.State), DerivedState: derivedFormal(j.Events), Queue: j.Queue, ScheduleID: j.ScheduleID}
+	},
+	filter: wordFilter(formalWord),
 }
 
 // formalOwn: the moves of the formal machine's own table.

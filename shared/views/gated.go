@@ -70,6 +70,11 @@ var gated = vocabulary{
 		}
 		return nil
 	},
+	project: func(j *domain.Job) any { return gatedDoc(j) },
+	summarize: func(j *domain.Job) any {
+		return GatedSummary{ID: j.ID, View: Gated, State: gatedJobWordOf(j), Queue: j.Queue, ScheduleID: j.ScheduleID}
+	},
+	filter: gatedFilter,
 }
 
 func gatedRunMoves(j *domain.Job, h *history) []Move {
@@ -113,6 +118,22 @@ func gatedJobWordOf(j *domain.Job) string {
 		}
 	}
 	return gatedJobWord(j.State, moved)
+}
+
+// gatedFilter selects a run state's jobs. QUEUED is PENDING before the run
+// first moved and RUNNING after: only the job's log tells which.
+func gatedFilter(w string) Filter {
+	queued := w == "PENDING" || w == "RUNNING"
+	var f Filter
+	for _, s := range domain.AllJobStates() {
+		if s == domain.JobQueued && queued || s != domain.JobQueued && gatedJobWord(s, true) == w {
+			f.States = append(f.States, s)
+		}
+	}
+	if queued {
+		f.Keep = func(j *domain.Job) bool { return gatedJobWordOf(j) == w }
+	}
+	return f
 }
 
 // gatedStepWord names a step state; "" for the states a step only passes

@@ -67,6 +67,11 @@ var task = vocabulary{
 		}
 		return consistentRuns(j, h)
 	},
+	project: func(j *domain.Job) any { return taskDoc(j) },
+	summarize: func(j *domain.Job) any {
+		return TaskSummary{ID: j.ID, View: Task, State: taskJobWord(j.State), Priority: domain.Priority(j.Priority).Label(), Queue: j.Queue, ScheduleID: j.ScheduleID}
+	},
+	filter: wordFilter(taskJobWord),
 }
 
 // taskJobWord names a job state as a task.

@@ -149,28 +149,20 @@ func CheckAll(j *domain.Job) error {
 // has id, view, state and steps[] (id, state). Canonical is answered by
 // the API's own job document; Project answers the others.
 func Project(view string, j *domain.Job) (any, error) {
-	switch view {
-	case Task:
-		return taskDoc(j), nil
-	case Formal:
-		return formalDoc(j), nil
-	case Gated:
-		return gatedDoc(j), nil
+	v, ok := vocabularies[view]
+	if !ok || v.project == nil {
+		return nil, unknownView(view)
 	}
-	return nil, unknownView(view)
+	return v.project(j), nil
 }
 
 // Summarize answers a job's list item in the view's words.
 func Summarize(view string, j *domain.Job) (any, error) {
-	switch view {
-	case Task:
-		return TaskSummary{ID: j.ID, View: Task, State: taskJobWord(j.State), Priority: domain.Priority(j.Priority).Label(), Queue: j.Queue, ScheduleID: j.ScheduleID}, nil
-	case Formal:
-		return FormalSummary{ID: j.ID, View: Formal, State: formalWord(j.State), DerivedState: derivedFormal(j.Events), Queue: j.Queue, ScheduleID: j.ScheduleID}, nil
-	case Gated:
-		return GatedSummary{ID: j.ID, View: Gated, State: gatedJobWordOf(j), Queue: j.Queue, ScheduleID: j.ScheduleID}, nil
+	v, ok := vocabularies[view]
+	if !ok || v.summarize == nil {
+		return nil, unknownView(view)
 	}
-	return nil, unknownView(view)
+	return v.summarize(j), nil
 }
 
 // ParseView answers the view a request names ("" is canonical), or a 400
@@ -205,19 +197,7 @@ func StateFilter(view, word string) (Filter, error) {
 	if i < 0 {
 		return Filter{}, domain.Invalid("state", "%.40q is not a %s job state; the %s states are %s", word, view, view, strings.Join(words, ", "))
 	}
-	w := words[i]
-	var f Filter
-	for _, s := range domain.AllJobStates() {
-		if slices.Contains(jobWordsOf(view, s), w) {
-			f.States = append(f.States, s)
-		}
-	}
-	if view == Gated && (w == "PENDING" || w == "RUNNING") {
-		// QUEUED is PENDING before the run first moved and RUNNING after:
-		// only the job's log tells which.
-		f.Keep = func(j *domain.Job) bool { return gatedJobWordOf(j) == w }
-	}
-	return f, nil
+	return vocabularies[view].filter(words[i]), nil
 }
 
 // JobWords answers a view's job-level states, in lifecycle order.
@@ -229,47 +209,44 @@ func JobWords(view string) []string {
 	return v.tables()[0].States
 }
 
-// jobWordsOf answers the words a canonical job state may read as in view.
-func jobWordsOf(view string, s domain.JobState) []string {
-	switch view {
-	case Canonical:
-		return []string{string(s)}
-	case Task:
-		return []string{taskJobWord(s)}
-	case Formal:
-		return []string{formalWord(s)}
-	case Gated:
-		if s == domain.JobQueued {
-			return []string{"PENDING", "RUNNING"}
-		}
-		return []string{gatedJobWord(s, true)}
-	case EventSourced:
-		return []string{esWord(s)}
-	}
-	return nil
-}
-
 // vocabulary is one lifecycle's reading of the canonical model.
 type vocabulary struct {
 	tables     func() []Table
 	moves      func(j *domain.Job, h *history) []Move
 	consistent func(j *domain.Job, h *history) error
+	project    func(j *domain.Job) any  // the job's document; nil: the view has none of its own
+	summarize  func(j *domain.Job) any  // the job's list item; nil as project
+	filter     func(word string) Filter // what one of its job words selects (StateFilter)
+}
+
+// vocabularies are every vocabulary by name: the one table.
+var vocabularies = map[string]vocabulary{
+	Canonical:    canonical,
+	Task:         task,
+	Formal:       formal,
+	Gated:        gated,
+	EventSourced: eventSourced,
 }
 
 func lookup(name string) (vocabulary, error) {
-	switch name {
-	case Canonical:
-		return canonical, nil
-	case Task:
-		return task, nil
-	case Formal:
-		return formal, nil
-	case Gated:
-		return gated, nil
-	case EventSourced:
-		return eventSourced, nil
+	if v, ok := vocabularies[name]; ok {
+		return v, nil
 	}
 	return vocabulary{}, fmt.Errorf("views: %q is not a vocabulary (%s)", name, strings.Join(Vocabularies(), ", "))
+}
+
+// wordFilter answers the filter of a vocabulary that names each canonical
+// job state with one word.
+func wordFilter(word func(domain.JobState) string) func(string) Filter {
+	return func(w string) Filter {
+		var f Filter
+		for _, s := range domain.AllJobStates() {
+			if word(s) == w {
+				f.States = append(f.States, s)
+			}
+		}
+		return f
+	}
 }
 
 // jobMoves maps the job's canonical states through word (the history

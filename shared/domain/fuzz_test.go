@@ -300,7 +300,9 @@ func walk(t *testing.T, data []byte) {
 						t.Fatalf("move %d: the sweep's reclaim of %s failed: %v", n, st.ID(), err)
 					}
 				} else if redispatch {
-					j.Redispatched(st, now)
+					if err = j.Redispatched(st, now); err != nil {
+						t.Fatalf("move %d: the sweep's re-dispatch of %s failed: %v", n, st.ID(), err)
+					}
 				}
 			}
 		case 6:

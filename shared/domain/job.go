@@ -325,7 +325,9 @@ func NewJob(tenant, id string, spec *JobSpec, idemKey string, now time.Time) (*J
 			return nil, err
 		}
 	}
-	j.settle(now)
+	if err := j.settle(now); err != nil {
+		return nil, err
+	}
 	return j, nil
 }
 
@@ -482,7 +484,9 @@ func (j *Job) Lease(stepID string, req LeaseRequest, now time.Time) (*Lease, err
 	s.Redispatches = 0
 	s.ResourceWait = nil
 	s.Attempts = append(s.Attempts, Attempt{N: s.Attempt, State: AttemptRunning, Lease: lease.ID, Worker: req.Worker, Resource: req.Resource, StartedAt: &now})
-	j.settleVia(now, req.ViaWorker)
+	if err := j.settleVia(now, req.ViaWorker); err != nil {
+		return nil, err
+	}
 	return lease, nil
 }
 
@@ -571,14 +575,18 @@ func (j *Job) reclaim(s *Step, now time.Time) ([]Dispatch, error) {
 		if err := j.stepTo(s, StepEvFail, now, "attempts exhausted"); err != nil {
 			return nil, err
 		}
-		j.settle(now)
+		if err := j.settle(now); err != nil {
+			return nil, err
+		}
 		return nil, nil
 	}
 	if err := j.stepTo(s, StepEvRequeue, now, ""); err != nil {
 		return nil, err
 	}
 	s.ReadyAt = &now
-	j.settle(now)
+	if err := j.settle(now); err != nil {
+		return nil, err
+	}
 	return []Dispatch{{Step: s}}, nil
 }
 
@@ -629,7 +637,9 @@ func (j *Job) Heartbeat(stepID, leaseID string, extend time.Duration, now time.T
 	if d := s.Lease.Deadline; d != nil && d.Before(s.Lease.ExpiresAt) {
 		s.Lease.ExpiresAt = *d // timeout_seconds bounds the attempt, heartbeats or not
 	}
-	j.settle(now)
+	if err := j.settle(now); err != nil {
+		return nil, err
+	}
 	return s.Lease, nil
 }
 
@@ -670,7 +680,9 @@ func (j *Job) complete(stepID, leaseID string, output json.RawMessage, ref *Data
 	if err != nil {
 		return nil, err
 	}
-	j.settle(now)
+	if err := j.settle(now); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
@@ -785,7 +797,9 @@ func (j *Job) fail(s *Step, f Failure, now time.Time, rng *rand.Rand) ([]Dispatc
 		if err != nil {
 			return nil, err
 		}
-		j.settle(now)
+		if err := j.settle(now); err != nil {
+			return nil, err
+		}
 		return out, nil
 	default:
 		steps = []StepEvent{StepEvFailFatal, StepEvFail}
@@ -795,7 +809,9 @@ func (j *Job) fail(s *Step, f Failure, now time.Time, rng *rand.Rand) ([]Dispatc
 			return nil, err
 		}
 	}
-	j.settle(now)
+	if err := j.settle(now); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
@@ -818,7 +834,9 @@ func (j *Job) Approve(stepID string, d Decision, now time.Time) ([]Dispatch, boo
 	if err != nil {
 		return nil, false, err
 	}
-	j.settle(now)
+	if err := j.settle(now); err != nil {
+		return nil, false, err
+	}
 	return out, true, nil
 }
 
@@ -835,7 +853,9 @@ func (j *Job) Reject(stepID string, d Decision, now time.Time) (bool, error) {
 	}
 	s.Decision, s.Deadline = &d, nil
 	s.Error = &StepError{Class: ClassFatal, Message: Truncate(d.describe(), MaxErrorMessageBytes)}
-	j.settle(now)
+	if err := j.settle(now); err != nil {
+		return false, err
+	}
 	return true, nil
 }
 
@@ -894,7 +914,9 @@ func (j *Job) Resume(stepID string, input json.RawMessage, now time.Time) ([]Dis
 		return nil, err
 	}
 	s.UserInput, s.Prompt, s.ReadyAt = input, "", &now
-	j.settle(now)
+	if err := j.settle(now); err != nil {
+		return nil, err
+	}
 	return []Dispatch{{Step: s}}, nil
 }
 
@@ -913,12 +935,18 @@ func (j *Job) Cancel(now time.Time) (bool, error) {
 	}
 	// A job backing off (RETRYING) is requeued and cancelled, as the
 	// formal machine cancels only from where it allows it.
-	for _, ev := range jobPath(j.State, JobCancelled, false) {
+	path, ok := settlePath(j.State, JobCancelled, false)
+	if !ok {
+		return false, &IllegalTransitionError{Kind: "job", ID: j.ID, From: string(j.State), Event: string(JobEvCancelled)}
+	}
+	for _, ev := range path {
 		if err := j.jobTo(ev, now, ""); err != nil {
 			return false, err
 		}
 	}
-	j.settle(now)
+	if err := j.settle(now); err != nil {
+		return false, err
+	}
 	return true, nil
 }
 
@@ -948,13 +976,16 @@ func (j *Job) cancelOpen(now time.Time, detail string) error {
 
 // Redispatched notes that the sweep sent step's message again, so the next
 // sweep waits twice as long before doing it again.
-func (j *Job) Redispatched(s *Step, now time.Time) {
+func (j *Job) Redispatched(s *Step, now time.Time) error {
 	s.Redispatches++
 	if s.State.leasable() && (s.ReadyAt == nil || s.ReadyAt.Before(now)) {
 		s.ReadyAt = &now
 	}
-	j.settle(now)
+	if err := j.settle(now); err != nil {
+		return err
+	}
 	j.Resweep()
+	return nil
 }
 
 // Resweep sets the due time to when the job next needs the sweep, later
@@ -1035,11 +1066,13 @@ func Truncate(s string, limit int) string {
 	return s[:cut] + note
 }
 
-// settle moves the job to the state its steps imply, through the job table,
-// and recomputes when the sweep must next look at it.
-func (j *Job) settle(now time.Time) { j.settleVia(now, false) }
+// settle moves the job to the state its steps imply, by the job events
+// settlePaths declares for that change, and recomputes when the sweep must
+// next look at it. An error is a bug (the step transitions that got here
+// were legal): the caller's change is refused, not half written.
+func (j *Job) settle(now time.Time) error { return j.settleVia(now, false) }
 
-func (j *Job) settleVia(now time.Time, viaWorker bool) {
+func (j *Job) settleVia(now time.Time, viaWorker bool) error {
 	j.UpdatedAt = now
 	if !j.State.Terminal() {
 		want := j.impliedState()
@@ -1056,18 +1089,20 @@ func (j *Job) settleVia(now time.Time, viaWorker bool) {
 			// A failed step fails the job: the steps that can no longer run
 			// end now, and running siblings are fenced.
 			if err := j.cancelOpen(now, detail); err != nil {
-				panic(fmt.Sprintf("job %s: %v", j.ID, err))
+				return err
 			}
 		}
-		// The step transitions that got here were legal, so a path of job
-		// events is too; none is a bug in the table.
-		for _, ev := range jobPath(j.State, want, viaWorker) {
+		path, ok := settlePath(j.State, want, viaWorker)
+		if !ok {
+			return &IllegalTransitionError{Kind: "job", ID: j.ID, From: string(j.State), Event: "settle to " + string(want)}
+		}
+		for _, ev := range path {
 			why := ""
 			if ev == JobEvFailed && j.Error != nil {
 				why = j.Error.Message
 			}
 			if err := j.jobTo(ev, now, why); err != nil {
-				panic(fmt.Sprintf("job %s: %v", j.ID, err))
+				return err
 			}
 		}
 	}
@@ -1091,6 +1126,7 @@ func (j *Job) settleVia(now time.Time, viaWorker bool) {
 	case j.DueAt == nil || want.Before(*j.DueAt):
 		j.DueAt = want
 	}
+	return nil
 }
 
 // impliedState is the job state the steps imply: FAILED once a step
@@ -1151,53 +1187,6 @@ func (j *Job) parks(s *Step, now time.Time) bool {
 		at = s.Deadline
 	}
 	return at == nil || at.Sub(now) > time.Duration(j.ParkAfterSeconds)*time.Second
-}
-
-// settleEvents are the job events a path may take, in the order it
-// prefers them. Running comes last: a path passes through RUNNING (the
-// formal machine's own way into Waiting, or out of Queued to an end) only
-// when no other way of the same length exists.
-var settleEvents = []JobEvent{JobEvCompleted, JobEvFailed, JobEvWaiting, JobEvParked, JobEvRetrying, JobEvRequeued, JobEvWaitCompleted, JobEvCancelled}
-
-// jobPath answers the job events that take a job from one state to
-// another, all written in the same change: the direct one when the table
-// has it, else the shortest way through it, as the formal machine would
-// go (QUEUED to WAITING by job_running then job_waiting; WAITING to
-// RUNNING by wait_completed then job_running; PARKED to COMPLETED by
-// wait_completed, job_running, job_completed; RETRYING to CANCELLED by
-// job_requeued then job_cancelled).
-func jobPath(from, to JobState, viaWorker bool) []JobEvent {
-	if from == to {
-		return nil
-	}
-	run := JobEvRunning
-	if viaWorker {
-		run = JobEvLeased
-	}
-	events := append(slices.Clone(settleEvents), run)
-	type node struct {
-		state JobState
-		path  []JobEvent
-	}
-	seen := map[JobState]bool{from: true}
-	queue := []node{{from, nil}}
-	for len(queue) > 0 {
-		n := queue[0]
-		queue = queue[1:]
-		for _, ev := range events {
-			next, err := NextJobState(n.state, ev)
-			if err != nil || seen[next] {
-				continue
-			}
-			path := append(slices.Clone(n.path), ev)
-			if next == to {
-				return path
-			}
-			seen[next] = true
-			queue = append(queue, node{next, path})
-		}
-	}
-	return []JobEvent{JobEvent("to_" + string(to))} // refused by jobTo: a bug in the table
 }
 
 // due answers when the sweep must look at the job: a runnable step whose

@@ -788,7 +788,7 @@ func TestSweepRedispatchAfterGrace(t *testing.T) {
 	wait := DispatchGrace
 	for i := 1; i <= 8; i++ {
 		n := len(j.Events)
-		j.Redispatched(s, now)
+		require.NoError(t, j.Redispatched(s, now))
 		replayOK(t, j)
 		require.Len(t, j.Events, n, "a re-dispatch logs nothing")
 		require.Equal(t, i, s.Redispatches)
@@ -843,7 +843,7 @@ func TestSweepRetryingStepWaitsForBackoff(t *testing.T) {
 	require.True(t, redispatch)
 
 	// A re-dispatch before the backoff ends keeps ReadyAt.
-	j.Redispatched(s, at(time.Minute))
+	require.NoError(t, j.Redispatched(s, at(time.Minute)))
 	replayOK(t, j)
 	require.Equal(t, &ready, s.ReadyAt)
 	requireDue(t, j, ready.Add(2*DispatchGrace))

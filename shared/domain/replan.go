@@ -332,6 +332,8 @@ func (j *Job) Redrive(now time.Time) ([]Dispatch, error) {
 		// Run again, it would fail at once for the same reason.
 		return nil, &Error{Code: CodeConflict, Message: "a redrive would leave no step that can run: " + why}
 	}
-	j.settle(now)
+	if err := j.settle(now); err != nil {
+		return nil, err
+	}
 	return out, nil
 }

@@ -72,8 +72,7 @@ func (j *Job) expireResourceWait(s *Step, now time.Time) error {
 	}
 	s.Error = &StepError{Class: ClassResource, Message: Truncate(msg, MaxErrorMessageBytes)}
 	s.ResourceWait, s.ReadyAt, s.Redispatches = nil, nil, 0
-	j.settle(now)
-	return nil
+	return j.settle(now)
 }
 
 // resourceWaitMessage says what a step waited for and on what.
@@ -145,12 +144,14 @@ func (j *Job) stalled() string {
 // again, and reports whether it did: the sweep asks of every job it
 // visits, for one stored stalled before this check was made at every
 // write.
-func (j *Job) FailStalled(now time.Time) bool {
+func (j *Job) FailStalled(now time.Time) (bool, error) {
 	if j.stalled() == "" {
-		return false
+		return false, nil
 	}
-	j.settle(now)
-	return true
+	if err := j.settle(now); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // failedStepError answers the job's error when a step failed it.

@@ -177,16 +177,20 @@ func TestWriteThatLeavesNoStepRunnableFailsTheJob(t *testing.T) {
 func TestFailStalledFailsOnlyAJobNoStepOfCanRun(t *testing.T) {
 	t.Parallel()
 	j, _ := cycled(t)
-	require.False(t, j.FailStalled(at(time.Second)), "a still runs")
+	failed, err := j.FailStalled(at(time.Second))
+	require.NoError(t, err)
+	require.False(t, failed, "a still runs")
 
 	parked := newJob(t, `{"steps":[{"id":"w","action":{"type":"wait","signal":"go"}},{"id":"x","action":{"type":"pass"}}]}`)
 	require.Equal(t, JobParked, parked.State)
-	require.False(t, parked.FailStalled(at(time.Second)))
+	failed, err = parked.FailStalled(at(time.Second))
+	require.NoError(t, err)
+	require.False(t, failed)
 
 	// Stored stalled: b's dependency on the replaced r was never rewired.
 	st := newJob(t, `{"steps":[{"id":"r","action":{"type":"worker"}},{"id":"b","action":{"type":"worker"},"depends_on":["r"]}]}`)
 	l := mustLease(t, st, "r", viaWorker("w", "n1"), t0)
-	_, err := st.Fail("r", l.ID, Failure{Class: ClassReplan, Message: "split", Steps: []StepSpec{{ID: "r2", Action: ActionSpec{Type: ActionPass}}}}, at(time.Second), nil)
+	_, err = st.Fail("r", l.ID, Failure{Class: ClassReplan, Message: "split", Steps: []StepSpec{{ID: "r2", Action: ActionSpec{Type: ActionPass}}}}, at(time.Second), nil)
 	require.NoError(t, err)
 	replayOK(t, st)
 	require.Equal(t, []string{"r2"}, st.Steps[1].Spec.DependsOn, "rewired")
@@ -194,7 +198,9 @@ func TestFailStalledFailsOnlyAJobNoStepOfCanRun(t *testing.T) {
 	st.Steps[2].State, st.Steps[2].ReadyAt = StepCancelled, nil
 	st.Events = append(st.Events, Event{Seq: len(st.Events) + 1, Type: "step_cancelled", Step: "r2", At: at(time.Second)})
 	replayOK(t, st)
-	require.True(t, st.FailStalled(at(2*time.Second)))
+	failed, err = st.FailStalled(at(2 * time.Second))
+	require.NoError(t, err)
+	require.True(t, failed)
 	replayOK(t, st)
 	require.Equal(t, JobFailed, st.State)
 	require.True(t, strings.HasPrefix(st.Error.Message, "no step can ever run again: b waits on r (FAILED)"), st.Error.Message)

@@ -182,6 +182,86 @@ func widen(table []Transition[JobState, JobEvent], ws []JobWidening) []Transitio
 	return out
 }
 
+// jobMove is a change of job state, from one state to another.
+type jobMove struct{ from, to JobState }
+
+// jobEvRun stands in a settle path for the event that starts the job
+// running: job_leased when a worker took the lease, job_running otherwise.
+const jobEvRun JobEvent = "(run)"
+
+// settlePaths are the job events settle writes, all in one change, to take
+// a job from an unfinished state to the state its steps imply: the direct
+// event where the table has one, else the shortest way through it, as the
+// formal machine would go, through RUNNING only when no other way as short
+// exists. They are data, not a search: a test walks each through the job
+// table and holds them to every pair the table can reach. A finished job
+// is never settled, so none starts at one.
+var settlePaths = map[jobMove][]JobEvent{
+	{JobQueued, JobRunning}:   {jobEvRun},
+	{JobQueued, JobWaiting}:   {jobEvRun, JobEvWaiting},
+	{JobQueued, JobParked}:    {jobEvRun, JobEvWaiting, JobEvParked},
+	{JobQueued, JobRetrying}:  {jobEvRun, JobEvRetrying},
+	{JobQueued, JobCompleted}: {jobEvRun, JobEvCompleted},
+	{JobQueued, JobFailed}:    {jobEvRun, JobEvFailed},
+	{JobQueued, JobCancelled}: {JobEvCancelled},
+
+	{JobRunning, JobQueued}:    {JobEvRequeued},
+	{JobRunning, JobWaiting}:   {JobEvWaiting},
+	{JobRunning, JobParked}:    {JobEvWaiting, JobEvParked},
+	{JobRunning, JobRetrying}:  {JobEvRetrying},
+	{JobRunning, JobCompleted}: {JobEvCompleted},
+	{JobRunning, JobFailed}:    {JobEvFailed},
+	{JobRunning, JobCancelled}: {JobEvCancelled},
+
+	{JobWaiting, JobQueued}:    {JobEvWaitCompleted},
+	{JobWaiting, JobRunning}:   {JobEvWaitCompleted, jobEvRun},
+	{JobWaiting, JobParked}:    {JobEvParked},
+	{JobWaiting, JobRetrying}:  {JobEvWaitCompleted, jobEvRun, JobEvRetrying},
+	{JobWaiting, JobCompleted}: {JobEvCompleted},
+	{JobWaiting, JobFailed}:    {JobEvFailed},
+	{JobWaiting, JobCancelled}: {JobEvCancelled},
+
+	{JobParked, JobQueued}:    {JobEvWaitCompleted},
+	{JobParked, JobRunning}:   {JobEvWaitCompleted, jobEvRun},
+	{JobParked, JobWaiting}:   {JobEvWaitCompleted, jobEvRun, JobEvWaiting},
+	{JobParked, JobRetrying}:  {JobEvWaitCompleted, jobEvRun, JobEvRetrying},
+	{JobParked, JobCompleted}: {JobEvWaitCompleted, jobEvRun, JobEvCompleted},
+	{JobParked, JobFailed}:    {JobEvWaitCompleted, jobEvRun, JobEvFailed},
+	{JobParked, JobCancelled}: {JobEvCancelled},
+
+	{JobRetrying, JobQueued}:    {JobEvRequeued},
+	{JobRetrying, JobRunning}:   {jobEvRun},
+	{JobRetrying, JobWaiting}:   {jobEvRun, JobEvWaiting},
+	{JobRetrying, JobParked}:    {jobEvRun, JobEvWaiting, JobEvParked},
+	{JobRetrying, JobCompleted}: {jobEvRun, JobEvCompleted},
+	{JobRetrying, JobFailed}:    {jobEvRun, JobEvFailed},
+	{JobRetrying, JobCancelled}: {JobEvRequeued, JobEvCancelled},
+}
+
+// settlePath answers the job events that take a job from one state to
+// another (none when they are the same), and false when settlePaths has
+// no way.
+func settlePath(from, to JobState, viaWorker bool) ([]JobEvent, bool) {
+	if from == to {
+		return nil, true
+	}
+	path, ok := settlePaths[jobMove{from, to}]
+	if !ok {
+		return nil, false
+	}
+	run := JobEvRunning
+	if viaWorker {
+		run = JobEvLeased
+	}
+	out := slices.Clone(path)
+	for i, ev := range out {
+		if ev == jobEvRun {
+			out[i] = run
+		}
+	}
+	return out, true
+}
+
 // next looks event up in table and answers the destination from state, or
 // an *IllegalTransitionError.
 func next[S ~string, E ~string](table []Transition[S, E], kind string, state S, event E) (S, error) {

@@ -365,21 +365,106 @@ func TestJobPathsGoTheFormalWay(t *testing.T) {
 		{JobWaiting, JobCompleted, false, []JobEvent{JobEvCompleted}},
 		{JobRunning, JobParked, false, []JobEvent{JobEvWaiting, JobEvParked}},
 	} {
-		require.Equal(t, tc.want, jobPath(tc.from, tc.to, tc.worker), "%s to %s", tc.from, tc.to)
+		path, ok := settlePath(tc.from, tc.to, tc.worker)
+		require.True(t, ok, "%s to %s", tc.from, tc.to)
+		require.Equal(t, tc.want, path, "%s to %s", tc.from, tc.to)
 	}
-	// Every non-terminal state reaches every state a settle or a cancel may
-	// want, through the table.
-	for _, from := range []JobState{JobQueued, JobRunning, JobWaiting, JobParked, JobRetrying} {
-		for _, to := range AllJobStates() {
-			state := from
-			for _, ev := range jobPath(from, to, false) {
-				var err error
-				state, err = NextJobState(state, ev)
-				require.NoError(t, err, "%s to %s", from, to)
+}
+
+// Every declared settle path is legal in the job table and ends where it
+// says, and every non-terminal state reaches every state a settle or a
+// cancel may want. A finished job is never settled: no path starts at one.
+func TestSettlePathsWalkTheJobTable(t *testing.T) {
+	t.Parallel()
+	for move := range settlePaths {
+		require.False(t, move.from.Terminal() || move.from == JobInitial, "%s to %s: a finished job is never settled", move.from, move.to)
+		require.NotEqual(t, move.from, move.to)
+	}
+	for _, worker := range []bool{false, true} {
+		for _, from := range []JobState{JobQueued, JobRunning, JobWaiting, JobParked, JobRetrying} {
+			for _, to := range AllJobStates() {
+				path, ok := settlePath(from, to, worker)
+				require.True(t, ok, "%s to %s: settle has no path", from, to)
+				state := from
+				for _, ev := range path {
+					require.NotEqual(t, jobEvRun, ev, "%s to %s: the placeholder is replaced", from, to)
+					var err error
+					state, err = NextJobState(state, ev)
+					require.NoError(t, err, "%s to %s (worker %v)", from, to, worker)
+				}
+				require.Equal(t, to, state, "%s to %s (worker %v)", from, to, worker)
 			}
-			require.Equal(t, to, state, "%s to %s", from, to)
 		}
 	}
+}
+
+// The declared paths are exactly the ones settle found by searching the job
+// table before they were written out, so stored event logs read as they
+// did: the search is kept here as the oracle. Where the table has no way,
+// there is no declared path either; a terminal state has none at all.
+func TestSettlePathsAreTheSearchedOnes(t *testing.T) {
+	t.Parallel()
+	declared := 0
+	for _, worker := range []bool{false, true} {
+		for _, from := range append([]JobState{JobInitial}, AllJobStates()...) {
+			for _, to := range AllJobStates() {
+				want, reachable := searchJobPath(from, to, worker)
+				got, ok := settlePath(from, to, worker)
+				if !reachable {
+					require.False(t, ok, "%s to %s: the table has no way, so settle has none", from, to)
+					continue
+				}
+				if from.Terminal() || from == JobInitial {
+					require.Equal(t, from == to, ok, "%s to %s: a finished job is never settled", from, to)
+					continue
+				}
+				require.True(t, ok, "%s to %s", from, to)
+				require.Equal(t, want, got, "%s to %s (worker %v)", from, to, worker)
+				if from != to && !worker {
+					declared++
+				}
+			}
+		}
+	}
+	require.Len(t, settlePaths, declared, "a declared path no settle can take")
+}
+
+// searchJobPath is how settle found its job events before settlePaths: the
+// shortest way through the job table, trying the job events in this order
+// and the one that starts the job running last, so a path passes through RUNNING
+// only when no other way of the same length exists.
+func searchJobPath(from, to JobState, viaWorker bool) ([]JobEvent, bool) {
+	if from == to {
+		return nil, true
+	}
+	run := JobEvRunning
+	if viaWorker {
+		run = JobEvLeased
+	}
+	events := []JobEvent{JobEvCompleted, JobEvFailed, JobEvWaiting, JobEvParked, JobEvRetrying, JobEvRequeued, JobEvWaitCompleted, JobEvCancelled, run}
+	type node struct {
+		state JobState
+		path  []JobEvent
+	}
+	seen := map[JobState]bool{from: true}
+	queue := []node{{from, nil}}
+	for len(queue) > 0 {
+		n := queue[0]
+		queue = queue[1:]
+		for _, ev := range events {
+			next, err := NextJobState(n.state, ev)
+			if err != nil || seen[next] {
+				continue
+			}
+			path := append(slices.Clone(n.path), ev)
+			if next == to {
+				return path, true
+			}
+			seen[next] = true
+			queue = append(queue, node{next, path})
+		}
+	}
+	return nil, false
 }
 
 func TestStepEventTypes(t *testing.T) {

@@ -141,7 +141,9 @@ func (j *Job) Fire(stepID string, now time.Time) ([]Dispatch, error) {
 		if err != nil {
 			return nil, err
 		}
-		j.settle(now)
+		if err := j.settle(now); err != nil {
+			return nil, err
+		}
 		return out, nil
 	case s.timer() == nil:
 		return nil, stale
@@ -152,7 +154,9 @@ func (j *Job) Fire(stepID string, now time.Time) ([]Dispatch, error) {
 		if err != nil {
 			return nil, err
 		}
-		j.settle(now)
+		if err := j.settle(now); err != nil {
+			return nil, err
+		}
 		return out, nil
 	case s.State == StepWaiting:
 		msg := fmt.Sprintf("wait timed out: no signal %q within timeout_seconds (%d)", s.Spec.Action.Signal, s.Spec.Action.TimeoutSeconds)
@@ -197,8 +201,7 @@ func (j *Job) timeOut(s *Step, msg string, now time.Time) error {
 		}
 	}
 	s.Error, s.Deadline, s.WakeAt, s.Parked = &StepError{Class: ClassTimeout, Message: msg}, nil, nil, false
-	j.settle(now)
-	return nil
+	return j.settle(now)
 }
 
 // SignalRequest is a signal as a client sends it.
@@ -291,7 +294,9 @@ func (j *Job) Deliver(r SignalRequest, now time.Time) ([]Dispatch, SignalOutcome
 			if err != nil {
 				return nil, SignalOutcome{}, err
 			}
-			j.settle(now)
+			if err := j.settle(now); err != nil {
+				return nil, SignalOutcome{}, err
+			}
 			return out, SignalOutcome{Outcome: SignalDelivered, Step: s.ID(), Reason: "step " + s.ID() + " was waiting for it"}, nil
 		}
 	}
@@ -314,7 +319,9 @@ func (j *Job) Deliver(r SignalRequest, now time.Time) ([]Dispatch, SignalOutcome
 	}
 	j.Signals = append(j.Signals, Signal{Name: r.Name, Payload: r.Payload, ID: r.ID, Request: r.Request, At: now})
 	j.log(NoteSignalReceived, "", 0, r.Name+": kept until a wait for it is reached", now)
-	j.settle(now)
+	if err := j.settle(now); err != nil {
+		return nil, SignalOutcome{}, err
+	}
 	return nil, SignalOutcome{Outcome: SignalKept, Reason: "no wait for it is reached yet; the first to be reached takes it"}, nil
 }
 

@@ -150,7 +150,9 @@ func (e *Engine) sweepJob(ctx context.Context, tenant, id string, rep *SweepRepo
 				ds = append(ds, more...)
 				reclaimed++
 			case redispatch:
-				j.Redispatched(s, now)
+				if err := j.Redispatched(s, now); err != nil {
+					return err
+				}
 				delay := time.Duration(0)
 				if s.ReadyAt != nil && s.ReadyAt.After(now) {
 					delay = s.ReadyAt.Sub(now)
@@ -159,7 +161,10 @@ func (e *Engine) sweepJob(ctx context.Context, tenant, id string, rep *SweepRepo
 				redispatched++
 			}
 		}
-		stalled := j.FailStalled(now) // one stored stalled before every write checked
+		stalled, err := j.FailStalled(now) // one stored stalled before every write checked
+		if err != nil {
+			return err
+		}
 		moved := j.Resweep()
 		if len(ds) == 0 && reclaimed == 0 && expired == 0 && !moved && !stalled {
 			return errNoChange // the index was behind the item; nothing is due

@@ -430,7 +430,7 @@ func (r *Runner) poll(ctx context.Context, fn string, src bootstrap.SQSSource, i
 	wg.Go(func() { r.receive(ctx, fn, src, buf) })
 	wg.Go(func() { r.keepHidden(ctx, fn, src, buf) })
 	// ScalingConfig.MaximumConcurrency caps the mapping as it does on
-	// Lambda (fitted to the machine by caps); it is what keeps a P2
+	// Lambda (fitted to the machine by MappingInvocations); it keeps a P2
 	// backlog from taking every invocation.
 	sem := make(chan struct{}, invocations)
 	for {

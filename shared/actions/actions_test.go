@@ -29,22 +29,22 @@ func TestBuiltinActions(t *testing.T) {
 	require.Nil(t, f)
 	require.JSONEq(t, `{"a":1}`, string(out))
 
-	_, f = r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionFail, Class: "resource"}}})
+	_, f = r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionFail, FailAction: domain.FailAction{Class: "resource"}}}})
 	require.Equal(t, domain.ClassResource, f.Class)
 	require.NotEmpty(t, f.Message)
 
 	replan := []domain.StepSpec{{ID: "x", Action: domain.ActionSpec{Type: domain.ActionPass}}}
-	_, f = r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionFail, Class: "replan", Steps: replan}}})
+	_, f = r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionFail, FailAction: domain.FailAction{Class: "replan", Steps: replan}}}})
 	require.Equal(t, domain.ClassReplan, f.Class)
 	require.Equal(t, replan, f.Steps)
 
-	_, f = r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionFail, Class: "needs_user", Prompt: "which box?"}}})
+	_, f = r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionFail, FailAction: domain.FailAction{Class: "needs_user", Prompt: "which box?"}}}})
 	require.Equal(t, domain.ClassNeedsUser, f.Class)
 	require.Equal(t, "which box?", f.Prompt)
 
 	// Sleeps, waits and gates are timers and people: never run.
 	for _, typ := range []string{domain.ActionSleep, domain.ActionWait, domain.ActionApproval} {
-		_, f = r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSpec{Type: typ, Seconds: seconds(1)}}, Input: in})
+		_, f = r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSpec{Type: typ, SleepAction: domain.SleepAction{Seconds: seconds(1)}}}, Input: in})
 		require.Equal(t, domain.ClassFatal, f.Class, typ)
 	}
 }
@@ -56,7 +56,7 @@ func TestActionPastItsTimeoutIsATimeout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
 	r := &actions.Runner{Guard: allow(t, "127.0.0.1/32")}
-	_, f := r.Run(ctx, engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionHTTP, URL: srv.URL}, TimeoutSeconds: 1}})
+	_, f := r.Run(ctx, engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionHTTP, HTTPAction: domain.HTTPAction{URL: srv.URL}}, TimeoutSeconds: 1}})
 	require.NotNil(t, f)
 	require.Equal(t, domain.ClassTimeout, f.Class)
 }
@@ -99,7 +99,7 @@ func TestHTTPAction(t *testing.T) {
 	r := &actions.Runner{Guard: allow(t, "127.0.0.1/32")} // the test server, on loopback
 	call := func(path string) (json.RawMessage, *domain.Failure) {
 		return r.Run(context.Background(), engine.ActionCall{
-			Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionHTTP, URL: srv.URL + path}}, Input: json.RawMessage(`{"x":2}`), IdempotencyKey: "job/step/1",
+			Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionHTTP, HTTPAction: domain.HTTPAction{URL: srv.URL + path}}}, Input: json.RawMessage(`{"x":2}`), IdempotencyKey: "job/step/1",
 		})
 	}
 
@@ -138,7 +138,7 @@ func TestHTTPAction(t *testing.T) {
 	// A connection refused is class network: the far end may come back.
 	closed := httptest.NewServer(http.NotFoundHandler())
 	closed.Close()
-	_, f = r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionHTTP, URL: closed.URL}}, Input: json.RawMessage(`{}`)})
+	_, f = r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionHTTP, HTTPAction: domain.HTTPAction{URL: closed.URL}}}, Input: json.RawMessage(`{}`)})
 	require.Equal(t, domain.ClassNetwork, f.Class)
 }
 

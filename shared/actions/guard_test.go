@@ -29,7 +29,7 @@ func allow(t *testing.T, s string) netguard.Policy {
 
 func post(r *actions.Runner, url string) (json.RawMessage, *domain.Failure) {
 	return r.Run(context.Background(), engine.ActionCall{
-		Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionHTTP, URL: url}}, Input: json.RawMessage(`{"x":1}`), IdempotencyKey: "j/s/1",
+		Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionHTTP, HTTPAction: domain.HTTPAction{URL: url}}}, Input: json.RawMessage(`{"x":1}`), IdempotencyKey: "j/s/1",
 	})
 }
 

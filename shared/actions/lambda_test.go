@@ -105,7 +105,7 @@ func lambdaClient(endpoint string) *lambda.Client {
 
 func (s *lambdaSetup) invoke(ctx context.Context, function, qualifier string) (json.RawMessage, *domain.Failure) {
 	return s.runner.Run(ctx, engine.ActionCall{
-		Spec:  domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionLambda, Function: function, Qualifier: qualifier}, TimeoutSeconds: 5},
+		Spec:  domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionLambda, LambdaAction: domain.LambdaAction{Function: function, Qualifier: qualifier}}, TimeoutSeconds: 5},
 		Input: json.RawMessage(`{"x":2}`), IdempotencyKey: "job/step/1", Tenant: "acme",
 	})
 }
@@ -187,12 +187,12 @@ func TestLambdaActionWithoutAnswer(t *testing.T) {
 	closed := httptest.NewServer(http.NotFoundHandler())
 	closed.Close()
 	r := &actions.Runner{Lambda: lambdaClient(closed.URL)}
-	_, f = r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionLambda, Function: "echo"}}, Input: json.RawMessage(`{}`)})
+	_, f = r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionLambda, LambdaAction: domain.LambdaAction{Function: "echo"}}}, Input: json.RawMessage(`{}`)})
 	require.Equal(t, domain.ClassNetwork, f.Class)
 	require.Contains(t, f.Message, "lambda echo: no answer")
 
 	// No client configured: fatal, saying how to configure one.
-	_, f = (&actions.Runner{}).Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionLambda, Function: "echo"}}, Input: json.RawMessage(`{}`)})
+	_, f = (&actions.Runner{}).Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionLambda, LambdaAction: domain.LambdaAction{Function: "echo"}}}, Input: json.RawMessage(`{}`)})
 	require.Equal(t, domain.ClassFatal, f.Class)
 	require.Contains(t, f.Message, "no Lambda client")
 }

@@ -61,7 +61,7 @@ func TestEngineWiresTheLambdaClient(t *testing.T) {
 	e := config.Engine(s, config.ClientsFrom(cfg), nil)
 
 	out, f := e.Runner.Run(context.Background(), engine.ActionCall{
-		Spec:  domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionLambda, Function: "stepflow-fn-echo"}, TimeoutSeconds: 5},
+		Spec:  domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionLambda, LambdaAction: domain.LambdaAction{Function: "stepflow-fn-echo"}}, TimeoutSeconds: 5},
 		Input: json.RawMessage(`{"a":1}`),
 	})
 	require.Nil(t, f)

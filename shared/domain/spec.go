@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"reflect"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 
@@ -29,33 +27,6 @@ const (
 	// deadline of an approval gate or a wait: a year.
 	MaxWaitSeconds = 365 * 24 * 3600
 )
-
-// Action types the engine knows.
-const (
-	ActionPass   = "pass"
-	ActionSleep  = "sleep" // durable: no function runs while it sleeps
-	ActionFail   = "fail"
-	ActionHTTP   = "http"
-	ActionWorker = "worker"
-	// ActionApproval is a gate a person opens: no executor ever runs it.
-	ActionApproval = "approval"
-	// ActionWait holds its job until a signal of its name arrives.
-	ActionWait = "wait"
-	// ActionLambda invokes an AWS Lambda function with the step's input.
-	ActionLambda = "lambda"
-)
-
-// Actions lists the known action types.
-func Actions() []string {
-	return []string{ActionPass, ActionSleep, ActionFail, ActionHTTP, ActionWorker, ActionApproval, ActionWait, ActionLambda}
-}
-
-// Executed reports whether an executor runs steps of action type t: the
-// built-in one or a worker. Sleeps, waits and approval gates are decided
-// by time, signals and people alone.
-func Executed(t string) bool {
-	return t != ActionSleep && t != ActionWait && t != ActionApproval
-}
 
 // FailureClass is how an attempt failed; it picks the next step state.
 type FailureClass string
@@ -140,25 +111,22 @@ type StepSpec struct {
 	ResourceWaitSeconds int `json:"resource_wait_seconds,omitempty"`
 }
 
-// ActionSpec is a step's action: its type and that type's parameters. Each
-// type accepts exactly its own; any other answers 400 naming it.
+// ActionSpec is a step's action: its type and that type's parameters,
+// flat in one JSON object. Each type accepts exactly its own; any other
+// answers 400 naming it. Each embedded struct is an action type
+// (action_<type>.go), in the order Actions() lists them, or parameters
+// some types share: embedding a type's struct here registers it.
 type ActionSpec struct {
-	Type    string   `json:"type"`
-	Seconds *float64 `json:"seconds,omitempty"` // sleep
-	Class   string   `json:"class,omitempty"`   // fail
-	Message string   `json:"message,omitempty"` // fail
-	Prompt  string   `json:"prompt,omitempty"`  // fail with class needs_user
-	// Steps are what a fail with class replan puts in the step's place.
-	Steps        []StepSpec `json:"steps,omitempty"`
-	URL          string     `json:"url,omitempty"`           // http
-	Queue        string     `json:"queue,omitempty"`         // worker
-	LeaseSeconds int        `json:"lease_seconds,omitempty"` // worker
-	Signal       string     `json:"signal,omitempty"`        // wait
-	Function     string     `json:"function,omitempty"`      // lambda: name, name:alias or ARN
-	Qualifier    string     `json:"qualifier,omitempty"`     // lambda: version or alias
-	// TimeoutSeconds is the deadline of an approval gate or a wait; none
-	// waits for ever.
-	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
+	Type string `json:"type"`
+	PassAction
+	SleepAction
+	FailAction
+	HTTPAction
+	WorkerAction
+	ApprovalAction
+	WaitAction
+	LambdaAction
+	ActionDeadline
 }
 
 var (
@@ -306,120 +274,59 @@ func (s *JobSpec) DAG() bool {
 func (st *StepSpec) validate(field, jobQueue string) error {
 	a := &st.Action
 	af := field + ".action"
-	only := func(name string, set bool, types ...string) error {
-		if set && !slices.Contains(types, a.Type) {
-			return Invalid(af+"."+name, "does not apply to action type %q", a.Type)
-		}
-		return nil
+	if err := actionTypes.checkApplies(a, af); err != nil {
+		return err
 	}
-	for _, check := range []error{
-		only("seconds", a.Seconds != nil, ActionSleep),
-		only("class", a.Class != "", ActionFail),
-		only("message", a.Message != "", ActionFail),
-		only("prompt", a.Prompt != "", ActionFail),
-		only("steps", a.Steps != nil, ActionFail),
-		only("url", a.URL != "", ActionHTTP),
-		only("queue", a.Queue != "", ActionWorker),
-		only("lease_seconds", a.LeaseSeconds != 0, ActionWorker),
-		only("signal", a.Signal != "", ActionWait),
-		only("function", a.Function != "", ActionLambda),
-		only("qualifier", a.Qualifier != "", ActionLambda),
-		only("timeout_seconds", a.TimeoutSeconds != 0, ActionApproval, ActionWait),
-	} {
-		if check != nil {
-			return check
-		}
-	}
-	if !Executed(a.Type) {
-		// Nothing runs it, so nothing of an attempt applies.
-		if st.TimeoutSeconds != 0 {
-			hint := ""
-			if a.Type != ActionSleep {
-				hint = " (its deadline is action.timeout_seconds)"
-			}
-			return Invalid(field+".timeout_seconds", "does not apply to action type %q: no executor runs it%s", a.Type, hint)
-		}
-		if st.Retry != nil {
-			return Invalid(field+".retry", "does not apply to action type %q: no executor runs it", a.Type)
-		}
-		if st.Requires != nil {
-			return Invalid(field+".requires", "does not apply to action type %q: no executor runs it", a.Type)
-		}
-		if st.ResourceWaitSeconds != 0 {
-			return Invalid(field+".resource_wait_seconds", "does not apply to action type %q: no executor runs it", a.Type)
-		}
-	}
-	maxTimeout := MaxBuiltinSeconds
-	switch a.Type {
-	case ActionPass:
-	case ActionSleep:
-		if a.Seconds == nil {
-			return Invalid(af+".seconds", "is required for action type sleep")
-		}
-		if *a.Seconds < 0 || *a.Seconds > MaxWaitSeconds {
-			return Invalid(af+".seconds", "must be between 0 and %d (a year)", MaxWaitSeconds)
-		}
-	case ActionFail:
-		c, err := ParseFailureClass(af+".class", a.Class)
-		if err != nil {
+	kind, known := LookupAction(a.Type)
+	if known && kind.Executor() == ExecutorNone {
+		if err := st.refuseAttemptFields(field, kind); err != nil {
 			return err
 		}
-		a.Class = string(c)
-		if a.Prompt != "" && c != ClassNeedsUser {
-			return Invalid(af+".prompt", "applies only with class needs_user")
-		}
-		if a.Steps != nil && c != ClassReplan {
-			return Invalid(af+".steps", "applies only with class replan")
-		}
-		for k := range a.Steps {
-			// What each step is; its id and dependencies are checked
-			// against the job it joins (checkReplan).
-			if err := a.Steps[k].validate(fmt.Sprintf("%s.steps[%d]", af, k), jobQueue); err != nil {
-				return err
-			}
-		}
-	case ActionHTTP:
-		u, err := url.Parse(a.URL)
-		if a.URL == "" {
-			return Invalid(af+".url", "is required for action type http")
-		}
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return Invalid(af+".url", "must be an absolute http or https URL")
-		}
-	case ActionLambda:
-		if err := a.validateLambda(af); err != nil {
-			return err
-		}
-	case ActionApproval, ActionWait:
-		if a.TimeoutSeconds < 0 || a.TimeoutSeconds > MaxWaitSeconds {
-			return Invalid(af+".timeout_seconds", "must be between 1 and %d (a year), or left out for no deadline", MaxWaitSeconds)
-		}
-		if a.Type == ActionWait && !namePattern.MatchString(a.Signal) {
-			return Invalid(af+".signal", "is required for action type wait and must match %s", namePattern)
-		}
-	case ActionWorker:
-		if a.Queue == "" {
-			a.Queue = jobQueue
-		} else if !namePattern.MatchString(a.Queue) {
-			return Invalid(af+".queue", "must match %s", namePattern)
-		}
-		if a.LeaseSeconds == 0 {
-			a.LeaseSeconds = DefaultLeaseSecs
-		} else if a.LeaseSeconds < 1 || a.LeaseSeconds > MaxLeaseSeconds {
-			return Invalid(af+".lease_seconds", "must be between 1 and %d", MaxLeaseSeconds)
-		}
-		maxTimeout = MaxLeaseSeconds
-	case "":
-		return Invalid(af+".type", "is required: one of %s", strings.Join(Actions(), ", "))
-	default:
-		return Invalid(af+".type", "%q is not one of %s", a.Type, strings.Join(Actions(), ", "))
 	}
-	if !Executed(a.Type) {
+	if !known {
+		return unknownAction(af, a.Type)
+	}
+	if err := kind.Validate(a, ActionCheck{Field: af, JobQueue: jobQueue}); err != nil {
+		return err
+	}
+	if kind.Executor() == ExecutorNone {
 		p := RetryPolicy{MaxAttempts: 1}
 		_ = p.validate("")
 		st.Retry = &p
 		return nil
 	}
+	return st.validateAttempts(field, kind)
+}
+
+// refuseAttemptFields refuses what applies only to attempts in a step of
+// type kind, which nothing runs.
+func (st *StepSpec) refuseAttemptFields(field string, kind ActionKind) error {
+	t := kind.Name()
+	if st.TimeoutSeconds != 0 {
+		hint := ""
+		if actionTypes.takes[t]["timeout_seconds"] {
+			hint = " (its deadline is action.timeout_seconds)"
+		}
+		return Invalid(field+".timeout_seconds", "does not apply to action type %q: no executor runs it%s", t, hint)
+	}
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"retry", st.Retry != nil},
+		{"requires", st.Requires != nil},
+		{"resource_wait_seconds", st.ResourceWaitSeconds != 0},
+	} {
+		if f.set {
+			return Invalid(field+"."+f.name, "does not apply to action type %q: no executor runs it", t)
+		}
+	}
+	return nil
+}
+
+// validateAttempts checks, and fills the defaults of, what bounds the
+// attempts of a step an executor runs.
+func (st *StepSpec) validateAttempts(field string, kind ActionKind) error {
 	if st.Requires != nil {
 		if err := st.Requires.validate(field + ".requires"); err != nil {
 			return err
@@ -432,13 +339,15 @@ func (st *StepSpec) validate(field, jobQueue string) error {
 	case w < 1 || w > MaxWaitSeconds:
 		return Invalid(field+".resource_wait_seconds", "must be between 1 and %d (a year)", MaxWaitSeconds)
 	}
+	def, maxTimeout := DefaultTimeoutSecs, MaxBuiltinSeconds
+	if b, ok := kind.(AttemptBounds); ok {
+		def, maxTimeout = b.AttemptTimeout()
+	}
 	switch {
-	case st.TimeoutSeconds == 0 && a.Type == ActionWorker:
-		// A worker's attempt is bounded by its lease unless it sets one.
 	case st.TimeoutSeconds == 0:
-		st.TimeoutSeconds = DefaultTimeoutSecs
+		st.TimeoutSeconds = def
 	case st.TimeoutSeconds < 1 || st.TimeoutSeconds > maxTimeout:
-		return Invalid(field+".timeout_seconds", "must be between 1 and %d for action type %s", maxTimeout, a.Type)
+		return Invalid(field+".timeout_seconds", "must be between 1 and %d for action type %s", maxTimeout, kind.Name())
 	}
 	if st.Retry == nil {
 		// No policy of its own: each class by the quality platform's rules,

@@ -16,7 +16,7 @@ import (
 
 func TestDestinationOfAStep(t *testing.T) {
 	t.Parallel()
-	worker := &domain.Step{Spec: domain.StepSpec{ID: "w", Action: domain.ActionSpec{Type: domain.ActionWorker, Queue: "qa"}}}
+	worker := &domain.Step{Spec: domain.StepSpec{ID: "w", Action: domain.ActionSpec{Type: domain.ActionWorker, WorkerAction: domain.WorkerAction{Queue: "qa"}}}}
 	pass := &domain.Step{Spec: domain.StepSpec{ID: "p", Action: domain.ActionSpec{Type: domain.ActionPass}}}
 	for _, tc := range []struct {
 		priority int

@@ -292,7 +292,7 @@ func (e *Engine) wake(ctx context.Context, tenant, resource string, woken []doma
 		j := &domain.Job{Tenant: tenant, ID: w.Job, Priority: w.Priority}
 		s := &domain.Step{Spec: domain.StepSpec{ID: w.Step, Action: domain.ActionSpec{Type: domain.ActionPass}}}
 		if w.Queue != "" {
-			s.Spec.Action = domain.ActionSpec{Type: domain.ActionWorker, Queue: w.Queue}
+			s.Spec.Action = domain.ActionSpec{Type: domain.ActionWorker, WorkerAction: domain.WorkerAction{Queue: w.Queue}}
 		}
 		if err := e.Queue.Dispatch(ctx, j, Route(j, []domain.Dispatch{{Step: s, Wake: resource}})); err != nil {
 			e.Log.WarnContext(ctx, "waiter not woken; the sweep sends its step again", "job", w.Job, "step", w.Step, "err", err)

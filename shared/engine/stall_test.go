@@ -78,7 +78,7 @@ func TestSweepFailsAJobStoredWithNoStepAbleToRun(t *testing.T) {
 	ls := b.claim(t, tenantA, "q")
 	require.Len(t, ls, 1)
 	_, err := b.e.Fail(b.ctx, tenantA, ls[0].LeaseID, engine.Outcome{Class: "replan", Message: "split",
-		Steps: []domain.StepSpec{{ID: "r2", Action: domain.ActionSpec{Type: domain.ActionWorker, Queue: "q"}}}})
+		Steps: []domain.StepSpec{{ID: "r2", Action: domain.ActionSpec{Type: domain.ActionWorker, WorkerAction: domain.WorkerAction{Queue: "q"}}}}})
 	require.NoError(t, err)
 
 	// Unwire b as the old replan did, and take r2's run away: nothing can

@@ -128,7 +128,7 @@ func TestWorkerReplan(t *testing.T) {
 
 	res, err := b.e.Fail(b.ctx, tenantA, ls[0].LeaseID, engine.Outcome{Class: "replan", Message: "two halves", Steps: []domain.StepSpec{
 		{ID: "half-1", Action: domain.ActionSpec{Type: "pass"}},
-		{ID: "half-2", Action: domain.ActionSpec{Type: "worker", Queue: "q2"}},
+		{ID: "half-2", Action: domain.ActionSpec{Type: "worker", WorkerAction: domain.WorkerAction{Queue: "q2"}}},
 	}})
 	require.NoError(t, err)
 	require.Equal(t, domain.StepFailed, res.StepState)

@@ -2,6 +2,19 @@ package domain
 
 import "regexp"
 
+// ActionLambda invokes an AWS Lambda function with the step's input
+// (shared/actions runs it).
+const ActionLambda = "lambda"
+
+// LambdaAction is the lambda action type's parameters.
+type LambdaAction struct {
+	Function  string `json:"function,omitempty"`  // name, name:alias or ARN
+	Qualifier string `json:"qualifier,omitempty"` // version or alias
+}
+
+func (LambdaAction) Name() string       { return ActionLambda }
+func (LambdaAction) Executor() Executor { return ExecutorBuiltIn }
+
 // Limits Lambda's Invoke API documents for FunctionName and Qualifier.
 const (
 	maxLambdaRefLen       = 170 // a full ARN
@@ -52,7 +65,8 @@ func ParseLambdaFunction(ref string) (f LambdaFunction, ok bool) {
 	return f, true
 }
 
-func (a *ActionSpec) validateLambda(af string) error {
+func (LambdaAction) Validate(a *ActionSpec, c ActionCheck) error {
+	af := c.Field
 	if a.Function == "" {
 		return Invalid(af+".function", "is required for action type lambda: a function name, name:alias, or its (partial) ARN")
 	}

@@ -1,0 +1,28 @@
+package domain
+
+// ActionApproval is a gate a person opens: no executor ever runs it.
+const ActionApproval = "approval"
+
+// ApprovalAction is the approval action type: its one parameter is
+// ActionDeadline's.
+type ApprovalAction struct{}
+
+func (ApprovalAction) Name() string           { return ActionApproval }
+func (ApprovalAction) Executor() Executor     { return ExecutorNone }
+func (ApprovalAction) SharedParams() []string { return []string{"timeout_seconds"} }
+func (ApprovalAction) Validate(a *ActionSpec, c ActionCheck) error {
+	return a.validateDeadline(c.Field)
+}
+
+// ActionDeadline is the deadline of an approval gate or a wait; none waits
+// for ever.
+type ActionDeadline struct {
+	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
+}
+
+func (a *ActionSpec) validateDeadline(af string) error {
+	if a.TimeoutSeconds < 0 || a.TimeoutSeconds > MaxWaitSeconds {
+		return Invalid(af+".timeout_seconds", "must be between 1 and %d (a year), or left out for no deadline", MaxWaitSeconds)
+	}
+	return nil
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"time"
 )
 
 // Action types are a registry: each is one value in one file
@@ -51,6 +52,15 @@ type ActionCheck struct {
 // parameters and input, so the domain runs it.
 type PureAction interface {
 	Run(a ActionSpec, input json.RawMessage) (json.RawMessage, *Failure)
+}
+
+// waitingAction is an action type nothing runs (ExecutorNone): when its
+// step is ready it starts waiting, and a deadline may end the wait.
+type waitingAction interface {
+	// start makes the ready step s wait, and answers its timer if any.
+	start(j *Job, s *Step, now time.Time) ([]Dispatch, error)
+	// timedOut is the failure message of a deadline that passed.
+	timedOut(a ActionSpec) string
 }
 
 // SharedParams is an action type that also takes parameters of a struct

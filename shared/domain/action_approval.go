@@ -1,5 +1,10 @@
 package domain
 
+import (
+	"fmt"
+	"time"
+)
+
 // ActionApproval is a gate a person opens: no executor ever runs it.
 const ActionApproval = "approval"
 
@@ -25,4 +30,15 @@ func (a *ActionSpec) validateDeadline(af string) error {
 		return Invalid(af+".timeout_seconds", "must be between 1 and %d (a year), or left out for no deadline", MaxWaitSeconds)
 	}
 	return nil
+}
+
+func (ApprovalAction) start(j *Job, s *Step, now time.Time) ([]Dispatch, error) {
+	if err := j.stepTo(s, StepEvNeedsUser, now, "approval gate opened"); err != nil {
+		return nil, err
+	}
+	return j.deadline(s, s.Spec.Action.TimeoutSeconds, now), nil
+}
+
+func (ApprovalAction) timedOut(a ActionSpec) string {
+	return fmt.Sprintf("approval gate timed out: nobody decided within timeout_seconds (%d)", a.TimeoutSeconds)
 }

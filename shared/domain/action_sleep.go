@@ -1,5 +1,7 @@
 package domain
 
+import "time"
+
 // ActionSleep waits durably: no function runs while it sleeps.
 const ActionSleep = "sleep"
 
@@ -20,3 +22,21 @@ func (SleepAction) Validate(a *ActionSpec, c ActionCheck) error {
 	}
 	return nil
 }
+
+// start sleeps until the step's wake time (waking at once after 0 s).
+func (SleepAction) start(j *Job, s *Step, now time.Time) ([]Dispatch, error) {
+	d := time.Duration(*s.Spec.Action.Seconds * float64(time.Second)).Truncate(time.Millisecond)
+	wake := now.Add(d)
+	if err := j.stepTo(s, StepEvWait, now, "sleeping until "+wake.Format(time.RFC3339)); err != nil {
+		return nil, err
+	}
+	if d <= 0 {
+		return j.wake(s, j.InputData(j.index(s)), "slept 0 s", now)
+	}
+	s.WakeAt = &wake
+	s.Parked = j.parks(s, now)
+	return []Dispatch{{Step: s, Delay: d}}, nil
+}
+
+// timedOut: a sleep has no deadline; its timer wakes it.
+func (SleepAction) timedOut(ActionSpec) string { return "sleep timed out" }

@@ -1,5 +1,10 @@
 package domain
 
+import (
+	"fmt"
+	"time"
+)
+
 // ActionWait holds its job until a signal of its name arrives.
 const ActionWait = "wait"
 
@@ -20,4 +25,22 @@ func (WaitAction) Validate(a *ActionSpec, c ActionCheck) error {
 		return Invalid(c.Field+".signal", "is required for action type wait and must match %s", namePattern)
 	}
 	return nil
+}
+
+// start waits for the signal, or takes one kept already.
+func (WaitAction) start(j *Job, s *Step, now time.Time) ([]Dispatch, error) {
+	a := s.Spec.Action
+	if err := j.stepTo(s, StepEvWait, now, "waiting for signal "+a.Signal); err != nil {
+		return nil, err
+	}
+	if k := j.keptSignal(a.Signal); k >= 0 {
+		return j.takeSignal(s, k, now)
+	}
+	ds := j.deadline(s, a.TimeoutSeconds, now)
+	s.Parked = j.parks(s, now)
+	return ds, nil
+}
+
+func (WaitAction) timedOut(a ActionSpec) string {
+	return fmt.Sprintf("wait timed out: no signal %q within timeout_seconds (%d)", a.Signal, a.TimeoutSeconds)
 }

@@ -26,35 +26,8 @@ const MaxSignalBytes = 32 * 1024
 // already), a sleep starts sleeping, and any other step is dispatched to
 // its executor. It answers what to send.
 func (j *Job) ready(s *Step, now time.Time) ([]Dispatch, error) {
-	a := s.Spec.Action
-	switch a.Type {
-	case ActionApproval:
-		if err := j.stepTo(s, StepEvNeedsUser, now, "approval gate opened"); err != nil {
-			return nil, err
-		}
-		return j.deadline(s, a.TimeoutSeconds, now), nil
-	case ActionWait:
-		if err := j.stepTo(s, StepEvWait, now, "waiting for signal "+a.Signal); err != nil {
-			return nil, err
-		}
-		if k := j.keptSignal(a.Signal); k >= 0 {
-			return j.takeSignal(s, k, now)
-		}
-		ds := j.deadline(s, a.TimeoutSeconds, now)
-		s.Parked = j.parks(s, now)
-		return ds, nil
-	case ActionSleep:
-		d := time.Duration(*a.Seconds * float64(time.Second)).Truncate(time.Millisecond)
-		wake := now.Add(d)
-		if err := j.stepTo(s, StepEvWait, now, "sleeping until "+wake.Format(time.RFC3339)); err != nil {
-			return nil, err
-		}
-		if d <= 0 {
-			return j.wake(s, j.InputData(j.index(s)), "slept 0 s", now)
-		}
-		s.WakeAt = &wake
-		s.Parked = j.parks(s, now)
-		return []Dispatch{{Step: s, Delay: d}}, nil
+	if w, ok := actionTypes.byName[s.Spec.Action.Type].(waitingAction); ok {
+		return w.start(j, s, now)
 	}
 	s.ReadyAt = &now
 	return []Dispatch{{Step: s}}, nil
@@ -158,12 +131,13 @@ func (j *Job) Fire(stepID string, now time.Time) ([]Dispatch, error) {
 			return nil, err
 		}
 		return out, nil
-	case s.State == StepWaiting:
-		msg := fmt.Sprintf("wait timed out: no signal %q within timeout_seconds (%d)", s.Spec.Action.Signal, s.Spec.Action.TimeoutSeconds)
-		return nil, j.timeOut(s, msg, now)
 	default:
-		msg := fmt.Sprintf("approval gate timed out: nobody decided within timeout_seconds (%d)", s.Spec.Action.TimeoutSeconds)
-		return nil, j.timeOut(s, msg, now)
+		// A deadline: only a step that waits has one.
+		w, ok := actionTypes.byName[s.Spec.Action.Type].(waitingAction)
+		if !ok {
+			return nil, stale
+		}
+		return nil, j.timeOut(s, w.timedOut(s.Spec.Action), now)
 	}
 }
 

@@ -87,6 +87,14 @@ func (r *Runner) CheckFunction(function string) error {
 	return fmt.Errorf("function %s is not one this stack may invoke: its name must start with one of %s (%s)", f.Name, strings.Join(r.LambdaAllow, ", "), EnvLambdaAllow)
 }
 
+// checkLambda is the lambda action's check at submit.
+func (r *Runner) checkLambda(a domain.ActionSpec) (string, error) {
+	if err := r.CheckFunction(a.Function); err != nil {
+		return "function", err
+	}
+	return "", nil
+}
+
 // check refuses an ARN of a partition, region or account other than the
 // stack's own.
 func (h LambdaHome) check(function string, f domain.LambdaFunction) error {

@@ -67,12 +67,16 @@ func TestEngineWiresTheLambdaClient(t *testing.T) {
 	require.Nil(t, f)
 	require.JSONEq(t, `{"echo":{"a":1}}`, string(out))
 	require.Equal(t, "/2015-03-31/functions/stepflow-fn-echo/invocations", got)
-	require.NoError(t, e.Runner.CheckFunction("stepflow-fn-echo"))
-	require.ErrorContains(t, e.Runner.CheckFunction("echo"), "STEPFLOW_LAMBDA_ALLOW")
+	checkFunction := func(function string) error {
+		_, err := e.Runner.CheckAction(domain.ActionSpec{Type: domain.ActionLambda, LambdaAction: domain.LambdaAction{Function: function}})
+		return err
+	}
+	require.NoError(t, checkFunction("stepflow-fn-echo"))
+	require.ErrorContains(t, checkFunction("echo"), "STEPFLOW_LAMBDA_ALLOW")
 	// The stack's home: the settings' account and partition, the client's
 	// region.
-	require.NoError(t, e.Runner.CheckFunction("arn:aws:lambda:us-east-1:123456789012:function:stepflow-fn-echo"))
-	require.ErrorContains(t, e.Runner.CheckFunction("arn:aws:lambda:us-east-1:999999999999:function:stepflow-fn-echo"), "account 999999999999")
-	require.ErrorContains(t, e.Runner.CheckFunction("arn:aws:lambda:us-west-2:123456789012:function:stepflow-fn-echo"), "region us-west-2")
-	require.ErrorContains(t, e.Runner.CheckFunction("arn:aws-cn:lambda:us-east-1:123456789012:function:stepflow-fn-echo"), "partition aws-cn")
+	require.NoError(t, checkFunction("arn:aws:lambda:us-east-1:123456789012:function:stepflow-fn-echo"))
+	require.ErrorContains(t, checkFunction("arn:aws:lambda:us-east-1:999999999999:function:stepflow-fn-echo"), "account 999999999999")
+	require.ErrorContains(t, checkFunction("arn:aws:lambda:us-west-2:123456789012:function:stepflow-fn-echo"), "region us-west-2")
+	require.ErrorContains(t, checkFunction("arn:aws-cn:lambda:us-east-1:123456789012:function:stepflow-fn-echo"), "partition aws-cn")
 }

@@ -512,23 +512,17 @@ func ParseTenantList(v string) map[string]bool {
 	return m
 }
 
-// checkTargets refuses, before anything is written, an http step (or one a
-// replan would add) whose url the network guard never lets through, and a
-// lambda step whose function the stack may not invoke.
+// checkTargets refuses, before anything is written, a step (or one a
+// replan would add) whose action may never reach its target: an http url
+// the network guard never lets through, a lambda function the stack may
+// not invoke.
 func (e *Engine) checkTargets(steps []domain.StepSpec, field string) error {
 	if e.Runner == nil {
 		return nil
 	}
 	return domain.WalkSteps(steps, field, func(f string, st *domain.StepSpec) error {
-		switch st.Action.Type {
-		case domain.ActionHTTP:
-			if err := e.Runner.CheckTarget(st.Action.URL); err != nil { // "<url> refused: <rule>"
-				return domain.Invalid(f+".action.url", "%s", err.Error())
-			}
-		case domain.ActionLambda:
-			if err := e.Runner.CheckFunction(st.Action.Function); err != nil {
-				return domain.Invalid(f+".action.function", "%s", err.Error())
-			}
+		if param, err := e.Runner.CheckAction(st.Action); err != nil {
+			return domain.Invalid(f+".action."+param, "%s", err.Error())
 		}
 		return nil
 	})

@@ -133,9 +133,7 @@ func (g *gateRunner) Run(ctx context.Context, c engine.ActionCall) (json.RawMess
 	return g.inner.Run(ctx, c)
 }
 
-func (g *gateRunner) CheckTarget(url string) error { return g.inner.CheckTarget(url) }
-
-func (g *gateRunner) CheckFunction(function string) error { return g.inner.CheckFunction(function) }
+func (g *gateRunner) CheckAction(a domain.ActionSpec) (string, error) { return g.inner.CheckAction(a) }
 
 // submit submits a job for tenant and requires it made.
 func (b *bundle) submit(t *testing.T, tenant, body string) *domain.Job {

@@ -136,13 +136,11 @@ type Actions interface {
 	// Run runs one attempt until it ends or ctx is done, and answers its
 	// output or the failure that decides what happens next.
 	Run(ctx context.Context, c ActionCall) (json.RawMessage, *domain.Failure)
-	// CheckTarget answers why a step's target may never be called (an http
-	// url the network guard refuses), before the job is written.
-	CheckTarget(url string) error
-	// CheckFunction answers why a lambda step's function may never be
-	// called (outside the functions the stack may invoke), before the job
-	// is written.
-	CheckFunction(function string) error
+	// CheckAction answers why a step's action may never reach its target
+	// (an http url the network guard refuses, a lambda function outside
+	// those the stack may invoke), naming the action's parameter at fault,
+	// before the job is written.
+	CheckAction(a domain.ActionSpec) (param string, err error)
 }
 
 // ActionCall is one attempt of a built-in step.

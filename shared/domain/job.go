@@ -753,37 +753,13 @@ func (j *Job) fail(s *Step, f Failure, now time.Time, rng *rand.Rand) ([]Dispatc
 	}
 	j.endAttempt(s, attemptState, serr, nil, now)
 	s.Error, s.Lease = serr, nil
-	policy, retry, left := s.retryFor(f.Class)
 	var steps []StepEvent
 	var out []Dispatch
 	switch f.Class {
 	case ClassRetryable, ClassNetwork, ClassBlocked, ClassTimeout:
-		first := StepEvFailRetryable
-		if f.Class == ClassTimeout {
-			first = StepEvTimeOut
-		}
-		switch {
-		case left:
-			steps = []StepEvent{first, StepEvRetry}
-			delay := max(policy.Delay(retry, rng), f.RetryAfter)
-			at := now.Add(delay)
-			s.ReadyAt = &at
-			out = append(out, Dispatch{Step: s, Delay: delay})
-		case f.Class == ClassTimeout:
-			steps = []StepEvent{first, StepEvFail}
-		default:
-			steps = []StepEvent{StepEvFailFatal, StepEvFail}
-		}
+		steps, out = j.retryAfterFailure(s, f, now, rng)
 	case ClassResource:
-		steps = []StepEvent{StepEvFailResource, StepEvFailFatal, StepEvFail}
-		if left && !f.NoOtherResource {
-			steps = []StepEvent{StepEvFailResource, StepEvSwitchResource}
-			if worker != "" {
-				s.Avoid = append(s.Avoid, worker)
-			}
-			s.ReadyAt = &now
-			out = append(out, Dispatch{Step: s})
-		}
+		steps, out = j.switchResource(s, f, worker, now)
 	case ClassNeedsUser:
 		steps = []StepEvent{StepEvNeedsUser}
 		s.Prompt = Truncate(cmp.Or(f.Prompt, f.Message), MaxErrorMessageBytes)
@@ -813,6 +789,43 @@ func (j *Job) fail(s *Step, f Failure, now time.Time, rng *rand.Rand) ([]Dispatc
 		return nil, err
 	}
 	return out, nil
+}
+
+// retryAfterFailure decides what follows a failure of a class that is
+// retried (retryable, network, blocked, timeout): the step events and,
+// while its policy has a retry left, the step again after the backoff.
+func (j *Job) retryAfterFailure(s *Step, f Failure, now time.Time, rng *rand.Rand) ([]StepEvent, []Dispatch) {
+	policy, retry, left := s.retryFor(f.Class)
+	first := StepEvFailRetryable
+	if f.Class == ClassTimeout {
+		first = StepEvTimeOut
+	}
+	switch {
+	case left:
+		delay := max(policy.Delay(retry, rng), f.RetryAfter)
+		at := now.Add(delay)
+		s.ReadyAt = &at
+		return []StepEvent{first, StepEvRetry}, []Dispatch{{Step: s, Delay: delay}}
+	case f.Class == ClassTimeout:
+		return []StepEvent{first, StepEvFail}, nil
+	default:
+		return []StepEvent{StepEvFailFatal, StepEvFail}, nil
+	}
+}
+
+// switchResource decides what follows a failure of class resource: the
+// step runs again, avoiding worker (the resource or executor that failed
+// it), while its budget has a retry left and another resource may take it.
+func (j *Job) switchResource(s *Step, f Failure, worker string, now time.Time) ([]StepEvent, []Dispatch) {
+	_, _, left := s.retryFor(f.Class)
+	if !left || f.NoOtherResource {
+		return []StepEvent{StepEvFailResource, StepEvFailFatal, StepEvFail}, nil
+	}
+	if worker != "" {
+		s.Avoid = append(s.Avoid, worker)
+	}
+	s.ReadyAt = &now
+	return []StepEvent{StepEvFailResource, StepEvSwitchResource}, []Dispatch{{Step: s}}
 }
 
 // Approve closes an open approval gate: the step SUCCEEDED, with the
@@ -1137,44 +1150,54 @@ func (j *Job) settleVia(now time.Time, viaWorker bool) error {
 // while a failed step waits out its backoff right after running, and
 // QUEUED otherwise.
 func (j *Job) impliedState() JobState {
-	all, running, waiting, parked, runnable, retrying := true, false, false, false, false, false
+	var t stepTally
 	for _, s := range j.Steps {
 		if s.ReplacedBy != nil {
 			continue
 		}
-		switch s.State {
-		case StepFailed:
+		if s.State == StepFailed {
 			return JobFailed
-		case StepLeased, StepRunning:
-			running = true
-		case StepNeedsUser:
-			waiting = true
-		case StepWaiting:
-			if s.Parked {
-				parked = true
-			} else {
-				waiting = true
-			}
-		case StepRetrying:
-			retrying = true
-		case StepPending, StepSwitchingResource, StepFailedRetryable, StepFailedResource, StepLeaseTimeout, StepTimedOut, StepFailedFatal:
-			runnable = true
 		}
-		all = all && s.State == StepSucceeded
+		t.add(s)
 	}
 	switch {
-	case all:
+	case t.notDone == 0:
 		return JobCompleted
-	case running:
+	case t.running:
 		return JobRunning
-	case waiting || parked && (runnable || retrying):
+	case t.waiting || t.parked && (t.runnable || t.retrying):
 		return JobWaiting
-	case parked:
+	case t.parked:
 		return JobParked
-	case retrying && (j.State == JobRunning || j.State == JobRetrying):
+	case t.retrying && (j.State == JobRunning || j.State == JobRetrying):
 		return JobRetrying
 	default:
 		return JobQueued
+	}
+}
+
+// stepTally is what impliedState counts of a job's steps.
+type stepTally struct {
+	notDone                                      int
+	running, waiting, parked, runnable, retrying bool
+}
+
+func (t *stepTally) add(s *Step) {
+	switch s.State {
+	case StepLeased, StepRunning:
+		t.running = true
+	case StepNeedsUser:
+		t.waiting = true
+	case StepWaiting:
+		t.parked = t.parked || s.Parked
+		t.waiting = t.waiting || !s.Parked
+	case StepRetrying:
+		t.retrying = true
+	case StepPending, StepSwitchingResource, StepFailedRetryable, StepFailedResource, StepLeaseTimeout, StepTimedOut, StepFailedFatal:
+		t.runnable = true
+	}
+	if s.State != StepSucceeded {
+		t.notDone++
 	}
 }
 

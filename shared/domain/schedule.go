@@ -123,40 +123,8 @@ func ParseSchedule(tenant string, body []byte, requestHash string, now time.Time
 		Tenant: tenant, ID: spec.ID, Overlap: spec.Overlap, RequestHash: requestHash,
 		CreatedAt: now, UpdatedAt: now,
 	}
-	switch {
-	case spec.Cron != "" && spec.Every != "":
-		return nil, nil, Invalid("every", "cannot be given with cron: a schedule runs on one or the other")
-	case spec.Cron == "" && spec.Every == "":
-		return nil, nil, Invalid("cron", `is required (five fields, e.g. "0 9 * * 1-5"), or every (a duration, e.g. "15m")`)
-	case spec.Every != "":
-		if spec.TimeZone != "" {
-			return nil, nil, Invalid("time_zone", "applies only with cron: every counts real time")
-		}
-		d, err := time.ParseDuration(spec.Every)
-		if err != nil {
-			return nil, nil, Invalid("every", "%q is not a duration such as 30s, 15m or 24h", spec.Every)
-		}
-		if d < MinScheduleEvery || d > MaxScheduleEvery {
-			return nil, nil, Invalid("every", "must be between 1s and 8784h (366 days)")
-		}
-		s.Every = d.String()
-	default:
-		s.Cron, s.TimeZone = strings.TrimSpace(spec.Cron), spec.TimeZone
-		if s.TimeZone == "" {
-			s.TimeZone = "UTC"
-		}
-		if _, err := time.LoadLocation(s.TimeZone); err != nil || s.TimeZone == "Local" {
-			return nil, nil, Invalid("time_zone", "%q is not an IANA time zone such as Europe/Berlin or UTC", s.TimeZone)
-		}
-		if strings.Contains(s.Cron, "TZ=") {
-			return nil, nil, Invalid("cron", "must not name a time zone; use time_zone")
-		}
-		if _, err := cronParser.Parse(s.Cron); err != nil {
-			return nil, nil, Invalid("cron", "%q is not five cron fields (minute hour day-of-month month day-of-week): %v", s.Cron, err)
-		}
-		if err := checkCronQuestionMarks(s.Cron); err != nil {
-			return nil, nil, err
-		}
+	if err := s.setTiming(spec); err != nil {
+		return nil, nil, err
 	}
 	switch s.Overlap {
 	case "":
@@ -165,10 +133,63 @@ func ParseSchedule(tenant string, body []byte, requestHash string, now time.Time
 	default:
 		return nil, nil, Invalid("overlap", "%q is not skip or allow", s.Overlap)
 	}
-	if len(spec.Job) == 0 || string(spec.Job) == "null" {
+	job, compact, err := parseScheduledJob(spec.Job)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.Job = compact
+	next := s.next(now)
+	if next.IsZero() {
+		return nil, nil, Invalid("cron", "%q never matches a date (within five years)", s.Cron)
+	}
+	s.NextAt = &next
+	return s, job, nil
+}
+
+// setTiming sets when s ticks: by cron in a time zone, or every so long.
+func (s *Schedule) setTiming(spec ScheduleSpec) error {
+	switch {
+	case spec.Cron != "" && spec.Every != "":
+		return Invalid("every", "cannot be given with cron: a schedule runs on one or the other")
+	case spec.Cron == "" && spec.Every == "":
+		return Invalid("cron", `is required (five fields, e.g. "0 9 * * 1-5"), or every (a duration, e.g. "15m")`)
+	case spec.Every != "":
+		if spec.TimeZone != "" {
+			return Invalid("time_zone", "applies only with cron: every counts real time")
+		}
+		d, err := time.ParseDuration(spec.Every)
+		if err != nil {
+			return Invalid("every", "%q is not a duration such as 30s, 15m or 24h", spec.Every)
+		}
+		if d < MinScheduleEvery || d > MaxScheduleEvery {
+			return Invalid("every", "must be between 1s and 8784h (366 days)")
+		}
+		s.Every = d.String()
+		return nil
+	}
+	s.Cron, s.TimeZone = strings.TrimSpace(spec.Cron), spec.TimeZone
+	if s.TimeZone == "" {
+		s.TimeZone = "UTC"
+	}
+	if _, err := time.LoadLocation(s.TimeZone); err != nil || s.TimeZone == "Local" {
+		return Invalid("time_zone", "%q is not an IANA time zone such as Europe/Berlin or UTC", s.TimeZone)
+	}
+	if strings.Contains(s.Cron, "TZ=") {
+		return Invalid("cron", "must not name a time zone; use time_zone")
+	}
+	if _, err := cronParser.Parse(s.Cron); err != nil {
+		return Invalid("cron", "%q is not five cron fields (minute hour day-of-month month day-of-week): %v", s.Cron, err)
+	}
+	return checkCronQuestionMarks(s.Cron)
+}
+
+// parseScheduledJob checks the job a schedule's ticks submit, and answers
+// it and its JSON compacted, as the schedule keeps it.
+func parseScheduledJob(raw json.RawMessage) (*JobSpec, []byte, error) {
+	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil, Invalid("job", "is required: the job each tick submits, as POST /v1/jobs takes it")
 	}
-	job, err := ParseJobSpec(spec.Job)
+	job, err := ParseJobSpec(raw)
 	if err != nil {
 		return nil, nil, UnderField("job", err)
 	}
@@ -176,16 +197,10 @@ func ParseSchedule(tenant string, body []byte, requestHash string, now time.Time
 		return nil, nil, Invalid("job.run_at", "does not apply to a scheduled job: its ticks say when it runs")
 	}
 	var compact bytes.Buffer
-	if err := json.Compact(&compact, spec.Job); err != nil {
+	if err := json.Compact(&compact, raw); err != nil {
 		return nil, nil, Invalid("job", "is not JSON: %v", err) // DecodeStrict read it already
 	}
-	s.Job = compact.Bytes()
-	next := s.next(now)
-	if next.IsZero() {
-		return nil, nil, Invalid("cron", "%q never matches a date (within five years)", s.Cron)
-	}
-	s.NextAt = &next
-	return s, job, nil
+	return job, compact.Bytes(), nil
 }
 
 // UnderField names err's field under parent (job.steps[0].id), for a body

@@ -235,6 +235,30 @@ func (j *Job) Signal(r SignalRequest, now time.Time) ([]Dispatch, bool, error) {
 	return ds, o.Written(), err
 }
 
+// repeatedSignal answers the outcome of a signal whose id (or request)
+// the job has seen already.
+func (j *Job) repeatedSignal(r SignalRequest) (SignalOutcome, bool) {
+	for _, sg := range j.Signals {
+		if r.ID != "" && sg.ID == r.ID || r.Request != "" && sg.Request == r.Request {
+			if sg.Step != "" {
+				return SignalOutcome{Outcome: SignalDelivered, Step: sg.Step, Repeat: true, Reason: "a repeat: step " + sg.Step + " took this signal already"}, true
+			}
+			return SignalOutcome{Outcome: SignalKept, Repeat: true, Reason: "a repeat: this signal is kept already"}, true
+		}
+	}
+	return SignalOutcome{}, false
+}
+
+// waitingFor answers the first wait step waiting for signal name, if any.
+func (j *Job) waitingFor(name string) *Step {
+	for _, s := range j.Steps {
+		if s.State == StepWaiting && s.Spec.Action.Type == ActionWait && s.Spec.Action.Signal == name {
+			return s
+		}
+	}
+	return nil
+}
+
 // Deliver delivers a signal: the first step waiting for its name succeeds
 // with the payload as its output and the job goes on. With no such step
 // yet the signal is kept, and the first wait of its name to be reached
@@ -249,30 +273,23 @@ func (j *Job) Deliver(r SignalRequest, now time.Time) ([]Dispatch, SignalOutcome
 	// A repeat of a delivered signal's id writes nothing, even once the
 	// job has finished: the sender's retry of a request whose answer was
 	// lost (the signal may have ended the job) hears what it first would.
-	for _, sg := range j.Signals {
-		if r.ID != "" && sg.ID == r.ID || r.Request != "" && sg.Request == r.Request {
-			if sg.Step != "" {
-				return nil, SignalOutcome{Outcome: SignalDelivered, Step: sg.Step, Repeat: true, Reason: "a repeat: step " + sg.Step + " took this signal already"}, nil
-			}
-			return nil, SignalOutcome{Outcome: SignalKept, Repeat: true, Reason: "a repeat: this signal is kept already"}, nil
-		}
+	if o, repeat := j.repeatedSignal(r); repeat {
+		return nil, o, nil
 	}
 	if j.State.Terminal() {
 		return nil, SignalOutcome{}, &IllegalTransitionError{Kind: "job", ID: j.ID, From: string(j.State), Event: "signal " + r.Name}
 	}
-	for _, s := range j.Steps {
-		if s.State == StepWaiting && s.Spec.Action.Type == ActionWait && s.Spec.Action.Signal == r.Name {
-			j.Signals = append(j.Signals, Signal{Name: r.Name, Payload: r.Payload, ID: r.ID, Request: r.Request, At: now})
-			j.log(NoteSignalReceived, "", 0, r.Name+": taken by step "+s.ID(), now)
-			out, err := j.takeSignal(s, len(j.Signals)-1, now)
-			if err != nil {
-				return nil, SignalOutcome{}, err
-			}
-			if err := j.settle(now); err != nil {
-				return nil, SignalOutcome{}, err
-			}
-			return out, SignalOutcome{Outcome: SignalDelivered, Step: s.ID(), Reason: "step " + s.ID() + " was waiting for it"}, nil
+	if s := j.waitingFor(r.Name); s != nil {
+		j.Signals = append(j.Signals, Signal{Name: r.Name, Payload: r.Payload, ID: r.ID, Request: r.Request, At: now})
+		j.log(NoteSignalReceived, "", 0, r.Name+": taken by step "+s.ID(), now)
+		out, err := j.takeSignal(s, len(j.Signals)-1, now)
+		if err != nil {
+			return nil, SignalOutcome{}, err
 		}
+		if err := j.settle(now); err != nil {
+			return nil, SignalOutcome{}, err
+		}
+		return out, SignalOutcome{Outcome: SignalDelivered, Step: s.ID(), Reason: "step " + s.ID() + " was waiting for it"}, nil
 	}
 	kept, keptOfName := 0, 0
 	for _, sg := range j.Signals {

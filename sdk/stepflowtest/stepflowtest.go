@@ -480,7 +480,6 @@ func (e *Env) executeReady() int {
 				}
 			}
 		}
-		e.engine.FlushStats(e.ctx)
 	}
 }
 

@@ -139,9 +139,9 @@ func failUnreadableInput(j *domain.Job, stepID, leaseID string, cause *dataError
 	return j.Fail(stepID, leaseID, domain.Failure{Class: domain.ClassFatal, Message: "the step's input cannot be read: " + cause.msg}, now, nil)
 }
 
-// workerInput is what a claim hands a worker as its input: inline, or by
+// attemptInput is what an attempt is handed as its input: inline, or by
 // reference with a URL to fetch it from.
-type workerInput struct {
+type attemptInput struct {
 	inline json.RawMessage
 	ref    *domain.DataRef
 	url    string
@@ -151,25 +151,25 @@ type workerInput struct {
 // An input that is one stored object is handed on as it is; one composed
 // from stored data is made whole, and stored for the attempt when large;
 // one the job holds inline stays inline, as the job bounds it.
-func (e *Engine) workerInput(ctx context.Context, c *dataCache, j *domain.Job, i, attempt int, ttl time.Duration) (workerInput, error) {
+func (e *Engine) workerInput(ctx context.Context, c *dataCache, j *domain.Job, i, attempt int, ttl time.Duration) (attemptInput, error) {
 	d := j.InputData(i)
 	ref := d.Ref()
 	if ref == nil {
 		raw, err := e.compose(ctx, c, d)
 		if err != nil || len(d.Refs()) == 0 || len(raw) <= e.inlineLimit() {
-			return workerInput{inline: raw}, err
+			return attemptInput{inline: raw}, err
 		}
 		r, err := e.put(ctx, c, domain.InputKey(j.Tenant, j.ID, j.Steps[i].ID(), attempt), raw)
 		if err != nil {
-			return workerInput{}, err
+			return attemptInput{}, err
 		}
 		ref = &r
 	}
 	url, err := e.Blobs.URL(ctx, ref.Key, ttl)
 	if err != nil {
-		return workerInput{}, fmt.Errorf("URL of data %s: %w", ref.Key, err)
+		return attemptInput{}, fmt.Errorf("URL of data %s: %w", ref.Key, err)
 	}
-	return workerInput{ref: ref, url: url}, nil
+	return attemptInput{ref: ref, url: url}, nil
 }
 
 // StepOutput is a step's whole output, or where to fetch it when it is too

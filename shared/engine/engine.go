@@ -11,12 +11,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -80,8 +80,11 @@ type Engine struct {
 	// WorkerQueueIdle is how long a worker queue no job names is kept
 	// (STEPFLOW_WORKER_QUEUE_IDLE_SECONDS; DefaultWorkerQueueIdle when zero).
 	WorkerQueueIdle time.Duration
-	touched         sync.Map // tenant NUL queue -> when this process last recorded its use
-	takes           sync.Map // tenant NUL queue -> *atomic.Int64, this process's takes from it (destination.go)
+	// deciding counts the decisions running (commit.go): none may call an
+	// adapter, which a test's adapters check.
+	deciding atomic.Int32
+	touched  sync.Map // tenant NUL queue -> when this process last recorded its use
+	takes    sync.Map // tenant NUL queue -> *atomic.Int64, this process's takes from it (destination.go)
 	// MaxLongPolls bounds one tenant's open long-polls across every
 	// process (STEPFLOW_MAX_LONG_POLLS; DefaultMaxLongPolls when zero,
 	// none when negative).
@@ -178,65 +181,15 @@ func lostRace(ctx context.Context, race int) bool {
 	return Sleep(ctx, mrand.N(ceiling)+time.Millisecond)
 }
 
-// errNoChange tells mutate that the decision needs no write.
-var errNoChange = errors.New("no change")
-
-// mutate loads a job, lets decide change it and saves it conditionally,
-// deciding again on a lost race. decide returning errNoChange answers the
-// job as loaded without a write.
-func (e *Engine) mutate(ctx context.Context, tenant, id string, decide func(j *domain.Job, now time.Time) error) (*domain.Job, error) {
-	return e.mutateFrom(ctx, tenant, id, nil, decide)
-}
-
-// mutateFrom is mutate starting from a job this process just saved, which
-// saves a read when no one else wrote in between. cached is consumed.
-func (e *Engine) mutateFrom(ctx context.Context, tenant, id string, cached *domain.Job, decide func(j *domain.Job, now time.Time) error) (*domain.Job, error) {
-	for race := range maxRaces {
-		j := cached
-		cached = nil
-		if j == nil {
-			var err error
-			if j, err = e.Store.Get(ctx, tenant, id); err != nil {
-				return nil, err
-			}
-		}
-		prevState := j.State
-		loaded := len(j.Events)
-		waitingBefore := j.WaitsOnPerson()
-		before := snapshotSteps(j)
-		now := e.now()
-		if err := decide(j, now); err != nil {
-			if errors.Is(err, errNoChange) {
-				return j, nil
-			}
-			return j, err
-		}
-		err := e.Store.Save(ctx, j, loaded)
-		if errors.Is(err, domain.ErrVersionConflict) {
-			if !lostRace(ctx, race) {
-				return nil, ctx.Err()
-			}
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		e.recordStats(j, prevState, waitingBefore, before, loaded)
-		e.afterWrite(ctx, j, prevState, loaded)
-		return j, nil
-	}
-	return nil, fmt.Errorf("job %s: gave up after %d lost races: %w: %w", id, maxRaces, domain.ErrContended, domain.ErrVersionConflict)
-}
-
 // StatsFlushEvery is how long a process keeps outcome counts before the
 // end of an invocation writes them: under load, a Lambda instance writes
 // its counters a few times a minute rather than once per job.
 const StatsFlushEvery = 10 * time.Second
 
 // recordStats notes a saved change in the health counters and the step
-// metrics, in memory; FlushStats writes them. before is the job's steps
-// as loaded, loaded how many events it had.
-func (e *Engine) recordStats(j *domain.Job, prev domain.JobState, waitingBefore bool, before map[string]stepSnapshot, loaded int) {
+// metrics, in memory; flushStats writes them.
+func (e *Engine) recordStats(j *domain.Job, before loadedJob) {
+	prev, waitingBefore := before.state, before.waiting
 	var d StatsDelta
 	if !prev.Terminal() {
 		d = OutcomeDelta(j.State)
@@ -250,7 +203,7 @@ func (e *Engine) recordStats(j *domain.Job, prev domain.JobState, waitingBefore 
 	if q := j.State == domain.JobQueued; q != (prev == domain.JobQueued) {
 		d.Queued = map[bool]int64{true: 1, false: -1}[q] // a reclaim or retry queues a job again
 	}
-	samples := countSteps(&d.Steps, j, before, loaded)
+	samples := countSteps(&d.Steps, j, before.steps, before.loaded)
 	e.addStats(j.Tenant, d, samples)
 }
 
@@ -363,13 +316,12 @@ func (e *Engine) addStats(tenant string, d StatsDelta, samples map[domain.Attemp
 	}
 }
 
-// FlushStats is called at the end of each invocation. It writes the
-// counters gathered so far when a blocked count moved (a gauge must not
-// drift) or StatsFlushEvery has passed since the last write; outcome counts
+// flushStats writes the counters gathered so far when forced (health
+// reads them back), when a blocked count moved (a gauge must not drift) or
+// StatsFlushEvery has passed since the last write; outcome counts
 // otherwise wait, so a process that stops loses at most that many seconds
-// of them. The counters are advisory: a failed write is logged and dropped.
-func (e *Engine) FlushStats(ctx context.Context) { e.flushStats(ctx, false) }
-
+// of them. Every saved change calls it (observe). The counters are
+// advisory: a failed write is logged and dropped.
 func (e *Engine) flushStats(ctx context.Context, force bool) {
 	now := e.now()
 	e.statsMu.Lock()
@@ -401,18 +353,6 @@ func (e *Engine) flushStats(ctx context.Context, force bool) {
 	}
 	if e.Metrics != nil {
 		e.Metrics.Emit(ctx, MetricsBatch{At: now, Moves: all.Moves, Retries: all.Retries, Durations: samples})
-	}
-}
-
-// dispatch sends what a saved change calls for. A failed send is logged,
-// not returned: the job is saved, and the sweep re-sends overdue steps.
-func (e *Engine) dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispatch) {
-	if len(ds) == 0 {
-		return
-	}
-	e.touchDispatched(ctx, j, ds)
-	if err := e.Queue.Dispatch(ctx, j, Route(j, ds)); err != nil {
-		e.Log.WarnContext(ctx, "dispatch failed; the sweep will re-send", "job", j.ID, "err", err)
 	}
 }
 
@@ -453,8 +393,7 @@ func (e *Engine) Submit(ctx context.Context, tenant string, body []byte, idemKey
 		return nil, false, err
 	}
 	if created {
-		e.noteCreated(j)
-		e.afterWrite(ctx, j, domain.JobInitial, 0)
+		e.observeCreated(ctx, j)
 	}
 	// A replay of a job that has not started yet dispatches again: the
 	// first request may have died between its write and its send, and a
@@ -587,16 +526,13 @@ func (e *Engine) Cancel(ctx context.Context, tenant, id string) (*domain.Job, er
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
-	var tokens []string
-	var slots []slot
-	j, err := e.mutate(ctx, tenant, id, func(j *domain.Job, now time.Time) error {
-		tokens, slots = tokens[:0], slots[:0]
+	j, err := e.commit(ctx, tenant, id, nil, change{decide: func(j *domain.Job, now time.Time, fx *effects) error {
 		for _, s := range j.Steps {
 			if s.Lease != nil && s.Lease.Token != "" && s.Spec.Action.Type == domain.ActionWorker {
-				tokens = append(tokens, s.Lease.Token)
+				fx.ack = append(fx.ack, s.Lease.Token) // so no worker is handed the job again
 			}
 			if s.Lease != nil && s.Lease.Resource != "" {
-				slots = append(slots, slot{s.Lease.Resource, s.Lease.ID})
+				fx.release = append(fx.release, slot{s.Lease.Resource, s.Lease.ID})
 			}
 		}
 		changed, err := j.Cancel(now)
@@ -604,15 +540,9 @@ func (e *Engine) Cancel(ctx context.Context, tenant, id string) (*domain.Job, er
 			return errNoChange
 		}
 		return err
-	})
+	}})
 	if err != nil {
 		return j, fmt.Errorf("cancel job %s: %w", id, err)
-	}
-	for _, t := range tokens {
-		_ = e.Queue.Ack(ctx, t) // best effort: a stale message is dropped when next taken
-	}
-	for _, sl := range slots {
-		e.releaseSlot(ctx, tenant, sl.resource, sl.key)
 	}
 	return j, nil
 }

@@ -163,7 +163,6 @@ func (b *bundle) execute(t *testing.T, d engine.Delivery) engine.ExecuteResult {
 	if res != engine.Held {
 		require.NoError(t, b.queue.Ack(b.ctx, d.Token))
 	}
-	b.e.FlushStats(b.ctx)
 	return res
 }
 

@@ -47,13 +47,12 @@ func (e *Engine) decide(ctx context.Context, tenant, id, stepID string, d Decisi
 	if err := d.Validate(); err != nil {
 		return nil, false, err
 	}
-	var ds []domain.Dispatch
 	changed := false
-	j, err := e.mutate(ctx, tenant, id, func(j *domain.Job, now time.Time) error {
+	j, err := e.commit(ctx, tenant, id, nil, change{decide: func(j *domain.Job, now time.Time, fx *effects) error {
 		dd := domain.Decision{By: d.By, Comment: d.Comment, Key: d.Key}
 		var err error
 		if approve {
-			ds, changed, err = j.Approve(stepID, dd, now)
+			fx.dispatch, changed, err = j.Approve(stepID, dd, now)
 		} else {
 			changed, err = j.Reject(stepID, dd, now)
 		}
@@ -61,11 +60,10 @@ func (e *Engine) decide(ctx context.Context, tenant, id, stepID string, d Decisi
 			return errNoChange
 		}
 		return err
-	})
+	}})
 	if err != nil {
 		verb := map[bool]string{true: "approve", false: "reject"}[approve]
 		return nil, false, fmt.Errorf("%s step %q of job %s: %w", verb, stepID, id, err)
 	}
-	e.dispatch(ctx, j, ds)
 	return j, changed, nil
 }

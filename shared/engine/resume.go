@@ -17,16 +17,14 @@ func (e *Engine) Resume(ctx context.Context, tenant, id, stepID string, input js
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
-	var ds []domain.Dispatch
-	j, err := e.mutate(ctx, tenant, id, func(j *domain.Job, now time.Time) error {
+	j, err := e.commit(ctx, tenant, id, nil, change{decide: func(j *domain.Job, now time.Time, fx *effects) error {
 		var err error
-		ds, err = j.Resume(stepID, input, now)
+		fx.dispatch, err = j.Resume(stepID, input, now)
 		return err
-	})
+	}})
 	if err != nil {
 		return nil, fmt.Errorf("resume step %q of job %s: %w", stepID, id, err)
 	}
-	e.dispatch(ctx, j, ds)
 	return j, nil
 }
 
@@ -43,21 +41,19 @@ func (e *Engine) Signal(ctx context.Context, tenant, id string, r domain.SignalR
 	if err := r.Validate(); err != nil {
 		return nil, domain.SignalOutcome{}, err
 	}
-	var ds []domain.Dispatch
 	var outcome domain.SignalOutcome
 	r.Request = nonce() // the same in every decision of this request
-	j, err := e.mutate(ctx, tenant, id, func(j *domain.Job, now time.Time) error {
+	j, err := e.commit(ctx, tenant, id, nil, change{decide: func(j *domain.Job, now time.Time, fx *effects) error {
 		var err error
-		ds, outcome, err = j.Deliver(r, now)
+		fx.dispatch, outcome, err = j.Deliver(r, now)
 		if err == nil && !outcome.Written() {
 			return errNoChange
 		}
 		return err
-	})
+	}})
 	if err != nil {
 		return nil, domain.SignalOutcome{}, fmt.Errorf("signal %q to job %s: %w", r.Name, id, err)
 	}
-	e.dispatch(ctx, j, ds)
 	return j, outcome, nil
 }
 
@@ -67,15 +63,13 @@ func (e *Engine) Redrive(ctx context.Context, tenant, id string) (*domain.Job, e
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
-	var ds []domain.Dispatch
-	j, err := e.mutate(ctx, tenant, id, func(j *domain.Job, now time.Time) error {
+	j, err := e.commit(ctx, tenant, id, nil, change{decide: func(j *domain.Job, now time.Time, fx *effects) error {
 		var err error
-		ds, err = j.Redrive(now)
+		fx.dispatch, err = j.Redrive(now)
 		return err
-	})
+	}})
 	if err != nil {
 		return nil, fmt.Errorf("redrive job %s: %w", id, err)
 	}
-	e.dispatch(ctx, j, ds)
 	return j, nil
 }

@@ -275,8 +275,7 @@ func (e *Engine) fireSchedule(ctx context.Context, k DueSchedule, rep *ScheduleR
 			return fmt.Errorf("fire schedule %s: %w", s.ID, err)
 		}
 		rep.Fired++
-		e.noteCreated(run)
-		e.afterWrite(ctx, run, domain.JobInitial, 0)
+		e.observeCreated(ctx, run)
 		e.dispatch(ctx, run, run.Outstanding(now))
 		return nil
 	}

@@ -103,73 +103,17 @@ func (e *Engine) sweepJob(ctx context.Context, tenant, id string, rep *SweepRepo
 			err = fmt.Errorf("sweep job %s: %w: %v", id, errPanic, p)
 		}
 	}()
-	var ds []domain.Dispatch
-	var slots []slot
 	reclaimed, redispatched := 0, 0
 	deleted := false
-	j, err := e.mutate(ctx, tenant, id, func(j *domain.Job, now time.Time) error {
-		ds, slots, reclaimed, redispatched, deleted = ds[:0], slots[:0], 0, 0, false
-		if j.State.Terminal() {
-			// Due only to have its stored data deleted as it expires: the
-			// data goes first, then the record of it (a lost race deletes
-			// nothing more the second time). The item's TTL follows.
-			if j.DataDue(now) {
-				if e.Blobs == nil {
-					e.Log.WarnContext(ctx, "a finished job's stored data cannot be deleted: no blob store is configured (STEPFLOW_DATA_BUCKET); the bucket's lifecycle rule expires it", "job", j.ID)
-				} else if _, err := e.Blobs.DeletePrefix(ctx, domain.JobDataPrefix(j.Tenant, j.ID)); err != nil {
-					return fmt.Errorf("delete the data of job %s: %w", j.ID, err)
-				}
-				j.DataDeleted(now)
-				deleted = true
-				return nil
-			}
-			if !j.Resweep() {
-				return errNoChange
-			}
-			return nil
-		}
-		// Timers whose message never came fire first (a sleep's end, a
-		// gate's or a wait's deadline): one that fails the job leaves
-		// nothing else of it for the sweep.
-		fired, expired, err := j.FireDue(now)
-		if err != nil {
+	_, err = e.commit(ctx, tenant, id, nil, change{
+		prepare: func(ctx context.Context, j *domain.Job, now time.Time) error {
+			return e.deleteDueData(ctx, j, now)
+		},
+		decide: func(j *domain.Job, now time.Time, fx *effects) error {
+			var err error
+			reclaimed, redispatched, deleted, err = sweepDecide(j, now, fx)
 			return err
-		}
-		ds = append(ds, fired...)
-		for _, s := range j.Steps {
-			redispatch, reclaim := j.NeedsSweep(s, now)
-			switch {
-			case reclaim:
-				if s.Lease != nil && s.Lease.Resource != "" {
-					slots = append(slots, slot{s.Lease.Resource, s.Lease.ID})
-				}
-				more, err := j.Reclaim(s.ID(), now)
-				if err != nil {
-					return err
-				}
-				ds = append(ds, more...)
-				reclaimed++
-			case redispatch:
-				if err := j.Redispatched(s, now); err != nil {
-					return err
-				}
-				delay := time.Duration(0)
-				if s.ReadyAt != nil && s.ReadyAt.After(now) {
-					delay = s.ReadyAt.Sub(now)
-				}
-				ds = append(ds, domain.Dispatch{Step: s, Delay: delay})
-				redispatched++
-			}
-		}
-		stalled, err := j.FailStalled(now) // one stored stalled before every write checked
-		if err != nil {
-			return err
-		}
-		moved := j.Resweep()
-		if len(ds) == 0 && reclaimed == 0 && expired == 0 && !moved && !stalled {
-			return errNoChange // the index was behind the item; nothing is due
-		}
-		return nil
+		},
 	})
 	if err != nil {
 		if isStale(err) {
@@ -182,9 +126,84 @@ func (e *Engine) sweepJob(ctx context.Context, tenant, id string, rep *SweepRepo
 	if deleted {
 		rep.DataDeleted++
 	}
-	e.dispatch(ctx, j, ds)
-	for _, sl := range slots {
-		e.releaseSlot(ctx, tenant, sl.resource, sl.key) // the dead holder's slot wakes the next in line
+	return nil
+}
+
+// deleteDueData deletes a finished job's stored data once it is due to
+// expire: the data goes first, then the record of it (the sweep's
+// decision), so a lost race deletes nothing more the second time. The
+// item's TTL follows.
+func (e *Engine) deleteDueData(ctx context.Context, j *domain.Job, now time.Time) error {
+	if !j.State.Terminal() || !j.DataDue(now) {
+		return nil
+	}
+	if e.Blobs == nil {
+		e.Log.WarnContext(ctx, "a finished job's stored data cannot be deleted: no blob store is configured (STEPFLOW_DATA_BUCKET); the bucket's lifecycle rule expires it", "job", j.ID)
+		return nil
+	}
+	if _, err := e.Blobs.DeletePrefix(ctx, domain.JobDataPrefix(j.Tenant, j.ID)); err != nil {
+		return fmt.Errorf("delete the data of job %s: %w", j.ID, err)
 	}
 	return nil
+}
+
+// sweepDecide is the sweep's decision on one job: a finished job's data
+// marked deleted when due (deleteDueData deleted it), timers whose message
+// never came fired, expired leases reclaimed (their slots given back once
+// saved), steps whose message was lost sent again, a stalled job failed.
+// errNoChange when nothing is due (the index was behind the item).
+func sweepDecide(j *domain.Job, now time.Time, fx *effects) (reclaimed, redispatched int, deleted bool, err error) {
+	if j.State.Terminal() {
+		switch {
+		case j.DataDue(now):
+			j.DataDeleted(now)
+			return 0, 0, true, nil
+		case !j.Resweep():
+			return 0, 0, false, errNoChange
+		}
+		return 0, 0, false, nil
+	}
+	// Timers whose message never came fire first (a sleep's end, a gate's
+	// or a wait's deadline): one that fails the job leaves nothing else of
+	// it for the sweep.
+	fired, expired, err := j.FireDue(now)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	fx.dispatch = append(fx.dispatch, fired...)
+	for _, s := range j.Steps {
+		redispatch, reclaim := j.NeedsSweep(s, now)
+		switch {
+		case reclaim:
+			if s.Lease != nil && s.Lease.Resource != "" {
+				// The dead holder's slot wakes the next in line.
+				fx.release = append(fx.release, slot{s.Lease.Resource, s.Lease.ID})
+			}
+			more, err := j.Reclaim(s.ID(), now)
+			if err != nil {
+				return 0, 0, false, err
+			}
+			fx.dispatch = append(fx.dispatch, more...)
+			reclaimed++
+		case redispatch:
+			if err := j.Redispatched(s, now); err != nil {
+				return 0, 0, false, err
+			}
+			delay := time.Duration(0)
+			if s.ReadyAt != nil && s.ReadyAt.After(now) {
+				delay = s.ReadyAt.Sub(now)
+			}
+			fx.dispatch = append(fx.dispatch, domain.Dispatch{Step: s, Delay: delay})
+			redispatched++
+		}
+	}
+	stalled, err := j.FailStalled(now) // one stored stalled before every write checked
+	if err != nil {
+		return 0, 0, false, err
+	}
+	moved := j.Resweep()
+	if len(fx.dispatch) == 0 && reclaimed == 0 && expired == 0 && !moved && !stalled {
+		return 0, 0, false, errNoChange
+	}
+	return reclaimed, redispatched, false, nil
 }

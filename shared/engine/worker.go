@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"slices"
 	"time"
 
@@ -79,83 +80,110 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 		return nil, err
 	}
 	// The long-poll runs on the wall clock, not the engine's (tests move
-	// that one).
-	deadline := time.Now().Add(time.Duration(r.WaitSeconds) * time.Second)
-	var out []ClaimedLease
-	// A claim that would wait first looks without waiting: one that finds
-	// work holds no long-poll slot; one that finds none takes a slot (429
-	// past the tenant's bound) before it waits.
-	looked := r.WaitSeconds == 0
-	release := func() {}
-	defer func() { release() }()
-	hold := func() error {
-		if !looked {
-			looked = true
-			rel, err := e.HoldLongPoll(ctx, tenant, time.Until(deadline))
-			if err != nil {
-				return err
-			}
-			release = rel
-		}
-		return nil
-	}
+	// that one). A claim that would wait first looks without waiting: one
+	// that finds work holds no long-poll slot; one that finds none takes a
+	// slot (429 past the tenant's bound) before it waits.
+	c := &claim{e: e, tenant: tenant, r: r, deadline: time.Now().Add(time.Duration(r.WaitSeconds) * time.Second), looked: r.WaitSeconds == 0, releasePoll: func() {}}
+	defer func() { c.releasePoll() }()
 	for {
-		wait := time.Duration(0)
-		if len(out) == 0 && looked {
-			// Whole seconds, rounded up: SQS long-polls in seconds, and a
-			// wait rounded down to 0 would poll in a busy loop.
-			wait = min((time.Until(deadline) + time.Second - 1).Truncate(time.Second), MaxClaimWait)
-			wait = max(wait, 0)
-		}
-		ds, err := e.take(ctx, tenant, r.Queue, r.Max-len(out), wait)
-		for errors.Is(err, ErrNoWorkerQueue) {
-			// No job named this queue yet. A claim makes nothing (a
-			// mistyped name must not use up one of the tenant's queues), but
-			// a worker may start before its first job: look again every
-			// NoQueueRecheck, and long-poll the queue once a submit made it.
-			step := min(time.Until(deadline), NoQueueRecheck)
-			if step <= 0 {
-				return out, nil
-			}
-			if err := hold(); err != nil {
-				return out, err
-			}
-			if !Sleep(ctx, step) {
-				return out, nil
-			}
-			wait = max(min((time.Until(deadline)+time.Second-1).Truncate(time.Second), MaxClaimWait), 0)
-			ds, err = e.take(ctx, tenant, r.Queue, r.Max-len(out), wait)
-		}
-		if err != nil {
-			return out, err
+		ds, err := c.take(ctx)
+		if err != nil || ds == nil {
+			return c.out, err
 		}
 		for _, d := range ds {
-			if d.Message.Tenant != tenant {
-				// Queues are per tenant, so this cannot be our own work: leave
-				// it for its owner rather than delete it.
-				e.Log.WarnContext(ctx, "claim left a message of another tenant", "queue", r.Queue, "job", d.Message.Job)
-				_ = e.Queue.Release(ctx, d.Token)
-				continue
-			}
-			cl, err := e.claimOne(ctx, tenant, r.Worker, d)
-			if err != nil {
-				e.Log.WarnContext(ctx, "claim skipped a message", "job", d.Message.Job, "step", d.Message.Step, "err", err)
-				continue
-			}
-			if cl != nil {
-				out = append(out, *cl)
-			}
+			c.claimOne(ctx, d)
 		}
-		if len(ds) == 0 && len(out) == 0 && !looked && time.Until(deadline) > 0 {
-			if err := hold(); err != nil {
-				return out, err
+		if len(ds) == 0 && len(c.out) == 0 && !c.looked && time.Until(c.deadline) > 0 {
+			if err := c.hold(ctx); err != nil {
+				return c.out, err
 			}
 			continue
 		}
 		// An empty poll ends the claim: it waited as long as it was asked.
-		if len(ds) == 0 || len(out) >= r.Max || ctx.Err() != nil || len(out) > 0 && !time.Now().Before(deadline) {
-			return out, nil
+		if len(ds) == 0 || len(c.out) >= r.Max || ctx.Err() != nil || len(c.out) > 0 && !time.Now().Before(c.deadline) {
+			return c.out, nil
 		}
+	}
+}
+
+// claim is one POST /v1/claim under way.
+type claim struct {
+	e           *Engine
+	tenant      string
+	r           ClaimRequest
+	deadline    time.Time
+	looked      bool // looked once without waiting, or holds a long-poll slot
+	releasePoll func()
+	out         []ClaimedLease
+}
+
+// hold takes a long-poll slot before the claim first waits.
+func (c *claim) hold(ctx context.Context) error {
+	if c.looked {
+		return nil
+	}
+	c.looked = true
+	rel, err := c.e.HoldLongPoll(ctx, c.tenant, time.Until(c.deadline))
+	if err == nil {
+		c.releasePoll = rel
+	}
+	return err
+}
+
+// wait is how long the next take may long-poll: none before the first
+// look or once a lease is in hand; whole seconds, rounded up (SQS
+// long-polls in seconds, and a wait rounded down to 0 would poll in a
+// busy loop).
+func (c *claim) wait() time.Duration {
+	if len(c.out) > 0 || !c.looked {
+		return 0
+	}
+	return max(min((time.Until(c.deadline)+time.Second-1).Truncate(time.Second), MaxClaimWait), 0)
+}
+
+// take answers the next deliveries, nil (no error) when the claim should
+// end with what it has. A queue no job named yet makes nothing (a
+// mistyped name must not use up one of the tenant's queues), but a
+// worker may start before its first job: it is looked for again every
+// NoQueueRecheck, and long-polled once a submit made it.
+func (c *claim) take(ctx context.Context) ([]Delivery, error) {
+	ds, err := c.e.take(ctx, c.tenant, c.r.Queue, c.r.Max-len(c.out), c.wait())
+	for errors.Is(err, ErrNoWorkerQueue) {
+		step := min(time.Until(c.deadline), NoQueueRecheck)
+		if step <= 0 {
+			return nil, nil
+		}
+		if err := c.hold(ctx); err != nil {
+			return nil, err
+		}
+		if !Sleep(ctx, step) {
+			return nil, nil
+		}
+		ds, err = c.e.take(ctx, c.tenant, c.r.Queue, c.r.Max-len(c.out), c.wait())
+	}
+	if ds == nil && err == nil {
+		ds = []Delivery{}
+	}
+	return ds, err
+}
+
+// claimOne leases what one delivery names, adding it to the claim's out.
+func (c *claim) claimOne(ctx context.Context, d Delivery) {
+	e := c.e
+	if d.Message.Tenant != c.tenant {
+		// Queues are per tenant, so this cannot be our own work: leave it
+		// for its owner rather than delete it.
+		e.Log.WarnContext(ctx, "claim left a message of another tenant", "queue", c.r.Queue, "job", d.Message.Job)
+		_ = e.Queue.Release(ctx, d.Token)
+		return
+	}
+	cl, err := e.claimOne(ctx, c.tenant, c.r.Worker, d)
+	if err != nil {
+		e.Log.WarnContext(ctx, "claim skipped a message", "job", d.Message.Job, "step", d.Message.Step, "err", err)
+		return
+	}
+	if cl != nil {
+		c.out = append(c.out, *cl)
 	}
 }
 
@@ -175,94 +203,33 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// claimOne leases the step a worker-queue message names, or settles the
-// message: deleted when stale, hidden again until a live lease or a backoff
-// runs out.
+// claimOne leases the step a worker-queue message names (takeLease), or
+// settles the message: deleted when there is nothing to run, hidden again
+// until a live lease or a backoff runs out.
 func (e *Engine) claimOne(ctx context.Context, tenant, worker string, d Delivery) (*ClaimedLease, error) {
-	jobID, stepID := d.Message.Job, d.Message.Step
-	var lease *domain.Lease
-	var hideFor time.Duration
-	var fx sideEffects
-	var in workerInput
-	var cache dataCache
-	var unreadable bool // the attempt failed at once: its input can never be had
-	var ds []domain.Dispatch
-	waiting := false
-	n := nonce() // one per change: a slot taken for the lease stays its own
-	j, err := e.mutate(ctx, tenant, jobID, func(j *domain.Job, now time.Time) error {
-		fx.decided()
-		waiting, unreadable = false, false
-		s, i, hide, done, err := e.stepToLease(j, stepID, now, &fx)
-		if hideFor = hide; done {
-			return err
-		}
-		dur := time.Duration(s.Spec.Action.LeaseSeconds) * time.Second
-		res, wait, err := e.slotFor(ctx, j, s, i, n, dur, now, &fx)
-		if err != nil {
-			return err
-		}
-		if wait != nil {
-			waiting = true
-			return j.WaitForResource(stepID, wait, now)
-		}
-		lease, err = leaseOnSlot(j, stepID, domain.LeaseRequest{
-			Worker: worker, ViaWorker: true, Nonce: n, Duration: dur, Token: d.Token, Resource: res,
-		}, now, &fx)
-		if err != nil {
-			return err
-		}
-		// In the same change as the lease: a fetch that fails writes
-		// nothing, and the message comes back.
-		in, err = e.workerInput(ctx, &cache, j, i, lease.Attempt, dur)
-		if de := (*dataError)(nil); errors.As(err, &de) {
-			unreadable = true
-			ds, err = failUnreadableInput(j, stepID, lease.ID, de, now)
-			if res != "" {
-				fx.release = append(fx.release, slot{res, lease.ID}) // the attempt ended
-			}
-		}
-		return err
-	})
-	if err != nil || lease == nil {
-		fx.dropAcquired(ctx, e, tenant)
-	}
-	fx.settle(ctx, e, tenant, j, err)
-	var notYet *domain.NotYetError
-	switch {
-	case errors.Is(err, errLiveLease):
-		e.passWake(ctx, tenant, d.Message.Wake)
-		return nil, e.Queue.Extend(ctx, d.Token, hideFor)
-	case errors.As(err, &notYet):
-		return nil, e.Queue.Extend(ctx, d.Token, notYet.Until.Sub(e.now()))
-	case isStale(err):
-		e.passWake(ctx, tenant, d.Message.Wake)
-		return nil, e.Queue.Ack(ctx, d.Token)
-	case errors.Is(err, domain.ErrUnreadable):
-		e.quarantine(ctx, tenant, jobID, err)
-		return nil, e.Queue.Ack(ctx, d.Token)
-	case err != nil:
+	t, err := e.takeLease(ctx, d, workerLane(worker))
+	if err != nil {
 		return nil, err
-	case waiting:
-		return nil, e.Queue.Ack(ctx, d.Token) // in line for a slot: a freed one sends it again
-	case lease == nil:
-		e.passWake(ctx, tenant, d.Message.Wake)
-		return nil, e.Queue.Ack(ctx, d.Token) // the reclaim spent the last attempt
-	case unreadable:
-		e.dispatch(ctx, j, ds)
+	}
+	switch t.outcome {
+	case held:
+		return nil, e.Queue.Extend(ctx, d.Token, t.hideFor)
+	case notYet:
+		return nil, e.Queue.Extend(ctx, d.Token, t.until.Sub(e.now()))
+	case leased:
+	default:
+		// Nothing to run (stale, set aside, in line for a slot, ended at
+		// once): a freed slot or the sweep sends it again if it must run.
 		return nil, e.Queue.Ack(ctx, d.Token)
 	}
-	s, _, _ := j.Step(stepID)
-	if err := e.Queue.Extend(ctx, d.Token, lease.ExpiresAt.Sub(e.now())); err != nil {
-		// The lease is written; if the message shows up early, the next
-		// claimer finds the lease live and hides it again.
-		e.Log.WarnContext(ctx, "lease visibility not set", "lease", lease.ID, "err", err)
-	}
+	j, lease := t.job, t.lease
+	s, _, _ := j.Step(d.Message.Step)
 	cl := &ClaimedLease{
-		LeaseID: lease.ID, JobID: j.ID, StepID: stepID, Attempt: lease.Attempt, MaxAttempts: s.Spec.Retry.MaxAttempts,
-		Input: in.inline, ExpiresAt: lease.ExpiresAt, LeaseSeconds: s.Spec.Action.LeaseSeconds, IdempotencyKey: j.IdempotencyToken(s),
-		InputRef: in.ref, InputURL: in.url, Deadline: lease.Deadline,
+		LeaseID: lease.ID, JobID: j.ID, StepID: s.ID(), Attempt: lease.Attempt, MaxAttempts: s.Spec.Retry.MaxAttempts,
+		Input: t.input.inline, ExpiresAt: lease.ExpiresAt, LeaseSeconds: s.Spec.Action.LeaseSeconds, IdempotencyKey: j.IdempotencyToken(s),
+		InputRef: t.input.ref, InputURL: t.input.url, Deadline: lease.Deadline,
 	}
-	if r := fx.acquiredOn; r != nil {
+	if r := t.on; r != nil {
 		cl.Resource = &ClaimedResource{ID: r.ID, Capabilities: r.Capabilities, Labels: r.Labels}
 	}
 	return cl, nil
@@ -302,64 +269,103 @@ func (e *Engine) Heartbeat(ctx context.Context, tenant, leaseID string, extend t
 	if err != nil {
 		return HeartbeatResult{}, err
 	}
-	var lease, ended *domain.Lease
-	var ds []domain.Dispatch
-	var stepID string
-	rng := e.jitterRNG()
+	h := &heartbeat{ref: ref, leaseID: leaseID, extend: extend, rng: e.jitterRNG()}
 	res := HeartbeatResult{LeaseID: leaseID}
-	j, err := e.mutate(ctx, tenant, ref.JobID, func(j *domain.Job, now time.Time) error {
-		ended = nil
-		s, err := leaseTarget(j, ref)
-		if err != nil {
-			return err
-		}
-		stepID = s.ID()
-		if s.CancelledUnder(leaseID, now) {
-			res.CancelRequested = true
-			return errNoChange
-		}
-		if j.PastDeadline(s.ID(), leaseID, now) {
-			// The attempt ran for its timeout_seconds: it ends TIMED_OUT
-			// now, and its holder hears that it lost the lease.
-			ended = s.Lease
-			ds, err = j.TimeOut(s.ID(), leaseID, now, rng)
-			return err
-		}
-		d := extend
-		if d <= 0 {
-			d = time.Duration(s.Spec.Action.LeaseSeconds) * time.Second
-		}
-		if lease, err = j.Heartbeat(s.ID(), leaseID, d, now); err != nil {
-			return err
-		}
-		// The slot is extended first: a lease never outlives its slot, or
-		// another attempt could take the slot while this one still runs.
-		// (A slot that outlives its lease only holds longer.)
-		if lease.Resource != "" {
-			if err := e.Resources.ExtendHolder(ctx, tenant, lease.Resource, lease.ID, lease.ExpiresAt); err != nil {
-				return fmt.Errorf("extend the slot of resource %s: %w", lease.Resource, err)
-			}
-		}
-		return nil
-	})
+	j, err := e.commit(ctx, tenant, ref.JobID, nil, change{prepare: h.prepare(e), decide: h.decide})
 	if err != nil {
 		return res, fmt.Errorf("heartbeat lease %s: %w", leaseID, err)
 	}
-	if res.CancelRequested {
-		return res, nil
-	}
-	if ended != nil {
-		e.endLease(ctx, tenant, j, stepID, ended, ds)
-		s, _, _ := j.Step(stepID)
+	switch {
+	case h.cancelled:
+		res.CancelRequested = true
+	case h.timedOut:
+		s, _, _ := j.Step(h.stepID)
 		return res, fmt.Errorf("heartbeat lease %s: the attempt ran past timeout_seconds (%d) and was timed out: %w", leaseID, s.Spec.TimeoutSeconds, domain.ErrLeaseLost)
-	}
-	res.ExpiresAt = &lease.ExpiresAt
-	if lease.Token != "" {
-		if err := e.Queue.Extend(ctx, lease.Token, lease.ExpiresAt.Sub(e.now())); err != nil {
-			e.Log.WarnContext(ctx, "heartbeat could not extend the message's visibility", "lease", leaseID, "err", err)
-		}
+	default:
+		res.ExpiresAt = &h.lease.ExpiresAt
 	}
 	return res, nil
+}
+
+// heartbeat is one heartbeat's change.
+type heartbeat struct {
+	ref       domain.LeaseRef
+	leaseID   string
+	extend    time.Duration
+	rng       *mrand.Rand
+	slotUntil time.Time // the lease's slot, extended by prepare
+
+	stepID    string
+	cancelled bool          // the job was cancelled: nothing is extended
+	timedOut  bool          // the attempt ran past its timeout_seconds and was ended
+	lease     *domain.Lease // the lease extended
+}
+
+// prepare extends the lease's slot first: a lease never outlives its
+// slot, or another attempt could take the slot while this one still runs.
+// (A slot that outlives its lease only holds longer.)
+func (h *heartbeat) prepare(e *Engine) func(context.Context, *domain.Job, time.Time) error {
+	return func(ctx context.Context, j *domain.Job, now time.Time) error {
+		s, err := leaseTarget(j, h.ref)
+		if err != nil || !h.slotUntil.IsZero() || !h.extends(j, s, now) || s.Lease.Resource == "" {
+			return nil // nothing to extend: the decision refuses, or ends the lease
+		}
+		until := now.Add(heartbeatExtension(s, h.extend))
+		if err := e.Resources.ExtendHolder(ctx, j.Tenant, s.Lease.Resource, h.leaseID, until); err != nil {
+			return fmt.Errorf("extend the slot of resource %s: %w", s.Lease.Resource, err)
+		}
+		h.slotUntil = until
+		return nil
+	}
+}
+
+// extends reports whether the heartbeat extends step s's lease at now.
+func (h *heartbeat) extends(j *domain.Job, s *domain.Step, now time.Time) bool {
+	return !s.CancelledUnder(h.leaseID, now) && !j.PastDeadline(s.ID(), h.leaseID, now) && j.CheckLease(s.ID(), h.leaseID, now) == nil
+}
+
+func (h *heartbeat) decide(j *domain.Job, now time.Time, fx *effects) error {
+	h.cancelled, h.timedOut = false, false
+	s, err := leaseTarget(j, h.ref)
+	if err != nil {
+		return err
+	}
+	h.stepID = s.ID()
+	if s.CancelledUnder(h.leaseID, now) {
+		h.cancelled = true
+		return errNoChange
+	}
+	if j.PastDeadline(s.ID(), h.leaseID, now) {
+		// The attempt ran for its timeout_seconds: it ends TIMED_OUT now,
+		// and its holder hears that it lost the lease.
+		h.timedOut = true
+		fx.endLease(s.Lease)
+		fx.dispatch, err = j.TimeOut(s.ID(), h.leaseID, now, h.rng)
+		return err
+	}
+	d := heartbeatExtension(s, h.extend)
+	if h.extends(j, s, now) && s.Lease.Resource != "" {
+		if h.slotUntil.IsZero() {
+			return errUnprepared
+		}
+		d = min(d, h.slotUntil.Sub(now))
+	}
+	if h.lease, err = j.Heartbeat(s.ID(), h.leaseID, d, now); err != nil {
+		return err
+	}
+	if h.lease.Token != "" {
+		fx.hide = append(fx.hide, hidden{h.lease.Token, h.lease.ExpiresAt})
+	}
+	return nil
+}
+
+// heartbeatExtension is how long a heartbeat extends step s's lease by:
+// what it asks, else the step's lease_seconds.
+func heartbeatExtension(s *domain.Step, extend time.Duration) time.Duration {
+	if extend > 0 {
+		return extend
+	}
+	return time.Duration(s.Spec.Action.LeaseSeconds) * time.Second
 }
 
 // Outcome is POST /v1/leases/{lease}/complete or /fail.
@@ -394,7 +400,7 @@ func (e *Engine) Complete(ctx context.Context, tenant, leaseID string, output js
 	if len(output) > limit {
 		return OutcomeResult{}, &domain.Error{Code: domain.CodeTooLarge, Message: fmt.Sprintf("output is %d bytes; the limit is %d", len(output), limit)}
 	}
-	return e.finishLease(ctx, tenant, leaseID, output, nil)
+	return e.finish(ctx, tenant, attemptOutcome{leaseID: leaseID, output: output}, nil)
 }
 
 // Fail records a worker's failure under its lease; its class decides the
@@ -418,91 +424,7 @@ func (e *Engine) Fail(ctx context.Context, tenant, leaseID string, o Outcome) (O
 		msg = cmp.Or(o.Prompt, "worker reported "+string(class))
 	}
 	f := &domain.Failure{Class: class, Message: msg, Prompt: o.Prompt, Steps: o.Steps, RetryAfter: time.Duration(o.RetryAfterSeconds) * time.Second}
-	return e.finishLease(ctx, tenant, leaseID, nil, f)
-}
-
-func (e *Engine) finishLease(ctx context.Context, tenant, leaseID string, output json.RawMessage, failure *domain.Failure) (OutcomeResult, error) {
-	ref, err := domain.ParseLeaseID(leaseID)
-	if err == nil {
-		err = checkID(ref.JobID)
-	}
-	if err != nil {
-		return OutcomeResult{}, err
-	}
-	var stepID string
-	var ended *domain.Lease
-	var ds []domain.Dispatch
-	var cache dataCache
-	rng := e.jitterRNG()
-	j, err := e.mutate(ctx, tenant, ref.JobID, func(j *domain.Job, now time.Time) error {
-		ended = nil
-		s, err := leaseTarget(j, ref)
-		if err != nil {
-			return err
-		}
-		stepID = s.ID()
-		if s.AlreadyRecorded(leaseID, failure == nil, now) {
-			return errNoChange // a retry whose first answer was lost: answer it again
-		}
-		ended = s.Lease
-		f := failure
-		if f != nil && f.Class == domain.ClassResource && s.Lease != nil && s.Lease.Resource != "" && s.Lease.ID == leaseID {
-			none, err := e.noOtherResource(ctx, tenant, s, s.Lease.Resource)
-			if err != nil {
-				return err
-			}
-			withRes := *f
-			withRes.NoOtherResource = none
-			f = &withRes
-		}
-		if f != nil && len(f.Steps) > 0 {
-			replan := *f
-			if replan.Steps, err = e.prepareReplan(ctx, tenant, j, stepID, f.Steps); err != nil {
-				return err
-			}
-			f = &replan
-		}
-		out, dataRef := output, (*domain.DataRef)(nil)
-		if f == nil {
-			if err := j.CheckLease(stepID, leaseID, now); err != nil {
-				return err // nothing stored for an outcome that is refused
-			}
-			if out, dataRef, err = e.keepOutput(ctx, &cache, j, stepID, ref.Attempt, output); err != nil {
-				return err
-			}
-		}
-		ds, err = applyOutcome(j, stepID, leaseID, out, dataRef, f, now, rng)
-		return err
-	})
-	if f := unstorable(err, failure); f != nil {
-		// The attempt ends now, as a fatal failure; the worker still hears
-		// that its outcome was too large.
-		if _, ferr := e.finishLease(ctx, tenant, leaseID, nil, f); ferr != nil {
-			return OutcomeResult{}, fmt.Errorf("lease %s: %w (and recording the failure: %v)", leaseID, err, ferr)
-		}
-		return OutcomeResult{}, &domain.Error{Code: domain.CodeTooLarge, Message: fmt.Sprintf("lease %s: %v; the attempt was failed as fatal", leaseID, err)}
-	}
-	if err != nil {
-		return OutcomeResult{}, fmt.Errorf("lease %s: %w", leaseID, err)
-	}
-	if ended != nil {
-		e.endLease(ctx, tenant, j, stepID, ended, ds)
-	}
-	s, _, _ := j.Step(stepID)
-	return OutcomeResult{JobID: j.ID, StepID: stepID, StepState: s.State, JobState: j.State}, nil
-}
-
-// endLease acts on a worker's lease that a saved change ended: its
-// message is deleted, its slot given back, and what the change calls for
-// sent.
-func (e *Engine) endLease(ctx context.Context, tenant string, j *domain.Job, stepID string, l *domain.Lease, ds []domain.Dispatch) {
-	if l.Token != "" {
-		if err := e.Queue.Ack(ctx, l.Token); err != nil {
-			e.Log.WarnContext(ctx, "finished lease's message not deleted; it is dropped when next received", "lease", l.ID, "err", err)
-		}
-	}
-	e.releaseSlot(ctx, tenant, l.Resource, l.ID)
-	e.dispatch(ctx, j, ds)
+	return e.finish(ctx, tenant, attemptOutcome{leaseID: leaseID, failure: f}, nil)
 }
 
 // prepareReplan validates the steps a worker's replan brings against the

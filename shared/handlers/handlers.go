@@ -38,7 +38,6 @@ func Execute(e *engine.Engine, tokens func(queueARN, receipt string) string, log
 			})
 		}
 		wg.Wait()
-		e.FlushStats(ctx)
 		return resp, nil
 	}
 }
@@ -75,7 +74,6 @@ func executeRecord(ctx context.Context, e *engine.Engine, tokens func(queueARN, 
 func Heartbeat(e *engine.Engine) func(context.Context, events.EventBridgeEvent) (engine.SweepReport, error) {
 	return func(ctx context.Context, _ events.EventBridgeEvent) (engine.SweepReport, error) {
 		rep, err := e.Sweep(ctx)
-		e.FlushStats(ctx)
 		if err != nil {
 			return rep, err
 		}

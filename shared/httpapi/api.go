@@ -194,7 +194,6 @@ func (a *API) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 		return a.fail(ev, err), nil
 	}
 	status, body, err := rt.serve(a, ctx, tenant, req)
-	a.Engine.FlushStats(ctx)
 	if err != nil {
 		return a.fail(ev, err), nil
 	}

@@ -1,0 +1,187 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/stepflow/stepflow/shared/domain"
+)
+
+// A change is one conditional write of one job, in four phases:
+//
+//   - prepare does the I/O a decision on the job as loaded needs (a
+//     resource slot taken, data fetched or stored, a URL presigned, a
+//     worker queue made). It is keyed by the attempt and remembers what it
+//     did, so the job prepared again after a lost race repeats none of it.
+//   - decide changes the job and nothing else: no adapter is called while
+//     it runs (TestDecisionsCallNoAdapter), so deciding again after a lost
+//     race is free. What the change calls for besides itself it adds to
+//     the effects.
+//   - commit saves the job with one conditional write.
+//   - effects: the saved change is observed (its log record, the Job
+//     State Change events, the counters), then its effects are applied
+//     (acks, visibility, slots given back, dispatches).
+//
+// Temporal's state machines return their tasks the same way
+// (TransitionOutput{Tasks}); a crash between the write and the effects
+// loses nothing: the sweep finds the step overdue and sends it again, and
+// an unreturned slot comes back when its holder's lease ends.
+type change struct {
+	prepare func(ctx context.Context, j *domain.Job, now time.Time) error // nil: no I/O is needed
+	decide  func(j *domain.Job, now time.Time, fx *effects) error
+}
+
+// effects are what a saved change calls for besides its write.
+type effects struct {
+	ack      []string          // worker-queue messages to delete
+	hide     []hidden          // messages to hide until a lease ends
+	release  []slot            // resource slots to give back
+	dispatch []domain.Dispatch // steps to send
+}
+
+// hidden is a message kept from redelivery until a lease runs out.
+type hidden struct {
+	token string
+	until time.Time
+}
+
+type slot struct{ resource, key string }
+
+// endLease deletes an ended lease's message and gives back its slot.
+func (fx *effects) endLease(l *domain.Lease) {
+	if l == nil {
+		return
+	}
+	if l.Token != "" {
+		fx.ack = append(fx.ack, l.Token)
+	}
+	if l.Resource != "" {
+		fx.release = append(fx.release, slot{l.Resource, l.ID})
+	}
+}
+
+// errNoChange tells commit that the decision needs no write.
+var errNoChange = errors.New("no change")
+
+// commit runs one change of a job: it loads the job (or starts from one
+// this process just saved, which saves a read when no one else wrote in
+// between; from is consumed), prepares, decides and saves it, deciding
+// again on a lost race, then observes the saved change and applies its
+// effects. A decision answering errNoChange answers the job as loaded,
+// without a write and without effects.
+func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job, c change) (*domain.Job, error) {
+	for race := range maxRaces {
+		j := from
+		from = nil
+		if j == nil {
+			var err error
+			if j, err = e.Store.Get(ctx, tenant, id); err != nil {
+				return nil, err
+			}
+		}
+		now := e.now()
+		if c.prepare != nil {
+			if err := c.prepare(ctx, j, now); err != nil {
+				return j, err
+			}
+		}
+		before := observeBefore(j)
+		var fx effects
+		if err := e.decideOnly(j, now, &fx, c.decide); err != nil {
+			if errors.Is(err, errNoChange) {
+				return j, nil
+			}
+			return j, err
+		}
+		err := e.Store.Save(ctx, j, before.loaded)
+		if errors.Is(err, domain.ErrVersionConflict) {
+			if !lostRace(ctx, race) {
+				return nil, ctx.Err()
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		e.observe(ctx, j, before)
+		e.apply(ctx, j, fx)
+		return j, nil
+	}
+	return nil, fmt.Errorf("job %s: gave up after %d lost races: %w: %w", id, maxRaces, domain.ErrContended, domain.ErrVersionConflict)
+}
+
+// decideOnly runs a decision, counted in e.deciding so a test's adapters
+// can refuse any call made while one runs.
+func (e *Engine) decideOnly(j *domain.Job, now time.Time, fx *effects, decide func(*domain.Job, time.Time, *effects) error) error {
+	e.deciding.Add(1)
+	defer e.deciding.Add(-1)
+	return decide(j, now, fx)
+}
+
+// apply acts on a saved change's effects. A failure is logged, not
+// returned: the change is saved, a message not deleted is dropped when it
+// next comes, a slot not given back comes back when its lease expires, and
+// the sweep sends an overdue step again.
+func (e *Engine) apply(ctx context.Context, j *domain.Job, fx effects) {
+	for _, t := range fx.ack {
+		if err := e.Queue.Ack(ctx, t); err != nil {
+			e.Log.WarnContext(ctx, "a finished lease's message was not deleted; it is dropped when next received", "job", j.ID, "err", err)
+		}
+	}
+	for _, h := range fx.hide {
+		if err := e.Queue.Extend(ctx, h.token, h.until.Sub(e.now())); err != nil {
+			// The lease is written; a message that shows up early finds it
+			// live and is hidden again.
+			e.Log.WarnContext(ctx, "a lease's message was not hidden for its length", "job", j.ID, "err", err)
+		}
+	}
+	for _, r := range fx.release {
+		e.releaseSlot(ctx, j.Tenant, r.resource, r.key)
+	}
+	e.dispatch(ctx, j, fx.dispatch)
+}
+
+// dispatch sends steps a saved change calls for. A failed send is logged,
+// not returned: the job is saved, and the sweep re-sends overdue steps.
+func (e *Engine) dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispatch) {
+	if len(ds) == 0 {
+		return
+	}
+	e.touchDispatched(ctx, j, ds)
+	if err := e.Queue.Dispatch(ctx, j, Route(j, ds)); err != nil {
+		e.Log.WarnContext(ctx, "dispatch failed; the sweep will re-send", "job", j.ID, "err", err)
+	}
+}
+
+// loadedJob is what observers of a change need of the job as it was
+// loaded.
+type loadedJob struct {
+	state   domain.JobState
+	loaded  int // events it had
+	waiting bool
+	steps   map[string]stepSnapshot
+}
+
+func observeBefore(j *domain.Job) loadedJob {
+	return loadedJob{state: j.State, loaded: len(j.Events), waiting: j.WaitsOnPerson(), steps: snapshotSteps(j)}
+}
+
+// observe tells every observer of a saved change: the counters (written
+// when due, so no entry point has to flush them), its log record and its
+// published Job State Change events. It runs before the change's effects,
+// so the change that follows (made by whoever takes a message sent now)
+// is published after this one: a job's events reach the bus in order.
+func (e *Engine) observe(ctx context.Context, j *domain.Job, before loadedJob) {
+	e.recordStats(j, before)
+	e.afterWrite(ctx, j, before.state, before.loaded)
+	e.flushStats(ctx, false)
+}
+
+// observeCreated is observe for a job just created.
+func (e *Engine) observeCreated(ctx context.Context, j *domain.Job) {
+	e.noteCreated(j)
+	e.afterWrite(ctx, j, domain.JobInitial, 0)
+	e.flushStats(ctx, false)
+}

@@ -224,13 +224,9 @@ func (a guardedActions) Run(ctx context.Context, c engine.ActionCall) (json.RawM
 	}
 	return a.Actions.Run(ctx, c)
 }
-func (a guardedActions) CheckTarget(url string) error {
-	a.g.check("Actions.CheckTarget")
-	return a.Actions.CheckTarget(url)
-}
-func (a guardedActions) CheckFunction(function string) error {
-	a.g.check("Actions.CheckFunction")
-	return a.Actions.CheckFunction(function)
+func (a guardedActions) CheckAction(spec domain.ActionSpec) (string, error) {
+	a.g.check("Actions.CheckAction")
+	return a.Actions.CheckAction(spec)
 }
 
 type guardedBus struct {
@@ -321,7 +317,7 @@ func TestDecisionsCallNoAdapter(t *testing.T) {
 	plan := b.submit(t, tenantA, `{"steps":[{"id":"plan","action":{"type":"worker","queue":"q"},"retry":{"max_attempts":1}}]}`)
 	ls = b.claim(t, tenantA, "q")
 	require.Len(t, ls, 1)
-	_, err = b.e.Fail(ctx, tenantA, ls[0].LeaseID, engine.Outcome{Class: "replan", Steps: []domain.StepSpec{{ID: "next", Action: domain.ActionSpec{Type: domain.ActionWorker, Queue: "q2"}}}})
+	_, err = b.e.Fail(ctx, tenantA, ls[0].LeaseID, engine.Outcome{Class: "replan", Steps: []domain.StepSpec{{ID: "next", Action: domain.ActionSpec{Type: domain.ActionWorker, WorkerAction: domain.WorkerAction{Queue: "q2"}}}}})
 	require.NoError(t, err)
 	ls = b.claim(t, tenantA, "q2")
 	require.Len(t, ls, 1)

@@ -19,20 +19,13 @@ const (
 	HostileKey    = "chaos-wq-key"
 
 	// HostileOwnQueue is the worker queue its flood's worker jobs go to,
-	// which it claims and completes itself; HostileParkedQueue holds the
-	// worker jobs it leaves unclaimed on purpose, so its backlog is not
-	// empty when the run's tenant reads its own health.
-	HostileOwnQueue    = "own"
-	HostileParkedQueue = "parked"
+	// which it claims and completes itself.
+	HostileOwnQueue = "own"
 
 	// hostileLeaseSeconds is its worker steps' lease: long beside the
 	// time a claim and its outcome take, short beside the sweeper's clock
 	// jumps, so a lease lost to a crash is reclaimed within seconds.
 	hostileLeaseSeconds = 300
-
-	// BigFailBytes is the size of the failure message one of its worker
-	// steps is failed with: far over domain.MaxErrorMessageBytes.
-	BigFailBytes = 120 * 1024
 
 	// PoisonDepth is how deeply its deepest poison bodies nest.
 	PoisonDepth = 10000
@@ -42,16 +35,13 @@ const (
 const (
 	stepWork     = "work"     // completed
 	stepPoisoned = "poisoned" // first sent the poison outputs, then completed
-	stepBigFail  = "bigfail"  // failed as fatal with a BigFailBytes message
-	stepParked   = "parked"   // never claimed
 )
 
 // HostileConfig sizes the hostile tenant; a zero field takes its default.
 type HostileConfig struct {
 	Off     bool // no hostile tenant in the run
 	Pass    int  // cheap pass jobs in its flood (40)
-	Work    int  // worker jobs on its own queue it claims and completes (3), besides one it fails with a 120 KB message
-	Parked  int  // worker jobs it leaves unclaimed (3)
+	Work    int  // worker jobs on its own queue it claims and completes (3)
 	Unknown int  // claims on queue names no job ever named (20)
 }
 
@@ -61,9 +51,6 @@ func (c *HostileConfig) defaults() {
 	}
 	if c.Work == 0 {
 		c.Work = 3
-	}
-	if c.Parked == 0 {
-		c.Parked = 3
 	}
 	if c.Unknown == 0 {
 		c.Unknown = 20
@@ -84,10 +71,6 @@ func CollidingQueues() []string {
 	return out
 }
 
-// oldWorkerQueueName is a worker queue's SQS name before the names were
-// made injective: two (tenant, queue) pairs could share one.
-func oldWorkerQueueName(prefix, tenant, name string) string { return prefix + tenant + "-" + name }
-
 // Poison is a body the API must refuse with 400, and write nothing for.
 type Poison struct {
 	Name string
@@ -101,14 +84,11 @@ type Poison struct {
 // StreamHostile: the same seed, the same bodies, byte for byte.
 type HostilePlan struct {
 	// Flood must all finish: its worker jobs on HostileOwnQueue first
-	// (the one whose completes are poisoned, the others, the one failed
-	// with BigFailBytes), then the pass jobs (the first with a payload
-	// nested as deep as a submit may).
+	// (the one whose completes are poisoned, then the others), then the
+	// pass jobs (the first with a payload nested as deep as a submit may).
 	Flood   []JobPlan
-	Parked  []JobPlan // worker jobs on HostileParkedQueue, left unclaimed
-	Unknown []string  // queue names no job names, each claimed once
+	Unknown []string // queue names no job names, each claimed once
 	Poison  []Poison
-	BigFail []byte // the body of the fail call on the "bigfail" step
 }
 
 type hostileSpec struct {
@@ -148,7 +128,6 @@ func hostilePlan(r *rand.Rand, seed uint64, c HostileConfig) HostilePlan {
 	for range c.Work - 1 {
 		p.Flood = append(p.Flood, job(stepWork, worker(stepWork, HostileOwnQueue), nil))
 	}
-	p.Flood = append(p.Flood, job(stepBigFail, worker(stepBigFail, HostileOwnQueue), nil))
 	for i := range c.Pass {
 		var payload json.RawMessage
 		if i == 0 {
@@ -158,9 +137,6 @@ func hostilePlan(r *rand.Rand, seed uint64, c HostileConfig) HostilePlan {
 		}
 		p.Flood = append(p.Flood, job("pass", []stepSpec{{ID: "only", Action: actionSpec{Type: "pass"}}}, payload))
 	}
-	for range c.Parked {
-		p.Parked = append(p.Parked, job(stepParked, worker(stepParked, HostileParkedQueue), nil))
-	}
 	// The run's own queue names first (the hostile tenant's own queues of
 	// those names were never used), then random ones.
 	p.Unknown = append(p.Unknown, WorkerQueues...)
@@ -169,8 +145,6 @@ func hostilePlan(r *rand.Rand, seed uint64, c HostileConfig) HostilePlan {
 	}
 	p.Unknown = p.Unknown[:c.Unknown]
 	p.Poison = poisonBodies()
-	msg := strings.Repeat("€", BigFailBytes/len("€")) // cut on a rune boundary, or not at all
-	p.BigFail, _ = json.Marshal(map[string]any{"class": "fatal", "message": msg})
 	return p
 }
 

@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+
+	"github.com/stepflow/stepflow/shared/domain"
 )
 
 // JobPlan is one job a run submits.
@@ -136,6 +138,18 @@ func (ks weightedKinds) pick(r *rand.Rand) string {
 var planKinds = weightedKinds{
 	{"pass", 14}, {"pass3", 10}, {"pass5", 8}, {"retryable", 12}, {"fatal", 8}, {"sleep", 12}, {"worker", 26},
 	{"approval", 7}, {"signal", 7}, {"timer", 8}, {"redrive", 4},
+}
+
+// planEnds is the run's workload table: what a job of each kind ends as,
+// given the faults and its racer's answers.
+var planEnds = map[string]expectation{
+	"pass": completes, "pass3": completes, "pass5": completes, "sleep": completes, "timer": completes,
+	"retryable": fails, "fatal": fails,
+	"worker":   {}, // its workers draw each attempt's outcome
+	"approval": {end: gateEnd, lossy: true, facts: racing(gateFacts)},
+	"signal":   {end: ends(domain.JobCompleted), lossy: true, facts: racing(signalFacts)},
+	// Not lossy: its racer redrives it again after a lost lease.
+	"redrive": {end: ends(domain.JobCompleted), facts: racing(redriveFacts)},
 }
 
 // racers are the kinds a racer works on.

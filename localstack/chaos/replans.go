@@ -46,9 +46,9 @@ const (
 
 // replanJob is one job of the replans' plan.
 type replanJob struct {
-	Kind  string // worker, fail_action, flood
-	Depth int    // worker, fail_action: the cycle closes through s<Depth>
-	Chain bool   // worker, fail_action: the closing step is not a sink (another new step follows it)
+	Kind  string // replan-worker, replan-fail, flood
+	Depth int    // replans: the cycle closes through s<Depth>
+	Chain bool   // replans: the closing step is not a sink (another new step follows it)
 	Junk  int    // flood: signals of names nothing waits for
 }
 
@@ -56,7 +56,7 @@ type replanJob struct {
 func (f *Faults) replanPlan() []replanJob {
 	var out []replanJob
 	f.Draw(StreamReplans, func(r *rand.Rand) {
-		for _, kind := range []string{"worker", "worker", "worker", "fail_action", "fail_action", "flood", "flood"} {
+		for _, kind := range []string{"replan-worker", "replan-worker", "replan-worker", "replan-fail", "replan-fail", "flood", "flood"} {
 			out = append(out, replanJob{Kind: kind, Depth: 1 + r.IntN(3), Chain: r.IntN(2) == 0, Junk: 60 + r.IntN(61)})
 		}
 	})
@@ -82,9 +82,8 @@ type replanner struct {
 }
 
 type floodRecord struct {
-	own     []answer // the job's own signal, go
-	dropped int      // junk answered 200 dropped
-	other   []string // junk answered anything else
+	own   []answer // the job's own signal, go
+	other []string // junk answered anything but 200 dropped
 }
 
 func newReplanner(r *run) *replanner {
@@ -121,7 +120,7 @@ func (p replanJob) newSteps(closing bool) []any {
 	return steps
 }
 
-// body answers a job's spec; for fail_action its fail step carries the
+// body answers a job's spec; for replan-fail its fail step carries the
 // replan (closing a cycle or not).
 func (p replanJob) body(closing bool) []byte {
 	var steps []any
@@ -132,14 +131,14 @@ func (p replanJob) body(closing bool) []byte {
 			replanStep("wait", map[string]any{"type": "wait", "signal": SignalName}),
 			replanStep("after", replanPass),
 		}
-	case "worker":
+	case "replan-worker":
 		// A short lease: a claim whose answer a fault lost leaves the
 		// step leased until it runs out (or a clock jump ends it), then it
 		// is reclaimed. Long enough for the claimer's two answers on a
 		// machine loaded by `make test`: with 5 s, each claim's lease ran
 		// out before its fitting replan, attempt after attempt.
 		steps = []any{replanStep("x", map[string]any{"type": "worker", "queue": ReplanQueue, "lease_seconds": 15})}
-	case "fail_action":
+	case "replan-fail":
 		steps = []any{replanStep("x", map[string]any{"type": "fail", "class": "replan", "message": "chaos: replan", "steps": p.newSteps(closing)})}
 	}
 	if p.Kind != "flood" {
@@ -159,7 +158,7 @@ func (p replanJob) body(closing bool) []byte {
 func (p *replanner) start(ctx context.Context, deadline time.Time) {
 	for i, job := range p.plan {
 		switch job.Kind {
-		case "fail_action":
+		case "replan-fail":
 			p.wg.Go(func() {
 				refused := p.c.retry(ctx, deadline, http.MethodPost, "/v1/jobs", job.body(true))
 				id := p.submit(ctx, i, job.body(false), deadline)
@@ -170,7 +169,7 @@ func (p *replanner) start(ctx context.Context, deadline time.Time) {
 			})
 		case "flood":
 			p.wg.Go(func() { p.flood(ctx, i, job, deadline) })
-		case "worker":
+		case "replan-worker":
 			id := p.submit(ctx, i, job.body(false), deadline)
 			p.mu.Lock()
 			p.jobs[i] = id
@@ -206,7 +205,7 @@ func (p *replanner) claimer(ctx context.Context, deadline time.Time) {
 		p.mu.Lock()
 		var waiting []int
 		for i, job := range p.plan {
-			if job.Kind == "worker" && !p.done[i] && p.jobs[i] != "" {
+			if job.Kind == "replan-worker" && !p.done[i] && p.jobs[i] != "" {
 				waiting = append(waiting, i)
 			}
 		}
@@ -298,10 +297,8 @@ func (p *replanner) flood(ctx context.Context, i int, job replanJob, deadline ti
 				last := as[len(as)-1]
 				mu.Lock()
 				switch {
-				case last.status == http.StatusOK && signalOutcome(last.body) == domain.SignalDropped:
-					rec.dropped++
-				case last.retryable():
-					// No answer before the deadline: nothing said either way.
+				case last.status == http.StatusOK && signalOutcome(last.body) == domain.SignalDropped, last.retryable():
+					// Dropped; or no answer before the deadline: nothing said either way.
 				default:
 					rec.other = append(rec.other, fmt.Sprintf("junk-%d answered %v %s", k, statuses(as), clipBody(last.body)))
 				}
@@ -320,17 +317,6 @@ func ownPayload(out json.RawMessage) bool {
 		Own bool `json:"own"`
 	}
 	return json.Unmarshal(out, &v) == nil && v.Own
-}
-
-// refusedReplan reports whether a step of j failed because its replan was
-// refused when it happened.
-func refusedReplan(j *domain.Job) bool {
-	for _, st := range j.Steps {
-		if st.Error != nil && strings.Contains(st.Error.Message, "its replan was refused") {
-			return true
-		}
-	}
-	return false
 }
 
 func clipBody(b []byte) string {
@@ -358,118 +344,77 @@ func (p *replanner) await(ctx context.Context, deadline time.Time) {
 	}
 }
 
-// check holds the replans and floods to their promises, and every job of
-// the run and of this tenant to having no dependency cycle.
-func (p *replanner) check(ctx context.Context, res *Result) {
-	noCycle := &Check{Name: "no job stores a dependency cycle", Category: Mismatched}
-	refused := &Check{Name: "a replan closing a cycle answers 400 naming a depends_on", Category: Mismatched}
-	finished := &Check{Name: "replanned and flooded jobs finish (none on a refused replan)", Category: Lost}
-	own := &Check{Name: "a flooded wait's own signal is accepted, no unknown name kept", Category: Mismatched}
-	fail := func(c *Check, _, format string, args ...any) { c.fail(format, args...) }
-	cycleFree := func(tenant, id string) {
-		j, err := p.r.raw.Get(ctx, tenant, id)
-		if err != nil {
-			return // the run's own checks count a job that is not stored
-		}
-		if c := j.Cycle(); len(c) > 0 {
-			fail(noCycle, id, "job %s (%s) stores a dependency cycle: %s", id, tenant, strings.Join(c, ", "))
-		} else {
-			noCycle.pass()
+// ends is the replans' workload table: every job completes (or fails on
+// lost leases, never on a refused replan); a flood's row reads what its
+// senders were answered.
+func (p *replanner) ends() map[string]expectation {
+	return map[string]expectation{
+		"replan-worker": completes, "replan-fail": completes,
+		"flood": {end: ends(domain.JobCompleted), lossy: true, facts: []func(*domain.Job, *submission) []string{p.floodFacts}},
+	}
+}
+
+// floodFacts: the flood's own signal was accepted (unless it had no
+// answer before the deadline) and its payload is the wait's output; every
+// unknown name was answered 200 dropped and none was kept.
+func (p *replanner) floodFacts(j *domain.Job, _ *submission) []string {
+	p.mu.Lock()
+	var rec *floodRecord
+	for i, id := range p.jobs {
+		if id == j.ID {
+			rec = p.floods[i]
 		}
 	}
-	p.r.mu.Lock()
-	subs := append([]*submission(nil), p.r.subs...)
-	p.r.mu.Unlock()
-	for _, s := range subs {
-		if s != nil && s.id != "" {
-			cycleFree(Tenant, s.id)
+	p.mu.Unlock()
+	if rec == nil {
+		return []string{"no flood was sent"}
+	}
+	var out []string
+	if n := len(rec.own); n > 0 && !rec.own[n-1].retryable() {
+		if a := rec.own[n-1]; a.status != http.StatusOK || signalOutcome(a.body) != domain.SignalKept && signalOutcome(a.body) != domain.SignalDelivered {
+			out = append(out, fmt.Sprintf("its own signal answered %v (%s)", statuses(rec.own), signalOutcome(a.body)))
 		}
 	}
-	totals := map[string]int{}
+	if len(rec.other) > 0 {
+		out = append(out, fmt.Sprintf("%d unknown names not answered 200 dropped, e.g. %s", len(rec.other), rec.other[0]))
+	}
+	for _, sg := range j.Signals {
+		if strings.HasPrefix(sg.Name, "junk-") {
+			out = append(out, "keeps a signal of an unknown name: "+sg.Name)
+		}
+	}
+	if wait, _, _ := j.Step("wait"); wait == nil || !ownPayload(wait.Output) {
+		out = append(out, "the wait's output is not its own signal's payload")
+	}
+	return out
+}
+
+// check holds every job here to the invariants and its row, and each
+// cycle-closing replan to a 400 naming a depends_on.
+func (p *replanner) check(ctx context.Context, l *ledger) {
+	const refused = "a replan closing a cycle answers 400 naming a depends_on"
+	table := p.ends() // the senders and the claimer are done (await)
 	for i, job := range p.plan {
 		id := p.jobs[i]
+		key := fmt.Sprintf("job %s (%s)", id, job.Kind)
 		if id == "" {
-			fail(finished, fmt.Sprint("plan ", i), "%s job %d: its submit answered no job", job.Kind, i)
+			l.judge("every submit answered a job", Lost, fmt.Sprintf("%s job %d", job.Kind, i), "no 2xx answer")
 			continue
 		}
-		cycleFree(ReplanTenant, id)
-		j, err := p.r.raw.Get(ctx, ReplanTenant, id)
-		switch {
-		case err != nil:
-			fail(finished, id, "%s job %s: %v", job.Kind, id, err)
+		j, _ := p.r.raw.Get(ctx, ReplanTenant, id)
+		l.judgeJob(table[job.Kind], judged{key: key, kind: job.Kind, job: j, done: j != nil && j.State.Terminal()})
+		if job.Kind == "flood" {
 			continue
-		case !j.State.Terminal():
-			fail(finished, id, "%s job %s is %s, steps %s", job.Kind, id, j.State, stepStates(j))
-		case j.State == domain.JobFailed && refusedReplan(j):
-			fail(finished, id, "%s job %s FAILED on a refused replan: steps %s", job.Kind, id, stepStates(j))
-		default:
-			// FAILED only as the faults imply: a step's attempts all lost.
-			finished.pass()
 		}
-		totals[job.Kind]++
-		switch job.Kind {
-		case "worker", "fail_action":
-			rs := p.refused[i]
-			if len(rs) == 0 {
-				fail(refused, id, "%s job %s: the cycle-closing replan was never sent", job.Kind, id)
-				continue
+		var bad []string
+		for _, a := range p.refused[i] {
+			if !a.retryable() && (a.status != http.StatusBadRequest || !strings.Contains(string(a.body), "depends_on") || !strings.Contains(string(a.body), "cycle")) {
+				bad = append(bad, fmt.Sprintf("answered %d %s", a.status, clipBody(a.body)))
 			}
-			ok := true
-			for _, a := range rs {
-				if a.retryable() {
-					continue // a 5xx or no answer: sent again
-				}
-				if a.status != http.StatusBadRequest || !strings.Contains(string(a.body), "depends_on") || !strings.Contains(string(a.body), "cycle") {
-					ok = false
-					fail(refused, id, "%s job %s: the cycle-closing replan answered %d %s", job.Kind, id, a.status, clipBody(a.body))
-				}
-			}
-			if ok {
-				refused.pass()
-			}
-		case "flood":
-			rec := p.floods[i]
-			last := 0
-			outcome := ""
-			if len(rec.own) > 0 {
-				a := rec.own[len(rec.own)-1]
-				last, outcome = a.status, signalOutcome(a.body)
-			}
-			keptJunk := 0
-			for _, sg := range j.Signals {
-				if strings.HasPrefix(sg.Name, "junk-") {
-					keptJunk++
-				}
-			}
-			wait, _, _ := j.Step("wait")
-			gaveUp := len(rec.own) > 0 && rec.own[len(rec.own)-1].retryable() // no answer before the deadline
-			switch {
-			case !gaveUp && (last != http.StatusOK || outcome != domain.SignalKept && outcome != domain.SignalDelivered):
-				fail(own, id, "flood job %s: its own signal answered %v (%s)", id, statuses(rec.own), outcome)
-			case len(rec.other) > 0:
-				fail(own, id, "flood job %s: %d unknown names not answered 200 dropped, e.g. %s", id, len(rec.other), rec.other[0])
-			case keptJunk > 0:
-				fail(own, id, "flood job %s keeps %d signals of unknown names", id, keptJunk)
-			case wait == nil || !ownPayload(wait.Output):
-				fail(own, id, "flood job %s: the wait's output is not its own signal's payload", id)
-			default:
-				own.pass()
-			}
-			totals["junk dropped"] += rec.dropped
 		}
+		if len(p.refused[i]) == 0 {
+			bad = append(bad, "never sent")
+		}
+		l.judge(refused, Mismatched, key, bad...)
 	}
-	res.Checks = append(res.Checks, noCycle, refused, finished, own)
-	for _, c := range []*Check{noCycle, refused, finished, own} {
-		if c.Failed == 0 {
-			continue
-		}
-		switch c.Category {
-		case Lost:
-			res.Lost += c.Failed
-		default:
-			res.Mismatched += c.Failed
-		}
-	}
-	res.Notes = append(res.Notes, fmt.Sprintf("replans: %d worker, %d fail-action jobs, each refused a cycle; floods: %d jobs, %d unknown signals dropped",
-		totals["worker"], totals["fail_action"], totals["flood"], totals["junk dropped"]))
 }

@@ -232,14 +232,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	r.racers.Wait()
 	r.w.wg.Wait()
 
-	r.check(ctx, res)
-	sc.check(ctx, res)
-	rp.check(ctx, res)
+	l := r.check(ctx, res)
+	sc.check(ctx, l, res)
+	rp.check(ctx, l)
 	if h != nil {
 		res.Hostile = h.check(ctx)
 	}
-	res.Faults = f.Counts()
-	res.Calls = f.Calls()
+	res.Checks = l.checks
+	res.Lost, res.Duplicated, res.Mismatched = l.failed(Lost), l.failed(Duplicated), l.failed(Mismatched)
+	res.Faults, res.Calls = f.Counts(), f.Calls()
 	res.FaultsByCall = map[string]int64{}
 	for _, d := range f.Trace() {
 		if d.Call != "" {
@@ -249,9 +250,85 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.Sweeps = r.sweeps
 	res.Claimed, res.WorkerOutcomes, res.WorkerRefused = r.w.claimed.Load(), r.w.outcomes.Load(), r.w.refused.Load()
 	res.Notes = append(res.Notes, r.w.notes...)
-	res.Notes = append(res.Notes, res.Races.Notes...)
 	res.Duration = time.Since(started)
 	return res, nil
+}
+
+// check holds every job of the run's tenant to the invariants and to its
+// row of planEnds (or resourceEnds), the submits to their answers, the
+// queues to being empty and the pool to its capacity; it answers the
+// ledger the schedules' and the replans' checks add to.
+func (r *run) check(ctx context.Context, res *Result) *ledger {
+	l := newLedger()
+	res.States = map[domain.JobState]int{}
+	r.mu.Lock()
+	subs := append([]*submission(nil), r.subs...)
+	finished := r.finished
+	r.mu.Unlock()
+	late := map[string][]lateAnswer{}
+	r.w.mu.Lock()
+	for _, a := range r.w.late {
+		late[a.Job] = append(late[a.Job], a)
+	}
+	r.w.mu.Unlock()
+
+	listed, listErr := listTenant(ctx, r.raw, Tenant)
+	answered := map[string]bool{}
+	jobs := map[string]*domain.Job{}
+	keys := map[string]string{}
+	for i, s := range subs {
+		if s == nil || s.id == "" {
+			l.judge("every submit answered a job", Lost, fmt.Sprintf("job %d", i), "no 2xx answer")
+			continue
+		}
+		key := fmt.Sprintf("job %s (%s%s)", s.id, s.plan.Kind, s.plan.Race)
+		keys[s.id] = key
+		l.judge("every submit answered a job", Lost, key)
+		var dup []string
+		if len(s.ids) > 1 {
+			dup = append(dup, fmt.Sprintf("key %s answered %d jobs: %v", s.plan.Key, len(s.ids), s.ids))
+		}
+		l.judge("one job per Idempotency-Key", Duplicated, key, dup...)
+		for id := range s.ids {
+			answered[id] = true
+		}
+		switch {
+		case listErr != nil:
+			l.judge("every job answered 2xx is listed", Lost, key, "list: "+listErr.Error())
+		case !listed[s.id]:
+			l.judge("every job answered 2xx is listed", Lost, key, "not listed")
+		default:
+			l.judge("every job answered 2xx is listed", Lost, key)
+		}
+		j, err := r.raw.Get(ctx, Tenant, s.id)
+		if err == nil {
+			jobs[s.id] = j
+			res.States[j.State]++
+		}
+		e, ok := planEnds[s.plan.Kind]
+		if !ok {
+			e = resourceEnds[s.plan.Kind]
+		}
+		l.judgeJob(e, judged{key: key, kind: s.plan.Kind, sub: s, job: jobs[s.id], done: finished[s.id], late: late[s.id]})
+	}
+	for _, id := range sortedKeys(listed) {
+		var extra []string
+		if !answered[id] {
+			extra = append(extra, "stored, but no submit answered it")
+		}
+		l.judge("no job beyond those submitted", Duplicated, "job "+id, extra...)
+	}
+	for _, q := range res.Queues {
+		var left []string
+		if q.Err != "" {
+			left = append(left, q.Err)
+		} else if q.total() > 0 {
+			left = append(left, fmt.Sprintf("holds %d visible, %d in flight, %d delayed", q.Visible, q.InFlight, q.Delayed))
+		}
+		l.judge("no message left in flight (per queue)", Mismatched, q.Name, left...)
+	}
+	r.pool.check(ctx, r, l, res, jobs, keys)
+	return l
 }
 
 type run struct {

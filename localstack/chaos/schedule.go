@@ -69,19 +69,6 @@ type ScheduleResult struct {
 	// tick that found it fired (or skipped) by the other sweep, RacerErrors
 	// the ticks they left due after a fault.
 	RacePairs, RacerFired, RacerLost, RacerErrors int
-	Checks                                        []*Check
-}
-
-// Failed answers how many schedule checks failed.
-func (s *ScheduleResult) Failed() int {
-	if s == nil {
-		return 0
-	}
-	n := 0
-	for _, c := range s.Checks {
-		n += c.Failed
-	}
-	return n
 }
 
 // scheduler drives the run's schedules.
@@ -216,155 +203,92 @@ func lastOK(st []int) int {
 	return st[len(st)-1]
 }
 
-// check holds the schedules' jobs against what each schedule counts, and
-// adds its failures to the run's categories.
-func (s *scheduler) check(ctx context.Context, res *Result) {
-	var (
-		made     = &Check{Name: "every schedule made", Category: Lost}
-		replayed = &Check{Name: "a schedule made again with its body answers it (200)", Category: Duplicated}
-		perTick  = &Check{Name: "one job per schedule tick", Category: Duplicated}
-		counted  = &Check{Name: "every run a schedule counts is stored", Category: Lost}
-		extra    = &Check{Name: "no job beyond the runs its schedule counts", Category: Duplicated}
-		finished = &Check{Name: "every schedule run finished", Category: Lost}
-		replay   = &Check{Name: "schedule runs' events replay to the stored state", Category: Mismatched}
-		overlap  = &Check{Name: "overlap skip: no run made before the last one ended", Category: Mismatched}
-		stopped  = &Check{Name: "pause and delete answered, and the schedule is gone", Category: Mismatched}
-	)
+// check holds the schedules' jobs to the invariants and to what each
+// schedule counts: made (and made again answering 200), one job per tick,
+// every counted run stored and none beyond, every run completed, overlap
+// skip held, and gone once paused and deleted.
+func (s *scheduler) check(ctx context.Context, l *ledger, res *Result) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sr := s.res
-	sr.Checks = []*Check{made, replayed, perTick, counted, extra, finished, replay, overlap, stopped}
-	failed := map[Category]map[string]bool{Lost: {}, Duplicated: {}, Mismatched: {}}
-	fail := func(c *Check, key, format string, args ...any) {
-		c.fail(format, args...)
-		failed[c.Category][key] = true
-	}
-
-	// Every job of the tenant, by schedule, oldest tick first.
 	byPlan := map[string][]*domain.Job{}
 	ids, err := listTenant(ctx, s.r.raw, ScheduleTenant)
 	if err != nil {
-		fail(counted, "list", "list the schedule tenant's jobs: %v", err)
+		l.judge("every run a schedule counts is stored", Lost, "schedules", "list the schedule tenant's jobs: "+err.Error())
 	}
 	for id := range ids {
-		j, err := s.r.raw.Get(ctx, ScheduleTenant, id)
-		if err != nil {
-			fail(counted, id, "job %s: %v", id, err)
+		if j, err := s.r.raw.Get(ctx, ScheduleTenant, id); err == nil {
+			byPlan[j.ScheduleID] = append(byPlan[j.ScheduleID], j)
+		}
+	}
+	for _, p := range s.plans {
+		key := "schedule " + p.ID
+		s.res.Schedules++
+		if !has2xx(s.made[p.ID]) {
+			l.judge("every schedule made", Lost, key, fmt.Sprintf("create answered %v", s.made[p.ID]))
 			continue
 		}
-		byPlan[j.ScheduleID] = append(byPlan[j.ScheduleID], j)
-	}
-	planned := map[string]bool{}
-	for _, p := range s.plans {
-		planned[p.ID] = true
-	}
-	for sid, jobs := range byPlan {
-		if !planned[sid] {
-			fail(extra, sid, "%d jobs name schedule %q, which the run never made", len(jobs), sid)
+		l.judge("every schedule made", Lost, key)
+		var again []string
+		if lastOK(s.replay[p.ID]) != http.StatusOK {
+			again = append(again, fmt.Sprintf("the same create again answered %v", s.replay[p.ID]))
 		}
-	}
-
-	for _, p := range s.plans {
-		sr.Schedules++
-		if st := s.made[p.ID]; !has2xx(st) {
-			fail(made, p.ID, "schedule %s: create answered %v", p.ID, st)
-			continue
-		}
-		made.pass()
-		if last := lastOK(s.replay[p.ID]); last != http.StatusOK {
-			fail(replayed, p.ID, "schedule %s: the same create again answered %v", p.ID, s.replay[p.ID])
-		} else {
-			replayed.pass()
-		}
+		l.judge("a schedule made again with its body answers it (200)", Duplicated, key, again...)
 
 		jobs := byPlan[p.ID]
+		delete(byPlan, p.ID)
 		sort.Slice(jobs, func(i, k int) bool { return jobs[i].ID < jobs[k].ID })
 		ticks := map[uint64][]string{}
-		for _, j := range jobs {
-			u, err := ulid.ParseStrict(j.ID)
-			if err != nil {
-				fail(perTick, p.ID, "job %s: not a ULID: %v", j.ID, err)
-				continue
+		stored := map[string]bool{}
+		for i, j := range jobs {
+			stored[j.ID] = true
+			if u, err := ulid.ParseStrict(j.ID); err == nil {
+				ticks[u.Time()] = append(ticks[u.Time()], j.ID)
 			}
-			ticks[u.Time()] = append(ticks[u.Time()], j.ID)
-			if j.State.Terminal() {
-				finished.pass()
-			} else {
-				fail(finished, p.ID, "schedule %s: job %s is %s; steps %s", p.ID, j.ID, j.State, stepStates(j))
-			}
-			if msg := checkReplay(j); msg != "" {
-				fail(replay, p.ID, "schedule %s: job %s: %s", p.ID, j.ID, msg)
-			} else {
-				replay.pass()
+			l.judgeJob(completes, judged{key: fmt.Sprintf("job %s (%s)", j.ID, p.ID), kind: p.ID, job: j, done: true})
+			if p.Skip && i > 0 && (jobs[i-1].EndedAt == nil || j.CreatedAt.Before(*jobs[i-1].EndedAt)) {
+				l.judge("overlap skip: no run made before the last one ended", Mismatched, key,
+					fmt.Sprintf("job %s made at %s; the run before it, %s, ended %v", j.ID, j.CreatedAt.Format(time.RFC3339Nano), jobs[i-1].ID, jobs[i-1].EndedAt))
 			}
 		}
-		dup := false
+		var twice []string
 		for tick, js := range ticks {
 			if len(js) > 1 {
-				dup = true
-				fail(perTick, p.ID, "schedule %s: tick %s made %d jobs: %v", p.ID, time.UnixMilli(int64(tick)).UTC().Format(time.RFC3339Nano), len(js), js)
+				twice = append(twice, fmt.Sprintf("tick %s made %d jobs: %v", time.UnixMilli(int64(tick)).UTC().Format(time.RFC3339Nano), len(js), js))
 			}
 		}
-		if !dup {
-			perTick.pass()
-		}
+		l.judge("one job per schedule tick", Duplicated, key, twice...)
 
 		final := s.final[p.ID]
-		if final == nil {
-			fail(counted, p.ID, "schedule %s: not read once paused", p.ID)
-			continue
-		}
-		sr.Runs += int(final.Runs)
-		sr.Skipped += int(final.Skipped)
-		stored := map[string]bool{}
-		for _, j := range jobs {
-			stored[j.ID] = true
-		}
 		switch {
-		case int64(len(jobs)) < final.Runs:
-			fail(counted, p.ID, "schedule %s counts %d runs; %d jobs are stored", p.ID, final.Runs, len(jobs))
-		case final.LastJobID != "" && !stored[final.LastJobID]:
-			fail(counted, p.ID, "schedule %s: its last run %s is not stored", p.ID, final.LastJobID)
+		case final == nil:
+			l.judge("every run a schedule counts is stored", Lost, key, "not read once paused")
+			continue
+		case int64(len(jobs)) < final.Runs || final.LastJobID != "" && !stored[final.LastJobID]:
+			l.judge("every run a schedule counts is stored", Lost, key, fmt.Sprintf("counts %d runs, the last %s; %d jobs are stored", final.Runs, final.LastJobID, len(jobs)))
+		case int64(len(jobs)) > final.Runs:
+			l.judge("no job beyond the runs its schedule counts", Duplicated, key, fmt.Sprintf("counts %d runs; %d jobs are stored", final.Runs, len(jobs)))
 		default:
-			counted.pass()
+			l.judge("every run a schedule counts is stored", Lost, key)
 		}
-		if int64(len(jobs)) > final.Runs {
-			fail(extra, p.ID, "schedule %s counts %d runs; %d jobs are stored", p.ID, final.Runs, len(jobs))
-		} else {
-			extra.pass()
-		}
-		if p.Skip {
-			ok := true
-			for i := 1; i < len(jobs); i++ {
-				prev, next := jobs[i-1], jobs[i]
-				if prev.EndedAt == nil || next.CreatedAt.Before(*prev.EndedAt) {
-					ok = false
-					fail(overlap, p.ID, "schedule %s: job %s made at %s; the run before it, %s, ended %v", p.ID, next.ID,
-						next.CreatedAt.Format(time.RFC3339Nano), prev.ID, prev.EndedAt)
-				}
-			}
-			if ok {
-				overlap.pass()
-			}
-		}
+		s.res.Runs += int(final.Runs)
+		s.res.Skipped += int(final.Skipped)
 		_, err := s.raw.Get(ctx, ScheduleTenant, p.ID)
+		var gone []string
 		switch last := lastOK(s.deleted[p.ID]); {
 		case lastOK(s.paused[p.ID]) != http.StatusOK:
-			fail(stopped, p.ID, "schedule %s: pause answered %v", p.ID, s.paused[p.ID])
+			gone = append(gone, fmt.Sprintf("pause answered %v", s.paused[p.ID]))
 		case last != http.StatusOK && !(last == http.StatusNotFound && len(s.deleted[p.ID]) > 1):
 			// A 404 only after a retry: the first delete was applied and its answer lost.
-			fail(stopped, p.ID, "schedule %s: delete answered %v", p.ID, s.deleted[p.ID])
+			gone = append(gone, fmt.Sprintf("delete answered %v", s.deleted[p.ID]))
 		case !errors.Is(err, domain.ErrNotFound):
-			fail(stopped, p.ID, "schedule %s is still stored after its delete (%v)", p.ID, err)
-		default:
-			stopped.pass()
+			gone = append(gone, fmt.Sprintf("still stored after its delete (%v)", err))
 		}
+		l.judge("pause and delete answered, and the schedule is gone", Mismatched, key, gone...)
 	}
-	s.res = sr
+	for sid, jobs := range byPlan {
+		l.judge("no job beyond the runs its schedule counts", Duplicated, "schedule "+sid, fmt.Sprintf("%d jobs name it, which the run never made", len(jobs)))
+	}
 	res.Schedules = &s.res
-	res.Lost += len(failed[Lost])
-	res.Duplicated += len(failed[Duplicated])
-	res.Mismatched += len(failed[Mismatched])
 }
 
 // brief is the schedules' part of a run's report.

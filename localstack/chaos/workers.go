@@ -44,18 +44,9 @@ type workers struct {
 	refused  atomic.Int64 // 409s
 	odd      atomic.Int64 // answers no worker should get (4xx other than 409)
 
-	mu      sync.Mutex
-	late    []lateAnswer
-	retried []retriedOutcome
-	notes   []string
-}
-
-// retriedOutcome is an outcome sent again after a 5xx or no answer, then
-// answered 409: the worker cannot tell whether its first send was applied.
-type retriedOutcome struct {
-	Job, Step, Lease, Op string
-	Attempt              int
-	Body                 []byte // the last body sent
+	mu    sync.Mutex
+	late  []lateAnswer
+	notes []string
 }
 
 type claimAnswer struct {
@@ -277,7 +268,6 @@ func (w *workers) waitUntil(ctx context.Context, cond func() bool) {
 func (w *workers) send(ctx context.Context, l engine.ClaimedLease, op string, expires *time.Time, body func(late bool) []byte) answer {
 	wait := 50 * time.Millisecond
 	var a answer
-	retried := false
 	for try := 0; try < 6 && ctx.Err() == nil; try++ {
 		sent := w.clock.Now()
 		late := !sent.Before(*expires)
@@ -296,18 +286,12 @@ func (w *workers) send(ctx context.Context, l engine.ClaimedLease, op string, ex
 			return a
 		case a.status == http.StatusConflict:
 			w.refused.Add(1)
-			if retried && op != "heartbeat" {
-				w.mu.Lock()
-				w.retried = append(w.retried, retriedOutcome{Job: l.JobID, Step: l.StepID, Lease: l.LeaseID, Op: op, Attempt: l.Attempt, Body: b})
-				w.mu.Unlock()
-			}
 			return a
 		case !a.retryable():
 			w.odd.Add(1)
 			w.note("%s of lease %s answered %d: %s", op, l.LeaseID, a.status, a.body)
 			return a
 		}
-		retried = true
 		if op == "heartbeat" {
 			if maybe := w.clock.Now().Add(time.Duration(l.LeaseSeconds) * time.Second); maybe.After(*expires) {
 				*expires = maybe

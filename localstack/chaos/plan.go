@@ -20,8 +20,11 @@ type JobPlan struct {
 	Body        []byte // the exact bytes submitted, every retry
 	CancelAfter time.Duration
 	// Race is what the job's racer sends once the submit answered
-	// (approval, signal and redrive jobs); nil for the other kinds.
+	// (approval, signal, redrive and flood jobs); nil for the other kinds.
 	Race *RacePlan
+	// Refused is a body submitted first that must be refused (replan-fail:
+	// its fail action's replan closes a cycle).
+	Refused []byte
 }
 
 // RacePlan is a racer's part of the plan, drawn from StreamRacers.
@@ -32,6 +35,8 @@ type RacePlan struct {
 	// Redrives is how many redrives a redrive job's racer sends at once
 	// when it first sees the job FAILED (1 or 2).
 	Redrives int
+	// Junk is how many signals of unknown names a flood sends.
+	Junk int
 }
 
 // RaceOp is one request of a racer.
@@ -57,6 +62,9 @@ func (p *RacePlan) String() string {
 	}
 	if p.Redrives > 0 {
 		fmt.Fprintf(&b, " redrive x%d", p.Redrives)
+	}
+	if p.Junk > 0 {
+		fmt.Fprintf(&b, " junk x%d", p.Junk)
 	}
 	return b.String()
 }
@@ -149,7 +157,10 @@ var planEnds = map[string]expectation{
 	"approval": {end: gateEnd, lossy: true, facts: racing(gateFacts)},
 	"signal":   {end: ends(domain.JobCompleted), lossy: true, facts: racing(signalFacts)},
 	// Not lossy: its racer redrives it again after a lost lease.
-	"redrive": {end: ends(domain.JobCompleted), facts: racing(redriveFacts)},
+	"redrive":       {end: ends(domain.JobCompleted), facts: racing(redriveFacts)},
+	"replan-worker": {end: ends(domain.JobCompleted), lossy: true, facts: []func(*domain.Job, *submission) []string{refusedCycle}},
+	"replan-fail":   {end: ends(domain.JobCompleted), lossy: true, facts: []func(*domain.Job, *submission) []string{refusedCycle}},
+	"flood":         {end: ends(domain.JobCompleted), lossy: true, facts: []func(*domain.Job, *submission) []string{floodFacts}},
 }
 
 // racers are the kinds a racer works on.

@@ -113,6 +113,8 @@ func (r *run) race(ctx context.Context, s *submission, deadline time.Time) {
 			c.Op = "late_signal"
 			s.race.add(c)
 		}
+	case "flood":
+		r.flood(ctx, s, deadline)
 	case "redrive":
 		for round := 1; round <= maxRedriveRounds; round++ {
 			if st := r.awaitEnd(ctx, s.id, deadline); st != domain.JobFailed || !time.Now().Before(deadline) {

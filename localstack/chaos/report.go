@@ -74,11 +74,10 @@ func (r *Result) Report(w io.Writer, verbose bool) {
 	}
 	fmt.Fprintf(w, "  schedules: %s\n", r.Schedules.brief())
 	if h := r.Hostile; h != nil {
-		fmt.Fprintf(w, "  hostile tenant %s (plan %s): %d claims (%d on colliding names, %d on unknown names, %d answered 5xx), %d leases, foreign %d; "+
-			"worker queues %d (%d named by jobs, %d made by claims); poison bodies %d sent, accepted %d; flood %d/%d finished\n",
-			h.Tenant, h.Plan, h.Claims, h.CollidingClaims, h.UnknownClaims, h.ClaimErrors, h.Leases, h.ForeignLeases,
-			h.Queues, h.LegitQueues, h.QueuesCreated, h.PoisonSent, h.PoisonAccepted,
-			h.FloodFinished, h.Flood)
+		fmt.Fprintf(w, "  hostile tenant %s (plan %s): %d claims (%d on colliding names, %d on unknown names, %d answered 5xx), foreign leases %d; "+
+			"worker queues %d, %d made by claims; poison bodies %d sent, accepted %d; flood %d/%d finished\n",
+			h.Tenant, h.Plan, h.Claims, h.CollidingClaims, h.UnknownClaims, h.ClaimErrors, h.ForeignLeases,
+			h.Queues, h.QueuesCreated, h.PoisonSent, h.PoisonAccepted, h.FloodFinished, h.Flood)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  check\tok\tfailed\tcounts as\n")
@@ -96,23 +95,15 @@ func (r *Result) Report(w io.Writer, verbose bool) {
 		}
 	}
 	if verbose {
-		var calls []string
-		for _, k := range sortedKeys(r.Calls) {
-			calls = append(calls, fmt.Sprintf("%s %d", k, r.Calls[k]))
+		for what, m := range map[string]map[string]int64{"engine AWS calls": r.Calls, "faults by call": r.FaultsByCall} {
+			var parts []string
+			for _, k := range sortedKeys(m) {
+				parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+			}
+			fmt.Fprintf(w, "    %s: %s\n", what, strings.Join(parts, ", "))
 		}
-		fmt.Fprintf(w, "    engine AWS calls: %s\n", strings.Join(calls, ", "))
-		var at []string
-		for _, k := range sortedKeys(r.FaultsByCall) {
-			at = append(at, fmt.Sprintf("%s %d", k, r.FaultsByCall[k]))
-		}
-		fmt.Fprintf(w, "    faults by call: %s\n", strings.Join(at, ", "))
 		for _, n := range r.Notes {
 			fmt.Fprintf(w, "    note: %s\n", n)
-		}
-		if r.Hostile != nil {
-			for _, n := range r.Hostile.Notes {
-				fmt.Fprintf(w, "    hostile note: %s\n", n)
-			}
 		}
 	}
 }

@@ -546,29 +546,11 @@ func (w *workers) resource(ctx context.Context, name string, l engine.ClaimedLea
 	if ctx.Err() != nil {
 		return
 	}
-	op := "complete"
 	if do == ScriptResource {
-		op = "fail"
+		w.answered(seen, "fail", w.report(ctx, l, &expires, "resource", fmt.Sprintf("worker %s: resource %s failed", name, seen.Resource), name))
+	} else {
+		w.answered(seen, "complete", w.report(ctx, l, &expires, "", "", name))
 	}
-	a := w.send(ctx, l, op, &expires, func(late bool) []byte {
-		var v map[string]any
-		if op == "complete" {
-			out := map[string]any{"worker": name, "attempt": l.Attempt, "resource": seen.Resource}
-			if late {
-				out[ZombieTag] = true
-			}
-			v = map[string]any{"output": out}
-		} else {
-			msg := fmt.Sprintf("worker %s: resource %s failed", name, seen.Resource)
-			if late {
-				msg = "[" + ZombieTag + "] " + msg
-			}
-			v = map[string]any{"class": "resource", "message": msg}
-		}
-		raw, _ := json.Marshal(v)
-		return raw
-	})
-	w.answered(seen, op, a)
 }
 
 // answered notes the last answer to a request under a resource lease.

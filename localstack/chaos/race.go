@@ -278,38 +278,7 @@ func gateFacts(j *domain.Job, calls []raceCall, _ int) []string {
 // earlier send of it landed), none more often than it was sent, and a
 // signal to the finished job was refused.
 func signalFacts(j *domain.Job, calls []raceCall, _ int) []string {
-	var out []string
-	byK, byID := map[int]int{}, map[string]int{}
-	for i, sg := range j.Signals {
-		var p struct {
-			K int `json:"k"`
-		}
-		if sg.Name != SignalName || json.Unmarshal(sg.Payload, &p) != nil {
-			out = append(out, fmt.Sprintf("a signal %q with payload %s that no racer sent", sg.Name, sg.Payload))
-			continue
-		}
-		byK[p.K]++
-		if sg.ID != "" {
-			if byID[sg.ID]++; byID[sg.ID] == 2 {
-				out = append(out, fmt.Sprintf("signal id %q recorded twice", sg.ID))
-			}
-		}
-		if j.State != domain.JobCompleted {
-			continue
-		}
-		wait, _, _ := j.Step("wait")
-		var got struct {
-			K int `json:"k"`
-		}
-		if i == 0 && (sg.Step != "wait" || json.Unmarshal(wait.Output, &got) != nil || got.K != p.K) {
-			out = append(out, fmt.Sprintf("the wait's output %s is not the first signal's payload (k%d, taken by %q)", wait.Output, p.K, sg.Step))
-		} else if i > 0 && sg.Step != "" {
-			out = append(out, fmt.Sprintf("signal k%d was taken by %q too", p.K, sg.Step))
-		}
-	}
-	if j.State == domain.JobCompleted && len(j.Signals) == 0 {
-		out = append(out, "COMPLETED with no signal recorded")
-	}
+	out, byK, byID := recordedSignals(j)
 	for _, c := range calls {
 		n, f, dropped := byK[c.K], c.final(), c.Outcome == domain.SignalDropped
 		switch {
@@ -325,6 +294,38 @@ func signalFacts(j *domain.Job, calls []raceCall, _ int) []string {
 		}
 	}
 	return out
+}
+
+// recordedSignals reads the job's signals: by payload "k" and by id, how
+// often each was recorded; and what is wrong with them (one no racer sent,
+// an id twice, a completed wait whose output is not the first one's).
+func recordedSignals(j *domain.Job) (out []string, byK map[int]int, byID map[string]int) {
+	byK, byID = map[int]int{}, map[string]int{}
+	wait, _, _ := j.Step("wait")
+	for i, sg := range j.Signals {
+		var p, got struct {
+			K int `json:"k"`
+		}
+		if sg.Name != SignalName || json.Unmarshal(sg.Payload, &p) != nil {
+			out = append(out, fmt.Sprintf("a signal %q with payload %s that no racer sent", sg.Name, sg.Payload))
+			continue
+		}
+		byK[p.K]++
+		if byID[sg.ID]++; sg.ID != "" && byID[sg.ID] == 2 {
+			out = append(out, fmt.Sprintf("signal id %q recorded twice", sg.ID))
+		}
+		switch {
+		case j.State != domain.JobCompleted:
+		case i == 0 && (sg.Step != "wait" || json.Unmarshal(wait.Output, &got) != nil || got.K != p.K):
+			out = append(out, fmt.Sprintf("the wait's output %s is not the first signal's payload (k%d, taken by %q)", wait.Output, p.K, sg.Step))
+		case i > 0 && sg.Step != "":
+			out = append(out, fmt.Sprintf("signal k%d was taken by %q too", p.K, sg.Step))
+		}
+	}
+	if j.State == domain.JobCompleted && len(j.Signals) == 0 {
+		out = append(out, "COMPLETED with no signal recorded")
+	}
+	return out, byK, byID
 }
 
 // redriveFacts: the job failed on its planned fatal failure and was

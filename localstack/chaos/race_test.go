@@ -342,3 +342,22 @@ func TestRacePlans(t *testing.T) {
 	}
 	require.Positive(t, sfnSleeps, "some sleeps go through Step Functions")
 }
+
+func TestReplanAndFloodRows(t *testing.T) {
+	t.Parallel()
+	refused := answer{status: http.StatusBadRequest, body: []byte(`{"error":{"message":"steps[0].depends_on: closes a cycle"}}`)}
+	require.Empty(t, refusedCycle(nil, &submission{refused: []answer{{status: 503}, refused}}), "a 5xx says nothing")
+	require.NotEmpty(t, refusedCycle(nil, &submission{refused: []answer{{status: http.StatusOK}}}), "a replan closing a cycle was accepted")
+	require.NotEmpty(t, refusedCycle(nil, &submission{}), "never sent")
+
+	j := newJob(t, `{"steps":[{"id":"ready","action":{"type":"wait","signal":"ready"}},{"id":"wait","action":{"type":"wait","signal":"go"}}]}`)
+	_, _, err := j.Signal(domain.SignalRequest{Name: SignalName, ID: "flood-own", Payload: json.RawMessage(`{"own":true}`)}, t0)
+	require.NoError(t, err)
+	_, _, err = j.Signal(domain.SignalRequest{Name: "ready"}, t0)
+	require.NoError(t, err)
+	require.Equal(t, domain.JobCompleted, j.State)
+	own := raceCall{Op: "own", Statuses: []int{200}, Outcome: domain.SignalKept}
+	require.Empty(t, floodFacts(j, calls(own)))
+	require.NotEmpty(t, floodFacts(j, calls(own, raceCall{Op: "junk-3", Statuses: []int{200}, Outcome: domain.SignalKept})), "an unknown name kept")
+	require.NotEmpty(t, floodFacts(j, calls(raceCall{Op: "own", Statuses: []int{409}})), "its own signal refused")
+}

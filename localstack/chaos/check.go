@@ -155,8 +155,7 @@ var (
 
 // judged is one job a workload planned, as stored and as its callers heard.
 type judged struct {
-	key  string // how failures name it: "job <id> (<kind>)"
-	kind string
+	key  string      // how failures name it: "job <id> (<kind>)"
 	sub  *submission // nil when the workload keeps no answers
 	job  *domain.Job // nil when it is not stored
 	done bool        // seen finished within the bound

@@ -456,7 +456,7 @@ func judgeHostile(f hostileFacts) *HostileResult {
 		}
 		answered[s.id] = true
 		res.Flood++
-		l.judgeJob(completes, judged{key: fmt.Sprintf("job %s (%s)", s.id, p.Kind), kind: p.Kind, sub: s, job: f.Stored[s.id], done: s.done})
+		l.judgeJob(completes, judged{key: fmt.Sprintf("job %s (%s)", s.id, p.Kind), sub: s, job: f.Stored[s.id], done: s.done})
 		res.FloodFinished += btoi(s.done)
 	}
 	const onlyAnswered = "it stores only jobs a submit was answered"

@@ -488,7 +488,7 @@ func (r *run) check(ctx context.Context, res *Result) *ledger {
 		if !ok {
 			e = resourceEnds[s.plan.Kind]
 		}
-		l.judgeJob(e, judged{key: key, kind: s.plan.Kind, sub: s, job: jobs[s.id], done: r.finished[s.id], late: late[s.id]})
+		l.judgeJob(e, judged{key: key, sub: s, job: jobs[s.id], done: r.finished[s.id], late: late[s.id]})
 	}
 	for _, id := range sortedKeys(listed) {
 		var extra []string

@@ -234,7 +234,7 @@ func (s *scheduler) checkRuns(l *ledger, p schedulePlan, jobs []*domain.Job) {
 		if u, err := ulid.ParseStrict(j.ID); err == nil {
 			ticks[u.Time()] = append(ticks[u.Time()], j.ID)
 		}
-		l.judgeJob(completes, judged{key: fmt.Sprintf("job %s (%s)", j.ID, p.ID), kind: p.ID, job: j, done: true})
+		l.judgeJob(completes, judged{key: fmt.Sprintf("job %s (%s)", j.ID, p.ID), job: j, done: true})
 		if p.Skip && i > 0 && (jobs[i-1].EndedAt == nil || j.CreatedAt.Before(*jobs[i-1].EndedAt)) {
 			l.judge("overlap skip: no run made before the last one ended", Mismatched, key,
 				fmt.Sprintf("job %s made at %s; the run before it, %s, ended %v", j.ID, j.CreatedAt.Format(time.RFC3339Nano), jobs[i-1].ID, jobs[i-1].EndedAt))

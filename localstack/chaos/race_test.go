@@ -361,3 +361,26 @@ func TestReplanAndFloodRows(t *testing.T) {
 	require.NotEmpty(t, floodFacts(j, calls(own, raceCall{Op: "junk-3", Statuses: []int{200}, Outcome: domain.SignalKept})), "an unknown name kept")
 	require.NotEmpty(t, floodFacts(j, calls(raceCall{Op: "own", Statuses: []int{409}})), "its own signal refused")
 }
+
+// The bug the suite caught, planted: a redrive that ran (the job was
+// requeued and completed) answered 409. Held to the redrive row as the
+// run holds every job, it fails the run as mismatched.
+func TestARedriveAnswered409ThoughItRanFailsTheRun(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, redriveJob)
+	runWorker(t, j, false, domain.ClassFatal, PlannedFatal)
+	_, err := j.Redrive(t0)
+	require.NoError(t, err)
+	runWorker(t, j, true, "", "")
+	judge := func(statuses ...int) *Result {
+		s := calls(raceCall{Op: "redrive", Round: 1, Statuses: statuses})
+		s.race.rounds, s.plan = 1, JobPlan{Kind: "redrive", Race: &RacePlan{Redrives: 1}}
+		l := newLedger()
+		l.judgeJob(planEnds["redrive"], judged{key: "job j1 (redrive)", sub: s, job: j, done: true})
+		return &Result{Checks: l.checks, Lost: l.failed(Lost), Duplicated: l.failed(Duplicated), Mismatched: l.failed(Mismatched)}
+	}
+	require.True(t, judge(http.StatusOK).Passed(), "answered 200: as it ran")
+	res := judge(http.StatusConflict)
+	require.False(t, res.Passed())
+	require.Equal(t, 1, res.Mismatched)
+}

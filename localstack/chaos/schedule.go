@@ -227,8 +227,7 @@ func (s *scheduler) check(ctx context.Context, l *ledger, res *Result) {
 func (s *scheduler) checkRuns(l *ledger, p schedulePlan, jobs []*domain.Job) {
 	key := "schedule " + p.ID
 	sort.Slice(jobs, func(i, k int) bool { return jobs[i].ID < jobs[k].ID })
-	ticks := map[uint64][]string{}
-	stored := map[string]bool{}
+	ticks, stored, overlaps := map[uint64][]string{}, map[string]bool{}, []string{}
 	for i, j := range jobs {
 		stored[j.ID] = true
 		if u, err := ulid.ParseStrict(j.ID); err == nil {
@@ -236,9 +235,11 @@ func (s *scheduler) checkRuns(l *ledger, p schedulePlan, jobs []*domain.Job) {
 		}
 		l.judgeJob(completes, judged{key: fmt.Sprintf("job %s (%s)", j.ID, p.ID), job: j, done: true})
 		if p.Skip && i > 0 && (jobs[i-1].EndedAt == nil || j.CreatedAt.Before(*jobs[i-1].EndedAt)) {
-			l.judge("overlap skip: no run made before the last one ended", Mismatched, key,
-				fmt.Sprintf("job %s made at %s; the run before it, %s, ended %v", j.ID, j.CreatedAt.Format(time.RFC3339Nano), jobs[i-1].ID, jobs[i-1].EndedAt))
+			overlaps = append(overlaps, fmt.Sprintf("job %s made at %s; the run before it, %s, ended %v", j.ID, j.CreatedAt.Format(time.RFC3339Nano), jobs[i-1].ID, jobs[i-1].EndedAt))
 		}
+	}
+	if p.Skip {
+		l.judge("overlap skip: no run made before the last one ended", Mismatched, key, overlaps...)
 	}
 	var twice []string
 	for tick, js := range ticks {

@@ -3,18 +3,21 @@
 // jobs (steps of every action: sleeps and deadlines short and past the
 // stack's two-second timer threshold, so both SQS delays and Step
 // Functions timers run; approval gates, waits and failed jobs that racers
-// approve, reject, signal, cancel and redrive at once), misbehaving
-// workers and concurrent sweeps, then the checks that nothing was lost,
-// nothing happened twice, every job ended as its plan and the faults
-// imply, and every job's log replays to its stored state. Beside each run a hostile tenant (chaos.HostileTenant)
-// attacks over the same API: it claims the queue names that collided with
-// the run's under the old worker queue naming and names no job used, sends
-// poison bodies, floods its own jobs and reaches for the run's; it must get
-// no lease but its own, create no queue, have every poison body refused
-// with 400, finish its flood, see none of the run's jobs, and not show in
-// the run's health. It prints a table per run (its first line ends with the
-// hostile tenant's figures), the faults of all runs by kind, and ends with
-// one line:
+// approve, reject, signal, cancel and redrive at once; replans that would
+// close a cycle; waits flooded with unknown signals), misbehaving workers
+// and concurrent sweeps, then the checks: history invariants over every
+// job of every tenant (its log replays to its document, one terminal event
+// per run, nothing applied under a lost lease, every view agrees, no
+// cycle, no step before a sleep's wake time), and each workload's table of
+// what a job of each kind ends as given the faults and its callers'
+// answers. Beside each run a hostile tenant (chaos.HostileTenant) attacks
+// over the same API: it claims the queue names that collided with the
+// run's under the old worker queue naming and names no job used, sends
+// poison bodies, floods pass jobs and reaches for the run's jobs; it must
+// be handed no lease, create no queue, have every poison body refused with
+// 400, finish its flood and see none of the run's jobs. It prints a table
+// per run (its first line ends with the hostile tenant's figures), the
+// faults of all runs by kind, and ends with one line:
 //
 //	chaos: <runs> runs, <faults> faults injected, <jobs> jobs, lost 0, duplicated 0, mismatched 0; hostile tenant: <claims> claims, foreign leases 0, queues made 0, poison accepted 0, checks failed 0
 //
@@ -27,7 +30,7 @@
 // resources with four slots for its tenant and runs eight jobs beside
 // its plan whose steps compete for them: holders go silent, resources
 // fail, waves of claimers race; the checks hold every resource to its
-// capacity, every slot to its lease and every step to its avoid list.
+// capacity, every slot to its lease and every step to matching resources.
 package main
 
 import (
@@ -78,18 +81,19 @@ deliveries, timer messages delivered twice or sent late, Step Functions
 timers that never start, concurrent sweeps, zombie and clock-skewed
 workers; racers sending approve, reject, cancel, signals and redrives at
 once) and checks: every job finishes within --bound, none is lost, none
-finishes twice in one run, every job ends as its plan and the faults
-imply, no step after a sleep starts before its wake time, every racing call
-answers 200 or 409 as the log says it landed, no outcome is applied under
-a lost lease, every log replays to its stored state, and no message is
-left in flight. Beside them, schedules of a tenant of their own fire from
-every sweep and from two sweeps at once: one job per tick, every run their
-schedule counts stored and none beyond, overlap skip held. With --hostile (the
-default) a second tenant attacks beside the run: claims on queue names that
-collided with the run's under the old naming and on unknown names, poison
-bodies, a flood of its own jobs, requests on the run's jobs; a lease it did
-not earn, a queue it made by claiming, a poison body not answered 400, an
-unfinished flood job or a leak between the tenants fails the run.`,
+finishes twice in one run, every log replays to its stored state and
+agrees with every view, no outcome is applied under a lost lease, no step
+after a sleep starts before its wake time, every job ends as its kind's row
+says given the faults and its racers' answers (200 or 409 as the log says
+each landed), and no message is left in flight. Beside them, schedules of a
+tenant of their own fire from every sweep and from two sweeps at once: one
+job per tick, every run their schedule counts stored and none beyond,
+overlap skip held. With --hostile (the default) a second tenant attacks
+beside the run: claims on queue names that collided with the run's under
+the old naming and on unknown names, poison bodies, a flood of pass jobs,
+requests on the run's jobs; a lease handed to it, a queue it made by
+claiming, a poison body not answered 400, an unfinished flood job or a
+leak between the tenants fails the run.`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,

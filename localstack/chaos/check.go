@@ -2,14 +2,23 @@ package chaos
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
 	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/views"
 )
+
+// The checks are of two sorts. The history invariants (invariants) hold
+// for every job of every tenant whatever its plan: its log replays to its
+// document, each run of it has one terminal event, last, nothing a worker
+// sent under a lost lease was applied, every view of it agrees, and so on.
+// Beyond them each workload has a table (kind -> expectation) of what a
+// job of its plan ends as, given the faults injected and what its callers
+// were answered; judgeJob holds each job to its row.
 
 // Category is what a failed check counts as in the summary line.
 type Category string
@@ -39,253 +48,193 @@ func (c *Check) fail(format string, args ...any) {
 	}
 }
 
-// Result is one run's outcome.
-type Result struct {
-	Seed   uint64
-	Jobs   int
-	Stack  string
-	Plan   string // PlanDigest of the jobs submitted
-	Faults map[Kind]int64
-	Checks []*Check
-	// Lost, Duplicated and Mismatched count the jobs (and, for Mismatched,
-	// also the messages left in flight) that failed a check of the category.
-	Lost, Duplicated, Mismatched int
-	States                       map[domain.JobState]int
-	Queues                       []queueCount // what each queue held when the drain stopped
-	Dead                         int          // messages in the dead-letter queue (parked, not in flight)
-	Sweeps                       SweepTotals
-	Claimed                      int64 // leases the chaos workers were handed
-	WorkerOutcomes               int64 // worker outcomes the engine accepted
-	WorkerRefused                int64 // worker heartbeats and outcomes answered 409
-	Waited, Duration             time.Duration
-	Notes                        []string
-	Calls                        map[string]int64 // engine AWS calls by operation
-	// RetriedOutcomes counts worker outcomes sent again after a 5xx or no
-	// answer and then answered 409; AppliedButRefused those of them whose
-	// first send had in fact been applied: the worker was told "lease
-	// lost" about its own recorded outcome.
-	RetriedOutcomes, AppliedButRefused int
-	FaultsByCall                       map[string]int64 // "kind Service.Operation" -> faults injected there
-	// Races is what the racers and the sleeps came to.
-	Races RaceTotals
-	// Resources is what the resource jobs did, and their checks
-	// (resources_check.go); nil when the run had none.
-	Resources *ResourceResult
-	// Hostile is what the hostile tenant did beside the run, and its
-	// checks; nil when the run had none.
-	Hostile *HostileResult
-	// Schedules is what the schedules beside the run did, and their
-	// checks (schedule.go); their failures count in Lost, Duplicated and
-	// Mismatched.
-	Schedules *ScheduleResult
+// ledger collects checks by name, in the order first judged, and the keys
+// (jobs, schedules, queues) that failed a check of each category: a job
+// failing three checks counts once.
+type ledger struct {
+	prefix string // before each check's name: "hostile: " for the hostile tenant's
+	checks []*Check
+	byName map[string]*Check
+	bad    map[Category]map[string]bool
 }
 
-// Passed reports whether every check held, the hostile tenant's too.
-func (r *Result) Passed() bool {
-	return r.Lost+r.Duplicated+r.Mismatched == 0 && r.Hostile.Failed() == 0
+func newLedger() *ledger {
+	return &ledger{byName: map[string]*Check{}, bad: map[Category]map[string]bool{}}
 }
 
-// FaultTotal answers how many faults the run injected.
-func (r *Result) FaultTotal() int64 {
-	var n int64
-	for _, v := range r.Faults {
-		n += v
+func (l *ledger) check(name string, cat Category) *Check {
+	name = l.prefix + name
+	c := l.byName[name]
+	if c == nil {
+		c = &Check{Name: name, Category: cat}
+		l.byName[name] = c
+		l.checks = append(l.checks, c)
 	}
-	return n
+	return c
 }
 
-func (r *run) check(ctx context.Context, res *Result) {
-	var (
-		answered   = &Check{Name: "every submit answered a job", Category: Lost}
-		oneID      = &Check{Name: "one job per Idempotency-Key", Category: Duplicated}
-		stored     = &Check{Name: "every submitted job is stored", Category: Lost}
-		listed     = &Check{Name: "every job answered 2xx is listed", Category: Lost}
-		terminal   = &Check{Name: fmt.Sprintf("every job finished within %s", r.cfg.Bound), Category: Lost}
-		extra      = &Check{Name: "no job beyond those submitted", Category: Duplicated}
-		once       = &Check{Name: "one terminal event, and it is last", Category: Duplicated}
-		fenced     = &Check{Name: "nothing accepted under a lost lease", Category: Duplicated}
-		replay     = &Check{Name: "events replay to the stored state", Category: Mismatched}
-		inFlight   = &Check{Name: "no message left in flight (per queue)", Category: Mismatched}
-		outcome    = &Check{Name: "every job ends as its plan and the faults imply", Category: Mismatched}
-		sleeps     = &Check{Name: "nothing after a sleep starts before its wake time", Category: Mismatched}
-		races      = &Check{Name: "racing calls answered as their landing implies", Category: Mismatched}
-		lostJobs   = map[int]bool{}
-		dupJobs    = map[int]bool{}
-		mismatched = map[int]bool{}
-	)
-	res.Checks = []*Check{answered, oneID, stored, listed, terminal, extra, once, fenced, replay, inFlight, outcome, sleeps, races}
-	res.Races = RaceTotals{MinSlack: -1}
-	res.States = map[domain.JobState]int{}
-
-	r.mu.Lock()
-	subs := append([]*submission(nil), r.subs...)
-	finished := r.finished
-	r.mu.Unlock()
-	late := map[string][]lateAnswer{}
-	r.w.mu.Lock()
-	for _, l := range r.w.late {
-		late[l.Job] = append(late[l.Job], l)
+// judge passes the check for key when there is no problem, and fails it
+// once per problem otherwise.
+func (l *ledger) judge(name string, cat Category, key string, problems ...string) {
+	c := l.check(name, cat)
+	if len(problems) == 0 {
+		c.pass()
+		return
 	}
-	r.w.mu.Unlock()
-
-	listedIDs, listErr := r.listAll(ctx)
-	byID := map[string]int{}
-	for i, s := range subs {
-		if s == nil || s.id == "" {
-			if s == nil {
-				answered.fail("job %d: never submitted", i)
-			} else {
-				answered.fail("job %d (%s): no 2xx answer; statuses %v", i, s.plan.Kind, s.statuses)
-			}
-			lostJobs[i] = true
-			continue
-		}
-		answered.pass()
-		byID[s.id] = i
-		if len(s.ids) > 1 {
-			oneID.fail("key %s answered %d jobs: %v", s.plan.Key, len(s.ids), s.ids)
-			dupJobs[i] = true
-		} else {
-			oneID.pass()
-		}
-		for id := range s.ids {
-			byID[id] = i
-		}
-		j, err := r.raw.Get(ctx, Tenant, s.id)
-		if err != nil {
-			stored.fail("job %s: %v", s.id, err)
-			lostJobs[i] = true
-			continue
-		}
-		stored.pass()
-		res.States[j.State]++
-		if listErr != nil {
-			listed.fail("list: %v", listErr)
-			lostJobs[i] = true
-		} else if !listedIDs[s.id] {
-			listed.fail("job %s is not listed", s.id)
-			lostJobs[i] = true
-		} else {
-			listed.pass()
-		}
-		if finished[s.id] && j.State.Terminal() {
-			terminal.pass()
-		} else {
-			terminal.fail("job %s (%s) is %s; steps %s", s.id, s.plan.Kind, j.State, stepStates(j))
-			lostJobs[i] = true
-		}
-		if msg := checkRuns(j); msg != "" {
-			once.fail("job %s: %s", s.id, msg)
-			dupJobs[i] = true
-		} else {
-			once.pass()
-		}
-		if msgs := checkFencing(j, late[s.id]); len(msgs) > 0 {
-			for _, m := range msgs {
-				fenced.fail("job %s: %s", s.id, m)
-			}
-			dupJobs[i] = true
-		} else {
-			fenced.pass()
-		}
-		if msg := checkReplay(j); msg != "" {
-			replay.fail("job %s: %s", s.id, msg)
-			mismatched[i] = true
-		} else {
-			replay.pass()
-		}
-		if !j.State.Terminal() {
-			continue // lost, above: what it ends as is not known
-		}
-		if msg := checkOutcome(j, s); msg != "" {
-			outcome.fail("job %s (%s): %s", s.id, s.plan.Kind, msg)
-			mismatched[i] = true
-		} else {
-			outcome.pass()
-		}
-		if msgs, seen := checkSleeps(j); len(msgs) > 0 {
-			for _, m := range msgs {
-				sleeps.fail("job %s (%s): %s", s.id, s.plan.Kind, m)
-			}
-			mismatched[i] = true
-		} else if len(seen) > 0 {
-			sleeps.pass()
-			for _, x := range seen {
-				res.Races.Sleeps++
-				if x.viaSFN {
-					res.Races.SleepsViaSFN++
-				}
-				if res.Races.MinSlack < 0 || x.slack < res.Races.MinSlack {
-					res.Races.MinSlack = x.slack
-				}
-			}
-		}
-		if s.race != nil {
-			if msgs := checkRace(j, s, &res.Races); len(msgs) > 0 {
-				for _, m := range msgs {
-					races.fail("job %s (%s%s): %s", s.id, s.plan.Kind, s.plan.Race, m)
-				}
-				mismatched[i] = true
-			} else {
-				races.pass()
-			}
-		}
+	for _, p := range problems {
+		c.fail("%s: %s", key, p)
 	}
-	extras := 0
-	for id := range listedIDs {
-		if _, ok := byID[id]; ok {
-			extra.pass()
-			continue
-		}
-		extras++
-		extra.fail("job %s is stored but no submit answered it", id)
+	if l.bad[cat] == nil {
+		l.bad[cat] = map[string]bool{}
 	}
-	leftover := 0
-	for _, q := range res.Queues {
-		switch {
-		case q.Err != "":
-			leftover++
-			inFlight.fail("%s: %s", q.Name, q.Err)
-		case q.total() > 0:
-			leftover += q.total()
-			inFlight.fail("%s holds %d visible, %d in flight, %d delayed", q.Name, q.Visible, q.InFlight, q.Delayed)
-		default:
-			inFlight.pass()
-		}
-	}
-	r.w.mu.Lock()
-	retried := append([]retriedOutcome(nil), r.w.retried...)
-	r.w.mu.Unlock()
-	for _, o := range retried {
-		res.RetriedOutcomes++
-		j, err := r.raw.Get(ctx, Tenant, o.Job)
-		if err != nil {
-			continue
-		}
-		s, _, err := j.Step(o.Step)
-		if err != nil || o.Attempt < 1 || o.Attempt > len(s.Attempts) {
-			continue
-		}
-		a := s.Attempts[o.Attempt-1]
-		var sent struct {
-			Message string `json:"message"`
-		}
-		_ = json.Unmarshal(o.Body, &sent)
-		if o.Op == "complete" && a.State == domain.AttemptSucceeded || o.Op == "fail" && a.Error != nil && a.Error.Message == sent.Message {
-			res.AppliedButRefused++
-			if len(res.Notes) < 20 {
-				res.Notes = append(res.Notes, fmt.Sprintf("job %s step %s attempt %d: %s was applied, yet its retry answered 409 lease_lost", o.Job, o.Step, o.Attempt, o.Op))
-			}
-		}
-	}
-	res.Lost = len(lostJobs)
-	res.Duplicated = len(dupJobs) + extras
-	res.Mismatched = len(mismatched) + leftover
-	r.pool.check(ctx, r, res, subs, lostJobs, dupJobs, mismatched)
+	l.bad[cat][key] = true
 }
 
-func (r *run) listAll(ctx context.Context) (map[string]bool, error) {
-	return listTenant(ctx, r.raw, Tenant)
+func (l *ledger) failed(cat Category) int { return len(l.bad[cat]) }
+
+// invariants are the history invariants, held over every stored job.
+var invariants = []struct {
+	name  string
+	cat   Category
+	check func(j *domain.Job, late []lateAnswer) []string
+}{
+	{"one terminal event per run, and it is last", Duplicated, func(j *domain.Job, _ []lateAnswer) []string { return one(checkRuns(j)) }},
+	{"nothing accepted under a lost lease", Duplicated, checkFencing},
+	{"events replay to the stored state", Mismatched, func(j *domain.Job, _ []lateAnswer) []string { return one(checkReplay(j)) }},
+	{"every view of the log agrees with the document", Mismatched, func(j *domain.Job, _ []lateAnswer) []string { return errs(views.CheckAll(j)) }},
+	{"no job stores a dependency cycle", Mismatched, func(j *domain.Job, _ []lateAnswer) []string {
+		if c := j.Cycle(); len(c) > 0 {
+			return []string{"a dependency cycle: " + strings.Join(c, ", ")}
+		}
+		return nil
+	}},
+	{"nothing after a sleep starts before its wake time", Mismatched, func(j *domain.Job, _ []lateAnswer) []string { return checkSleeps(j) }},
+}
+
+func one(msg string) []string {
+	if msg == "" {
+		return nil
+	}
+	return []string{msg}
+}
+
+func errs(err error) []string {
+	if err == nil {
+		return nil
+	}
+	return []string{err.Error()}
+}
+
+// history holds one stored job to every invariant.
+func (l *ledger) history(key string, j *domain.Job, late []lateAnswer) {
+	for _, inv := range invariants {
+		l.judge(inv.name, inv.cat, key, inv.check(j, late)...)
+	}
+}
+
+// expectation is a workload table's row: what a job of one kind ends as.
+type expectation struct {
+	// end answers the state it ends in unless a cancel landed; nil for
+	// any terminal state (its workers draw the outcome).
+	end func(j *domain.Job) domain.JobState
+	// lossy: a job meant to complete may instead fail on a step whose
+	// attempts all ran out on lost leases, a fault's doing.
+	lossy bool
+	// facts are what else its log and its callers' answers must show.
+	facts []func(j *domain.Job, s *submission) []string
+}
+
+func ends(state domain.JobState) func(*domain.Job) domain.JobState {
+	return func(*domain.Job) domain.JobState { return state }
+}
+
+var (
+	completes = expectation{end: ends(domain.JobCompleted), lossy: true}
+	fails     = expectation{end: ends(domain.JobFailed)}
+)
+
+// judged is one job a workload planned, as stored and as its callers heard.
+type judged struct {
+	key  string      // how failures name it: "job <id> (<kind>)"
+	sub  *submission // nil when the workload keeps no answers
+	job  *domain.Job // nil when it is not stored
+	done bool        // seen finished within the bound
+	late []lateAnswer
+}
+
+// judgeJob holds a planned job to the invariants and to its row.
+func (l *ledger) judgeJob(e expectation, x judged) {
+	const stored, finished, end = "every job submitted is stored", "every job finished within the bound", "every job ends as its plan and the faults imply"
+	if x.job == nil {
+		l.judge(stored, Lost, x.key, "not stored")
+		return
+	}
+	l.judge(stored, Lost, x.key)
+	j := x.job
+	l.history(x.key, j, x.late)
+	if !j.State.Terminal() || !x.done {
+		l.judge(finished, Lost, x.key, fmt.Sprintf("is %s; steps %s", j.State, stepStates(j)))
+		return
+	}
+	l.judge(finished, Lost, x.key)
+	problems := endProblems(e, j, x.sub)
+	for _, fact := range e.facts {
+		problems = append(problems, fact(j, x.sub)...)
+	}
+	l.judge(end, Mismatched, x.key, problems...)
+}
+
+// endProblems: a cancel answered 200 exactly when the job is CANCELLED
+// (one that had no answer may have landed); otherwise the job ended as
+// its row says, or failed on lost leases where the row allows.
+func endProblems(e expectation, j *domain.Job, s *submission) []string {
+	cancel, sent := cancelAnswer(s)
+	switch {
+	case cancel == http.StatusOK && j.State != domain.JobCancelled:
+		return []string{fmt.Sprintf("its cancel answered 200 but it is %s", j.State)}
+	case j.State == domain.JobCancelled && !sent:
+		return []string{"it is CANCELLED but no cancel was sent"}
+	case j.State == domain.JobCancelled && cancel != http.StatusOK && cancel != 0 && cancel < 500:
+		return []string{fmt.Sprintf("it is CANCELLED but its cancel answered %d", cancel)}
+	case j.State == domain.JobCancelled || e.end == nil:
+		return nil
+	}
+	want := e.end(j)
+	if j.State == want || e.lossy && want == domain.JobCompleted && j.State == domain.JobFailed && failedOnLostLeases(j) {
+		return nil
+	}
+	return []string{fmt.Sprintf("is %s, not %s; steps %s", j.State, want, stepStates(j))}
+}
+
+// cancelAnswer answers the last status of the job's planned or racing
+// cancel, and whether one was sent.
+func cancelAnswer(s *submission) (int, bool) {
+	if s == nil {
+		return 0, false
+	}
+	if len(s.cancel) > 0 {
+		return s.cancel[len(s.cancel)-1], true
+	}
+	if s.race != nil {
+		for _, c := range s.race.snapshot() {
+			if c.Op == "cancel" {
+				return c.final(), true
+			}
+		}
+	}
+	return 0, false
+}
+
+// failedOnLostLeases reports whether the step that failed the job ran out
+// of attempts on leases that expired (the execute function crashed, the
+// clock jumped, a worker stalled) rather than on a failure of its own.
+func failedOnLostLeases(j *domain.Job) bool {
+	for _, s := range j.Steps {
+		if s.State == domain.StepFailed && s.ReplacedBy == nil {
+			return s.Error != nil && s.Error.Class == domain.ClassTimeout && len(s.Attempts) > 0 && s.Attempts[len(s.Attempts)-1].State == domain.AttemptTimeout
+		}
+	}
+	return false
 }
 
 func stepStates(j *domain.Job) string {
@@ -294,6 +243,49 @@ func stepStates(j *domain.Job) string {
 		parts = append(parts, fmt.Sprintf("%s=%s/%d", s.ID(), s.State, s.Attempt))
 	}
 	return strings.Join(parts, " ")
+}
+
+// exchange is one request a workload made whose answer is known in
+// advance: a poison body is refused, another tenant's job is not found.
+type exchange struct {
+	what     string
+	statuses []int // every answer, in order; 0 for none
+	want     int
+	// strict: sent once with the faults paused, the first answer counts;
+	// once: sent once under faults, a 5xx or no answer says nothing.
+	strict, once bool
+	bad          string // what else was wrong with the answer, if anything
+}
+
+func (x exchange) problem() string {
+	if len(x.statuses) == 0 {
+		return x.what + ": never sent"
+	}
+	last := x.statuses[len(x.statuses)-1]
+	switch {
+	case x.bad != "":
+		return fmt.Sprintf("%s answered %v: %s", x.what, x.statuses, x.bad)
+	case x.want >= 300 && has2xx(x.statuses):
+		return fmt.Sprintf("%s was accepted: %v", x.what, x.statuses)
+	case x.once && !x.strict && retryableStatus(last):
+		return ""
+	case x.strict && len(x.statuses) != 1, last != x.want:
+		return fmt.Sprintf("%s answered %v, not %d", x.what, x.statuses, x.want)
+	}
+	return ""
+}
+
+// retryableStatus: a fault met the request before its body was read (or
+// its answer was lost).
+func retryableStatus(s int) bool { return s == 0 || s >= 500 || s == http.StatusTooManyRequests }
+
+func has2xx(statuses []int) bool {
+	for _, s := range statuses {
+		if s >= 200 && s < 300 {
+			return true
+		}
+	}
+	return false
 }
 
 // checkTerminalOnce: a finished job's log holds exactly one of
@@ -324,6 +316,30 @@ func checkTerminalOnce(j *domain.Job) string {
 	return ""
 }
 
+// checkRuns: checkTerminalOnce for each run of the job, a redrive's
+// job_requeued starting the next; every run but the last ends job_failed.
+func checkRuns(j *domain.Job) string {
+	start, n := 0, 1
+	for i, ev := range j.Events {
+		if ev.Type != string(domain.JobEvRequeued) || ev.Detail != "redrive" {
+			continue
+		}
+		run := j.Events[start:i]
+		if len(run) == 0 || run[len(run)-1].Type != string(domain.JobEvFailed) {
+			return fmt.Sprintf("run %d was redriven but does not end with job_failed", n)
+		}
+		if msg := checkTerminalOnce(&domain.Job{State: domain.JobFailed, Events: run}); msg != "" {
+			return fmt.Sprintf("run %d: %s", n, msg)
+		}
+		start, n = i, n+1
+	}
+	if msg := checkTerminalOnce(&domain.Job{State: j.State, Events: j.Events[start:]}); msg != "" && n > 1 {
+		return fmt.Sprintf("run %d: %s", n, msg)
+	} else {
+		return msg
+	}
+}
+
 // checkFencing: no outcome a worker sent after its lease was lost was
 // applied (no output or error carries the zombie tag, and no late request
 // was answered 2xx), and each step has at most one succeeded attempt,
@@ -340,11 +356,8 @@ func checkFencing(j *domain.Job, late []lateAnswer) []string {
 		}
 		succeeded := 0
 		for i, a := range s.Attempts {
-			if zombie(a.Output) {
-				out = append(out, fmt.Sprintf("step %s attempt %d output %s carries the zombie tag", s.ID(), a.N, a.Output))
-			}
-			if a.Error != nil && strings.Contains(a.Error.Message, "["+ZombieTag+"]") {
-				out = append(out, fmt.Sprintf("step %s attempt %d failed with a zombie's report: %q", s.ID(), a.N, a.Error.Message))
+			if zombie(a.Output) || a.Error != nil && strings.Contains(a.Error.Message, "["+ZombieTag+"]") {
+				out = append(out, fmt.Sprintf("step %s attempt %d took a zombie's report", s.ID(), a.N))
 			}
 			if a.State == domain.AttemptSucceeded {
 				succeeded++
@@ -391,4 +404,38 @@ func checkReplay(j *domain.Job) string {
 		return fmt.Sprintf("is %s but still due at %s", j.State, j.DueAt.Format(time.RFC3339Nano))
 	}
 	return ""
+}
+
+// checkSleeps: no sleep woke before its time, and nothing after it moved
+// before then (the events' times, on the stack's clock).
+func checkSleeps(j *domain.Job) []string {
+	var out []string
+	for i, s := range j.Steps {
+		a := s.Spec.Action
+		if a.Type != domain.ActionSleep || a.Seconds == nil || *a.Seconds <= 0 {
+			continue
+		}
+		opened := -1
+		for k, ev := range j.Events {
+			if ev.Step == s.ID() && ev.Type == domain.StepWaiting.EventType() {
+				opened = k
+			}
+		}
+		if opened < 0 {
+			continue // cancelled before it was reached
+		}
+		wake := j.Events[opened].At.Add(time.Duration(*a.Seconds * float64(time.Second)).Truncate(time.Millisecond))
+		next := ""
+		if i+1 < len(j.Steps) {
+			next = j.Steps[i+1].ID()
+		}
+		for _, ev := range j.Events[opened+1:] {
+			woke := ev.Step == s.ID() && ev.Type == domain.StepSucceeded.EventType()
+			moved := ev.Step != "" && ev.Step == next && ev.Type != domain.StepCancelled.EventType()
+			if (woke || moved) && ev.At.Before(wake) {
+				out = append(out, fmt.Sprintf("step %s %s at %s, %s before step %s's wake time", ev.Step, ev.Type, ev.At.Format(time.RFC3339Nano), wake.Sub(ev.At), s.ID()))
+			}
+		}
+	}
+	return out
 }

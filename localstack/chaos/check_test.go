@@ -104,6 +104,20 @@ func TestPlanIsValidAndMixed(t *testing.T) {
 	require.NotEqual(t, PlanDigest(New(9, DefaultProbabilities()).Plan(30)), PlanDigest(New(10, DefaultProbabilities()).Plan(30)))
 }
 
+func TestReplanPlanIsValid(t *testing.T) {
+	t.Parallel()
+	plan := New(9, DefaultProbabilities()).ReplanPlan(40)
+	require.Equal(t, plan, New(9, Probabilities{}).ReplanPlan(40), "the plan depends on the seed alone")
+	for i, p := range plan {
+		require.Equal(t, 40+i, p.N)
+		_, err := domain.ParseJobSpec(p.Body)
+		require.NoError(t, err, "%s", p.Body)
+		require.Contains(t, planEnds, p.Kind)
+		require.Equal(t, p.Kind == "replan-fail", p.Refused != nil)
+		require.Equal(t, p.Kind == "flood", p.Race != nil && p.Race.Junk >= 60)
+	}
+}
+
 func TestSummaryLine(t *testing.T) {
 	t.Parallel()
 	rs := []*Result{

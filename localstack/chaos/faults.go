@@ -2,13 +2,11 @@
 // fault layer in the AWS SDK middleware stack of every client the engine
 // calls AWS with (and of the SQS event source mapping's), and a run that
 // submits a random mix of jobs to a local stack under those faults, with
-// misbehaving workers and concurrent sweeps, then checks that nothing was
-// lost, nothing happened twice and every job's log replays to its stored
-// state. Beside the run's tenant, a hostile tenant works as an attacker
-// would (hostile_plan.go): it claims queue names that collided with the
-// run's under the old worker queue names, claims unknown names, sends
-// poison bodies, floods its own jobs and reaches for the run's; its checks
-// fail a run as the others do.
+// misbehaving workers and concurrent sweeps, then holds every job to the
+// history invariants (check.go) and to its workload's table of what a job
+// of its kind ends as given the faults. Beside the run's tenant, a hostile
+// tenant works as an attacker would (hostile.go); its checks fail a run as
+// the others do.
 //
 // Time is under fault too: the chaos stack runs with a timer threshold of
 // two seconds (RunTimerThreshold), so a sleep, an approval gate's or a
@@ -19,7 +17,7 @@
 // (KindSFNStartLost), leaving the timer to the sweep's due index. Racers
 // (race.go) send concurrent decisions to approval gates, signals to waits
 // (early, late, repeated, against a cancel) and redrives to failed jobs,
-// each from a plan drawn from StreamRacers, and the checks hold every
+// each from a plan drawn from StreamRacers, and their rows hold every
 // answer against what the job's log says landed first.
 //
 // Every random decision comes from PCG generators seeded from one seed,

@@ -1,11 +1,14 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,115 +23,167 @@ import (
 	"github.com/stepflow/stepflow/shared/store"
 )
 
-// hostile is the hostile tenant of one run. It works beside the run's
-// jobs, faults and all: it claims the colliding queue names over and over
-// until the run stops its workers, and meanwhile submits its flood, works
-// its own queue, claims unknown queue names, sends its poison bodies and
-// reaches for the run's jobs. Once the run's jobs are done and the faults
-// paused, it sends every poison body once more (the first answer counts),
-// reaches for every job of the run, and reads both tenants' health around
-// submitting its parked jobs.
+// The hostile tenant is a second tenant in every run, with its own API
+// key, that behaves as an attacker would, over the HTTP API, while the
+// run's own jobs go through their faults. Its name is the run's tenant
+// followed by "-wq": under the worker queue names of old
+// (<prefix><tenant>-<queue>), its queues "0" and "1" were the SQS queues
+// of the run's tenant's "wq-0" and "wq-1", and it claims those names over
+// and over until the run stops its workers. Meanwhile it floods pass jobs
+// of its own, claims names no job named, sends poison bodies and reaches
+// for the run's jobs; once the run's jobs are done and the faults paused,
+// it sends every poison body again and reaches for every job of the run,
+// the first answer counting. Every request whose answer is known in
+// advance is an exchange of the check it counts in. (What it would meet
+// with the faults paused anyway, the long-poll bound, each tenant's
+// health, a huge failure message, is devstack's hostile_test.go and
+// longpoll_e2e_test.go.)
+const (
+	HostileTenant = Tenant + "-wq"
+	HostileKey    = "chaos-wq-key"
+	// PoisonDepth is how deeply its deepest poison bodies nest.
+	PoisonDepth = 10000
+
+	// HostileCategory is what a failed check of the hostile tenant counts as.
+	HostileCategory Category = "hostile"
+
+	claimColliding = "colliding"
+	claimUnknown   = "unknown"
+
+	checkNothing  = "claims on colliding or unknown names hand out nothing"
+	checkPoison   = "every poison body answers 400"
+	checkIsolated = "the run's jobs answer it 404"
+)
+
+// HostileConfig sizes the hostile tenant; a zero field takes its default.
+type HostileConfig struct {
+	Off     bool // no hostile tenant in the run
+	Pass    int  // pass jobs in its flood (40)
+	Unknown int  // claims on queue names no job ever named (20)
+}
+
+func (c *HostileConfig) defaults() {
+	c.Pass, c.Unknown = cmp.Or(c.Pass, 40), cmp.Or(c.Unknown, 20)
+}
+
+// CollidingQueues are the hostile tenant's queue names that named the
+// run's WorkerQueues under the old naming: "0" and "1".
+func CollidingQueues() []string {
+	out := make([]string, 0, len(WorkerQueues))
+	for _, q := range WorkerQueues {
+		name, ok := strings.CutPrefix(q, strings.TrimPrefix(HostileTenant, Tenant+"-")+"-")
+		if !ok {
+			panic("chaos: worker queue " + q + " does not collide with the hostile tenant's names")
+		}
+		out = append(out, name)
+	}
+	return out
+}
+
+// Poison is a body the API must refuse with 400, and write nothing for:
+// a submit, or (Complete) a worker's complete, whose body is read before
+// its lease.
+type Poison struct {
+	Name     string
+	Complete bool
+	Body     []byte
+}
+
+// HostilePlan is what the hostile tenant sends in a run, drawn from
+// StreamHostile: the same seed, the same bodies, byte for byte.
+type HostilePlan struct {
+	Flood   []JobPlan // pass jobs, the first with a payload nested as deep as a submit may
+	Unknown []string  // queue names no job names, each claimed once
+	Poison  []Poison
+}
+
+// HostilePlan draws the hostile tenant's plan for a run.
+func (f *Faults) HostilePlan(c HostileConfig) HostilePlan {
+	c.defaults()
+	var p HostilePlan
+	f.Draw(StreamHostile, func(r *rand.Rand) {
+		for n := range c.Pass {
+			payload, _ := json.Marshal(map[string]any{"hostile": f.Seed, "n": n, "junk": fmt.Sprintf("%016x", r.Uint64())})
+			if n == 0 {
+				payload = nested(63, "") // the body around it is one level more (domain.MaxJSONDepth)
+			}
+			body := fmt.Sprintf(`{"steps":[{"id":"only","action":{"type":"pass"}}],"payload":%s,"priority":%d}`, payload, r.IntN(3))
+			p.Flood = append(p.Flood, JobPlan{N: n, Kind: "pass", Key: fmt.Sprintf("hostile-%d-%d", f.Seed, n), Body: []byte(body)})
+		}
+		// The run's own queue names first (the hostile tenant's own queues
+		// of those names were never used), then random ones.
+		p.Unknown = append(p.Unknown, WorkerQueues...)
+		for len(p.Unknown) < c.Unknown {
+			p.Unknown = append(p.Unknown, fmt.Sprintf("u%d-%08x", len(p.Unknown), r.Uint32()))
+		}
+		p.Unknown = p.Unknown[:c.Unknown]
+	})
+	p.Poison = poisonBodies()
+	return p
+}
+
+// nested answers an array nested depth deep around inner ("" for none).
+func nested(depth int, inner string) json.RawMessage {
+	return json.RawMessage(strings.Repeat("[", depth) + inner + strings.Repeat("]", depth))
+}
+
+// poisonBodies are the bodies the hostile tenant sends to be refused.
+func poisonBodies() []Poison {
+	const step = `{"id":"a","action":{"type":"pass"}}`
+	submit := func(name, body string) Poison { return Poison{Name: name, Body: []byte(body)} }
+	complete := func(name, body string) Poison { return Poison{Name: name, Complete: true, Body: []byte(body)} }
+	return []Poison{
+		submit("payload nested 10000 deep", `{"steps":[`+step+`],"payload":`+string(nested(PoisonDepth, ""))+`}`),
+		submit("payload nested 64 deep, one past the limit", `{"steps":[`+step+`],"payload":`+string(nested(64, ""))+`}`),
+		submit("invalid UTF-8 in the payload", `{"steps":[`+step+`],"payload":{"s":"`+"\xff\xfe"+`"}}`),
+		submit("invalid UTF-8 in a member name", `{"steps":[`+step+`],"payload":{"`+"\xc3\x28"+`":1}}`),
+		submit("a lone surrogate escaped in the payload", `{"steps":[`+step+`],"payload":{"s":"\ud800"}}`),
+		submit("a duplicate payload member", `{"steps":[`+step+`],"payload":{"a":1,"a":2}}`),
+		submit("a duplicate member spelt with an escape", `{"steps":[`+step+`],"payload":{"a":1,"\u0061":2}}`),
+		submit("steps twice, the second on a colliding queue", `{"steps":[`+step+`],"steps":[{"id":"b","action":{"type":"worker","queue":"0"}}]}`),
+		submit("STEPS in capitals", `{"STEPS":[`+step+`]}`),
+		submit("step members in other case", `{"steps":[{"ID":"a","Action":"pass"}]}`),
+		complete("output nested 10000 deep", `{"output":{"poison":`+string(nested(PoisonDepth, ""))+`}}`),
+		complete("a duplicate output member", `{"output":{"poison":true,"a":1,"a":2}}`),
+		complete("invalid UTF-8 in the output", `{"output":{"poison":"`+"\xff"+`"}}`),
+		complete("OUTPUT in capitals", `{"OUTPUT":{"poison":true}}`),
+	}
+}
+
+// hostile is the hostile tenant of one run.
 type hostile struct {
 	plan   HostilePlan
-	c      *client // as the hostile tenant
-	chaos  *client // as the run's tenant, for its health
+	c      *client
 	raw    *store.Store
-	sqs    queue.API // without faults: counts the queues
+	sqs    queue.API // without faults: lists the queues
 	names  *queue.Queue
 	prefix string
 	runIDs func() []string // the run's job ids answered so far
-	faults *Faults
-	// progress says when its flood finished, or what it waits for
-	progress func(format string, args ...any)
 
 	colliders sync.WaitGroup // claims on the colliding names, until the run stops its workers
-	flood     sync.WaitGroup // the flood, its worker and the rest of the run-phase work
+	flood     sync.WaitGroup // the rest of the run-phase work
 
-	mu          sync.Mutex
-	claims      []claimRecord
-	subs        []*submission // Flood then Parked, by JobPlan.N
-	poison      []poisonRecord
-	poisonLease string // a lease of the "poisoned" step, once claimed
-	poisonSent  bool
-	isolation   []isoRecord
-	bigFail     *bigFailRecord
-	finished    map[string]bool // flood jobs seen terminal within the bound
-	health      healthRecord
-	longPolls   *longPollRecord // longpoll.go
-	notes       []string
+	mu        sync.Mutex
+	claims    []claimRecord
+	exchanges map[string][]exchange // by the check they count in
+	subs      []*submission         // by JobPlan.N
 }
 
-// The kinds of claim the hostile tenant makes.
-const (
-	claimColliding = "colliding"
-	claimUnknown   = "unknown"
-	claimOwn       = "own"
-)
-
-// claimRecord is one claim and what it answered.
+// claimRecord is one claim and the job of each lease it handed out.
 type claimRecord struct {
 	Queue, Kind string
-	Status      int      // 0 for a transport error
-	Jobs        []string // the job id of each lease handed out
-	Answer      string   // a non-2xx answer's body, cut short
-}
-
-// poisonRecord is one poison body sent, again after each 5xx or transport
-// error unless Strict (sent with faults paused: the first answer counts).
-type poisonRecord struct {
-	Name     string
-	Strict   bool
-	Statuses []int
-	Answer   string // the last answer's body, cut short
-}
-
-// isoRecord is one request of the hostile tenant on a job of the run's.
-type isoRecord struct {
-	What     string
-	Strict   bool
-	Statuses []int
-}
-
-// bigFailRecord is the failure of the "bigfail" step with BigFailBytes.
-type bigFailRecord struct {
-	Statuses    []int
-	AnswerState domain.JobState // job_state in the 2xx answer
-	Stored      domain.JobState // the job read right after that answer
-	AttemptEnd  bool            // the attempt failed had ended (and no attempt is running)
-	Message     string          // the failed attempt's stored message
-	Err         string
-}
-
-// healthRecord is both tenants' health read around the parked jobs'
-// submit, with faults paused and the run's jobs done.
-type healthRecord struct {
-	Read                        bool
-	ChaosBefore, ChaosAfter     int // the run's tenant's backlog
-	HostileBefore, HostileAfter int
-	ChaosQueued                 int // the run's jobs QUEUED in the table
-	Parked                      int // parked jobs answered 2xx
-	// WriteFaults counts the faults the run injected on DynamoDB writes:
-	// each may lose a change of the health counters (the engine counts a
-	// change in memory once its write is answered, and flushes the counts
-	// as advisory), so with any the backlog may be off by a few.
-	WriteFaults int
-	Err         string
+	Status      int // 0 for a transport error
+	Jobs        []string
 }
 
 func newHostile(r *run, plan HostilePlan) *hostile {
 	prefix := r.st.Resources.Env["STEPFLOW_WORKER_QUEUE_PREFIX"]
 	return &hostile{
-		plan:  plan,
-		c:     &client{base: r.st.URL, key: HostileKey, hc: &http.Client{Timeout: 30 * time.Second}},
-		chaos: r.c,
-		raw:   r.raw, sqs: r.st.SQS, prefix: prefix,
-		names:  queue.New(nil, queue.Config{WorkerQueuePrefix: prefix}),
-		subs:   make([]*submission, len(plan.Flood)+len(plan.Parked)),
-		faults: r.f,
-		progress: func(format string, args ...any) {
-			fmt.Fprintf(r.cfg.Progress, "seed %d: hostile: %s\n", r.cfg.Seed, fmt.Sprintf(format, args...))
-		},
-		finished: map[string]bool{},
+		plan: plan, raw: r.raw, sqs: r.st.SQS, prefix: prefix,
+		c:         &client{base: r.st.URL, key: HostileKey, hc: &http.Client{Timeout: 30 * time.Second}},
+		names:     queue.New(nil, queue.Config{WorkerQueuePrefix: prefix}),
+		subs:      make([]*submission, len(plan.Flood)),
+		exchanges: map[string][]exchange{},
 		runIDs: func() []string {
 			r.mu.Lock()
 			defer r.mu.Unlock()
@@ -143,405 +198,295 @@ func newHostile(r *run, plan HostilePlan) *hostile {
 	}
 }
 
-func (h *hostile) note(format string, args ...any) {
+func (h *hostile) record(check string, x exchange) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.notes) < 20 {
-		h.notes = append(h.notes, fmt.Sprintf(format, args...))
+	h.exchanges[check] = append(h.exchanges[check], x)
+}
+
+// send makes a request whose answer must be want: once, the first answer
+// counting (strict), or again after each 5xx or no answer.
+func (h *hostile) send(ctx context.Context, check, what, method, path string, body []byte, want int, strict bool, deadline time.Time) {
+	as := []answer{}
+	if strict {
+		as = append(as, h.c.once(ctx, method, path, body))
+	} else {
+		as = h.c.retry(ctx, deadline, method, path, body)
 	}
+	h.record(check, exchange{what: what, statuses: statuses(as), want: want, strict: strict})
 }
 
 // start sets the hostile tenant going: the colliding claims until work
-// ends, the rest until it is done or the deadline passes.
+// ends (waits of 0 and 1 s in turn), the rest until it is done or the
+// deadline passes.
 func (h *hostile) start(work, ctx context.Context, deadline time.Time) {
 	for _, name := range CollidingQueues() {
-		h.colliders.Go(func() { h.collide(work, name) })
+		h.colliders.Go(func() {
+			for i := 0; work.Err() == nil; i++ {
+				h.claim(work, name, claimColliding, i%2)
+			}
+		})
 	}
 	h.flood.Go(func() { h.runPhase(ctx, deadline) })
 }
 
-// collide claims a colliding name over and over, with waits of 0 and 1 s
-// in turn; it submits nothing there, so it must be handed nothing.
-func (h *hostile) collide(ctx context.Context, name string) {
-	for i := 0; ctx.Err() == nil; i++ {
-		h.claim(ctx, name, claimColliding, 10, i%2)
-	}
-}
-
-// claim makes one claim and records it.
-func (h *hostile) claim(ctx context.Context, name, kind string, most, wait int) []engine.ClaimedLease {
-	body, _ := json.Marshal(map[string]any{"queue": name, "max": most, "wait_seconds": wait, "worker": "hostile-" + kind})
+// claim makes one claim on a name no job of its own names: it must be
+// handed nothing.
+func (h *hostile) claim(ctx context.Context, name, kind string, wait int) {
+	body, _ := json.Marshal(map[string]any{"queue": name, "max": 10, "wait_seconds": wait, "worker": "hostile-" + kind})
 	a := h.c.once(ctx, http.MethodPost, "/v1/claim", body)
 	if ctx.Err() != nil && a.err != nil {
-		return nil // the run stopped it: not a claim
+		return // the run stopped it: not a claim
 	}
 	rec := claimRecord{Queue: name, Kind: kind, Status: a.status}
+	x := exchange{what: fmt.Sprintf("claim on %s queue %q", kind, name), statuses: []int{a.status}, want: http.StatusOK, once: true}
 	var ca claimAnswer
-	switch {
-	case a.ok() && json.Unmarshal(a.body, &ca) == nil:
-		for _, l := range ca.Leases {
-			rec.Jobs = append(rec.Jobs, l.JobID)
-		}
-	case a.ok():
-		rec.Answer = "unreadable: " + truncate(a.body, 160)
-	default:
-		rec.Answer = truncate(a.body, 160)
-		if a.err != nil {
-			rec.Answer = a.err.Error()
-		}
+	if a.ok() && json.Unmarshal(a.body, &ca) != nil {
+		x.bad = "unreadable: " + truncate(a.body, 160)
+	}
+	for _, l := range ca.Leases {
+		rec.Jobs = append(rec.Jobs, l.JobID)
+	}
+	if len(rec.Jobs) > 0 {
+		x.bad = fmt.Sprintf("handed out leases for jobs %v", rec.Jobs)
 	}
 	h.mu.Lock()
 	h.claims = append(h.claims, rec)
 	h.mu.Unlock()
+	h.record(checkNothing, x)
 	if !a.ok() {
 		sleep(ctx, 100*time.Millisecond) // a crashed claim: do not spin
 	}
-	return ca.Leases
 }
 
-// runPhase is the hostile tenant's work while the run's jobs go: its own
-// worker jobs (and a worker for them), the pass flood, the unknown names,
-// the poison bodies, and reaching for the run's jobs.
+// runPhase is its work while the run's jobs go: the flood from two
+// goroutines, the unknown names, the poison bodies, and reaching for the
+// run's jobs submitted so far.
 func (h *hostile) runPhase(ctx context.Context, deadline time.Time) {
-	own := 0
-	for _, p := range h.plan.Flood {
-		if p.Kind != "pass" {
-			own++
-		}
-	}
-	for _, p := range h.plan.Flood[:own] {
-		h.submit(ctx, p, deadline)
-	}
-	var worker sync.WaitGroup
-	worker.Go(func() { h.work(ctx, deadline) })
 	var wg sync.WaitGroup
 	next := atomic.Int64{}
 	for range 2 {
 		wg.Go(func() {
-			for {
-				i := own + int(next.Add(1)) - 1
-				if i >= len(h.plan.Flood) || ctx.Err() != nil {
-					return
-				}
-				h.submit(ctx, h.plan.Flood[i], deadline)
+			for i := int(next.Add(1)) - 1; i < len(h.plan.Flood) && ctx.Err() == nil; i = int(next.Add(1)) - 1 {
+				s := &submission{plan: h.plan.Flood[i], ids: map[string]int{}}
+				s.send(ctx, h.c, deadline)
+				h.mu.Lock()
+				h.subs[i] = s
+				h.mu.Unlock()
 			}
 		})
 	}
 	for _, name := range h.plan.Unknown {
-		h.claim(ctx, name, claimUnknown, 10, 0)
+		h.claim(ctx, name, claimUnknown, 0)
 	}
-	for _, p := range h.plan.Poison {
-		if !p.Complete {
-			h.sendPoison(ctx, p, "", false, deadline)
-		}
-	}
+	h.poison(ctx, false, deadline)
 	wg.Wait()
-	// The run's jobs submitted so far: a few of each request a tenant could
-	// make on a job of its own, again after a 5xx.
-	ids := h.runIDs()
-	for i, id := range ids[:min(len(ids), 5)] {
-		h.reach(ctx, http.MethodGet, "/v1/jobs/"+id, false, deadline)
-		if i < 2 {
-			h.reach(ctx, http.MethodGet, "/v1/jobs/"+id+"/events", false, deadline)
-			h.reach(ctx, http.MethodPost, "/v1/jobs/"+id+"/cancel", false, deadline)
+	h.reach(ctx, h.runIDs(), 5, 2, false, deadline)
+}
+
+// poison sends every poison body.
+func (h *hostile) poison(ctx context.Context, strict bool, deadline time.Time) {
+	for _, p := range h.plan.Poison {
+		path := "/v1/jobs"
+		if p.Complete {
+			path = "/v1/leases/no-lease/complete"
 		}
+		h.send(ctx, checkPoison, fmt.Sprintf("%s (strict %v)", p.Name, strict), http.MethodPost, path, p.Body, http.StatusBadRequest, strict, deadline)
 	}
-	worker.Wait()
 }
 
-// submit submits one of its jobs as the run's client does: with its
-// Idempotency-Key, again on a 5xx or a transport error.
-func (h *hostile) submit(ctx context.Context, p JobPlan, deadline time.Time) {
-	s := &submission{plan: p, ids: map[string]int{}}
-	s.send(ctx, h.c, deadline)
-	h.mu.Lock()
-	h.subs[p.N] = s
-	h.mu.Unlock()
-}
-
-// ownJobs answers the ids of its flood's worker jobs answered so far.
-func (h *hostile) ownJobs() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var ids []string
-	for i, p := range h.plan.Flood {
-		if p.Kind != "pass" && h.subs[i] != nil && h.subs[i].id != "" {
-			ids = append(ids, h.subs[i].id)
-		}
-	}
-	return ids
-}
-
-// work claims its own queue until each of its worker jobs is finished
-// (read from the table) or the deadline passes.
-func (h *hostile) work(ctx context.Context, deadline time.Time) {
-	ids := h.ownJobs()
-	for ctx.Err() == nil && time.Now().Before(deadline) {
-		done := 0
-		for _, id := range ids {
-			if j, err := h.raw.Get(ctx, HostileTenant, id); err == nil && j.State.Terminal() {
-				done++
-			}
-		}
-		if done == len(ids) {
-			return
-		}
-		for _, l := range h.claim(ctx, HostileOwnQueue, claimOwn, 5, 1) {
-			h.handle(ctx, l, deadline)
+// reach makes requests on the run's jobs, as if they were its own: each
+// must answer 404, as a missing job does.
+func (h *hostile) reach(ctx context.Context, ids []string, gets, more int, strict bool, deadline time.Time) {
+	for i, id := range ids[:min(len(ids), gets)] {
+		h.send(ctx, checkIsolated, "GET "+id, http.MethodGet, "/v1/jobs/"+id, nil, http.StatusNotFound, strict, deadline)
+		if i < more {
+			h.send(ctx, checkIsolated, "GET events of "+id, http.MethodGet, "/v1/jobs/"+id+"/events", nil, http.StatusNotFound, strict, deadline)
+			h.send(ctx, checkIsolated, "cancel "+id, http.MethodPost, "/v1/jobs/"+id+"/cancel", nil, http.StatusNotFound, strict, deadline)
 		}
 	}
 }
 
-// handle treats one lease of its own queue as its step id says. A lease
-// lost on the way (409) is let go: the step is claimed again.
-func (h *hostile) handle(ctx context.Context, l engine.ClaimedLease, deadline time.Time) {
-	path := "/v1/leases/" + l.LeaseID
-	switch l.StepID {
-	case stepBigFail:
-		h.failBig(ctx, l, deadline)
-		return
-	case stepPoisoned:
-		h.mu.Lock()
-		first := !h.poisonSent
-		h.poisonSent, h.poisonLease = true, l.LeaseID
-		h.mu.Unlock()
-		if first {
-			for _, p := range h.plan.Poison {
-				if p.Complete {
-					h.sendPoison(ctx, p, l.LeaseID, false, deadline)
-				}
-			}
-		}
-	}
-	out, _ := json.Marshal(map[string]any{"output": map[string]any{"hostile": true, "step": l.StepID, "attempt": l.Attempt}})
-	as := h.c.retry(ctx, deadline, http.MethodPost, path+"/complete", out)
-	if a := as[len(as)-1]; !a.ok() && a.status != http.StatusConflict && !a.retryable() {
-		h.note("complete of lease %s answered %d: %s", l.LeaseID, a.status, truncate(a.body, 160))
-	}
-}
-
-// failBig fails the "bigfail" step as fatal with a BigFailBytes message:
-// the message is cut to domain.MaxErrorMessageBytes and the attempt, and
-// with it the job, must end at once.
-func (h *hostile) failBig(ctx context.Context, l engine.ClaimedLease, deadline time.Time) {
-	rec := &bigFailRecord{}
-	as := h.c.retry(ctx, deadline, http.MethodPost, "/v1/leases/"+l.LeaseID+"/fail", h.plan.BigFail)
-	for _, a := range as {
-		rec.Statuses = append(rec.Statuses, a.status)
-	}
-	a := as[len(as)-1]
-	j, err := h.raw.Get(ctx, HostileTenant, l.JobID)
-	switch {
-	case a.ok():
-		var res engine.OutcomeResult
-		if err := json.Unmarshal(a.body, &res); err != nil {
-			rec.Err = "answer unreadable: " + err.Error()
-		}
-		rec.AnswerState = res.JobState
-	case a.status == http.StatusConflict && len(as) > 1 && err == nil && failedWith(j, l.Attempt):
-		// A first send answered 5xx had been applied, and its retry heard
-		// 409: the job ended with it all the same.
-		rec.AnswerState = j.State
-		h.note("the fail of lease %s was applied by a send answered %v, then answered 409", l.LeaseID, rec.Statuses)
-	case a.status == http.StatusConflict:
-		return // the lease was lost before the call: the step comes round again
-	default:
-		h.mu.Lock()
-		if h.bigFail == nil {
-			rec.Err = fmt.Sprintf("answered %d: %s", a.status, truncate(a.body, 200))
-			h.bigFail = rec
-		}
-		h.mu.Unlock()
-		return
-	}
-	if err != nil {
-		rec.Err = err.Error()
-	} else {
-		rec.Stored = j.State
-		if s, _, err := j.Step(stepBigFail); err == nil && l.Attempt >= 1 && l.Attempt <= len(s.Attempts) {
-			at := s.Attempts[l.Attempt-1]
-			rec.AttemptEnd = at.EndedAt != nil && at.State == domain.AttemptFailed && s.Lease == nil
-			if at.Error != nil {
-				rec.Message = at.Error.Message
-			}
-		}
-	}
-	h.mu.Lock()
-	h.bigFail = rec
-	h.mu.Unlock()
-}
-
-// failedWith reports whether the bigfail step's attempt n failed with a
-// cut message, as the big fail leaves it.
-func failedWith(j *domain.Job, n int) bool {
-	s, _, err := j.Step(stepBigFail)
-	if err != nil || n < 1 || n > len(s.Attempts) {
-		return false
-	}
-	a := s.Attempts[n-1]
-	return a.Error != nil && strings.Contains(a.Error.Message, "truncated from")
-}
-
-// sendPoison sends a poison body, a submit or a complete under lease. In
-// the run phase a 5xx or transport error (a fault before the body was
-// read) sends it again; strict, the first answer counts.
-func (h *hostile) sendPoison(ctx context.Context, p Poison, lease string, strict bool, deadline time.Time) {
-	path := "/v1/jobs"
-	if p.Complete {
-		if lease == "" {
-			lease = "no-lease" // the body is read before the lease
-		}
-		path = "/v1/leases/" + lease + "/complete"
-	}
-	var as []answer
-	if strict {
-		as = []answer{h.c.once(ctx, http.MethodPost, path, p.Body)}
-	} else {
-		as = h.c.retry(ctx, deadline, http.MethodPost, path, p.Body)
-	}
-	rec := poisonRecord{Name: p.Name, Strict: strict}
-	for _, a := range as {
-		rec.Statuses = append(rec.Statuses, a.status)
-	}
-	last := as[len(as)-1]
-	rec.Answer = truncate(last.body, 200)
-	if last.err != nil {
-		rec.Answer = last.err.Error()
-	}
-	h.mu.Lock()
-	h.poison = append(h.poison, rec)
-	h.mu.Unlock()
-}
-
-// reach makes one request on a job of the run's tenant: it must answer
-// 404, as a missing job does.
-func (h *hostile) reach(ctx context.Context, method, path string, strict bool, deadline time.Time) {
-	var as []answer
-	if strict {
-		as = []answer{h.c.once(ctx, method, path, nil)}
-	} else {
-		as = h.c.retry(ctx, deadline, method, path, nil)
-	}
-	rec := isoRecord{What: method + " " + path, Strict: strict}
-	for _, a := range as {
-		rec.Statuses = append(rec.Statuses, a.status)
-	}
-	h.mu.Lock()
-	h.isolation = append(h.isolation, rec)
-	h.mu.Unlock()
-}
-
-// await waits for the run-phase work, then polls the table until each of
-// its flood jobs answered is finished or the deadline passes.
+// await waits for the run-phase work, then until its flood is finished or
+// the deadline passes.
 func (h *hostile) await(ctx context.Context, deadline time.Time) {
-	started := time.Now()
 	h.flood.Wait()
-	lastNote := time.Now()
-	for {
-		h.mu.Lock()
-		var ids []string
-		for _, s := range h.subs[:len(h.plan.Flood)] {
-			if s != nil && s.id != "" && !h.finished[s.id] {
-				ids = append(ids, s.id)
+	for _, s := range h.subs {
+		for s != nil && s.id != "" && ctx.Err() == nil && time.Now().Before(deadline) {
+			if j, err := h.raw.Get(ctx, HostileTenant, s.id); err == nil && j.State.Terminal() {
+				s.done = true
+				break
 			}
+			sleep(ctx, 250*time.Millisecond)
 		}
-		h.mu.Unlock()
-		for _, id := range ids {
-			if j, err := h.raw.Get(ctx, HostileTenant, id); err == nil && j.State.Terminal() {
-				h.mu.Lock()
-				h.finished[id] = true
-				h.mu.Unlock()
-			}
-		}
-		if len(ids) == 0 || !time.Now().Before(deadline) || ctx.Err() != nil {
-			h.mu.Lock()
-			n := len(h.finished)
-			h.mu.Unlock()
-			h.progress("%d of %d flood jobs finished, %s after the run's", n, len(h.plan.Flood), time.Since(started).Round(time.Millisecond))
-			return
-		}
-		if time.Since(lastNote) >= 5*time.Second {
-			lastNote = time.Now()
-			h.progress("waiting for %d flood jobs, e.g. %s", len(ids), ids[0])
-		}
-		sleep(ctx, 250*time.Millisecond)
 	}
 }
 
-// endPhase runs with faults paused, once the run's jobs are done: every
-// poison body again and every job of the run reached for, each first
-// answer counting; then both tenants' health read before and after the
-// parked jobs are submitted.
+// endPhase runs with faults paused, once the run's jobs are done.
 func (h *hostile) endPhase(ctx context.Context) {
 	deadline := time.Now().Add(30 * time.Second)
-	h.floodLongPolls(ctx)
-	h.mu.Lock()
-	lease := h.poisonLease
-	h.mu.Unlock()
-	for _, p := range h.plan.Poison {
-		h.sendPoison(ctx, p, lease, true, deadline)
-	}
-	for i, id := range h.runIDs() {
-		h.reach(ctx, http.MethodGet, "/v1/jobs/"+id, true, deadline)
-		if i < 3 {
-			h.reach(ctx, http.MethodGet, "/v1/jobs/"+id+"/events", true, deadline)
-			h.reach(ctx, http.MethodPost, "/v1/jobs/"+id+"/cancel", true, deadline)
-		}
-	}
-
-	rec := healthRecord{Read: true}
-	for _, d := range h.faults.Trace() {
-		switch d.Call {
-		case "DynamoDB.PutItem", "DynamoDB.TransactWriteItems", "DynamoDB.UpdateItem":
-			rec.WriteFaults++
-		}
-	}
-	defer func() {
-		h.mu.Lock()
-		h.health = rec
-		h.mu.Unlock()
-	}()
-	queued, _, err := h.raw.List(ctx, Tenant, engine.ListFilter{State: domain.JobQueued, Limit: 100})
-	if err != nil {
-		rec.Err = "list the run's queued jobs: " + err.Error()
-		return
-	}
-	rec.ChaosQueued = len(queued)
-	if rec.ChaosBefore, err = backlog(ctx, h.chaos, deadline); err == nil {
-		rec.HostileBefore, err = backlog(ctx, h.c, deadline)
-	}
-	if err != nil {
-		rec.Err = err.Error()
-		return
-	}
-	for _, p := range h.plan.Parked {
-		h.submit(ctx, p, deadline)
-		h.mu.Lock()
-		if s := h.subs[p.N]; s.id != "" {
-			rec.Parked++
-		}
-		h.mu.Unlock()
-	}
-	if rec.HostileAfter, err = backlog(ctx, h.c, deadline); err == nil {
-		rec.ChaosAfter, err = backlog(ctx, h.chaos, deadline)
-	}
-	if err != nil {
-		rec.Err = err.Error()
-	}
+	h.poison(ctx, true, deadline)
+	h.reach(ctx, h.runIDs(), 1<<30, 3, true, deadline)
 }
 
-// backlog reads a tenant's GET /v1/health backlog.
-func backlog(ctx context.Context, c *client, deadline time.Time) (int, error) {
-	as := c.retry(ctx, deadline, http.MethodGet, "/v1/health", nil)
-	a := as[len(as)-1]
-	if !a.ok() {
-		return 0, fmt.Errorf("health answered %d: %s", a.status, truncate(a.body, 160))
+// HostileResult is what the hostile tenant did in a run, and its checks.
+// A failed check fails the run as the run's own checks do.
+type HostileResult struct {
+	Tenant string
+	Plan   string // PlanDigest of the jobs it submits
+	// Claims counts the claims it made: CollidingClaims on the names that
+	// collided under the old queue naming, UnknownClaims on names no job
+	// named; ClaimErrors of them answered 5xx or not at all (faults).
+	Claims, CollidingClaims, UnknownClaims, ClaimErrors int
+	// ForeignLeases it was handed (must be 0: it has no worker step).
+	ForeignLeases int
+	// Queues are the worker queues under the stack's prefix at the end,
+	// QueuesCreated those no job named (must be 0).
+	Queues, QueuesCreated int
+	// Poison bodies sent, and accepted (must be 0).
+	PoisonSent, PoisonAccepted int
+	Flood, FloodFinished       int
+	Checks                     []*Check
+}
+
+// Failed counts the failures of its checks.
+func (h *HostileResult) Failed() int {
+	if h == nil {
+		return 0
 	}
-	var hh engine.Health
-	if err := json.Unmarshal(a.body, &hh); err != nil {
-		return 0, fmt.Errorf("health unreadable: %w", err)
+	n := 0
+	for _, c := range h.Checks {
+		n += c.Failed
 	}
-	return hh.Backlog, nil
+	return n
+}
+
+// hostileFacts is what the hostile tenant saw and what the table and the
+// queues hold at the end; judgeHostile turns them into its checks.
+type hostileFacts struct {
+	Plan      HostilePlan
+	Claims    []claimRecord
+	Exchanges map[string][]exchange
+	Subs      []*submission // by JobPlan.N
+	Stored    map[string]*domain.Job
+	Listed    map[string]bool // its job ids in the table's listing
+	ListErr   error
+	// Queues are the worker queues' names under the stack's prefix; Legit
+	// those the run's jobs may have made, Required those they did.
+	Queues    []string
+	QueuesErr error
+	Legit     map[string]bool
+	Required  []string
+}
+
+// check gathers the facts, once the run has stopped its workers.
+func (h *hostile) check(ctx context.Context) *HostileResult {
+	h.colliders.Wait()
+	f := hostileFacts{Plan: h.plan, Claims: h.claims, Exchanges: h.exchanges, Subs: h.subs, Stored: map[string]*domain.Job{}, Legit: map[string]bool{}}
+	f.Listed, f.ListErr = listTenant(ctx, h.raw, HostileTenant)
+	for id := range f.Listed {
+		if j, err := h.raw.Get(ctx, HostileTenant, id); err == nil {
+			f.Stored[id] = j
+		}
+	}
+	for _, s := range f.Subs {
+		if s == nil {
+			continue
+		}
+		if j, err := h.raw.Get(ctx, HostileTenant, s.id); err == nil {
+			f.Stored[s.id] = j
+		}
+	}
+	// A worker queue and its P0 and P2 lanes, once a job names it.
+	for _, q := range WorkerQueues {
+		n := h.names.WorkerQueueName(Tenant, q)
+		f.Legit[n], f.Legit[h.names.LaneName(Tenant, q, 0)], f.Legit[h.names.LaneName(Tenant, q, 2)] = true, true, true
+		f.Required = append(f.Required, n)
+	}
+	f.Queues, f.QueuesErr = h.workerQueues(ctx)
+	return judgeHostile(f)
+}
+
+// judgeHostile turns the facts into the hostile tenant's checks and
+// figures.
+func judgeHostile(f hostileFacts) *HostileResult {
+	l := newLedger()
+	l.prefix = "hostile: "
+	res := &HostileResult{Tenant: HostileTenant, Plan: PlanDigest(f.Plan.Flood)}
+	for _, c := range f.Claims {
+		res.Claims++
+		res.CollidingClaims += btoi(c.Kind == claimColliding)
+		res.UnknownClaims += btoi(c.Kind == claimUnknown)
+		res.ClaimErrors += btoi(retryableStatus(c.Status))
+		res.ForeignLeases += len(c.Jobs)
+	}
+	for _, check := range sortedKeys(f.Exchanges) {
+		for _, x := range f.Exchanges[check] {
+			l.judge(check, HostileCategory, x.what, one(x.problem())...)
+			if check == checkPoison {
+				res.PoisonSent++
+				res.PoisonAccepted += btoi(has2xx(x.statuses))
+			}
+		}
+	}
+	const queues = "no worker queue but those jobs named"
+	if f.QueuesErr != nil {
+		l.judge(queues, HostileCategory, "list", f.QueuesErr.Error())
+	}
+	for _, q := range f.Queues {
+		res.Queues++
+		res.QueuesCreated += btoi(!f.Legit[q])
+		l.judge(queues, HostileCategory, q, map[bool][]string{false: {"exists, but no job named it"}}[f.Legit[q]]...)
+	}
+	for _, q := range f.Required {
+		if f.QueuesErr == nil && !slices.Contains(f.Queues, q) {
+			l.judge(queues, HostileCategory, q, "the run's jobs name it, yet it is missing")
+		}
+	}
+
+	answered := map[string]bool{}
+	for i, p := range f.Plan.Flood {
+		var s *submission
+		if i < len(f.Subs) {
+			s = f.Subs[i]
+		}
+		if s == nil || s.id == "" || len(s.ids) > 1 {
+			l.judge("every submit answered one job", HostileCategory, fmt.Sprintf("job %d", p.N), "answered no job, or more than one")
+			continue
+		}
+		answered[s.id] = true
+		res.Flood++
+		l.judgeJob(completes, judged{key: fmt.Sprintf("job %s (%s)", s.id, p.Kind), sub: s, job: f.Stored[s.id], done: s.done})
+		res.FloodFinished += btoi(s.done)
+	}
+	const onlyAnswered = "it stores only jobs a submit was answered"
+	if f.ListErr != nil {
+		l.judge(onlyAnswered, HostileCategory, "list", f.ListErr.Error())
+	}
+	for _, id := range sortedKeys(f.Listed) {
+		l.judge(onlyAnswered, HostileCategory, "job "+id, map[bool][]string{false: {"stored, but no submit of it was answered"}}[answered[id]]...)
+	}
+	res.Checks = l.checks
+	return res
+}
+
+func listTenant(ctx context.Context, raw *store.Store, tenant string) (map[string]bool, error) {
+	out := map[string]bool{}
+	cursor := ""
+	for range 1000 {
+		page, next, err := raw.List(ctx, tenant, engine.ListFilter{Limit: 100, Cursor: cursor})
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range page {
+			out[s.ID] = true
+		}
+		if next == "" {
+			return out, nil
+		}
+		cursor = next
+	}
+	return out, errors.New("list: more than 1000 pages")
 }
 
 // workerQueues lists the worker queues under the stack's prefix, by name.
@@ -554,23 +499,19 @@ func (h *hostile) workerQueues(ctx context.Context) ([]string, error) {
 			return nil, err
 		}
 		for _, u := range out.QueueUrls {
-			names = append(names, queueNameOf(u))
+			names = append(names, u[strings.LastIndex(u, "/")+1:])
 		}
-		if out.NextToken == nil {
+		if in.NextToken = out.NextToken; in.NextToken == nil {
 			break
 		}
-		in.NextToken = out.NextToken
 	}
-	sort.Strings(names)
+	slices.Sort(names)
 	return names, nil
 }
 
-// queueNameOf answers the name at the end of a queue URL.
-func queueNameOf(url string) string {
-	for i := len(url) - 1; i >= 0; i-- {
-		if url[i] == '/' {
-			return url[i+1:]
-		}
+func btoi(b bool) int {
+	if b {
+		return 1
 	}
-	return url
+	return 0
 }

@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+
+	"github.com/stepflow/stepflow/shared/domain"
 )
 
 // JobPlan is one job a run submits.
@@ -18,8 +20,11 @@ type JobPlan struct {
 	Body        []byte // the exact bytes submitted, every retry
 	CancelAfter time.Duration
 	// Race is what the job's racer sends once the submit answered
-	// (approval, signal and redrive jobs); nil for the other kinds.
+	// (approval, signal, redrive and flood jobs); nil for the other kinds.
 	Race *RacePlan
+	// Refused is a body submitted first that must be refused (replan-fail:
+	// its fail action's replan closes a cycle).
+	Refused []byte
 }
 
 // RacePlan is a racer's part of the plan, drawn from StreamRacers.
@@ -30,6 +35,8 @@ type RacePlan struct {
 	// Redrives is how many redrives a redrive job's racer sends at once
 	// when it first sees the job FAILED (1 or 2).
 	Redrives int
+	// Junk is how many signals of unknown names a flood sends.
+	Junk int
 }
 
 // RaceOp is one request of a racer.
@@ -55,6 +62,9 @@ func (p *RacePlan) String() string {
 	}
 	if p.Redrives > 0 {
 		fmt.Fprintf(&b, " redrive x%d", p.Redrives)
+	}
+	if p.Junk > 0 {
+		fmt.Fprintf(&b, " junk x%d", p.Junk)
 	}
 	return b.String()
 }
@@ -136,6 +146,21 @@ func (ks weightedKinds) pick(r *rand.Rand) string {
 var planKinds = weightedKinds{
 	{"pass", 14}, {"pass3", 10}, {"pass5", 8}, {"retryable", 12}, {"fatal", 8}, {"sleep", 12}, {"worker", 26},
 	{"approval", 7}, {"signal", 7}, {"timer", 8}, {"redrive", 4},
+}
+
+// planEnds is the run's workload table: what a job of each kind ends as,
+// given the faults and its racer's answers.
+var planEnds = map[string]expectation{
+	"pass": completes, "pass3": completes, "pass5": completes, "sleep": completes, "timer": completes,
+	"retryable": fails, "fatal": fails,
+	"worker":   {}, // its workers draw each attempt's outcome
+	"approval": {end: gateEnd, lossy: true, facts: racing(gateFacts)},
+	"signal":   {end: ends(domain.JobCompleted), lossy: true, facts: racing(signalFacts)},
+	// Not lossy: its racer redrives it again after a lost lease.
+	"redrive":       {end: ends(domain.JobCompleted), facts: racing(redriveFacts)},
+	"replan-worker": {end: ends(domain.JobCompleted), lossy: true, facts: []func(*domain.Job, *submission) []string{refusedCycle}},
+	"replan-fail":   {end: ends(domain.JobCompleted), lossy: true, facts: []func(*domain.Job, *submission) []string{refusedCycle}},
+	"flood":         {end: ends(domain.JobCompleted), lossy: true, facts: []func(*domain.Job, *submission) []string{floodFacts}},
 }
 
 // racers are the kinds a racer works on.

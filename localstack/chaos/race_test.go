@@ -38,12 +38,18 @@ func sig(k int, id string, statuses ...int) raceCall {
 	return raceCall{Op: "signal", K: k, SignalID: id, Statuses: statuses}
 }
 
+// raceProblems holds a job to its kind's row of planEnds, as the run does.
 func raceProblems(j *domain.Job, kind string, s *submission) []string {
 	s.plan.Kind = kind
-	if s.plan.Race == nil {
-		s.plan.Race = &RacePlan{Redrives: 1}
+	return rowProblems(planEnds[kind], j, s)
+}
+
+func rowProblems(e expectation, j *domain.Job, s *submission) []string {
+	out := endProblems(e, j, s)
+	for _, fact := range e.facts {
+		out = append(out, fact(j, s)...)
 	}
-	return checkRace(j, s, &RaceTotals{})
+	return out
 }
 
 const gateJob = `{"steps":[{"id":"gate","action":{"type":"approval","timeout_seconds":2}}]}`
@@ -144,14 +150,9 @@ func TestCheckSignals(t *testing.T) {
 	_, err := j.Fire("nap", t0.Add(time.Second))
 	require.NoError(t, err)
 	require.Equal(t, domain.JobCompleted, j.State)
-	tot := &RaceTotals{}
 	dropped := sig(2, "", 200)
 	dropped.Outcome = domain.SignalDropped
-	s := calls(sig(1, "sig-same", 502, 200), dropped)
-	s.plan = JobPlan{Kind: "signal", Race: &RacePlan{}}
-	require.Empty(t, checkRace(j, s, tot))
-	require.Equal(t, 1, tot.SignalsKept)
-	require.Equal(t, 1, tot.SignalsDropped)
+	require.Empty(t, raceProblems(j, "signal", calls(sig(1, "sig-same", 502, 200), dropped)))
 	require.NotEmpty(t, raceProblems(j, "signal", calls(sig(1, "sig-same", 200), sig(2, "", 200))), "answered 200 as written, never recorded")
 	dropped.K = 1
 	require.NotEmpty(t, raceProblems(j, "signal", calls(sig(1, "sig-same", 200), dropped)), "answered dropped, sent once, yet recorded")
@@ -200,9 +201,13 @@ func TestCheckRedrive(t *testing.T) {
 	s := calls(redrive(1, 200), redrive(1, 409))
 	s.race.rounds = 1
 	require.Empty(t, raceProblems(j, "redrive", s))
+	// The bug the suite must go on catching: the redrive ran (the job was
+	// requeued and completed) yet every redrive of the round answered 409.
 	s = calls(redrive(1, 409), redrive(1, 409))
 	s.race.rounds = 1
-	require.NotEmpty(t, raceProblems(j, "redrive", s), "no redrive answered 200")
+	msgs := raceProblems(j, "redrive", s)
+	require.Len(t, msgs, 1, "%v", msgs)
+	require.Contains(t, msgs[0], "no redrive answered 200, yet the job was redriven")
 	s = calls(redrive(1, 502, 409))
 	s.race.rounds = 1
 	require.Empty(t, raceProblems(j, "redrive", s), "a retried redrive may answer its own first send")
@@ -238,9 +243,7 @@ func TestCheckSleepsAndOutcome(t *testing.T) {
 	require.NoError(t, err)
 	_, err = j.Complete("after", l.ID, json.RawMessage(`{}`), t0.Add(3600*time.Millisecond))
 	require.NoError(t, err)
-	msgs, seen := checkSleeps(j)
-	require.Empty(t, msgs)
-	require.Equal(t, []sleepSeen{{viaSFN: true, slack: 0}}, seen, "the next step was released at the wake time")
+	require.Empty(t, checkSleeps(j))
 
 	early := *j
 	early.Events = append([]domain.Event(nil), j.Events...)
@@ -249,14 +252,15 @@ func TestCheckSleepsAndOutcome(t *testing.T) {
 			early.Events[i].At = t0.Add(2 * time.Second)
 		}
 	}
-	msgs, _ = checkSleeps(&early)
+	msgs := checkSleeps(&early)
 	require.Len(t, msgs, 1)
 	require.Contains(t, msgs[0], "before step nap's wake time")
 
-	require.Empty(t, checkOutcome(j, &submission{plan: JobPlan{Kind: "timer"}}))
-	require.NotEmpty(t, checkOutcome(j, &submission{plan: JobPlan{Kind: "fatal"}}), "a fatal job COMPLETED")
-	require.NotEmpty(t, checkOutcome(j, &submission{plan: JobPlan{Kind: "timer"}, cancel: []int{http.StatusOK}}), "its cancel answered 200")
-	require.Empty(t, checkOutcome(j, &submission{plan: JobPlan{Kind: "timer"}, cancel: []int{http.StatusConflict}}))
+	require.Empty(t, rowProblems(planEnds["timer"], j, &submission{}))
+	require.NotEmpty(t, rowProblems(planEnds["fatal"], j, &submission{}), "a fatal job COMPLETED")
+	require.NotEmpty(t, rowProblems(planEnds["timer"], j, &submission{cancel: []int{http.StatusOK}}), "its cancel answered 200")
+	require.Empty(t, rowProblems(planEnds["timer"], j, &submission{cancel: []int{http.StatusConflict}}))
+	require.Empty(t, rowProblems(planEnds["worker"], j, &submission{}), "a worker job may end as its workers drew")
 }
 
 func TestRacePlans(t *testing.T) {
@@ -337,4 +341,46 @@ func TestRacePlans(t *testing.T) {
 		require.Positive(t, seen[k], "never planned: %s", k)
 	}
 	require.Positive(t, sfnSleeps, "some sleeps go through Step Functions")
+}
+
+func TestReplanAndFloodRows(t *testing.T) {
+	t.Parallel()
+	refused := answer{status: http.StatusBadRequest, body: []byte(`{"error":{"message":"steps[0].depends_on: closes a cycle"}}`)}
+	require.Empty(t, refusedCycle(nil, &submission{refused: []answer{{status: 503}, refused}}), "a 5xx says nothing")
+	require.NotEmpty(t, refusedCycle(nil, &submission{refused: []answer{{status: http.StatusOK}}}), "a replan closing a cycle was accepted")
+	require.NotEmpty(t, refusedCycle(nil, &submission{}), "never sent")
+
+	j := newJob(t, `{"steps":[{"id":"ready","action":{"type":"wait","signal":"ready"}},{"id":"wait","action":{"type":"wait","signal":"go"}}]}`)
+	_, _, err := j.Signal(domain.SignalRequest{Name: SignalName, ID: "flood-own", Payload: json.RawMessage(`{"own":true}`)}, t0)
+	require.NoError(t, err)
+	_, _, err = j.Signal(domain.SignalRequest{Name: "ready"}, t0)
+	require.NoError(t, err)
+	require.Equal(t, domain.JobCompleted, j.State)
+	own := raceCall{Op: "own", Statuses: []int{200}, Outcome: domain.SignalKept}
+	require.Empty(t, floodFacts(j, calls(own)))
+	require.NotEmpty(t, floodFacts(j, calls(own, raceCall{Op: "junk-3", Statuses: []int{200}, Outcome: domain.SignalKept})), "an unknown name kept")
+	require.NotEmpty(t, floodFacts(j, calls(raceCall{Op: "own", Statuses: []int{409}})), "its own signal refused")
+}
+
+// The bug the suite caught, planted: a redrive that ran (the job was
+// requeued and completed) answered 409. Held to the redrive row as the
+// run holds every job, it fails the run as mismatched.
+func TestARedriveAnswered409ThoughItRanFailsTheRun(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, redriveJob)
+	runWorker(t, j, false, domain.ClassFatal, PlannedFatal)
+	_, err := j.Redrive(t0)
+	require.NoError(t, err)
+	runWorker(t, j, true, "", "")
+	judge := func(statuses ...int) *Result {
+		s := calls(raceCall{Op: "redrive", Round: 1, Statuses: statuses})
+		s.race.rounds, s.plan = 1, JobPlan{Kind: "redrive", Race: &RacePlan{Redrives: 1}}
+		l := newLedger()
+		l.judgeJob(planEnds["redrive"], judged{key: "job j1 (redrive)", sub: s, job: j, done: true})
+		return &Result{Checks: l.checks, Lost: l.failed(Lost), Duplicated: l.failed(Duplicated), Mismatched: l.failed(Mismatched)}
+	}
+	require.True(t, judge(http.StatusOK).Passed(), "answered 200: as it ran")
+	res := judge(http.StatusConflict)
+	require.False(t, res.Passed())
+	require.Equal(t, 1, res.Mismatched)
 }

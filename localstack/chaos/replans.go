@@ -11,89 +11,52 @@ import (
 	"time"
 
 	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
 )
 
-// Replans and signal floods under chaos: beside the run, a tenant of its
-// own, over the API and under the run's faults.
+// Replans and signal floods under chaos, jobs of the run's beside its plan:
 //
-//   - Worker replans: a job x -> s1 -> s2 -> s3 (and u beside them) whose
-//     worker step x the run claims itself and fails with class replan,
-//     first with steps of which one depends on s1, s2 or s3 (drawn): that
-//     would close a dependency cycle, and must answer 400 naming a
-//     depends_on; then with steps that fit (200), after which the job
-//     must complete.
-//   - Fail-action replans: the same two replans carried by a fail action:
-//     the first must answer 400 at submit, the second run to COMPLETED.
-//   - Signal floods: a job whose waits (ready, then wait) are flooded from
-//     four senders with signals of names no wait listens for, the job's
-//     own go among them, then ready: go must be answered 200 (kept or
-//     delivered), never 409, and the job complete with go's payload.
-//
-// The checks: no job of the run, or of this tenant, holds a dependency
-// cycle; every cycle was refused with a 400 naming a depends_on; every
-// job here COMPLETED; each flood's own signal was accepted and no name
-// nothing waits for was kept.
+//   - replan-worker: a job x -> s1 -> s2 -> s3 (and u beside them) whose
+//     worker step x the chaos workers fail with class replan, first with
+//     steps of which one depends on s1, s2 or s3 (drawn): that would close
+//     a dependency cycle, and must answer 400 naming a depends_on; then
+//     with steps that fit, after which the job must complete.
+//   - replan-fail: the same two replans carried by a fail action: the
+//     first must answer 400 at submit, the second run to COMPLETED.
+//   - flood: a job whose waits (ready, then wait) are flooded from four
+//     senders with signals of names no wait listens for, the job's own
+//     go among them, then ready: go must be answered 200 (kept or
+//     delivered), every unknown name 200 dropped and none kept, and the
+//     job complete with go's payload.
 
-// ReplanTenant is the tenant of the replans and floods; its jobs are none
-// of the run's (whose checks count every job of Tenant).
-const (
-	ReplanTenant = "chaos-replans"
-	ReplanKey    = "chaos-replans-key"
-	// ReplanQueue is the worker queue the run itself claims for the
-	// replans (the chaos workers serve WorkerQueues only).
-	ReplanQueue = "replan"
-)
+// WorkerReplan is the WorkerMarker of a replan-worker job.
+const WorkerReplan = "replan"
 
-// replanJob is one job of the replans' plan.
-type replanJob struct {
-	Kind  string // worker, fail_action, flood
-	Depth int    // worker, fail_action: the cycle closes through s<Depth>
-	Chain bool   // worker, fail_action: the closing step is not a sink (another new step follows it)
-	Junk  int    // flood: signals of names nothing waits for
+// replanSpec is what a replan job's payload says of its replans.
+type replanSpec struct {
+	Depth int  `json:"depth"` // the cycle closes through s<Depth>
+	Chain bool `json:"chain"` // the closing step is not a sink (another new step follows it)
 }
 
-// replanPlan draws the replans' jobs from StreamReplans.
-func (f *Faults) replanPlan() []replanJob {
-	var out []replanJob
+// ReplanPlan draws the replans' and floods' jobs from StreamReplans,
+// numbered from first.
+func (f *Faults) ReplanPlan(first int) []JobPlan {
+	var out []JobPlan
 	f.Draw(StreamReplans, func(r *rand.Rand) {
-		for _, kind := range []string{"worker", "worker", "worker", "fail_action", "fail_action", "flood", "flood"} {
-			out = append(out, replanJob{Kind: kind, Depth: 1 + r.IntN(3), Chain: r.IntN(2) == 0, Junk: 60 + r.IntN(61)})
+		for i, kind := range []string{"replan-worker", "replan-worker", "replan-worker", "replan-fail", "replan-fail", "flood", "flood"} {
+			p := JobPlan{N: first + i, Kind: kind, Key: fmt.Sprintf("chaos-%d-%d", f.Seed, first+i)}
+			rs := replanSpec{Depth: 1 + r.IntN(3), Chain: r.IntN(2) == 0}
+			if kind == "flood" {
+				p.Race = &RacePlan{Junk: 60 + r.IntN(61)}
+			}
+			p.Body = rs.body(kind, false)
+			if kind == "replan-fail" {
+				p.Refused = rs.body(kind, true)
+			}
+			out = append(out, p)
 		}
 	})
 	return out
-}
-
-// replanner drives the replans and floods of a run.
-type replanner struct {
-	r    *run
-	c    *client
-	plan []replanJob
-
-	mu      sync.Mutex
-	ids     []string             // every job submitted
-	refused map[int][]answer     // job -> the answers to its cycle-closing replan (or submit)
-	fit     map[int][]int        // job -> statuses of its fitting replan
-	floods  map[int]*floodRecord // job -> what its flood heard
-	byLease map[string]int       // worker replans: lease job id -> plan index
-	done    map[int]bool         // worker replans: the fitting replan was answered 200
-	jobs    map[int]string       // plan index -> job id
-	notes   []string
-	wg      sync.WaitGroup
-}
-
-type floodRecord struct {
-	own     []answer // the job's own signal, go
-	dropped int      // junk answered 200 dropped
-	other   []string // junk answered anything else
-}
-
-func newReplanner(r *run) *replanner {
-	return &replanner{
-		r: r, plan: r.f.replanPlan(),
-		c:       &client{base: r.st.URL, key: ReplanKey, hc: &http.Client{Timeout: 30 * time.Second}},
-		refused: map[int][]answer{}, fit: map[int][]int{}, floods: map[int]*floodRecord{},
-		byLease: map[string]int{}, done: map[int]bool{}, jobs: map[int]string{},
-	}
 }
 
 func replanStep(id string, action map[string]any, deps ...string) map[string]any {
@@ -109,7 +72,7 @@ var replanPass = map[string]any{"type": "pass"}
 // newSteps answers a replan's steps: closing, one depends on s<Depth>,
 // which runs after the replanned step (a cycle once s1 waits on them);
 // else on u, which does not.
-func (p replanJob) newSteps(closing bool) []any {
+func (p replanSpec) newSteps(closing bool) []any {
 	on := "u"
 	if closing {
 		on = fmt.Sprintf("s%d", p.Depth)
@@ -121,355 +84,124 @@ func (p replanJob) newSteps(closing bool) []any {
 	return steps
 }
 
-// body answers a job's spec; for fail_action its fail step carries the
+// body answers a job's spec; for replan-fail its fail step carries the
 // replan (closing a cycle or not).
-func (p replanJob) body(closing bool) []byte {
-	var steps []any
-	switch p.Kind {
-	case "flood":
-		steps = []any{
-			replanStep("ready", map[string]any{"type": "wait", "signal": "ready"}),
-			replanStep("wait", map[string]any{"type": "wait", "signal": SignalName}),
-			replanStep("after", replanPass),
-		}
-	case "worker":
-		// A short lease: a claim whose answer a fault lost leaves the
-		// step leased until it runs out (or a clock jump ends it), then it
-		// is reclaimed. Long enough for the claimer's two answers on a
-		// machine loaded by `make test`: with 5 s, each claim's lease ran
-		// out before its fitting replan, attempt after attempt.
-		steps = []any{replanStep("x", map[string]any{"type": "worker", "queue": ReplanQueue, "lease_seconds": 15})}
-	case "fail_action":
+func (p replanSpec) body(kind string, closing bool) []byte {
+	steps := []any{
+		replanStep("ready", map[string]any{"type": "wait", "signal": "ready"}),
+		replanStep("wait", map[string]any{"type": "wait", "signal": SignalName}),
+		replanStep("after", replanPass),
+	}
+	payload := map[string]any{}
+	switch kind {
+	case "replan-worker":
+		// A lease long enough for the worker's two answers on a machine
+		// loaded by `make test` (with 5 s, each lease ran out before its
+		// fitting replan, attempt after attempt).
+		steps = []any{replanStep("x", map[string]any{"type": "worker", "queue": WorkerQueues[0], "lease_seconds": 15})}
+		payload[WorkerMarker], payload["replan"] = WorkerReplan, p
+	case "replan-fail":
 		steps = []any{replanStep("x", map[string]any{"type": "fail", "class": "replan", "message": "chaos: replan", "steps": p.newSteps(closing)})}
 	}
-	if p.Kind != "flood" {
+	if kind != "flood" {
 		steps = append(steps, replanStep("s1", replanPass, "x"), replanStep("s2", replanPass, "s1"), replanStep("s3", replanPass, "s2"), replanStep("u", replanPass))
-		// Each step may lose many attempts to the faults (crashes, the
-		// sweeper's clock jumps taking leases).
+		// Each step may lose many attempts to the faults.
 		for _, st := range steps {
 			st.(map[string]any)["retry"] = map[string]any{"max_attempts": 20, "backoff": "fixed", "initial_delay_ms": 100, "max_delay_ms": 100}
 		}
 	}
-	b, _ := json.Marshal(map[string]any{"steps": steps})
+	b, _ := json.Marshal(map[string]any{"steps": steps, "payload": payload})
 	return b
 }
 
-// start submits the jobs and works them: the worker replans from one
-// claimer, each fail action and flood from its own goroutine.
-func (p *replanner) start(ctx context.Context, deadline time.Time) {
-	for i, job := range p.plan {
-		switch job.Kind {
-		case "fail_action":
-			p.wg.Go(func() {
-				refused := p.c.retry(ctx, deadline, http.MethodPost, "/v1/jobs", job.body(true))
-				id := p.submit(ctx, i, job.body(false), deadline)
-				p.mu.Lock()
-				p.refused[i] = refused
-				p.jobs[i] = id
-				p.mu.Unlock()
-			})
-		case "flood":
-			p.wg.Go(func() { p.flood(ctx, i, job, deadline) })
-		case "worker":
-			id := p.submit(ctx, i, job.body(false), deadline)
-			p.mu.Lock()
-			p.jobs[i] = id
-			p.byLease[id] = i
-			p.mu.Unlock()
-		}
+// replan fails a replan-worker lease with the cycle-closing replan, noting
+// its answer, then with the fitting one.
+func (w *workers) replan(ctx context.Context, name string, l engine.ClaimedLease) {
+	var in struct {
+		Replan replanSpec `json:"replan"`
 	}
-	p.wg.Go(func() { p.claimer(ctx, deadline) })
+	_ = json.Unmarshal(l.Input, &in)
+	fail := func(closing bool) []byte {
+		b, _ := json.Marshal(map[string]any{"class": "replan", "message": fmt.Sprintf("chaos: replan by %s (closing a cycle: %v)", name, closing), "steps": in.Replan.newSteps(closing)})
+		return b
+	}
+	as := w.c.retry(ctx, time.Now().Add(10*time.Second), http.MethodPost, "/v1/leases/"+l.LeaseID+"/fail", fail(true))
+	w.mu.Lock()
+	w.replans[l.JobID] = append(w.replans[l.JobID], as[len(as)-1])
+	w.mu.Unlock()
+	expires := l.ExpiresAt
+	w.send(ctx, l, "fail", &expires, func(late bool) []byte {
+		if late {
+			return []byte(`{"class":"replan","message":"[` + ZombieTag + `] a late replan","steps":[]}`)
+		}
+		return fail(false)
+	})
 }
 
-// submit posts a job with an Idempotency-Key, again on a 5xx, and answers
-// its id ("" if none was answered).
-func (p *replanner) submit(ctx context.Context, i int, body []byte, deadline time.Time) string {
-	key := fmt.Sprintf("chaos-replan-%d-%d", p.r.cfg.Seed, i)
-	for _, a := range p.c.retry(ctx, deadline, http.MethodPost, "/v1/jobs", body, "Idempotency-Key", key) {
-		var j struct {
-			ID string `json:"id"`
-		}
-		if a.ok() && json.Unmarshal(a.body, &j) == nil && j.ID != "" {
-			p.mu.Lock()
-			p.ids = append(p.ids, j.ID)
-			p.mu.Unlock()
-			return j.ID
+// refusedCycle: every cycle-closing replan that was answered (not a 5xx
+// or no answer: those say nothing) answered 400 naming a depends_on.
+func refusedCycle(_ *domain.Job, s *submission) []string {
+	if len(s.refused) == 0 {
+		return []string{"the cycle-closing replan was never sent"}
+	}
+	var out []string
+	for _, a := range s.refused {
+		if !a.retryable() && (a.status != http.StatusBadRequest || !strings.Contains(string(a.body), "depends_on") || !strings.Contains(string(a.body), "cycle")) {
+			out = append(out, fmt.Sprintf("the cycle-closing replan answered %d %s", a.status, truncate(a.body, 200)))
 		}
 	}
-	return ""
+	return out
 }
 
-// claimer claims the replan queue until every worker replan fitted: each
-// lease first hears the cycle-closing replan (400), then the fitting one.
-func (p *replanner) claimer(ctx context.Context, deadline time.Time) {
-	for ctx.Err() == nil && time.Now().Before(deadline) {
-		p.mu.Lock()
-		var waiting []int
-		for i, job := range p.plan {
-			if job.Kind == "worker" && !p.done[i] && p.jobs[i] != "" {
-				waiting = append(waiting, i)
-			}
-		}
-		p.mu.Unlock()
-		left := 0
-		for _, i := range waiting {
-			// A fitting replan whose answer was lost (a 5xx, then 409 for
-			// the lease it ended) is done all the same.
-			if j, err := p.r.raw.Get(ctx, ReplanTenant, p.jobs[i]); err == nil {
-				if x, _, err := j.Step("x"); err == nil && x.ReplacedBy != nil {
-					p.mu.Lock()
-					p.done[i] = true
-					p.mu.Unlock()
-					continue
-				}
-			}
-			left++
-		}
-		if left == 0 {
-			return
-		}
-		as := p.c.retry(ctx, deadline, http.MethodPost, "/v1/claim", []byte(`{"queue":"`+ReplanQueue+`","max":10,"wait_seconds":1,"worker":"chaos-replanner"}`))
-		var got struct {
-			Leases []struct {
-				LeaseID string `json:"lease_id"`
-				JobID   string `json:"job_id"`
-			} `json:"leases"`
-		}
-		if last := as[len(as)-1]; !last.ok() || json.Unmarshal(last.body, &got) != nil {
-			sleep(ctx, 200*time.Millisecond)
-			continue
-		}
-		// Each lease answered at once, side by side: one after another,
-		// the last lease of a claim could run out before its answers.
-		var answering sync.WaitGroup
-		for _, l := range got.Leases {
-			p.mu.Lock()
-			i, ok := p.byLease[l.JobID]
-			p.mu.Unlock()
-			if !ok {
-				continue
-			}
-			answering.Go(func() {
-				job := p.plan[i]
-				path := "/v1/leases/" + l.LeaseID + "/fail"
-				closing, _ := json.Marshal(map[string]any{"class": "replan", "message": "chaos: closes a cycle", "steps": job.newSteps(true)})
-				refused := p.c.retry(ctx, deadline, http.MethodPost, path, closing)
-				fitting, _ := json.Marshal(map[string]any{"class": "replan", "message": "chaos: fits", "steps": job.newSteps(false)})
-				fit := statuses(p.c.retry(ctx, deadline, http.MethodPost, path, fitting))
-				p.mu.Lock()
-				p.refused[i] = append(p.refused[i], refused...)
-				p.fit[i] = append(p.fit[i], fit...)
-				if fit[len(fit)-1] == http.StatusOK {
-					p.done[i] = true
-				}
-				p.mu.Unlock()
-			})
-		}
-		answering.Wait()
-	}
-}
-
-// flood submits a job with two waits and floods it from four senders with
-// signals of names none of them waits for, the job's own go in the
-// middle; then it sends ready.
-func (p *replanner) flood(ctx context.Context, i int, job replanJob, deadline time.Time) {
-	id := p.submit(ctx, i, job.body(false), deadline)
-	rec := &floodRecord{}
-	p.mu.Lock()
-	p.jobs[i] = id
-	p.floods[i] = rec
-	p.mu.Unlock()
-	if id == "" {
-		return
-	}
-	path := "/v1/jobs/" + id + "/signal"
-	var mu sync.Mutex
+// flood sends a flood job's signals: from four senders the unknown names,
+// the job's own go among them, then ready.
+func (r *run) flood(ctx context.Context, s *submission, deadline time.Time) {
+	path, junk := "/v1/jobs/"+s.id+"/signal", s.plan.Race.Junk
 	var senders sync.WaitGroup
-	for s := range 4 {
+	for from := range 4 {
 		senders.Go(func() {
-			for k := s; k < job.Junk; k += 4 {
-				if k == job.Junk/2 {
-					own := p.c.retry(ctx, deadline, http.MethodPost, path, []byte(`{"name":"`+SignalName+`","id":"flood-own","payload":{"own":true}}`))
-					mu.Lock()
-					rec.own = own
-					mu.Unlock()
+			for k := from; k < junk; k += 4 {
+				if k == junk/2 {
+					c := raceCall{Op: "own", Statuses: nil}
+					for _, a := range r.c.retry(ctx, deadline, http.MethodPost, path, []byte(`{"name":"`+SignalName+`","id":"flood-own","payload":{"own":true}}`)) {
+						c.Statuses, c.Outcome = append(c.Statuses, a.status), signalOutcome(a.body)
+					}
+					s.race.add(c)
 				}
-				as := p.c.retry(ctx, deadline, http.MethodPost, path, []byte(fmt.Sprintf(`{"name":"junk-%d"}`, k)))
-				last := as[len(as)-1]
-				mu.Lock()
-				switch {
-				case last.status == http.StatusOK && signalOutcome(last.body) == domain.SignalDropped:
-					rec.dropped++
-				case last.retryable():
-					// No answer before the deadline: nothing said either way.
-				default:
-					rec.other = append(rec.other, fmt.Sprintf("junk-%d answered %v %s", k, statuses(as), clipBody(last.body)))
+				as := r.c.retry(ctx, deadline, http.MethodPost, path, []byte(fmt.Sprintf(`{"name":"junk-%d"}`, k)))
+				if last := as[len(as)-1]; !last.retryable() && (last.status != http.StatusOK || signalOutcome(last.body) != domain.SignalDropped) {
+					s.race.add(raceCall{Op: fmt.Sprintf("junk-%d", k), Statuses: statuses(as), Outcome: signalOutcome(last.body)})
 				}
-				mu.Unlock()
 			}
 		})
 	}
 	senders.Wait()
-	p.c.retry(ctx, deadline, http.MethodPost, path, []byte(`{"name":"ready","id":"flood-ready"}`))
+	r.c.retry(ctx, deadline, http.MethodPost, path, []byte(`{"name":"ready","id":"flood-ready"}`))
 }
 
-// ownPayload reports whether a flooded wait's output is its own signal's
-// payload.
-func ownPayload(out json.RawMessage) bool {
-	var v struct {
+// floodFacts: the own signal was accepted (unless it had no answer before
+// the deadline) and its payload is the wait's output; every unknown name
+// was answered 200 dropped, and none was kept.
+func floodFacts(j *domain.Job, s *submission) []string {
+	var out []string
+	for _, c := range s.race.snapshot() {
+		switch f := c.final(); {
+		case c.Op != "own":
+			out = append(out, fmt.Sprintf("%s (%s): an unknown name answers 200 dropped", c, c.Outcome))
+		case !retryableStatus(f) && (f != http.StatusOK || c.Outcome != domain.SignalKept && c.Outcome != domain.SignalDelivered):
+			out = append(out, fmt.Sprintf("its own signal %s (%s)", c, c.Outcome))
+		}
+	}
+	for _, sg := range j.Signals {
+		if strings.HasPrefix(sg.Name, "junk-") {
+			out = append(out, "keeps a signal of an unknown name: "+sg.Name)
+		}
+	}
+	var own struct {
 		Own bool `json:"own"`
 	}
-	return json.Unmarshal(out, &v) == nil && v.Own
-}
-
-// refusedReplan reports whether a step of j failed because its replan was
-// refused when it happened.
-func refusedReplan(j *domain.Job) bool {
-	for _, st := range j.Steps {
-		if st.Error != nil && strings.Contains(st.Error.Message, "its replan was refused") {
-			return true
-		}
+	if wait, _, _ := j.Step("wait"); wait == nil || json.Unmarshal(wait.Output, &own) != nil || !own.Own {
+		out = append(out, "the wait's output is not its own signal's payload")
 	}
-	return false
-}
-
-func clipBody(b []byte) string {
-	if len(b) > 200 {
-		return string(b[:200]) + "..."
-	}
-	return string(b)
-}
-
-// await waits for the senders and the claimer, then until every job here
-// is finished or the deadline passes.
-func (p *replanner) await(ctx context.Context, deadline time.Time) {
-	p.wg.Wait()
-	p.mu.Lock()
-	ids := append([]string(nil), p.ids...)
-	p.mu.Unlock()
-	for _, id := range ids {
-		for ctx.Err() == nil {
-			j, err := p.r.raw.Get(ctx, ReplanTenant, id)
-			if err == nil && j.State.Terminal() || !time.Now().Before(deadline) {
-				break
-			}
-			sleep(ctx, 250*time.Millisecond)
-		}
-	}
-}
-
-// check holds the replans and floods to their promises, and every job of
-// the run and of this tenant to having no dependency cycle.
-func (p *replanner) check(ctx context.Context, res *Result) {
-	noCycle := &Check{Name: "no job stores a dependency cycle", Category: Mismatched}
-	refused := &Check{Name: "a replan closing a cycle answers 400 naming a depends_on", Category: Mismatched}
-	finished := &Check{Name: "replanned and flooded jobs finish (none on a refused replan)", Category: Lost}
-	own := &Check{Name: "a flooded wait's own signal is accepted, no unknown name kept", Category: Mismatched}
-	fail := func(c *Check, _, format string, args ...any) { c.fail(format, args...) }
-	cycleFree := func(tenant, id string) {
-		j, err := p.r.raw.Get(ctx, tenant, id)
-		if err != nil {
-			return // the run's own checks count a job that is not stored
-		}
-		if c := j.Cycle(); len(c) > 0 {
-			fail(noCycle, id, "job %s (%s) stores a dependency cycle: %s", id, tenant, strings.Join(c, ", "))
-		} else {
-			noCycle.pass()
-		}
-	}
-	p.r.mu.Lock()
-	subs := append([]*submission(nil), p.r.subs...)
-	p.r.mu.Unlock()
-	for _, s := range subs {
-		if s != nil && s.id != "" {
-			cycleFree(Tenant, s.id)
-		}
-	}
-	totals := map[string]int{}
-	for i, job := range p.plan {
-		id := p.jobs[i]
-		if id == "" {
-			fail(finished, fmt.Sprint("plan ", i), "%s job %d: its submit answered no job", job.Kind, i)
-			continue
-		}
-		cycleFree(ReplanTenant, id)
-		j, err := p.r.raw.Get(ctx, ReplanTenant, id)
-		switch {
-		case err != nil:
-			fail(finished, id, "%s job %s: %v", job.Kind, id, err)
-			continue
-		case !j.State.Terminal():
-			fail(finished, id, "%s job %s is %s, steps %s", job.Kind, id, j.State, stepStates(j))
-		case j.State == domain.JobFailed && refusedReplan(j):
-			fail(finished, id, "%s job %s FAILED on a refused replan: steps %s", job.Kind, id, stepStates(j))
-		default:
-			// FAILED only as the faults imply: a step's attempts all lost.
-			finished.pass()
-		}
-		totals[job.Kind]++
-		switch job.Kind {
-		case "worker", "fail_action":
-			rs := p.refused[i]
-			if len(rs) == 0 {
-				fail(refused, id, "%s job %s: the cycle-closing replan was never sent", job.Kind, id)
-				continue
-			}
-			ok := true
-			for _, a := range rs {
-				if a.retryable() {
-					continue // a 5xx or no answer: sent again
-				}
-				if a.status != http.StatusBadRequest || !strings.Contains(string(a.body), "depends_on") || !strings.Contains(string(a.body), "cycle") {
-					ok = false
-					fail(refused, id, "%s job %s: the cycle-closing replan answered %d %s", job.Kind, id, a.status, clipBody(a.body))
-				}
-			}
-			if ok {
-				refused.pass()
-			}
-		case "flood":
-			rec := p.floods[i]
-			last := 0
-			outcome := ""
-			if len(rec.own) > 0 {
-				a := rec.own[len(rec.own)-1]
-				last, outcome = a.status, signalOutcome(a.body)
-			}
-			keptJunk := 0
-			for _, sg := range j.Signals {
-				if strings.HasPrefix(sg.Name, "junk-") {
-					keptJunk++
-				}
-			}
-			wait, _, _ := j.Step("wait")
-			gaveUp := len(rec.own) > 0 && rec.own[len(rec.own)-1].retryable() // no answer before the deadline
-			switch {
-			case !gaveUp && (last != http.StatusOK || outcome != domain.SignalKept && outcome != domain.SignalDelivered):
-				fail(own, id, "flood job %s: its own signal answered %v (%s)", id, statuses(rec.own), outcome)
-			case len(rec.other) > 0:
-				fail(own, id, "flood job %s: %d unknown names not answered 200 dropped, e.g. %s", id, len(rec.other), rec.other[0])
-			case keptJunk > 0:
-				fail(own, id, "flood job %s keeps %d signals of unknown names", id, keptJunk)
-			case wait == nil || !ownPayload(wait.Output):
-				fail(own, id, "flood job %s: the wait's output is not its own signal's payload", id)
-			default:
-				own.pass()
-			}
-			totals["junk dropped"] += rec.dropped
-		}
-	}
-	res.Checks = append(res.Checks, noCycle, refused, finished, own)
-	for _, c := range []*Check{noCycle, refused, finished, own} {
-		if c.Failed == 0 {
-			continue
-		}
-		switch c.Category {
-		case Lost:
-			res.Lost += c.Failed
-		default:
-			res.Mismatched += c.Failed
-		}
-	}
-	res.Notes = append(res.Notes, fmt.Sprintf("replans: %d worker, %d fail-action jobs, each refused a cycle; floods: %d jobs, %d unknown signals dropped",
-		totals["worker"], totals["fail_action"], totals["flood"], totals["junk dropped"]))
+	return out
 }

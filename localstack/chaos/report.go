@@ -10,6 +10,47 @@ import (
 	"github.com/stepflow/stepflow/shared/domain"
 )
 
+// Result is one run's outcome.
+type Result struct {
+	Seed   uint64
+	Jobs   int
+	Stack  string
+	Plan   string // PlanDigest of the jobs submitted
+	Faults map[Kind]int64
+	Checks []*Check // the run's, its resources', its schedules' and its replans'
+	// Lost, Duplicated and Mismatched count the jobs (or queues, or
+	// schedules) that failed a check of the category.
+	Lost, Duplicated, Mismatched int
+	States                       map[domain.JobState]int
+	Queues                       []queueCount // what each queue held when the drain stopped
+	Dead                         int          // messages in the dead-letter queue (parked, not in flight)
+	Sweeps                       SweepTotals
+	Claimed                      int64 // leases the chaos workers were handed
+	WorkerOutcomes               int64 // worker outcomes the engine accepted
+	WorkerRefused                int64 // worker heartbeats and outcomes answered 409
+	Waited, Duration             time.Duration
+	Notes                        []string
+	Calls                        map[string]int64 // engine AWS calls by operation
+	FaultsByCall                 map[string]int64 // "kind Service.Operation" -> faults injected there
+	Resources                    *ResourceResult  // nil when the run had no resource jobs
+	Hostile                      *HostileResult   // nil when the run had no hostile tenant
+	Schedules                    *ScheduleResult
+}
+
+// Passed reports whether every check held, the hostile tenant's too.
+func (r *Result) Passed() bool {
+	return r.Lost+r.Duplicated+r.Mismatched == 0 && r.Hostile.Failed() == 0
+}
+
+// FaultTotal answers how many faults the run injected.
+func (r *Result) FaultTotal() int64 {
+	var n int64
+	for _, v := range r.Faults {
+		n += v
+	}
+	return n
+}
+
 // Report writes a run's table: its seed, jobs, faults by kind and checks.
 func (r *Result) Report(w io.Writer, verbose bool) {
 	status := "ok"
@@ -31,31 +72,18 @@ func (r *Result) Report(w io.Writer, verbose bool) {
 	if r.Resources != nil {
 		fmt.Fprintf(w, "  resources: %s\n", r.Resources.brief())
 	}
-	fmt.Fprintf(w, "  races and timers: %s\n", r.Races.brief())
 	fmt.Fprintf(w, "  schedules: %s\n", r.Schedules.brief())
 	if h := r.Hostile; h != nil {
-		fmt.Fprintf(w, "  hostile tenant %s (plan %s): %d claims (%d on colliding names, %d on unknown names, %d answered 5xx), %d leases, foreign %d; "+
-			"worker queues %d (%d named by jobs, %d made by claims); poison bodies %d sent, refused %d, accepted %d, resent after a 5xx %d; "+
-			"flood %d/%d finished, %d parked; backlog %s %d -> %d (drift %d), %s %d -> %d; %d requests on the run's jobs\n",
-			h.Tenant, h.Plan, h.Claims, h.CollidingClaims, h.UnknownClaims, h.ClaimErrors, h.Leases, h.ForeignLeases,
-			h.Queues, h.LegitQueues, h.QueuesCreated, h.PoisonSent, h.PoisonRefused, h.PoisonAccepted, h.PoisonResent,
-			h.FloodFinished, h.Flood, h.Parked, Tenant, h.ChaosBacklog, h.ChaosBacklogAfter, h.ChaosBacklogDrift,
-			h.Tenant, h.HostileBacklog, h.HostileBacklogAfter, h.Reached)
-	}
-	if r.RetriedOutcomes > 0 {
-		fmt.Fprintf(w, "  worker outcomes retried after a 5xx then answered 409: %d, of which applied by the first send: %d\n", r.RetriedOutcomes, r.AppliedButRefused)
+		fmt.Fprintf(w, "  hostile tenant %s (plan %s): %d claims (%d on colliding names, %d on unknown names, %d answered 5xx), foreign leases %d; "+
+			"worker queues %d, %d made by claims; poison bodies %d sent, accepted %d; flood %d/%d finished\n",
+			h.Tenant, h.Plan, h.Claims, h.CollidingClaims, h.UnknownClaims, h.ClaimErrors, h.ForeignLeases,
+			h.Queues, h.QueuesCreated, h.PoisonSent, h.PoisonAccepted, h.FloodFinished, h.Flood)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  check\tok\tfailed\tcounts as\n")
 	checks := r.Checks
-	if r.Resources != nil {
-		checks = append(append([]*Check(nil), checks...), r.Resources.Checks...)
-	}
 	if r.Hostile != nil {
 		checks = append(append([]*Check(nil), checks...), r.Hostile.Checks...)
-	}
-	if r.Schedules != nil {
-		checks = append(append([]*Check(nil), checks...), r.Schedules.Checks...)
 	}
 	for _, c := range checks {
 		fmt.Fprintf(tw, "  %s\t%d\t%d\t%s\n", c.Name, c.OK, c.Failed, c.Category)
@@ -67,28 +95,15 @@ func (r *Result) Report(w io.Writer, verbose bool) {
 		}
 	}
 	if verbose {
-		var calls []string
-		for _, k := range sortedKeys(r.Calls) {
-			calls = append(calls, fmt.Sprintf("%s %d", k, r.Calls[k]))
+		for what, m := range map[string]map[string]int64{"engine AWS calls": r.Calls, "faults by call": r.FaultsByCall} {
+			var parts []string
+			for _, k := range sortedKeys(m) {
+				parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+			}
+			fmt.Fprintf(w, "    %s: %s\n", what, strings.Join(parts, ", "))
 		}
-		fmt.Fprintf(w, "    engine AWS calls: %s\n", strings.Join(calls, ", "))
-		var at []string
-		for _, k := range sortedKeys(r.FaultsByCall) {
-			at = append(at, fmt.Sprintf("%s %d", k, r.FaultsByCall[k]))
-		}
-		fmt.Fprintf(w, "    faults by call: %s\n", strings.Join(at, ", "))
 		for _, n := range r.Notes {
 			fmt.Fprintf(w, "    note: %s\n", n)
-		}
-		if r.Resources != nil {
-			for _, n := range r.Resources.Notes {
-				fmt.Fprintf(w, "    resource note: %s\n", n)
-			}
-		}
-		if r.Hostile != nil {
-			for _, n := range r.Hostile.Notes {
-				fmt.Fprintf(w, "    hostile note: %s\n", n)
-			}
 		}
 	}
 }

@@ -39,9 +39,9 @@ import (
 // What the checks (resources_check.go) rely on is observed, not assumed:
 // a middleware beside the fault layer sees every write of a resource item
 // the engine makes that was applied (in version order), so when each slot
-// was taken (its holder's since) and given back is known exactly; a
-// sampler reads the resources while the run goes; the workers note every
-// lease they were handed on a resource and every answer under it.
+// was taken (its holder's since) and given back is known exactly; the
+// workers note every lease they were handed on a resource and every
+// answer under it.
 
 // ResourceConfig sizes a run's resource jobs.
 type ResourceConfig struct {
@@ -242,21 +242,16 @@ func planScript(r *rand.Rand, switches int) []string {
 	return append(out, ScriptComplete)
 }
 
-// resourcePool is a run's resource coverage: the plan, what the observer,
-// the sampler and the workers saw.
+// resourcePool is a run's resource coverage: the plan, what the observer
+// and the workers saw.
 type resourcePool struct {
 	plan  *resourcePlan
 	clock *Clock
 	t0    time.Time // the stack's clock when the run started
 
 	mu      sync.Mutex
-	applied []poolWrite // the writes of pool resources that were applied
-	// extends: per resource and holder key, how each attempt to extend
-	// the slot (a heartbeat's) ended: "ok", "no slot" (its condition
-	// failed: the slot was not held), "error".
-	extends map[string]map[string][]string
+	applied []poolWrite           // the writes of pool resources that were applied
 	leases  map[string]*leaseSeen // lease id -> what a worker did with it
-	samples []poolSample
 	notes   []string
 
 	writes, raced, registered atomic.Int64
@@ -267,23 +262,13 @@ type leaseSeen struct {
 	Lease, Job, Step, Resource, Worker string
 	Attempt                            int
 	Script                             string
-	Heartbeats                         int      // answered 2xx
 	Answers                            []string // "heartbeat 200", "complete 409", ...: the last answer of each request
-}
-
-// poolSample is one read of the pool while the run went.
-type poolSample struct {
-	At      time.Time
-	InUse   map[string]int
-	Waiting map[string]int
-	Holders map[string][]string // live holder keys
-	Waiters map[string]bool     // job/step of every step in line
 }
 
 func newResourcePool(plan *resourcePlan, clock *Clock) *resourcePool {
 	return &resourcePool{
 		plan: plan, clock: clock, t0: clock.Now(),
-		extends: map[string]map[string][]string{}, leases: map[string]*leaseSeen{},
+		leases: map[string]*leaseSeen{},
 	}
 }
 
@@ -296,8 +281,8 @@ func (p *resourcePool) note(format string, args ...any) {
 }
 
 // Observe is an APIOptions entry: beside the fault layer it reads every
-// resource item of the run's tenant the engine writes, and every
-// extension of a slot. It looks at each HTTP attempt right at the
+// resource item of the run's tenant the engine puts. It looks at each
+// HTTP attempt right at the
 // transport, inside the fault layer's attempt faults, so a write applied
 // whose answer an ambiguous fault replaced is seen applied, and a call a
 // crash stopped before it is not seen at all.
@@ -312,7 +297,6 @@ func (p *resourcePool) Observe(s *middleware.Stack) error {
 type poolCall struct {
 	res     string
 	put     *domain.Resource // a PutItem of the item
-	extend  string           // an UpdateItem extending this holder key's slot
 	applied atomic.Bool
 }
 
@@ -338,21 +322,15 @@ func (p *resourcePool) observeCall(ctx context.Context, in middleware.Initialize
 			}
 			c = &poolCall{res: id, put: &r}
 		}
-	case *dynamodb.UpdateItemInput:
-		if id, ok := poolItem(v.Key); ok && v.ExpressionAttributeNames["#k"] != "" {
-			c = &poolCall{res: id, extend: v.ExpressionAttributeNames["#k"]}
-		}
 	}
 	if c == nil {
 		return next.HandleInitialize(ctx, in)
 	}
 	out, md, err := next.HandleInitialize(context.WithValue(ctx, poolCallKey{}, c), in)
-	if c.put != nil {
-		p.writes.Add(1)
-		var ccf *ddb.ConditionalCheckFailedException
-		if errors.As(err, &ccf) && !c.applied.Load() {
-			p.raced.Add(1)
-		}
+	p.writes.Add(1)
+	var ccf *ddb.ConditionalCheckFailedException
+	if errors.As(err, &ccf) && !c.applied.Load() {
+		p.raced.Add(1)
 	}
 	return out, md, err
 }
@@ -369,24 +347,11 @@ func (p *resourcePool) observeAttempt(ctx context.Context, in middleware.Deseria
 	if r, ok := out.RawResponse.(*smithyhttp.Response); ok {
 		status = r.StatusCode
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	switch {
-	case c.put != nil && status == http.StatusOK:
+	if status == http.StatusOK {
 		c.applied.Store(true)
+		p.mu.Lock()
 		p.applied = append(p.applied, poolWrite{Res: c.res, Version: c.put.Version, Start: start, End: end, Holders: c.put.Holders})
-	case c.extend != "":
-		how := "error"
-		switch status {
-		case http.StatusOK:
-			how = "ok"
-		case http.StatusBadRequest:
-			how = "no slot" // its condition: the slot is no longer held
-		}
-		if p.extends[c.res] == nil {
-			p.extends[c.res] = map[string][]string{}
-		}
-		p.extends[c.res][c.extend] = append(p.extends[c.res][c.extend], how)
+		p.mu.Unlock()
 	}
 	return out, md, err
 }
@@ -481,15 +446,14 @@ func (p *resourcePool) register(ctx context.Context, c *client, deadline time.Ti
 }
 
 // start registers the pool and submits the resource jobs beside the
-// plan's (the wait group is done once they are submitted), and samples
-// the pool until work ends. With no resource jobs it does nothing.
+// plan's (the wait group is done once they are submitted). With no
+// resource jobs it does nothing.
 func (p *resourcePool) start(ctx, work context.Context, r *run, deadline time.Time) *sync.WaitGroup {
 	var submitted sync.WaitGroup
 	if len(p.plan.Jobs) == 0 {
 		return &submitted
 	}
 	submitted.Go(func() { p.submit(ctx, work, r, deadline) })
-	r.w.wg.Go(func() { p.sample(work, r) })
 	return &submitted
 }
 
@@ -512,42 +476,6 @@ func (p *resourcePool) submit(ctx, work context.Context, r *run, deadline time.T
 				r.w.wg.Go(func() { r.w.storm(work, fmt.Sprintf("%s-storm%d", q, i), q) })
 			}
 		}
-	}
-}
-
-// sample reads the pool every 200 ms from the table (without faults)
-// until ctx ends.
-func (p *resourcePool) sample(ctx context.Context, r *run) {
-	t := time.NewTicker(200 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		all, err := r.raw.ListResources(ctx, Tenant)
-		if err != nil {
-			continue
-		}
-		now := p.clock.Now()
-		s := poolSample{At: now, InUse: map[string]int{}, Waiting: map[string]int{}, Holders: map[string][]string{}, Waiters: map[string]bool{}}
-		for _, res := range all {
-			s.InUse[res.ID] = res.Live(now)
-			s.Waiting[res.ID] = len(res.Waiters)
-			for _, w := range res.Waiters {
-				s.Waiters[w.Job+"/"+w.Step] = true
-			}
-			for key, h := range res.Holders {
-				if now.Before(h.ExpiresAt) {
-					s.Holders[res.ID] = append(s.Holders[res.ID], key)
-				}
-			}
-			slices.Sort(s.Holders[res.ID])
-		}
-		p.mu.Lock()
-		p.samples = append(p.samples, s)
-		p.mu.Unlock()
 	}
 }
 
@@ -618,29 +546,11 @@ func (w *workers) resource(ctx context.Context, name string, l engine.ClaimedLea
 	if ctx.Err() != nil {
 		return
 	}
-	op := "complete"
 	if do == ScriptResource {
-		op = "fail"
+		w.answered(seen, "fail", w.report(ctx, l, &expires, "resource", fmt.Sprintf("worker %s: resource %s failed", name, seen.Resource), name))
+	} else {
+		w.answered(seen, "complete", w.report(ctx, l, &expires, "", "", name))
 	}
-	a := w.send(ctx, l, op, &expires, func(late bool) []byte {
-		var v map[string]any
-		if op == "complete" {
-			out := map[string]any{"worker": name, "attempt": l.Attempt, "resource": seen.Resource}
-			if late {
-				out[ZombieTag] = true
-			}
-			v = map[string]any{"output": out}
-		} else {
-			msg := fmt.Sprintf("worker %s: resource %s failed", name, seen.Resource)
-			if late {
-				msg = "[" + ZombieTag + "] " + msg
-			}
-			v = map[string]any{"class": "resource", "message": msg}
-		}
-		raw, _ := json.Marshal(v)
-		return raw
-	})
-	w.answered(seen, op, a)
 }
 
 // answered notes the last answer to a request under a resource lease.
@@ -650,9 +560,6 @@ func (w *workers) answered(seen *leaseSeen, op string, a answer) {
 	}
 	w.pool.mu.Lock()
 	defer w.pool.mu.Unlock()
-	if a.ok() && op == "heartbeat" {
-		seen.Heartbeats++
-	}
 	what := fmt.Sprintf("%s %d", op, a.status)
 	if a.err != nil {
 		what = op + " unanswered"

@@ -120,7 +120,7 @@ func TestObserverSeesAppliedWritesAndLostRaces(t *testing.T) {
 	observed(p, put(2, map[string]domain.Holder{"j2/w/1": h}), http.StatusBadRequest, ccf) // lost the race
 	observed(p, put(3, nil), http.StatusOK, ccf)                                           // applied, its answer lost, its retry refused
 	observed(p, &dynamodb.PutItemInput{Item: map[string]ddb.AttributeValue{"pk": &ddb.AttributeValueMemberS{Value: "J#" + Tenant}}}, http.StatusOK, nil)
-	observed(p, &dynamodb.UpdateItemInput{Key: poolItemOf(t, domain.Resource{ID: "gpu-1"}), ExpressionAttributeNames: map[string]string{"#k": "j1/w/1"}}, http.StatusBadRequest, ccf)
+	observed(p, &dynamodb.UpdateItemInput{Key: poolItemOf(t, domain.Resource{ID: "gpu-1"}), ExpressionAttributeNames: map[string]string{"#k": "j1/w/1"}}, http.StatusBadRequest, ccf) // a slot's extension: no put
 
 	require.EqualValues(t, 3, p.writes.Load(), "the pool's writes, not a job's")
 	require.EqualValues(t, 1, p.raced.Load(), "an applied write whose answer was lost did not lose a race")
@@ -132,7 +132,6 @@ func TestObserverSeesAppliedWritesAndLostRaces(t *testing.T) {
 	require.EqualValues(t, 3, got.dropped.Version)
 	require.Empty(t, got.took)
 	require.Empty(t, hs["gpu-1"]["j2/w/1"], "a write that lost its race held nothing")
-	require.Equal(t, []string{"no slot"}, p.extends["gpu-1"]["j1/w/1"])
 }
 
 // attemptAt is a worker attempt from from to to (its lease's end).
@@ -236,46 +235,38 @@ func TestSlotGivenBackAndCapacityExceededAreFound(t *testing.T) {
 	require.EqualValues(t, 4, sp6.held.added.Version)
 }
 
-func TestCheckAvoid(t *testing.T) {
+func TestOnMatchingResources(t *testing.T) {
 	t.Parallel()
-	req := &domain.Requirements{Capabilities: []string{ResourceCapability}}
-	job := func(state domain.StepState, avoid []string, as ...domain.Attempt) *domain.Job {
-		return &domain.Job{ID: "j", Steps: []*domain.Step{{Spec: domain.StepSpec{ID: "w", Requires: req}, State: state, Avoid: avoid, Attempts: as}}}
+	req := &domain.Requirements{Capabilities: []string{ResourceCapability}, Labels: map[string]string{"zone": "a"}}
+	job := func(as ...domain.Attempt) *domain.Job {
+		return &domain.Job{ID: "j", Steps: []*domain.Step{{Spec: domain.StepSpec{ID: "w", Requires: req}, Attempts: as}}}
 	}
 	t1, t2 := t0, t0.Add(time.Second)
 	failed := func(n int, res string) domain.Attempt {
 		return attemptAt(n, res, t1, t2, domain.AttemptFailed, domain.ClassResource)
 	}
 	ok := func(n int, res string) domain.Attempt { return attemptAt(n, res, t1, t2, domain.AttemptSucceeded, "") }
-	require.Empty(t, checkAvoid(job(domain.StepSucceeded, []string{"gpu-1"}, failed(1, "gpu-1"), ok(2, "gpu-2"))))
-	require.Empty(t, checkAvoid(job(domain.StepFailed, []string{"gpu-1"}, failed(1, "gpu-1"), failed(2, "gpu-2"))),
-		"the last resource failure had nothing left to switch to")
-	require.Contains(t, strings.Join(checkAvoid(job(domain.StepSucceeded, []string{"gpu-1"}, failed(1, "gpu-1"), ok(2, "gpu-1"))), "; "), "attempt 2 ran on gpu-1, which failed it before")
-	require.Contains(t, strings.Join(checkAvoid(job(domain.StepSucceeded, nil, failed(1, "gpu-1"), ok(2, "gpu-2"))), "; "), "avoids []; its resource failures say [gpu-1]")
+	require.Empty(t, onMatchingResources(job(failed(1, "gpu-1"), ok(2, "gpu-2")), nil))
+	require.Contains(t, strings.Join(onMatchingResources(job(failed(1, "gpu-1"), ok(2, "gpu-1")), nil), "; "), "attempt 2 ran on gpu-1, which failed it before")
+	require.Contains(t, strings.Join(onMatchingResources(job(ok(1, "gpu-3")), nil), "; "), "does not match", "gpu-3 is in zone b")
 }
 
-func TestCheckKilledAndResourceOutcome(t *testing.T) {
+func TestResourceRows(t *testing.T) {
 	t.Parallel()
 	t1, t2 := t0, t0.Add(time.Second)
-	worker := domain.StepSpec{ID: "train", Action: domain.ActionSpec{Type: domain.ActionWorker}, Retry: &domain.RetryPolicy{MaxAttempts: 4}}
+	worker := domain.StepSpec{ID: "train", Action: domain.ActionSpec{Type: domain.ActionWorker}, Requires: &domain.Requirements{Capabilities: []string{ResourceCapability}}, Retry: &domain.RetryPolicy{MaxAttempts: 4}}
 	job := func(js domain.JobState, ss domain.StepState, as ...domain.Attempt) *domain.Job {
 		return &domain.Job{ID: "j", State: js, Steps: []*domain.Step{{Spec: worker, State: ss, Attempts: as}}}
 	}
 	killed := attemptAt(1, "gpu-1", t1, t2, domain.AttemptTimeout, domain.ClassTimeout)
 	done := attemptAt(2, "gpu-2", t1, t2, domain.AttemptSucceeded, "")
-	l := leaseSeen{Step: "train", Attempt: 1, Resource: "gpu-1", Script: ScriptKill}
-	require.Empty(t, checkKilled(job(domain.JobCompleted, domain.StepSucceeded, killed, done), l))
-	require.Contains(t, checkKilled(job(domain.JobRunning, domain.StepPending, killed), l), "no attempt after the killed one")
-	require.Contains(t, checkKilled(job(domain.JobCompleted, domain.StepSucceeded, done, done), l), "not as a lost lease")
-
-	rj := resourceJob{Kind: "res-worker", Script: []string{ScriptKill, ScriptComplete}}
-	pool := poolResources()
-	require.Empty(t, resourceOutcome(job(domain.JobCompleted, domain.StepSucceeded, killed, done), rj, pool))
-	lost := attemptAt(2, "gpu-2", t1, t2, domain.AttemptTimeout, domain.ClassTimeout)
-	require.Contains(t, resourceOutcome(job(domain.JobFailed, domain.StepFailed, killed, lost), rj, pool), "not COMPLETED",
-		"attempts left: a fault's lost lease does not excuse it")
-	require.Empty(t, resourceOutcome(job(domain.JobFailed, domain.StepFailed, killed, lost, lost, lost), rj, pool),
-		"attempts spent, a lease lost beyond the plan's kill")
+	row := resourceEnds["res-worker"]
+	require.Empty(t, rowProblems(row, job(domain.JobCompleted, domain.StepSucceeded, killed, done), &submission{}))
+	failed := job(domain.JobFailed, domain.StepFailed, killed, attemptAt(2, "gpu-2", t1, t2, domain.AttemptFailed, domain.ClassFatal))
+	require.Contains(t, strings.Join(rowProblems(row, failed, &submission{}), "; "), "not COMPLETED", "failed on its own, not on a lost lease")
+	lost := job(domain.JobFailed, domain.StepFailed, killed, attemptAt(2, "gpu-2", t1, t2, domain.AttemptTimeout, domain.ClassTimeout))
+	lost.Steps[0].Error = &domain.StepError{Class: domain.ClassTimeout}
+	require.Empty(t, rowProblems(row, lost, &submission{}), "its attempts spent on lost leases")
 
 	sw := domain.StepSpec{ID: "flaky", Action: domain.ActionSpec{Type: domain.ActionFail}, Requires: &domain.Requirements{Labels: map[string]string{"zone": "a"}}, Retry: &domain.RetryPolicy{MaxAttempts: 5}}
 	swJob := func(as ...domain.Attempt) *domain.Job {
@@ -283,20 +274,15 @@ func TestCheckKilledAndResourceOutcome(t *testing.T) {
 	}
 	f1 := attemptAt(1, "gpu-1", t1, t2, domain.AttemptFailed, domain.ClassResource)
 	f2 := attemptAt(2, "gpu-2", t1, t2, domain.AttemptFailed, domain.ClassResource)
-	switchJob := resourceJob{Kind: "res-switch"}
-	require.Empty(t, resourceOutcome(swJob(f1, f2), switchJob, pool), "failed on both resources of zone a")
-	require.Contains(t, resourceOutcome(swJob(f1), switchJob, pool), "1 resource failures with 2 resources matching")
+	require.Empty(t, rowProblems(resourceEnds["res-switch"], swJob(f1, f2), &submission{}), "failed on both resources of zone a")
+	require.Contains(t, strings.Join(rowProblems(resourceEnds["res-switch"], swJob(f1), &submission{}), "; "), "1 resource failures with 2 resources matching")
 }
 
 func TestResourceBrief(t *testing.T) {
 	t.Parallel()
 	var none *ResourceResult
 	require.Equal(t, "none", none.brief())
-	require.Zero(t, none.Failed())
-	r := &ResourceResult{Jobs: 12, Kinds: map[string]int{"res-worker": 8}, PeakInUse: map[string]int{"gpu-2": 2}, Extends: map[string]int{"ok": 3},
-		Checks: []*Check{{Failed: 2}, {Failed: 1}}}
-	require.Contains(t, r.brief(), "pool gpu-1 1, gpu-2 2, gpu-3 1")
-	require.Contains(t, r.brief(), "peak in use gpu-1 0/1, gpu-2 2/2, gpu-3 0/1")
-	require.Equal(t, 3, r.Failed())
+	r := &ResourceResult{Jobs: 12, Registered: 3, Ran: 5}
+	require.Contains(t, r.brief(), "12 jobs, 3 of 3 resources registered")
 	require.True(t, slices.Contains(Kinds[:], KindSlotRace))
 }

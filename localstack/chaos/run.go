@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,59 +23,39 @@ import (
 
 	"github.com/stepflow/stepflow/localstack/devstack"
 	"github.com/stepflow/stepflow/shared/domain"
-	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/handlers"
 	"github.com/stepflow/stepflow/shared/queue"
 	"github.com/stepflow/stepflow/shared/store"
 )
 
-// Config is one run.
+// Config is one run; a zero field takes its default.
 type Config struct {
 	Seed     uint64
-	Jobs     int
+	Jobs     int    // 30
 	Endpoint string // a running emulator; required (the command starts one)
 	// Bound is how long the run waits for every job to finish, from its
-	// first submit; a job not finished by then is lost.
+	// first submit; a job not finished by then is lost (120 s).
 	Bound time.Duration
 	// Drain bounds the wait, after every job finished, for the queues to
-	// hold no message.
+	// hold no message (30 s).
 	Drain time.Duration
-	// Lease is the built-in lease and the ready queues' visibility timeout.
+	// Lease is the built-in lease and the ready queues' visibility timeout (3 s).
 	Lease         time.Duration
 	Probabilities Probabilities
-	Workers       int          // chaos workers per worker queue
+	Workers       int          // chaos workers per worker queue (2)
 	Log           *slog.Logger // the stack's log; nil discards it
 	Progress      io.Writer    // progress lines; nil for none
-	// Hostile sizes the hostile tenant that works beside the run (see
-	// HostileTenant); Hostile.Off runs without one.
-	Hostile HostileConfig
-	// Resources sizes the resource jobs beside the plan (resources.go);
-	// Resources.Off runs without them.
-	Resources ResourceConfig
+	Hostile       HostileConfig
+	Resources     ResourceConfig
 }
 
 func (c *Config) defaults() {
-	if c.Jobs == 0 {
-		c.Jobs = 30
-	}
-	if c.Bound == 0 {
-		c.Bound = 120 * time.Second
-	}
-	if c.Drain == 0 {
-		c.Drain = 30 * time.Second
-	}
-	if c.Lease == 0 {
-		c.Lease = 3 * time.Second
-	}
-	if c.Workers == 0 {
-		c.Workers = 2
-	}
+	c.Jobs, c.Workers = cmp.Or(c.Jobs, 30), cmp.Or(c.Workers, 2)
+	c.Bound, c.Drain, c.Lease = cmp.Or(c.Bound, 120*time.Second), cmp.Or(c.Drain, 30*time.Second), cmp.Or(c.Lease, 3*time.Second)
 	if c.Probabilities == (Probabilities{}) {
 		c.Probabilities = DefaultProbabilities()
 	}
-	if c.Log == nil {
-		c.Log = slog.New(slog.DiscardHandler)
-	}
+	c.Log = cmp.Or(c.Log, slog.New(slog.DiscardHandler))
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}
@@ -91,7 +72,7 @@ const WorkerVisibility = 5 * time.Second
 const RunTimerThreshold = 2 * time.Second
 
 // Tenant and APIKey are the run's tenant, whose jobs the run's checks
-// are about (HostileTenant is the other).
+// are about.
 const (
 	Tenant = "chaos"
 	APIKey = "chaos-key"
@@ -104,7 +85,9 @@ type submission struct {
 	statuses []int          // every status answered (0 for a transport error)
 	id       string         // the first id answered
 	cancel   []int          // the planned cancel's answers, if it was sent
+	refused  []answer       // replans: the answers to the cycle-closing ones
 	race     *raceRecord    // what the racer sent and heard, for racer kinds
+	done     bool           // the hostile tenant's: seen finished within the bound
 }
 
 // send submits the planned job with its Idempotency-Key, again on a 5xx or
@@ -117,24 +100,22 @@ func (s *submission) send(ctx context.Context, c *client, deadline time.Time) {
 		}
 		if a.ok() && json.Unmarshal(a.body, &j) == nil && j.ID != "" {
 			s.ids[j.ID]++
-			if s.id == "" {
-				s.id = j.ID
-			}
+			s.id = cmp.Or(s.id, j.ID)
 		}
 	}
 }
 
 // SweepTotals add up the sweeps the run drove itself.
 type SweepTotals struct {
-	Sweeps, Crashed, Advances            int
-	Due, Reclaimed, Redispatched, Errors int
+	Sweeps, Crashed, Advances, Reclaimed, Redispatched int
 }
 
 // Run runs one seed: a stack under the fault layer, the jobs of the seed's
-// plan, chaos workers and sweepers, the hostile tenant beside them (unless
-// Config.Hostile.Off), then the checks. An error means the run could not
-// be made (the stack did not start), not that a check failed: those are in
-// the result.
+// plan (with its resource, replan and flood jobs), chaos workers and
+// sweepers, the schedules and the hostile tenant beside them, then the
+// checks. An error means
+// the run could not be made (the stack did not start), not that a check
+// failed: those are in the result.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	cfg.defaults()
 	if cfg.Endpoint == "" {
@@ -146,9 +127,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	clock := &Clock{}
 	pool := newResourcePool(f.ResourcePlan(len(plan), cfg.Resources), clock)
 	plan = append(plan, pool.plan.all()...)
+	plan = append(plan, f.ReplanPlan(len(plan))...)
 	name := fmt.Sprintf("chaos-%d-%x", cfg.Seed, time.Now().UnixNano()&0xffffff)
 	st, err := devstack.Start(ctx, devstack.Options{
-		EndpointURL: cfg.Endpoint, StackName: name, APIKeys: map[string]string{APIKey: Tenant, HostileKey: HostileTenant, ScheduleKey: ScheduleTenant, ReplanKey: ReplanTenant},
+		EndpointURL: cfg.Endpoint, StackName: name, APIKeys: map[string]string{APIKey: Tenant, HostileKey: HostileTenant, ScheduleKey: ScheduleTenant},
 		ScheduleEvery: 2 * time.Second, PollWait: time.Second, Lease: cfg.Lease, Now: clock.Now, Log: cfg.Log,
 		TimerThreshold:   RunTimerThreshold,
 		APIOptions:       []func(*middleware.Stack) error{f.Middleware, pool.Observe},
@@ -160,13 +142,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer st.Close()
 
 	r := &run{
-		cfg: cfg, f: f, st: st, clock: clock,
+		cfg: cfg, f: f, st: st, clock: clock, pool: pool,
 		raw:  store.New(st.DynamoDB, st.Resources.Env["STEPFLOW_TABLE"]),
 		c:    &client{base: st.URL, key: APIKey, hc: &http.Client{Timeout: 30 * time.Second}},
 		subs: make([]*submission, len(plan)),
 	}
-	r.w = &workers{f: f, c: r.c, clock: clock}
-	r.w.pool, r.pool = pool, pool
+	r.w = &workers{f: f, c: r.c, clock: clock, pool: pool, replans: map[string][]answer{}}
 	// The worker queues are made before the engine first uses them, with a
 	// 5 s visibility timeout instead of the engine's 30 s (as Lease shortens
 	// the ready queues'), so a message a crashed claim took comes back soon.
@@ -201,8 +182,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	sc := newScheduler(r)
 	sc.start(workCtx, deadline)
-	rp := newReplanner(r)
-	rp.start(workCtx, deadline)
 	r.submitAll(ctx, plan, deadline)
 	submittedResources.Wait()
 	r.submitted.Store(true)
@@ -210,7 +189,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if h != nil {
 		h.await(ctx, deadline)
 	}
-	rp.await(ctx, deadline)
 	// The schedules stop (paused, then deleted) once the run's jobs are
 	// done, and their last runs finish before the queues are drained.
 	sc.stop(ctx, time.Now().Add(cfg.Drain))
@@ -232,15 +210,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	r.racers.Wait()
 	r.w.wg.Wait()
 
-	r.check(ctx, res)
-	sc.check(ctx, res)
-	rp.check(ctx, res)
+	l := r.check(ctx, res)
+	sc.check(ctx, l, res)
 	if h != nil {
 		res.Hostile = h.check(ctx)
 	}
-	res.Faults = f.Counts()
-	res.Calls = f.Calls()
-	res.FaultsByCall = map[string]int64{}
+	res.Checks = l.checks
+	res.Lost, res.Duplicated, res.Mismatched = l.failed(Lost), l.failed(Duplicated), l.failed(Mismatched)
+	res.Faults, res.Calls, res.FaultsByCall = f.Counts(), f.Calls(), map[string]int64{}
 	for _, d := range f.Trace() {
 		if d.Call != "" {
 			res.FaultsByCall[string(d.Kind)+" "+d.Call]++
@@ -249,7 +226,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.Sweeps = r.sweeps
 	res.Claimed, res.WorkerOutcomes, res.WorkerRefused = r.w.claimed.Load(), r.w.outcomes.Load(), r.w.refused.Load()
 	res.Notes = append(res.Notes, r.w.notes...)
-	res.Notes = append(res.Notes, res.Races.Notes...)
 	res.Duration = time.Since(started)
 	return res, nil
 }
@@ -273,35 +249,32 @@ type run struct {
 	submitted atomic.Bool // every planned job has been submitted
 }
 
-// submitAll submits the plan from four goroutines, each job with its own
-// Idempotency-Key, again on a 5xx or a transport error with the same key
-// and body; a job planned for cancelling is cancelled that long after its
-// submit answered.
+// submitAll submits the plan from four goroutines (the resource jobs come
+// in their waves, resources.go).
 func (r *run) submitAll(ctx context.Context, plan []JobPlan, deadline time.Time) {
 	next := atomic.Int64{}
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(plan) || ctx.Err() != nil {
-					return
+			for i := int(next.Add(1)) - 1; i < len(plan) && ctx.Err() == nil; i = int(next.Add(1)) - 1 {
+				if _, inWave := r.pool.plan.Jobs[plan[i].N]; !inWave {
+					r.submit(ctx, plan[i], deadline)
 				}
-				if _, inWave := r.pool.plan.Jobs[plan[i].N]; inWave {
-					continue // a resource job: its wave submits it (resources.go)
-				}
-				r.submit(ctx, plan[i], deadline)
 			}
 		})
 	}
 	wg.Wait()
 }
 
+// submit submits a job (twice for every fifth, as a client that lost the
+// first answer would: the same job must answer), then sets its planned
+// cancel or its racer going.
 func (r *run) submit(ctx context.Context, p JobPlan, deadline time.Time) {
 	s := &submission{plan: p, ids: map[string]int{}}
+	if p.Refused != nil {
+		s.refused = r.c.retry(ctx, deadline, http.MethodPost, "/v1/jobs", p.Refused)
+	}
 	s.send(ctx, r.c, deadline)
-	// A second submit of the same key and body must answer the same job:
-	// send it once more, as a client that lost the first answer would.
 	if s.id != "" && p.N%5 == 0 {
 		s.send(ctx, r.c, deadline)
 	}
@@ -314,12 +287,9 @@ func (r *run) submit(ctx context.Context, p JobPlan, deadline time.Time) {
 	if s.id != "" && p.CancelAfter > 0 {
 		r.cancels.Go(func() {
 			sleep(ctx, p.CancelAfter)
-			var statuses []int
-			for _, a := range r.c.retry(ctx, deadline, http.MethodPost, "/v1/jobs/"+s.id+"/cancel", nil) {
-				statuses = append(statuses, a.status)
-			}
+			st := statuses(r.c.retry(ctx, deadline, http.MethodPost, "/v1/jobs/"+s.id+"/cancel", nil))
 			r.mu.Lock()
-			s.cancel = statuses
+			s.cancel = st
 			r.mu.Unlock()
 		})
 	}
@@ -329,37 +299,26 @@ func (r *run) submit(ctx context.Context, p JobPlan, deadline time.Time) {
 }
 
 // await polls the table (without faults) until every submitted job is
-// finished or the deadline passes, and answers how many finished.
+// finished (a racer's once its racer is: a FAILED redrive job is about to
+// run again) or the deadline passes, and answers how many finished.
 func (r *run) await(ctx context.Context, deadline time.Time) int {
 	done := map[string]bool{}
-	lastNote := time.Now()
 	for {
 		r.mu.Lock()
 		subs := append([]*submission(nil), r.subs...)
 		r.mu.Unlock()
-		unknown := 0 // never answered with a job: nothing to wait for
+		open := 0
 		for _, s := range subs {
-			if s == nil || s.id == "" {
-				unknown++
+			if s == nil || s.id == "" || done[s.id] {
 				continue
 			}
-			if done[s.id] {
-				continue
-			}
-			j, err := r.raw.Get(ctx, Tenant, s.id)
-			switch {
-			case err == nil && j.State.Terminal() && (s.race == nil || s.race.done.Load()):
-				// A racer's job is done when its racer is: a FAILED
-				// redrive job is about to run again.
+			if j, err := r.raw.Get(ctx, Tenant, s.id); err == nil && j.State.Terminal() && (s.race == nil || s.race.done.Load()) {
 				done[s.id] = true
-			case err == nil && time.Since(lastNote) >= 5*time.Second:
-				fmt.Fprintf(r.cfg.Progress, "seed %d: waiting for job %s (%s): %s, steps %s, due %v\n", r.cfg.Seed, j.ID, s.plan.Kind, j.State, stepStates(j), j.DueAt)
+			} else {
+				open++
 			}
 		}
-		if time.Since(lastNote) >= 5*time.Second {
-			lastNote = time.Now()
-		}
-		if len(done)+unknown >= len(subs) || !time.Now().Before(deadline) || ctx.Err() != nil {
+		if open == 0 || !time.Now().Before(deadline) || ctx.Err() != nil {
 			r.mu.Lock()
 			r.finished = done
 			r.mu.Unlock()
@@ -397,38 +356,29 @@ func (r *run) sweeper(ctx context.Context) {
 		if advance {
 			r.clock.Advance(by)
 		}
-		n := 1
-		if r.f.Chance(StreamSweeps, KindDoubleSweep, r.f.P.DoubleSweep) {
-			n = 2
-		}
-		reps := make([]engine.SweepReport, n)
-		crashed := make([]bool, n)
+		n := 1 + btoi(r.f.Chance(StreamSweeps, KindDoubleSweep, r.f.P.DoubleSweep))
 		var wg sync.WaitGroup
-		for i := range n {
+		for range n {
 			wg.Go(func() {
+				crashed := true
 				defer func() {
-					if p := recover(); p != nil {
-						crashed[i] = true // the invocation died; the next one picks up
-					}
+					_ = recover() // the invocation died; the next one picks up
+					r.mu.Lock()
+					r.sweeps.Crashed += btoi(crashed)
+					r.mu.Unlock()
 				}()
-				reps[i], _ = heartbeat(ctx, events.EventBridgeEvent{DetailType: "Scheduled Event", Source: "aws.events"})
+				rep, _ := heartbeat(ctx, events.EventBridgeEvent{DetailType: "Scheduled Event", Source: "aws.events"})
+				crashed = false
+				r.mu.Lock()
+				r.sweeps.Reclaimed += rep.Reclaimed
+				r.sweeps.Redispatched += rep.Redispatched
+				r.mu.Unlock()
 			})
 		}
 		wg.Wait()
 		r.mu.Lock()
-		if advance {
-			r.sweeps.Advances++
-		}
-		for i, rep := range reps {
-			r.sweeps.Sweeps++
-			if crashed[i] {
-				r.sweeps.Crashed++
-			}
-			r.sweeps.Due += rep.Due
-			r.sweeps.Reclaimed += rep.Reclaimed
-			r.sweeps.Redispatched += rep.Redispatched
-			r.sweeps.Errors += rep.Errors
-		}
+		r.sweeps.Sweeps += n
+		r.sweeps.Advances += btoi(advance)
 		r.mu.Unlock()
 	}
 }
@@ -457,41 +407,22 @@ func (r *run) drain(ctx context.Context, deadline time.Time) ([]queueCount, int)
 			urls["worker queue "+name] = u
 		}
 	}
-	var all, left []queueCount
-	lastNote := time.Now()
 	for {
-		all, left = all[:0], left[:0]
+		var all []queueCount
+		left := 0
 		for _, name := range sortedKeys(urls) {
-			c, err := r.count(ctx, name, urls[name])
-			if err != nil {
-				c.Err = err.Error()
-			}
+			c := r.count(ctx, name, urls[name])
 			all = append(all, c)
-			if err != nil || c.total() > 0 {
-				left = append(left, c)
-			}
+			left += c.total() + btoi(c.Err != "")
 		}
-		if len(left) == 0 || !time.Now().Before(deadline) || ctx.Err() != nil {
-			break
-		}
-		if time.Since(lastNote) >= 5*time.Second {
-			lastNote = time.Now()
-			for _, c := range left {
-				fmt.Fprintf(r.cfg.Progress, "seed %d: draining %s: %d visible, %d in flight, %d delayed\n", r.cfg.Seed, c.Name, c.Visible, c.InFlight, c.Delayed)
-			}
+		if left == 0 || !time.Now().Before(deadline) || ctx.Err() != nil {
+			return all, r.count(ctx, "dead-letter queue", r.st.Resources.QueueURLs["DeadLetterQueue"]).total()
 		}
 		sleep(ctx, 500*time.Millisecond)
 	}
-	dead := 0
-	if u := r.st.Resources.QueueURLs["DeadLetterQueue"]; u != "" {
-		if c, err := r.count(ctx, "dead-letter queue", u); err == nil {
-			dead = c.total()
-		}
-	}
-	return all, dead
 }
 
-func (r *run) count(ctx context.Context, name, url string) (queueCount, error) {
+func (r *run) count(ctx context.Context, name, url string) queueCount {
 	out, err := r.st.SQS.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
 		QueueUrl: aws.String(url),
 		AttributeNames: []sqstypes.QueueAttributeName{
@@ -502,10 +433,77 @@ func (r *run) count(ctx context.Context, name, url string) (queueCount, error) {
 	})
 	c := queueCount{Name: name}
 	if err != nil {
-		return c, err
+		c.Err = err.Error()
+		return c
 	}
 	c.Visible, _ = strconv.Atoi(out.Attributes[string(sqstypes.QueueAttributeNameApproximateNumberOfMessages)])
 	c.InFlight, _ = strconv.Atoi(out.Attributes[string(sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible)])
 	c.Delayed, _ = strconv.Atoi(out.Attributes[string(sqstypes.QueueAttributeNameApproximateNumberOfMessagesDelayed)])
-	return c, nil
+	return c
+}
+
+// check holds every job of the run's tenant to the invariants and to its
+// row of planEnds (or resourceEnds), the submits to their answers, the
+// queues to being empty and the pool to its capacity; it answers the
+// ledger the schedules' checks add to.
+func (r *run) check(ctx context.Context, res *Result) *ledger {
+	l := newLedger()
+	res.States = map[domain.JobState]int{}
+	late := map[string][]lateAnswer{}
+	r.w.mu.Lock()
+	for _, a := range r.w.late {
+		late[a.Job] = append(late[a.Job], a)
+	}
+	r.w.mu.Unlock()
+	listed, listErr := listTenant(ctx, r.raw, Tenant)
+	answered, jobs, keys := map[string]bool{}, map[string]*domain.Job{}, map[string]string{}
+	for i, s := range r.subs {
+		if s == nil || s.id == "" {
+			l.judge("every submit answered a job", Lost, fmt.Sprintf("job %d", i), "no 2xx answer")
+			continue
+		}
+		key := fmt.Sprintf("job %s (%s%s)", s.id, s.plan.Kind, s.plan.Race)
+		keys[s.id] = key
+		l.judge("every submit answered a job", Lost, key)
+		var dup, missing []string
+		if len(s.ids) > 1 {
+			dup = append(dup, fmt.Sprintf("key %s answered %d jobs: %v", s.plan.Key, len(s.ids), s.ids))
+		}
+		l.judge("one job per Idempotency-Key", Duplicated, key, dup...)
+		for id := range s.ids {
+			answered[id] = true
+		}
+		if listErr != nil || !listed[s.id] {
+			missing = append(missing, fmt.Sprintf("not listed (%v)", listErr))
+		}
+		l.judge("every job answered 2xx is listed", Lost, key, missing...)
+		if s.plan.Kind == "replan-worker" {
+			s.refused = r.w.replans[s.id]
+		}
+		if j, err := r.raw.Get(ctx, Tenant, s.id); err == nil {
+			jobs[s.id] = j
+			res.States[j.State]++
+		}
+		e, ok := planEnds[s.plan.Kind]
+		if !ok {
+			e = resourceEnds[s.plan.Kind]
+		}
+		l.judgeJob(e, judged{key: key, sub: s, job: jobs[s.id], done: r.finished[s.id], late: late[s.id]})
+	}
+	for _, id := range sortedKeys(listed) {
+		var extra []string
+		if !answered[id] {
+			extra = append(extra, "stored, but no submit answered it")
+		}
+		l.judge("no job beyond those submitted", Duplicated, "job "+id, extra...)
+	}
+	for _, q := range res.Queues {
+		var left []string
+		if q.Err != "" || q.total() > 0 {
+			left = append(left, fmt.Sprintf("holds %d visible, %d in flight, %d delayed %s", q.Visible, q.InFlight, q.Delayed, q.Err))
+		}
+		l.judge("no message left in flight (per queue)", Mismatched, q.Name, left...)
+	}
+	r.pool.check(ctx, r, l, res, jobs, keys)
+	return l
 }

@@ -44,17 +44,21 @@ func TestShortRun(t *testing.T) {
 
 	require.True(t, res.Passed(), "a check failed:\n%s", report.String())
 	require.Positive(t, res.FaultTotal())
-	require.Len(t, res.Checks, 17, "thirteen, then the replan and signal-flood tenant's four")
-	require.Equal(t, 10+4, res.Jobs, "the plan's jobs and the resource jobs")
-	for _, c := range append(res.Checks[:9:9], res.Checks[10]) {
-		require.Equal(t, res.Jobs, c.OK+c.Failed, "check %q ran on every job", c.Name)
+	require.Equal(t, 10+4+7, res.Jobs, "the plan's jobs, the resource jobs, the replans and floods")
+	byName := map[string]*Check{}
+	for _, c := range res.Checks {
+		byName[c.Name] = c
 	}
+	require.Equal(t, res.Jobs, byName["one job per Idempotency-Key"].OK, "every job was submitted once")
+	for _, inv := range invariants {
+		require.Greater(t, byName[inv.name].OK, res.Jobs, "%q held over the run's jobs and the schedules' and replans'", inv.name)
+	}
+	require.Contains(t, byName, "resources: no resource ran more attempts at once than its slots")
 	require.Equal(t, res.Jobs, res.States["COMPLETED"]+res.States["FAILED"]+res.States["CANCELLED"])
 	require.Contains(t, Summary([]*Result{res}), "chaos: 1 runs, ")
 
 	sc := res.Schedules
 	require.NotNil(t, sc)
-	require.Zero(t, sc.Failed())
 	require.Equal(t, len(schedulePlans()), sc.Schedules)
 	require.Positive(t, sc.Runs, "the schedules made jobs")
 	require.Positive(t, sc.RacePairs, "two sweeps fired at once")
@@ -66,21 +70,17 @@ func TestShortRun(t *testing.T) {
 	require.Equal(t, 5, h.UnknownClaims)
 	require.Zero(t, h.ForeignLeases)
 	require.Zero(t, h.QueuesCreated)
-	require.GreaterOrEqual(t, h.Queues, 4, "the run's two worker queues and the hostile tenant's two (and the P0 or P2 lanes of those its jobs' priorities made)")
-	require.Equal(t, h.Queues, h.LegitQueues, "every queue is one a job named")
+	require.GreaterOrEqual(t, h.Queues, 2, "the run's two worker queues (and the P0 or P2 lanes its jobs' priorities made)")
 	require.Zero(t, h.PoisonAccepted)
 	require.Equal(t, 2*len(poisonBodies()), h.PoisonSent, "each poison body during the run and once more at the end")
-	require.Equal(t, 10+4, h.Flood)
+	require.Equal(t, 10, h.Flood)
 	require.Equal(t, h.Flood, h.FloodFinished)
-	require.Equal(t, 3, h.Parked)
 
 	rr := res.Resources
 	require.NotNil(t, rr)
-	require.Zero(t, rr.Failed())
 	require.EqualValues(t, len(ResourcePool), rr.Registered)
 	require.Equal(t, 4, rr.Jobs)
 	require.Positive(t, rr.Ran, "attempts ran on a slot")
 	require.Zero(t, rr.Unobserved, "every slot's taking was seen")
-	require.Positive(t, rr.Samples)
 	require.EqualValues(t, 2, res.Faults[KindSlotRace], "two waves")
 }

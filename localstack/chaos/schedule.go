@@ -12,7 +12,6 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/stepflow/stepflow/shared/domain"
-	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/store"
 )
 
@@ -25,19 +24,15 @@ import (
 // more. When the run's jobs are done, each schedule is paused and deleted
 // (over the API, under faults), and the checks hold its jobs against what
 // it counts: one job per tick, every counted run stored and no job beyond
-// them, every run finished with a log that replays, and an overlap-skip
-// schedule never starting a run before the last one ended.
-
-// ScheduleTenant is the tenant whose schedules run beside the run; its
-// jobs are none of the run's (whose checks count every job of Tenant).
+// them, every run completed, and an overlap-skip schedule never starting a
+// run before the last one ended.
 const (
 	ScheduleTenant = "chaos-schedules"
 	ScheduleKey    = "chaos-schedules-key"
+	// ScheduleRaceEvery is how often the racer fires the due schedules
+	// from two sweeps at once.
+	ScheduleRaceEvery = 700 * time.Millisecond
 )
-
-// ScheduleRaceEvery is how often the racer fires the due schedules from
-// two sweeps at once.
-const ScheduleRaceEvery = 700 * time.Millisecond
 
 // schedulePlan is a schedule a run makes.
 type schedulePlan struct {
@@ -59,29 +54,14 @@ func schedulePlans() []schedulePlan {
 	}
 }
 
-// ScheduleResult is what the schedules did in a run, and their checks.
+// ScheduleResult is what the schedules did in a run.
 type ScheduleResult struct {
-	Schedules int
-	Runs      int // jobs the schedules made
-	Skipped   int // ticks they skipped
+	Schedules, Runs, Skipped int
 	// RacePairs counts the racer's rounds (two sweeps firing at once),
 	// RacerFired the ticks its sweeps fired, RacerLost the writes of a
 	// tick that found it fired (or skipped) by the other sweep, RacerErrors
 	// the ticks they left due after a fault.
 	RacePairs, RacerFired, RacerLost, RacerErrors int
-	Checks                                        []*Check
-}
-
-// Failed answers how many schedule checks failed.
-func (s *ScheduleResult) Failed() int {
-	if s == nil {
-		return 0
-	}
-	n := 0
-	for _, c := range s.Checks {
-		n += c.Failed
-	}
-	return n
 }
 
 // scheduler drives the run's schedules.
@@ -91,16 +71,12 @@ type scheduler struct {
 	plans []schedulePlan
 	raw   *store.Schedules // without the fault layer, for the checks
 
-	mu      sync.Mutex
-	made    map[string][]int // every status each create answered
-	replay  map[string][]int // the same create sent again
-	paused  map[string][]int
-	deleted map[string][]int
-	final   map[string]*domain.Schedule // as read once paused
-	res     ScheduleResult
-
-	stopRace context.CancelFunc
-	raceDone chan struct{}
+	mu                            sync.Mutex
+	made, replay, paused, deleted map[string][]int // every status each call answered
+	final                         map[string]*domain.Schedule
+	res                           ScheduleResult
+	stopRace                      context.CancelFunc
+	raceDone                      sync.WaitGroup
 }
 
 func newScheduler(r *run) *scheduler {
@@ -125,48 +101,37 @@ func statuses(as []answer) []int {
 // answer would, and starts the racer.
 func (s *scheduler) start(ctx context.Context, deadline time.Time) {
 	for _, p := range s.plans {
-		made := statuses(s.c.retry(ctx, deadline, http.MethodPost, "/v1/schedules", []byte(p.Body)))
-		again := statuses(s.c.retry(ctx, deadline, http.MethodPost, "/v1/schedules", []byte(p.Body)))
-		s.mu.Lock()
-		s.made[p.ID], s.replay[p.ID] = made, again
-		s.mu.Unlock()
+		s.made[p.ID] = statuses(s.c.retry(ctx, deadline, http.MethodPost, "/v1/schedules", []byte(p.Body)))
+		s.replay[p.ID] = statuses(s.c.retry(ctx, deadline, http.MethodPost, "/v1/schedules", []byte(p.Body)))
 	}
-	raceCtx, stop := context.WithCancel(ctx)
-	s.stopRace, s.raceDone = stop, make(chan struct{})
-	go func() {
-		defer close(s.raceDone)
-		s.race(raceCtx)
-	}()
+	ctx, s.stopRace = context.WithCancel(ctx)
+	s.raceDone.Go(func() {
+		t := time.NewTicker(ScheduleRaceEvery)
+		defer t.Stop()
+		for ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+				s.fireTwice(ctx)
+			}
+		}
+	})
 }
 
-// race fires the due schedules from two sweeps at once, round after round.
-func (s *scheduler) race(ctx context.Context) {
-	t := time.NewTicker(ScheduleRaceEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		var reps [2]engine.ScheduleReport
-		var wg sync.WaitGroup
-		for i := range reps {
-			wg.Go(func() {
-				defer func() { _ = recover() }() // a crash fault: the invocation died; the tick stays due
-				reps[i], _ = s.r.st.Engine.FireSchedules(ctx)
-			})
-		}
-		wg.Wait()
-		s.mu.Lock()
-		s.res.RacePairs++
-		for _, rep := range reps {
-			s.res.RacerFired += rep.Fired
-			s.res.RacerLost += rep.Lost
-			s.res.RacerErrors += rep.Errors
-		}
-		s.mu.Unlock()
+// fireTwice fires the due schedules from two sweeps at once.
+func (s *scheduler) fireTwice(ctx context.Context) {
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			defer func() { _ = recover() }() // a crash fault: the invocation died; the tick stays due
+			rep, _ := s.r.st.Engine.FireSchedules(ctx)
+			s.mu.Lock()
+			s.res.RacerFired, s.res.RacerLost, s.res.RacerErrors = s.res.RacerFired+rep.Fired, s.res.RacerLost+rep.Lost, s.res.RacerErrors+rep.Errors
+			s.mu.Unlock()
+		})
 	}
+	wg.Wait()
+	s.res.RacePairs++
 }
 
 // stop ends the racer, then pauses each schedule (after which no tick
@@ -174,18 +139,14 @@ func (s *scheduler) race(ctx context.Context) {
 func (s *scheduler) stop(ctx context.Context, deadline time.Time) {
 	if s.stopRace != nil {
 		s.stopRace()
-		<-s.raceDone
+		s.raceDone.Wait()
 	}
 	for _, p := range s.plans {
-		paused := statuses(s.c.retry(ctx, deadline, http.MethodPost, "/v1/schedules/"+p.ID+"/pause", nil))
-		final, err := s.raw.Get(ctx, ScheduleTenant, p.ID)
-		deleted := statuses(s.c.retry(ctx, deadline, http.MethodDelete, "/v1/schedules/"+p.ID, nil))
-		s.mu.Lock()
-		s.paused[p.ID], s.deleted[p.ID] = paused, deleted
-		if err == nil {
+		s.paused[p.ID] = statuses(s.c.retry(ctx, deadline, http.MethodPost, "/v1/schedules/"+p.ID+"/pause", nil))
+		if final, err := s.raw.Get(ctx, ScheduleTenant, p.ID); err == nil {
 			s.final[p.ID] = final
 		}
-		s.mu.Unlock()
+		s.deleted[p.ID] = statuses(s.c.retry(ctx, deadline, http.MethodDelete, "/v1/schedules/"+p.ID, nil))
 	}
 }
 
@@ -216,155 +177,91 @@ func lastOK(st []int) int {
 	return st[len(st)-1]
 }
 
-// check holds the schedules' jobs against what each schedule counts, and
-// adds its failures to the run's categories.
-func (s *scheduler) check(ctx context.Context, res *Result) {
-	var (
-		made     = &Check{Name: "every schedule made", Category: Lost}
-		replayed = &Check{Name: "a schedule made again with its body answers it (200)", Category: Duplicated}
-		perTick  = &Check{Name: "one job per schedule tick", Category: Duplicated}
-		counted  = &Check{Name: "every run a schedule counts is stored", Category: Lost}
-		extra    = &Check{Name: "no job beyond the runs its schedule counts", Category: Duplicated}
-		finished = &Check{Name: "every schedule run finished", Category: Lost}
-		replay   = &Check{Name: "schedule runs' events replay to the stored state", Category: Mismatched}
-		overlap  = &Check{Name: "overlap skip: no run made before the last one ended", Category: Mismatched}
-		stopped  = &Check{Name: "pause and delete answered, and the schedule is gone", Category: Mismatched}
-	)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sr := s.res
-	sr.Checks = []*Check{made, replayed, perTick, counted, extra, finished, replay, overlap, stopped}
-	failed := map[Category]map[string]bool{Lost: {}, Duplicated: {}, Mismatched: {}}
-	fail := func(c *Check, key, format string, args ...any) {
-		c.fail(format, args...)
-		failed[c.Category][key] = true
-	}
-
-	// Every job of the tenant, by schedule, oldest tick first.
+// check holds the schedules' jobs to the invariants and to what each
+// schedule counts.
+func (s *scheduler) check(ctx context.Context, l *ledger, res *Result) {
 	byPlan := map[string][]*domain.Job{}
 	ids, err := listTenant(ctx, s.r.raw, ScheduleTenant)
 	if err != nil {
-		fail(counted, "list", "list the schedule tenant's jobs: %v", err)
+		l.judge("every run a schedule counts is stored", Lost, "schedules", "list the schedule tenant's jobs: "+err.Error())
 	}
 	for id := range ids {
-		j, err := s.r.raw.Get(ctx, ScheduleTenant, id)
-		if err != nil {
-			fail(counted, id, "job %s: %v", id, err)
-			continue
+		if j, err := s.r.raw.Get(ctx, ScheduleTenant, id); err == nil {
+			byPlan[j.ScheduleID] = append(byPlan[j.ScheduleID], j)
 		}
-		byPlan[j.ScheduleID] = append(byPlan[j.ScheduleID], j)
 	}
-	planned := map[string]bool{}
 	for _, p := range s.plans {
-		planned[p.ID] = true
-	}
-	for sid, jobs := range byPlan {
-		if !planned[sid] {
-			fail(extra, sid, "%d jobs name schedule %q, which the run never made", len(jobs), sid)
-		}
-	}
-
-	for _, p := range s.plans {
-		sr.Schedules++
-		if st := s.made[p.ID]; !has2xx(st) {
-			fail(made, p.ID, "schedule %s: create answered %v", p.ID, st)
+		key := "schedule " + p.ID
+		s.res.Schedules++
+		if !has2xx(s.made[p.ID]) {
+			l.judge("every schedule made", Lost, key, fmt.Sprintf("create answered %v", s.made[p.ID]))
 			continue
 		}
-		made.pass()
-		if last := lastOK(s.replay[p.ID]); last != http.StatusOK {
-			fail(replayed, p.ID, "schedule %s: the same create again answered %v", p.ID, s.replay[p.ID])
-		} else {
-			replayed.pass()
-		}
-
-		jobs := byPlan[p.ID]
-		sort.Slice(jobs, func(i, k int) bool { return jobs[i].ID < jobs[k].ID })
-		ticks := map[uint64][]string{}
-		for _, j := range jobs {
-			u, err := ulid.ParseStrict(j.ID)
-			if err != nil {
-				fail(perTick, p.ID, "job %s: not a ULID: %v", j.ID, err)
-				continue
-			}
-			ticks[u.Time()] = append(ticks[u.Time()], j.ID)
-			if j.State.Terminal() {
-				finished.pass()
-			} else {
-				fail(finished, p.ID, "schedule %s: job %s is %s; steps %s", p.ID, j.ID, j.State, stepStates(j))
-			}
-			if msg := checkReplay(j); msg != "" {
-				fail(replay, p.ID, "schedule %s: job %s: %s", p.ID, j.ID, msg)
-			} else {
-				replay.pass()
-			}
-		}
-		dup := false
-		for tick, js := range ticks {
-			if len(js) > 1 {
-				dup = true
-				fail(perTick, p.ID, "schedule %s: tick %s made %d jobs: %v", p.ID, time.UnixMilli(int64(tick)).UTC().Format(time.RFC3339Nano), len(js), js)
-			}
-		}
-		if !dup {
-			perTick.pass()
-		}
-
-		final := s.final[p.ID]
-		if final == nil {
-			fail(counted, p.ID, "schedule %s: not read once paused", p.ID)
-			continue
-		}
-		sr.Runs += int(final.Runs)
-		sr.Skipped += int(final.Skipped)
-		stored := map[string]bool{}
-		for _, j := range jobs {
-			stored[j.ID] = true
-		}
-		switch {
-		case int64(len(jobs)) < final.Runs:
-			fail(counted, p.ID, "schedule %s counts %d runs; %d jobs are stored", p.ID, final.Runs, len(jobs))
-		case final.LastJobID != "" && !stored[final.LastJobID]:
-			fail(counted, p.ID, "schedule %s: its last run %s is not stored", p.ID, final.LastJobID)
-		default:
-			counted.pass()
-		}
-		if int64(len(jobs)) > final.Runs {
-			fail(extra, p.ID, "schedule %s counts %d runs; %d jobs are stored", p.ID, final.Runs, len(jobs))
-		} else {
-			extra.pass()
-		}
-		if p.Skip {
-			ok := true
-			for i := 1; i < len(jobs); i++ {
-				prev, next := jobs[i-1], jobs[i]
-				if prev.EndedAt == nil || next.CreatedAt.Before(*prev.EndedAt) {
-					ok = false
-					fail(overlap, p.ID, "schedule %s: job %s made at %s; the run before it, %s, ended %v", p.ID, next.ID,
-						next.CreatedAt.Format(time.RFC3339Nano), prev.ID, prev.EndedAt)
-				}
-			}
-			if ok {
-				overlap.pass()
-			}
-		}
+		l.judge("every schedule made", Lost, key)
+		l.judge("a schedule made again with its body answers it (200)", Duplicated, key,
+			map[bool][]string{false: {fmt.Sprintf("the same create again answered %v", s.replay[p.ID])}}[lastOK(s.replay[p.ID]) == http.StatusOK]...)
+		s.checkRuns(l, p, byPlan[p.ID])
+		delete(byPlan, p.ID)
 		_, err := s.raw.Get(ctx, ScheduleTenant, p.ID)
+		var gone []string
 		switch last := lastOK(s.deleted[p.ID]); {
 		case lastOK(s.paused[p.ID]) != http.StatusOK:
-			fail(stopped, p.ID, "schedule %s: pause answered %v", p.ID, s.paused[p.ID])
+			gone = append(gone, fmt.Sprintf("pause answered %v", s.paused[p.ID]))
 		case last != http.StatusOK && !(last == http.StatusNotFound && len(s.deleted[p.ID]) > 1):
 			// A 404 only after a retry: the first delete was applied and its answer lost.
-			fail(stopped, p.ID, "schedule %s: delete answered %v", p.ID, s.deleted[p.ID])
+			gone = append(gone, fmt.Sprintf("delete answered %v", s.deleted[p.ID]))
 		case !errors.Is(err, domain.ErrNotFound):
-			fail(stopped, p.ID, "schedule %s is still stored after its delete (%v)", p.ID, err)
-		default:
-			stopped.pass()
+			gone = append(gone, fmt.Sprintf("still stored after its delete (%v)", err))
+		}
+		l.judge("pause and delete answered, and the schedule is gone", Mismatched, key, gone...)
+	}
+	for sid, jobs := range byPlan {
+		l.judge("no job beyond the runs its schedule counts", Duplicated, "schedule "+sid, fmt.Sprintf("%d jobs name it, which the run never made", len(jobs)))
+	}
+	res.Schedules = &s.res
+}
+
+// checkRuns holds a schedule's jobs to the invariants and its row (they
+// complete), and to what it counts: one job per tick, every counted run
+// stored and none beyond, overlap skip held.
+func (s *scheduler) checkRuns(l *ledger, p schedulePlan, jobs []*domain.Job) {
+	key := "schedule " + p.ID
+	sort.Slice(jobs, func(i, k int) bool { return jobs[i].ID < jobs[k].ID })
+	ticks, stored, overlaps := map[uint64][]string{}, map[string]bool{}, []string{}
+	for i, j := range jobs {
+		stored[j.ID] = true
+		if u, err := ulid.ParseStrict(j.ID); err == nil {
+			ticks[u.Time()] = append(ticks[u.Time()], j.ID)
+		}
+		l.judgeJob(completes, judged{key: fmt.Sprintf("job %s (%s)", j.ID, p.ID), job: j, done: true})
+		if p.Skip && i > 0 && (jobs[i-1].EndedAt == nil || j.CreatedAt.Before(*jobs[i-1].EndedAt)) {
+			overlaps = append(overlaps, fmt.Sprintf("job %s made at %s; the run before it, %s, ended %v", j.ID, j.CreatedAt.Format(time.RFC3339Nano), jobs[i-1].ID, jobs[i-1].EndedAt))
 		}
 	}
-	s.res = sr
-	res.Schedules = &s.res
-	res.Lost += len(failed[Lost])
-	res.Duplicated += len(failed[Duplicated])
-	res.Mismatched += len(failed[Mismatched])
+	if p.Skip {
+		l.judge("overlap skip: no run made before the last one ended", Mismatched, key, overlaps...)
+	}
+	var twice []string
+	for tick, js := range ticks {
+		if len(js) > 1 {
+			twice = append(twice, fmt.Sprintf("tick %s made %d jobs: %v", time.UnixMilli(int64(tick)).UTC().Format(time.RFC3339Nano), len(js), js))
+		}
+	}
+	l.judge("one job per schedule tick", Duplicated, key, twice...)
+	switch final := s.final[p.ID]; {
+	case final == nil:
+		l.judge("every run a schedule counts is stored", Lost, key, "not read once paused")
+	case int64(len(jobs)) < final.Runs || final.LastJobID != "" && !stored[final.LastJobID]:
+		l.judge("every run a schedule counts is stored", Lost, key, fmt.Sprintf("counts %d runs, the last %s; %d jobs are stored", final.Runs, final.LastJobID, len(jobs)))
+	case int64(len(jobs)) > final.Runs:
+		l.judge("no job beyond the runs its schedule counts", Duplicated, key, fmt.Sprintf("counts %d runs; %d jobs are stored", final.Runs, len(jobs)))
+	default:
+		l.judge("every run a schedule counts is stored", Lost, key)
+	}
+	if final := s.final[p.ID]; final != nil {
+		s.res.Runs += int(final.Runs)
+		s.res.Skipped += int(final.Skipped)
+	}
 }
 
 // brief is the schedules' part of a run's report.

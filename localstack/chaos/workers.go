@@ -46,16 +46,8 @@ type workers struct {
 
 	mu      sync.Mutex
 	late    []lateAnswer
-	retried []retriedOutcome
+	replans map[string][]answer // job -> the answers to its cycle-closing replans
 	notes   []string
-}
-
-// retriedOutcome is an outcome sent again after a 5xx or no answer, then
-// answered 409: the worker cannot tell whether its first send was applied.
-type retriedOutcome struct {
-	Job, Step, Lease, Op string
-	Attempt              int
-	Body                 []byte // the last body sent
 }
 
 type claimAnswer struct {
@@ -160,101 +152,76 @@ func marker(input json.RawMessage) string {
 }
 
 func (w *workers) handle(ctx context.Context, name string, l engine.ClaimedLease) {
-	m := marker(l.Input)
-	if m == WorkerFailFirst {
-		w.planned(ctx, name, l)
-		return
-	}
-	if m == WorkerResource {
+	expires := l.ExpiresAt
+	switch m := marker(l.Input); {
+	case m == WorkerResource:
 		w.resource(ctx, name, l)
+		return
+	case m == WorkerReplan:
+		w.replan(ctx, name, l)
+		return
+	case m == WorkerFailFirst && l.Attempt <= 1:
+		// A redrive job's first attempt fails fatally at once: its step
+		// allows one attempt, so the job fails; a later one completes.
+		w.report(ctx, l, &expires, "fatal", PlannedFatal, name)
+		return
+	case m == WorkerFailFirst:
+		w.report(ctx, l, &expires, "", "", name)
 		return
 	}
 	b := w.behaviour()
-	if m == WorkerAlwaysComplete {
+	if marker(l.Input) == WorkerAlwaysComplete {
 		b.outcome = "complete"
 	}
-	expires := l.ExpiresAt
-	switch {
-	case b.zombie:
-		w.waitUntil(ctx, func() bool { return w.clock.Now().After(expires.Add(b.stall)) })
-	case b.skew != 0:
-		// The worker plans by its own clock: act 300 ms before the lease
-		// runs out, as it reckons. Behind the stack's clock, it acts late.
-		own := func() time.Time { return w.clock.Now().Add(b.skew) }
-		w.waitUntil(ctx, func() bool { return !own().Before(expires.Add(-300 * time.Millisecond)) })
-	default:
-		sleep(ctx, b.work)
-	}
-	if b.heartbeat {
-		a := w.send(ctx, l, "heartbeat", &expires, func(bool) []byte { return []byte(`{}`) })
-		if a.ok() {
-			var hb engine.HeartbeatResult
-			if json.Unmarshal(a.body, &hb) == nil {
-				if hb.CancelRequested || hb.ExpiresAt == nil {
-					return // the job was cancelled: stop working
-				}
-				expires = *hb.ExpiresAt
-			}
-		}
+	// A zombie wakes past its lease; a skewed worker plans by its own
+	// clock, acting 300 ms before the lease runs out as it reckons (behind
+	// the stack's clock, it acts late).
+	wait := func() {
 		switch {
 		case b.zombie:
+			w.waitUntil(ctx, func() bool { return w.clock.Now().After(expires.Add(b.stall)) })
 		case b.skew != 0:
-			own := func() time.Time { return w.clock.Now().Add(b.skew) }
-			w.waitUntil(ctx, func() bool { return !own().Before(expires.Add(-300 * time.Millisecond)) })
+			w.waitUntil(ctx, func() bool { return !w.clock.Now().Add(b.skew).Before(expires.Add(-300 * time.Millisecond)) })
 		default:
 			sleep(ctx, b.work)
 		}
 	}
-	if ctx.Err() != nil {
-		return
-	}
-	op := "complete"
-	if b.outcome != "complete" {
-		op = "fail"
-	}
-	w.send(ctx, l, op, &expires, func(late bool) []byte {
-		var v map[string]any
-		if op == "complete" {
-			out := map[string]any{"worker": name, "attempt": l.Attempt}
-			if late {
-				out[ZombieTag] = true
+	wait()
+	if b.heartbeat {
+		a := w.send(ctx, l, "heartbeat", &expires, func(bool) []byte { return []byte(`{}`) })
+		var hb engine.HeartbeatResult
+		if a.ok() && json.Unmarshal(a.body, &hb) == nil {
+			if hb.CancelRequested || hb.ExpiresAt == nil {
+				return // the job was cancelled: stop working
 			}
-			v = map[string]any{"output": out}
-		} else {
-			msg := fmt.Sprintf("worker %s reports %s", name, b.outcome)
-			if late {
-				msg = "[" + ZombieTag + "] " + msg
-			}
-			v = map[string]any{"class": b.outcome, "message": msg}
+			expires = *hb.ExpiresAt
 		}
-		raw, _ := json.Marshal(v)
-		return raw
-	})
+		if !b.zombie {
+			wait()
+		}
+	}
+	if ctx.Err() == nil && b.outcome == "complete" {
+		w.report(ctx, l, &expires, "", "", name)
+	} else if ctx.Err() == nil {
+		w.report(ctx, l, &expires, b.outcome, fmt.Sprintf("worker %s reports %s", name, b.outcome), name)
+	}
 }
 
-// planned handles a redrive job's lease without a draw: the first attempt
-// fails fatally at once (the job fails: its step allows one attempt), any
-// later one, after the redrive, completes at once.
-func (w *workers) planned(ctx context.Context, name string, l engine.ClaimedLease) {
-	expires := l.ExpiresAt
-	op := "complete"
-	if l.Attempt <= 1 {
-		op = "fail"
-	}
-	w.send(ctx, l, op, &expires, func(late bool) []byte {
-		var v map[string]any
-		if op == "complete" {
+// report completes a lease (class "") or fails it with class and msg; sent
+// late, its output carries the zombie tag, its message starts "[zombie]".
+func (w *workers) report(ctx context.Context, l engine.ClaimedLease, expires *time.Time, class, msg, name string) answer {
+	op := map[bool]string{true: "complete", false: "fail"}[class == ""]
+	return w.send(ctx, l, op, expires, func(late bool) []byte {
+		v := map[string]any{"class": class, "message": msg}
+		if late {
+			v["message"] = "[" + ZombieTag + "] " + msg
+		}
+		if class == "" {
 			out := map[string]any{"worker": name, "attempt": l.Attempt}
 			if late {
 				out[ZombieTag] = true
 			}
 			v = map[string]any{"output": out}
-		} else {
-			msg := PlannedFatal
-			if late {
-				msg = "[" + ZombieTag + "] " + msg
-			}
-			v = map[string]any{"class": "fatal", "message": msg}
 		}
 		raw, _ := json.Marshal(v)
 		return raw
@@ -277,7 +244,6 @@ func (w *workers) waitUntil(ctx context.Context, cond func() bool) {
 func (w *workers) send(ctx context.Context, l engine.ClaimedLease, op string, expires *time.Time, body func(late bool) []byte) answer {
 	wait := 50 * time.Millisecond
 	var a answer
-	retried := false
 	for try := 0; try < 6 && ctx.Err() == nil; try++ {
 		sent := w.clock.Now()
 		late := !sent.Before(*expires)
@@ -296,18 +262,12 @@ func (w *workers) send(ctx context.Context, l engine.ClaimedLease, op string, ex
 			return a
 		case a.status == http.StatusConflict:
 			w.refused.Add(1)
-			if retried && op != "heartbeat" {
-				w.mu.Lock()
-				w.retried = append(w.retried, retriedOutcome{Job: l.JobID, Step: l.StepID, Lease: l.LeaseID, Op: op, Attempt: l.Attempt, Body: b})
-				w.mu.Unlock()
-			}
 			return a
 		case !a.retryable():
 			w.odd.Add(1)
 			w.note("%s of lease %s answered %d: %s", op, l.LeaseID, a.status, a.body)
 			return a
 		}
-		retried = true
 		if op == "heartbeat" {
 			if maybe := w.clock.Now().Add(time.Duration(l.LeaseSeconds) * time.Second); maybe.After(*expires) {
 				*expires = maybe

@@ -157,7 +157,7 @@ var planEnds = map[string]expectation{
 	"approval": {end: gateEnd, lossy: true, facts: racing(gateFacts)},
 	"signal":   {end: ends(domain.JobCompleted), lossy: true, facts: racing(signalFacts)},
 	// Not lossy: its racer redrives it again after a lost lease.
-	"redrive":       {end: ends(domain.JobCompleted), facts: racing(redriveFacts)},
+	"redrive":       {end: redriveEnd, facts: racing(redriveFacts)},
 	"replan-worker": {end: ends(domain.JobCompleted), lossy: true, facts: []func(*domain.Job, *submission) []string{refusedCycle}},
 	"replan-fail":   {end: ends(domain.JobCompleted), lossy: true, facts: []func(*domain.Job, *submission) []string{refusedCycle}},
 	"flood":         {end: ends(domain.JobCompleted), lossy: true, facts: []func(*domain.Job, *submission) []string{floodFacts}},

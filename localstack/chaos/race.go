@@ -345,7 +345,10 @@ func redriveFacts(j *domain.Job, calls []raceCall, rounds int) []string {
 			requeued++
 		}
 	}
-	if requeued == 0 || requeued != failed || requeued != rounds {
+	// Every round its racer may send re-ran it onto a lost lease: the
+	// last failure is not redriven.
+	exhausted := rounds == maxRedriveRounds && failed == requeued+1 && j.State == domain.JobFailed
+	if requeued == 0 || requeued != rounds || requeued != failed && !exhausted {
 		out = append(out, fmt.Sprintf("%d job_failed, %d job_requeued, %d redrive rounds: want one requeue per failure and round, at least one", failed, requeued, rounds))
 	}
 	if work, _, err := j.Step("work"); err == nil {
@@ -368,4 +371,15 @@ func redriveFacts(j *domain.Job, calls []raceCall, rounds int) []string {
 		}
 	}
 	return out
+}
+
+// redriveEnd: a redrive job completes, unless each of the rounds its
+// racer may send re-ran it onto a lost lease.
+func redriveEnd(j *domain.Job) domain.JobState {
+	if work, _, err := j.Step("work"); err == nil && j.State == domain.JobFailed && len(work.Attempts) > maxRedriveRounds {
+		if last := work.Attempts[len(work.Attempts)-1]; last.State == domain.AttemptTimeout {
+			return domain.JobFailed
+		}
+	}
+	return domain.JobCompleted
 }

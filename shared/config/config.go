@@ -318,6 +318,7 @@ func ClientsFrom(cfg aws.Config, apiOptions ...func(*middleware.Stack) error) Cl
 // Engine wires an engine over the clients.
 func Engine(s Settings, c Clients, log *slog.Logger) *engine.Engine {
 	st := store.New(c.DynamoDB, s.Table)
+	st.Log = log
 	q := queue.New(c.SQS, queue.Config{
 		ReadyURLs: [domain.MaxPriority + 1]string(s.ReadyQueues), DLQARN: s.DLQARN, WorkerQueuePrefix: s.WorkerQueuePrefix,
 		MaxWorkerQueues: s.MaxWorkerQueues, TimerARN: s.TimerStateMachine, TimerThreshold: s.TimerThreshold,

@@ -28,9 +28,6 @@ var updateGolden = flag.Bool("update-golden", false, "write the golden items of 
 
 const goldenRoot = "testdata/jobs"
 
-// goldenWriteVersion is the document version this build writes.
-const goldenWriteVersion = 1
-
 var goldenT0 = time.Date(2026, 11, 20, 9, 0, 0, 0, time.UTC)
 
 // goldenJobs build a representative set of jobs through the domain, at
@@ -285,7 +282,7 @@ func TestWriteGoldenItems(t *testing.T) {
 	if !*updateGolden {
 		t.Skip("run with -update-golden to write the golden items of this build's document version")
 	}
-	dir := goldenDir(goldenWriteVersion)
+	dir := goldenDir(documentVersion)
 	require.NoError(t, os.MkdirAll(dir, 0o755))
 	for name, build := range goldenJobs {
 		j, err := build()

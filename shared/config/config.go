@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/url"
 	"os"
 	"regexp"
@@ -131,58 +132,13 @@ func FromEnv(getenv func(string) string) (Settings, error) {
 			return s, fmt.Errorf("environment variable %s is not set", name)
 		}
 	}
-	secs, err := strconv.Atoi(getenv("STEPFLOW_LEASE_SECONDS"))
-	if err != nil || secs < 1 {
-		return s, fmt.Errorf("environment variable STEPFLOW_LEASE_SECONDS must be a positive number of seconds")
-	}
-	s.Lease = time.Duration(secs) * time.Second
 	s.P0Tenants = getenv("STEPFLOW_P0_TENANTS")
-	if v := getenv("STEPFLOW_MAX_WORKER_QUEUES"); v != "" {
-		if s.MaxWorkerQueues, err = strconv.Atoi(v); err != nil || s.MaxWorkerQueues < 1 {
-			return s, fmt.Errorf("environment variable STEPFLOW_MAX_WORKER_QUEUES must be a positive number")
-		}
-	}
-	if v := getenv("STEPFLOW_WORKER_QUEUE_IDLE_SECONDS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return s, fmt.Errorf("environment variable STEPFLOW_WORKER_QUEUE_IDLE_SECONDS must be a positive number of seconds")
-		}
-		s.WorkerQueueIdle = time.Duration(n) * time.Second
-	}
-	if v := getenv("STEPFLOW_MAX_LONG_POLLS"); v != "" {
-		if s.MaxLongPolls, err = strconv.Atoi(v); err != nil || s.MaxLongPolls < 1 || s.MaxLongPolls > 10000 {
-			return s, fmt.Errorf("environment variable STEPFLOW_MAX_LONG_POLLS must be a number from 1 to 10000")
-		}
-	}
 	s.TimerStateMachine = getenv("STEPFLOW_TIMER_STATE_MACHINE")
 	s.TimerThreshold = queue.MaxDelay
-	if v := getenv("STEPFLOW_TIMER_THRESHOLD"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > int(queue.MaxDelay/time.Second) {
-			return s, fmt.Errorf("environment variable STEPFLOW_TIMER_THRESHOLD must be a number of seconds from 1 to %d", int(queue.MaxDelay/time.Second))
-		}
-		s.TimerThreshold = time.Duration(n) * time.Second
-	}
 	s.ResourceWait = domain.DefaultResourceWait
-	if v := getenv("STEPFLOW_RESOURCE_WAIT_SECONDS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > domain.MaxWaitSeconds {
-			return s, fmt.Errorf("environment variable STEPFLOW_RESOURCE_WAIT_SECONDS must be a number of seconds from 1 to %d", domain.MaxWaitSeconds)
-		}
-		s.ResourceWait = time.Duration(n) * time.Second
-	}
-	for name, dst := range map[string]*int{
-		"STEPFLOW_RETENTION_COMPLETED_DAYS": &s.Retention.CompletedDays,
-		"STEPFLOW_RETENTION_FAILED_DAYS":    &s.Retention.FailedDays,
-		"STEPFLOW_RETENTION_CANCELLED_DAYS": &s.Retention.CancelledDays,
-	} {
-		if v := getenv(name); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > 3650 {
-				return s, fmt.Errorf("environment variable %s must be a number of days from 1 to 3650", name)
-			}
-			*dst = n
-		}
+	s.InlineLimit = domain.DefaultInlineLimit
+	if err := readNumbers(getenv, &s, numberVars); err != nil {
+		return s, err
 	}
 	s.DataBucket = getenv("STEPFLOW_DATA_BUCKET")
 	s.EventBus = getenv("STEPFLOW_EVENT_BUS")
@@ -193,15 +149,13 @@ func FromEnv(getenv func(string) string) (Settings, error) {
 	default:
 		return s, fmt.Errorf("environment variable STEPFLOW_JOB_STATE_EVENTS must be Enabled or Disabled, not %q", v)
 	}
-	s.InlineLimit = domain.DefaultInlineLimit
-	if v := getenv("STEPFLOW_INLINE_LIMIT"); v != "" {
-		if s.InlineLimit, err = strconv.Atoi(v); err != nil || s.InlineLimit < 1 || s.InlineLimit > domain.MaxInlineJobBytes/2 {
-			return s, fmt.Errorf("environment variable STEPFLOW_INLINE_LIMIT must be a number of bytes from 1 to %d", domain.MaxInlineJobBytes/2)
-		}
+	if err := readNumbers(getenv, &s, numberVarsAfterEvents); err != nil {
+		return s, err
 	}
 	if _, err := netguard.ParseAllow(s.HTTPAllow); err != nil {
 		return s, fmt.Errorf("environment variable %s: %w", netguard.EnvAllow, err)
 	}
+	var err error
 	if s.Health, err = healthFromEnv(getenv); err != nil {
 		return s, err
 	}
@@ -217,6 +171,65 @@ func FromEnv(getenv func(string) string) (Settings, error) {
 		}
 	}
 	return s, nil
+}
+
+// numberVar is a whole-number variable: its bounds, what the error says it
+// must be, and where its value goes. An optional one left unset keeps the
+// default FromEnv set.
+type numberVar struct {
+	name     string
+	required bool
+	lo, hi   int
+	must     string
+	set      func(s *Settings, n int)
+}
+
+func seconds(n int) time.Duration { return time.Duration(n) * time.Second }
+
+// numberVars are read in this order, so the first bad one is the one named.
+var numberVars = []numberVar{
+	{"STEPFLOW_LEASE_SECONDS", true, 1, math.MaxInt, "a positive number of seconds",
+		func(s *Settings, n int) { s.Lease = seconds(n) }},
+	{"STEPFLOW_MAX_WORKER_QUEUES", false, 1, math.MaxInt, "a positive number",
+		func(s *Settings, n int) { s.MaxWorkerQueues = n }},
+	{"STEPFLOW_WORKER_QUEUE_IDLE_SECONDS", false, 1, math.MaxInt, "a positive number of seconds",
+		func(s *Settings, n int) { s.WorkerQueueIdle = seconds(n) }},
+	{"STEPFLOW_MAX_LONG_POLLS", false, 1, 10000, "a number from 1 to 10000",
+		func(s *Settings, n int) { s.MaxLongPolls = n }},
+	{"STEPFLOW_TIMER_THRESHOLD", false, 1, int(queue.MaxDelay / time.Second), fmt.Sprintf("a number of seconds from 1 to %d", int(queue.MaxDelay/time.Second)),
+		func(s *Settings, n int) { s.TimerThreshold = seconds(n) }},
+	{"STEPFLOW_RESOURCE_WAIT_SECONDS", false, 1, domain.MaxWaitSeconds, fmt.Sprintf("a number of seconds from 1 to %d", domain.MaxWaitSeconds),
+		func(s *Settings, n int) { s.ResourceWait = seconds(n) }},
+	{"STEPFLOW_RETENTION_COMPLETED_DAYS", false, 1, 3650, "a number of days from 1 to 3650",
+		func(s *Settings, n int) { s.Retention.CompletedDays = n }},
+	{"STEPFLOW_RETENTION_FAILED_DAYS", false, 1, 3650, "a number of days from 1 to 3650",
+		func(s *Settings, n int) { s.Retention.FailedDays = n }},
+	{"STEPFLOW_RETENTION_CANCELLED_DAYS", false, 1, 3650, "a number of days from 1 to 3650",
+		func(s *Settings, n int) { s.Retention.CancelledDays = n }},
+}
+
+// numberVarsAfterEvents are checked after STEPFLOW_JOB_STATE_EVENTS, as
+// they always were.
+var numberVarsAfterEvents = []numberVar{
+	{"STEPFLOW_INLINE_LIMIT", false, 1, domain.MaxInlineJobBytes / 2, fmt.Sprintf("a number of bytes from 1 to %d", domain.MaxInlineJobBytes/2),
+		func(s *Settings, n int) { s.InlineLimit = n }},
+}
+
+// readNumbers reads vars into s, answering the first that is out of bounds
+// or not a number.
+func readNumbers(getenv func(string) string, s *Settings, vars []numberVar) error {
+	for _, v := range vars {
+		raw := getenv(v.name)
+		if raw == "" && !v.required {
+			continue
+		}
+		n, err := strconv.Atoi(raw)
+		if err != nil || n < v.lo || n > v.hi {
+			return fmt.Errorf("environment variable %s must be %s", v.name, v.must)
+		}
+		v.set(s, n)
+	}
+	return nil
 }
 
 // accountPattern is an AWS account id.
@@ -305,6 +318,7 @@ func ClientsFrom(cfg aws.Config, apiOptions ...func(*middleware.Stack) error) Cl
 // Engine wires an engine over the clients.
 func Engine(s Settings, c Clients, log *slog.Logger) *engine.Engine {
 	st := store.New(c.DynamoDB, s.Table)
+	st.Log = log
 	q := queue.New(c.SQS, queue.Config{
 		ReadyURLs: [domain.MaxPriority + 1]string(s.ReadyQueues), DLQARN: s.DLQARN, WorkerQueuePrefix: s.WorkerQueuePrefix,
 		MaxWorkerQueues: s.MaxWorkerQueues, TimerARN: s.TimerStateMachine, TimerThreshold: s.TimerThreshold,

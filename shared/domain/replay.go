@@ -26,7 +26,7 @@ func Replay(events []Event) (Replayed, error) {
 			if !seen {
 				from = StepPending
 			}
-			to := ParseStepState(strings.ToUpper(st))
+			to := StepState(strings.ToUpper(st))
 			if !stepMoveAllowed(from, to) {
 				return r, fmt.Errorf("event %d: step %s cannot go from %s to %s", ev.Seq, ev.Step, from, to)
 			}

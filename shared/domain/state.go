@@ -46,23 +46,6 @@ func (s StepState) Terminal() bool {
 	return s == StepSucceeded || s == StepFailed || s == StepCancelled
 }
 
-// ParseStepState reads a step state as stored. CANCELED, the spelling of
-// CANCELLED in items and logs written before one spelling was kept across
-// job, step and attempt, reads as CANCELLED, so older jobs still load and
-// replay.
-func ParseStepState(s string) StepState {
-	if s == "CANCELED" {
-		return StepCancelled
-	}
-	return StepState(s)
-}
-
-// UnmarshalText reads a step state through ParseStepState.
-func (s *StepState) UnmarshalText(b []byte) error {
-	*s = ParseStepState(string(b))
-	return nil
-}
-
 // EventType is the event a step transition into s appends: step_<state>.
 func (s StepState) EventType() string { return "step_" + strings.ToLower(string(s)) }
 

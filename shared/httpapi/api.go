@@ -682,45 +682,13 @@ func queryInt(q map[string]string, name string, lo, hi int) (int, error) {
 }
 
 func (a *API) list(ctx context.Context, tenant string, r *request) (int, any, error) {
-	q := r.ev.QueryStringParameters
-	f := engine.ListFilter{Limit: 50, Queue: q["queue"], Cursor: q["cursor"], Schedule: q["schedule"]}
-	if f.Schedule != "" && !domain.ValidScheduleID(f.Schedule) {
-		return 0, nil, domain.Invalid("schedule", "%.70q is not a schedule id", f.Schedule)
+	f, view, keep, err := listFilter(r.ev.QueryStringParameters)
+	if errors.Is(err, errNoJobCanMatch) {
+		return http.StatusOK, map[string]any{"jobs": []any{}, "next_cursor": ""}, nil
 	}
-	view, err := views.ParseView(q["view"])
 	if err != nil {
 		return 0, nil, err
 	}
-	var keep func(*domain.Job) bool
-	if s := q["state"]; s != "" && view != views.Canonical {
-		vf, err := views.StateFilter(view, s)
-		if err != nil {
-			return 0, nil, err
-		}
-		if len(vf.States) == 0 {
-			// A word no stored job is ever in (a task's inbox): nothing to read.
-			return http.StatusOK, map[string]any{"jobs": []any{}, "next_cursor": ""}, nil
-		}
-		f.States, keep = vf.States, vf.Keep
-	} else if s != "" {
-		st := domain.JobState(strings.ToUpper(s))
-		valid := false
-		for _, x := range domain.AllJobStates() {
-			valid = valid || x == st
-		}
-		if !valid {
-			return 0, nil, domain.Invalid("state", "%q is not a job state", s)
-		}
-		f.State = st
-	}
-	if l := q["limit"]; l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > 100 {
-			return 0, nil, domain.Invalid("limit", "must be a whole number from 1 to 100")
-		}
-		f.Limit = int32(n)
-	}
-	f.Jobs = view != views.Canonical
 	jobs, next, err := a.Engine.List(ctx, tenant, f)
 	if err != nil {
 		return 0, nil, err
@@ -731,8 +699,61 @@ func (a *API) list(ctx context.Context, tenant string, r *request) (int, any, er
 	if view == views.Canonical {
 		return http.StatusOK, map[string]any{"jobs": jobs, "next_cursor": next}, nil
 	}
-	// keep may drop jobs of the page: it is shorter, and next still
-	// resumes right after the last job the store read, so none is skipped.
+	items, err := summaries(view, jobs, keep)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, map[string]any{"jobs": items, "next_cursor": next}, nil
+}
+
+// errNoJobCanMatch: the listing's state filter names a word no stored job
+// is ever in (a task's inbox), so there is nothing to read.
+var errNoJobCanMatch = errors.New("no stored job can match the filter")
+
+// listFilter reads GET /v1/jobs's query: the store's filter, the view, and
+// for a view's state word the check each job of the page must pass (nil:
+// all pass).
+func listFilter(q map[string]string) (engine.ListFilter, string, func(*domain.Job) bool, error) {
+	f := engine.ListFilter{Limit: 50, Queue: q["queue"], Cursor: q["cursor"], Schedule: q["schedule"]}
+	if f.Schedule != "" && !domain.ValidScheduleID(f.Schedule) {
+		return f, "", nil, domain.Invalid("schedule", "%.70q is not a schedule id", f.Schedule)
+	}
+	view, err := views.ParseView(q["view"])
+	if err != nil {
+		return f, view, nil, err
+	}
+	var keep func(*domain.Job) bool
+	if s := q["state"]; s != "" && view != views.Canonical {
+		vf, err := views.StateFilter(view, s)
+		if err != nil {
+			return f, view, nil, err
+		}
+		if len(vf.States) == 0 {
+			return f, view, nil, errNoJobCanMatch
+		}
+		f.States, keep = vf.States, vf.Keep
+	} else if s != "" {
+		st := domain.JobState(strings.ToUpper(s))
+		if !slices.Contains(domain.AllJobStates(), st) {
+			return f, view, nil, domain.Invalid("state", "%q is not a job state", s)
+		}
+		f.State = st
+	}
+	if l := q["limit"]; l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 100 {
+			return f, view, nil, domain.Invalid("limit", "must be a whole number from 1 to 100")
+		}
+		f.Limit = int32(n)
+	}
+	f.Jobs = view != views.Canonical
+	return f, view, keep, nil
+}
+
+// summaries renders a page of jobs in view. keep may drop jobs of the
+// page: it is shorter, and the cursor still resumes right after the last
+// job the store read, so none is skipped.
+func summaries(view string, jobs []engine.JobSummary, keep func(*domain.Job) bool) ([]any, error) {
 	items := []any{}
 	for _, js := range jobs {
 		j := js.Job
@@ -744,11 +765,11 @@ func (a *API) list(ctx context.Context, tenant string, r *request) (int, any, er
 		}
 		item, err := views.Summarize(view, j)
 		if err != nil {
-			return 0, nil, err
+			return nil, err
 		}
 		items = append(items, item)
 	}
-	return http.StatusOK, map[string]any{"jobs": items, "next_cursor": next}, nil
+	return items, nil
 }
 
 func (a *API) cancel(ctx context.Context, tenant string, r *request) (int, any, error) {

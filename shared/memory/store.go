@@ -121,7 +121,7 @@ func (s *Store) encode(j *domain.Job) (*record, error) {
 func (r *record) size(tenant, id string, limit int) int {
 	attrs := len("pk") + len("J#") + len(tenant) + len("#0") + len("sk") + len(id) +
 		len("state") + len(r.state) + len("version") + len(strconv.FormatInt(r.version, 10)) +
-		len("queue") + len(r.queue) + len("doc")
+		len("queue") + len(r.queue) + len("doc") + len("dv") + 1 // dv: the document's version
 	if r.due != "" {
 		attrs += len("gsi2pk") + len("D#0") + len("gsi2sk") + len(r.due)
 	}

@@ -28,11 +28,11 @@ import (
 	"compress/flate"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -73,6 +73,9 @@ const (
 type Store struct {
 	db    API
 	table string
+	// Log hears of job documents read leniently (decodeJob); nil is
+	// slog.Default().
+	Log *slog.Logger
 }
 
 // New answers a store over table.
@@ -109,7 +112,7 @@ func dueShard(id string) string { return fmt.Sprintf("D#%d", shardOf(id, DueShar
 // document. Write units are billed per KB, and a job's JSON compresses
 // several times over, so most jobs stay one unit per write.
 func item(j *domain.Job) (map[string]ddb.AttributeValue, error) {
-	doc, err := json.Marshal(j)
+	doc, err := encodeDocument(j)
 	if err != nil {
 		return nil, fmt.Errorf("encode job %s: %w", j.ID, err)
 	}
@@ -122,6 +125,7 @@ func item(j *domain.Job) (map[string]ddb.AttributeValue, error) {
 	it["version"] = &ddb.AttributeValueMemberN{Value: strconv.FormatInt(j.Version, 10)}
 	it["queue"] = &ddb.AttributeValueMemberS{Value: j.Queue}
 	it["doc"] = &ddb.AttributeValueMemberB{Value: z}
+	it[docVersionAttr] = &ddb.AttributeValueMemberN{Value: strconv.Itoa(documentVersion)}
 	if j.DueAt != nil {
 		it["gsi2pk"] = &ddb.AttributeValueMemberS{Value: dueShard(j.ID)}
 		it["gsi2sk"] = &ddb.AttributeValueMemberS{Value: j.DueAt.UTC().Format(dueLayout)}
@@ -135,7 +139,12 @@ func item(j *domain.Job) (map[string]ddb.AttributeValue, error) {
 	return it, nil
 }
 
-func decodeJob(it map[string]ddb.AttributeValue) (*domain.Job, error) {
+// decodeJob reads a job's item. A document of a newer build, or one with
+// a field this build does not store, is read as far as this build knows
+// it (as the domain's JSON always read one) and logged: failing it would
+// quarantine every job a newer build wrote, on a rollback. The golden
+// items' test reads strictly, so no build writes a field it cannot read.
+func (s *Store) decodeJob(it map[string]ddb.AttributeValue) (*domain.Job, error) {
 	doc, ok := it["doc"].(*ddb.AttributeValueMemberB)
 	if !ok {
 		return nil, errors.New("decode job: item has no doc")
@@ -144,11 +153,31 @@ func decodeJob(it map[string]ddb.AttributeValue) (*domain.Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decode job: inflate: %w", err)
 	}
-	var j domain.Job
-	if err := json.Unmarshal(raw, &j); err != nil {
+	v, err := documentVersionOf(it)
+	if err != nil {
 		return nil, fmt.Errorf("decode job: %w", err)
 	}
-	return &j, nil
+	j, strictErr := decodeDocument(raw, v, true)
+	if strictErr == nil {
+		return j, nil
+	}
+	if !errors.Is(strictErr, errUnknownField) && v <= documentVersion {
+		return nil, fmt.Errorf("decode job: %w", strictErr)
+	}
+	j, err = decodeDocument(raw, v, false)
+	if err != nil {
+		return nil, fmt.Errorf("decode job: %w", err)
+	}
+	s.log().Warn("job read without what this build does not store; a write of it drops that",
+		"tenant", j.Tenant, "job", j.ID, "document_version", v, "err", strictErr)
+	return j, nil
+}
+
+func (s *Store) log() *slog.Logger {
+	if s.Log != nil {
+		return s.Log
+	}
+	return slog.Default()
 }
 
 // deflate compresses a stored document (a job's, a schedule's).
@@ -302,7 +331,7 @@ func (s *Store) Get(ctx context.Context, tenant, id string) (*domain.Job, error)
 	if out.Item == nil {
 		return nil, fmt.Errorf("job %s: %w", id, domain.ErrNotFound)
 	}
-	j, err := decodeJob(out.Item)
+	j, err := s.decodeJob(out.Item)
 	if err != nil {
 		return nil, fmt.Errorf("job %s: %w (%v)", id, domain.ErrUnreadable, err)
 	}

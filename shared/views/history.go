@@ -44,15 +44,14 @@ type runPoint struct {
 	state domain.AttemptState
 }
 
-// stepStateOf reads the step state a step_<state> event names. Logs
-// written before the spelling was made one (step_canceled) read as
-// CANCELLED.
+// stepStateOf reads the step state a step_<state> event names (the store
+// reads older spellings as today's).
 func stepStateOf(typ string) (domain.StepState, bool) {
 	st, ok := strings.CutPrefix(typ, "step_")
 	if !ok {
 		return "", false
 	}
-	return domain.ParseStepState(strings.ToUpper(st)), true
+	return domain.StepState(strings.ToUpper(st)), true
 }
 
 func running(s domain.StepState) bool { return s == domain.StepLeased || s == domain.StepRunning }

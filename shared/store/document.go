@@ -403,18 +403,29 @@ func stepSpecDocOf(s domain.StepSpec) stepSpecDoc {
 }
 
 func (d stepSpecDoc) spec() domain.StepSpec {
-	a := d.Action
 	return domain.StepSpec{
-		ID: d.ID,
-		Action: domain.ActionSpec{Type: a.Type, Seconds: a.Seconds, Class: a.Class, Message: a.Message, Prompt: a.Prompt,
-			Steps: mapSlice(a.Steps, stepSpecDoc.spec), URL: a.URL, Queue: a.Queue, LeaseSeconds: a.LeaseSeconds,
-			Signal: a.Signal, Function: a.Function, Qualifier: a.Qualifier, TimeoutSeconds: a.TimeoutSeconds},
+		ID:        d.ID,
+		Action:    d.Action.spec(),
 		DependsOn: d.DependsOn, Retry: mapPtr(d.Retry, retryDoc.policy), TimeoutSeconds: d.TimeoutSeconds,
 		Requires: mapPtr(d.Requires, func(r requirementsDoc) domain.Requirements {
 			return domain.Requirements{Capabilities: r.Capabilities, Labels: r.Labels}
 		}),
 		ResourceWaitSeconds: d.ResourceWaitSeconds,
 	}
+}
+
+// spec is the action's parameters, each in the part of ActionSpec its
+// action type owns.
+func (a actionDoc) spec() domain.ActionSpec {
+	x := domain.ActionSpec{Type: a.Type}
+	x.Seconds = a.Seconds
+	x.Class, x.Message, x.Prompt, x.Steps = a.Class, a.Message, a.Prompt, mapSlice(a.Steps, stepSpecDoc.spec)
+	x.URL = a.URL
+	x.Queue, x.LeaseSeconds = a.Queue, a.LeaseSeconds
+	x.Signal = a.Signal
+	x.Function, x.Qualifier = a.Function, a.Qualifier
+	x.TimeoutSeconds = a.TimeoutSeconds
+	return x
 }
 
 func retryDocOf(p domain.RetryPolicy) retryDoc {

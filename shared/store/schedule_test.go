@@ -100,9 +100,8 @@ func TestFiringSchedulesCostsWhatIsDueNotWhatIsStored(t *testing.T) {
 	calls := &counter{n: map[string]int{}}
 	db := b.client(awsfault.Around("DynamoDB", "", calls.count))
 	clock := memory.NewClock(b.now)
-	e := engine.New(store.New(db, b.table), memory.NewQueue(clock.Now), nil, time.Hour, nil)
-	e.Now = clock.Now
-	e.Schedules = store.NewSchedules(db, b.table)
+	e := engine.New(engine.Config{Store: store.New(db, b.table), Queue: memory.NewQueue(clock.Now), BuiltinLease: time.Hour,
+		Now: clock.Now, Schedules: store.NewSchedules(db, b.table)})
 	for _, id := range []string{"h1", "h2", "h3", "h4", "h5", "h6", "h7", "h8"} {
 		_, _, err := e.CreateSchedule(ctx, tenantA, []byte(`{"id":"`+id+`","every":"1h","job":{"steps":[{"id":"a","action":{"type":"pass"}}]}}`))
 		require.NoError(t, err)

@@ -226,7 +226,9 @@ func TestAFailedPublishLeavesTheChangeStanding(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var logged bytes.Buffer
-	b.e.Configure(func(c *engine.Config) { c.Log = slog.New(slog.NewJSONHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn})) })
+	b.e.Configure(func(c *engine.Config) {
+		c.Log = slog.New(slog.NewJSONHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
 	bus := &failingBus{}
 	b.e.Configure(func(c *engine.Config) { c.Publisher = bus })
 	j := b.submit(t, tenantA, `{"steps":[{"id":"hello","action":{"type":"pass"}}]}`)

@@ -126,6 +126,8 @@ type Stack struct {
 	Name      string
 	Resources *bootstrap.Stack
 	Engine    *engine.Engine
+	Store     *store.Store       // the stack's table, for tests that set a job up by hand
+	Blobs     engine.Blobs       // the stack's data bucket
 	API       *httpapi.API       // every route in one handler, for tests that call it directly; the runner serves each function's own
 	Emulator  *emulator.Emulator // the serialising proxy, and the moto it started when EndpointURL was empty
 	DynamoDB  *dynamodb.Client
@@ -295,14 +297,14 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		return nil, fmt.Errorf("stack %s: %w", o.StackName, err)
 	}
 	// The engine's clients are its own, with the options' middleware.
-	s.Engine = config.Engine(settings, config.ClientsFrom(cfg, o.APIOptions...), o.Log)
-	if o.Now != nil {
-		s.Engine.Now = o.Now
-	}
+	ec := config.EngineConfig(settings, config.ClientsFrom(cfg, o.APIOptions...), o.Log)
+	ec.Now = o.Now // nil: the wall clock
 	if o.MetricsOutput != nil {
-		s.Engine.Metrics = metrics.NewEMF(o.MetricsOutput, settings.MetricsNamespace)
+		ec.Metrics = metrics.NewEMF(o.MetricsOutput, settings.MetricsNamespace)
 	}
+	s.Engine, s.Blobs = engine.New(ec), ec.Blobs
 	st := store.New(s.DynamoDB, settings.Table)
+	s.Store = st
 	for key, tenant := range o.APIKeys {
 		if err := st.PutAPIKey(ctx, tenant, key); err != nil {
 			ln.Close()

@@ -274,12 +274,12 @@ func TestBuiltinStepOfADeadExecutorIsReclaimedAfterItsOwnBound(t *testing.T) {
 	require.Len(t, msgs, 1)
 	var m engine.Message
 	require.NoError(t, json.Unmarshal([]byte(aws.ToString(msgs[0].Body)), &m))
-	dead, err := h.Engine.Store.Get(ctx, tenantA, j.ID)
+	dead, err := h.Store.Get(ctx, tenantA, j.ID)
 	require.NoError(t, err)
 	n := len(dead.Events)
 	lease, err := dead.Lease("s", domain.LeaseRequest{Nonce: "dead", Duration: 20*time.Second + engine.LeaseMargin}, h.Clock.Now())
 	require.NoError(t, err)
-	require.NoError(t, h.Engine.Store.Save(ctx, dead, n))
+	require.NoError(t, h.Store.Save(ctx, dead, n))
 
 	// Not before the lease ends...
 	h.Clock.Advance(20*time.Second + engine.LeaseMargin - time.Second)
@@ -293,12 +293,12 @@ func TestBuiltinStepOfADeadExecutorIsReclaimedAfterItsOwnBound(t *testing.T) {
 	fresh := recv(5)
 	require.Len(t, fresh, 1)
 	require.NotEqual(t, aws.ToString(msgs[0].MessageId), aws.ToString(fresh[0].MessageId))
-	resp, err := handlers.Execute(h.Engine, h.ReadyTokens(), h.Engine.Log)(ctx, events.SQSEvent{Records: []events.SQSMessage{{
+	resp, err := handlers.Execute(h.Engine, h.ReadyTokens(), h.Engine.Log())(ctx, events.SQSEvent{Records: []events.SQSMessage{{
 		MessageId: aws.ToString(fresh[0].MessageId), ReceiptHandle: aws.ToString(fresh[0].ReceiptHandle), Body: aws.ToString(fresh[0].Body),
 	}}})
 	require.NoError(t, err)
 	require.Empty(t, resp.BatchItemFailures)
-	done, err := h.Engine.Store.Get(ctx, tenantA, j.ID)
+	done, err := h.Store.Get(ctx, tenantA, j.ID)
 	require.NoError(t, err)
 	require.Equal(t, domain.JobCompleted, done.State)
 	require.Equal(t, []domain.AttemptState{domain.AttemptTimeout, domain.AttemptSucceeded},

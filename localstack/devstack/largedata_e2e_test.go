@@ -151,12 +151,12 @@ func TestThreeWorkerOutputsOf900KBComplete(t *testing.T) {
 	// Retention: as the job expires (30 days after it completed), the
 	// sweep deletes its objects in S3; the item itself goes by TTL later.
 	key := got.Steps[0].OutputRef.Key
-	_, err := h.Engine.Blobs.Get(context.Background(), key)
+	_, err := h.Blobs.Get(context.Background(), key)
 	require.NoError(t, err)
 	h.Clock.Advance(30*24*time.Hour + time.Minute)
 	require.GreaterOrEqual(t, h.Sweep(t).DataDeleted, 1)
 	for _, s := range got.Steps {
-		_, err := h.Engine.Blobs.Get(context.Background(), s.OutputRef.Key)
+		_, err := h.Blobs.Get(context.Background(), s.OutputRef.Key)
 		require.ErrorIs(t, err, domain.ErrNotFound, "%s is deleted from S3", s.OutputRef.Key)
 	}
 	res, _ = getOutput(t, h, keyA, j.ID, "s1")

@@ -152,14 +152,16 @@ func New(t testing.TB, opts ...Option) *Env {
 	// The functions live where the local stack's do, so a step naming one
 	// by an ARN names that account and region.
 	home := actions.LambdaHome{Partition: "aws", Region: "us-east-1", Account: "123456789012"}
-	eng := engine.New(store, queue, &actions.Runner{Guard: guard, Lambda: fns, LambdaHome: home}, memory.DefaultReadyVisibility, log)
-	eng.Now = clock.Now
+	schedules := memory.NewSchedules(store)
+	eng := engine.New(engine.Config{
+		Store: store, Queue: queue, Runner: &actions.Runner{Guard: guard, Lambda: fns, LambdaHome: home},
+		BuiltinLease: memory.DefaultReadyVisibility, Log: log, Now: clock.Now, Schedules: schedules,
+	})
 	eng.SeedJitter(cfg.seed)
 	env := &Env{
 		t: t, ctx: t.Context(), cfg: cfg, clock: clock, store: store, queue: queue,
-		schedules: memory.NewSchedules(store), engine: eng, functions: fns, handlers: map[string]Handler{},
+		schedules: schedules, engine: eng, functions: fns, handlers: map[string]Handler{},
 	}
-	eng.Schedules = env.schedules
 	t.Cleanup(env.checkReplay)
 	return env
 }

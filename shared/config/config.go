@@ -317,6 +317,12 @@ func ClientsFrom(cfg aws.Config, apiOptions ...func(*middleware.Stack) error) Cl
 
 // Engine wires an engine over the clients.
 func Engine(s Settings, c Clients, log *slog.Logger) *engine.Engine {
+	return engine.New(EngineConfig(s, c, log))
+}
+
+// EngineConfig is the engine's configuration from the settings, over the
+// clients.
+func EngineConfig(s Settings, c Clients, log *slog.Logger) engine.Config {
 	st := store.New(c.DynamoDB, s.Table)
 	st.Log = log
 	q := queue.New(c.SQS, queue.Config{
@@ -340,23 +346,19 @@ func Engine(s Settings, c Clients, log *slog.Logger) *engine.Engine {
 			runner.Lambda = lambda.New(c.Lambda.Options(), func(o *lambda.Options) { o.BaseEndpoint = aws.String(s.LambdaEndpoint) })
 		}
 	}
-	e := engine.New(st, q, runner, s.Lease, log)
-	e.P0Tenants = engine.ParseTenantList(s.P0Tenants)
-	e.TimerThreshold = s.TimerThreshold
-	e.ResourceWait = s.ResourceWait
-	e.Retention = s.Retention
-	e.WorkerQueueIdle = s.WorkerQueueIdle
-	e.Schedules = store.NewSchedules(c.DynamoDB, s.Table)
+	cfg := engine.Config{
+		Store: st, Queue: q, Runner: runner, Log: log, BuiltinLease: s.Lease,
+		P0Tenants: engine.ParseTenantList(s.P0Tenants), TimerThreshold: s.TimerThreshold, ResourceWait: s.ResourceWait,
+		Retention: s.Retention, WorkerQueueIdle: s.WorkerQueueIdle, Schedules: store.NewSchedules(c.DynamoDB, s.Table),
+		InlineLimit: s.InlineLimit, Thresholds: s.Health, MaxLongPolls: s.MaxLongPolls,
+	}
 	if s.DataBucket != "" && c.S3 != nil {
-		e.Blobs = blobstore.New(c.S3, s.DataBucket)
+		cfg.Blobs = blobstore.New(c.S3, s.DataBucket)
 	}
-	e.InlineLimit = s.InlineLimit
 	if s.EventBus != "" && c.EventBridge != nil {
-		e.Publisher = eventbus.New(c.EventBridge, s.EventBus)
+		cfg.Publisher = eventbus.New(c.EventBridge, s.EventBus)
 	}
-	e.Thresholds = s.Health
-	e.MaxLongPolls = s.MaxLongPolls
-	return e
+	return cfg
 }
 
 // App is what a function's main wires: the engine, the settings it was
@@ -386,12 +388,13 @@ func FromLambdaEnv(ctx context.Context) (App, error) {
 	if err != nil {
 		return App{Log: log}, err
 	}
-	e := Engine(s, c, log)
+	cfg := EngineConfig(s, c, log)
 	if s.MetricsNamespace != "" {
 		// Lambda sends stdout to the function's log group, where CloudWatch
 		// extracts the EMF records' metrics.
-		e.Metrics = metrics.NewEMF(os.Stdout, s.MetricsNamespace)
+		cfg.Metrics = metrics.NewEMF(os.Stdout, s.MetricsNamespace)
 	}
+	e := engine.New(cfg)
 	return App{Engine: e, Settings: s, Log: log}, nil
 }
 

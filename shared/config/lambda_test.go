@@ -58,9 +58,9 @@ func TestEngineWiresTheLambdaClient(t *testing.T) {
 	s, err := config.FromEnv(lambdaEnv(map[string]string{"STEPFLOW_LAMBDA_ENDPOINT": srv.URL, "STEPFLOW_LAMBDA_ALLOW": "stepflow-fn-",
 		"STEPFLOW_AWS_ACCOUNT": "123456789012", "STEPFLOW_AWS_PARTITION": "aws"}))
 	require.NoError(t, err)
-	e := config.Engine(s, config.ClientsFrom(cfg), nil)
+	r := config.EngineConfig(s, config.ClientsFrom(cfg), nil).Runner
 
-	out, f := e.Runner.Run(context.Background(), engine.ActionCall{
+	out, f := r.Run(context.Background(), engine.ActionCall{
 		Spec:  domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionLambda, LambdaAction: domain.LambdaAction{Function: "stepflow-fn-echo"}}, TimeoutSeconds: 5},
 		Input: json.RawMessage(`{"a":1}`),
 	})
@@ -68,7 +68,7 @@ func TestEngineWiresTheLambdaClient(t *testing.T) {
 	require.JSONEq(t, `{"echo":{"a":1}}`, string(out))
 	require.Equal(t, "/2015-03-31/functions/stepflow-fn-echo/invocations", got)
 	checkFunction := func(function string) error {
-		_, err := e.Runner.CheckAction(domain.ActionSpec{Type: domain.ActionLambda, LambdaAction: domain.LambdaAction{Function: function}})
+		_, err := r.CheckAction(domain.ActionSpec{Type: domain.ActionLambda, LambdaAction: domain.LambdaAction{Function: function}})
 		return err
 	}
 	require.NoError(t, checkFunction("stepflow-fn-echo"))

@@ -44,8 +44,8 @@ const (
 )
 
 func (e *Engine) inlineLimit() int {
-	if e.InlineLimit > 0 {
-		return e.InlineLimit
+	if e.cfg.InlineLimit > 0 {
+		return e.cfg.InlineLimit
 	}
 	return domain.DefaultInlineLimit
 }
@@ -72,7 +72,7 @@ func (e *Engine) put(ctx context.Context, c *dataCache, key string, data []byte)
 	if prev, ok := c.stored[key]; ok && prev == ref {
 		return ref, nil
 	}
-	if err := e.Blobs.Put(ctx, key, data); err != nil {
+	if err := e.cfg.Blobs.Put(ctx, key, data); err != nil {
 		return ref, fmt.Errorf("store data %s: %w", key, err)
 	}
 	if c.stored == nil {
@@ -87,7 +87,7 @@ func (e *Engine) put(ctx context.Context, c *dataCache, key string, data []byte)
 // attempt's key, written before the job is (an object whose job write is
 // then lost is harmless garbage under the job's prefix).
 func (e *Engine) keepOutput(ctx context.Context, c *dataCache, j *domain.Job, stepID string, attempt int, output json.RawMessage) (json.RawMessage, *domain.DataRef, error) {
-	if e.Blobs == nil || j.KeepsInline(len(output), e.inlineLimit()) {
+	if e.cfg.Blobs == nil || j.KeepsInline(len(output), e.inlineLimit()) {
 		return output, nil, nil
 	}
 	ref, err := e.put(ctx, c, domain.OutputKey(j.Tenant, j.ID, stepID, attempt), output)
@@ -108,7 +108,7 @@ func (e *Engine) compose(ctx context.Context, c *dataCache, d domain.Data) (json
 	if n := d.Size(); n > MaxComposedInputBytes {
 		return nil, &dataError{msg: fmt.Sprintf("it is %d bytes composed; the limit is %d: fan in fewer large outputs, or pass references", n, MaxComposedInputBytes)}
 	}
-	if e.Blobs == nil {
+	if e.cfg.Blobs == nil {
 		return nil, &dataError{msg: "it references data in a blob store, and none is configured (STEPFLOW_DATA_BUCKET)"}
 	}
 	if c.fetched == nil {
@@ -118,7 +118,7 @@ func (e *Engine) compose(ctx context.Context, c *dataCache, d domain.Data) (json
 		if _, ok := c.fetched[r.Key]; ok {
 			continue
 		}
-		b, err := e.Blobs.Get(ctx, r.Key)
+		b, err := e.cfg.Blobs.Get(ctx, r.Key)
 		switch {
 		case errors.Is(err, domain.ErrNotFound):
 			return nil, &dataError{msg: fmt.Sprintf("its data %s is gone", r.Key), gone: true}
@@ -165,7 +165,7 @@ func (e *Engine) workerInput(ctx context.Context, c *dataCache, j *domain.Job, i
 		}
 		ref = &r
 	}
-	url, err := e.Blobs.URL(ctx, ref.Key, ttl)
+	url, err := e.cfg.Blobs.URL(ctx, ref.Key, ttl)
 	if err != nil {
 		return attemptInput{}, fmt.Errorf("URL of data %s: %w", ref.Key, err)
 	}
@@ -196,7 +196,7 @@ func (e *Engine) Output(ctx context.Context, tenant, id, stepID string, fits fun
 	if !ok {
 		return StepOutput{}, fmt.Errorf("step %q of job %s has no output (it is %s): %w", stepID, id, s.State, domain.ErrNotFound)
 	}
-	if len(d.Refs()) > 0 && e.Blobs == nil {
+	if len(d.Refs()) > 0 && e.cfg.Blobs == nil {
 		return StepOutput{}, fmt.Errorf("output of step %q of job %s is stored data, and no blob store is configured (STEPFLOW_DATA_BUCKET)", stepID, id)
 	}
 	var c dataCache
@@ -222,7 +222,7 @@ func (e *Engine) Output(ctx context.Context, tenant, id, stepID string, fits fun
 			ref = &r
 		}
 	}
-	url, err := e.Blobs.URL(ctx, ref.Key, OutputURLTTL)
+	url, err := e.cfg.Blobs.URL(ctx, ref.Key, OutputURLTTL)
 	if err != nil {
 		return StepOutput{}, fmt.Errorf("URL of data %s: %w", ref.Key, err)
 	}

@@ -51,8 +51,7 @@ func withBlobs(t *testing.T) (*bundle, *flakyBlobs) {
 	t.Helper()
 	b := setup(t)
 	blobs := &flakyBlobs{Blobs: memory.NewBlobs(b.clock.Now)}
-	b.e.Blobs = blobs
-	b.e.Runner = measuringRunner{b.e.Runner}
+	b.e.Configure(func(c *engine.Config) { c.Blobs, c.Runner = blobs, measuringRunner{c.Runner} })
 	return b, blobs
 }
 
@@ -386,14 +385,15 @@ func TestAnOutputThatWouldOverflowTheItemStillFailsItsAttempt(t *testing.T) {
 	// The item's size guard stays as the last resort: without a blob store,
 	// an outcome the item cannot hold ends its attempt fatal at once.
 	b := setup(t)
-	b.e.Store = memory.NewStore(memory.WithMaxItemBytes(8 * 1024))
+	small := memory.NewStore(memory.WithMaxItemBytes(8 * 1024))
+	b.e.Configure(func(c *engine.Config) { c.Store = small })
 	j := b.submit(t, tenantA, `{"steps":[{"id":"w","action":{"type":"worker"}}]}`)
 	ls := b.claim(t, tenantA, "default")
 	require.Len(t, ls, 1)
 	_, err := b.e.Complete(b.ctx, tenantA, ls[0].LeaseID, bigJSON(t, 16*1024))
 	require.Equal(t, domain.CodeTooLarge, domain.CodeOf(err))
 	require.ErrorContains(t, err, "the attempt was failed as fatal")
-	got, err := b.e.Store.Get(b.ctx, tenantA, j.ID)
+	got, err := small.Get(b.ctx, tenantA, j.ID)
 	require.NoError(t, err)
 	require.Equal(t, domain.JobFailed, got.State)
 	require.Contains(t, got.Steps[0].Attempts[0].Error.Message, "could not be stored")

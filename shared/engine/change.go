@@ -182,13 +182,13 @@ func (e *Engine) afterWrite(ctx context.Context, j *domain.Job, from domain.JobS
 	}
 	c := NewChange(j, from, loaded)
 	// An empty key inlines the change's attributes in the record.
-	e.Log.LogAttrs(ctx, slog.LevelInfo, ChangeMessage, slog.Any("", c))
-	if e.Publisher == nil || len(c.States) == 0 {
+	e.cfg.Log.LogAttrs(ctx, slog.LevelInfo, ChangeMessage, slog.Any("", c))
+	if e.cfg.Publisher == nil || len(c.States) == 0 {
 		return
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
-	if err := e.Publisher.Publish(pctx, c.States); err != nil {
-		e.Log.WarnContext(ctx, "job state change not published (the job's event log has it)", "job", j.ID, "tenant", j.Tenant, "err", err)
+	if err := e.cfg.Publisher.Publish(pctx, c.States); err != nil {
+		e.cfg.Log.WarnContext(ctx, "job state change not published (the job's event log has it)", "job", j.ID, "tenant", j.Tenant, "err", err)
 	}
 }

@@ -22,7 +22,7 @@ import (
 func busBundle(t *testing.T) (*bundle, *memory.Bus) {
 	b := setup(t)
 	bus := memory.NewBus()
-	b.e.Publisher = bus
+	b.e.Configure(func(c *engine.Config) { c.Publisher = bus })
 	return b, bus
 }
 
@@ -158,10 +158,8 @@ func TestALostRacePublishesNothing(t *testing.T) {
 	st := &racingStore{Store: memory.NewStore()}
 	q := memory.NewQueue(clock.Now)
 	var logged bytes.Buffer
-	e := engine.New(st, q, nil, builtinLease, slog.New(slog.NewJSONHandler(&logged, nil)))
-	e.Now = clock.Now
 	bus := memory.NewBus()
-	e.Publisher = bus
+	e := engine.New(engine.Config{Store: st, Queue: q, BuiltinLease: builtinLease, Log: slog.New(slog.NewJSONHandler(&logged, nil)), Now: clock.Now, Publisher: bus})
 	ctx := context.Background()
 	// The wait after render keeps an early signal (a job keeps one only for
 	// a wait that can take it).
@@ -228,9 +226,11 @@ func TestAFailedPublishLeavesTheChangeStanding(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var logged bytes.Buffer
-	b.e.Log = slog.New(slog.NewJSONHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	b.e.Configure(func(c *engine.Config) {
+		c.Log = slog.New(slog.NewJSONHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
 	bus := &failingBus{}
-	b.e.Publisher = bus
+	b.e.Configure(func(c *engine.Config) { c.Publisher = bus })
 	j := b.submit(t, tenantA, `{"steps":[{"id":"hello","action":{"type":"pass"}}]}`)
 	require.Equal(t, engine.Executed, b.execute(t, b.takeOne(t)))
 	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State)

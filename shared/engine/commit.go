@@ -77,7 +77,7 @@ func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job
 		from = nil
 		if j == nil {
 			var err error
-			if j, err = e.Store.Get(ctx, tenant, id); err != nil {
+			if j, err = e.cfg.Store.Get(ctx, tenant, id); err != nil {
 				return nil, err
 			}
 		}
@@ -95,7 +95,7 @@ func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job
 			}
 			return j, err
 		}
-		err := e.Store.Save(ctx, j, before.loaded)
+		err := e.cfg.Store.Save(ctx, j, before.loaded)
 		if errors.Is(err, domain.ErrVersionConflict) {
 			if !lostRace(ctx, race) {
 				return nil, ctx.Err()
@@ -126,15 +126,15 @@ func (e *Engine) decideOnly(j *domain.Job, now time.Time, fx *effects, decide fu
 // the sweep sends an overdue step again.
 func (e *Engine) apply(ctx context.Context, j *domain.Job, fx effects) {
 	for _, t := range fx.ack {
-		if err := e.Queue.Ack(ctx, t); err != nil {
-			e.Log.WarnContext(ctx, "a finished lease's message was not deleted; it is dropped when next received", "job", j.ID, "err", err)
+		if err := e.cfg.Queue.Ack(ctx, t); err != nil {
+			e.cfg.Log.WarnContext(ctx, "a finished lease's message was not deleted; it is dropped when next received", "job", j.ID, "err", err)
 		}
 	}
 	for _, h := range fx.hide {
-		if err := e.Queue.Extend(ctx, h.token, h.until.Sub(e.now())); err != nil {
+		if err := e.cfg.Queue.Extend(ctx, h.token, h.until.Sub(e.now())); err != nil {
 			// The lease is written; a message that shows up early finds it
 			// live and is hidden again.
-			e.Log.WarnContext(ctx, "a lease's message was not hidden for its length", "job", j.ID, "err", err)
+			e.cfg.Log.WarnContext(ctx, "a lease's message was not hidden for its length", "job", j.ID, "err", err)
 		}
 	}
 	for _, r := range fx.release {
@@ -150,8 +150,8 @@ func (e *Engine) dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispat
 		return
 	}
 	e.touchDispatched(ctx, j, ds)
-	if err := e.Queue.Dispatch(ctx, j, Route(j, ds)); err != nil {
-		e.Log.WarnContext(ctx, "dispatch failed; the sweep will re-send", "job", j.ID, "err", err)
+	if err := e.cfg.Queue.Dispatch(ctx, j, Route(j, ds)); err != nil {
+		e.cfg.Log.WarnContext(ctx, "dispatch failed; the sweep will re-send", "job", j.ID, "err", err)
 	}
 }
 

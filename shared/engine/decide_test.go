@@ -253,11 +253,13 @@ func guardedBundle(t *testing.T) (*bundle, *racedStore, *decideGuard) {
 	b := setup(t)
 	g := &decideGuard{t: t, e: b.e}
 	st := &racedStore{Store: b.store, g: g, refused: map[string]bool{}}
-	b.e.Store, b.e.Resources, b.e.WorkerQueueUses = st, st, st
-	b.e.Queue = guardedQueue{Queue: b.queue, g: g}
-	b.e.Blobs = guardedBlobs{Blobs: memory.NewBlobs(b.clock.Now), g: g}
-	b.e.Runner = guardedActions{Actions: b.e.Runner, g: g}
-	b.e.Publisher = guardedBus{Bus: memory.NewBus(), g: g}
+	b.e.Configure(func(c *engine.Config) {
+		c.Store, c.Resources, c.WorkerQueueUses = st, st, st
+		c.Queue = guardedQueue{Queue: b.queue, g: g}
+		c.Blobs = guardedBlobs{Blobs: memory.NewBlobs(b.clock.Now), g: g}
+		c.Runner = guardedActions{Actions: c.Runner, g: g}
+		c.Publisher = guardedBus{Bus: memory.NewBus(), g: g}
+	})
 	return b, st, g
 }
 

@@ -80,7 +80,7 @@ func PriorityOrder(n int) []int {
 func (e *Engine) take(ctx context.Context, tenant, queue string, max int, wait time.Duration) ([]Delivery, error) {
 	c, _ := e.takes.LoadOrStore(tenant+"\x00"+queue, new(atomic.Int64))
 	n := c.(*atomic.Int64)
-	ds, err := e.Queue.Take(ctx, tenant, queue, PriorityOrder(int(n.Add(1))), max, wait)
+	ds, err := e.cfg.Queue.Take(ctx, tenant, queue, PriorityOrder(int(n.Add(1))), max, wait)
 	if errors.Is(err, ErrNoWorkerQueue) {
 		n.Add(-1) // a take from no queue is none of its takes
 	}

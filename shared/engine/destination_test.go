@@ -55,8 +55,7 @@ func TestEveryTenthTakeOfAQueueServesTheLowestFirst(t *testing.T) {
 	t.Parallel()
 	clock := memory.NewClock(memory.Epoch)
 	q := &laneSpy{Queue: memory.NewQueue(clock.Now), takes: map[string][][]int{}}
-	e := engine.New(memory.NewStore(), q, &actions.Runner{}, builtinLease, nil)
-	e.Now = clock.Now
+	e := engine.New(engine.Config{Store: memory.NewStore(), Queue: q, Runner: &actions.Runner{}, BuiltinLease: builtinLease, Now: clock.Now})
 	ctx := context.Background()
 	claim := func(name string) {
 		t.Helper()

@@ -11,6 +11,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
@@ -27,8 +28,10 @@ import (
 // Clock tells the time; tests set it.
 type Clock func() time.Time
 
-// Engine is stepflow's core.
-type Engine struct {
+// Config is what an engine runs on: its adapters, its clock and log, and
+// its settings. New takes it whole; nothing changes it after (the Engine
+// has no exported fields: callers use its methods).
+type Config struct {
 	Store Store
 	// Resources keeps resource pools; New takes it from the store when the
 	// store keeps them too (both adapters do).
@@ -80,16 +83,21 @@ type Engine struct {
 	// WorkerQueueIdle is how long a worker queue no job names is kept
 	// (STEPFLOW_WORKER_QUEUE_IDLE_SECONDS; DefaultWorkerQueueIdle when zero).
 	WorkerQueueIdle time.Duration
-	// deciding counts the decisions running (commit.go): none may call an
-	// adapter, which a test's adapters check.
-	deciding atomic.Int32
-	touched  sync.Map // tenant NUL queue -> when this process last recorded its use
-	takes    sync.Map // tenant NUL queue -> *atomic.Int64, this process's takes from it (destination.go)
 	// MaxLongPolls bounds one tenant's open long-polls across every
 	// process (STEPFLOW_MAX_LONG_POLLS; DefaultMaxLongPolls when zero,
 	// none when negative).
 	MaxLongPolls int
-	fullTenants  fullTenants // longpoll.go
+}
+
+// Engine is stepflow's core.
+type Engine struct {
+	cfg Config
+	// deciding counts the decisions running (commit.go): none may call an
+	// adapter, which a test's adapters check.
+	deciding    atomic.Int32
+	touched     sync.Map    // tenant NUL queue -> when this process last recorded its use
+	takes       sync.Map    // tenant NUL queue -> *atomic.Int64, this process's takes from it (destination.go)
+	fullTenants fullTenants // longpoll.go
 
 	rngMu sync.Mutex
 	rng   *mrand.Rand
@@ -114,28 +122,28 @@ func (e *Engine) newID(now time.Time) string {
 	return ulid.MustNew(ulid.Timestamp(now), e.idEntropy).String()
 }
 
-// New wires an engine with a real clock.
-func New(st Store, q Queue, runner Actions, builtinLease time.Duration, log *slog.Logger) *Engine {
-	if log == nil {
-		log = slog.Default()
+// New wires an engine on c: a real clock and the default logger unless c
+// names others, and the store's resources and worker queue uses unless c
+// names others (both stores keep them).
+func New(c Config) *Engine {
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = func() time.Time { return time.Now().UTC() }
+	}
+	if r, ok := c.Store.(Resources); ok && c.Resources == nil {
+		c.Resources = r
+	}
+	if u, ok := c.Store.(WorkerQueueUses); ok && c.WorkerQueueUses == nil {
+		c.WorkerQueueUses = u
 	}
 	seed := make([]byte, 16)
 	_, _ = rand.Read(seed)
-	e := &Engine{
-		Store: st, Queue: q, Runner: runner, Now: func() time.Time { return time.Now().UTC() }, Log: log,
-		BuiltinLease: builtinLease,
-		rng:          mrand.New(mrand.NewPCG(uint64(seed[0])<<56|uint64(seed[1])<<48|uint64(seed[2]), uint64(seed[3]))),
-	}
-	if r, ok := st.(Resources); ok {
-		e.Resources = r
-	}
-	if u, ok := st.(WorkerQueueUses); ok {
-		e.WorkerQueueUses = u
-	}
-	return e
+	return &Engine{cfg: c, rng: mrand.New(mrand.NewPCG(uint64(seed[0])<<56|uint64(seed[1])<<48|uint64(seed[2]), uint64(seed[3])))}
 }
 
-func (e *Engine) now() time.Time { return e.Now().UTC().Truncate(time.Millisecond) }
+func (e *Engine) now() time.Time { return e.cfg.Now().UTC().Truncate(time.Millisecond) }
 
 // SeedJitter makes the backoff jitter a fixed sequence from seed, so a
 // harness that drives the engine on a test clock (sdk/stepflowtest) sees
@@ -341,18 +349,18 @@ func (e *Engine) flushStats(ctx context.Context, force bool) {
 	var all StepCounts
 	for tenant, d := range pending {
 		all.Add(d.Steps)
-		if err := e.Store.RecordStats(context.WithoutCancel(ctx), tenant, d, now); err != nil {
-			e.Log.WarnContext(ctx, "stats not recorded", "tenant", tenant, "err", err)
+		if err := e.cfg.Store.RecordStats(context.WithoutCancel(ctx), tenant, d, now); err != nil {
+			e.cfg.Log.WarnContext(ctx, "stats not recorded", "tenant", tenant, "err", err)
 		}
 	}
 	if all.Empty() {
 		return
 	}
-	if err := e.Store.RecordStats(context.WithoutCancel(ctx), AllTenants, StatsDelta{Steps: all}, now); err != nil {
-		e.Log.WarnContext(ctx, "stats not recorded", "tenant", AllTenants, "err", err)
+	if err := e.cfg.Store.RecordStats(context.WithoutCancel(ctx), AllTenants, StatsDelta{Steps: all}, now); err != nil {
+		e.cfg.Log.WarnContext(ctx, "stats not recorded", "tenant", AllTenants, "err", err)
 	}
-	if e.Metrics != nil {
-		e.Metrics.Emit(ctx, MetricsBatch{At: now, Moves: all.Moves, Retries: all.Retries, Durations: samples})
+	if e.cfg.Metrics != nil {
+		e.cfg.Metrics.Emit(ctx, MetricsBatch{At: now, Moves: all.Moves, Retries: all.Retries, Durations: samples})
 	}
 }
 
@@ -360,6 +368,23 @@ func (e *Engine) flushStats(ctx context.Context, force bool) {
 // an idempotency key, the same key and body answer the job already made
 // (created false); the same key with another body is refused.
 func (e *Engine) Submit(ctx context.Context, tenant string, body []byte, idemKey string) (*domain.Job, bool, error) {
+	return e.submit(ctx, tenant, "", body, idemKey)
+}
+
+// SubmitAs is Submit of a job whose id is given (`make dev`'s sample job,
+// which the sample events name): a job of that id already stored is
+// answered as it is (created false).
+func (e *Engine) SubmitAs(ctx context.Context, tenant, id string, body []byte) (*domain.Job, bool, error) {
+	if err := checkID(id); err != nil {
+		return nil, false, err
+	}
+	if j, err := e.cfg.Store.Get(ctx, tenant, id); err == nil || !errors.Is(err, domain.ErrNotFound) {
+		return j, false, err
+	}
+	return e.submit(ctx, tenant, id, body, "")
+}
+
+func (e *Engine) submit(ctx context.Context, tenant, id string, body []byte, idemKey string) (*domain.Job, bool, error) {
 	spec, err := domain.ParseJobSpec(body)
 	if err != nil {
 		return nil, false, err
@@ -370,12 +395,14 @@ func (e *Engine) Submit(ctx context.Context, tenant string, body []byte, idemKey
 	if err := e.checkSpec(ctx, tenant, spec, ""); err != nil {
 		return nil, false, err
 	}
-	spec.ParkAfter = e.TimerThreshold
-	spec.Retention = e.Retention
-	spec.ResourceWait = e.ResourceWait
+	spec.ParkAfter = e.cfg.TimerThreshold
+	spec.Retention = e.cfg.Retention
+	spec.ResourceWait = e.cfg.ResourceWait
 	now := e.now()
-	id := e.newID(now)
-	if e.Blobs != nil && len(spec.Payload) > e.inlineLimit() {
+	if id == "" {
+		id = e.newID(now)
+	}
+	if e.cfg.Blobs != nil && len(spec.Payload) > e.inlineLimit() {
 		// Written before the job: a replay of an idempotent submission
 		// leaves this one's copy as garbage the bucket's lifecycle expires.
 		ref, err := e.put(ctx, &dataCache{}, domain.PayloadKey(tenant, id), spec.Payload)
@@ -388,7 +415,7 @@ func (e *Engine) Submit(ctx context.Context, tenant string, body []byte, idemKey
 	if err != nil {
 		return nil, false, err
 	}
-	j, created, err := e.Store.Create(ctx, j, requestHash(body), now)
+	j, created, err := e.cfg.Store.Create(ctx, j, requestHash(body), now)
 	if err != nil {
 		return nil, false, err
 	}
@@ -416,7 +443,7 @@ func (e *Engine) checkSpec(ctx context.Context, tenant string, spec *domain.JobS
 	if spec.RunAt != nil && spec.RunAt.Sub(e.now()) > domain.MaxWaitSeconds*time.Second {
 		return domain.Invalid(prefix+"run_at", "is more than a year ahead")
 	}
-	if *spec.Priority == 0 && e.P0Tenants != nil && !e.P0Tenants[tenant] {
+	if *spec.Priority == 0 && e.cfg.P0Tenants != nil && !e.cfg.P0Tenants[tenant] {
 		return domain.Invalid(prefix+"priority", "tenant %s may not submit priority 0 (P0); use 1 or 2, or ask an operator to add it to STEPFLOW_P0_TENANTS", tenant)
 	}
 	return e.ensureWorkerQueues(ctx, tenant, spec.Steps, prefix+"steps")
@@ -456,11 +483,11 @@ func ParseTenantList(v string) map[string]bool {
 // the network guard never lets through, a lambda function the stack may
 // not invoke.
 func (e *Engine) checkTargets(steps []domain.StepSpec, field string) error {
-	if e.Runner == nil {
+	if e.cfg.Runner == nil {
 		return nil
 	}
 	return domain.WalkSteps(steps, field, func(f string, st *domain.StepSpec) error {
-		if param, err := e.Runner.CheckAction(st.Action); err != nil {
+		if param, err := e.cfg.Runner.CheckAction(st.Action); err != nil {
 			return domain.Invalid(f+".action."+param, "%s", err.Error())
 		}
 		return nil
@@ -491,9 +518,9 @@ func compactJSON(b []byte) ([]byte, error) {
 // quarantine sets aside a job that cannot be read, so no sweep or message
 // meets it again; the failure is logged and counted by the caller.
 func (e *Engine) quarantine(ctx context.Context, tenant, id string, cause error) {
-	e.Log.ErrorContext(ctx, "job quarantined: its stored data cannot be read", "tenant", tenant, "job", id, "err", cause)
-	if err := e.Store.Quarantine(context.WithoutCancel(ctx), tenant, id, cause.Error(), e.now()); err != nil {
-		e.Log.WarnContext(ctx, "quarantine not written; the next sweep tries again", "job", id, "err", err)
+	e.cfg.Log.ErrorContext(ctx, "job quarantined: its stored data cannot be read", "tenant", tenant, "job", id, "err", cause)
+	if err := e.cfg.Store.Quarantine(context.WithoutCancel(ctx), tenant, id, cause.Error(), e.now()); err != nil {
+		e.cfg.Log.WarnContext(ctx, "quarantine not written; the next sweep tries again", "job", id, "err", err)
 	}
 }
 
@@ -502,7 +529,7 @@ func (e *Engine) Get(ctx context.Context, tenant, id string) (*domain.Job, error
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
-	return e.Store.Get(ctx, tenant, id)
+	return e.cfg.Store.Get(ctx, tenant, id)
 }
 
 // checkID answers not found for anything that cannot be a job id, before
@@ -516,7 +543,7 @@ func checkID(id string) error {
 
 // List pages through tenant's jobs.
 func (e *Engine) List(ctx context.Context, tenant string, f ListFilter) ([]JobSummary, string, error) {
-	return e.Store.List(ctx, tenant, f)
+	return e.cfg.Store.List(ctx, tenant, f)
 }
 
 // Cancel ends a job now. Cancelling a cancelled job answers it unchanged;
@@ -545,4 +572,15 @@ func (e *Engine) Cancel(ctx context.Context, tenant, id string) (*domain.Job, er
 		return j, fmt.Errorf("cancel job %s: %w", id, err)
 	}
 	return j, nil
+}
+
+// Clock answers the engine's time (tests move it).
+func (e *Engine) Clock() time.Time { return e.cfg.Now() }
+
+// Log is the engine's logger.
+func (e *Engine) Log() *slog.Logger { return e.cfg.Log }
+
+// TenantForKey answers whose API key key is, or domain.ErrUnauthorized.
+func (e *Engine) TenantForKey(ctx context.Context, key string) (string, error) {
+	return e.cfg.Store.TenantForKey(ctx, key)
 }

@@ -52,8 +52,7 @@ func setup(t *testing.T) *bundle {
 	lossy := &lossyQueue{Queue: q}
 	gate := &gateRunner{inner: &actions.Runner{}}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	e := engine.New(st, lossy, gate, builtinLease, log)
-	e.Now = clock.Now
+	e := engine.New(engine.Config{Store: st, Queue: lossy, Runner: gate, BuiltinLease: builtinLease, Log: log, Now: clock.Now})
 	b := &bundle{ctx: context.Background(), clock: clock, store: st, queue: q, e: e, lossy: lossy, gate: gate}
 	t.Cleanup(func() { b.checkEveryJob(t) })
 	return b
@@ -694,8 +693,7 @@ func TestSubmitPastTheWorkerQueueBoundWritesNothing(t *testing.T) {
 	t.Parallel()
 	clock := memory.NewClock(memory.Epoch)
 	st := memory.NewStore()
-	e := engine.New(st, memory.NewQueue(clock.Now, memory.WithMaxWorkerQueues(2)), &actions.Runner{}, builtinLease, nil)
-	e.Now = clock.Now
+	e := engine.New(engine.Config{Store: st, Queue: memory.NewQueue(clock.Now, memory.WithMaxWorkerQueues(2)), Runner: &actions.Runner{}, BuiltinLease: builtinLease, Now: clock.Now})
 	ctx := context.Background()
 	for _, q := range []string{"q1", "q2", "q1"} {
 		_, _, err := e.Submit(ctx, tenantA, fmt.Appendf(nil, `{"steps":[{"id":"w","action":{"type":"worker","queue":%q}}]}`, q), "")
@@ -720,8 +718,7 @@ func TestClaimBeforeTheFirstJobMakesNothing(t *testing.T) {
 	t.Parallel()
 	clock := memory.NewClock(memory.Epoch)
 	q := memory.NewQueue(clock.Now)
-	e := engine.New(memory.NewStore(), q, &actions.Runner{}, builtinLease, nil)
-	e.Now = clock.Now
+	e := engine.New(engine.Config{Store: memory.NewStore(), Queue: q, Runner: &actions.Runner{}, BuiltinLease: builtinLease, Now: clock.Now})
 	ctx := context.Background()
 
 	ls, err := e.Claim(ctx, tenantA, engine.ClaimRequest{Queue: "early", Max: 1, Worker: "w"})

@@ -43,8 +43,8 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 	switch t.outcome {
 	case held:
 		if d.Token != "" {
-			if qerr := e.Queue.Extend(ctx, d.Token, t.hideFor); qerr != nil {
-				e.Log.WarnContext(ctx, "held message not hidden; it comes back at its visibility timeout", "job", d.Message.Job, "err", qerr)
+			if qerr := e.cfg.Queue.Extend(ctx, d.Token, t.hideFor); qerr != nil {
+				e.cfg.Log.WarnContext(ctx, "held message not hidden; it comes back at its visibility timeout", "job", d.Message.Job, "err", qerr)
 			}
 		}
 		return Held, nil
@@ -82,7 +82,7 @@ func (e *Engine) run(ctx context.Context, call ActionCall) attemptOutcome {
 		deadline = dl.Add(-deadlineMargin)
 	}
 	runCtx, cancel := context.WithDeadline(ctx, deadline)
-	output, failure := e.Runner.Run(runCtx, call)
+	output, failure := e.cfg.Runner.Run(runCtx, call)
 	cancel()
 	if failure == nil && len(output) > 0 {
 		// A built-in action's output comes from outside (an http answer):
@@ -106,8 +106,8 @@ const LeaseMargin = 30 * time.Second
 // meets a finished or re-leased step when it comes back, and is dropped).
 func (e *Engine) builtinLease(s *domain.Step) time.Duration {
 	d := time.Duration(s.Spec.TimeoutSeconds)*time.Second + LeaseMargin
-	if e.BuiltinLease > 0 {
-		d = min(d, e.BuiltinLease)
+	if e.cfg.BuiltinLease > 0 {
+		d = min(d, e.cfg.BuiltinLease)
 	}
 	return d
 }

@@ -37,8 +37,8 @@ func TestExecuteRunsAStepUntilItsTimeoutOrTheInvocationsEndLessAMargin(t *testin
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			r := &deadlineRunner{Actions: b.e.Runner}
-			b.e.Runner = r
+			var r *deadlineRunner
+			b.e.Configure(func(c *engine.Config) { r = &deadlineRunner{Actions: c.Runner}; c.Runner = r })
 			b.submit(t, tenantA, `{"steps":[{"id":"a","action":{"type":"pass"},"timeout_seconds":60}]}`)
 			ctx, cancel := context.WithTimeout(b.ctx, c.invocation)
 			defer cancel()

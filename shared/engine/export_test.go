@@ -3,3 +3,7 @@ package engine
 // Deciding reports whether a decision runs now (commit.go): a test's
 // adapters refuse any call made while one does.
 func (e *Engine) Deciding() bool { return e.deciding.Load() > 0 }
+
+// Configure changes an engine's configuration after New, for tests that
+// wrap an adapter of the bundle they were given.
+func (e *Engine) Configure(f func(c *Config)) { f(&e.cfg) }

@@ -62,10 +62,10 @@ func DefaultHealthThresholds() HealthThresholds {
 }
 
 func (e *Engine) thresholds() HealthThresholds {
-	if e.Thresholds == (HealthThresholds{}) {
+	if e.cfg.Thresholds == (HealthThresholds{}) {
 		return DefaultHealthThresholds()
 	}
-	return e.Thresholds
+	return e.cfg.Thresholds
 }
 
 // Health judges a tenant's health from its own counters (a few reads,
@@ -77,7 +77,7 @@ func (e *Engine) thresholds() HealthThresholds {
 func (e *Engine) Health(ctx context.Context, tenant string) (Health, error) {
 	e.flushStats(ctx, true) // this process's own counts, before reading them back
 	now := e.now()
-	st, err := e.Store.Stats(ctx, tenant, now)
+	st, err := e.cfg.Store.Stats(ctx, tenant, now)
 	if err != nil {
 		return Health{}, err
 	}
@@ -122,25 +122,25 @@ func (e *Engine) Health(ctx context.Context, tenant string) (Health, error) {
 // began (GET /v1/metrics): one read of a few items.
 func (e *Engine) StepMetrics(ctx context.Context, tenant string) (StepCounts, error) {
 	e.flushStats(ctx, true) // this process's own counts, before reading them back
-	return e.Store.StepStats(ctx, tenant)
+	return e.cfg.Store.StepStats(ctx, tenant)
 }
 
 // noteSweep records that the heartbeat swept at now (the health verdict's
 // last_heartbeat) and hands the metrics sink steps_by_state, the stack's
 // steps in each state: a write and a read a minute, whatever the load.
 func (e *Engine) noteSweep(ctx context.Context, now time.Time) {
-	if err := e.Store.RecordSweep(ctx, now); err != nil {
-		e.Log.WarnContext(ctx, "sweep time not recorded", "err", err)
+	if err := e.cfg.Store.RecordSweep(ctx, now); err != nil {
+		e.cfg.Log.WarnContext(ctx, "sweep time not recorded", "err", err)
 	}
-	if e.Metrics == nil {
+	if e.cfg.Metrics == nil {
 		return
 	}
-	c, err := e.Store.StepStats(ctx, AllTenants)
+	c, err := e.cfg.Store.StepStats(ctx, AllTenants)
 	if err != nil {
-		e.Log.WarnContext(ctx, "steps by state not read", "err", err)
+		e.cfg.Log.WarnContext(ctx, "steps by state not read", "err", err)
 		return
 	}
-	e.Metrics.Emit(ctx, MetricsBatch{At: now, InState: StepsByState(c)})
+	e.cfg.Metrics.Emit(ctx, MetricsBatch{At: now, InState: StepsByState(c)})
 }
 
 // StepsByState answers steps_by_state from c: every step state, a count

@@ -30,12 +30,12 @@ const maxLongPollRetryAfter = 5 * time.Second
 // longPollBound answers the bound in force, 0 for none.
 func (e *Engine) longPollBound() int {
 	switch {
-	case e.MaxLongPolls < 0:
+	case e.cfg.MaxLongPolls < 0:
 		return 0
-	case e.MaxLongPolls == 0:
+	case e.cfg.MaxLongPolls == 0:
 		return DefaultMaxLongPolls
 	}
-	return e.MaxLongPolls
+	return e.cfg.MaxLongPolls
 }
 
 // HoldLongPoll takes one of tenant's open long-poll slots for a poll that
@@ -54,7 +54,7 @@ func (e *Engine) HoldLongPoll(ctx context.Context, tenant string, wait time.Dura
 	// The wall clock, as the poll's own wait (tests move the engine's).
 	now := time.Now()
 	lease := nonce()
-	retryAt, ok, err := e.Store.TakePollSlot(ctx, tenant, lease, bound, now.Add(wait+longPollMargin), now)
+	retryAt, ok, err := e.cfg.Store.TakePollSlot(ctx, tenant, lease, bound, now.Add(wait+longPollMargin), now)
 	if err != nil {
 		return nil, err
 	}
@@ -68,8 +68,8 @@ func (e *Engine) HoldLongPoll(ctx context.Context, tenant string, wait time.Dura
 		// given back is held until it runs out.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if err := e.Store.ReleasePollSlot(ctx, tenant, lease); err != nil {
-			e.Log.WarnContext(ctx, "long-poll slot not given back; it frees itself", "tenant", tenant, "err", err)
+		if err := e.cfg.Store.ReleasePollSlot(ctx, tenant, lease); err != nil {
+			e.cfg.Log.WarnContext(ctx, "long-poll slot not given back; it frees itself", "tenant", tenant, "err", err)
 		}
 	}, nil
 }
@@ -80,7 +80,7 @@ func (e *Engine) JobVersion(ctx context.Context, tenant, id string) (int64, erro
 	if err := checkID(id); err != nil {
 		return 0, err
 	}
-	return e.Store.JobVersion(ctx, tenant, id)
+	return e.cfg.Store.JobVersion(ctx, tenant, id)
 }
 
 // knownFullFor is how long a process refuses a tenant's long-polls by

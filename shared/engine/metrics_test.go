@@ -28,7 +28,7 @@ func TestStepMetricsCountAWorkersRetries(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	metrics := &sink{}
-	b.e.Metrics = metrics
+	b.e.Configure(func(c *engine.Config) { c.Metrics = metrics })
 	b.submit(t, tenantB, `{"steps":[{"id":"p","action":{"type":"pass"}}]}`) // another tenant's work
 	b.drain(t)
 	b.submit(t, tenantA, `{"steps":[{"id":"w","action":{"type":"worker","queue":"q"},"retry":{"max_attempts":3,"backoff":"fixed","initial_delay_ms":1000}}]}`)

@@ -83,8 +83,8 @@ type WorkerQueue struct {
 
 // workerQueueIdle answers the configured idle time.
 func (e *Engine) workerQueueIdle() time.Duration {
-	if e.WorkerQueueIdle > 0 {
-		return e.WorkerQueueIdle
+	if e.cfg.WorkerQueueIdle > 0 {
+		return e.cfg.WorkerQueueIdle
 	}
 	return DefaultWorkerQueueIdle
 }
@@ -95,7 +95,7 @@ func (e *Engine) workerQueueIdle() time.Duration {
 // (its due time is then at least three quarters of the idle time away).
 // Best effort: a queue whose use went unrecorded is only kept longer.
 func (e *Engine) touchWorkerQueues(ctx context.Context, tenant string, names []string) {
-	if e.WorkerQueueUses == nil {
+	if e.cfg.WorkerQueueUses == nil {
 		return
 	}
 	now, idle := e.now(), e.workerQueueIdle()
@@ -104,8 +104,8 @@ func (e *Engine) touchWorkerQueues(ctx context.Context, tenant string, names []s
 		if at, ok := e.touched.Load(k); ok && now.Sub(at.(time.Time)) < idle/4 {
 			continue
 		}
-		if err := e.WorkerQueueUses.PutWorkerQueueUse(ctx, WorkerQueueUse{Tenant: tenant, Name: n, LastUsed: now, Due: now.Add(idle)}); err != nil {
-			e.Log.WarnContext(ctx, "worker queue use not recorded; the queue is kept until a later use is", "tenant", tenant, "queue", n, "err", err)
+		if err := e.cfg.WorkerQueueUses.PutWorkerQueueUse(ctx, WorkerQueueUse{Tenant: tenant, Name: n, LastUsed: now, Due: now.Add(idle)}); err != nil {
+			e.cfg.Log.WarnContext(ctx, "worker queue use not recorded; the queue is kept until a later use is", "tenant", tenant, "queue", n, "err", err)
 			continue
 		}
 		e.touched.Store(k, now)
@@ -148,7 +148,7 @@ func (e *Engine) ensureWorkerQueues(ctx context.Context, tenant string, steps []
 	if len(names) == 0 {
 		return nil
 	}
-	if err := e.Queue.EnsureWorkerQueues(ctx, tenant, names); err != nil {
+	if err := e.cfg.Queue.EnsureWorkerQueues(ctx, tenant, names); err != nil {
 		if be := (*WorkerQueueBoundError)(nil); errors.As(err, &be) {
 			return domain.Invalid(fieldOf[be.Name], "%s", be.Err.Message)
 		}
@@ -165,16 +165,16 @@ func (e *Engine) ensureWorkerQueues(ctx context.Context, tenant string, steps []
 // last use, by name: one read of the tenant's records, and a depth read
 // per queue and lane.
 func (e *Engine) ListWorkerQueues(ctx context.Context, tenant string) ([]WorkerQueue, error) {
-	if e.WorkerQueueUses == nil {
+	if e.cfg.WorkerQueueUses == nil {
 		return []WorkerQueue{}, nil
 	}
-	uses, err := e.WorkerQueueUses.WorkerQueueUses(ctx, tenant)
+	uses, err := e.cfg.WorkerQueueUses.WorkerQueueUses(ctx, tenant)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]WorkerQueue, 0, len(uses))
 	for _, u := range uses {
-		lanes, err := e.Queue.WorkerQueueDepth(ctx, tenant, u.Name)
+		lanes, err := e.cfg.Queue.WorkerQueueDepth(ctx, tenant, u.Name)
 		if errors.Is(err, ErrNoWorkerQueue) {
 			continue // removed, its record not yet
 		}
@@ -201,42 +201,42 @@ func (e *Engine) ListWorkerQueues(ctx context.Context, tenant string) ([]WorkerQ
 // the deletion, its dispatch fails and the job's sweep sends it again,
 // which makes the queue again (so does any later use of a removed queue).
 func (e *Engine) sweepWorkerQueues(ctx context.Context) (removed, errs int) {
-	if e.WorkerQueueUses == nil {
+	if e.cfg.WorkerQueueUses == nil {
 		return 0, 0
 	}
 	now := e.now()
-	uses, err := e.WorkerQueueUses.IdleWorkerQueues(ctx, now, SweepLimit)
+	uses, err := e.cfg.WorkerQueueUses.IdleWorkerQueues(ctx, now, SweepLimit)
 	if err != nil {
-		e.Log.WarnContext(ctx, "sweep could not read the idle worker queues", "err", err)
+		e.cfg.Log.WarnContext(ctx, "sweep could not read the idle worker queues", "err", err)
 		return 0, 1
 	}
 	for _, u := range uses {
 		if ctx.Err() != nil {
 			break
 		}
-		u, err := e.WorkerQueueUses.ForgetWorkerQueue(ctx, u)
+		u, err := e.cfg.WorkerQueueUses.ForgetWorkerQueue(ctx, u)
 		if err != nil {
 			if !errors.Is(err, domain.ErrVersionConflict) {
-				e.Log.WarnContext(ctx, "idle worker queue's record not removed", "tenant", u.Tenant, "queue", u.Name, "err", err)
+				e.cfg.Log.WarnContext(ctx, "idle worker queue's record not removed", "tenant", u.Tenant, "queue", u.Name, "err", err)
 				errs++
 			}
 			continue
 		}
 		e.forgetTouch(u.Tenant, u.Name)
-		gone, err := e.Queue.DeleteIdleWorkerQueue(ctx, u.Tenant, u.Name)
+		gone, err := e.cfg.Queue.DeleteIdleWorkerQueue(ctx, u.Tenant, u.Name)
 		if err == nil && gone {
 			e.forgetTakes(u.Tenant, u.Name)
 			removed++
 			continue
 		}
 		if err != nil {
-			e.Log.WarnContext(ctx, "idle worker queue not removed; looked at again later", "tenant", u.Tenant, "queue", u.Name, "err", err)
+			e.cfg.Log.WarnContext(ctx, "idle worker queue not removed; looked at again later", "tenant", u.Tenant, "queue", u.Name, "err", err)
 			errs++
 		}
 		// Not empty (or not deleted): keep it another idle time.
 		u.Due = now.Add(e.workerQueueIdle())
-		if err := e.WorkerQueueUses.PutWorkerQueueUse(ctx, u); err != nil {
-			e.Log.WarnContext(ctx, "kept worker queue's record not written back", "tenant", u.Tenant, "queue", u.Name, "err", err)
+		if err := e.cfg.WorkerQueueUses.PutWorkerQueueUse(ctx, u); err != nil {
+			e.cfg.Log.WarnContext(ctx, "kept worker queue's record not written back", "tenant", u.Tenant, "queue", u.Name, "err", err)
 		}
 	}
 	return removed, errs

@@ -42,7 +42,7 @@ func (e *Engine) PutResource(ctx context.Context, tenant, id string, body []byte
 	r, err := e.changeResource(ctx, tenant, id, true, func(r *domain.Resource, now time.Time) error {
 		created = r.Version == 0
 		if created {
-			n, err := e.Resources.ListResources(ctx, tenant)
+			n, err := e.cfg.Resources.ListResources(ctx, tenant)
 			if err != nil {
 				return err
 			}
@@ -66,12 +66,12 @@ func (e *Engine) GetResource(ctx context.Context, tenant, id string) (*domain.Re
 	if !domain.ValidResourceID(id) {
 		return nil, fmt.Errorf("resource %.64q: %w", id, domain.ErrNotFound)
 	}
-	return e.Resources.GetResource(ctx, tenant, id)
+	return e.cfg.Resources.GetResource(ctx, tenant, id)
 }
 
 // ListResources answers tenant's resources.
 func (e *Engine) ListResources(ctx context.Context, tenant string) ([]*domain.Resource, error) {
-	return e.Resources.ListResources(ctx, tenant)
+	return e.cfg.Resources.ListResources(ctx, tenant)
 }
 
 // DeleteResource removes a resource no lease holds a slot of: one still
@@ -93,11 +93,11 @@ func (e *Engine) DeleteResource(ctx context.Context, tenant, id string) error {
 		slices.Sort(leases)
 		return &domain.Error{Code: domain.CodeConflict, Message: fmt.Sprintf("resource %s has %d slots in use (leases %v); delete it when they end", id, n, leases)}
 	}
-	err = e.Resources.DeleteResource(ctx, tenant, id, r.Version)
+	err = e.cfg.Resources.DeleteResource(ctx, tenant, id, r.Version)
 	if !errors.Is(err, domain.ErrVersionConflict) {
 		return err
 	}
-	if _, gerr := e.Resources.GetResource(ctx, tenant, id); errors.Is(gerr, domain.ErrNotFound) {
+	if _, gerr := e.cfg.Resources.GetResource(ctx, tenant, id); errors.Is(gerr, domain.ErrNotFound) {
 		return nil // gone: this delete's own write retried after its answer was lost, or a concurrent delete
 	}
 	return &domain.Error{Code: domain.CodeConflict, Message: fmt.Sprintf("resource %s changed while being deleted; try again", id)}
@@ -111,7 +111,7 @@ func (e *Engine) changeResource(ctx context.Context, tenant, id string, create b
 		if race > 0 && !lostRace(ctx, race-1) {
 			return nil, ctx.Err()
 		}
-		r, err := e.Resources.GetResource(ctx, tenant, id)
+		r, err := e.cfg.Resources.GetResource(ctx, tenant, id)
 		if errors.Is(err, domain.ErrNotFound) && create {
 			r, err = &domain.Resource{Tenant: tenant, ID: id}, nil
 		}
@@ -121,7 +121,7 @@ func (e *Engine) changeResource(ctx context.Context, tenant, id string, create b
 		if err := change(r, e.now()); err != nil {
 			return nil, err
 		}
-		err = e.Resources.SaveResource(ctx, r)
+		err = e.cfg.Resources.SaveResource(ctx, r)
 		if errors.Is(err, domain.ErrVersionConflict) {
 			continue
 		}
@@ -173,7 +173,7 @@ func candidates(all []*domain.Resource, req *domain.Requirements, avoid []string
 // unless the resource is no longer one the step may run on (it failed the
 // step meanwhile); a slot it does not keep is given back by settle.
 func (e *Engine) takeSlot(ctx context.Context, sr slotRequest) (*domain.Resource, *domain.ResourceWait, error) {
-	if e.Resources == nil {
+	if e.cfg.Resources == nil {
 		return nil, nil, errors.New("resources are not configured")
 	}
 	const maxWaitOn = 4 // resources a step waits on at once
@@ -181,7 +181,7 @@ func (e *Engine) takeSlot(ctx context.Context, sr slotRequest) (*domain.Resource
 		if race > 0 && !lostRace(ctx, race-1) {
 			return nil, nil, ctx.Err()
 		}
-		all, err := e.Resources.ListResources(ctx, sr.tenant)
+		all, err := e.cfg.Resources.ListResources(ctx, sr.tenant)
 		if err != nil {
 			return nil, nil, fmt.Errorf("list resources: %w", err)
 		}
@@ -201,7 +201,7 @@ func (e *Engine) takeSlot(ctx context.Context, sr slotRequest) (*domain.Resource
 			if err := r.Acquire(sr.key, h, now); err != nil {
 				continue
 			}
-			err := e.Resources.SaveResource(ctx, r)
+			err := e.cfg.Resources.SaveResource(ctx, r)
 			if errors.Is(err, domain.ErrVersionConflict) {
 				raced = true
 				continue
@@ -220,7 +220,7 @@ func (e *Engine) takeSlot(ctx context.Context, sr slotRequest) (*domain.Resource
 			if !r.Wait(sr.waiter) {
 				continue
 			}
-			if err := e.Resources.SaveResource(ctx, r); errors.Is(err, domain.ErrVersionConflict) {
+			if err := e.cfg.Resources.SaveResource(ctx, r); errors.Is(err, domain.ErrVersionConflict) {
 				raced = true // it changed: a slot may have freed; look again
 				break
 			} else if err != nil {
@@ -249,7 +249,7 @@ func (e *Engine) keepSlot(ctx context.Context, cands []*domain.Resource, sr slot
 		}
 		h.ExpiresAt = sr.expires
 		r.Holders[sr.key] = h
-		err := e.Resources.SaveResource(ctx, r)
+		err := e.cfg.Resources.SaveResource(ctx, r)
 		if errors.Is(err, domain.ErrVersionConflict) {
 			return r, false, nil
 		}
@@ -276,7 +276,7 @@ func (e *Engine) releaseSlot(ctx context.Context, tenant, resource, key string) 
 	})
 	if err != nil {
 		if !errors.Is(err, domain.ErrNotFound) {
-			e.Log.WarnContext(ctx, "slot not released; it comes back when its lease expires", "resource", resource, "slot", key, "err", err)
+			e.cfg.Log.WarnContext(ctx, "slot not released; it comes back when its lease expires", "resource", resource, "slot", key, "err", err)
 		}
 		return
 	}
@@ -294,8 +294,8 @@ func (e *Engine) wake(ctx context.Context, tenant, resource string, woken []doma
 		if w.Queue != "" {
 			s.Spec.Action = domain.ActionSpec{Type: domain.ActionWorker, WorkerAction: domain.WorkerAction{Queue: w.Queue}}
 		}
-		if err := e.Queue.Dispatch(ctx, j, Route(j, []domain.Dispatch{{Step: s, Wake: resource}})); err != nil {
-			e.Log.WarnContext(ctx, "waiter not woken; the sweep sends its step again", "job", w.Job, "step", w.Step, "err", err)
+		if err := e.cfg.Queue.Dispatch(ctx, j, Route(j, []domain.Dispatch{{Step: s, Wake: resource}})); err != nil {
+			e.cfg.Log.WarnContext(ctx, "waiter not woken; the sweep sends its step again", "job", w.Job, "step", w.Step, "err", err)
 		}
 	}
 }
@@ -322,7 +322,7 @@ func (e *Engine) passWake(ctx context.Context, tenant, resource string) {
 // noOtherResource reports, for a resource failure of step s on resource
 // failed, whether any matching resource is left off its avoid list.
 func (e *Engine) noOtherResource(ctx context.Context, tenant string, s *domain.Step, failed string) (bool, error) {
-	all, err := e.Resources.ListResources(ctx, tenant)
+	all, err := e.cfg.Resources.ListResources(ctx, tenant)
 	if err != nil {
 		return false, fmt.Errorf("list resources: %w", err)
 	}

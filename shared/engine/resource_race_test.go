@@ -24,8 +24,7 @@ func raceBundle(t *testing.T, st engine.Store, ids ...string) (*engine.Engine, *
 	t.Helper()
 	clock := memory.NewClock(time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC))
 	q := memory.NewQueue(clock.Now, memory.WithReadyVisibility(builtinLease))
-	e := engine.New(st, q, &actions.Runner{}, builtinLease, nil)
-	e.Now = clock.Now
+	e := engine.New(engine.Config{Store: st, Queue: q, Runner: &actions.Runner{}, BuiltinLease: builtinLease, Now: clock.Now})
 	for _, id := range ids {
 		_, _, err := e.PutResource(context.Background(), tenantA, id, []byte(`{"capabilities":["gpu"],"capacity":1}`))
 		require.NoError(t, err)
@@ -126,7 +125,8 @@ func TestHeartbeatThatCannotExtendTheSlotLeavesTheLease(t *testing.T) {
 // A slot no longer held (taken over once it expired) answers lease lost.
 func TestHeartbeatOnASlotTakenOverIsLeaseLost(t *testing.T) {
 	t.Parallel()
-	e, _, _ := raceBundle(t, memory.NewStore(), "gpu-1")
+	st := memory.NewStore()
+	e, _, _ := raceBundle(t, st, "gpu-1")
 	ctx := context.Background()
 	_, _, err := e.Submit(ctx, tenantA, []byte(gpuJob), "")
 	require.NoError(t, err)
@@ -136,7 +136,7 @@ func TestHeartbeatOnASlotTakenOverIsLeaseLost(t *testing.T) {
 	r, err := e.GetResource(ctx, tenantA, "gpu-1")
 	require.NoError(t, err)
 	delete(r.Holders, ys[0].LeaseID) // as a taker of the expired slot prunes it
-	require.NoError(t, e.Resources.SaveResource(ctx, r))
+	require.NoError(t, st.SaveResource(ctx, r))
 	_, err = e.Heartbeat(ctx, tenantA, ys[0].LeaseID, 60*time.Second)
 	require.ErrorIs(t, err, domain.ErrLeaseLost)
 }

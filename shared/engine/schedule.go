@@ -54,7 +54,7 @@ var errNoSchedules = errors.New("schedules are not configured")
 // from the same body is answered as it is (created false); one made from
 // another body is a conflict: delete it first.
 func (e *Engine) CreateSchedule(ctx context.Context, tenant string, body []byte) (*domain.Schedule, bool, error) {
-	if e.Schedules == nil {
+	if e.cfg.Schedules == nil {
 		return nil, false, errNoSchedules
 	}
 	hash := requestHash(body)
@@ -65,14 +65,14 @@ func (e *Engine) CreateSchedule(ctx context.Context, tenant string, body []byte)
 	if err := e.checkSpec(ctx, tenant, job, "job."); err != nil {
 		return nil, false, err
 	}
-	err = e.Schedules.Create(ctx, s)
+	err = e.cfg.Schedules.Create(ctx, s)
 	if !errors.Is(err, ErrScheduleExists) {
 		if err != nil {
 			return nil, false, fmt.Errorf("create schedule %s: %w", s.ID, err)
 		}
 		return s, true, nil
 	}
-	existing, err := e.Schedules.Get(ctx, tenant, s.ID)
+	existing, err := e.cfg.Schedules.Get(ctx, tenant, s.ID)
 	if err != nil {
 		return nil, false, fmt.Errorf("create schedule %s: %w", s.ID, err)
 	}
@@ -88,15 +88,15 @@ func (e *Engine) GetSchedule(ctx context.Context, tenant, id string) (*domain.Sc
 	if err := e.checkScheduleID(id); err != nil {
 		return nil, err
 	}
-	return e.Schedules.Get(ctx, tenant, id)
+	return e.cfg.Schedules.Get(ctx, tenant, id)
 }
 
 // ListSchedules pages through tenant's schedules by id.
 func (e *Engine) ListSchedules(ctx context.Context, tenant, cursor string, limit int32) ([]*domain.Schedule, string, error) {
-	if e.Schedules == nil {
+	if e.cfg.Schedules == nil {
 		return nil, "", errNoSchedules
 	}
-	return e.Schedules.List(ctx, tenant, cursor, limit)
+	return e.cfg.Schedules.List(ctx, tenant, cursor, limit)
 }
 
 // DeleteSchedule removes a schedule and answers it as it was. No tick
@@ -110,7 +110,7 @@ func (e *Engine) DeleteSchedule(ctx context.Context, tenant, id string) (*domain
 	// Gone by now, though just read: this delete's own write, retried
 	// after an answer was lost (the SDK retries), or a concurrent one.
 	// Either way the schedule is deleted, as the caller asked.
-	if err := e.Schedules.Delete(ctx, tenant, id); err != nil && !errors.Is(err, domain.ErrNotFound) {
+	if err := e.cfg.Schedules.Delete(ctx, tenant, id); err != nil && !errors.Is(err, domain.ErrNotFound) {
 		return nil, fmt.Errorf("delete schedule %s: %w", id, err)
 	}
 	return s, nil
@@ -139,14 +139,14 @@ func (e *Engine) changeSchedule(ctx context.Context, tenant, id string, change f
 		if race > 0 && !lostRace(ctx, race-1) {
 			return nil, ctx.Err()
 		}
-		s, err := e.Schedules.Get(ctx, tenant, id)
+		s, err := e.cfg.Schedules.Get(ctx, tenant, id)
 		if err != nil {
 			return nil, err
 		}
 		if !change(s, e.now()) {
 			return s, nil
 		}
-		err = e.Schedules.Save(ctx, s)
+		err = e.cfg.Schedules.Save(ctx, s)
 		if errors.Is(err, domain.ErrVersionConflict) {
 			continue
 		}
@@ -161,7 +161,7 @@ func (e *Engine) changeSchedule(ctx context.Context, tenant, id string, change f
 // checkScheduleID answers not found for anything that cannot be a
 // schedule id, before it reaches the table.
 func (e *Engine) checkScheduleID(id string) error {
-	if e.Schedules == nil {
+	if e.cfg.Schedules == nil {
 		return errNoSchedules
 	}
 	if !domain.ValidScheduleID(id) {
@@ -187,10 +187,10 @@ type ScheduleReport struct {
 // and writes nothing.
 func (e *Engine) FireSchedules(ctx context.Context) (ScheduleReport, error) {
 	var rep ScheduleReport
-	if e.Schedules == nil {
+	if e.cfg.Schedules == nil {
 		return rep, nil
 	}
-	keys, err := e.Schedules.Due(ctx, e.now(), SweepLimit)
+	keys, err := e.cfg.Schedules.Due(ctx, e.now(), SweepLimit)
 	if err != nil {
 		return rep, fmt.Errorf("due schedules: %w", err)
 	}
@@ -202,7 +202,7 @@ func (e *Engine) FireSchedules(ctx context.Context) (ScheduleReport, error) {
 		if err := e.fireSchedule(ctx, k, &rep); err != nil {
 			// Left due: the next sweep tries the tick again.
 			rep.Errors++
-			e.Log.WarnContext(ctx, "schedule not fired", "tenant", k.Tenant, "schedule", k.ID, "err", err)
+			e.cfg.Log.WarnContext(ctx, "schedule not fired", "tenant", k.Tenant, "schedule", k.ID, "err", err)
 		}
 	}
 	return rep, nil
@@ -219,7 +219,7 @@ func (e *Engine) fireSchedule(ctx context.Context, k DueSchedule, rep *ScheduleR
 		if race > 0 && !lostRace(ctx, race-1) {
 			return ctx.Err()
 		}
-		s, err := e.Schedules.Get(ctx, k.Tenant, k.ID)
+		s, err := e.cfg.Schedules.Get(ctx, k.Tenant, k.ID)
 		if errors.Is(err, domain.ErrNotFound) {
 			return nil // deleted since the index was read
 		}
@@ -238,7 +238,7 @@ func (e *Engine) fireSchedule(ctx context.Context, k DueSchedule, rep *ScheduleR
 		now = e.now() // read after the last run: a run made now is made after it ended
 		if busy {
 			s.Skip("", now)
-			if err := e.Schedules.Save(ctx, s); errors.Is(err, domain.ErrVersionConflict) {
+			if err := e.cfg.Schedules.Save(ctx, s); errors.Is(err, domain.ErrVersionConflict) {
 				rep.Lost++
 				continue
 			} else if err != nil {
@@ -256,7 +256,7 @@ func (e *Engine) fireSchedule(ctx context.Context, k DueSchedule, rep *ScheduleR
 			// the tenant's bound, its priority no longer allowed...): the
 			// tick is skipped, and the schedule says why.
 			s.Skip(err.Error(), now)
-			if err := e.Schedules.Save(ctx, s); errors.Is(err, domain.ErrVersionConflict) {
+			if err := e.cfg.Schedules.Save(ctx, s); errors.Is(err, domain.ErrVersionConflict) {
 				rep.Lost++
 				continue
 			} else if err != nil {
@@ -266,7 +266,7 @@ func (e *Engine) fireSchedule(ctx context.Context, k DueSchedule, rep *ScheduleR
 			return nil
 		}
 		s.Ran(tick, run.ID, now)
-		err = e.Schedules.Fire(ctx, s, run)
+		err = e.cfg.Schedules.Fire(ctx, s, run)
 		if errors.Is(err, domain.ErrVersionConflict) {
 			rep.Lost++
 			continue // another sweep fired it, or it was paused or deleted: look again
@@ -289,7 +289,7 @@ func (e *Engine) lastRunBusy(ctx context.Context, s *domain.Schedule) (bool, err
 	if s.Overlap != domain.OverlapSkip || s.LastJobID == "" {
 		return false, nil
 	}
-	last, err := e.Store.Get(ctx, s.Tenant, s.LastJobID)
+	last, err := e.cfg.Store.Get(ctx, s.Tenant, s.LastJobID)
 	switch {
 	case errors.Is(err, domain.ErrNotFound):
 		return false, nil
@@ -310,6 +310,6 @@ func (e *Engine) newRun(ctx context.Context, s *domain.Schedule, tick, now time.
 	if err := e.checkSpec(ctx, s.Tenant, spec, "job."); err != nil {
 		return nil, err
 	}
-	spec.ParkAfter, spec.ResourceWait = e.TimerThreshold, e.ResourceWait
+	spec.ParkAfter, spec.ResourceWait = e.cfg.TimerThreshold, e.cfg.ResourceWait
 	return domain.NewJob(s.Tenant, s.RunID(tick), spec, "", now)
 }

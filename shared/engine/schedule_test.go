@@ -19,7 +19,7 @@ import (
 func scheduled(t *testing.T) *bundle {
 	t.Helper()
 	b := setup(t)
-	b.e.Schedules = memory.NewSchedules(b.store)
+	b.e.Configure(func(c *engine.Config) { c.Schedules = memory.NewSchedules(b.store) })
 	return b
 }
 
@@ -186,7 +186,7 @@ func (d deletingSchedules) Fire(ctx context.Context, s *domain.Schedule, run *do
 func TestADeleteDuringATickMakesNoJob(t *testing.T) {
 	t.Parallel()
 	b := scheduled(t)
-	b.e.Schedules = deletingSchedules{b.e.Schedules.(*memory.Schedules)}
+	b.e.Configure(func(c *engine.Config) { c.Schedules = deletingSchedules{c.Schedules.(*memory.Schedules)} })
 	b.createSchedule(t, tenantA, everyFive)
 	b.clock.Advance(5 * time.Second)
 	rep := b.sweep(t)
@@ -259,10 +259,8 @@ func TestCreateScheduleChecksItsJobAsASubmission(t *testing.T) {
 	t.Parallel()
 	clock := memory.NewClock(memory.Epoch)
 	st := memory.NewStore()
-	e := engine.New(st, memory.NewQueue(clock.Now, memory.WithMaxWorkerQueues(1)), &actions.Runner{}, builtinLease, nil)
-	e.Now = clock.Now
-	e.Schedules = memory.NewSchedules(st)
-	e.P0Tenants = map[string]bool{tenantB: true}
+	e := engine.New(engine.Config{Store: st, Queue: memory.NewQueue(clock.Now, memory.WithMaxWorkerQueues(1)), Runner: &actions.Runner{}, BuiltinLease: builtinLease,
+		Now: clock.Now, Schedules: memory.NewSchedules(st), P0Tenants: map[string]bool{tenantB: true}})
 	ctx := context.Background()
 	_, _, err := e.Submit(ctx, tenantA, []byte(`{"steps":[{"id":"w","action":{"type":"worker","queue":"q1"}}]}`), "")
 	require.NoError(t, err)
@@ -286,7 +284,7 @@ func TestATickWhoseJobIsRefusedIsSkipped(t *testing.T) {
 	t.Parallel()
 	b := scheduled(t)
 	b.createSchedule(t, tenantA, `{"id":"p0","every":"1m","job":{"priority":0,"steps":[{"id":"a","action":{"type":"pass"}}]}}`)
-	b.e.P0Tenants = map[string]bool{tenantB: true}
+	b.e.Configure(func(c *engine.Config) { c.P0Tenants = map[string]bool{tenantB: true} })
 	b.clock.Advance(time.Minute)
 	rep := b.sweep(t)
 	require.Equal(t, 1, rep.Skipped)
@@ -296,7 +294,7 @@ func TestATickWhoseJobIsRefusedIsSkipped(t *testing.T) {
 	require.Contains(t, s.LastError, "job.priority")
 	require.Empty(t, b.runs(t, tenantA, "p0"))
 
-	b.e.P0Tenants = nil
+	b.e.Configure(func(c *engine.Config) { c.P0Tenants = nil })
 	b.clock.Advance(time.Minute)
 	require.Equal(t, 1, b.sweep(t).Fired)
 	require.Empty(t, b.schedule(t, tenantA, "p0").LastError)

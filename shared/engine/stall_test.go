@@ -52,7 +52,7 @@ func TestResourceWaitFailsTheStepAfterItsBound(t *testing.T) {
 func TestClaimThatFindsTheResourceWaitPastItsBoundFailsTheStep(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.e.ResourceWait = 10 * time.Minute
+	b.e.Configure(func(c *engine.Config) { c.ResourceWait = 10 * time.Minute })
 	j := b.submit(t, tenantA, `{"steps":[{"id":"solve","action":{"type":"worker","queue":"lab"},"requires":{"labels":{"site":"eu"}}}]}`)
 	require.Equal(t, 600, j.ResourceWaitSeconds)
 	require.Empty(t, b.claim(t, tenantA, "lab"), "no resource: the step waits")

@@ -39,7 +39,7 @@ func TestSubmitRefusesHTTPStepsTheGuardRefuses(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			e := &engine.Engine{Runner: tc.runner}
+			e := engine.New(engine.Config{Runner: tc.runner})
 			body := fmt.Sprintf(`{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"b","action":{"type":"http","url":%q}}]}`, tc.url)
 			j, created, err := e.Submit(context.Background(), "tenant-a", []byte(body), "")
 			require.Nil(t, j)
@@ -60,7 +60,7 @@ func TestSubmitRefusesHTTPStepsTheGuardRefuses(t *testing.T) {
 func TestSubmitRefusesLambdaStepsOutsideTheAllowList(t *testing.T) {
 	t.Parallel()
 	home := actions.LambdaHome{Partition: "aws", Region: "us-east-1", Account: "123456789012"}
-	e := &engine.Engine{Runner: &actions.Runner{LambdaAllow: []string{"stepflow-fn-", "billing"}, LambdaHome: home}}
+	e := engine.New(engine.Config{Runner: &actions.Runner{LambdaAllow: []string{"stepflow-fn-", "billing"}, LambdaHome: home}})
 	for body, want := range map[string][2]string{
 		`{"steps":[{"id":"a","action":{"type":"lambda","function":"other-fn"}}]}`:                                                         {"steps[0].action.function", "STEPFLOW_LAMBDA_ALLOW"},
 		`{"steps":[{"id":"a","action":{"type":"lambda","function":"arn:aws:lambda:us-east-1:123456789012:function:echo"}}]}`:              {"steps[0].action.function", "STEPFLOW_LAMBDA_ALLOW"},

@@ -56,7 +56,7 @@ const SweepRetryAfter = 5 * time.Minute
 // on is deferred, and the sweep goes on.
 func (e *Engine) Sweep(ctx context.Context) (SweepReport, error) {
 	var rep SweepReport
-	keys, err := e.Store.Due(ctx, e.now(), SweepLimit)
+	keys, err := e.cfg.Store.Due(ctx, e.now(), SweepLimit)
 	if err != nil {
 		return rep, fmt.Errorf("sweep: %w", err)
 	}
@@ -72,20 +72,20 @@ func (e *Engine) Sweep(ctx context.Context) (SweepReport, error) {
 			e.quarantine(ctx, k.Tenant, k.ID, err)
 			rep.Quarantined++
 		case !domain.Transient(err) || errors.Is(err, errPanic):
-			e.Log.ErrorContext(ctx, "sweep could not move a job on; deferred", "tenant", k.Tenant, "job", k.ID, "err", err, "retry_after", SweepRetryAfter)
-			if derr := e.Store.Defer(ctx, k, e.now().Add(SweepRetryAfter)); derr != nil {
-				e.Log.WarnContext(ctx, "deferral not written", "job", k.ID, "err", derr)
+			e.cfg.Log.ErrorContext(ctx, "sweep could not move a job on; deferred", "tenant", k.Tenant, "job", k.ID, "err", err, "retry_after", SweepRetryAfter)
+			if derr := e.cfg.Store.Defer(ctx, k, e.now().Add(SweepRetryAfter)); derr != nil {
+				e.cfg.Log.WarnContext(ctx, "deferral not written", "job", k.ID, "err", derr)
 			}
 			rep.Deferred++
 		default:
 			rep.Errors++
-			e.Log.WarnContext(ctx, "sweep skipped a job", "tenant", k.Tenant, "job", k.ID, "err", err)
+			e.cfg.Log.WarnContext(ctx, "sweep skipped a job", "tenant", k.Tenant, "job", k.ID, "err", err)
 		}
 	}
 	// Schedules after jobs: a failure there never holds recovery back.
 	sr, err := e.FireSchedules(ctx)
 	if err != nil && ctx.Err() == nil {
-		e.Log.WarnContext(ctx, "sweep could not read the due schedules", "err", err)
+		e.cfg.Log.WarnContext(ctx, "sweep could not read the due schedules", "err", err)
 		sr.Errors++
 	}
 	rep.SchedulesDue, rep.Fired, rep.Skipped, rep.Errors = sr.Due, sr.Fired, sr.Skipped, rep.Errors+sr.Errors
@@ -137,11 +137,11 @@ func (e *Engine) deleteDueData(ctx context.Context, j *domain.Job, now time.Time
 	if !j.State.Terminal() || !j.DataDue(now) {
 		return nil
 	}
-	if e.Blobs == nil {
-		e.Log.WarnContext(ctx, "a finished job's stored data cannot be deleted: no blob store is configured (STEPFLOW_DATA_BUCKET); the bucket's lifecycle rule expires it", "job", j.ID)
+	if e.cfg.Blobs == nil {
+		e.cfg.Log.WarnContext(ctx, "a finished job's stored data cannot be deleted: no blob store is configured (STEPFLOW_DATA_BUCKET); the bucket's lifecycle rule expires it", "job", j.ID)
 		return nil
 	}
-	if _, err := e.Blobs.DeletePrefix(ctx, domain.JobDataPrefix(j.Tenant, j.ID)); err != nil {
+	if _, err := e.cfg.Blobs.DeletePrefix(ctx, domain.JobDataPrefix(j.Tenant, j.ID)); err != nil {
 		return fmt.Errorf("delete the data of job %s: %w", j.ID, err)
 	}
 	return nil

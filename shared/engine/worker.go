@@ -173,13 +173,13 @@ func (c *claim) claimOne(ctx context.Context, d Delivery) {
 	if d.Message.Tenant != c.tenant {
 		// Queues are per tenant, so this cannot be our own work: leave it
 		// for its owner rather than delete it.
-		e.Log.WarnContext(ctx, "claim left a message of another tenant", "queue", c.r.Queue, "job", d.Message.Job)
-		_ = e.Queue.Release(ctx, d.Token)
+		e.cfg.Log.WarnContext(ctx, "claim left a message of another tenant", "queue", c.r.Queue, "job", d.Message.Job)
+		_ = e.cfg.Queue.Release(ctx, d.Token)
 		return
 	}
 	cl, err := e.claimOne(ctx, c.tenant, c.r.Worker, d)
 	if err != nil {
-		e.Log.WarnContext(ctx, "claim skipped a message", "job", d.Message.Job, "step", d.Message.Step, "err", err)
+		e.cfg.Log.WarnContext(ctx, "claim skipped a message", "job", d.Message.Job, "step", d.Message.Step, "err", err)
 		return
 	}
 	if cl != nil {
@@ -213,14 +213,14 @@ func (e *Engine) claimOne(ctx context.Context, tenant, worker string, d Delivery
 	}
 	switch t.outcome {
 	case held:
-		return nil, e.Queue.Extend(ctx, d.Token, t.hideFor)
+		return nil, e.cfg.Queue.Extend(ctx, d.Token, t.hideFor)
 	case notYet:
-		return nil, e.Queue.Extend(ctx, d.Token, t.until.Sub(e.now()))
+		return nil, e.cfg.Queue.Extend(ctx, d.Token, t.until.Sub(e.now()))
 	case leased:
 	default:
 		// Nothing to run (stale, set aside, in line for a slot, ended at
 		// once): a freed slot or the sweep sends it again if it must run.
-		return nil, e.Queue.Ack(ctx, d.Token)
+		return nil, e.cfg.Queue.Ack(ctx, d.Token)
 	}
 	j, lease := t.job, t.lease
 	s, _, _ := j.Step(d.Message.Step)
@@ -311,7 +311,7 @@ func (h *heartbeat) prepare(e *Engine) func(context.Context, *domain.Job, time.T
 			return nil // nothing to extend: the decision refuses, or ends the lease
 		}
 		until := now.Add(heartbeatExtension(s, h.extend))
-		if err := e.Resources.ExtendHolder(ctx, j.Tenant, s.Lease.Resource, h.leaseID, until); err != nil {
+		if err := e.cfg.Resources.ExtendHolder(ctx, j.Tenant, s.Lease.Resource, h.leaseID, until); err != nil {
 			return fmt.Errorf("extend the slot of resource %s: %w", s.Lease.Resource, err)
 		}
 		h.slotUntil = until
@@ -394,7 +394,7 @@ type OutcomeResult struct {
 // outputs are bound by the job's item.
 func (e *Engine) Complete(ctx context.Context, tenant, leaseID string, output json.RawMessage) (OutcomeResult, error) {
 	limit := domain.MaxBodyBytes
-	if e.Blobs != nil {
+	if e.cfg.Blobs != nil {
 		limit = MaxOutputBytes
 	}
 	if len(output) > limit {

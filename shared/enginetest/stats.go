@@ -133,9 +133,9 @@ func storeHealthVerdict(t *testing.T, f StoreFixture) {
 	ctx := context.Background()
 	now := f.Now
 	clock := now
-	e := &engine.Engine{Store: f.Store, Now: func() time.Time { return clock }}
-	e.Thresholds = engine.DefaultHealthThresholds()
-	e.Thresholds.Failures24h = 5
+	th := engine.DefaultHealthThresholds()
+	th.Failures24h = 5
+	e := engine.New(engine.Config{Store: f.Store, Now: func() time.Time { return clock }, Thresholds: th})
 	health := func(tenant string) engine.Health {
 		h, err := e.Health(ctx, tenant)
 		require.NoError(t, err)

@@ -140,9 +140,7 @@ func queueDeleteIdle(t *testing.T, f QueueFixture) {
 func queueSweepIdle(t *testing.T, f QueueFixture) {
 	ctx := context.Background()
 	clock := memory.NewClock(time.Now())
-	e := engine.New(memory.NewStore(), f.Queue, nil, time.Minute, nil)
-	e.Now = clock.Now
-	e.WorkerQueueIdle = time.Hour
+	e := engine.New(engine.Config{Store: memory.NewStore(), Queue: f.Queue, BuiltinLease: time.Minute, Now: clock.Now, WorkerQueueIdle: time.Hour})
 	submit := func(queue string) error {
 		_, _, err := e.Submit(ctx, tenantA, fmt.Appendf(nil, `{"steps":[{"id":"w","action":{"type":"worker","queue":%q}}]}`, queue), "")
 		return err

@@ -56,7 +56,7 @@ func executeRecord(ctx context.Context, e *engine.Engine, tokens func(queueARN, 
 	var m engine.Message
 	if err := json.Unmarshal([]byte(rec.Body), &m); err != nil || m.Job == "" || m.Tenant == "" || m.Step == "" {
 		// Not a stepflow message: redelivering it cannot help; drop it.
-		e.Log.WarnContext(ctx, "dropped a message that names no step")
+		e.Log().WarnContext(ctx, "dropped a message that names no step")
 		return nil
 	}
 	res, err := e.Execute(ctx, engine.Delivery{Message: m, Token: tokens(rec.EventSourceARN, rec.ReceiptHandle)})
@@ -78,7 +78,7 @@ func Heartbeat(e *engine.Engine) func(context.Context, events.EventBridgeEvent) 
 			return rep, err
 		}
 		if rep.Due > 0 || rep.SchedulesDue > 0 {
-			e.Log.Info("sweep", "due", rep.Due, "reclaimed", rep.Reclaimed, "redispatched", rep.Redispatched,
+			e.Log().Info("sweep", "due", rep.Due, "reclaimed", rep.Reclaimed, "redispatched", rep.Redispatched,
 				"schedules_due", rep.SchedulesDue, "fired", rep.Fired, "skipped", rep.Skipped, "errors", rep.Errors)
 		}
 		return rep, nil

@@ -429,7 +429,7 @@ func (a *API) authenticate(ctx context.Context, r *request) (string, error) {
 	if until, ok := c.unknown.Get(hashed); ok && now.Before(until) {
 		return "", domain.ErrUnauthorized
 	}
-	tenant, err := a.Engine.Store.TenantForKey(ctx, key)
+	tenant, err := a.Engine.TenantForKey(ctx, key)
 	switch {
 	case errors.Is(err, domain.ErrUnauthorized):
 		c.known.Remove(hashed) // a revoked key
@@ -445,8 +445,8 @@ func (a *API) authenticate(ctx context.Context, r *request) (string, error) {
 
 // now is the engine's clock (tests move it), else the wall clock.
 func (a *API) now() time.Time {
-	if a.Engine != nil && a.Engine.Now != nil {
-		return a.Engine.Now()
+	if a.Engine != nil {
+		return a.Engine.Clock()
 	}
 	return time.Now()
 }

@@ -68,7 +68,7 @@ func (a *API) putResource(ctx context.Context, tenant string, r *request) (int, 
 	if created {
 		status = http.StatusCreated
 	}
-	return status, resourceView(res, a.Engine.Now()), nil
+	return status, resourceView(res, a.Engine.Clock()), nil
 }
 
 func (a *API) getResource(ctx context.Context, tenant string, r *request) (int, any, error) {
@@ -76,7 +76,7 @@ func (a *API) getResource(ctx context.Context, tenant string, r *request) (int, 
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, resourceView(res, a.Engine.Now()), nil
+	return http.StatusOK, resourceView(res, a.Engine.Clock()), nil
 }
 
 func (a *API) listResources(ctx context.Context, tenant string, _ *request) (int, any, error) {
@@ -84,7 +84,7 @@ func (a *API) listResources(ctx context.Context, tenant string, _ *request) (int
 	if err != nil {
 		return 0, nil, err
 	}
-	now := a.Engine.Now()
+	now := a.Engine.Clock()
 	out := struct {
 		Resources []ResourceView `json:"resources"`
 	}{Resources: make([]ResourceView, 0, len(all))}

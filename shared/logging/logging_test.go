@@ -30,8 +30,7 @@ type bundle struct {
 func setup(t *testing.T, log *slog.Logger) *bundle {
 	t.Helper()
 	clock := memory.NewClock(time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC))
-	e := engine.New(memory.NewStore(), memory.NewQueue(clock.Now), nil, 1800*time.Second, log)
-	e.Now = clock.Now
+	e := engine.New(engine.Config{Store: memory.NewStore(), Queue: memory.NewQueue(clock.Now), BuiltinLease: 1800 * time.Second, Log: log, Now: clock.Now})
 	return &bundle{ctx: context.Background(), e: e, clock: clock}
 }
 

@@ -117,10 +117,10 @@ func (h *Harness) checkEveryJob(t testing.TB) {
 	for _, tenant := range []string{TenantA, TenantB} {
 		cursor := ""
 		for {
-			jobs, next, err := h.Engine.Store.List(ctx, tenant, engine.ListFilter{Limit: 100, Cursor: cursor})
+			jobs, next, err := h.Engine.List(ctx, tenant, engine.ListFilter{Limit: 100, Cursor: cursor})
 			require.NoError(t, err)
 			for _, js := range jobs {
-				j, err := h.Engine.Store.Get(ctx, tenant, js.ID)
+				j, err := h.Engine.Get(ctx, tenant, js.ID)
 				if errors.Is(err, domain.ErrUnreadable) {
 					continue // a test that corrupts a job on purpose
 				}
@@ -257,7 +257,7 @@ func (h *Harness) AwaitState(t testing.TB, key, id string, state domain.JobState
 // documented widenings.
 func (h *Harness) CheckReplay(t testing.TB, tenant, id string) {
 	t.Helper()
-	j, err := h.Engine.Store.Get(context.Background(), tenant, id)
+	j, err := h.Engine.Get(context.Background(), tenant, id)
 	require.NoError(t, err)
 	require.NoError(t, domain.CheckReplay(j))
 	require.NoError(t, domain.CheckFormal(j.Events), "job %s", id)

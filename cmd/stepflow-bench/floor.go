@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -116,19 +117,25 @@ func runFloor(ctx context.Context, st *devstack.Stack, n, producers int) (result
 						lease := strconv.Itoa(i) + aws.ToString(m.MessageId)
 						_, err := meter.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &table, Key: k,
 							UpdateExpression: aws.String("SET #s = :r, lease = :l"), ConditionExpression: aws.String("#s = :q"),
-							ExpressionAttributeNames:  map[string]string{"#s": "state"},
-							ExpressionAttributeValues: map[string]ddb.AttributeValue{":r": &ddb.AttributeValueMemberS{Value: "running"}, ":q": &ddb.AttributeValueMemberS{Value: "queued"}, ":l": &ddb.AttributeValueMemberS{Value: lease}}})
-						if err == nil {
+							ExpressionAttributeNames:            map[string]string{"#s": "state"},
+							ExpressionAttributeValues:           map[string]ddb.AttributeValue{":r": &ddb.AttributeValueMemberS{Value: "running"}, ":q": &ddb.AttributeValueMemberS{Value: "queued"}, ":l": &ddb.AttributeValueMemberS{Value: lease}},
+							ReturnValuesOnConditionCheckFailure: ddb.ReturnValuesOnConditionCheckFailureAllOld})
+						ours, err := appliedBefore(err, "running", lease)
+						if err == nil && ours {
 							_, err = meter.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &table, Key: k,
 								UpdateExpression: aws.String("SET #s = :d REMOVE lease"), ConditionExpression: aws.String("#s = :r AND lease = :l"),
-								ExpressionAttributeNames:  map[string]string{"#s": "state"},
-								ExpressionAttributeValues: map[string]ddb.AttributeValue{":r": &ddb.AttributeValueMemberS{Value: "running"}, ":d": &ddb.AttributeValueMemberS{Value: "done"}, ":l": &ddb.AttributeValueMemberS{Value: lease}}})
+								ExpressionAttributeNames:            map[string]string{"#s": "state"},
+								ExpressionAttributeValues:           map[string]ddb.AttributeValue{":r": &ddb.AttributeValueMemberS{Value: "running"}, ":d": &ddb.AttributeValueMemberS{Value: "done"}, ":l": &ddb.AttributeValueMemberS{Value: lease}},
+								ReturnValuesOnConditionCheckFailure: ddb.ReturnValuesOnConditionCheckFailureAllOld})
+							ours, err = appliedBefore(err, "done", "")
 						}
 						if err != nil {
 							fail(err)
 							return
 						}
-						done.Add(1)
+						if ours {
+							done.Add(1)
+						}
 						del[i] = sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle}
 					})
 				}
@@ -161,4 +168,20 @@ func runFloor(ctx context.Context, st *devstack.Stack, n, producers int) (result
 	r.Invocations = map[string]int64{"enqueue": int64(n), "execute": batches.Load()}
 	r.Attempts = n
 	return r, nil
+}
+
+// appliedBefore reads a conditional update's answer, as the engine reads
+// its own: true when it applied, or when it was refused because the item
+// already shows it (an SDK retry of an update whose first answer was
+// lost: state, with lease "" for none); false, no error, when another
+// consumer's update stands (a message delivered twice).
+func appliedBefore(err error, state, lease string) (bool, error) {
+	var ccf *ddb.ConditionalCheckFailedException
+	if !errors.As(err, &ccf) {
+		return err == nil, err
+	}
+	s, _ := ccf.Item["state"].(*ddb.AttributeValueMemberS)
+	l, _ := ccf.Item["lease"].(*ddb.AttributeValueMemberS)
+	mine := s != nil && s.Value == state && (lease == "" && l == nil || l != nil && l.Value == lease)
+	return mine, nil
 }

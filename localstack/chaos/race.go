@@ -335,22 +335,7 @@ func recordedSignals(j *domain.Job) (out []string, byK map[int]int, byID map[str
 // attempt of its worker step failed but the planned first or by a lost
 // lease.
 func redriveFacts(j *domain.Job, calls []raceCall, rounds int) []string {
-	var out []string
-	failed, requeued := 0, 0
-	for _, ev := range j.Events {
-		switch {
-		case ev.Type == string(domain.JobEvFailed):
-			failed++
-		case ev.Type == string(domain.JobEvRequeued) && ev.Detail == "redrive":
-			requeued++
-		}
-	}
-	// Every round its racer may send re-ran it onto a lost lease: the
-	// last failure is not redriven.
-	exhausted := rounds == maxRedriveRounds && failed == requeued+1 && j.State == domain.JobFailed
-	if requeued == 0 || requeued != rounds || requeued != failed && !exhausted {
-		out = append(out, fmt.Sprintf("%d job_failed, %d job_requeued, %d redrive rounds: want one requeue per failure and round, at least one", failed, requeued, rounds))
-	}
+	out := requeueFacts(j, rounds)
 	if work, _, err := j.Step("work"); err == nil {
 		for _, a := range work.Attempts {
 			planned := a.N == 1 && a.State == domain.AttemptFailed && a.Error != nil && a.Error.Message == PlannedFatal
@@ -371,6 +356,26 @@ func redriveFacts(j *domain.Job, calls []raceCall, rounds int) []string {
 		}
 	}
 	return out
+}
+
+// requeueFacts: one job_requeued per job_failed and per round of
+// redrives, at least one; the last failure is not redriven when every
+// round its racer may send re-ran the job onto a lost lease.
+func requeueFacts(j *domain.Job, rounds int) []string {
+	failed, requeued := 0, 0
+	for _, ev := range j.Events {
+		switch {
+		case ev.Type == string(domain.JobEvFailed):
+			failed++
+		case ev.Type == string(domain.JobEvRequeued) && ev.Detail == "redrive":
+			requeued++
+		}
+	}
+	exhausted := rounds == maxRedriveRounds && failed == requeued+1 && j.State == domain.JobFailed
+	if requeued == 0 || requeued != rounds || requeued != failed && !exhausted {
+		return []string{fmt.Sprintf("%d job_failed, %d job_requeued, %d redrive rounds: want one requeue per failure and round, at least one", failed, requeued, rounds)}
+	}
+	return nil
 }
 
 // redriveEnd: a redrive job completes, unless each of the rounds its

@@ -225,6 +225,29 @@ func TestCheckRedrive(t *testing.T) {
 	s.race.rounds = 1
 	require.NotEmpty(t, raceProblems(j, "redrive", s))
 
+	// Every round its racer may send re-ran the job onto a lost lease: it
+	// ends FAILED, its last failure not redriven.
+	j = newJob(t, redriveJob)
+	runWorker(t, j, false, domain.ClassFatal, PlannedFatal)
+	var sent []raceCall
+	for round := 1; round <= maxRedriveRounds; round++ {
+		at := t0.Add(time.Duration(round) * time.Minute)
+		_, err = j.Redrive(at)
+		require.NoError(t, err)
+		_, err = j.Lease("work", domain.LeaseRequest{Nonce: fmt.Sprint(round), Duration: time.Second, ViaWorker: true}, at)
+		require.NoError(t, err)
+		_, err = j.Reclaim("work", at.Add(2*time.Second))
+		require.NoError(t, err)
+		sent = append(sent, redrive(round, 200))
+	}
+	require.Equal(t, domain.JobFailed, j.State)
+	require.Equal(t, domain.JobFailed, redriveEnd(j))
+	s = calls(sent...)
+	s.race.rounds = maxRedriveRounds
+	require.Empty(t, raceProblems(j, "redrive", s))
+	s.race.rounds = maxRedriveRounds - 1
+	require.NotEmpty(t, raceProblems(j, "redrive", s), "a round left unsent")
+
 	// checkRuns still finds a second terminal event within a run.
 	j = workerJob(t, `{}`)
 	j.Events = append(j.Events, domain.Event{Seq: len(j.Events) + 1, Type: string(domain.JobEvCompleted), At: t0})

@@ -8,12 +8,12 @@ import (
 	"github.com/stepflow/stepflow/shared/domain"
 )
 
-// Decision is a person's answer at an approval gate, as a client sends it;
-// Key is the id of the API key that sent it.
+// Decision is a person's answer at an approval gate; Key is the id of the
+// API key that sent it.
 type Decision struct {
-	By      string `json:"by"`
-	Comment string `json:"comment"`
-	Key     string `json:"-"`
+	By      string
+	Comment string
+	Key     string
 }
 
 // Validate checks a decision's fields.

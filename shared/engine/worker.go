@@ -19,15 +19,17 @@ const (
 	MaxClaimWait = 20 * time.Second // SQS's longest long-poll
 )
 
-// ClaimRequest is POST /v1/claim.
+// ClaimRequest is a worker's claim: up to Max leases from Queue, waiting
+// up to WaitSeconds for the first. (Its wire form is wire.ClaimRequest.)
 type ClaimRequest struct {
-	Queue       string `json:"queue"`
-	Max         int    `json:"max"`
-	WaitSeconds int    `json:"wait_seconds"`
-	Worker      string `json:"worker"`
+	Queue       string
+	Max         int
+	WaitSeconds int
+	Worker      string // shown on the attempt
 }
 
-// Validate checks a claim and fills its defaults.
+// Validate checks a claim and fills its defaults. Its errors name the
+// fields as the API does.
 func (r *ClaimRequest) Validate() error {
 	if r.Queue == "" {
 		r.Queue = domain.DefaultQueue
@@ -51,24 +53,24 @@ func (r *ClaimRequest) Validate() error {
 
 // ClaimedLease is one lease handed to a worker.
 type ClaimedLease struct {
-	LeaseID        string          `json:"lease_id"`
-	JobID          string          `json:"job_id"`
-	StepID         string          `json:"step_id"`
-	Attempt        int             `json:"attempt"`
-	MaxAttempts    int             `json:"max_attempts"`
-	Input          json.RawMessage `json:"input"`
-	ExpiresAt      time.Time       `json:"expires_at"`
-	LeaseSeconds   int             `json:"lease_seconds"`
-	IdempotencyKey string          `json:"idempotency_key"`
+	LeaseID        string
+	JobID          string
+	StepID         string
+	Attempt        int
+	MaxAttempts    int
+	Input          json.RawMessage
+	ExpiresAt      time.Time
+	LeaseSeconds   int
+	IdempotencyKey string
 	// Deadline is when the attempt has run for the step's timeout_seconds:
 	// a heartbeat after it hears 409 and the attempt is timed out.
-	Deadline *time.Time `json:"deadline,omitempty"`
+	Deadline *time.Time
 	// Resource is the resource whose slot the attempt holds.
-	Resource *ClaimedResource `json:"resource,omitempty"`
-	// A large input is not inline (input is null): InputURL GETs it for the
+	Resource *ClaimedResource
+	// A large input is not inline (Input is nil): InputURL GETs it for the
 	// lease's length, and InputRef says its size and SHA-256.
-	InputRef *domain.DataRef `json:"input_ref,omitempty"`
-	InputURL string          `json:"input_url,omitempty"`
+	InputRef *domain.DataRef
+	InputURL string
 }
 
 // Claim takes up to Max leases from a tenant's worker queue, long-polling
@@ -237,9 +239,9 @@ func (e *Engine) claimOne(ctx context.Context, tenant, worker string, d Delivery
 
 // ClaimedResource is the resource a claimed lease holds a slot of.
 type ClaimedResource struct {
-	ID           string            `json:"id"`
-	Capabilities []string          `json:"capabilities,omitempty"`
-	Labels       map[string]string `json:"labels,omitempty"`
+	ID           string
+	Capabilities []string
+	Labels       map[string]string
 }
 
 // leaseTarget resolves a lease id to its job and step, within the tenant.
@@ -250,11 +252,11 @@ func leaseTarget(j *domain.Job, ref domain.LeaseRef) (*domain.Step, error) {
 	return j.Steps[ref.StepIndex], nil
 }
 
-// HeartbeatResult answers POST /v1/leases/{lease}/heartbeat.
+// HeartbeatResult answers a heartbeat.
 type HeartbeatResult struct {
-	LeaseID         string     `json:"lease_id"`
-	ExpiresAt       *time.Time `json:"expires_at,omitempty"` // absent once a cancel ended the lease
-	CancelRequested bool       `json:"cancel_requested"`
+	LeaseID         string
+	ExpiresAt       *time.Time // nil once a cancel ended the lease
+	CancelRequested bool
 }
 
 // Heartbeat extends a worker's lease by extend (the step's lease_seconds
@@ -368,25 +370,25 @@ func heartbeatExtension(s *domain.Step, extend time.Duration) time.Duration {
 	return time.Duration(s.Spec.Action.LeaseSeconds) * time.Second
 }
 
-// Outcome is POST /v1/leases/{lease}/complete or /fail.
+// Outcome is a worker's failure, as Fail takes it. Fail checks it and
+// names its fields as the API does (class, retry_after_seconds, ...).
 type Outcome struct {
-	Output            json.RawMessage `json:"output,omitempty"`
-	Class             string          `json:"class,omitempty"`
-	Message           string          `json:"message,omitempty"`
-	RetryAfterSeconds int             `json:"retry_after_seconds,omitempty"`
+	Class             string
+	Message           string
+	RetryAfterSeconds int
 	// Prompt is what a needs_user failure asks of a person (shown on the
 	// step until someone resumes it).
-	Prompt string `json:"prompt,omitempty"`
+	Prompt string
 	// Steps are what a replan failure puts in the step's place.
-	Steps []domain.StepSpec `json:"steps,omitempty"`
+	Steps []domain.StepSpec
 }
 
 // OutcomeResult answers an outcome: where the step and job went.
 type OutcomeResult struct {
-	JobID     string           `json:"job_id"`
-	StepID    string           `json:"step_id"`
-	StepState domain.StepState `json:"step_state"`
-	JobState  domain.JobState  `json:"job_state"`
+	JobID     string
+	StepID    string
+	StepState domain.StepState
+	JobState  domain.JobState
 }
 
 // Complete records a worker's success under its lease. An output over the

@@ -30,6 +30,7 @@ import (
 	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/logging"
 	"github.com/stepflow/stepflow/shared/views"
+	"github.com/stepflow/stepflow/shared/wire"
 )
 
 // statusOf maps each error code to its HTTP status: the one table.
@@ -843,17 +844,16 @@ func (a *API) reject(ctx context.Context, tenant string, r *request) (int, any, 
 // "comment"}, recorded with the calling key's id. 200 whether it changed
 // the job or repeated a decision made already.
 func (a *API) decide(ctx context.Context, tenant string, r *request, approve bool) (int, any, error) {
-	var d engine.Decision
-	if err := r.decode(&d); err != nil {
+	var d wire.Decision
+	if err := r.decodeWire(&d, domain.MaxBodyBytes); err != nil {
 		return 0, nil, err
 	}
-	d.Key = r.keyID()
 	id, step := r.ev.PathParameters["id"], r.ev.PathParameters["step"]
 	decide := a.Engine.Reject
 	if approve {
 		decide = a.Engine.Approve
 	}
-	j, _, err := decide(ctx, tenant, id, step, d)
+	j, _, err := decide(ctx, tenant, id, step, decision(d, r.keyID()))
 	if err != nil {
 		return 0, nil, err
 	}
@@ -926,18 +926,15 @@ func (a *API) metrics(ctx context.Context, tenant string, _ *request) (int, any,
 }
 
 func (a *API) claim(ctx context.Context, tenant string, r *request) (int, any, error) {
-	var c engine.ClaimRequest
-	if err := r.decode(&c); err != nil {
+	var c wire.ClaimRequest
+	if err := r.decodeWire(&c, domain.MaxBodyBytes); err != nil {
 		return 0, nil, err
 	}
-	leases, err := a.Engine.Claim(ctx, tenant, c)
+	leases, err := a.Engine.Claim(ctx, tenant, claimRequest(c))
 	if err != nil {
 		return 0, nil, err
 	}
-	if leases == nil {
-		leases = []engine.ClaimedLease{}
-	}
-	return http.StatusOK, map[string]any{"leases": leases}, nil
+	return http.StatusOK, claimed(leases), nil
 }
 
 func (a *API) heartbeat(ctx context.Context, tenant string, r *request) (int, any, error) {
@@ -954,14 +951,14 @@ func (a *API) heartbeat(ctx context.Context, tenant string, r *request) (int, an
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, res, nil
+	return http.StatusOK, heartbeatResult(res), nil
 }
 
 func (a *API) complete(ctx context.Context, tenant string, r *request) (int, any, error) {
-	var o engine.Outcome
+	var o wire.Outcome
 	// The output's own limit is the engine's (MaxOutputBytes with a blob
 	// store); the body may carry it and its envelope.
-	if err := r.decodeUpTo(&o, engine.MaxOutputBytes+4096); err != nil {
+	if err := r.decodeWire(&o, engine.MaxOutputBytes+4096); err != nil {
 		return 0, nil, err
 	}
 	if o.Class != "" || o.Message != "" || o.RetryAfterSeconds != 0 {
@@ -971,20 +968,20 @@ func (a *API) complete(ctx context.Context, tenant string, r *request) (int, any
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, res, nil
+	return http.StatusOK, outcomeResult(res), nil
 }
 
 func (a *API) failLease(ctx context.Context, tenant string, r *request) (int, any, error) {
-	var o engine.Outcome
-	if err := r.decode(&o); err != nil {
+	var o wire.Outcome
+	if err := r.decodeWire(&o, domain.MaxBodyBytes); err != nil {
 		return 0, nil, err
 	}
 	if len(o.Output) > 0 {
 		return 0, nil, domain.Invalid("output", "belongs on /complete")
 	}
-	res, err := a.Engine.Fail(ctx, tenant, r.ev.PathParameters["lease"], o)
+	res, err := a.Engine.Fail(ctx, tenant, r.ev.PathParameters["lease"], failure(o))
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, res, nil
+	return http.StatusOK, outcomeResult(res), nil
 }

@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepflow/stepflow/shared/domain"
-	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/queue"
+	"github.com/stepflow/stepflow/shared/wire"
 )
 
 func TestHostileNamesCollidedUnderTheOldNaming(t *testing.T) {
@@ -55,7 +55,7 @@ func TestHostilePlanIsSeededValidAndPoisonous(t *testing.T) {
 	for _, pb := range p.Poison {
 		var err error
 		if pb.Complete {
-			err = domain.DecodeStrict(pb.Body, &engine.Outcome{})
+			err = domain.DecodeStrict(pb.Body, &wire.Outcome{})
 		} else {
 			_, err = domain.ParseJobSpec(pb.Body)
 		}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/stepflow/stepflow/shared/domain"
-	"github.com/stepflow/stepflow/shared/engine"
+	"github.com/stepflow/stepflow/shared/wire"
 )
 
 // Replans and signal floods under chaos, jobs of the run's beside its plan:
@@ -116,7 +116,7 @@ func (p replanSpec) body(kind string, closing bool) []byte {
 
 // replan fails a replan-worker lease with the cycle-closing replan, noting
 // its answer, then with the fitting one.
-func (w *workers) replan(ctx context.Context, name string, l engine.ClaimedLease) {
+func (w *workers) replan(ctx context.Context, name string, l wire.ClaimedLease) {
 	var in struct {
 		Replan replanSpec `json:"replan"`
 	}

@@ -21,7 +21,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/stepflow/stepflow/shared/domain"
-	"github.com/stepflow/stepflow/shared/engine"
+	"github.com/stepflow/stepflow/shared/wire"
 )
 
 // Resource pools under chaos. At start the run's tenant registers
@@ -510,7 +510,7 @@ func script(input json.RawMessage, n int) string {
 }
 
 // resource handles a lease of a resource job's worker step by its script.
-func (w *workers) resource(ctx context.Context, name string, l engine.ClaimedLease) {
+func (w *workers) resource(ctx context.Context, name string, l wire.ClaimedLease) {
 	do := script(l.Input, l.Attempt)
 	seen := &leaseSeen{Lease: l.LeaseID, Job: l.JobID, Step: l.StepID, Attempt: l.Attempt, Worker: name, Script: do}
 	if l.Resource != nil {
@@ -534,7 +534,7 @@ func (w *workers) resource(ctx context.Context, name string, l engine.ClaimedLea
 		w.waitUntil(ctx, func() bool { return !w.clock.Now().Before(expires.Add(-half)) })
 		a := w.send(ctx, l, "heartbeat", &expires, func(bool) []byte { return []byte(`{}`) })
 		w.answered(seen, "heartbeat", a)
-		var hb engine.HeartbeatResult
+		var hb wire.HeartbeatResult
 		if !a.ok() || json.Unmarshal(a.body, &hb) != nil || hb.CancelRequested || hb.ExpiresAt == nil {
 			return // lost, or cancelled: stop working
 		}

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/stepflow/stepflow/shared/engine"
+	"github.com/stepflow/stepflow/shared/wire"
 )
 
 // ZombieTag marks what a chaos worker reports after its lease was lost: a
@@ -51,7 +51,7 @@ type workers struct {
 }
 
 type claimAnswer struct {
-	Leases []engine.ClaimedLease `json:"leases"`
+	Leases []wire.ClaimedLease `json:"leases"`
 }
 
 func (w *workers) start(ctx context.Context, per int) {
@@ -151,7 +151,7 @@ func marker(input json.RawMessage) string {
 	return v.M
 }
 
-func (w *workers) handle(ctx context.Context, name string, l engine.ClaimedLease) {
+func (w *workers) handle(ctx context.Context, name string, l wire.ClaimedLease) {
 	expires := l.ExpiresAt
 	switch m := marker(l.Input); {
 	case m == WorkerResource:
@@ -189,7 +189,7 @@ func (w *workers) handle(ctx context.Context, name string, l engine.ClaimedLease
 	wait()
 	if b.heartbeat {
 		a := w.send(ctx, l, "heartbeat", &expires, func(bool) []byte { return []byte(`{}`) })
-		var hb engine.HeartbeatResult
+		var hb wire.HeartbeatResult
 		if a.ok() && json.Unmarshal(a.body, &hb) == nil {
 			if hb.CancelRequested || hb.ExpiresAt == nil {
 				return // the job was cancelled: stop working
@@ -209,7 +209,7 @@ func (w *workers) handle(ctx context.Context, name string, l engine.ClaimedLease
 
 // report completes a lease (class "") or fails it with class and msg; sent
 // late, its output carries the zombie tag, its message starts "[zombie]".
-func (w *workers) report(ctx context.Context, l engine.ClaimedLease, expires *time.Time, class, msg, name string) answer {
+func (w *workers) report(ctx context.Context, l wire.ClaimedLease, expires *time.Time, class, msg, name string) answer {
 	op := map[bool]string{true: "complete", false: "fail"}[class == ""]
 	return w.send(ctx, l, op, expires, func(late bool) []byte {
 		v := map[string]any{"class": class, "message": msg}
@@ -241,7 +241,7 @@ func (w *workers) waitUntil(ctx context.Context, cond func() bool) {
 // the lease may run to: a late one is tagged, and the engine must refuse
 // it. A heartbeat answered 5xx or not at all may have been applied, so
 // *expires moves to the latest expiry it could have set.
-func (w *workers) send(ctx context.Context, l engine.ClaimedLease, op string, expires *time.Time, body func(late bool) []byte) answer {
+func (w *workers) send(ctx context.Context, l wire.ClaimedLease, op string, expires *time.Time, body func(late bool) []byte) answer {
 	wait := 50 * time.Millisecond
 	var a answer
 	for try := 0; try < 6 && ctx.Err() == nil; try++ {

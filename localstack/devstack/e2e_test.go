@@ -19,6 +19,7 @@ import (
 	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
+	"github.com/stepflow/stepflow/shared/wire"
 )
 
 const (
@@ -149,10 +150,10 @@ func TestSleepingJobIsCancelled(t *testing.T) {
 }
 
 type claimed struct {
-	Leases []engine.ClaimedLease `json:"leases"`
+	Leases []wire.ClaimedLease `json:"leases"`
 }
 
-func claim(t *testing.T, h *stacktest.Harness, key, queue, worker string, max, wait int) []engine.ClaimedLease {
+func claim(t *testing.T, h *stacktest.Harness, key, queue, worker string, max, wait int) []wire.ClaimedLease {
 	t.Helper()
 	var c claimed
 	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/claim", key, map[string]any{"queue": queue, "max": max, "wait_seconds": wait, "worker": worker}, &c)
@@ -176,12 +177,12 @@ func TestExternalWorkerClaimsHeartbeatsAndCompletes(t *testing.T) {
 	require.JSONEq(t, `{"frame":7}`, string(l.Input))
 	require.Equal(t, j.ID+"/render/1", l.IdempotencyKey)
 
-	var hb engine.HeartbeatResult
+	var hb wire.HeartbeatResult
 	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+l.LeaseID+"/heartbeat", keyA, map[string]any{"extend_seconds": 60}, &hb)
 	require.False(t, hb.CancelRequested)
 	require.True(t, hb.ExpiresAt.After(l.ExpiresAt), "heartbeat extends the lease")
 
-	var res engine.OutcomeResult
+	var res wire.OutcomeResult
 	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+l.LeaseID+"/complete", keyA, map[string]any{"output": map[string]any{"png": "s3://x"}}, &res)
 	require.Equal(t, domain.StepSucceeded, res.StepState)
 
@@ -202,7 +203,7 @@ func TestExpiredLeaseGoesToTheNextWorkerAndFencesTheFirst(t *testing.T) {
 	require.Len(t, first, 1)
 	// The first worker goes silent. Once its lease expires SQS hands the
 	// message out again and the next claim reclaims the step: attempt 2.
-	var second []engine.ClaimedLease
+	var second []wire.ClaimedLease
 	require.Eventually(t, func() bool {
 		second = claim(t, h, keyA, "slow", "healthy", 1, 2)
 		return len(second) == 1
@@ -240,7 +241,7 @@ func TestSixWorkersNeverShareALease(t *testing.T) {
 	}
 
 	var mu sync.Mutex
-	var all []engine.ClaimedLease
+	var all []wire.ClaimedLease
 	var wg sync.WaitGroup
 	deadline := time.Now().Add(60 * time.Second)
 	for w := range workers {
@@ -458,7 +459,7 @@ func TestDiamondDAGRunsBranchesTogetherAndJoinsLast(t *testing.T) {
 		map[string]any{"id": "d", "action": map[string]any{"type": "pass"}, "depends_on": []string{"b", "c"}},
 	}})
 	// b and c are out at the same time: two workers hold both leases at once.
-	var leases []engine.ClaimedLease
+	var leases []wire.ClaimedLease
 	require.Eventually(t, func() bool {
 		leases = append(leases, claim(t, h, keyA, "branch", "w", 2-len(leases), 1)...)
 		return len(leases) == 2

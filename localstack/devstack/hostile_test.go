@@ -30,6 +30,7 @@ import (
 	"github.com/stepflow/stepflow/shared/handlers"
 	"github.com/stepflow/stepflow/shared/queue"
 	"github.com/stepflow/stepflow/shared/store"
+	"github.com/stepflow/stepflow/shared/wire"
 )
 
 func withKeys(keys map[string]string) stacktest.Option {
@@ -89,7 +90,7 @@ func TestTenantsWithCollidingQueueNamesNeverShareAQueue(t *testing.T) {
 
 	for _, c := range []struct {
 		key string
-		l   engine.ClaimedLease
+		l   wire.ClaimedLease
 	}{{"key-long", got[0]}, {"key-short", got2[0]}} {
 		h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+c.l.LeaseID+"/complete", c.key, map[string]any{"output": 1}, nil)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/stepflow/stepflow/api"
 	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
 	"github.com/stepflow/stepflow/shared/domain"
-	"github.com/stepflow/stepflow/shared/engine"
+	"github.com/stepflow/stepflow/shared/wire"
 )
 
 // openapiRun drives a stack whose traffic a Conformance checks against
@@ -178,7 +178,7 @@ func TestEveryAnswerIsTheOpenAPIDocuments(t *testing.T) {
 	// The worker protocol, on a step that holds a slot of gpu-1.
 	worked := r.submit(`{"steps":[{"id":"render","action":{"type":"worker","queue":"gpu","lease_seconds":30},"requires":{"capabilities":["gpu"]}},{"id":"review","action":{"type":"worker","queue":"gpu"}}]}`)
 	r.refused("max", http.MethodPost, "/v1/claim", keyA, `{"queue":"gpu","max":11}`)
-	var claimed struct{ Leases []engine.ClaimedLease }
+	var claimed struct{ Leases []wire.ClaimedLease }
 	r.decode(r.call(http.StatusOK, http.MethodPost, "/v1/claim", keyA, `{"queue":"gpu","max":1,"wait_seconds":5,"worker":"box-1"}`), &claimed)
 	require.Len(t, claimed.Leases, 1)
 	lease := "/v1/leases/" + claimed.Leases[0].LeaseID

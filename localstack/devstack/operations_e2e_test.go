@@ -15,7 +15,7 @@ import (
 	"github.com/stepflow/stepflow/localstack/devstack"
 	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
 	"github.com/stepflow/stepflow/shared/domain"
-	"github.com/stepflow/stepflow/shared/engine"
+	"github.com/stepflow/stepflow/shared/wire"
 )
 
 // Resource pools, priorities, failure classes and timeouts, over HTTP
@@ -107,7 +107,7 @@ func TestResourcePoolOverHTTP(t *testing.T) {
 	// A resource failure switches the step to another resource and puts
 	// the first on its avoid list; the freed slot wakes a waiter.
 	failed := first[0]
-	var res engine.OutcomeResult
+	var res wire.OutcomeResult
 	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+failed.LeaseID+"/fail", keyA, map[string]any{"class": "resource", "message": "CUDA error"}, &res)
 	require.Equal(t, domain.StepSwitchingResource, res.StepState)
 	require.Equal(t, []string{failed.Resource.ID}, steps(t, h, failed.JobID)[0].Avoid)
@@ -120,7 +120,7 @@ func TestResourcePoolOverHTTP(t *testing.T) {
 	// expires (the sweep reclaims it), and the steps in line start.
 	h.Clock.Advance(31*time.Second + domain.DispatchGrace)
 	require.Equal(t, 2, h.Sweep(t).Reclaimed, "both live leases had expired: their holders stopped heartbeating")
-	var next []engine.ClaimedLease
+	var next []wire.ClaimedLease
 	for range 5 {
 		if next = append(next, claim(t, h, keyA, "ml", "box-3", 4, 1)...); len(next) == 2 {
 			break

@@ -13,7 +13,7 @@ import (
 	"github.com/stepflow/stepflow/localstack/devstack"
 	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
 	"github.com/stepflow/stepflow/shared/domain"
-	"github.com/stepflow/stepflow/shared/engine"
+	"github.com/stepflow/stepflow/shared/wire"
 )
 
 // make dev's STEPFLOW_DEV_STATE: a stack stopped and started again on a
@@ -79,7 +79,7 @@ func TestStateSurvivesARestart(t *testing.T) {
 	leases := claim(t, second, keyA, "restart", "w1", 1, 5)
 	require.Len(t, leases, 1)
 	require.Equal(t, waiting.ID, leases[0].JobID)
-	var res engine.OutcomeResult
+	var res wire.OutcomeResult
 	second.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+leases[0].LeaseID+"/complete", keyA, map[string]any{"output": 1}, &res)
 	second.AwaitState(t, keyA, waiting.ID, domain.JobCompleted)
 	second.CheckReplay(t, tenantA, waiting.ID)

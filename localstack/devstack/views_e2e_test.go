@@ -15,6 +15,7 @@ import (
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/views"
+	"github.com/stepflow/stepflow/shared/wire"
 )
 
 // lifecycles drives real jobs through the API on the emulator, reading
@@ -67,7 +68,7 @@ func (l *lifecycles) post(id, path string, body any) {
 }
 
 // take claims the one lease on queue as worker.
-func (l *lifecycles) take(queue, worker string) engine.ClaimedLease {
+func (l *lifecycles) take(queue, worker string) wire.ClaimedLease {
 	l.t.Helper()
 	got := claim(l.t, l.h, keyA, queue, worker, 1, 5)
 	require.Len(l.t, got, 1, "a lease on %s", queue)
@@ -76,7 +77,7 @@ func (l *lifecycles) take(queue, worker string) engine.ClaimedLease {
 }
 
 // end reports a lease's outcome: nil completes it, a class fails it.
-func (l *lifecycles) end(c engine.ClaimedLease, fail map[string]any) {
+func (l *lifecycles) end(c wire.ClaimedLease, fail map[string]any) {
 	l.t.Helper()
 	if fail == nil {
 		l.h.JSON(l.t, http.StatusOK, http.MethodPost, "/v1/leases/"+c.LeaseID+"/complete", keyA, map[string]any{"output": "ok"}, nil)

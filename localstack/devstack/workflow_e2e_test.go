@@ -14,7 +14,7 @@ import (
 	"github.com/stepflow/stepflow/localstack/devstack"
 	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
 	"github.com/stepflow/stepflow/shared/domain"
-	"github.com/stepflow/stepflow/shared/engine"
+	"github.com/stepflow/stepflow/shared/wire"
 )
 
 // The workflows, over HTTP against a whole local stack on the emulator.
@@ -126,7 +126,7 @@ func TestCancelStopsARunningWorkerAndAGate(t *testing.T) {
 	for _, s := range cancelled.Steps {
 		require.Equal(t, domain.StepCancelled, s.State, s.ID)
 	}
-	var hb engine.HeartbeatResult
+	var hb wire.HeartbeatResult
 	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+l[0].LeaseID+"/heartbeat", keyA, nil, &hb)
 	require.True(t, hb.CancelRequested)
 	status, _ := h.Call(t, http.MethodPost, "/v1/leases/"+l[0].LeaseID+"/complete", keyA, map[string]any{"output": 1})

@@ -3,7 +3,6 @@ package devstack
 import (
 	"context"
 	"fmt"
-
 )
 
 // The sample job `make dev` keeps under the dev tenant, so the sample

@@ -135,29 +135,3 @@ func TestScheduleEveryFiveSecondsMakesAJobEachTickUntilDeleted(t *testing.T) {
 	}
 	require.Len(t, runsOf(t, h, keyA, "every-5s").Jobs, 5)
 }
-
-// An overlap-skip schedule makes no job while its last run waits on a
-// worker.
-func TestScheduleSkipsTicksWhileItsLastRunIsUnfinished(t *testing.T) {
-	t.Parallel()
-	h, clock := scheduledStack(t)
-	h.JSON(t, http.StatusCreated, http.MethodPost, "/v1/schedules", keyA, map[string]any{"id": "sync", "cron": "* * * * *", "time_zone": "Europe/Berlin",
-		"job": map[string]any{"steps": []any{map[string]any{"id": "w", "action": map[string]any{"type": "worker", "queue": "sync"}}}}}, nil)
-	clock.Advance(time.Minute)
-	awaitRuns(t, h, "sync", 1)
-	clock.Advance(time.Minute)
-	var s scheduleView
-	require.Eventually(t, func() bool {
-		h.JSON(t, http.StatusOK, http.MethodGet, "/v1/schedules/sync", keyA, nil, &s)
-		return s.Skipped == 1
-	}, 30*time.Second, 50*time.Millisecond, "the tick was never skipped")
-	require.Equal(t, "skip", s.Overlap, "the default")
-	require.Len(t, runsOf(t, h, keyA, "sync").Jobs, 1)
-
-	l := claim(t, h, keyA, "sync", "w", 1, 5)
-	require.Len(t, l, 1)
-	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+l[0].LeaseID+"/complete", keyA, nil, nil)
-	h.AwaitState(t, keyA, l[0].JobID, domain.JobCompleted)
-	clock.Advance(time.Minute)
-	awaitRuns(t, h, "sync", 2)
-}

@@ -10,28 +10,34 @@ dev:
 	$(GO) run ./cmd/stepflow-local dev
 
 ## test: go vet, every test with the race detector (each binary starts its own moto; the atomicity test
-## races 200 rounds, make chaos 1000) but the examples' (programs driving the stack over HTTP: run
-## without it), each fuzz target briefly, one seeded chaos run (make chaos runs twenty), cfn-lint
-# -ldflags=-w: no DWARF in test binaries (stack traces and race reports do
-# not need it), so the fifty links are quicker. -p 3: the stack tests
-# spend much of their time waiting on moto, so a third package in flight
-# uses two cores that would otherwise idle.
+## races 200 rounds, make chaos 1000) but the end-to-end packages' (E2E) and the examples' (programs driving
+## the stack over HTTP), each fuzz target briefly, two seeded chaos runs (make chaos runs twenty), cfn-lint
+# The end-to-end packages drive the whole stack on moto and run without the
+# race detector: the engine, adapters and handlers they drive run with it in
+# their own packages, on the in-memory adapters (shared/engine,
+# sdk/stepflowtest, localstack/devstack/inmemory) and against moto (the
+# adapters' contract suites), and under it the chaos run's two-second
+# leases expire on a loaded machine. -ldflags=-w: no DWARF in test binaries
+# (stack traces and race reports do not need it), so the links are
+# quicker. -p 3: the stack tests spend much of their time waiting on moto,
+# so a third package in flight uses cores that would otherwise idle.
+E2E := ./localstack/devstack ./localstack/chaos ./cmd/stepflow-local
 test: vet
-	$(GO) test -race -count=1 -p 3 -ldflags=-w $$($(GO) list ./... | grep -v /examples/)
-	$(GO) test -count=1 -ldflags=-w ./examples/...
+	$(GO) test -race -count=1 -p 3 -ldflags=-w $$($(GO) list ./... | grep -v -e /examples/ $(patsubst ./%,-e '/%$$',$(E2E)))
+	$(GO) test -count=1 -p 3 -ldflags=-w $(E2E) ./examples/...
 	$(GO) test -run='^$$' -fuzz='^FuzzParseJobSpec$$' -fuzztime=$(FUZZ_SPEC) ./shared/domain
 	$(GO) test -run='^$$' -fuzz='^FuzzTransitions$$' -fuzztime=$(FUZZ_TRANSITIONS) ./shared/domain
 	$(GO) test -run='^$$' -fuzz='^FuzzAPIGatewayEvent$$' -fuzztime=$(FUZZ_API) ./shared/httpapi
-	$(GO) run ./cmd/stepflow-chaos --runs 1 --seed 1
+	$(GO) run ./cmd/stepflow-chaos --runs 2 --seed 1
 	cfn-lint template.yaml
 
 # Fuzz budgets are counts of inputs, not durations: with a duration, Go
 # 1.26's fuzz coordinator may report its own deadline as a failure
 # ("context deadline exceeded", no crasher) on a busy machine
-# (go.dev/issue/75804, fixed in Go 1.27). Each is 10 to 20 s here (a
+# (go.dev/issue/75804, fixed in Go 1.27). Each is 5 to 15 s here (a
 # transitions input is a whole job's random walk, replayed).
 FUZZ_SPEC ?= 100000x
-FUZZ_TRANSITIONS ?= 1500x
+FUZZ_TRANSITIONS ?= 4000x
 FUZZ_API ?= 5000x
 
 ## chaos: many seeded fault-injection runs (CHAOS_FLAGS="--runs 50 --seed 100" for others) and 1000 atomicity rounds

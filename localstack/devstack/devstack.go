@@ -184,32 +184,10 @@ func AWSConfig(ctx context.Context, endpoint, region string) (aws.Config, error)
 
 // Start brings a stack up. Close it when done.
 func Start(ctx context.Context, o Options) (*Stack, error) {
-	if o.Log == nil {
-		o.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	}
-	if o.TimerThreshold%time.Second != 0 {
-		return nil, fmt.Errorf("timer threshold %s: want whole seconds", o.TimerThreshold)
-	}
-	if o.Region == "" {
-		o.Region = "us-east-1"
-	}
-	if o.TemplatePath == "" {
-		p, err := FindTemplate()
-		if err != nil {
-			return nil, err
-		}
-		o.TemplatePath = p
-	}
-	if o.Addr == "" {
-		o.Addr = "127.0.0.1:0"
+	if err := o.fill(); err != nil {
+		return nil, err
 	}
 	s := &Stack{log: o.Log}
-	ok := false
-	defer func() {
-		if !ok {
-			s.Close()
-		}
-	}()
 	ln, err := net.Listen("tcp", o.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", o.Addr, err)
@@ -219,55 +197,138 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		o.StackName = fmt.Sprintf("stepflow-%d", ln.Addr().(*net.TCPAddr).Port)
 	}
 	s.Name = o.StackName
+	cfg, err := s.start(ctx, o)
+	if err != nil {
+		ln.Close()
+		s.Close()
+		return nil, err
+	}
+	if o.NoRunner {
+		ln.Close()
+		return s, nil
+	}
+	s.run(ctx, o, cfg, ln)
+	return s, nil
+}
+
+// fill sets the options left empty to their defaults, and checks them.
+func (o *Options) fill() error {
+	if o.Log == nil {
+		o.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	if o.TimerThreshold%time.Second != 0 {
+		return fmt.Errorf("timer threshold %s: want whole seconds", o.TimerThreshold)
+	}
+	if o.Region == "" {
+		o.Region = "us-east-1"
+	}
+	if o.TemplatePath == "" {
+		p, err := FindTemplate()
+		if err != nil {
+			return err
+		}
+		o.TemplatePath = p
+	}
+	if o.Addr == "" {
+		o.Addr = "127.0.0.1:0"
+	}
+	return nil
+}
+
+// start does all of Start but serving: the emulator and the clients, the
+// template's resources and the saved state, the engine and the handlers.
+// It answers the clients' config, for the runner's.
+func (s *Stack) start(ctx context.Context, o Options) (aws.Config, error) {
+	cfg, err := s.connect(ctx, o)
+	if err != nil {
+		return cfg, err
+	}
+	if err := s.provision(ctx, o, cfg); err != nil {
+		return cfg, err
+	}
+	if err := s.setEnv(ctx, o); err != nil {
+		return cfg, err
+	}
+	heartbeat, err := s.wire(ctx, o, cfg)
+	if err != nil {
+		return cfg, err
+	}
+	if o.SampleJob {
+		if _, err := s.SeedSampleJob(ctx); err != nil {
+			return cfg, err
+		}
+	}
+	if s.Restored.Items > 0 {
+		// The restored jobs' messages were not kept: re-send what is due now
+		// rather than at the first tick.
+		if _, err := heartbeat(ctx, events.EventBridgeEvent{}); err != nil {
+			o.Log.Warn("sweep after restoring the state failed; the heartbeat will run it", "err", err)
+		}
+	}
+	return cfg, nil
+}
+
+// connect starts the emulator, or fronts the running one, and makes the
+// stack's plain clients.
+func (s *Stack) connect(ctx context.Context, o Options) (aws.Config, error) {
 	// Every AWS request goes through a proxy that serialises DynamoDB
 	// requests: moto applies conditional writes without a lock, and an
 	// emulator named by EndpointURL is not known to be atomic either.
 	var em *emulator.Emulator
+	var err error
 	if o.EndpointURL == "" {
 		em, err = emulator.Start(ctx, "127.0.0.1:0", o.MotoLog)
 	} else {
 		em, err = emulator.Front(ctx, "127.0.0.1:0", o.EndpointURL)
 	}
 	if err != nil {
-		ln.Close()
-		return nil, err
+		return aws.Config{}, err
 	}
 	s.Emulator, s.Endpoint = em, em.URL
 	cfg, err := AWSConfig(ctx, s.Endpoint, o.Region)
 	if err != nil {
-		ln.Close()
-		return nil, err
+		return cfg, err
 	}
 	s.DynamoDB, s.SQS = dynamodb.NewFromConfig(cfg), sqs.NewFromConfig(cfg)
 	s.S3 = s3.NewFromConfig(cfg, blobstore.Options(true))
 	s.EventBridge = eventbridge.NewFromConfig(cfg)
+	return cfg, nil
+}
+
+// provision makes the template's resources and restores the saved state
+// into them.
+func (s *Stack) provision(ctx context.Context, o Options, cfg aws.Config) error {
 	tmpl, err := bootstrap.Parse(o.TemplatePath)
 	if err != nil {
-		ln.Close()
-		return nil, err
+		return err
 	}
 	res, err := bootstrap.Provision(ctx, s.DynamoDB, s.SQS, sfn.NewFromConfig(cfg), s.S3, s.EventBridge, tmpl, o.StackName)
 	if err != nil {
-		ln.Close()
-		return nil, err
+		return err
 	}
 	s.Resources = res
-	if o.StatePath != "" {
-		n, err := s.RestoreState(ctx, o.StatePath)
-		if errors.Is(err, ErrStateNotRestored) {
-			s.RestoreSkipped = err
-		} else if err != nil {
-			ln.Close()
-			return nil, err
-		}
-		s.Restored, s.statePath = n, o.StatePath
+	if o.StatePath == "" {
+		return nil
 	}
+	n, err := s.RestoreState(ctx, o.StatePath)
+	if errors.Is(err, ErrStateNotRestored) {
+		s.RestoreSkipped = err
+	} else if err != nil {
+		return err
+	}
+	s.Restored, s.statePath = n, o.StatePath
+	return nil
+}
+
+// setEnv puts the options into the functions' environment (and the ready
+// queues' visibility), and starts the local Lambda service.
+func (s *Stack) setEnv(ctx context.Context, o Options) error {
+	res := s.Resources
 	if o.Lease > 0 {
 		secs := fmt.Sprint(int(o.Lease.Seconds()))
 		for _, id := range []string{"ReadyQueueP0", "ReadyQueueP1", "ReadyQueueP2"} {
 			if _, err := s.SQS.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{QueueUrl: aws.String(res.QueueURLs[id]), Attributes: map[string]string{"VisibilityTimeout": secs}}); err != nil {
-				ln.Close()
-				return nil, fmt.Errorf("shorten the lease of %s: %w", id, err)
+				return fmt.Errorf("shorten the lease of %s: %w", id, err)
 			}
 		}
 		res.Env["STEPFLOW_LEASE_SECONDS"] = secs
@@ -284,16 +345,20 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	}
 	if len(o.LambdaDirs) > 0 {
 		if err := s.startLambda(ctx, o); err != nil {
-			ln.Close()
-			return nil, err
+			return err
 		}
 	}
 	for k, v := range o.Env {
 		res.Env[k] = v // validated by FromEnv
 	}
-	settings, err := config.FromEnv(func(k string) string { return res.Env[k] })
+	return nil
+}
+
+// wire makes the engine from the functions' environment, registers the
+// API keys and makes each function's handler. It answers the heartbeat's.
+func (s *Stack) wire(ctx context.Context, o Options, cfg aws.Config) (func(context.Context, events.EventBridgeEvent) (engine.SweepReport, error), error) {
+	settings, err := config.FromEnv(func(k string) string { return s.Resources.Env[k] })
 	if err != nil {
-		ln.Close()
 		return nil, fmt.Errorf("stack %s: %w", o.StackName, err)
 	}
 	// The engine's clients are its own, with the options' middleware.
@@ -307,7 +372,6 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	s.Store = st
 	for key, tenant := range o.APIKeys {
 		if err := st.PutAPIKey(ctx, tenant, key); err != nil {
-			ln.Close()
 			return nil, err
 		}
 	}
@@ -333,38 +397,24 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 			},
 		},
 	}
-	if o.SampleJob {
-		if _, err := s.SeedSampleJob(ctx); err != nil {
-			ln.Close()
-			return nil, err
-		}
-	}
-	if s.Restored.Items > 0 {
-		// The restored jobs' messages were not kept: re-send what is due now
-		// rather than at the first tick.
-		if _, err := heartbeat(ctx, events.EventBridgeEvent{}); err != nil {
-			o.Log.Warn("sweep after restoring the state failed; the heartbeat will run it", "err", err)
-		}
-	}
-	if o.NoRunner {
-		ln.Close()
-		ok = true
-		return s, nil
-	}
+	return heartbeat, nil
+}
+
+// run serves the API on ln and polls the queues, as the runner plays API
+// Gateway, the event source mappings and the schedule, until Close.
+func (s *Stack) run(ctx context.Context, o Options, cfg aws.Config, ln net.Listener) {
 	var pollSQS runner.SQSAPI = s.SQS
 	if len(o.RunnerAPIOptions) > 0 {
 		pollSQS = sqs.NewFromConfig(cfg, func(so *sqs.Options) { so.APIOptions = append(so.APIOptions, o.RunnerAPIOptions...) })
 	}
 	r := &runner.Runner{
-		Stack: res, Handlers: s.Handlers, SQS: pollSQS, Log: o.Log, Region: o.Region,
+		Stack: s.Resources, Handlers: s.Handlers, SQS: pollSQS, Log: o.Log, Region: o.Region,
 		ScheduleEvery: o.ScheduleEvery, PollWait: o.PollWait, MachineInvocations: o.MachineInvocations,
 	}
 	s.Runner = r
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel, s.done = cancel, make(chan error, 1)
 	go func() { s.done <- r.Run(runCtx, ln) }()
-	ok = true
-	return s, nil
 }
 
 // Wait blocks until the runner stops.

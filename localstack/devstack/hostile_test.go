@@ -154,49 +154,6 @@ func TestOnlyListedTenantsMaySubmitP0(t *testing.T) {
 	h.Submit(t, stacktest.KeyB, p0)
 }
 
-func TestHugeFailureMessageEndsTheAttemptAtOnce(t *testing.T) {
-	t.Parallel()
-	h := stacktest.New(t)
-	j := h.Submit(t, keyA, workerStep("q"))
-	l := claim(t, h, keyA, "q", "w1", 1, 5)
-	require.Len(t, l, 1)
-	msg := strings.Repeat("boom ", 120*1024/5)
-	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+l[0].LeaseID+"/fail", keyA, map[string]any{"class": "fatal", "message": msg}, nil)
-
-	got := h.Get(t, keyA, j.ID)
-	require.Equal(t, domain.JobFailed, got.State, "no redelivery, no wait for the lease")
-	a := got.Steps[0].Attempts[0]
-	require.Equal(t, domain.AttemptFailed, a.State)
-	require.LessOrEqual(t, len(a.Error.Message), domain.MaxErrorMessageBytes)
-	require.Contains(t, a.Error.Message, "truncated from")
-	h.CheckReplay(t, tenantA, j.ID)
-}
-
-func TestHealthIsEachTenantsOwn(t *testing.T) {
-	t.Parallel()
-	h := stacktest.New(t)
-	var b0 engine.Health
-	h.JSON(t, http.StatusOK, http.MethodGet, "/v1/health", stacktest.KeyB, nil, &b0)
-
-	// Tenant a builds a backlog nobody works off.
-	for range 12 {
-		h.Submit(t, keyA, workerStep("stuck"))
-	}
-	var a, b engine.Health
-	h.JSON(t, http.StatusOK, http.MethodGet, "/v1/health", keyA, nil, &a)
-	h.JSON(t, http.StatusOK, http.MethodGet, "/v1/health", stacktest.KeyB, nil, &b)
-	require.Equal(t, 12, a.Backlog)
-	require.Equal(t, "degraded", a.Status, "%v", a.Reasons)
-	require.Equal(t, b0, b, "tenant b's health did not move")
-	require.Equal(t, "ok", b.Status)
-
-	// A started job leaves the backlog.
-	got := claim(t, h, keyA, "stuck", "w", 10, 0)
-	require.Len(t, got, 10)
-	h.JSON(t, http.StatusOK, http.MethodGet, "/v1/health", keyA, nil, &a)
-	require.Equal(t, 2, a.Backlog)
-}
-
 // dueShardOf is the store's due-index shard of a job id (fnv-32a mod
 // store.DueShards), so the test can crowd one shard.
 func dueShardOf(id string) uint32 {

@@ -1,7 +1,8 @@
 // Package stacktest starts local stacks for tests: one moto emulator per
 // test binary, and a stack of its own (its own tables and queues) per test,
 // with an HTTP client and helpers that poll for conditions instead of
-// sleeping.
+// sleeping; or, for tests of the API's behaviour (NewInMemory), the
+// stack's routes and handlers over the engine on the in-memory adapters.
 package stacktest
 
 import (

@@ -1,4 +1,4 @@
-package devstack_test
+package inmemory_test
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 	"github.com/stepflow/stepflow/shared/wire"
 )
 
-// lifecycles drives real jobs through the API on the emulator, reading
+// lifecycles drives real jobs through the API, reading
 // each job in every view after each move, and at the end holds what the
 // views showed against each job's log projected into each vocabulary.
 type lifecycles struct {
@@ -241,7 +241,7 @@ func (l *lifecycles) clocked() {
 	other := map[string]string{"rw3a": "rw3b", "rw3b": "rw3a"}[c.Resource.ID]
 	h.JSON(l.t, http.StatusOK, http.MethodDelete, "/v1/resources/"+other, keyA, nil, nil)
 	for _, q := range []string{"rw1", "rw2", "rw3"} {
-		require.Empty(l.t, claim(l.t, h, keyA, q, "w2", 1, 1), "no slot for %s", q)
+		require.Empty(l.t, claim(l.t, h, keyA, q, "w2", 1, 0), "no slot for %s", q)
 	}
 	for _, id := range []string{never, retried, switched} {
 		l.observe(id)
@@ -316,7 +316,7 @@ func subsequence(a, b []string) bool {
 	return i == len(a)
 }
 
-// Each lifecycle, on the emulator through the API: real jobs go through
+// Each lifecycle, through the API: real jobs go through
 // every move its table allows; each view answers them in order; and every
 // move each vocabulary's table allows (but those stepflow never makes,
 // each with its reason in the table) was seen at least once.
@@ -324,7 +324,7 @@ func TestEveryLifecycleMoveShowsInItsView(t *testing.T) {
 	t.Parallel()
 	seen := map[string]map[views.Pair]bool{}
 	for _, drive := range []func(*lifecycles){(*lifecycles).moves, (*lifecycles).clocked} {
-		h := stacktest.New(t)
+		h := stacktest.NewInMemory(t)
 		h.CheckOpenAPI(t) // every view's answers are the ones the document describes
 		l := newLifecycles(t, h)
 		drive(l)
@@ -356,7 +356,7 @@ func TestEveryLifecycleMoveShowsInItsView(t *testing.T) {
 // stays whole, and unknown views and words answer 400 naming the field.
 func TestListingInAViewsWords(t *testing.T) {
 	t.Parallel()
-	h := stacktest.New(t)
+	h := stacktest.NewInMemory(t)
 	h.CheckOpenAPI(t)
 	waiting := h.Submit(t, keyA, map[string]any{"steps": []any{gate("g", 0)}})
 	fresh := h.Submit(t, keyA, map[string]any{"steps": []any{worker("a", "lq")}})

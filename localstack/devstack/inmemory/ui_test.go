@@ -1,4 +1,4 @@
-package devstack_test
+package inmemory_test
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 	"github.com/stepflow/stepflow/shared/domain"
 )
 
-// The web UI in headless Chromium against a whole local stack: what a
+// The web UI in headless Chromium against the stack's API: what a
 // person sees and clicks, and what the API says happened.
 
 // browser is one headless Chromium of a test's own, with a fresh profile.
@@ -160,7 +160,7 @@ func (b *browser) requireCleanConsole() {
 func TestUIApprovesAJobWaitingAtItsGate(t *testing.T) {
 	t.Parallel()
 	b := newBrowser(t)
-	h := stacktest.New(t)
+	h := stacktest.NewInMemory(t)
 	done := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "hello", "action": map[string]any{"type": "pass"}}}})
 	failed := h.Submit(t, keyA, map[string]any{"queue": "reports", "steps": []any{map[string]any{"id": "flaky", "action": map[string]any{"type": "fail", "class": "fatal", "message": "the report server said no"}}}})
 	j := h.Submit(t, keyA, map[string]any{"queue": "release", "payload": map[string]any{"version": "1.4.2"}, "steps": []any{
@@ -232,7 +232,7 @@ func TestUIApprovesAJobWaitingAtItsGate(t *testing.T) {
 func TestUISignInAndAWrongKey(t *testing.T) {
 	t.Parallel()
 	b := newBrowser(t)
-	h := stacktest.New(t)
+	h := stacktest.NewInMemory(t)
 	j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "hello", "action": map[string]any{"type": "pass"}}}})
 
 	// Without a key the page loads and asks for one.
@@ -268,7 +268,7 @@ func TestUISignInAndAWrongKey(t *testing.T) {
 func TestUIResourcesSchedulesAndCancel(t *testing.T) {
 	t.Parallel()
 	b := newBrowser(t)
-	h := stacktest.New(t)
+	h := stacktest.NewInMemory(t)
 	h.JSON(t, http.StatusCreated, http.MethodPut, "/v1/resources/gpu-1", keyA, map[string]any{"capabilities": []string{"gpu"}, "labels": map[string]string{"zone": "a"}, "capacity": 2}, nil)
 	j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "train", "action": map[string]any{"type": "worker", "queue": "ml"}, "requires": map[string]any{"capabilities": []string{"gpu"}}}}})
 	var claimed struct {
@@ -315,7 +315,7 @@ func TestUIResourcesSchedulesAndCancel(t *testing.T) {
 func TestUISignalsAWaitingJobAndShowsTheAPIsErrors(t *testing.T) {
 	t.Parallel()
 	b := newBrowser(t)
-	h := stacktest.New(t)
+	h := stacktest.NewInMemory(t)
 	j := h.Submit(t, keyA, map[string]any{"steps": []any{
 		map[string]any{"id": "paid", "action": map[string]any{"type": "wait", "signal": "payment", "timeout_seconds": 3600}},
 		map[string]any{"id": "ship", "action": map[string]any{"type": "pass"}},
@@ -353,7 +353,7 @@ func TestUISignalsAWaitingJobAndShowsTheAPIsErrors(t *testing.T) {
 func TestUILinkWithAnotherKeyAsksFirst(t *testing.T) {
 	t.Parallel()
 	b := newBrowser(t)
-	h := stacktest.New(t)
+	h := stacktest.NewInMemory(t)
 	kept := func() string { return b.eval(`localStorage.getItem('stepflow.key') || ''`) }
 
 	b.do(chromedp.Navigate(h.URL+"/ui#key="+keyA), chromedp.WaitVisible(chromedp.CSS(`#jobs`)))

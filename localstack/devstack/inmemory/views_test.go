@@ -266,11 +266,11 @@ func (l *lifecycles) clocked() {
 // answers every move it made, per vocabulary and level.
 func (l *lifecycles) check(seen map[string]map[views.Pair]bool) {
 	ctx := context.Background()
-	jobs, _, err := l.h.Store.List(ctx, tenantA, engine.ListFilter{Limit: 100})
+	jobs, _, err := l.h.Engine.List(ctx, tenantA, engine.ListFilter{Limit: 100})
 	require.NoError(l.t, err)
 	for _, js := range jobs {
 		l.observe(js.ID) // as it is now, then its log
-		j, err := l.h.Store.Get(ctx, tenantA, js.ID)
+		j, err := l.h.Engine.Get(ctx, tenantA, js.ID)
 		require.NoError(l.t, err)
 		for _, vocab := range views.Vocabularies() {
 			require.NoError(l.t, views.Check(vocab, j))

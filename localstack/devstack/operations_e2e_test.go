@@ -20,51 +20,6 @@ import (
 // Resource pools, priorities, failure classes and timeouts, over HTTP
 // against a whole local stack on the emulator.
 
-type resourceView struct {
-	ID       string `json:"id"`
-	Capacity int    `json:"capacity"`
-	InUse    int    `json:"in_use"`
-	Holders  []struct {
-		Job string `json:"job_id"`
-	} `json:"holders"`
-}
-
-type stepView struct {
-	ID           string               `json:"id"`
-	State        domain.StepState     `json:"state"`
-	Avoid        []string             `json:"avoid"`
-	ResourceWait *domain.ResourceWait `json:"resource_wait"`
-	NextRunAt    *time.Time           `json:"next_run_at"`
-	Attempts     []struct {
-		Resource string              `json:"resource"`
-		State    domain.AttemptState `json:"state"`
-	} `json:"attempts"`
-}
-
-func steps(t *testing.T, h *stacktest.Harness, id string) []stepView {
-	t.Helper()
-	var j struct {
-		Steps []stepView `json:"steps"`
-	}
-	h.JSON(t, http.StatusOK, http.MethodGet, "/v1/jobs/"+id, keyA, nil, &j)
-	return j.Steps
-}
-
-// inUse reads both resources and requires neither to hold more slots than
-// its capacity.
-func inUse(t *testing.T, h *stacktest.Harness) map[string]int {
-	t.Helper()
-	out := map[string]int{}
-	for _, id := range []string{"gpu-1", "gpu-2"} {
-		var r resourceView
-		h.JSON(t, http.StatusOK, http.MethodGet, "/v1/resources/"+id, keyA, nil, &r)
-		require.LessOrEqual(t, r.InUse, r.Capacity, "capacity is never exceeded")
-		require.Len(t, r.Holders, r.InUse)
-		out[id] = r.InUse
-	}
-	return out
-}
-
 func TestP0BuiltinJobIsNotQueuedBehindAP2Backlog(t *testing.T) {
 	t.Parallel()
 	// As on AWS (each mapping its MaximumConcurrency), and as `make dev`

@@ -15,51 +15,6 @@ import (
 // Resource pools, priorities, failure classes and timeouts, over HTTP
 // over the stack's API on the in-memory adapters.
 
-type resourceView struct {
-	ID       string `json:"id"`
-	Capacity int    `json:"capacity"`
-	InUse    int    `json:"in_use"`
-	Holders  []struct {
-		Job string `json:"job_id"`
-	} `json:"holders"`
-}
-
-type stepView struct {
-	ID           string               `json:"id"`
-	State        domain.StepState     `json:"state"`
-	Avoid        []string             `json:"avoid"`
-	ResourceWait *domain.ResourceWait `json:"resource_wait"`
-	NextRunAt    *time.Time           `json:"next_run_at"`
-	Attempts     []struct {
-		Resource string              `json:"resource"`
-		State    domain.AttemptState `json:"state"`
-	} `json:"attempts"`
-}
-
-func steps(t *testing.T, h *stacktest.Harness, id string) []stepView {
-	t.Helper()
-	var j struct {
-		Steps []stepView `json:"steps"`
-	}
-	h.JSON(t, http.StatusOK, http.MethodGet, "/v1/jobs/"+id, keyA, nil, &j)
-	return j.Steps
-}
-
-// inUse reads both resources and requires neither to hold more slots than
-// its capacity.
-func inUse(t *testing.T, h *stacktest.Harness) map[string]int {
-	t.Helper()
-	out := map[string]int{}
-	for _, id := range []string{"gpu-1", "gpu-2"} {
-		var r resourceView
-		h.JSON(t, http.StatusOK, http.MethodGet, "/v1/resources/"+id, keyA, nil, &r)
-		require.LessOrEqual(t, r.InUse, r.Capacity, "capacity is never exceeded")
-		require.Len(t, r.Holders, r.InUse)
-		out[id] = r.InUse
-	}
-	return out
-}
-
 func TestResourcePoolOverHTTP(t *testing.T) {
 	t.Parallel()
 	h := stacktest.NewInMemory(t)
@@ -88,11 +43,11 @@ func TestResourcePoolOverHTTP(t *testing.T) {
 	first := claim(t, h, keyA, "ml", "box-1", 4, 2)
 	require.Len(t, first, 2, "two resources of one slot: two leases, two steps wait")
 	require.NotEqual(t, first[0].Resource.ID, first[1].Resource.ID)
-	require.Equal(t, map[string]int{"gpu-1": 1, "gpu-2": 1}, inUse(t, h))
+	require.Equal(t, map[string]int{"gpu-1": 1, "gpu-2": 1}, h.InUse(t))
 	require.Empty(t, claim(t, h, keyA, "ml", "box-1", 4, 1), "no slot is free")
 	waiting := 0
 	for _, id := range jobs {
-		if steps(t, h, id)[0].ResourceWait != nil {
+		if h.Steps(t, id)[0].ResourceWait != nil {
 			waiting++
 		}
 	}
@@ -104,11 +59,11 @@ func TestResourcePoolOverHTTP(t *testing.T) {
 	var res wire.OutcomeResult
 	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+failed.LeaseID+"/fail", keyA, map[string]any{"class": "resource", "message": "CUDA error"}, &res)
 	require.Equal(t, domain.StepSwitchingResource, res.StepState)
-	require.Equal(t, []string{failed.Resource.ID}, steps(t, h, failed.JobID)[0].Avoid)
+	require.Equal(t, []string{failed.Resource.ID}, h.Steps(t, failed.JobID)[0].Avoid)
 	woken := claim(t, h, keyA, "ml", "box-2", 4, 5)
 	require.Len(t, woken, 1, "the waiter woken by the freed slot starts")
 	require.Equal(t, failed.Resource.ID, woken[0].Resource.ID)
-	require.Equal(t, map[string]int{"gpu-1": 1, "gpu-2": 1}, inUse(t, h))
+	require.Equal(t, map[string]int{"gpu-1": 1, "gpu-2": 1}, h.InUse(t))
 
 	// The other holder is killed: its slot comes back when its lease
 	// expires (the sweep reclaims it), and the steps in line start.
@@ -121,7 +76,7 @@ func TestResourcePoolOverHTTP(t *testing.T) {
 		}
 	}
 	require.Len(t, next, 2)
-	require.Equal(t, map[string]int{"gpu-1": 1, "gpu-2": 1}, inUse(t, h))
+	require.Equal(t, map[string]int{"gpu-1": 1, "gpu-2": 1}, h.InUse(t))
 	for _, l := range next {
 		if l.JobID == failed.JobID {
 			require.NotEqual(t, failed.Resource.ID, l.Resource.ID, "never the resource it avoids")
@@ -131,7 +86,7 @@ func TestResourcePoolOverHTTP(t *testing.T) {
 	status, _ = h.Call(t, http.MethodDelete, "/v1/resources/gpu-1", keyA, nil)
 	require.Contains(t, []int{http.StatusOK, http.StatusConflict}, status)
 	var list struct {
-		Resources []resourceView `json:"resources"`
+		Resources []stacktest.ResourceView `json:"resources"`
 	}
 	h.JSON(t, http.StatusOK, http.MethodGet, "/v1/resources", keyA, nil, &list)
 	require.NotEmpty(t, list.Resources)
@@ -160,7 +115,7 @@ func TestFailureClassesAndWorkerTimeoutOverHTTP(t *testing.T) {
 	require.Len(t, l, 1)
 	failedAt := time.Now()
 	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+l[0].LeaseID+"/fail", keyA, map[string]any{"class": "network", "message": "connection refused"}, nil)
-	s := steps(t, h, j.ID)[0]
+	s := h.Steps(t, j.ID)[0]
 	require.Equal(t, domain.StepRetrying, s.State)
 	require.WithinDuration(t, failedAt.Add(30*time.Second), *s.NextRunAt, 5*time.Second, "no retry policy on the step: the network rule, 30 s first")
 	h.Clock.Advance(31 * time.Second)
@@ -186,7 +141,7 @@ func TestFailureClassesAndWorkerTimeoutOverHTTP(t *testing.T) {
 		h.Clock.Advance(time.Second)
 	}
 	require.Equal(t, http.StatusConflict, status, "past timeout_seconds the heartbeat answers 409")
-	s = steps(t, h, k.ID)[0]
+	s = h.Steps(t, k.ID)[0]
 	require.Equal(t, domain.StepRetrying, s.State, "TIMED_OUT, then the timeout rule: one retry after 5 minutes")
 	require.Equal(t, domain.AttemptTimeout, s.Attempts[0].State)
 	require.Contains(t, h.EventTypes(t, keyA, k.ID), domain.StepTimedOut.EventType())
@@ -206,15 +161,15 @@ func TestResourceWaitBoundOverHTTP(t *testing.T) {
 
 	j := h.Submit(t, keyA, map[string]any{"steps": []any{
 		map[string]any{"id": "solve", "action": map[string]any{"type": "pass"}, "requires": map[string]any{"capabilities": []string{"quantum"}}, "resource_wait_seconds": 2}}})
-	require.Eventually(t, func() bool { return steps(t, h, j.ID)[0].ResourceWait != nil }, 30*time.Second, 20*time.Millisecond, "the step waits for a resource")
+	require.Eventually(t, func() bool { return h.Steps(t, j.ID)[0].ResourceWait != nil }, 30*time.Second, 20*time.Millisecond, "the step waits for a resource")
 	require.Equal(t, domain.JobQueued, h.Get(t, keyA, j.ID).State)
 
 	h.Clock.Advance(2 * time.Second)
 	h.Sweep(t)
 	var got struct {
-		State domain.JobState   `json:"state"`
-		Error *domain.StepError `json:"error"`
-		Steps []stepView        `json:"steps"`
+		State domain.JobState      `json:"state"`
+		Error *domain.StepError    `json:"error"`
+		Steps []stacktest.StepView `json:"steps"`
 	}
 	h.JSON(t, http.StatusOK, http.MethodGet, "/v1/jobs/"+j.ID, keyA, nil, &got)
 	require.Equal(t, domain.JobFailed, got.State)

@@ -17,20 +17,6 @@ import (
 // stack's heartbeat sweeps every 200 ms; the engine's clock stands still
 // unless the test moves it, so each tick comes exactly when the test says.
 
-type scheduleView struct {
-	ID        string     `json:"id"`
-	Every     string     `json:"every"`
-	Cron      string     `json:"cron"`
-	TimeZone  string     `json:"time_zone"`
-	Overlap   string     `json:"overlap"`
-	Paused    bool       `json:"paused"`
-	NextAt    *time.Time `json:"next_at"`
-	LastRunAt *time.Time `json:"last_run_at"`
-	LastJobID string     `json:"last_job_id"`
-	Runs      int        `json:"runs"`
-	Skipped   int        `json:"skipped"`
-}
-
 type jobList struct {
 	Jobs []struct {
 		ID         string          `json:"id"`
@@ -77,7 +63,7 @@ func TestScheduleEveryFiveSecondsMakesAJobEachTickUntilDeleted(t *testing.T) {
 		"payload": map[string]any{"report": "daily"},
 		"steps":   []any{map[string]any{"id": "a", "action": map[string]any{"type": "pass"}}},
 	}}
-	var s scheduleView
+	var s stacktest.ScheduleView
 	h.JSON(t, http.StatusCreated, http.MethodPost, "/v1/schedules", keyA, body, &s)
 	require.Equal(t, "5s", s.Every)
 	require.True(t, created.Add(5*time.Second).Equal(*s.NextAt))
@@ -113,7 +99,7 @@ func TestScheduleEveryFiveSecondsMakesAJobEachTickUntilDeleted(t *testing.T) {
 	require.True(t, clock.Now().Add(5*time.Second).Equal(*s.NextAt), "the first tick after now")
 
 	// Paused, it makes nothing; resumed, it goes on from now.
-	var paused scheduleView
+	var paused stacktest.ScheduleView
 	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/schedules/every-5s/pause", keyA, nil, &paused)
 	require.True(t, paused.Paused)
 	require.Nil(t, paused.NextAt)

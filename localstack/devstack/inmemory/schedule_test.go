@@ -3,7 +3,6 @@ package inmemory_test
 import (
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -12,20 +11,6 @@ import (
 
 // The schedules' routes over HTTP; the engine's ticks are
 // shared/engine's tests and localstack/devstack's.
-
-type scheduleView struct {
-	ID        string     `json:"id"`
-	Every     string     `json:"every"`
-	Cron      string     `json:"cron"`
-	TimeZone  string     `json:"time_zone"`
-	Overlap   string     `json:"overlap"`
-	Paused    bool       `json:"paused"`
-	NextAt    *time.Time `json:"next_at"`
-	LastRunAt *time.Time `json:"last_run_at"`
-	LastJobID string     `json:"last_job_id"`
-	Runs      int        `json:"runs"`
-	Skipped   int        `json:"skipped"`
-}
 
 func TestScheduleRoutesRefuseBadInputAndOtherTenants(t *testing.T) {
 	t.Parallel()
@@ -48,14 +33,14 @@ func TestScheduleRoutesRefuseBadInputAndOtherTenants(t *testing.T) {
 		require.Contains(t, string(raw), `"field":"`+tc.field+`"`, "%s", raw)
 	}
 	var list struct {
-		Schedules  []scheduleView `json:"schedules"`
-		NextCursor string         `json:"next_cursor"`
+		Schedules  []stacktest.ScheduleView `json:"schedules"`
+		NextCursor string                   `json:"next_cursor"`
 	}
 	h.JSON(t, http.StatusOK, http.MethodGet, "/v1/schedules", keyA, nil, &list)
 	require.Empty(t, list.Schedules, "nothing written")
 
 	body := map[string]any{"id": "nightly", "cron": "0 3 * * *", "time_zone": "Asia/Tokyo", "job": job}
-	var s scheduleView
+	var s stacktest.ScheduleView
 	h.JSON(t, http.StatusCreated, http.MethodPost, "/v1/schedules", keyA, body, &s)
 	require.Equal(t, "Asia/Tokyo", s.TimeZone)
 	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/schedules", keyA, body, &s) // the same body: the same schedule

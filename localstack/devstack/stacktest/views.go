@@ -59,3 +59,18 @@ func (h *Harness) InUse(t testing.TB) map[string]int {
 	}
 	return out
 }
+
+// ScheduleView is a schedule as GET /v1/schedules/{id} answers it.
+type ScheduleView struct {
+	ID        string     `json:"id"`
+	Every     string     `json:"every"`
+	Cron      string     `json:"cron"`
+	TimeZone  string     `json:"time_zone"`
+	Overlap   string     `json:"overlap"`
+	Paused    bool       `json:"paused"`
+	NextAt    *time.Time `json:"next_at"`
+	LastRunAt *time.Time `json:"last_run_at"`
+	LastJobID string     `json:"last_job_id"`
+	Runs      int        `json:"runs"`
+	Skipped   int        `json:"skipped"`
+}

@@ -353,9 +353,12 @@ func (e *Engine) finish(ctx context.Context, tenant string, o attemptOutcome, fr
 			if s.AlreadyRecorded(o.leaseID, o.failure == nil, now) {
 				return errNoChange // a retry whose first answer was lost: answer it again
 			}
-			if p.failure == nil {
+			if p.failure == nil { // a success, or a failure under a lease the step no longer holds
 				if err := j.CheckLease(stepID, o.leaseID, now); err != nil {
 					return err // nothing stored for an outcome that is refused
+				}
+				if o.failure != nil {
+					return errUnprepared // not reached: a failure under a held lease is prepared
 				}
 			}
 			if s.Lease != nil && s.Lease.ID == o.leaseID {
@@ -407,8 +410,8 @@ func (e *Engine) prepareOutcome(ctx context.Context, p *outcomePrep, j *domain.J
 		p.output, p.ref, err = e.keepOutput(ctx, &p.cache, j, s.ID(), ref.Attempt, o.output)
 		return err
 	}
-	if p.prepared {
-		return nil
+	if p.prepared || s.Lease == nil || s.Lease.ID != o.leaseID {
+		return nil // a failure under a lost lease is refused (409) before its replan is checked
 	}
 	f := *o.failure
 	if f.Class == domain.ClassResource && s.Lease != nil && s.Lease.Resource != "" && s.Lease.ID == o.leaseID {

@@ -366,3 +366,23 @@ func TestDecisionsCallNoAdapter(t *testing.T) {
 	require.Positive(t, g.calls.Load())
 	require.Greater(t, st.races, 30, "every change lost a race and was decided again")
 }
+
+// A replan under a lease the step no longer holds is refused as a lost
+// lease (409), before its steps are checked against the job: a zombie
+// worker hears it lost the lease, not that its steps are invalid.
+func TestAReplanUnderALostLeaseIsLeaseLost(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.submit(t, tenantA, `{"steps":[{"id":"plan","action":{"type":"worker","queue":"q","lease_seconds":10},"retry":{"max_attempts":3}}]}`)
+	zombie := b.claim(t, tenantA, "q")
+	require.Len(t, zombie, 1)
+	b.clock.Advance(2 * time.Minute)
+	b.sweep(t) // reclaims the expired lease
+	live := b.claim(t, tenantA, "q")
+	require.Len(t, live, 1)
+	next := []domain.StepSpec{{ID: "n", Action: domain.ActionSpec{Type: domain.ActionWorker, WorkerAction: domain.WorkerAction{Queue: "q"}}}}
+	_, err := b.e.Fail(b.ctx, tenantA, live[0].LeaseID, engine.Outcome{Class: "replan", Steps: next})
+	require.NoError(t, err)
+	_, err = b.e.Fail(b.ctx, tenantA, zombie[0].LeaseID, engine.Outcome{Class: "replan", Steps: next})
+	require.ErrorIs(t, err, domain.ErrLeaseLost)
+}

@@ -220,3 +220,115 @@ func fillAll(v reflect.Value, depth int) {
 		panic(fmt.Sprintf("fillAll: no value for %s", v.Type()))
 	}
 }
+
+// actionDocV2 is how document version 2 stored an action before the
+// store kept it in the domain's encoding: a field per parameter of every
+// action type, frozen here as what today's actions must still be stored
+// as.
+type actionDocV2 struct {
+	Type           string          `json:"type"`
+	Seconds        *float64        `json:"seconds,omitempty"`
+	Class          string          `json:"class,omitempty"`
+	Message        string          `json:"message,omitempty"`
+	Prompt         string          `json:"prompt,omitempty"`
+	Steps          []stepSpecDocV2 `json:"steps,omitempty"`
+	URL            string          `json:"url,omitempty"`
+	Queue          string          `json:"queue,omitempty"`
+	LeaseSeconds   int             `json:"lease_seconds,omitempty"`
+	Signal         string          `json:"signal,omitempty"`
+	Function       string          `json:"function,omitempty"`
+	Qualifier      string          `json:"qualifier,omitempty"`
+	TimeoutSeconds int             `json:"timeout_seconds,omitempty"`
+}
+
+type stepSpecDocV2 struct {
+	ID                  string           `json:"id"`
+	Action              actionDocV2      `json:"action"`
+	DependsOn           []string         `json:"depends_on,omitempty"`
+	Retry               *retryDoc        `json:"retry,omitempty"`
+	TimeoutSeconds      int              `json:"timeout_seconds,omitempty"`
+	Requires            *requirementsDoc `json:"requires,omitempty"`
+	ResourceWaitSeconds int              `json:"resource_wait_seconds,omitempty"`
+}
+
+func stepSpecDocV2Of(s domain.StepSpec) stepSpecDocV2 {
+	a := s.Action
+	return stepSpecDocV2{
+		ID: s.ID,
+		Action: actionDocV2{Type: a.Type, Seconds: a.Seconds, Class: a.Class, Message: a.Message, Prompt: a.Prompt,
+			Steps: mapSlice(a.Steps, stepSpecDocV2Of), URL: a.URL, Queue: a.Queue, LeaseSeconds: a.LeaseSeconds,
+			Signal: a.Signal, Function: a.Function, Qualifier: a.Qualifier, TimeoutSeconds: a.TimeoutSeconds},
+		DependsOn: s.DependsOn, Retry: mapPtr(s.Retry, retryDocOf), TimeoutSeconds: s.TimeoutSeconds,
+		Requires: mapPtr(s.Requires, func(r domain.Requirements) requirementsDoc {
+			return requirementsDoc{Capabilities: r.Capabilities, Labels: r.Labels}
+		}),
+		ResourceWaitSeconds: s.ResourceWaitSeconds,
+	}
+}
+
+// A job written today stores each action, every parameter of every type
+// set, as version 2 did when it mapped them one by one; and that is read
+// back, strictly, as the job.
+func TestActionsStoredAsBefore(t *testing.T) {
+	t.Parallel()
+	spec, err := domain.ParseJobSpec([]byte(`{"steps": [
+		{"id": "pass", "action": {"type": "pass"}},
+		{"id": "sleep", "action": {"type": "sleep", "seconds": 1.5}},
+		{"id": "fatal", "action": {"type": "fail", "class": "fatal", "message": "no"}},
+		{"id": "ask", "action": {"type": "fail", "class": "needs_user", "message": "which?", "prompt": "Pick one"}},
+		{"id": "replan", "action": {"type": "fail", "class": "replan", "steps": [
+			{"id": "r1", "action": {"type": "worker", "queue": "gpu"}, "requires": {"capabilities": ["gpu"], "labels": {"zone": "a"}},
+			 "resource_wait_seconds": 30, "timeout_seconds": 90,
+			 "retry": {"max_attempts": 2, "backoff": "linear", "initial_delay_ms": 100, "classes": {"network": {"max_attempts": 4}}}},
+			{"id": "r2", "action": {"type": "fail", "class": "replan", "steps": [{"id": "r3", "action": {"type": "pass"}}]}, "depends_on": ["r1"]}]}},
+		{"id": "http", "action": {"type": "http", "url": "https://example.com/x"}},
+		{"id": "worker", "action": {"type": "worker", "queue": "gpu", "lease_seconds": 120}},
+		{"id": "gate", "action": {"type": "approval", "timeout_seconds": 60}},
+		{"id": "wait", "action": {"type": "wait", "signal": "go", "timeout_seconds": 60}},
+		{"id": "lambda", "action": {"type": "lambda", "function": "fn", "qualifier": "live"}}]}`))
+	require.NoError(t, err)
+	j, err := domain.NewJob("tenant-a", "01JACTIONS0000000000000000", spec, "", goldenT0)
+	require.NoError(t, err)
+	raw, err := encodeDocument(j)
+	require.NoError(t, err)
+
+	var stored struct {
+		Steps []struct {
+			Spec struct {
+				Action json.RawMessage `json:"action"`
+			} `json:"spec"`
+		} `json:"steps"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &stored))
+	require.Len(t, stored.Steps, len(j.Steps))
+	set := map[string]bool{}
+	for i, s := range j.Steps {
+		before, err := json.Marshal(stepSpecDocV2Of(s.Spec).Action)
+		require.NoError(t, err)
+		require.Equal(t, string(before), string(stored.Steps[i].Spec.Action), s.ID())
+		var fields map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal(before, &fields))
+		for f := range fields {
+			set[f] = true
+		}
+	}
+	for _, p := range ownJSONFields(reflect.TypeFor[actionDocV2]()) {
+		require.True(t, set[p], "no action above sets %s", p)
+	}
+
+	got, err := decodeDocument(raw, documentVersion, true)
+	require.NoError(t, err)
+	require.Equal(t, j, got)
+}
+
+// ownJSONFields names the JSON fields of struct t.
+func ownJSONFields(t reflect.Type) []string {
+	var out []string
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if t.Field(i).IsExported() && name != "-" {
+			out = append(out, name)
+		}
+	}
+	return out
+}

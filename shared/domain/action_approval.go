@@ -25,6 +25,12 @@ type ActionDeadline struct {
 	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
 }
 
+// Deadline is the runtime state of a step of a type that takes
+// ActionDeadline, while it waits with one.
+type Deadline struct {
+	At time.Time `json:"deadline"` // when it times out
+}
+
 func (a *ActionSpec) validateDeadline(af string) error {
 	if a.TimeoutSeconds < 0 || a.TimeoutSeconds > MaxWaitSeconds {
 		return Invalid(af+".timeout_seconds", "must be between 1 and %d (a year), or left out for no deadline", MaxWaitSeconds)
@@ -37,6 +43,15 @@ func (ApprovalAction) start(j *Job, s *Step, now time.Time) ([]Dispatch, error) 
 		return nil, err
 	}
 	return j.deadline(s, s.Spec.Action.TimeoutSeconds, now), nil
+}
+
+// Decision is a person's answer at an approval gate: how they closed it.
+type Decision struct {
+	Approved bool      `json:"approved"`
+	By       string    `json:"by,omitempty"`
+	Comment  string    `json:"comment,omitempty"`
+	Key      string    `json:"key,omitempty"` // the id of the API key that decided
+	At       time.Time `json:"at"`
 }
 
 func (ApprovalAction) timedOut(a ActionSpec) string {

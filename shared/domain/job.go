@@ -122,20 +122,23 @@ type Step struct {
 	Attempts     []Attempt       `json:"attempts,omitempty"`
 	Avoid        []string        `json:"avoid,omitempty"` // workers that failed it with class resource
 	// Prompt is what the step asks of a person while it is NEEDS_USER;
-	// UserInput is their answer, which the step's next attempts run on.
+	// UserInput is their answer, which the step's next attempts run on
+	// (any executed step's: it is its failure class, not its action).
 	Prompt    string          `json:"prompt,omitempty"`
 	UserInput json.RawMessage `json:"user_input,omitempty"`
-	// Deadline is when an open approval gate times out; Decision is how a
-	// person closed it.
-	Deadline *time.Time `json:"deadline,omitempty"`
-	Decision *Decision  `json:"decision,omitempty"`
-	// WakeAt is when a sleeping step wakes.
-	WakeAt *time.Time `json:"wake_at,omitempty"`
+	// The runtime state of action types nothing runs, each part a type of
+	// its action's file (Deadline approval's and wait's, as ActionDeadline
+	// is), nil unless the step has it. Embedded, a part's fields sit flat
+	// in the step's JSON where they sat as fields of Step.
+	*Deadline
+	Decision *Decision `json:"decision,omitempty"` // how a person closed an approval gate
+	*Sleeping
 	// AttemptBase is how many attempts the step had before the last
 	// redrive: its retry budget counts from there.
 	AttemptBase int `json:"attempt_base,omitempty"`
 	// Parked: the step waits for a signal with no deadline, or for a time
-	// beyond the timer threshold (decided when it starts waiting).
+	// beyond the timer threshold (decided when it starts waiting). What
+	// the job's state reads of any waiting step, not one action's.
 	Parked bool `json:"parked,omitempty"`
 	// ReplacedBy names the steps a replan put in this step's place.
 	ReplacedBy []string `json:"replaced_by,omitempty"`
@@ -145,7 +148,8 @@ type Step struct {
 	// OutputRef is the output kept in the blob store (Output is then nil).
 	OutputRef *DataRef `json:"output_ref,omitempty"`
 	// OutputIsInput: the step's output is its input, which references data
-	// in the blob store and is composed when read (a sleep's).
+	// in the blob store and is composed when read (a sleep's): one of the
+	// three forms of an output, with Output and OutputRef.
 	OutputIsInput bool `json:"output_is_input,omitempty"`
 }
 
@@ -198,15 +202,6 @@ func (s *Step) retryFor(c FailureClass) (p *RetryPolicy, retry int, left bool) {
 		}
 	}
 	return p, n - 1, n < p.MaxAttempts
-}
-
-// Decision is a person's answer at an approval gate.
-type Decision struct {
-	Approved bool      `json:"approved"`
-	By       string    `json:"by,omitempty"`
-	Comment  string    `json:"comment,omitempty"`
-	Key      string    `json:"key,omitempty"` // the id of the API key that decided
-	At       time.Time `json:"at"`
 }
 
 // ID is the step's id.
@@ -982,7 +977,7 @@ func (j *Job) cancelOpen(now time.Time, detail string) error {
 		if err := j.stepTo(s, StepEvCancel, now, detail); err != nil {
 			return err
 		}
-		s.Lease, s.ReadyAt, s.WakeAt, s.Deadline, s.ResourceWait = nil, nil, nil, nil, nil
+		s.Lease, s.ReadyAt, s.Sleeping, s.Deadline, s.ResourceWait = nil, nil, nil, nil, nil
 	}
 	return nil
 }
@@ -1205,10 +1200,7 @@ func (t *stepTally) add(s *Step) {
 // waits for a signal with no deadline, or for a time further off than the
 // timer threshold.
 func (j *Job) parks(s *Step, now time.Time) bool {
-	at := s.WakeAt
-	if at == nil {
-		at = s.Deadline
-	}
+	at := s.timer()
 	return at == nil || at.Sub(now) > time.Duration(j.ParkAfterSeconds)*time.Second
 }
 

@@ -39,8 +39,7 @@ func (j *Job) deadline(s *Step, seconds int, now time.Time) []Dispatch {
 		return nil
 	}
 	d := time.Duration(seconds) * time.Second
-	dl := now.Add(d)
-	s.Deadline = &dl
+	s.Deadline = &Deadline{At: now.Add(d)}
 	return []Dispatch{{Step: s, Delay: d}}
 }
 
@@ -50,16 +49,14 @@ func (j *Job) index(s *Step) int {
 }
 
 // timer answers the instant that ends a waiting step or an open gate, if
-// any: a sleep's wake time, or a deadline.
+// any: a sleep's wake time, or a deadline (an approval gate's when
+// NEEDS_USER; a step that asked a person has none).
 func (s *Step) timer() *time.Time {
-	switch s.State {
-	case StepWaiting:
-		if s.WakeAt != nil {
-			return s.WakeAt
-		}
-		return s.Deadline
-	case StepNeedsUser:
-		return s.Deadline // an approval gate's; a step that asked a person has none
+	switch {
+	case s.State == StepWaiting && s.Sleeping != nil:
+		return &s.Sleeping.Until
+	case (s.State == StepWaiting || s.State == StepNeedsUser) && s.Deadline != nil:
+		return &s.Deadline.At
 	}
 	return nil
 }
@@ -85,7 +82,7 @@ func (j *Job) wake(s *Step, output Data, detail string, now time.Time) ([]Dispat
 		}
 		s.Output = raw
 	}
-	s.WakeAt, s.Deadline, s.Parked = nil, nil, false
+	s.Sleeping, s.Deadline, s.Parked = nil, nil, false
 	return j.releaseAfter(j.index(s), now)
 }
 
@@ -122,8 +119,8 @@ func (j *Job) Fire(stepID string, now time.Time) ([]Dispatch, error) {
 		return nil, stale
 	case now.Before(*s.timer()):
 		return nil, &NotYetError{Until: *s.timer()}
-	case s.State == StepWaiting && s.WakeAt != nil:
-		out, err := j.wake(s, j.InputData(i), "slept until "+s.WakeAt.Format(time.RFC3339), now)
+	case s.State == StepWaiting && s.Sleeping != nil:
+		out, err := j.wake(s, j.InputData(i), "slept until "+s.Sleeping.Until.Format(time.RFC3339), now)
 		if err != nil {
 			return nil, err
 		}
@@ -174,7 +171,7 @@ func (j *Job) timeOut(s *Step, msg string, now time.Time) error {
 			return err
 		}
 	}
-	s.Error, s.Deadline, s.WakeAt, s.Parked = &StepError{Class: ClassTimeout, Message: msg}, nil, nil, false
+	s.Error, s.Deadline, s.Sleeping, s.Parked = &StepError{Class: ClassTimeout, Message: msg}, nil, nil, false
 	return j.settle(now)
 }
 

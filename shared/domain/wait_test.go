@@ -20,7 +20,7 @@ func TestSleepHoldsTheJobWithoutAnExecutor(t *testing.T) {
 	require.Equal(t, StepWaiting, nap.State)
 	require.Equal(t, JobWaiting, j.State, "a short sleep: WAITING, not PARKED")
 	require.False(t, nap.Parked)
-	require.Equal(t, at(5*time.Second), *nap.WakeAt)
+	require.Equal(t, at(5*time.Second), nap.Sleeping.Until)
 	require.Equal(t, []Dispatch{{Step: nap, Delay: 5 * time.Second}}, j.Outstanding(t0), "one timer, at the wake time")
 	require.Equal(t, at(5*time.Second+DispatchGrace), *j.DueAt, "the sweep backs the timer up")
 

@@ -106,10 +106,16 @@ func jobView(j *domain.Job) JobView {
 		sv := StepView{
 			ID: s.ID(), Action: s.Spec.Action.Type, State: s.State, Attempt: s.Attempt, MaxAttempts: s.Spec.Retry.MaxAttempts,
 			Output: s.Output, Error: s.Error, Attempts: make([]AttemptView, 0, len(s.Attempts)),
-			DependsOn: s.Spec.DependsOn, Prompt: s.Prompt, UserInput: s.UserInput, Deadline: s.Deadline, Decision: s.Decision,
-			Signal: s.Spec.Action.Signal, WakeAt: s.WakeAt, Parked: s.Parked, ReplacedBy: s.ReplacedBy,
+			DependsOn: s.Spec.DependsOn, Prompt: s.Prompt, UserInput: s.UserInput, Decision: s.Decision,
+			Signal: s.Spec.Action.Signal, Parked: s.Parked, ReplacedBy: s.ReplacedBy,
 			Requires: s.Spec.Requires, Avoid: s.Avoid, ResourceWait: s.ResourceWait, TimeoutSecs: s.Spec.TimeoutSeconds,
 			OutputRef: s.OutputRef, OutputIsInput: s.OutputIsInput,
+		}
+		if s.Deadline != nil {
+			sv.Deadline = &s.Deadline.At
+		}
+		if s.Sleeping != nil {
+			sv.WakeAt = &s.Sleeping.Until
 		}
 		if domain.Executed(s.Spec.Action.Type) {
 			sv.Retry = s.Spec.Retry

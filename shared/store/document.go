@@ -345,11 +345,13 @@ func stepDocOf(s domain.Step) stepDoc {
 			return attemptDoc{N: a.N, State: string(a.State), Lease: a.Lease, LeaseUntil: a.LeaseUntil, Worker: a.Worker, Resource: a.Resource,
 				StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: mapPtr(a.Error, errorDocOf), Output: a.Output, OutputRef: mapPtr(a.OutputRef, dataRefDocOf)}
 		}),
-		Avoid: s.Avoid, Prompt: s.Prompt, UserInput: s.UserInput, Deadline: s.Deadline,
+		Avoid: s.Avoid, Prompt: s.Prompt, UserInput: s.UserInput,
+		Deadline: mapPtr(s.Deadline, func(d domain.Deadline) time.Time { return d.At }),
 		Decision: mapPtr(s.Decision, func(d domain.Decision) decisionDoc {
 			return decisionDoc{Approved: d.Approved, By: d.By, Comment: d.Comment, Key: d.Key, At: d.At}
 		}),
-		WakeAt: s.WakeAt, AttemptBase: s.AttemptBase, Parked: s.Parked, ReplacedBy: s.ReplacedBy,
+		WakeAt:      mapPtr(s.Sleeping, func(z domain.Sleeping) time.Time { return z.Until }),
+		AttemptBase: s.AttemptBase, Parked: s.Parked, ReplacedBy: s.ReplacedBy,
 		ResourceWait: mapPtr(s.ResourceWait, func(w domain.ResourceWait) resourceWaitDoc {
 			return resourceWaitDoc{Since: w.Since, On: w.On, Until: w.Until}
 		}),
@@ -368,11 +370,13 @@ func (d *stepDoc) step() domain.Step {
 			return domain.Attempt{N: a.N, State: domain.AttemptState(a.State), Lease: a.Lease, LeaseUntil: a.LeaseUntil, Worker: a.Worker, Resource: a.Resource,
 				StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: mapPtr(a.Error, errorDoc.stepError), Output: a.Output, OutputRef: mapPtr(a.OutputRef, dataRefDoc.ref)}
 		}),
-		Avoid: d.Avoid, Prompt: d.Prompt, UserInput: d.UserInput, Deadline: d.Deadline,
+		Avoid: d.Avoid, Prompt: d.Prompt, UserInput: d.UserInput,
+		Deadline: mapPtr(d.Deadline, func(t time.Time) domain.Deadline { return domain.Deadline{At: t} }),
 		Decision: mapPtr(d.Decision, func(x decisionDoc) domain.Decision {
 			return domain.Decision{Approved: x.Approved, By: x.By, Comment: x.Comment, Key: x.Key, At: x.At}
 		}),
-		WakeAt: d.WakeAt, AttemptBase: d.AttemptBase, Parked: d.Parked, ReplacedBy: d.ReplacedBy,
+		Sleeping:    mapPtr(d.WakeAt, func(t time.Time) domain.Sleeping { return domain.Sleeping{Until: t} }),
+		AttemptBase: d.AttemptBase, Parked: d.Parked, ReplacedBy: d.ReplacedBy,
 		ResourceWait: mapPtr(d.ResourceWait, func(w resourceWaitDoc) domain.ResourceWait {
 			return domain.ResourceWait{Since: w.Since, On: w.On, Until: w.Until}
 		}),

@@ -40,15 +40,15 @@ func TestEveryBuiltInActionRuns(t *testing.T) {
 	}
 }
 
-// noopAction is an action type registered without a run.
-type noopAction struct{}
+// unrunAction is an action type registered without a run.
+type unrunAction struct{}
 
-func (noopAction) Name() string                                          { return "noop" }
-func (noopAction) Executor() domain.Executor                             { return domain.ExecutorBuiltIn }
-func (noopAction) Validate(*domain.ActionSpec, domain.ActionCheck) error { return nil }
+func (unrunAction) Name() string                                          { return "unrun" }
+func (unrunAction) Executor() domain.Executor                             { return domain.ExecutorBuiltIn }
+func (unrunAction) Validate(*domain.ActionSpec, domain.ActionCheck) error { return nil }
 
 func TestABuiltInActionWithoutARunIsCaught(t *testing.T) {
 	t.Parallel()
-	require.EqualError(t, unrunnable(append(domain.ActionKinds(), noopAction{})),
-		`action type "noop" is built in, yet neither its domain type (domain.PureAction) nor builtins runs it`)
+	require.EqualError(t, unrunnable(append(domain.ActionKinds(), unrunAction{})),
+		`action type "unrun" is built in, yet neither its domain type (domain.PureAction) nor builtins runs it`)
 }

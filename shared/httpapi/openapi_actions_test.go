@@ -101,25 +101,25 @@ func TestOpenAPIDescribesEveryActionType(t *testing.T) {
 	require.NoError(t, undescribed(loadActionSchemas(t), domain.ActionKinds()))
 }
 
-// noopAction is an action type registered without a schema.
-type noopAction struct{}
+// undescribedAction is an action type registered without a schema.
+type undescribedAction struct{}
 
-func (noopAction) Name() string                                          { return "noop" }
-func (noopAction) Executor() domain.Executor                             { return domain.ExecutorBuiltIn }
-func (noopAction) Validate(*domain.ActionSpec, domain.ActionCheck) error { return nil }
+func (undescribedAction) Name() string                                          { return "undescribed" }
+func (undescribedAction) Executor() domain.Executor                             { return domain.ExecutorBuiltIn }
+func (undescribedAction) Validate(*domain.ActionSpec, domain.ActionCheck) error { return nil }
 
 // A type registered and not described fails the test above.
 func TestOpenAPIMissingActionSchemaIsCaught(t *testing.T) {
 	t.Parallel()
 	doc := loadActionSchemas(t)
-	kinds := append(domain.ActionKinds(), noopAction{})
-	require.EqualError(t, undescribed(doc, kinds), `action type "noop": not in components.schemas.ActionType.enum`)
+	kinds := append(domain.ActionKinds(), undescribedAction{})
+	require.EqualError(t, undescribed(doc, kinds), `action type "undescribed": not in components.schemas.ActionType.enum`)
 
 	// In the enum, but with no schema.
 	at := doc.Components.Schemas["ActionType"]
-	at.Enum = append(at.Enum, "noop")
+	at.Enum = append(at.Enum, "undescribed")
 	doc.Components.Schemas["ActionType"] = at
-	require.EqualError(t, undescribed(doc, kinds), `action type "noop": components.schemas.Action.discriminator.mapping names no schema for it`)
+	require.EqualError(t, undescribed(doc, kinds), `action type "undescribed": components.schemas.Action.discriminator.mapping names no schema for it`)
 
 	// A schema that leaves out a parameter its type takes.
 	delete(doc.Components.Schemas["WaitAction"].Properties, "signal")

@@ -25,12 +25,6 @@ type ActionDeadline struct {
 	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
 }
 
-// Deadline is the runtime state of a step of a type that takes
-// ActionDeadline, while it waits with one.
-type Deadline struct {
-	At time.Time `json:"deadline"` // when it times out
-}
-
 func (a *ActionSpec) validateDeadline(af string) error {
 	if a.TimeoutSeconds < 0 || a.TimeoutSeconds > MaxWaitSeconds {
 		return Invalid(af+".timeout_seconds", "must be between 1 and %d (a year), or left out for no deadline", MaxWaitSeconds)

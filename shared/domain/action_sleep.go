@@ -33,14 +33,9 @@ func (SleepAction) start(j *Job, s *Step, now time.Time) ([]Dispatch, error) {
 	if d <= 0 {
 		return j.wake(s, j.InputData(j.index(s)), "slept 0 s", now)
 	}
-	s.Sleeping = &Sleeping{Until: wake}
-	s.Parked = j.parks(s, now)
+	s.Timer = &Timer{WakeAt: &wake}
+	j.park(s, now)
 	return []Dispatch{{Step: s, Delay: d}}, nil
-}
-
-// Sleeping is a sleep step's runtime state while it sleeps.
-type Sleeping struct {
-	Until time.Time `json:"wake_at"` // when it wakes
 }
 
 // timedOut: a sleep has no deadline; its timer wakes it.

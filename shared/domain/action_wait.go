@@ -37,7 +37,7 @@ func (WaitAction) start(j *Job, s *Step, now time.Time) ([]Dispatch, error) {
 		return j.takeSignal(s, k, now)
 	}
 	ds := j.deadline(s, a.TimeoutSeconds, now)
-	s.Parked = j.parks(s, now)
+	j.park(s, now)
 	return ds, nil
 }
 

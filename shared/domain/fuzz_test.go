@@ -138,8 +138,8 @@ func succeed(j *domain.Job, s *domain.Step, i int, now time.Time) error {
 		if l, err = j.Lease(s.ID(), domain.LeaseRequest{Nonce: fmt.Sprint("n", i), Duration: time.Minute, ViaWorker: s.Spec.Action.Type == domain.ActionWorker}, now); err == nil {
 			_, err = j.Complete(s.ID(), l.ID, json.RawMessage(`{"ok":true}`), now)
 		}
-	case s.State == domain.StepWaiting && s.Sleeping != nil:
-		_, err = j.Fire(s.ID(), s.Sleeping.Until)
+	case s.State == domain.StepWaiting && s.Timer != nil && s.Timer.WakeAt != nil:
+		_, err = j.Fire(s.ID(), *s.Timer.WakeAt)
 	case s.State == domain.StepWaiting:
 		_, _, err = j.Signal(domain.SignalRequest{Name: s.Spec.Action.Signal, Payload: json.RawMessage(`1`)}, now)
 	case s.State == domain.StepNeedsUser:

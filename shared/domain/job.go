@@ -126,20 +126,14 @@ type Step struct {
 	// (any executed step's: it is its failure class, not its action).
 	Prompt    string          `json:"prompt,omitempty"`
 	UserInput json.RawMessage `json:"user_input,omitempty"`
-	// The runtime state of action types nothing runs, each part a type of
-	// its action's file (Deadline approval's and wait's, as ActionDeadline
-	// is), nil unless the step has it. Embedded, a part's fields sit flat
-	// in the step's JSON where they sat as fields of Step.
-	*Deadline
+	// Timer is how a step of an action type nothing runs (a sleep, a
+	// wait, an approval gate) waits: nil unless it has a wake time or a
+	// deadline, or parks its job.
+	Timer    *Timer    `json:"timer,omitempty"`
 	Decision *Decision `json:"decision,omitempty"` // how a person closed an approval gate
-	*Sleeping
 	// AttemptBase is how many attempts the step had before the last
 	// redrive: its retry budget counts from there.
 	AttemptBase int `json:"attempt_base,omitempty"`
-	// Parked: the step waits for a signal with no deadline, or for a time
-	// beyond the timer threshold (decided when it starts waiting). What
-	// the job's state reads of any waiting step, not one action's.
-	Parked bool `json:"parked,omitempty"`
 	// ReplacedBy names the steps a replan put in this step's place.
 	ReplacedBy []string `json:"replaced_by,omitempty"`
 	// ResourceWait: the step is runnable but every matching resource's
@@ -836,7 +830,7 @@ func (j *Job) Approve(stepID string, d Decision, now time.Time) ([]Dispatch, boo
 	if err := j.stepTo(s, StepEvApprove, now, d.describe()); err != nil {
 		return nil, false, err
 	}
-	s.Decision, s.Deadline = &d, nil
+	s.Decision, s.Timer = &d, nil
 	s.Output, _ = json.Marshal(d)
 	out, err := j.releaseAfter(i, now)
 	if err != nil {
@@ -859,7 +853,7 @@ func (j *Job) Reject(stepID string, d Decision, now time.Time) (bool, error) {
 	if err := j.stepTo(s, StepEvReject, now, d.describe()); err != nil {
 		return false, err
 	}
-	s.Decision, s.Deadline = &d, nil
+	s.Decision, s.Timer = &d, nil
 	s.Error = &StepError{Class: ClassFatal, Message: Truncate(d.describe(), MaxErrorMessageBytes)}
 	if err := j.settle(now); err != nil {
 		return false, err
@@ -977,7 +971,7 @@ func (j *Job) cancelOpen(now time.Time, detail string) error {
 		if err := j.stepTo(s, StepEvCancel, now, detail); err != nil {
 			return err
 		}
-		s.Lease, s.ReadyAt, s.Sleeping, s.Deadline, s.ResourceWait = nil, nil, nil, nil, nil
+		s.Lease, s.ReadyAt, s.Timer, s.ResourceWait = nil, nil, s.Timer.cancelled(), nil
 	}
 	return nil
 }
@@ -1184,8 +1178,9 @@ func (t *stepTally) add(s *Step) {
 	case StepNeedsUser:
 		t.waiting = true
 	case StepWaiting:
-		t.parked = t.parked || s.Parked
-		t.waiting = t.waiting || !s.Parked
+		parked := s.Timer != nil && s.Timer.Parked
+		t.parked = t.parked || parked
+		t.waiting = t.waiting || !parked
 	case StepRetrying:
 		t.retrying = true
 	case StepPending, StepSwitchingResource, StepFailedRetryable, StepFailedResource, StepLeaseTimeout, StepTimedOut, StepFailedFatal:
@@ -1194,14 +1189,6 @@ func (t *stepTally) add(s *Step) {
 	if s.State != StepSucceeded {
 		t.notDone++
 	}
-}
-
-// parks reports whether a waiting step leaves its job nothing to poll: it
-// waits for a signal with no deadline, or for a time further off than the
-// timer threshold.
-func (j *Job) parks(s *Step, now time.Time) bool {
-	at := s.timer()
-	return at == nil || at.Sub(now) > time.Duration(j.ParkAfterSeconds)*time.Second
 }
 
 // due answers when the sweep must look at the job: a runnable step whose
@@ -1228,8 +1215,8 @@ func (j *Job) due() *time.Time {
 			}
 		case s.State.leased() && s.Lease != nil:
 			t = s.Lease.ExpiresAt.Add(leaseGrace(s))
-		case s.timer() != nil:
-			t = s.timer().Add(DispatchGrace)
+		case s.timerAt() != nil:
+			t = s.timerAt().Add(DispatchGrace)
 		default:
 			continue
 		}

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -1128,69 +1127,4 @@ func TestResumeRunsAWaitingStepAgainOnThePersonsInput(t *testing.T) {
 
 	_, err = j.Resume("zz", nil, at(4*time.Second))
 	require.ErrorIs(t, err, ErrNotFound)
-}
-
-// A step's JSON stays what it was when the runtime state of the waiting
-// action types were fields of Step: flat, in the same order; and it reads
-// back as the step, each part nil unless set.
-func TestStepJSONKeepsItsRuntimeStateFlat(t *testing.T) {
-	t.Parallel()
-	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	t1, t2, t3 := t0.Add(time.Hour), t0.Add(2*time.Hour), t0.Add(3*time.Hour)
-	s := Step{Spec: StepSpec{ID: "s", Action: ActionSpec{Type: ActionSleep}}, State: StepWaiting, Attempt: 2,
-		ReadyAt: &t0, Redispatches: 1, Output: json.RawMessage(`{"o":1}`), Error: &StepError{Class: ClassFatal, Message: "m"},
-		Avoid: []string{"w"}, Prompt: "p", UserInput: json.RawMessage(`{"u":1}`),
-		Deadline: &Deadline{At: t1}, Decision: &Decision{Approved: true, By: "ann", At: t2}, Sleeping: &Sleeping{Until: t3},
-		AttemptBase: 1, Parked: true, ReplacedBy: []string{"r"}, ResourceWait: &ResourceWait{Since: t0, On: []string{"gpu"}},
-		OutputRef: &DataRef{Key: "k", Size: 3, SHA256: "h"}, OutputIsInput: true}
-	// As the build before wrote it.
-	const before = `{"spec":{"id":"s","action":{"type":"sleep"}},"state":"WAITING","attempt":2,"ready_at":"2026-01-02T03:04:05Z",` +
-		`"redispatches":1,"output":{"o":1},"error":{"class":"fatal","message":"m"},"avoid":["w"],"prompt":"p","user_input":{"u":1},` +
-		`"deadline":"2026-01-02T04:04:05Z","decision":{"approved":true,"by":"ann","at":"2026-01-02T05:04:05Z"},"wake_at":"2026-01-02T06:04:05Z",` +
-		`"attempt_base":1,"parked":true,"replaced_by":["r"],"resource_wait":{"since":"2026-01-02T03:04:05Z","on":["gpu"]},` +
-		`"output_ref":{"key":"k","size":3,"sha256":"h"},"output_is_input":true}`
-	raw, err := json.Marshal(s)
-	require.NoError(t, err)
-	require.Equal(t, before, string(raw))
-	var got Step
-	require.NoError(t, json.Unmarshal(raw, &got))
-	require.Equal(t, s, got)
-
-	s.Deadline, s.Sleeping = nil, nil
-	raw, err = json.Marshal(s)
-	require.NoError(t, err)
-	require.NotContains(t, string(raw), "deadline")
-	require.NotContains(t, string(raw), "wake_at")
-	got = Step{}
-	require.NoError(t, json.Unmarshal(raw, &got))
-	require.Equal(t, s, got)
-}
-
-// No two parts of a step claim one JSON name: encoding/json would drop
-// both without a word.
-func TestStepJSONNamesAreUnique(t *testing.T) {
-	t.Parallel()
-	seen := map[string]string{}
-	var walk func(reflect.Type)
-	walk = func(typ reflect.Type) {
-		for i := range typ.NumField() {
-			f := typ.Field(i)
-			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-			if f.Anonymous && name == "" {
-				embedded := f.Type
-				if embedded.Kind() == reflect.Pointer {
-					embedded = embedded.Elem()
-				}
-				walk(embedded)
-				continue
-			}
-			if !f.IsExported() || name == "-" {
-				continue
-			}
-			require.NotContains(t, seen, name, "%s and %s", seen[name], f.Name)
-			seen[name] = typ.Name() + "." + f.Name
-		}
-	}
-	walk(reflect.TypeFor[Step]())
-	require.Contains(t, seen, "wake_at")
 }

@@ -309,7 +309,7 @@ func (j *Job) Redrive(now time.Time) ([]Dispatch, error) {
 			return nil, err
 		}
 		s.AttemptBase = s.Attempt
-		s.Error, s.Lease, s.Decision, s.Deadline, s.Sleeping, s.Prompt, s.Parked, s.ReadyAt = nil, nil, nil, nil, nil, "", false, nil
+		s.Error, s.Lease, s.Decision, s.Timer, s.Prompt, s.ReadyAt = nil, nil, nil, nil, "", nil
 		s.Redispatches, s.ResourceWait = 0, nil
 		reopened = append(reopened, i)
 	}

@@ -33,14 +33,55 @@ func (j *Job) ready(s *Step, now time.Time) ([]Dispatch, error) {
 	return []Dispatch{{Step: s}}, nil
 }
 
+// Timer is the runtime state the action types nothing runs
+// (waitingAction) share while a step of theirs waits: the instant that
+// ends the wait, if any, and whether the wait leaves its job parked.
+type Timer struct {
+	// WakeAt is when a sleep wakes.
+	WakeAt *time.Time `json:"wake_at,omitempty"`
+	// Deadline is when an approval gate or a wait times out (its
+	// ActionDeadline).
+	Deadline *time.Time `json:"deadline,omitempty"`
+	// Parked: the step waits for a signal with no deadline, or for a time
+	// beyond the timer threshold (decided when it starts waiting), so the
+	// job has nothing to poll. A gate, which waits on a person, never
+	// parks.
+	Parked bool `json:"parked,omitempty"`
+}
+
 // deadline sets a gate's or a wait's deadline and answers its timer.
 func (j *Job) deadline(s *Step, seconds int, now time.Time) []Dispatch {
 	if seconds <= 0 {
 		return nil
 	}
 	d := time.Duration(seconds) * time.Second
-	s.Deadline = &Deadline{At: now.Add(d)}
+	dl := now.Add(d)
+	s.Timer = &Timer{Deadline: &dl}
 	return []Dispatch{{Step: s, Delay: d}}
+}
+
+// park marks a sleep or a wait that starts waiting parked if it leaves
+// its job nothing to poll: it waits for a signal with no deadline, or for
+// a time further off than the timer threshold.
+func (j *Job) park(s *Step, now time.Time) {
+	at := s.timerAt()
+	if at != nil && at.Sub(now) <= time.Duration(j.ParkAfterSeconds)*time.Second {
+		return
+	}
+	if s.Timer == nil {
+		s.Timer = &Timer{}
+	}
+	s.Timer.Parked = true
+}
+
+// cancelled answers what a cancelled step keeps of its timer: that it was
+// parked, which its stored document and the API's view of it have always
+// said, and nothing more.
+func (t *Timer) cancelled() *Timer {
+	if t == nil || !t.Parked {
+		return nil
+	}
+	return &Timer{Parked: true}
 }
 
 func (j *Job) index(s *Step) int {
@@ -48,15 +89,17 @@ func (j *Job) index(s *Step) int {
 	return i
 }
 
-// timer answers the instant that ends a waiting step or an open gate, if
-// any: a sleep's wake time, or a deadline (an approval gate's when
+// timerAt answers the instant that ends a waiting step or an open gate,
+// if any: a sleep's wake time, or a deadline (an approval gate's when
 // NEEDS_USER; a step that asked a person has none).
-func (s *Step) timer() *time.Time {
+func (s *Step) timerAt() *time.Time {
 	switch {
-	case s.State == StepWaiting && s.Sleeping != nil:
-		return &s.Sleeping.Until
-	case (s.State == StepWaiting || s.State == StepNeedsUser) && s.Deadline != nil:
-		return &s.Deadline.At
+	case s.Timer == nil:
+		return nil
+	case s.State == StepWaiting && s.Timer.WakeAt != nil:
+		return s.Timer.WakeAt
+	case s.State == StepWaiting || s.State == StepNeedsUser:
+		return s.Timer.Deadline
 	}
 	return nil
 }
@@ -82,7 +125,7 @@ func (j *Job) wake(s *Step, output Data, detail string, now time.Time) ([]Dispat
 		}
 		s.Output = raw
 	}
-	s.Sleeping, s.Deadline, s.Parked = nil, nil, false
+	s.Timer = nil
 	return j.releaseAfter(j.index(s), now)
 }
 
@@ -115,12 +158,12 @@ func (j *Job) Fire(stepID string, now time.Time) ([]Dispatch, error) {
 			return nil, err
 		}
 		return out, nil
-	case s.timer() == nil:
+	case s.timerAt() == nil:
 		return nil, stale
-	case now.Before(*s.timer()):
-		return nil, &NotYetError{Until: *s.timer()}
-	case s.State == StepWaiting && s.Sleeping != nil:
-		out, err := j.wake(s, j.InputData(i), "slept until "+s.Sleeping.Until.Format(time.RFC3339), now)
+	case now.Before(*s.timerAt()):
+		return nil, &NotYetError{Until: *s.timerAt()}
+	case s.State == StepWaiting && s.Timer.WakeAt != nil:
+		out, err := j.wake(s, j.InputData(i), "slept until "+s.Timer.WakeAt.Format(time.RFC3339), now)
 		if err != nil {
 			return nil, err
 		}
@@ -148,7 +191,7 @@ func (j *Job) FireDue(now time.Time) ([]Dispatch, int, error) {
 	for _, s := range j.Steps {
 		// A step that fails the job cancels the others, so their timers
 		// are gone from then on.
-		if t := s.timer(); t == nil || now.Before(*t) || j.State.Terminal() {
+		if t := s.timerAt(); t == nil || now.Before(*t) || j.State.Terminal() {
 			continue
 		}
 		ds, err := j.Fire(s.ID(), now)
@@ -171,7 +214,7 @@ func (j *Job) timeOut(s *Step, msg string, now time.Time) error {
 			return err
 		}
 	}
-	s.Error, s.Deadline, s.Sleeping, s.Parked = &StepError{Class: ClassTimeout, Message: msg}, nil, nil, false
+	s.Error, s.Timer = &StepError{Class: ClassTimeout, Message: msg}, nil
 	return j.settle(now)
 }
 
@@ -364,7 +407,7 @@ func (j *Job) Outstanding(now time.Time) []Dispatch {
 		case s.State.leasable() && s.Lease == nil:
 			at = s.ReadyAt
 		default:
-			at = s.timer()
+			at = s.timerAt()
 		}
 		if at == nil && !s.State.leasable() {
 			continue

@@ -19,8 +19,8 @@ func TestSleepHoldsTheJobWithoutAnExecutor(t *testing.T) {
 	nap := j.Steps[0]
 	require.Equal(t, StepWaiting, nap.State)
 	require.Equal(t, JobWaiting, j.State, "a short sleep: WAITING, not PARKED")
-	require.False(t, nap.Parked)
-	require.Equal(t, at(5*time.Second), nap.Sleeping.Until)
+	wake := at(5 * time.Second)
+	require.Equal(t, &Timer{WakeAt: &wake}, nap.Timer, "not parked")
 	require.Equal(t, []Dispatch{{Step: nap, Delay: 5 * time.Second}}, j.Outstanding(t0), "one timer, at the wake time")
 	require.Equal(t, at(5*time.Second+DispatchGrace), *j.DueAt, "the sweep backs the timer up")
 
@@ -48,7 +48,7 @@ func TestLongSleepParksTheJob(t *testing.T) {
 	t.Parallel()
 	j := newJob(t, `{"steps":[{"id":"nap","action":{"type":"sleep","seconds":86400}}]}`)
 	require.Equal(t, JobParked, j.State)
-	require.True(t, j.Steps[0].Parked)
+	require.True(t, j.Steps[0].Timer.Parked)
 	// The formal machine enters Waiting only from Running: the job passes
 	// through it in the same write.
 	require.Equal(t, []string{"job_created", "step_waiting", "job_running", "job_waiting", "job_parked"}, eventTypes(j.Events))
@@ -123,7 +123,7 @@ func TestSignalBeforeTheWaitIsKept(t *testing.T) {
 	require.Equal(t, StepSucceeded, j.Steps[1].State, "the wait takes the kept signal at once")
 	require.JSONEq(t, `"early"`, string(j.Steps[1].Output))
 	require.Equal(t, []string{"after"}, dispatched(ds))
-	require.Nil(t, j.Steps[1].Deadline)
+	require.Nil(t, j.Steps[1].Timer)
 }
 
 func TestWaitPastItsDeadlineFailsTheJob(t *testing.T) {
@@ -150,10 +150,12 @@ func TestWaitWithoutDeadlineParksAndIsNeverDue(t *testing.T) {
 	j := newJob(t, `{"steps":[{"id":"w","action":{"type":"wait","signal":"go"}}]}`)
 	require.Equal(t, JobParked, j.State)
 	require.Nil(t, j.DueAt, "nothing polls a parked job")
+	require.Equal(t, &Timer{Parked: true}, j.Steps[0].Timer, "parked, with no instant to end it")
 	_, _, err := j.Signal(SignalRequest{Name: "go"}, at(time.Hour))
 	require.NoError(t, err)
 	replayOK(t, j)
 	require.Equal(t, JobCompleted, j.State)
+	require.Nil(t, j.Steps[0].Timer)
 	require.JSONEq(t, `null`, string(j.Steps[0].Output))
 }
 
@@ -263,13 +265,16 @@ func TestRunAtHoldsEveryFirstStep(t *testing.T) {
 
 func TestCancelReachesWaitsSleepsAndGates(t *testing.T) {
 	t.Parallel()
-	j := newJob(t, `{"steps":[{"id":"w","action":{"type":"wait","signal":"go","timeout_seconds":600}},{"id":"s","action":{"type":"sleep","seconds":100}},{"id":"g","action":{"type":"approval","timeout_seconds":60}},{"id":"r","action":{"type":"worker"}},{"id":"z","action":{"type":"pass"},"depends_on":["w","s","g","r"]}]}`)
+	j := newJob(t, `{"steps":[{"id":"w","action":{"type":"wait","signal":"go","timeout_seconds":600}},{"id":"s","action":{"type":"sleep","seconds":100}},{"id":"g","action":{"type":"approval","timeout_seconds":60}},{"id":"r","action":{"type":"worker"}},{"id":"p","action":{"type":"wait","signal":"late"}},{"id":"z","action":{"type":"pass"},"depends_on":["w","s","g","r","p"]}]}`)
 	l := mustLease(t, j, "r", viaWorker("x", "r1"), t0)
+	deadline, wake, gate := at(600*time.Second), at(100*time.Second), at(60*time.Second)
+	require.Equal(t, []*Timer{{Deadline: &deadline}, {WakeAt: &wake}, {Deadline: &gate}, nil, {Parked: true}, nil}, timers(j))
 	changed, err := j.Cancel(at(time.Second))
 	require.NoError(t, err)
 	require.True(t, changed)
 	replayOK(t, j)
-	require.Equal(t, map[string]StepState{"w": StepCancelled, "s": StepCancelled, "g": StepCancelled, "r": StepCancelled, "z": StepCancelled}, stepStates(j))
+	require.Equal(t, map[string]StepState{"w": StepCancelled, "s": StepCancelled, "g": StepCancelled, "r": StepCancelled, "p": StepCancelled, "z": StepCancelled}, stepStates(j))
+	require.Equal(t, []*Timer{nil, nil, nil, nil, {Parked: true}, nil}, timers(j), "no timer is left; a parked wait still says it was")
 	require.True(t, j.Steps[3].CancelledUnder(l.ID, at(2*time.Second)), "the running worker hears cancel_requested")
 	for _, id := range []string{"w", "s", "g"} {
 		_, err := j.Fire(id, at(time.Hour))
@@ -279,6 +284,14 @@ func TestCancelReachesWaitsSleepsAndGates(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n)
 	require.Nil(t, j.DueAt)
+}
+
+func timers(j *Job) []*Timer {
+	out := make([]*Timer, len(j.Steps))
+	for i, s := range j.Steps {
+		out[i] = s.Timer
+	}
+	return out
 }
 
 func TestRedriveRunsTheFailedPartAgain(t *testing.T) {

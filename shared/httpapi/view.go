@@ -107,15 +107,12 @@ func jobView(j *domain.Job) JobView {
 			ID: s.ID(), Action: s.Spec.Action.Type, State: s.State, Attempt: s.Attempt, MaxAttempts: s.Spec.Retry.MaxAttempts,
 			Output: s.Output, Error: s.Error, Attempts: make([]AttemptView, 0, len(s.Attempts)),
 			DependsOn: s.Spec.DependsOn, Prompt: s.Prompt, UserInput: s.UserInput, Decision: s.Decision,
-			Signal: s.Spec.Action.Signal, Parked: s.Parked, ReplacedBy: s.ReplacedBy,
+			Signal: s.Spec.Action.Signal, ReplacedBy: s.ReplacedBy,
 			Requires: s.Spec.Requires, Avoid: s.Avoid, ResourceWait: s.ResourceWait, TimeoutSecs: s.Spec.TimeoutSeconds,
 			OutputRef: s.OutputRef, OutputIsInput: s.OutputIsInput,
 		}
-		if s.Deadline != nil {
-			sv.Deadline = &s.Deadline.At
-		}
-		if s.Sleeping != nil {
-			sv.WakeAt = &s.Sleeping.Until
+		if t := s.Timer; t != nil {
+			sv.Deadline, sv.WakeAt, sv.Parked = t.Deadline, t.WakeAt, t.Parked
 		}
 		if domain.Executed(s.Spec.Action.Type) {
 			sv.Retry = s.Spec.Retry

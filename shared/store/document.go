@@ -335,7 +335,7 @@ func (d *jobDoc) job() *domain.Job {
 }
 
 func stepDocOf(s domain.Step) stepDoc {
-	return stepDoc{
+	d := stepDoc{
 		Spec: stepSpecDocOf(s.Spec), State: string(s.State), Attempt: s.Attempt,
 		Lease: mapPtr(s.Lease, func(l domain.Lease) leaseDoc {
 			return leaseDoc{ID: l.ID, Attempt: l.Attempt, ExpiresAt: l.ExpiresAt, Worker: l.Worker, Token: l.Token, Resource: l.Resource, Deadline: l.Deadline}
@@ -346,21 +346,24 @@ func stepDocOf(s domain.Step) stepDoc {
 				StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: mapPtr(a.Error, errorDocOf), Output: a.Output, OutputRef: mapPtr(a.OutputRef, dataRefDocOf)}
 		}),
 		Avoid: s.Avoid, Prompt: s.Prompt, UserInput: s.UserInput,
-		Deadline: mapPtr(s.Deadline, func(d domain.Deadline) time.Time { return d.At }),
 		Decision: mapPtr(s.Decision, func(d domain.Decision) decisionDoc {
 			return decisionDoc{Approved: d.Approved, By: d.By, Comment: d.Comment, Key: d.Key, At: d.At}
 		}),
-		WakeAt:      mapPtr(s.Sleeping, func(z domain.Sleeping) time.Time { return z.Until }),
-		AttemptBase: s.AttemptBase, Parked: s.Parked, ReplacedBy: s.ReplacedBy,
+		AttemptBase: s.AttemptBase, ReplacedBy: s.ReplacedBy,
 		ResourceWait: mapPtr(s.ResourceWait, func(w domain.ResourceWait) resourceWaitDoc {
 			return resourceWaitDoc{Since: w.Since, On: w.On, Until: w.Until}
 		}),
 		OutputRef: mapPtr(s.OutputRef, dataRefDocOf), OutputIsInput: s.OutputIsInput,
 	}
+	// The step's timer is stored flat, as when its fields were the step's own.
+	if t := s.Timer; t != nil {
+		d.WakeAt, d.Deadline, d.Parked = t.WakeAt, t.Deadline, t.Parked
+	}
+	return d
 }
 
 func (d *stepDoc) step() domain.Step {
-	return domain.Step{
+	s := domain.Step{
 		Spec: d.Spec.spec(), State: domain.StepState(d.State), Attempt: d.Attempt,
 		Lease: mapPtr(d.Lease, func(l leaseDoc) domain.Lease {
 			return domain.Lease{ID: l.ID, Attempt: l.Attempt, ExpiresAt: l.ExpiresAt, Worker: l.Worker, Token: l.Token, Resource: l.Resource, Deadline: l.Deadline}
@@ -371,17 +374,19 @@ func (d *stepDoc) step() domain.Step {
 				StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: mapPtr(a.Error, errorDoc.stepError), Output: a.Output, OutputRef: mapPtr(a.OutputRef, dataRefDoc.ref)}
 		}),
 		Avoid: d.Avoid, Prompt: d.Prompt, UserInput: d.UserInput,
-		Deadline: mapPtr(d.Deadline, func(t time.Time) domain.Deadline { return domain.Deadline{At: t} }),
 		Decision: mapPtr(d.Decision, func(x decisionDoc) domain.Decision {
 			return domain.Decision{Approved: x.Approved, By: x.By, Comment: x.Comment, Key: x.Key, At: x.At}
 		}),
-		Sleeping:    mapPtr(d.WakeAt, func(t time.Time) domain.Sleeping { return domain.Sleeping{Until: t} }),
-		AttemptBase: d.AttemptBase, Parked: d.Parked, ReplacedBy: d.ReplacedBy,
+		AttemptBase: d.AttemptBase, ReplacedBy: d.ReplacedBy,
 		ResourceWait: mapPtr(d.ResourceWait, func(w resourceWaitDoc) domain.ResourceWait {
 			return domain.ResourceWait{Since: w.Since, On: w.On, Until: w.Until}
 		}),
 		OutputRef: mapPtr(d.OutputRef, dataRefDoc.ref), OutputIsInput: d.OutputIsInput,
 	}
+	if d.WakeAt != nil || d.Deadline != nil || d.Parked {
+		s.Timer = &domain.Timer{WakeAt: d.WakeAt, Deadline: d.Deadline, Parked: d.Parked}
+	}
+	return s
 }
 
 func stepSpecDocOf(s domain.StepSpec) stepSpecDoc {

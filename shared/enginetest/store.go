@@ -33,6 +33,7 @@ const (
 
 var storeChecks = []check[StoreFixture]{
 	{"create then get answers a fresh copy", storeCreateGet},
+	{"a waiting step's timer survives", storeTimers},
 	{"another tenant's job is not found", storeTenantIsolation},
 	{"idempotency key", storeIdempotency},
 	{"idempotency key race has one winner", storeIdempotencyRace},
@@ -152,6 +153,33 @@ func storeCreateGet(t *testing.T, f StoreFixture) {
 	require.NoError(t, err)
 	require.Equal(t, third, again)
 	require.Equal(t, "tok-1", again.Steps[0].Lease.Token)
+}
+
+// storeTimers: the steps nothing runs keep how they wait (a wake time, a
+// deadline, parked) through the store, and what a cancel leaves of it.
+func storeTimers(t *testing.T, f StoreFixture) {
+	ctx := context.Background()
+	j := newJob(t, tenantA, `{"steps":[
+		{"id": "nap", "action": {"type": "sleep", "seconds": 86400}},
+		{"id": "wait", "action": {"type": "wait", "signal": "go", "timeout_seconds": 60}},
+		{"id": "gate", "action": {"type": "approval", "timeout_seconds": 120}},
+		{"id": "open", "action": {"type": "wait", "signal": "late"}},
+		{"id": "after", "action": {"type": "pass"}, "depends_on": ["nap", "wait", "gate", "open"]}]}`, "", f.Now)
+	for _, s := range j.Steps[:4] {
+		require.NotNil(t, s.Timer, s.ID())
+	}
+	require.True(t, j.Steps[0].Timer.Parked && j.Steps[3].Timer.Parked)
+	_, _, err := f.Store.Create(ctx, j, "", f.Now)
+	require.NoError(t, err)
+	got, n := load(t, f, tenantA, j.ID)
+	require.Equal(t, j, got)
+
+	_, err = got.Cancel(f.Now.Add(time.Second))
+	require.NoError(t, err)
+	require.NoError(t, f.Store.Save(ctx, got, n))
+	again, _ := load(t, f, tenantA, j.ID)
+	require.Equal(t, got, again)
+	require.Equal(t, &domain.Timer{Parked: true}, again.Steps[3].Timer)
 }
 
 func storeTenantIsolation(t *testing.T, f StoreFixture) {

@@ -42,7 +42,18 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	h := stacktest.New(t)
+	return setupOn(t, stacktest.NewInMemory(t))
+}
+
+// setupOnEmulator is setup for the operator commands, which read the
+// stack's AWS resources (its local state) as well as its API.
+func setupOnEmulator(t *testing.T) *bundle {
+	t.Helper()
+	return setupOn(t, stacktest.New(t))
+}
+
+func setupOn(t *testing.T, h *stacktest.Harness) *bundle {
+	t.Helper()
 	c, err := client.New(client.Config{BaseURL: h.URL, APIKey: stacktest.KeyA, HTTPClient: &http.Client{Timeout: time.Minute}})
 	require.NoError(t, err)
 	return &bundle{h: h, c: c, ctx: t.Context(), dir: t.TempDir()}
@@ -365,7 +376,7 @@ func (b *bundle) localState(t *testing.T) string {
 
 func TestKeysCreateListRevoke(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setupOnEmulator(t)
 	state := b.localState(t)
 	r := b.run(t, "keys", "create", "ci", "--tenant", stacktest.TenantA, "--local-state", state, "-o", "json")
 	require.Equal(t, 0, r.code, r.stderr)

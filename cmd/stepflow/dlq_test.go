@@ -19,7 +19,7 @@ import (
 // queue, where a claim finds it. A message that names no job stays.
 func TestDLQListAndRedrive(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setupOnEmulator(t)
 	state := b.localState(t)
 	ctx := b.ctx
 	j := b.submitJSON(t, "--action", "worker", "--param", "queue=w")

@@ -27,7 +27,10 @@ type bundle struct {
 
 func setup(t *testing.T, opts ...stacktest.Option) *bundle {
 	t.Helper()
-	h := stacktest.New(t, opts...)
+	h := stacktest.NewInMemory(t)
+	if len(opts) > 0 {
+		h = stacktest.New(t, opts...)
+	}
 	return &bundle{h: h, c: newClient(t, h.URL, stacktest.KeyA, nil), b: newClient(t, h.URL, stacktest.KeyB, nil), ctx: t.Context()}
 }
 

@@ -25,7 +25,10 @@ type bundle struct {
 
 func setup(t *testing.T, opts ...stacktest.Option) *bundle {
 	t.Helper()
-	h := stacktest.New(t, opts...)
+	h := stacktest.NewInMemory(t)
+	if len(opts) > 0 {
+		h = stacktest.New(t, opts...)
+	}
 	c, err := client.New(client.Config{BaseURL: h.URL, APIKey: stacktest.KeyA, HTTPClient: &http.Client{Timeout: time.Minute}})
 	require.NoError(t, err)
 	return &bundle{h: h, c: c, ctx: t.Context()}

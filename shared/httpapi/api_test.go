@@ -116,7 +116,7 @@ func newID() string { return ulid.Make().String() }
 // job of B's behind.
 func TestErrorAnswers(t *testing.T) {
 	t.Parallel()
-	h := stacktest.New(t)
+	h := stacktest.NewInMemory(t)
 	// Tenant A's job, which B must not see or touch.
 	aJob := h.Submit(t, stacktest.KeyA, workerJob)
 	bearerB := "Bearer " + stacktest.KeyB
@@ -226,7 +226,7 @@ func TestErrorAnswers(t *testing.T) {
 // missing job answers, so B cannot even learn that A's job exists.
 func TestOtherTenantIsNotFound(t *testing.T) {
 	t.Parallel()
-	h := stacktest.New(t)
+	h := stacktest.NewInMemory(t)
 	aJob := h.Submit(t, stacktest.KeyA, workerJob)
 	missing := newID()
 	for _, tc := range []struct{ method, suffix string }{
@@ -250,7 +250,7 @@ func TestOtherTenantIsNotFound(t *testing.T) {
 // another, and is scoped to the tenant.
 func TestIdempotency(t *testing.T) {
 	t.Parallel()
-	h := stacktest.New(t)
+	h := stacktest.NewInMemory(t)
 	const key = "order-42"
 	body := `{"steps":[{"id":"a","action":{"type":"pass"}}],"payload":{"n":1}}`
 	spaced := "{\n  \"steps\": [ { \"id\": \"a\", \"action\": {\"type\": \"pass\"} } ],\n  \"payload\": { \"n\": 1 }\n}\n"
@@ -330,7 +330,7 @@ func TestIdempotency(t *testing.T) {
 // conflict once it finished otherwise.
 func TestCancel(t *testing.T) {
 	t.Parallel()
-	h := stacktest.New(t)
+	h := stacktest.NewInMemory(t)
 
 	// A worker job nobody claims stays queued until it is cancelled.
 	j := h.Submit(t, stacktest.KeyA, workerJob)
@@ -426,7 +426,7 @@ func claimUntil(t *testing.T, h *stacktest.Harness, key, body string) claimed {
 // the first holder's heartbeat, complete and fail answer lease_lost.
 func TestLostLease(t *testing.T) {
 	t.Parallel()
-	h := stacktest.New(t)
+	h := stacktest.NewInMemory(t)
 	j := h.Submit(t, stacktest.KeyA, `{"steps":[{"id":"w","action":{"type":"worker","lease_seconds":1}}]}`)
 	const claim = `{"queue":"default","max":1,"wait_seconds":2,"worker":"w1"}`
 	first := claimUntil(t, h, stacktest.KeyA, claim)
@@ -501,7 +501,7 @@ func TestLostLease(t *testing.T) {
 // next heartbeat, and its outcome is refused.
 func TestCancelWhileLeased(t *testing.T) {
 	t.Parallel()
-	h := stacktest.New(t)
+	h := stacktest.NewInMemory(t)
 	j := h.Submit(t, stacktest.KeyA, `{"steps":[{"id":"w","action":{"type":"worker","lease_seconds":300}}]}`)
 	l := claimUntil(t, h, stacktest.KeyA, `{"max":1,"wait_seconds":2}`)
 	require.Equal(t, j.ID, l.JobID)
@@ -521,7 +521,7 @@ func TestCancelWhileLeased(t *testing.T) {
 // shows another tenant's.
 func TestList(t *testing.T) {
 	t.Parallel()
-	h := stacktest.New(t)
+	h := stacktest.NewInMemory(t)
 	// A: four pass jobs on the default queue and a worker job on "other"
 	// that nobody claims; B: one pass job.
 	var aIDs, passIDs []string
@@ -600,7 +600,7 @@ func TestList(t *testing.T) {
 // TestHealth: the verdict and its counts, per tenant.
 func TestHealth(t *testing.T) {
 	t.Parallel()
-	h := stacktest.New(t)
+	h := stacktest.NewInMemory(t)
 	health := func(key string) map[string]any {
 		var out map[string]any
 		h.JSON(t, http.StatusOK, "GET", "/v1/health", key, nil, &out)
@@ -640,7 +640,7 @@ func TestHealth(t *testing.T) {
 // job view.
 func TestSubmitAnswers(t *testing.T) {
 	t.Parallel()
-	h := stacktest.New(t)
+	h := stacktest.NewInMemory(t)
 	res, raw := call(t, h, "POST", "/v1/jobs", "Bearer "+stacktest.KeyA,
 		`{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"b","action":{"type":"sleep","seconds":0}}],"payload":{"k":"v"},"priority":0}`)
 	require.Equal(t, http.StatusCreated, res.StatusCode, "%s", raw)
@@ -714,7 +714,7 @@ func TestInternalErrorsAreOpaque(t *testing.T) {
 // with a 400 naming where, and nothing is written.
 func TestPoisonJSONIsRefused(t *testing.T) {
 	t.Parallel()
-	h := stacktest.New(t)
+	h := stacktest.NewInMemory(t)
 	bearer := "Bearer " + stacktest.KeyB
 	deep := strings.Repeat("[", 10000) + strings.Repeat("]", 10000)
 	cases := []struct{ name, path, body, field, inMsg string }{

@@ -19,7 +19,7 @@ import (
 // the raw shapes a gateway might hand it.
 func TestMalformedPathsAreNotFound(t *testing.T) {
 	t.Parallel()
-	h := stacktest.New(t)
+	h := stacktest.NewInMemory(t)
 	j := h.Submit(t, stacktest.KeyA, workerJob)
 	bearer := "Bearer " + stacktest.KeyA
 

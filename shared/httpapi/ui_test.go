@@ -14,7 +14,7 @@ import (
 // template.yaml gives API Gateway; the API's own routes still need one.
 func TestUIIsServedWithoutAKey(t *testing.T) {
 	t.Parallel()
-	h := stacktest.New(t)
+	h := stacktest.NewInMemory(t)
 
 	res, body := call(t, h, http.MethodGet, "/ui", "", "")
 	require.Equal(t, http.StatusOK, res.StatusCode, "%s", body)

@@ -76,11 +76,6 @@ var Kinds = [...]Kind{
 	KindSlotHolderKilled, KindResourceFailed, KindSlotRace,
 }
 
-// racerKinds are counted once per racer that ran, not drawn by the layer;
-// so are the resource jobs' kinds, as they are carried out.
-var racerKinds = map[Kind]bool{KindApprovalRace: true, KindSignalRace: true, KindRedriveRace: true,
-	KindSlotHolderKilled: true, KindResourceFailed: true, KindSlotRace: true}
-
 func kindIndex(k Kind) int {
 	for i, x := range Kinds {
 		if x == k {
@@ -238,22 +233,11 @@ func splitmix64(x *uint64) uint64 {
 }
 
 // Pause stops injecting (calls pass straight through the layer and draw
-// nothing) until Resume; a run pauses while it drains the queues.
+// nothing); a run pauses while it drains the queues.
 func (f *Faults) Pause() { f.paused.Store(true) }
-
-// Resume injects again.
-func (f *Faults) Resume() { f.paused.Store(false) }
 
 // Paused reports whether injection is paused.
 func (f *Faults) Paused() bool { return f.paused.Load() }
-
-// Float64 draws from a stream.
-func (f *Faults) Float64(s Stream) float64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.drawn[s]++
-	return f.streams[s].Float64()
-}
 
 // IntN draws from [0, n) on a stream.
 func (f *Faults) IntN(s Stream, n int) int {
@@ -351,32 +335,12 @@ func (f *Faults) Calls() map[string]int64 {
 	return out
 }
 
-// Total answers how many faults were injected.
-func (f *Faults) Total() int64 {
-	var n int64
-	for i := range Kinds {
-		n += f.counts[i].Load()
-	}
-	return n
-}
-
 // Trace answers the faults injected so far, in the order they were
 // decided (at most the first 100 000).
 func (f *Faults) Trace() []Decision {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]Decision(nil), f.trace...)
-}
-
-// Drawn answers how many decisions each stream has made.
-func (f *Faults) Drawn() map[Stream]int64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := map[Stream]int64{}
-	for s := range numStreams {
-		out[s] = f.drawn[s]
-	}
-	return out
 }
 
 // FormatCounts renders counts as "kind n, kind n" in report order,

@@ -4,21 +4,18 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/stepflow/stepflow/shared/domain"
-	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/queue"
 	"github.com/stepflow/stepflow/shared/store"
 )
@@ -62,9 +59,7 @@ type HostileConfig struct {
 	Unknown int  // claims on queue names no job ever named (20)
 }
 
-func (c *HostileConfig) defaults() {
-	c.Pass, c.Unknown = cmp.Or(c.Pass, 40), cmp.Or(c.Unknown, 20)
-}
+func (c *HostileConfig) defaults() { c.Pass, c.Unknown = cmp.Or(c.Pass, 40), cmp.Or(c.Unknown, 20) }
 
 // CollidingQueues are the hostile tenant's queue names that named the
 // run's WorkerQueues under the old naming: "0" and "1".
@@ -150,6 +145,41 @@ func poisonBodies() []Poison {
 	}
 }
 
+// exchange is one request the hostile tenant made whose answer is known
+// in advance: a poison body is refused, another tenant's job is not
+// found, a claim on a name no job of its own names hands out nothing.
+type exchange struct {
+	what     string
+	statuses []int // every answer, in order; 0 for none
+	want     int
+	// strict: sent once with the faults paused, the first answer counts;
+	// once: sent once under faults, a 5xx or no answer says nothing.
+	strict, once bool
+	kind         string   // a claim's: colliding or unknown
+	leases       []string // a claim's: the jobs of the leases it handed out
+	bad          string   // what else was wrong with the answer, if anything
+}
+
+func (x exchange) problem() string {
+	if len(x.statuses) == 0 {
+		return x.what + ": never sent"
+	}
+	last := x.statuses[len(x.statuses)-1]
+	switch {
+	case len(x.leases) > 0:
+		return fmt.Sprintf("%s handed out leases for jobs %v", x.what, x.leases)
+	case x.bad != "":
+		return fmt.Sprintf("%s answered %v: %s", x.what, x.statuses, x.bad)
+	case x.want >= 300 && has2xx(x.statuses):
+		return fmt.Sprintf("%s was accepted: %v", x.what, x.statuses)
+	case x.once && !x.strict && retryableStatus(last):
+		return ""
+	case x.strict && len(x.statuses) != 1, last != x.want:
+		return fmt.Sprintf("%s answered %v, not %d", x.what, x.statuses, x.want)
+	}
+	return ""
+}
+
 // hostile is the hostile tenant of one run.
 type hostile struct {
 	plan   HostilePlan
@@ -164,32 +194,20 @@ type hostile struct {
 	flood     sync.WaitGroup // the rest of the run-phase work
 
 	mu        sync.Mutex
-	claims    []claimRecord
 	exchanges map[string][]exchange // by the check they count in
 	subs      []*submission         // by JobPlan.N
-}
-
-// claimRecord is one claim and the job of each lease it handed out.
-type claimRecord struct {
-	Queue, Kind string
-	Status      int // 0 for a transport error
-	Jobs        []string
 }
 
 func newHostile(r *run, plan HostilePlan) *hostile {
 	prefix := r.st.Resources.Env["STEPFLOW_WORKER_QUEUE_PREFIX"]
 	return &hostile{
-		plan: plan, raw: r.raw, sqs: r.st.SQS, prefix: prefix,
-		c:         &client{base: r.st.URL, key: HostileKey, hc: &http.Client{Timeout: 30 * time.Second}},
-		names:     queue.New(nil, queue.Config{WorkerQueuePrefix: prefix}),
-		subs:      make([]*submission, len(plan.Flood)),
-		exchanges: map[string][]exchange{},
+		plan: plan, raw: r.raw, sqs: r.st.SQS, prefix: prefix, c: newClient(r.st.URL, HostileKey),
+		names: queue.New(nil, queue.Config{WorkerQueuePrefix: prefix}),
+		subs:  make([]*submission, len(plan.Flood)), exchanges: map[string][]exchange{},
 		runIDs: func() []string {
-			r.mu.Lock()
-			defer r.mu.Unlock()
 			var ids []string
-			for _, s := range r.subs {
-				if s != nil && s.id != "" {
+			for _, s := range r.snapshot() {
+				if sid(s) != "" {
 					ids = append(ids, s.id)
 				}
 			}
@@ -207,9 +225,9 @@ func (h *hostile) record(check string, x exchange) {
 // send makes a request whose answer must be want: once, the first answer
 // counting (strict), or again after each 5xx or no answer.
 func (h *hostile) send(ctx context.Context, check, what, method, path string, body []byte, want int, strict bool, deadline time.Time) {
-	as := []answer{}
+	var as []answer
 	if strict {
-		as = append(as, h.c.once(ctx, method, path, body))
+		as = []answer{h.c.once(ctx, method, path, body)}
 	} else {
 		as = h.c.retry(ctx, deadline, method, path, body)
 	}
@@ -238,21 +256,14 @@ func (h *hostile) claim(ctx context.Context, name, kind string, wait int) {
 	if ctx.Err() != nil && a.err != nil {
 		return // the run stopped it: not a claim
 	}
-	rec := claimRecord{Queue: name, Kind: kind, Status: a.status}
-	x := exchange{what: fmt.Sprintf("claim on %s queue %q", kind, name), statuses: []int{a.status}, want: http.StatusOK, once: true}
+	x := exchange{what: fmt.Sprintf("claim on %s queue %q", kind, name), statuses: []int{a.status}, want: http.StatusOK, once: true, kind: kind}
 	var ca claimAnswer
 	if a.ok() && json.Unmarshal(a.body, &ca) != nil {
 		x.bad = "unreadable: " + truncate(a.body, 160)
 	}
 	for _, l := range ca.Leases {
-		rec.Jobs = append(rec.Jobs, l.JobID)
+		x.leases = append(x.leases, l.JobID)
 	}
-	if len(rec.Jobs) > 0 {
-		x.bad = fmt.Sprintf("handed out leases for jobs %v", rec.Jobs)
-	}
-	h.mu.Lock()
-	h.claims = append(h.claims, rec)
-	h.mu.Unlock()
 	h.record(checkNothing, x)
 	if !a.ok() {
 		sleep(ctx, 100*time.Millisecond) // a crashed claim: do not spin
@@ -264,18 +275,16 @@ func (h *hostile) claim(ctx context.Context, name, kind string, wait int) {
 // run's jobs submitted so far.
 func (h *hostile) runPhase(ctx context.Context, deadline time.Time) {
 	var wg sync.WaitGroup
-	next := atomic.Int64{}
-	for range 2 {
-		wg.Go(func() {
-			for i := int(next.Add(1)) - 1; i < len(h.plan.Flood) && ctx.Err() == nil; i = int(next.Add(1)) - 1 {
-				s := &submission{plan: h.plan.Flood[i], ids: map[string]int{}}
-				s.send(ctx, h.c, deadline)
-				h.mu.Lock()
-				h.subs[i] = s
-				h.mu.Unlock()
-			}
+	wg.Go(func() {
+		submitAll(ctx, h.plan.Flood, func(p JobPlan) {
+			s := &submission{plan: p, ids: map[string]int{}}
+			s.send(ctx, h.c, deadline)
+			s.raced.Store(true)
+			h.mu.Lock()
+			h.subs[p.N] = s
+			h.mu.Unlock()
 		})
-	}
+	})
 	for _, name := range h.plan.Unknown {
 		h.claim(ctx, name, claimUnknown, 0)
 	}
@@ -311,15 +320,7 @@ func (h *hostile) reach(ctx context.Context, ids []string, gets, more int, stric
 // the deadline passes.
 func (h *hostile) await(ctx context.Context, deadline time.Time) {
 	h.flood.Wait()
-	for _, s := range h.subs {
-		for s != nil && s.id != "" && ctx.Err() == nil && time.Now().Before(deadline) {
-			if j, err := h.raw.Get(ctx, HostileTenant, s.id); err == nil && j.State.Terminal() {
-				s.done = true
-				break
-			}
-			sleep(ctx, 250*time.Millisecond)
-		}
-	}
+	await(ctx, h.raw, HostileTenant, func() []*submission { return h.subs }, deadline)
 }
 
 // endPhase runs with faults paused, once the run's jobs are done.
@@ -351,21 +352,24 @@ type HostileResult struct {
 
 // Failed counts the failures of its checks.
 func (h *HostileResult) Failed() int {
-	if h == nil {
-		return 0
-	}
 	n := 0
-	for _, c := range h.Checks {
+	for _, c := range h.checks() {
 		n += c.Failed
 	}
 	return n
+}
+
+func (h *HostileResult) checks() []*Check {
+	if h == nil {
+		return nil
+	}
+	return h.Checks
 }
 
 // hostileFacts is what the hostile tenant saw and what the table and the
 // queues hold at the end; judgeHostile turns them into its checks.
 type hostileFacts struct {
 	Plan      HostilePlan
-	Claims    []claimRecord
 	Exchanges map[string][]exchange
 	Subs      []*submission // by JobPlan.N
 	Stored    map[string]*domain.Job
@@ -382,21 +386,8 @@ type hostileFacts struct {
 // check gathers the facts, once the run has stopped its workers.
 func (h *hostile) check(ctx context.Context) *HostileResult {
 	h.colliders.Wait()
-	f := hostileFacts{Plan: h.plan, Claims: h.claims, Exchanges: h.exchanges, Subs: h.subs, Stored: map[string]*domain.Job{}, Legit: map[string]bool{}}
+	f := hostileFacts{Plan: h.plan, Exchanges: h.exchanges, Subs: h.subs, Stored: readJobs(ctx, h.raw, HostileTenant, h.subs), Legit: map[string]bool{}}
 	f.Listed, f.ListErr = listTenant(ctx, h.raw, HostileTenant)
-	for id := range f.Listed {
-		if j, err := h.raw.Get(ctx, HostileTenant, id); err == nil {
-			f.Stored[id] = j
-		}
-	}
-	for _, s := range f.Subs {
-		if s == nil {
-			continue
-		}
-		if j, err := h.raw.Get(ctx, HostileTenant, s.id); err == nil {
-			f.Stored[s.id] = j
-		}
-	}
 	// A worker queue and its P0 and P2 lanes, once a job names it.
 	for _, q := range WorkerQueues {
 		n := h.names.WorkerQueueName(Tenant, q)
@@ -408,21 +399,22 @@ func (h *hostile) check(ctx context.Context) *HostileResult {
 }
 
 // judgeHostile turns the facts into the hostile tenant's checks and
-// figures.
+// figures: its exchanges, the queues, and its flood's jobs as the run's
+// own are judged.
 func judgeHostile(f hostileFacts) *HostileResult {
 	l := newLedger()
-	l.prefix = "hostile: "
+	l.prefix, l.cat = "hostile: ", HostileCategory
 	res := &HostileResult{Tenant: HostileTenant, Plan: PlanDigest(f.Plan.Flood)}
-	for _, c := range f.Claims {
-		res.Claims++
-		res.CollidingClaims += btoi(c.Kind == claimColliding)
-		res.UnknownClaims += btoi(c.Kind == claimUnknown)
-		res.ClaimErrors += btoi(retryableStatus(c.Status))
-		res.ForeignLeases += len(c.Jobs)
-	}
 	for _, check := range sortedKeys(f.Exchanges) {
 		for _, x := range f.Exchanges[check] {
 			l.judge(check, HostileCategory, x.what, one(x.problem())...)
+			if check == checkNothing {
+				res.Claims++
+				res.CollidingClaims += btoi(x.kind == claimColliding)
+				res.UnknownClaims += btoi(x.kind == claimUnknown)
+				res.ClaimErrors += btoi(retryableStatus(x.statuses[0]))
+				res.ForeignLeases += len(x.leases)
+			}
 			if check == checkPoison {
 				res.PoisonSent++
 				res.PoisonAccepted += btoi(has2xx(x.statuses))
@@ -436,57 +428,18 @@ func judgeHostile(f hostileFacts) *HostileResult {
 	for _, q := range f.Queues {
 		res.Queues++
 		res.QueuesCreated += btoi(!f.Legit[q])
-		l.judge(queues, HostileCategory, q, map[bool][]string{false: {"exists, but no job named it"}}[f.Legit[q]]...)
+		l.judge(queues, HostileCategory, q, wrong(!f.Legit[q], "exists, but no job named it")...)
 	}
 	for _, q := range f.Required {
-		if f.QueuesErr == nil && !slices.Contains(f.Queues, q) {
-			l.judge(queues, HostileCategory, q, "the run's jobs name it, yet it is missing")
-		}
+		l.judge(queues, HostileCategory, q, wrong(f.QueuesErr == nil && !slices.Contains(f.Queues, q), "the run's jobs name it, yet it is missing")...)
 	}
-
-	answered := map[string]bool{}
-	for i, p := range f.Plan.Flood {
-		var s *submission
-		if i < len(f.Subs) {
-			s = f.Subs[i]
-		}
-		if s == nil || s.id == "" || len(s.ids) > 1 {
-			l.judge("every submit answered one job", HostileCategory, fmt.Sprintf("job %d", p.N), "answered no job, or more than one")
-			continue
-		}
-		answered[s.id] = true
-		res.Flood++
-		l.judgeJob(completes, judged{key: fmt.Sprintf("job %s (%s)", s.id, p.Kind), sub: s, job: f.Stored[s.id], done: s.done})
-		res.FloodFinished += btoi(s.done)
-	}
-	const onlyAnswered = "it stores only jobs a submit was answered"
-	if f.ListErr != nil {
-		l.judge(onlyAnswered, HostileCategory, "list", f.ListErr.Error())
-	}
-	for _, id := range sortedKeys(f.Listed) {
-		l.judge(onlyAnswered, HostileCategory, "job "+id, map[bool][]string{false: {"stored, but no submit of it was answered"}}[answered[id]]...)
+	l.judgeSubmits(f.Subs, f.Listed, f.ListErr, f.Stored, nil)
+	for _, s := range f.Subs {
+		res.Flood += btoi(sid(s) != "")
+		res.FloodFinished += btoi(s != nil && s.finished)
 	}
 	res.Checks = l.checks
 	return res
-}
-
-func listTenant(ctx context.Context, raw *store.Store, tenant string) (map[string]bool, error) {
-	out := map[string]bool{}
-	cursor := ""
-	for range 1000 {
-		page, next, err := raw.List(ctx, tenant, engine.ListFilter{Limit: 100, Cursor: cursor})
-		if err != nil {
-			return nil, err
-		}
-		for _, s := range page {
-			out[s.ID] = true
-		}
-		if next == "" {
-			return out, nil
-		}
-		cursor = next
-	}
-	return out, errors.New("list: more than 1000 pages")
 }
 
 // workerQueues lists the worker queues under the stack's prefix, by name.
@@ -507,11 +460,4 @@ func (h *hostile) workerQueues(ctx context.Context) ([]string, error) {
 	}
 	slices.Sort(names)
 	return names, nil
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }

@@ -72,15 +72,11 @@ func cleanFacts(t *testing.T) hostileFacts {
 	done := workerJob(t, `{"hostile":true}`)
 	f := hostileFacts{
 		Plan: HostilePlan{Flood: []JobPlan{{N: 0, Kind: "pass", Key: "k1"}}},
-		Claims: []claimRecord{
-			{Queue: "0", Kind: claimColliding, Status: 200},
-			{Queue: "1", Kind: claimColliding, Status: 502},
-			{Queue: "u2-1234", Kind: claimUnknown, Status: 200},
-		},
 		Exchanges: map[string][]exchange{
 			checkNothing: {
-				{what: "claim on colliding queue 0", statuses: []int{200}, want: 200, once: true},
-				{what: "claim on colliding queue 1", statuses: []int{502}, want: 200, once: true},
+				{what: "claim on colliding queue 0", statuses: []int{200}, want: 200, once: true, kind: claimColliding},
+				{what: "claim on colliding queue 1", statuses: []int{502}, want: 200, once: true, kind: claimColliding},
+				{what: "claim on unknown queue u2-1234", statuses: []int{200}, want: 200, once: true, kind: claimUnknown},
 			},
 			checkPoison: {
 				{what: "deep", statuses: []int{500, 400}, want: 400},
@@ -88,7 +84,7 @@ func cleanFacts(t *testing.T) hostileFacts {
 			},
 			checkIsolated: {{what: "GET x", statuses: []int{503, 404}, want: 404}, {what: "GET x", statuses: []int{404}, want: 404, strict: true}},
 		},
-		Subs:   []*submission{{plan: JobPlan{N: 0, Kind: "pass"}, id: done.ID, ids: map[string]int{done.ID: 1}, statuses: []int{201}, done: true}},
+		Subs:   []*submission{{plan: JobPlan{N: 0, Kind: "pass"}, id: done.ID, ids: map[string]int{done.ID: 1}, finished: true}},
 		Stored: map[string]*domain.Job{done.ID: done},
 		Listed: map[string]bool{done.ID: true},
 		Legit:  map[string]bool{},
@@ -132,8 +128,7 @@ func TestJudgeHostilePassesACleanRun(t *testing.T) {
 func TestJudgeHostileFailsAForeignLease(t *testing.T) {
 	t.Parallel()
 	f := cleanFacts(t)
-	f.Claims[0].Jobs = []string{"01RUNSJOB"} // a colliding name handed out the run's job
-	f.Exchanges[checkNothing][0].bad = "handed out leases for jobs [01RUNSJOB]"
+	f.Exchanges[checkNothing][0].leases = []string{"01RUNSJOB"} // a colliding name handed out the run's job
 	r := judgeHostile(f)
 	require.Equal(t, 1, r.ForeignLeases)
 	require.Equal(t, []string{"hostile: " + checkNothing}, keys(failedChecks(r)))
@@ -168,7 +163,7 @@ func TestJudgeHostileFailsAnAcceptedPoisonBody(t *testing.T) {
 	extra := workerJob(t, `{}`)
 	extra.ID = "01POISON"
 	f.Listed[extra.ID], f.Stored[extra.ID] = true, extra
-	require.Equal(t, []string{"hostile: it stores only jobs a submit was answered"}, keys(failedChecks(judgeHostile(f))))
+	require.Equal(t, []string{"hostile: no job beyond those submitted"}, keys(failedChecks(judgeHostile(f))))
 }
 
 func TestJudgeHostileFailsAQueueMadeByAClaim(t *testing.T) {
@@ -187,7 +182,7 @@ func TestJudgeHostileFailsAQueueMadeByAClaim(t *testing.T) {
 func TestJudgeHostileFailsAnUnfinishedFloodOrALeak(t *testing.T) {
 	t.Parallel()
 	f := cleanFacts(t)
-	f.Subs[0].done = false
+	f.Subs[0].finished = false
 	require.Equal(t, []string{"hostile: every job finished within the bound"}, keys(failedChecks(judgeHostile(f))))
 
 	f = cleanFacts(t)
@@ -202,8 +197,7 @@ func TestJudgeHostileFailsAnUnfinishedFloodOrALeak(t *testing.T) {
 func TestHostileReport(t *testing.T) {
 	t.Parallel()
 	f := cleanFacts(t)
-	f.Claims[0].Jobs = []string{"01RUNSJOB"}
-	f.Exchanges[checkNothing][0].bad = "handed out leases for jobs [01RUNSJOB]"
+	f.Exchanges[checkNothing][0].leases = []string{"01RUNSJOB"}
 	res := &Result{Seed: 1, Jobs: 1, Hostile: judgeHostile(f)}
 	var b strings.Builder
 	res.Report(&b, false)

@@ -148,20 +148,27 @@ var planKinds = weightedKinds{
 	{"approval", 7}, {"signal", 7}, {"timer", 8}, {"redrive", 4},
 }
 
-// planEnds is the run's workload table: what a job of each kind ends as,
-// given the faults and its racer's answers.
-var planEnds = map[string]expectation{
+// rows is the workload table: what a job of each kind ends as, given the
+// faults and its callers' answers.
+var rows = map[string]row{
 	"pass": completes, "pass3": completes, "pass5": completes, "sleep": completes, "timer": completes,
 	"retryable": fails, "fatal": fails,
 	"worker":   {}, // its workers draw each attempt's outcome
-	"approval": {end: gateEnd, lossy: true, facts: racing(gateFacts)},
-	"signal":   {end: ends(domain.JobCompleted), lossy: true, facts: racing(signalFacts)},
-	// Not lossy: its racer redrives it again after a lost lease.
-	"redrive":       {end: redriveEnd, facts: racing(redriveFacts)},
-	"replan-worker": {end: ends(domain.JobCompleted), lossy: true, facts: []func(*domain.Job, *submission) []string{refusedCycle}},
-	"replan-fail":   {end: ends(domain.JobCompleted), lossy: true, facts: []func(*domain.Job, *submission) []string{refusedCycle}},
-	"flood":         {end: ends(domain.JobCompleted), lossy: true, facts: []func(*domain.Job, *submission) []string{floodFacts}},
+	"approval": {end: approved, lossy: true, facts: facts(decisionFacts)},
+	"signal":   {end: ends(domain.JobCompleted), lossy: true, facts: facts(signalFacts)},
+	// Its racer redrives it again after a lost lease, up to a bound.
+	"redrive":       {end: ends(domain.JobCompleted), lossy: true, facts: facts(requeueFacts)},
+	"replan-worker": {end: ends(domain.JobCompleted), lossy: true, facts: facts(refusedCycle)},
+	"replan-fail":   {end: ends(domain.JobCompleted), lossy: true, facts: facts(refusedCycle)},
+	"flood":         {end: ends(domain.JobCompleted), lossy: true, facts: facts(floodFacts)},
+	"res-worker":    {end: ends(domain.JobCompleted), lossy: true, facts: facts(onMatchingResources)},
+	"res-pass":      {end: ends(domain.JobCompleted), lossy: true, facts: facts(onMatchingResources)},
+	// Fails with class resource on every resource it is given: it fails
+	// once none that matches is left (or its attempts ran out on leases).
+	"res-switch": {end: ends(domain.JobFailed), facts: facts(switchedThroughAll, onMatchingResources)},
 }
+
+func facts(fs ...func(*domain.Job, []call) []string) []func(*domain.Job, []call) []string { return fs }
 
 // racers are the kinds a racer works on.
 var racers = map[string]bool{"approval": true, "signal": true, "redrive": true}

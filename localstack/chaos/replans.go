@@ -125,9 +125,9 @@ func (w *workers) replan(ctx context.Context, name string, l wire.ClaimedLease) 
 		b, _ := json.Marshal(map[string]any{"class": "replan", "message": fmt.Sprintf("chaos: replan by %s (closing a cycle: %v)", name, closing), "steps": in.Replan.newSteps(closing)})
 		return b
 	}
-	as := w.c.retry(ctx, time.Now().Add(10*time.Second), http.MethodPost, "/v1/leases/"+l.LeaseID+"/fail", fail(true))
+	c := w.c.do(ctx, time.Now().Add(10*time.Second), call{Op: "replan"}, http.MethodPost, "/v1/leases/"+l.LeaseID+"/fail", fail(true))
 	w.mu.Lock()
-	w.replans[l.JobID] = append(w.replans[l.JobID], as[len(as)-1])
+	w.replans[l.JobID] = append(w.replans[l.JobID], c)
 	w.mu.Unlock()
 	expires := l.ExpiresAt
 	w.send(ctx, l, "fail", &expires, func(late bool) []byte {
@@ -138,17 +138,22 @@ func (w *workers) replan(ctx context.Context, name string, l wire.ClaimedLease) 
 	})
 }
 
-// refusedCycle: every cycle-closing replan that was answered (not a 5xx
-// or no answer: those say nothing) answered 400 naming a depends_on.
-func refusedCycle(_ *domain.Job, s *submission) []string {
-	if len(s.refused) == 0 {
-		return []string{"the cycle-closing replan was never sent"}
-	}
+// refusedCycle: every cycle-closing replan that was answered (a 5xx or no
+// answer says nothing) answered 400 naming the depends_on closing a cycle.
+func refusedCycle(_ *domain.Job, calls []call) []string {
 	var out []string
-	for _, a := range s.refused {
-		if !a.retryable() && (a.status != http.StatusBadRequest || !strings.Contains(string(a.body), "depends_on") || !strings.Contains(string(a.body), "cycle")) {
-			out = append(out, fmt.Sprintf("the cycle-closing replan answered %d %s", a.status, truncate(a.body, 200)))
+	sent := false
+	for _, c := range calls {
+		if c.Op != "replan" {
+			continue
 		}
+		sent = true
+		if f := c.final(); !retryableStatus(f) && (f != http.StatusBadRequest || !strings.Contains(string(c.Body), "depends_on") || !strings.Contains(string(c.Body), "cycle")) {
+			out = append(out, fmt.Sprintf("the cycle-closing replan answered %d %s", f, truncate(c.Body, 200)))
+		}
+	}
+	if !sent {
+		return []string{"the cycle-closing replan was never sent"}
 	}
 	return out
 }
@@ -162,16 +167,9 @@ func (r *run) flood(ctx context.Context, s *submission, deadline time.Time) {
 		senders.Go(func() {
 			for k := from; k < junk; k += 4 {
 				if k == junk/2 {
-					c := raceCall{Op: "own", Statuses: nil}
-					for _, a := range r.c.retry(ctx, deadline, http.MethodPost, path, []byte(`{"name":"`+SignalName+`","id":"flood-own","payload":{"own":true}}`)) {
-						c.Statuses, c.Outcome = append(c.Statuses, a.status), signalOutcome(a.body)
-					}
-					s.race.add(c)
+					s.add(r.c.do(ctx, deadline, call{Op: "own"}, http.MethodPost, path, []byte(`{"name":"`+SignalName+`","id":"flood-own","payload":{"own":true}}`)))
 				}
-				as := r.c.retry(ctx, deadline, http.MethodPost, path, []byte(fmt.Sprintf(`{"name":"junk-%d"}`, k)))
-				if last := as[len(as)-1]; !last.retryable() && (last.status != http.StatusOK || signalOutcome(last.body) != domain.SignalDropped) {
-					s.race.add(raceCall{Op: fmt.Sprintf("junk-%d", k), Statuses: statuses(as), Outcome: signalOutcome(last.body)})
-				}
+				s.add(r.c.do(ctx, deadline, call{Op: fmt.Sprintf("junk-%d", k)}, http.MethodPost, path, []byte(fmt.Sprintf(`{"name":"junk-%d"}`, k))))
 			}
 		})
 	}
@@ -182,14 +180,15 @@ func (r *run) flood(ctx context.Context, s *submission, deadline time.Time) {
 // floodFacts: the own signal was accepted (unless it had no answer before
 // the deadline) and its payload is the wait's output; every unknown name
 // was answered 200 dropped, and none was kept.
-func floodFacts(j *domain.Job, s *submission) []string {
+func floodFacts(j *domain.Job, calls []call) []string {
 	var out []string
-	for _, c := range s.race.snapshot() {
-		switch f := c.final(); {
-		case c.Op != "own":
-			out = append(out, fmt.Sprintf("%s (%s): an unknown name answers 200 dropped", c, c.Outcome))
-		case !retryableStatus(f) && (f != http.StatusOK || c.Outcome != domain.SignalKept && c.Outcome != domain.SignalDelivered):
-			out = append(out, fmt.Sprintf("its own signal %s (%s)", c, c.Outcome))
+	for _, c := range calls {
+		switch f, o := c.final(), c.outcome(); {
+		case retryableStatus(f):
+		case c.Op == "own" && (f != http.StatusOK || o != domain.SignalKept && o != domain.SignalDelivered):
+			out = append(out, fmt.Sprintf("its own signal %s (%s)", c, o))
+		case strings.HasPrefix(c.Op, "junk-") && (f != http.StatusOK || o != domain.SignalDropped):
+			out = append(out, fmt.Sprintf("%s (%s): an unknown name answers 200 dropped", c, o))
 		}
 	}
 	for _, sg := range j.Signals {

@@ -49,11 +49,7 @@ type ResourceConfig struct {
 	Jobs int  // resource jobs beside Config.Jobs; 0 means 8
 }
 
-func (c *ResourceConfig) defaults() {
-	if c.Jobs == 0 {
-		c.Jobs = 8
-	}
-}
+func (c *ResourceConfig) defaults() { c.Jobs = cmp.Or(c.Jobs, 8) }
 
 // PoolResource is one resource the run registers: capability gpu, label
 // zone.
@@ -92,13 +88,6 @@ const (
 // resource on every resource it is given.
 var resourceKinds = weightedKinds{{"res-worker", 6}, {"res-pass", 3}, {"res-switch", 1}}
 
-// resourceJob is a resource job's part of the plan beyond its JobPlan.
-type resourceJob struct {
-	Kind   string
-	Script []string // the worker step's, by attempt
-	Wave   int
-}
-
 // resourceWave is a group of resource jobs submitted at once, After the
 // first wave, then met by Claimers extra claimers per worker queue.
 type resourceWave struct {
@@ -108,10 +97,7 @@ type resourceWave struct {
 }
 
 // resourcePlan is what a run does with resources.
-type resourcePlan struct {
-	Waves []resourceWave
-	Jobs  map[int]resourceJob // by JobPlan.N
-}
+type resourcePlan struct{ Waves []resourceWave }
 
 // all answers the resource jobs' plans in order.
 func (p *resourcePlan) all() []JobPlan {
@@ -137,14 +123,11 @@ var requirements = []struct {
 // from first (after the plan's): the same seed, the same jobs, and the
 // rest of the plan is not changed by them.
 func (f *Faults) ResourcePlan(first int, c ResourceConfig) *resourcePlan {
-	p := &resourcePlan{Jobs: map[int]resourceJob{}}
+	p := &resourcePlan{}
 	if c.Off || c.Jobs <= 0 {
 		return p
 	}
-	waves := 2
-	if c.Jobs < 4 {
-		waves = 1
-	}
+	waves := 2 - btoi(c.Jobs < 4)
 	f.Draw(StreamPool, func(r *rand.Rand) {
 		for w := range waves {
 			wave := resourceWave{Claimers: 2 + r.IntN(3)}
@@ -155,19 +138,14 @@ func (f *Faults) ResourcePlan(first int, c ResourceConfig) *resourcePlan {
 		}
 	})
 	for i := range c.Jobs {
-		n := first + i
-		var jp JobPlan
-		var rj resourceJob
-		f.Draw(StreamPool, func(r *rand.Rand) { jp, rj = planResourceJob(r, f.Seed, n) })
-		rj.Wave = i * waves / c.Jobs
-		p.Waves[rj.Wave].Jobs = append(p.Waves[rj.Wave].Jobs, jp)
-		p.Jobs[n] = rj
+		w := &p.Waves[i*waves/c.Jobs]
+		f.Draw(StreamPool, func(r *rand.Rand) { w.Jobs = append(w.Jobs, planResourceJob(r, f.Seed, first+i)) })
 	}
 	return p
 }
 
-func planResourceJob(r *rand.Rand, seed uint64, n int) (JobPlan, resourceJob) {
-	rj := resourceJob{Kind: resourceKinds.pick(r)}
+func planResourceJob(r *rand.Rand, seed uint64, n int) JobPlan {
+	kind := resourceKinds.pick(r)
 	payload := map[string]any{"seed": seed, "n": n}
 	step := func(id string, action map[string]any, req int) map[string]any {
 		return map[string]any{"id": id, "action": action, "requires": requirements[req].req}
@@ -176,18 +154,18 @@ func planResourceJob(r *rand.Rand, seed uint64, n int) (JobPlan, resourceJob) {
 		return step(id, map[string]any{"type": "pass"}, r.IntN(len(requirements)))
 	}
 	var steps []map[string]any
-	switch rj.Kind {
+	switch kind {
 	case "res-worker":
 		req := r.IntN(2) // any GPU, or zone a: two resources or more to switch between
-		rj.Script = planScript(r, requirements[req].matching-1)
-		payload[WorkerMarker], payload[ScriptMember] = WorkerResource, rj.Script
+		script := planScript(r, requirements[req].matching-1)
+		payload[WorkerMarker], payload[ScriptMember] = WorkerResource, script
 		// Two-second leases: a silent holder's slot comes back soon, and a
 		// claim's answer still reaches its worker in time on a machine
 		// loaded as `make test` loads it (with one second, a short run
 		// under -race saw every lease end before its worker had it).
 		worker := step("train", map[string]any{"type": "worker", "queue": WorkerQueues[r.IntN(len(WorkerQueues))], "lease_seconds": 2}, req)
 		// Two attempts beyond the script, for leases other faults lose.
-		worker["retry"] = map[string]any{"max_attempts": len(rj.Script) + 2, "backoff": "fixed", "initial_delay_ms": 100, "max_delay_ms": 1000}
+		worker["retry"] = map[string]any{"max_attempts": len(script) + 2, "backoff": "fixed", "initial_delay_ms": 100, "max_delay_ms": 1000}
 		steps = []map[string]any{worker}
 		if r.IntN(2) == 0 {
 			steps = append([]map[string]any{pass("prep")}, steps...)
@@ -214,7 +192,7 @@ func planResourceJob(r *rand.Rand, seed uint64, n int) (JobPlan, resourceJob) {
 	if err != nil {
 		panic(err)
 	}
-	return JobPlan{N: n, Kind: rj.Kind, Key: fmt.Sprintf("chaos-%d-%d", seed, n), Body: body, CancelAfter: cancel}, rj
+	return JobPlan{N: n, Kind: kind, Key: fmt.Sprintf("chaos-%d-%d", seed, n), Body: body, CancelAfter: cancel}
 }
 
 // planScript draws a worker step's script: up to two attempts that end
@@ -250,26 +228,15 @@ type resourcePool struct {
 	t0    time.Time // the stack's clock when the run started
 
 	mu      sync.Mutex
-	applied []poolWrite           // the writes of pool resources that were applied
-	leases  map[string]*leaseSeen // lease id -> what a worker did with it
+	applied []poolWrite     // the writes of pool resources that were applied
+	leases  map[string]bool // the leases of resource jobs' steps workers were handed
 	notes   []string
 
 	writes, raced, registered atomic.Int64
 }
 
-// leaseSeen is a lease of a resource job's step a worker was handed.
-type leaseSeen struct {
-	Lease, Job, Step, Resource, Worker string
-	Attempt                            int
-	Script                             string
-	Answers                            []string // "heartbeat 200", "complete 409", ...: the last answer of each request
-}
-
 func newResourcePool(plan *resourcePlan, clock *Clock) *resourcePool {
-	return &resourcePool{
-		plan: plan, clock: clock, t0: clock.Now(),
-		leases: map[string]*leaseSeen{},
-	}
+	return &resourcePool{plan: plan, clock: clock, t0: clock.Now(), leases: map[string]bool{}}
 }
 
 func (p *resourcePool) note(format string, args ...any) {
@@ -282,10 +249,9 @@ func (p *resourcePool) note(format string, args ...any) {
 
 // Observe is an APIOptions entry: beside the fault layer it reads every
 // resource item of the run's tenant the engine puts. It looks at each
-// HTTP attempt right at the
-// transport, inside the fault layer's attempt faults, so a write applied
-// whose answer an ambiguous fault replaced is seen applied, and a call a
-// crash stopped before it is not seen at all.
+// HTTP attempt right at the transport, inside the fault layer's attempt
+// faults, so a write applied whose answer an ambiguous fault replaced is
+// seen applied, and a call a crash stopped before it is not seen at all.
 func (p *resourcePool) Observe(s *middleware.Stack) error {
 	if err := s.Initialize.Add(middleware.InitializeMiddlewareFunc("chaos.ResourcesCall", p.observeCall), middleware.After); err != nil {
 		return err
@@ -293,10 +259,10 @@ func (p *resourcePool) Observe(s *middleware.Stack) error {
 	return s.Deserialize.Add(middleware.DeserializeMiddlewareFunc("chaos.ResourcesAttempt", p.observeAttempt), middleware.After)
 }
 
-// poolCall is a write of a pool resource, from its call to its attempts.
+// poolCall is a PutItem of a pool resource, from its call to its attempts.
 type poolCall struct {
 	res     string
-	put     *domain.Resource // a PutItem of the item
+	put     domain.Resource
 	applied atomic.Bool
 }
 
@@ -311,19 +277,13 @@ type poolWrite struct {
 }
 
 func (p *resourcePool) observeCall(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-	var c *poolCall
-	switch v := in.Parameters.(type) {
-	case *dynamodb.PutItemInput:
-		if id, ok := poolItem(v.Item); ok {
-			var r domain.Resource
-			if err := attributevalue.UnmarshalMap(v.Item, &r); err != nil {
-				p.note("a write of resource %s is unreadable: %v", id, err)
-				break
-			}
-			c = &poolCall{res: id, put: &r}
-		}
+	put, ok := in.Parameters.(*dynamodb.PutItemInput)
+	if !ok || poolItem(put.Item) == "" {
+		return next.HandleInitialize(ctx, in)
 	}
-	if c == nil {
+	c := &poolCall{res: poolItem(put.Item)}
+	if err := attributevalue.UnmarshalMap(put.Item, &c.put); err != nil {
+		p.note("a write of a resource is unreadable: %v", err)
 		return next.HandleInitialize(ctx, in)
 	}
 	out, md, err := next.HandleInitialize(context.WithValue(ctx, poolCallKey{}, c), in)
@@ -342,126 +302,82 @@ func (p *resourcePool) observeAttempt(ctx context.Context, in middleware.Deseria
 	}
 	start := p.clock.Now()
 	out, md, err := next.HandleDeserialize(ctx, in)
-	end := p.clock.Now()
-	status := 0
-	if r, ok := out.RawResponse.(*smithyhttp.Response); ok {
-		status = r.StatusCode
-	}
-	if status == http.StatusOK {
+	if r, ok := out.RawResponse.(*smithyhttp.Response); ok && r.StatusCode == http.StatusOK {
 		c.applied.Store(true)
 		p.mu.Lock()
-		p.applied = append(p.applied, poolWrite{Res: c.res, Version: c.put.Version, Start: start, End: end, Holders: c.put.Holders})
+		p.applied = append(p.applied, poolWrite{Res: c.res, Version: c.put.Version, Start: start, End: p.clock.Now(), Holders: c.put.Holders})
 		p.mu.Unlock()
 	}
 	return out, md, err
 }
 
-// poolItem answers the resource id of an item (or key) of the run's
-// tenant's resources.
-func poolItem(it map[string]ddb.AttributeValue) (string, bool) {
-	pk, ok := it["pk"].(*ddb.AttributeValueMemberS)
-	if !ok || pk.Value != "R#"+Tenant {
-		return "", false
+// poolItem answers the resource id of an item of the run's tenant's
+// resources, "" for any other item.
+func poolItem(it map[string]ddb.AttributeValue) string {
+	pk, _ := it["pk"].(*ddb.AttributeValueMemberS)
+	sk, _ := it["sk"].(*ddb.AttributeValueMemberS)
+	if pk == nil || sk == nil || pk.Value != "R#"+Tenant {
+		return ""
 	}
-	sk, ok := it["sk"].(*ddb.AttributeValueMemberS)
-	if !ok {
-		return "", false
-	}
-	return sk.Value, true
+	return sk.Value
 }
 
-// holding is one stretch a slot was held on a resource by a holder key,
-// as the applied writes show it: from the write that took it (with its
-// since) to the write that dropped it, if one did.
+// holding is the last stretch a holder key held a slot on a resource, as
+// the applied writes show it: from the write that took it (with its since)
+// to the write that dropped it, if one did.
 type holding struct {
-	since    time.Time
-	added    poolWrite
-	dropped  *poolWrite
-	took     []string      // the holder keys the dropping write added: it took a slot, pruning this one as expired
-	lastSeen domain.Holder // as the last write before the drop had it
+	since   time.Time
+	added   int64 // the version of the write that took it
+	dropped *poolWrite
 }
 
-// holdings answers, per resource and holder key, the stretches each slot
-// was held, from the applied writes in version order.
-func (p *resourcePool) holdings() map[string]map[string][]holding {
+// holdings answers, per resource and holder key, the last stretch each
+// slot was held, from the applied writes in version order.
+func (p *resourcePool) holdings() map[string]map[string]*holding {
 	p.mu.Lock()
 	writes := slices.Clone(p.applied)
 	p.mu.Unlock()
 	slices.SortStableFunc(writes, func(a, b poolWrite) int {
-		if c := strings.Compare(a.Res, b.Res); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Version, b.Version)
+		return cmp.Or(strings.Compare(a.Res, b.Res), cmp.Compare(a.Version, b.Version))
 	})
-	out := map[string]map[string][]holding{}
-	open := map[string]map[string]*holding{}
+	out := map[string]map[string]*holding{}
 	for _, w := range writes {
 		if out[w.Res] == nil {
-			out[w.Res], open[w.Res] = map[string][]holding{}, map[string]*holding{}
+			out[w.Res] = map[string]*holding{}
 		}
-		var took []string
-		for key := range w.Holders {
-			if _, held := open[w.Res][key]; !held {
-				took = append(took, key)
-			}
-		}
-		slices.Sort(took)
-		for key, h := range open[w.Res] {
-			if _, still := w.Holders[key]; !still {
-				h.dropped, h.took = &w, took
-				out[w.Res][key] = append(out[w.Res][key], *h)
-				delete(open[w.Res], key)
+		for key, h := range out[w.Res] {
+			if _, still := w.Holders[key]; !still && h.dropped == nil {
+				h.dropped = &w
 			}
 		}
 		for key, hd := range w.Holders {
-			if h, ok := open[w.Res][key]; ok && h.since.Equal(hd.Since) {
-				h.lastSeen = hd
-				continue
+			// Taken again (after a drop, or with a new since in one write): a new stretch.
+			if h := out[w.Res][key]; h == nil || h.dropped != nil || !h.since.Equal(hd.Since) {
+				out[w.Res][key] = &holding{since: hd.Since, added: w.Version}
 			}
-			if h, ok := open[w.Res][key]; ok { // taken again in the same write: a new stretch
-				out[w.Res][key] = append(out[w.Res][key], *h)
-			}
-			open[w.Res][key] = &holding{since: hd.Since, added: w, lastSeen: hd}
-		}
-	}
-	for res, byKey := range open {
-		for key, h := range byKey {
-			out[res][key] = append(out[res][key], *h)
 		}
 	}
 	return out
 }
 
-// register puts the pool's resources, again on a 5xx or no answer.
-func (p *resourcePool) register(ctx context.Context, c *client, deadline time.Time) {
+// submit registers the pool (each resource again on a 5xx or no answer),
+// then submits each wave at once, each job from its own goroutine, and
+// sends the wave's claim storm: extra claimers of one claim each, their
+// leases handled as any worker's. ctx bounds the submits, work the
+// storm's claimers.
+func (p *resourcePool) submit(ctx, work context.Context, r *run, deadline time.Time) {
+	if len(p.plan.Waves) == 0 {
+		return
+	}
 	for _, res := range ResourcePool {
 		body, _ := json.Marshal(map[string]any{"capabilities": []string{ResourceCapability}, "labels": map[string]string{"zone": res.Zone}, "capacity": res.Capacity})
-		as := c.retry(ctx, deadline, http.MethodPut, "/v1/resources/"+res.ID, body)
+		as := r.c.retry(ctx, deadline, http.MethodPut, "/v1/resources/"+res.ID, body)
 		if a := as[len(as)-1]; a.ok() {
 			p.registered.Add(1)
 		} else {
 			p.note("resource %s not registered: %d %s %v", res.ID, a.status, truncate(a.body, 160), a.err)
 		}
 	}
-}
-
-// start registers the pool and submits the resource jobs beside the
-// plan's (the wait group is done once they are submitted). With no
-// resource jobs it does nothing.
-func (p *resourcePool) start(ctx, work context.Context, r *run, deadline time.Time) *sync.WaitGroup {
-	var submitted sync.WaitGroup
-	if len(p.plan.Jobs) == 0 {
-		return &submitted
-	}
-	submitted.Go(func() { p.submit(ctx, work, r, deadline) })
-	return &submitted
-}
-
-// submit registers the pool, then submits each wave at once, each job
-// from its own goroutine, and sends the wave's claim storm. ctx bounds the
-// submits, work the storm's claimers.
-func (p *resourcePool) submit(ctx, work context.Context, r *run, deadline time.Time) {
-	p.register(ctx, r.c, deadline)
 	start := time.Now()
 	for _, wave := range p.plan.Waves {
 		sleep(ctx, time.Until(start.Add(wave.After)))
@@ -473,27 +389,9 @@ func (p *resourcePool) submit(ctx, work context.Context, r *run, deadline time.T
 		r.f.Count(KindSlotRace)
 		for _, q := range WorkerQueues {
 			for i := range wave.Claimers {
-				r.w.wg.Go(func() { r.w.storm(work, fmt.Sprintf("%s-storm%d", q, i), q) })
+				r.w.wg.Go(func() { r.w.claim(work, fmt.Sprintf("%s-storm%d", q, i), q) })
 			}
 		}
-	}
-}
-
-// storm is one extra claimer of a wave: one claim, its leases handled as
-// any worker's.
-func (w *workers) storm(ctx context.Context, name, queue string) {
-	body, _ := json.Marshal(map[string]any{"queue": queue, "max": 2, "wait_seconds": 1, "worker": name})
-	a := w.c.once(ctx, http.MethodPost, "/v1/claim", body)
-	if !a.ok() {
-		return
-	}
-	var ca claimAnswer
-	if json.Unmarshal(a.body, &ca) != nil {
-		return
-	}
-	for _, l := range ca.Leases {
-		w.claimed.Add(1)
-		w.wg.Go(func() { w.handle(ctx, name, l) })
 	}
 }
 
@@ -512,13 +410,9 @@ func script(input json.RawMessage, n int) string {
 // resource handles a lease of a resource job's worker step by its script.
 func (w *workers) resource(ctx context.Context, name string, l wire.ClaimedLease) {
 	do := script(l.Input, l.Attempt)
-	seen := &leaseSeen{Lease: l.LeaseID, Job: l.JobID, Step: l.StepID, Attempt: l.Attempt, Worker: name, Script: do}
-	if l.Resource != nil {
-		seen.Resource = l.Resource.ID
-	}
 	if p := w.pool; p != nil {
 		p.mu.Lock()
-		p.leases[l.LeaseID] = seen
+		p.leases[l.LeaseID] = true
 		p.mu.Unlock()
 	}
 	expires := l.ExpiresAt
@@ -533,7 +427,6 @@ func (w *workers) resource(ctx context.Context, name string, l wire.ClaimedLease
 		half := time.Duration(l.LeaseSeconds) * time.Second / 2
 		w.waitUntil(ctx, func() bool { return !w.clock.Now().Before(expires.Add(-half)) })
 		a := w.send(ctx, l, "heartbeat", &expires, func(bool) []byte { return []byte(`{}`) })
-		w.answered(seen, "heartbeat", a)
 		var hb wire.HeartbeatResult
 		if !a.ok() || json.Unmarshal(a.body, &hb) != nil || hb.CancelRequested || hb.ExpiresAt == nil {
 			return // lost, or cancelled: stop working
@@ -543,26 +436,11 @@ func (w *workers) resource(ctx context.Context, name string, l wire.ClaimedLease
 	default:
 		sleep(ctx, 100*time.Millisecond) // holding the slot meanwhile
 	}
-	if ctx.Err() != nil {
-		return
+	class, msg := "", ""
+	if do == ScriptResource && l.Resource != nil {
+		class, msg = "resource", fmt.Sprintf("worker %s: resource %s failed", name, l.Resource.ID)
 	}
-	if do == ScriptResource {
-		w.answered(seen, "fail", w.report(ctx, l, &expires, "resource", fmt.Sprintf("worker %s: resource %s failed", name, seen.Resource), name))
-	} else {
-		w.answered(seen, "complete", w.report(ctx, l, &expires, "", "", name))
+	if ctx.Err() == nil {
+		w.report(ctx, l, &expires, class, msg, name)
 	}
-}
-
-// answered notes the last answer to a request under a resource lease.
-func (w *workers) answered(seen *leaseSeen, op string, a answer) {
-	if w.pool == nil {
-		return
-	}
-	w.pool.mu.Lock()
-	defer w.pool.mu.Unlock()
-	what := fmt.Sprintf("%s %d", op, a.status)
-	if a.err != nil {
-		what = op + " unanswered"
-	}
-	seen.Answers = append(seen.Answers, what)
 }

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -36,17 +37,6 @@ func (r *ResourceResult) brief() string {
 		r.Leases, r.Killed, r.Writes, r.Raced)
 }
 
-// resourceEnds is the resource jobs' workload table.
-var resourceEnds = map[string]expectation{
-	"res-worker": {end: ends(domain.JobCompleted), lossy: true, facts: resourceFacts},
-	"res-pass":   {end: ends(domain.JobCompleted), lossy: true, facts: resourceFacts},
-	// Fails with class resource on every resource it is given: it fails
-	// once none that matches is left (or its attempts ran out on leases).
-	"res-switch": {end: ends(domain.JobFailed), facts: append([]func(*domain.Job, *submission) []string{switchedThroughAll}, resourceFacts...)},
-}
-
-var resourceFacts = []func(*domain.Job, *submission) []string{onMatchingResources}
-
 // poolResources are the pool as the domain sees it, to match steps.
 func poolResources() map[string]*domain.Resource {
 	out := map[string]*domain.Resource{}
@@ -56,25 +46,27 @@ func poolResources() map[string]*domain.Resource {
 	return out
 }
 
+func failedOnResource(a domain.Attempt) bool {
+	return a.State == domain.AttemptFailed && a.Error != nil && a.Error.Class == domain.ClassResource
+}
+
 // onMatchingResources: every attempt of a step that requires a resource
 // ran on one of the pool's that matches it, never on one an earlier
 // attempt failed with class resource.
-func onMatchingResources(j *domain.Job, _ *submission) []string {
+func onMatchingResources(j *domain.Job, _ []call) []string {
 	pool := poolResources()
 	var out []string
 	for _, s := range j.Steps {
-		if s.Spec.Requires == nil {
-			continue
-		}
 		var failed []string
 		for _, a := range s.Attempts {
 			switch res := pool[a.Resource]; {
+			case s.Spec.Requires == nil:
 			case res == nil || !res.Matches(s.Spec.Requires):
 				out = append(out, fmt.Sprintf("step %s attempt %d ran on %q, which does not match %+v", s.ID(), a.N, a.Resource, *s.Spec.Requires))
 			case slices.Contains(failed, a.Resource):
 				out = append(out, fmt.Sprintf("step %s attempt %d ran on %s, which failed it before", s.ID(), a.N, a.Resource))
 			}
-			if a.State == domain.AttemptFailed && a.Error != nil && a.Error.Class == domain.ClassResource {
+			if failedOnResource(a) {
 				failed = append(failed, a.Resource)
 			}
 		}
@@ -84,18 +76,13 @@ func onMatchingResources(j *domain.Job, _ *submission) []string {
 
 // switchedThroughAll: the switch job failed once on every resource that
 // matches it, unless a lease lost on the way spent its attempts.
-func switchedThroughAll(j *domain.Job, _ *submission) []string {
-	s, matches, failures := j.Steps[0], 0, 0
+func switchedThroughAll(j *domain.Job, _ []call) []string {
+	s, matches, failures, lost := j.Steps[0], 0, 0, false
 	for _, r := range poolResources() {
-		if r.Matches(s.Spec.Requires) {
-			matches++
-		}
+		matches += btoi(r.Matches(s.Spec.Requires))
 	}
-	lost := false
 	for _, a := range s.Attempts {
-		if a.Error != nil && a.Error.Class == domain.ClassResource {
-			failures++
-		}
+		failures += btoi(a.Error != nil && a.Error.Class == domain.ClassResource)
 		lost = lost || a.State == domain.AttemptTimeout
 	}
 	if j.State != domain.JobFailed || failures == matches || lost {
@@ -108,53 +95,46 @@ func switchedThroughAll(j *domain.Job, _ *submission) []string {
 // when its slot was taken to when its lease ended, never more at once on
 // a resource than its slots; no write gave a slot back before its lease
 // ended; no slot held once every job finished.
-func (p *resourcePool) check(ctx context.Context, r *run, l *ledger, res *Result, jobs map[string]*domain.Job, keys map[string]string) {
-	if len(p.plan.Jobs) == 0 {
+func (p *resourcePool) check(ctx context.Context, r *run, l *ledger, res *Result, stored map[string]*domain.Job) {
+	if len(p.plan.Waves) == 0 {
 		return
 	}
 	const capacity, kept, leaked = "resources: no resource ran more attempts at once than its slots", "resources: no slot given back while its lease runs", "resources: no slot held once every job finished"
-	rr := &ResourceResult{Jobs: len(p.plan.Jobs), Registered: p.registered.Load(), Writes: p.writes.Load(), Raced: p.raced.Load()}
+	rr := &ResourceResult{Jobs: len(p.plan.all()), Registered: p.registered.Load(), Writes: p.writes.Load(), Raced: p.raced.Load(), Killed: int(r.f.Counts()[KindSlotHolderKilled])}
 	res.Resources = rr
 	p.mu.Lock()
 	res.Notes = append(res.Notes, p.notes...)
-	leases := make(map[string]leaseSeen, len(p.leases))
-	for id, s := range p.leases {
-		leases[id] = *s
-		rr.Leases++
-		if s.Script == ScriptKill {
-			rr.Killed++
-		}
+	leases := make(map[string]bool, len(p.leases))
+	for id := range p.leases {
+		leases[id] = true
 	}
 	p.mu.Unlock()
+	rr.Leases = len(leases)
 	hs := p.holdings()
-	spans := map[string][]span{}
-	for _, n := range sortedInts(p.plan.Jobs) {
-		s := r.subs[n]
-		if s == nil || jobs[s.id] == nil {
+	spans, keys := map[string][]span{}, map[string]string{}
+	for _, jp := range p.plan.all() {
+		s := r.subs[jp.N]
+		j := stored[sid(s)]
+		if j == nil {
 			continue // the run's checks count it lost
 		}
-		j := jobs[s.id]
+		keys[j.ID] = s.key()
 		for _, st := range j.Steps {
 			for _, a := range st.Attempts {
-				if a.Resource != "" {
-					rr.Attempts++
-				}
-				if a.State == domain.AttemptFailed && a.Error != nil && a.Error.Class == domain.ClassResource {
+				rr.Attempts += btoi(a.Resource != "")
+				if failedOnResource(a) {
 					r.f.Count(KindResourceFailed)
 				}
 				sp, ok := spanOf(j, st, a, leases, hs)
+				rr.Late += btoi(sp.late)
 				if !ok {
-					if sp.late {
-						rr.Late++
-					}
 					continue
 				}
 				rr.Ran++
+				rr.Unobserved += btoi(sp.held == nil)
 				var drop []string
-				if sp.held == nil {
-					rr.Unobserved++
-				} else if d := sp.held.dropped; d != nil && d.Start.Before(sp.to) {
-					drop = append(drop, p.describeDrop(sp))
+				if sp.held != nil && sp.held.dropped != nil && sp.held.dropped.Start.Before(sp.to) {
+					drop = append(drop, fmt.Sprintf("%s: the lease ran %s longer", p.describe(sp), sp.to.Sub(sp.held.dropped.Start).Round(time.Millisecond)))
 				}
 				l.judge(kept, Duplicated, keys[j.ID], drop...)
 				spans[a.Resource] = append(spans[a.Resource], sp)
@@ -168,30 +148,17 @@ func (p *resourcePool) check(ctx context.Context, r *run, l *ledger, res *Result
 		}
 		for _, o := range over {
 			for _, sp := range o.spans {
-				l.judge(capacity, Duplicated, keys[sp.job], p.describe(pr, o))
+				l.judge(capacity, Duplicated, keys[sp.job], p.describeOverlap(pr, o))
 			}
 		}
 	}
 	held := p.leaks(ctx, r)
 	for _, h := range held {
-		key := keys[h[0]]
-		if key == "" {
-			key = "job " + h[0]
-		}
-		l.judge(leaked, Lost, key, h[1])
+		l.judge(leaked, Lost, cmp.Or(keys[h[0]], "job "+h[0]), h[1])
 	}
 	if len(held) == 0 {
 		l.judge(leaked, Lost, "pool")
 	}
-}
-
-func sortedInts[V any](m map[int]V) []int {
-	out := make([]int, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
 
 // span is an attempt's hold on a slot: from when the slot was taken (or
@@ -206,8 +173,6 @@ type span struct {
 	from, to       time.Time
 	held           *holding // the stretch its slot was held, as the writes showed it; nil if none did
 	late           bool     // its slot was taken only after its lease had ended
-	how            string   // who ran it
-	state          domain.AttemptState
 }
 
 // spanOf answers the span of an attempt that ran: one a worker was handed
@@ -216,27 +181,12 @@ type span struct {
 // a change reported failed, so no worker was told of it) holds nothing,
 // nor one whose slot was taken only after its lease had run out (a slow
 // change: its span is late).
-func spanOf(j *domain.Job, s *domain.Step, a domain.Attempt, leases map[string]leaseSeen, hs map[string]map[string][]holding) (span, bool) {
-	if a.Resource == "" || a.StartedAt == nil {
+func spanOf(j *domain.Job, s *domain.Step, a domain.Attempt, leases map[string]bool, hs map[string]map[string]*holding) (span, bool) {
+	worker := s.Spec.Action.Type == domain.ActionWorker
+	if a.Resource == "" || a.StartedAt == nil || worker && !leases[a.Lease] || !worker && a.State != domain.AttemptSucceeded && a.State != domain.AttemptFailed {
 		return span{}, false
 	}
-	sp := span{res: a.Resource, job: j.ID, step: s.ID(), attempt: a.N, lease: a.Lease, state: a.State}
-	if s.Spec.Action.Type == domain.ActionWorker {
-		l, ok := leases[a.Lease]
-		if !ok {
-			return span{}, false
-		}
-		sp.how = fmt.Sprintf("worker %s (%s", l.Worker, l.Script)
-		if len(l.Answers) > 0 {
-			sp.how += ": " + strings.Join(l.Answers, ", ")
-		}
-		sp.how += ")"
-	} else {
-		if a.State != domain.AttemptSucceeded && a.State != domain.AttemptFailed {
-			return span{}, false
-		}
-		sp.how = "built-in"
-	}
+	sp := span{res: a.Resource, job: j.ID, step: s.ID(), attempt: a.N, lease: a.Lease, from: *a.StartedAt}
 	switch {
 	case a.EndedAt != nil && (a.LeaseUntil == nil || a.EndedAt.Before(*a.LeaseUntil)):
 		sp.to = *a.EndedAt
@@ -245,35 +195,24 @@ func spanOf(j *domain.Job, s *domain.Step, a domain.Attempt, leases map[string]l
 	default:
 		return span{}, false
 	}
-	// The lease's slot is the latest stretch of its key: an earlier one
-	// was taken by a decision of the same change that lost its race, and
-	// may have expired and been pruned before the decision that wrote the
+	// The lease's slot is the last stretch of its key: an earlier one was
+	// taken by a decision of the same change that lost its race, and may
+	// have expired and been pruned before the decision that wrote the
 	// lease took the slot again. When that take began only after the
 	// lease had ended (a slow or clock-jumped change), the lease held no
-	// slot while it ran: late, not given back.
-	held := hs[a.Resource][a.Lease]
-	for i := range held {
-		if sp.held == nil || held[i].since.After(sp.held.since) {
-			sp.held = &held[i]
-		}
-	}
-	if sp.held != nil && !sp.held.since.Before(sp.to) {
-		sp.held = nil
-	}
-	switch {
-	case sp.held != nil:
-		// No earlier than the attempt's start either: a slot kept from an
-		// earlier decision of the change held nothing for this lease
-		// before it was written.
-		sp.from = sp.held.since
-		if a.StartedAt.After(sp.from) {
-			sp.from = *a.StartedAt
-		}
-	case len(held) > 0:
+	// slot while it ran: late, not given back. A slot no write showed
+	// taken starts no later than the attempt; one kept from an earlier
+	// decision of the change held nothing for this lease before the
+	// attempt started.
+	switch h := hs[a.Resource][a.Lease]; {
+	case h != nil && !h.since.Before(sp.to):
 		sp.late = true
 		return sp, false
-	default:
-		sp.from = *a.StartedAt // no write showed it: the attempt's start is no later
+	case h != nil:
+		sp.held = h
+		if h.since.After(sp.from) {
+			sp.from = h.since
+		}
 	}
 	return sp, sp.from.Before(sp.to)
 }
@@ -308,68 +247,51 @@ func overlaps(spans []span, capacity int) []overlap {
 }
 
 // at renders a time of the stack's clock from the run's start.
-func (p *resourcePool) at(t time.Time) string {
-	return fmt.Sprintf("+%.3fs", t.Sub(p.t0).Seconds())
+func (p *resourcePool) at(t time.Time) string { return fmt.Sprintf("+%.3fs", t.Sub(p.t0).Seconds()) }
+
+// describe renders an attempt's hold, with what the writes showed of its
+// slot.
+func (p *resourcePool) describe(sp span) string {
+	d := fmt.Sprintf("%s/%s/%d (lease %s) on %s [%s, %s)", sp.job, sp.step, sp.attempt, sp.lease, sp.res, p.at(sp.from), p.at(sp.to))
+	switch h := sp.held; {
+	case h == nil:
+		return d + ", slot taken unobserved"
+	case h.dropped == nil:
+		return d + fmt.Sprintf(", slot taken by write v%d", h.added)
+	}
+	return d + fmt.Sprintf(", slot taken by write v%d, given back by write v%d [%s, %s]", sp.held.added, sp.held.dropped.Version, p.at(sp.held.dropped.Start), p.at(sp.held.dropped.End))
 }
 
-// describe renders an overlap with what the writes showed of each slot.
-func (p *resourcePool) describe(pr PoolResource, o overlap) string {
+func (p *resourcePool) describeOverlap(pr PoolResource, o overlap) string {
 	var parts []string
 	for _, sp := range o.spans {
-		parts = append(parts, p.describeSpan(sp))
+		parts = append(parts, p.describe(sp))
 	}
 	return fmt.Sprintf("%s (%d slots) ran %d attempts at once for %s from %s: %s",
 		pr.ID, pr.Capacity, len(o.spans), o.until.Sub(o.at).Round(time.Millisecond), p.at(o.at), strings.Join(parts, "; "))
 }
 
-// describeSpan renders an attempt's hold: when its slot was taken and
-// given back, and how its extensions ended.
-func (p *resourcePool) describeSpan(sp span) string {
-	key := sp.lease
-	d := fmt.Sprintf("%s/%s/%d (lease %s) on %s [%s, %s) %s, %s", sp.job, sp.step, sp.attempt, key, sp.res, p.at(sp.from), p.at(sp.to), sp.how, sp.state)
-	switch h := sp.held; {
-	case h == nil:
-		d += ", slot taken unobserved"
-	case h.dropped == nil:
-		d += fmt.Sprintf(", slot taken by write v%d", h.added.Version)
-	case len(h.took) > 0:
-		d += fmt.Sprintf(", slot taken by write v%d, dropped by write v%d [%s, %s] that took %v (the slot then expired at %s)",
-			h.added.Version, h.dropped.Version, p.at(h.dropped.Start), p.at(h.dropped.End), h.took, p.at(h.lastSeen.ExpiresAt))
-	default:
-		d += fmt.Sprintf(", slot taken by write v%d, given back by write v%d [%s, %s] (the slot then expired at %s)",
-			h.added.Version, h.dropped.Version, p.at(h.dropped.Start), p.at(h.dropped.End), p.at(h.lastSeen.ExpiresAt))
-	}
-	return d
-}
-
-// describeDrop renders a slot given back while its lease ran.
-func (p *resourcePool) describeDrop(sp span) string {
-	return fmt.Sprintf("%s: the lease ran until %s, %s after", p.describeSpan(sp), p.at(sp.to), sp.to.Sub(sp.held.dropped.Start).Round(time.Millisecond))
-}
-
 // leaks reads the pool (without faults) until no slot is held, for up to
-// leakWait: a slot a crash kept from being released comes back within a
-// lease. Each slot still held then is answered as {its job, what}.
+// six seconds: a slot a crash kept from being released comes back within
+// a lease. Each slot still held then is answered as {its job, what}.
 func (p *resourcePool) leaks(ctx context.Context, r *run) [][2]string {
-	const leakWait = 6 * time.Second
-	deadline := time.Now().Add(leakWait)
-	for {
+	var held [][2]string
+	poll(ctx, time.Now().Add(6*time.Second), 200*time.Millisecond, func() bool {
 		all, err := r.raw.ListResources(ctx, Tenant)
 		if err != nil {
-			return [][2]string{{"", "list the resources: " + err.Error()}}
+			held = [][2]string{{"", "list the resources: " + err.Error()}}
+			return true
 		}
+		held = nil
 		now := p.clock.Now()
-		var held [][2]string
 		for _, res := range all {
 			for key, h := range res.Holders {
 				if now.Before(h.ExpiresAt) {
-					held = append(held, [2]string{strings.SplitN(key, "/", 2)[0], fmt.Sprintf("%s holds %s until %s, %s after every job finished", res.ID, key, p.at(h.ExpiresAt), leakWait)})
+					held = append(held, [2]string{strings.SplitN(key, "/", 2)[0], fmt.Sprintf("%s holds %s until %s, after every job finished", res.ID, key, p.at(h.ExpiresAt))})
 				}
 			}
 		}
-		if len(held) == 0 || !time.Now().Before(deadline) || ctx.Err() != nil {
-			return held
-		}
-		sleep(ctx, 200*time.Millisecond)
-	}
+		return len(held) == 0
+	})
+	return held
 }

@@ -38,8 +38,11 @@ func TestResourcePlanIsValidSeededAndApart(t *testing.T) {
 		require.Equal(t, 30+i, jp.N)
 		spec, err := domain.ParseJobSpec(jp.Body)
 		require.NoError(t, err, "%s", jp.Body)
-		rj := p.Jobs[jp.N]
-		require.Equal(t, rj.Kind, jp.Kind)
+		var payload struct {
+			Script []string `json:"chaos_script"`
+			Marker string   `json:"chaos_worker"`
+		}
+		require.NoError(t, json.Unmarshal(spec.Payload, &payload))
 		kinds[jp.Kind]++
 		for _, s := range spec.Steps {
 			require.NotNil(t, s.Requires, "step %s of %s requires a resource", s.ID, jp.Body)
@@ -55,13 +58,11 @@ func TestResourcePlanIsValidSeededAndApart(t *testing.T) {
 			}
 			// A script fails with class resource on fewer resources than
 			// match, ends in success, and leaves two attempts to spare.
-			require.Less(t, strings.Count(strings.Join(rj.Script, " "), ScriptResource), matches, "%v", rj.Script)
-			require.Contains(t, []string{ScriptHold, ScriptComplete}, rj.Script[len(rj.Script)-1])
-			require.Equal(t, len(rj.Script)+2, s.Retry.MaxAttempts)
-			var payload map[string]any
-			require.NoError(t, json.Unmarshal(spec.Payload, &payload))
-			require.Equal(t, WorkerResource, payload[WorkerMarker])
-			for _, x := range rj.Script {
+			require.Less(t, strings.Count(strings.Join(payload.Script, " "), ScriptResource), matches, "%v", payload.Script)
+			require.Contains(t, []string{ScriptHold, ScriptComplete}, payload.Script[len(payload.Script)-1])
+			require.Equal(t, len(payload.Script)+2, s.Retry.MaxAttempts)
+			require.Equal(t, WorkerResource, payload.Marker)
+			for _, x := range payload.Script {
 				scripts[x]++
 			}
 		}
@@ -125,13 +126,12 @@ func TestObserverSeesAppliedWritesAndLostRaces(t *testing.T) {
 	require.EqualValues(t, 3, p.writes.Load(), "the pool's writes, not a job's")
 	require.EqualValues(t, 1, p.raced.Load(), "an applied write whose answer was lost did not lose a race")
 	hs := p.holdings()
-	require.Len(t, hs["gpu-1"]["j1/w/1"], 1)
-	got := hs["gpu-1"]["j1/w/1"][0]
+	got := hs["gpu-1"]["j1/w/1"]
+	require.NotNil(t, got)
 	require.True(t, got.since.Equal(now))
 	require.NotNil(t, got.dropped, "the applied write without it gave it back")
 	require.EqualValues(t, 3, got.dropped.Version)
-	require.Empty(t, got.took)
-	require.Empty(t, hs["gpu-1"]["j2/w/1"], "a write that lost its race held nothing")
+	require.Nil(t, hs["gpu-1"]["j2/w/1"], "a write that lost its race held nothing")
 }
 
 // attemptAt is a worker attempt from from to to (its lease's end).
@@ -164,19 +164,19 @@ func TestSlotGivenBackAndCapacityExceededAreFound(t *testing.T) {
 	a1 := attemptAt(1, "gpu-1", at(-50), at(2000), domain.AttemptSucceeded, "")
 	a2 := attemptAt(1, "gpu-1", at(590), at(1200), domain.AttemptSucceeded, "")
 	a2.Lease = "j2-lease"
-	leases := map[string]leaseSeen{a1.Lease: {Worker: "w1", Script: ScriptHold}}
+	leases := map[string]bool{a1.Lease: true}
 	j1, s1 := step("j1", a1)
 	sp1, ok := spanOf(j1, s1, a1, leases, hs)
 	require.True(t, ok)
 	require.True(t, sp1.from.Equal(at(0)), "from the slot's taking, not the attempt's earlier start")
 	require.NotNil(t, sp1.held.dropped)
 	require.True(t, sp1.held.dropped.Start.Before(sp1.to), "given back at 500 while the lease ran to 2000")
-	require.Contains(t, p.describeDrop(sp1), "given back by write v3 [+0.500s")
+	require.Contains(t, p.describe(sp1), "given back by write v3 [+0.500s")
 
 	j2, s2 := step("j2", a2)
 	_, ok = spanOf(j2, s2, a2, leases, hs)
 	require.False(t, ok, "an attempt no worker was handed held nothing")
-	leases[a2.Lease] = leaseSeen{Worker: "w2", Script: ScriptComplete}
+	leases[a2.Lease] = true
 	sp2, ok := spanOf(j2, s2, a2, leases, hs)
 	require.True(t, ok)
 	over := overlaps([]span{sp1, sp2}, 1)
@@ -184,7 +184,7 @@ func TestSlotGivenBackAndCapacityExceededAreFound(t *testing.T) {
 	require.True(t, over[0].at.Equal(at(600)))
 	require.True(t, over[0].until.Equal(at(1200)))
 	require.Empty(t, overlaps([]span{sp1, sp2}, 2))
-	require.Contains(t, p.describe(ResourcePool[0], over[0]), "gpu-1 (1 slots) ran 2 attempts at once for 600ms from +0.600s")
+	require.Contains(t, p.describeOverlap(ResourcePool[0], over[0]), "gpu-1 (1 slots) ran 2 attempts at once for 600ms from +0.600s")
 
 	// A slot taken only after its lease ran out held nothing; one no
 	// write showed starts with its attempt.
@@ -192,12 +192,12 @@ func TestSlotGivenBackAndCapacityExceededAreFound(t *testing.T) {
 	late.Lease = "j3-lease"
 	p.applied = append(p.applied, poolWrite{Res: "gpu-1", Version: 5, Start: at(3200), Holders: map[string]domain.Holder{"j3-lease": {Since: at(3150)}}})
 	j3, s3 := step("j3", late)
-	leases[late.Lease] = leaseSeen{}
+	leases[late.Lease] = true
 	sp3, ok := spanOf(j3, s3, late, leases, p.holdings())
 	require.False(t, ok)
 	require.True(t, sp3.late)
 	late.Lease = "j4-lease"
-	leases[late.Lease] = leaseSeen{}
+	leases[late.Lease] = true
 	j4, s4 := step("j4", late)
 	sp4, ok := spanOf(j4, s4, late, leases, p.holdings())
 	require.True(t, ok)
@@ -206,7 +206,7 @@ func TestSlotGivenBackAndCapacityExceededAreFound(t *testing.T) {
 	// A slot kept from an earlier decision holds for the lease from the
 	// attempt's start.
 	late.Lease = "j5-lease"
-	leases[late.Lease] = leaseSeen{}
+	leases[late.Lease] = true
 	p.applied = append(p.applied, poolWrite{Res: "gpu-1", Version: 6, Start: at(2500), Holders: map[string]domain.Holder{"j5-lease": {Since: at(2500)}}})
 	j5, s5 := step("j5", late)
 	sp5, ok := spanOf(j5, s5, late, leases, p.holdings())
@@ -218,7 +218,7 @@ func TestSlotGivenBackAndCapacityExceededAreFound(t *testing.T) {
 	// had jumped) took it again only after the lease it wrote had ended.
 	// The lease held no slot while it ran: late, not a slot given back.
 	late.Lease, late.Resource = "j6-lease", "gpu-2"
-	leases[late.Lease] = leaseSeen{}
+	leases[late.Lease] = true
 	p.applied = append(p.applied,
 		poolWrite{Res: "gpu-2", Version: 2, Start: at(100), Holders: map[string]domain.Holder{"j6-lease": {Since: at(100), ExpiresAt: at(1100)}}},
 		poolWrite{Res: "gpu-2", Version: 3, Start: at(2000), Holders: map[string]domain.Holder{}},
@@ -232,7 +232,7 @@ func TestSlotGivenBackAndCapacityExceededAreFound(t *testing.T) {
 	sp6, ok = spanOf(j6, s6, late, leases, p.holdings())
 	require.True(t, ok)
 	require.True(t, sp6.from.Equal(at(3050)))
-	require.EqualValues(t, 4, sp6.held.added.Version)
+	require.EqualValues(t, 4, sp6.held.added)
 }
 
 func TestOnMatchingResources(t *testing.T) {
@@ -260,13 +260,13 @@ func TestResourceRows(t *testing.T) {
 	}
 	killed := attemptAt(1, "gpu-1", t1, t2, domain.AttemptTimeout, domain.ClassTimeout)
 	done := attemptAt(2, "gpu-2", t1, t2, domain.AttemptSucceeded, "")
-	row := resourceEnds["res-worker"]
-	require.Empty(t, rowProblems(row, job(domain.JobCompleted, domain.StepSucceeded, killed, done), &submission{}))
+	row := rows["res-worker"]
+	require.Empty(t, problems(row, job(domain.JobCompleted, domain.StepSucceeded, killed, done), nil))
 	failed := job(domain.JobFailed, domain.StepFailed, killed, attemptAt(2, "gpu-2", t1, t2, domain.AttemptFailed, domain.ClassFatal))
-	require.Contains(t, strings.Join(rowProblems(row, failed, &submission{}), "; "), "not COMPLETED", "failed on its own, not on a lost lease")
+	require.Contains(t, strings.Join(problems(row, failed, nil), "; "), "not COMPLETED", "failed on its own, not on a lost lease")
 	lost := job(domain.JobFailed, domain.StepFailed, killed, attemptAt(2, "gpu-2", t1, t2, domain.AttemptTimeout, domain.ClassTimeout))
 	lost.Steps[0].Error = &domain.StepError{Class: domain.ClassTimeout}
-	require.Empty(t, rowProblems(row, lost, &submission{}), "its attempts spent on lost leases")
+	require.Empty(t, problems(row, lost, nil), "its attempts spent on lost leases")
 
 	sw := domain.StepSpec{ID: "flaky", Action: domain.ActionSpec{Type: domain.ActionFail}, Requires: &domain.Requirements{Labels: map[string]string{"zone": "a"}}, Retry: &domain.RetryPolicy{MaxAttempts: 5}}
 	swJob := func(as ...domain.Attempt) *domain.Job {
@@ -274,8 +274,8 @@ func TestResourceRows(t *testing.T) {
 	}
 	f1 := attemptAt(1, "gpu-1", t1, t2, domain.AttemptFailed, domain.ClassResource)
 	f2 := attemptAt(2, "gpu-2", t1, t2, domain.AttemptFailed, domain.ClassResource)
-	require.Empty(t, rowProblems(resourceEnds["res-switch"], swJob(f1, f2), &submission{}), "failed on both resources of zone a")
-	require.Contains(t, strings.Join(rowProblems(resourceEnds["res-switch"], swJob(f1), &submission{}), "; "), "1 resource failures with 2 resources matching")
+	require.Empty(t, problems(rows["res-switch"], swJob(f1, f2), nil), "failed on both resources of zone a")
+	require.Contains(t, strings.Join(problems(rows["res-switch"], swJob(f1), nil), "; "), "1 resource failures with 2 resources matching")
 }
 
 func TestResourceBrief(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/stepflow/stepflow/localstack/devstack"
 	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/handlers"
 	"github.com/stepflow/stepflow/shared/queue"
 	"github.com/stepflow/stepflow/shared/store"
@@ -78,23 +80,10 @@ const (
 	APIKey = "chaos-key"
 )
 
-// submission is what the client learnt submitting one planned job.
-type submission struct {
-	plan     JobPlan
-	ids      map[string]int // job ids answered with 2xx, with how often
-	statuses []int          // every status answered (0 for a transport error)
-	id       string         // the first id answered
-	cancel   []int          // the planned cancel's answers, if it was sent
-	refused  []answer       // replans: the answers to the cycle-closing ones
-	race     *raceRecord    // what the racer sent and heard, for racer kinds
-	done     bool           // the hostile tenant's: seen finished within the bound
-}
-
 // send submits the planned job with its Idempotency-Key, again on a 5xx or
-// a transport error, and notes every status and job id answered.
+// a transport error, and notes every job id answered.
 func (s *submission) send(ctx context.Context, c *client, deadline time.Time) {
 	for _, a := range c.retry(ctx, deadline, http.MethodPost, "/v1/jobs", s.plan.Body, "Idempotency-Key", s.plan.Key) {
-		s.statuses = append(s.statuses, a.status)
 		var j struct {
 			ID string `json:"id"`
 		}
@@ -113,9 +102,8 @@ type SweepTotals struct {
 // Run runs one seed: a stack under the fault layer, the jobs of the seed's
 // plan (with its resource, replan and flood jobs), chaos workers and
 // sweepers, the schedules and the hostile tenant beside them, then the
-// checks. An error means
-// the run could not be made (the stack did not start), not that a check
-// failed: those are in the result.
+// checks. An error means the run could not be made (the stack did not
+// start), not that a check failed: those are in the result.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	cfg.defaults()
 	if cfg.Endpoint == "" {
@@ -126,8 +114,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	plan := f.Plan(cfg.Jobs)
 	clock := &Clock{}
 	pool := newResourcePool(f.ResourcePlan(len(plan), cfg.Resources), clock)
-	plan = append(plan, pool.plan.all()...)
-	plan = append(plan, f.ReplanPlan(len(plan))...)
+	waves := pool.plan.all()
+	replans := f.ReplanPlan(len(plan) + len(waves))
+	all := slices.Concat(plan, waves, replans)
 	name := fmt.Sprintf("chaos-%d-%x", cfg.Seed, time.Now().UnixNano()&0xffffff)
 	st, err := devstack.Start(ctx, devstack.Options{
 		EndpointURL: cfg.Endpoint, StackName: name, APIKeys: map[string]string{APIKey: Tenant, HostileKey: HostileTenant, ScheduleKey: ScheduleTenant},
@@ -144,10 +133,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	r := &run{
 		cfg: cfg, f: f, st: st, clock: clock, pool: pool,
 		raw:  store.New(st.DynamoDB, st.Resources.Env["STEPFLOW_TABLE"]),
-		c:    &client{base: st.URL, key: APIKey, hc: &http.Client{Timeout: 30 * time.Second}},
-		subs: make([]*submission, len(plan)),
+		c:    newClient(st.URL, APIKey),
+		subs: make([]*submission, len(all)),
 	}
-	r.w = &workers{f: f, c: r.c, clock: clock, pool: pool, replans: map[string][]answer{}}
+	r.w = &workers{f: f, c: r.c, clock: clock, pool: pool, replans: map[string][]call{}}
 	// The worker queues are made before the engine first uses them, with a
 	// 5 s visibility timeout instead of the engine's 30 s (as Lease shortens
 	// the ready queues'), so a message a crashed claim took comes back soon.
@@ -164,28 +153,28 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if !cfg.Hostile.Off {
 		h = newHostile(r, f.HostilePlan(cfg.Hostile))
 	}
-	res := &Result{Seed: cfg.Seed, Jobs: len(plan), Stack: name, Plan: PlanDigest(plan)}
-	fmt.Fprintf(cfg.Progress, "seed %d: stack %s at %s, %d jobs\n", cfg.Seed, name, st.URL, len(plan))
+	res := &Result{Seed: cfg.Seed, Jobs: len(all), Stack: name, Plan: PlanDigest(all)}
+	fmt.Fprintf(cfg.Progress, "seed %d: stack %s at %s, %d jobs\n", cfg.Seed, name, st.URL, len(all))
 
 	workCtx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
 	sweepCtx, stopSweeps := context.WithCancel(ctx)
 	defer stopSweeps()
 	r.w.start(workCtx, cfg.Workers)
-	var sweeper sync.WaitGroup
+	var sweeper, waved sync.WaitGroup
 	sweeper.Go(func() { r.sweeper(sweepCtx) })
 
 	deadline := time.Now().Add(cfg.Bound)
-	submittedResources := pool.start(ctx, workCtx, r, deadline)
+	waved.Go(func() { pool.submit(ctx, workCtx, r, deadline) })
 	if h != nil {
 		h.start(workCtx, ctx, deadline)
 	}
 	sc := newScheduler(r)
 	sc.start(workCtx, deadline)
-	r.submitAll(ctx, plan, deadline)
-	submittedResources.Wait()
+	submitAll(ctx, slices.Concat(plan, replans), func(p JobPlan) { r.submit(ctx, p, deadline) })
+	waved.Wait()
 	r.submitted.Store(true)
-	finished := r.await(ctx, deadline)
+	finished := await(ctx, r.raw, Tenant, r.snapshot, deadline)
 	if h != nil {
 		h.await(ctx, deadline)
 	}
@@ -194,7 +183,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	sc.stop(ctx, time.Now().Add(cfg.Drain))
 	sc.await(ctx, time.Now().Add(cfg.Drain))
 	res.Waited = time.Since(started)
-	fmt.Fprintf(cfg.Progress, "seed %d: %d of %d jobs finished after %s\n", cfg.Seed, finished, len(plan), res.Waited.Round(time.Millisecond))
+	fmt.Fprintf(cfg.Progress, "seed %d: %d of %d jobs finished after %s\n", cfg.Seed, finished, len(all), res.Waited.Round(time.Millisecond))
 
 	// Drain without faults: what is left in the queues now was left by
 	// the engine, not by a fault still in progress.
@@ -206,7 +195,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		h.endPhase(ctx)
 	}
 	stopWork()
-	r.cancels.Wait()
 	r.racers.Wait()
 	r.w.wg.Wait()
 
@@ -241,25 +229,26 @@ type run struct {
 	pool  *resourcePool
 
 	mu        sync.Mutex
-	subs      []*submission
-	finished  map[string]bool // jobs seen finished within the bound
-	cancels   sync.WaitGroup
+	subs      []*submission // by JobPlan.N
 	racers    sync.WaitGroup
 	sweeps    SweepTotals
 	submitted atomic.Bool // every planned job has been submitted
 }
 
-// submitAll submits the plan from four goroutines (the resource jobs come
-// in their waves, resources.go).
-func (r *run) submitAll(ctx context.Context, plan []JobPlan, deadline time.Time) {
+func (r *run) snapshot() []*submission {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.subs)
+}
+
+// submitAll submits plans from four goroutines.
+func submitAll(ctx context.Context, plan []JobPlan, submit func(JobPlan)) {
 	next := atomic.Int64{}
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
 			for i := int(next.Add(1)) - 1; i < len(plan) && ctx.Err() == nil; i = int(next.Add(1)) - 1 {
-				if _, inWave := r.pool.plan.Jobs[plan[i].N]; !inWave {
-					r.submit(ctx, plan[i], deadline)
-				}
+				submit(plan[i])
 			}
 		})
 	}
@@ -267,65 +256,44 @@ func (r *run) submitAll(ctx context.Context, plan []JobPlan, deadline time.Time)
 }
 
 // submit submits a job (twice for every fifth, as a client that lost the
-// first answer would: the same job must answer), then sets its planned
-// cancel or its racer going.
+// first answer would: the same job must answer), after the replan it must
+// refuse if it has one, then sets its racer going (race.go).
 func (r *run) submit(ctx context.Context, p JobPlan, deadline time.Time) {
 	s := &submission{plan: p, ids: map[string]int{}}
 	if p.Refused != nil {
-		s.refused = r.c.retry(ctx, deadline, http.MethodPost, "/v1/jobs", p.Refused)
+		s.add(r.c.do(ctx, deadline, call{Op: "replan"}, http.MethodPost, "/v1/jobs", p.Refused))
 	}
 	s.send(ctx, r.c, deadline)
 	if s.id != "" && p.N%5 == 0 {
 		s.send(ctx, r.c, deadline)
 	}
-	if s.id != "" && p.Race != nil {
-		s.race = &raceRecord{}
-	}
 	r.mu.Lock()
 	r.subs[p.N] = s
 	r.mu.Unlock()
-	if s.id != "" && p.CancelAfter > 0 {
-		r.cancels.Go(func() {
-			sleep(ctx, p.CancelAfter)
-			st := statuses(r.c.retry(ctx, deadline, http.MethodPost, "/v1/jobs/"+s.id+"/cancel", nil))
-			r.mu.Lock()
-			s.cancel = st
-			r.mu.Unlock()
-		})
-	}
-	if s.race != nil {
-		r.racers.Go(func() { r.race(ctx, s, deadline) })
-	}
+	r.racers.Go(func() { r.race(ctx, s, deadline) })
 }
 
-// await polls the table (without faults) until every submitted job is
-// finished (a racer's once its racer is: a FAILED redrive job is about to
-// run again) or the deadline passes, and answers how many finished.
-func (r *run) await(ctx context.Context, deadline time.Time) int {
-	done := map[string]bool{}
-	for {
-		r.mu.Lock()
-		subs := append([]*submission(nil), r.subs...)
-		r.mu.Unlock()
+// await polls the table (without faults) until every job submitted is
+// finished and its racer done (a FAILED redrive job is about to run
+// again), or the deadline passes, and answers how many finished.
+func await(ctx context.Context, raw *store.Store, tenant string, subs func() []*submission, deadline time.Time) int {
+	n := 0
+	poll(ctx, deadline, 250*time.Millisecond, func() bool {
 		open := 0
-		for _, s := range subs {
-			if s == nil || s.id == "" || done[s.id] {
+		n = 0
+		for _, s := range subs() {
+			if s == nil || s.id == "" {
 				continue
 			}
-			if j, err := r.raw.Get(ctx, Tenant, s.id); err == nil && j.State.Terminal() && (s.race == nil || s.race.done.Load()) {
-				done[s.id] = true
-			} else {
-				open++
+			if !s.finished {
+				j, err := raw.Get(ctx, tenant, s.id)
+				s.finished = err == nil && j.State.Terminal() && s.raced.Load()
 			}
+			n, open = n+btoi(s.finished), open+btoi(!s.finished)
 		}
-		if open == 0 || !time.Now().Before(deadline) || ctx.Err() != nil {
-			r.mu.Lock()
-			r.finished = done
-			r.mu.Unlock()
-			return len(done)
-		}
-		sleep(ctx, 250*time.Millisecond)
-	}
+		return open == 0
+	})
+	return n
 }
 
 // sweeper is the heartbeat under chaos: every second, by chance, the
@@ -407,19 +375,18 @@ func (r *run) drain(ctx context.Context, deadline time.Time) ([]queueCount, int)
 			urls["worker queue "+name] = u
 		}
 	}
-	for {
-		var all []queueCount
+	var all []queueCount
+	poll(ctx, deadline, 500*time.Millisecond, func() bool {
+		all = nil
 		left := 0
 		for _, name := range sortedKeys(urls) {
 			c := r.count(ctx, name, urls[name])
 			all = append(all, c)
 			left += c.total() + btoi(c.Err != "")
 		}
-		if left == 0 || !time.Now().Before(deadline) || ctx.Err() != nil {
-			return all, r.count(ctx, "dead-letter queue", r.st.Resources.QueueURLs["DeadLetterQueue"]).total()
-		}
-		sleep(ctx, 500*time.Millisecond)
-	}
+		return left == 0
+	})
+	return all, r.count(ctx, "dead-letter queue", r.st.Resources.QueueURLs["DeadLetterQueue"]).total()
 }
 
 func (r *run) count(ctx context.Context, name, url string) queueCount {
@@ -443,60 +410,29 @@ func (r *run) count(ctx context.Context, name, url string) queueCount {
 }
 
 // check holds every job of the run's tenant to the invariants and to its
-// row of planEnds (or resourceEnds), the submits to their answers, the
-// queues to being empty and the pool to its capacity; it answers the
-// ledger the schedules' checks add to.
+// row, the submits to their answers, the queues to being empty and the
+// pool to its capacity; it answers the ledger the schedules' checks add
+// to.
 func (r *run) check(ctx context.Context, res *Result) *ledger {
 	l := newLedger()
-	res.States = map[domain.JobState]int{}
 	late := map[string][]lateAnswer{}
 	r.w.mu.Lock()
 	for _, a := range r.w.late {
 		late[a.Job] = append(late[a.Job], a)
 	}
+	for _, s := range r.subs {
+		for _, c := range r.w.replans[sid(s)] {
+			s.add(c)
+		}
+	}
 	r.w.mu.Unlock()
+	stored := readJobs(ctx, r.raw, Tenant, r.subs)
+	res.States = map[domain.JobState]int{}
+	for _, j := range stored {
+		res.States[j.State]++
+	}
 	listed, listErr := listTenant(ctx, r.raw, Tenant)
-	answered, jobs, keys := map[string]bool{}, map[string]*domain.Job{}, map[string]string{}
-	for i, s := range r.subs {
-		if s == nil || s.id == "" {
-			l.judge("every submit answered a job", Lost, fmt.Sprintf("job %d", i), "no 2xx answer")
-			continue
-		}
-		key := fmt.Sprintf("job %s (%s%s)", s.id, s.plan.Kind, s.plan.Race)
-		keys[s.id] = key
-		l.judge("every submit answered a job", Lost, key)
-		var dup, missing []string
-		if len(s.ids) > 1 {
-			dup = append(dup, fmt.Sprintf("key %s answered %d jobs: %v", s.plan.Key, len(s.ids), s.ids))
-		}
-		l.judge("one job per Idempotency-Key", Duplicated, key, dup...)
-		for id := range s.ids {
-			answered[id] = true
-		}
-		if listErr != nil || !listed[s.id] {
-			missing = append(missing, fmt.Sprintf("not listed (%v)", listErr))
-		}
-		l.judge("every job answered 2xx is listed", Lost, key, missing...)
-		if s.plan.Kind == "replan-worker" {
-			s.refused = r.w.replans[s.id]
-		}
-		if j, err := r.raw.Get(ctx, Tenant, s.id); err == nil {
-			jobs[s.id] = j
-			res.States[j.State]++
-		}
-		e, ok := planEnds[s.plan.Kind]
-		if !ok {
-			e = resourceEnds[s.plan.Kind]
-		}
-		l.judgeJob(e, judged{key: key, sub: s, job: jobs[s.id], done: r.finished[s.id], late: late[s.id]})
-	}
-	for _, id := range sortedKeys(listed) {
-		var extra []string
-		if !answered[id] {
-			extra = append(extra, "stored, but no submit answered it")
-		}
-		l.judge("no job beyond those submitted", Duplicated, "job "+id, extra...)
-	}
+	l.judgeSubmits(r.subs, listed, listErr, stored, late)
 	for _, q := range res.Queues {
 		var left []string
 		if q.Err != "" || q.total() > 0 {
@@ -504,6 +440,46 @@ func (r *run) check(ctx context.Context, res *Result) *ledger {
 		}
 		l.judge("no message left in flight (per queue)", Mismatched, q.Name, left...)
 	}
-	r.pool.check(ctx, r, l, res, jobs, keys)
+	r.pool.check(ctx, r, l, res, stored)
 	return l
+}
+
+func sid(s *submission) string {
+	if s == nil {
+		return ""
+	}
+	return s.id
+}
+
+// readJobs reads (without faults) the jobs submits answered.
+func readJobs(ctx context.Context, raw *store.Store, tenant string, subs []*submission) map[string]*domain.Job {
+	out := map[string]*domain.Job{}
+	for _, s := range subs {
+		if s == nil || s.id == "" {
+			continue
+		}
+		if j, err := raw.Get(ctx, tenant, s.id); err == nil {
+			out[s.id] = j
+		}
+	}
+	return out
+}
+
+func listTenant(ctx context.Context, raw *store.Store, tenant string) (map[string]bool, error) {
+	out := map[string]bool{}
+	cursor := ""
+	for range 1000 {
+		page, next, err := raw.List(ctx, tenant, engine.ListFilter{Limit: 100, Cursor: cursor})
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range page {
+			out[s.ID] = true
+		}
+		if next == "" {
+			return out, nil
+		}
+		cursor = next
+	}
+	return out, errors.New("list: more than 1000 pages")
 }

@@ -71,38 +71,36 @@ type scheduler struct {
 	plans []schedulePlan
 	raw   *store.Schedules // without the fault layer, for the checks
 
-	mu                            sync.Mutex
-	made, replay, paused, deleted map[string][]int // every status each call answered
-	final                         map[string]*domain.Schedule
-	res                           ScheduleResult
-	stopRace                      context.CancelFunc
-	raceDone                      sync.WaitGroup
+	mu       sync.Mutex
+	calls    map[string]map[string]call // schedule id -> create, again, pause, delete
+	final    map[string]*domain.Schedule
+	res      ScheduleResult
+	stopRace context.CancelFunc
+	raceDone sync.WaitGroup
 }
 
 func newScheduler(r *run) *scheduler {
 	return &scheduler{
-		r: r, plans: schedulePlans(),
-		c:    &client{base: r.st.URL, key: ScheduleKey, hc: &http.Client{Timeout: 30 * time.Second}},
-		raw:  store.NewSchedules(r.st.DynamoDB, r.st.Resources.Env["STEPFLOW_TABLE"]),
-		made: map[string][]int{}, replay: map[string][]int{}, paused: map[string][]int{}, deleted: map[string][]int{},
-		final: map[string]*domain.Schedule{},
+		r: r, plans: schedulePlans(), c: newClient(r.st.URL, ScheduleKey),
+		raw:   store.NewSchedules(r.st.DynamoDB, r.st.Resources.Env["STEPFLOW_TABLE"]),
+		calls: map[string]map[string]call{}, final: map[string]*domain.Schedule{},
 	}
 }
 
-func statuses(as []answer) []int {
-	out := make([]int, len(as))
-	for i, a := range as {
-		out[i] = a.status
+func (s *scheduler) do(ctx context.Context, deadline time.Time, id, op, method, path, body string) {
+	c := s.c.do(ctx, deadline, call{Op: op}, method, path, []byte(body))
+	if s.calls[id] == nil {
+		s.calls[id] = map[string]call{}
 	}
-	return out
+	s.calls[id][op] = c
 }
 
 // start makes the schedules, each once more as a client that lost the
 // answer would, and starts the racer.
 func (s *scheduler) start(ctx context.Context, deadline time.Time) {
 	for _, p := range s.plans {
-		s.made[p.ID] = statuses(s.c.retry(ctx, deadline, http.MethodPost, "/v1/schedules", []byte(p.Body)))
-		s.replay[p.ID] = statuses(s.c.retry(ctx, deadline, http.MethodPost, "/v1/schedules", []byte(p.Body)))
+		s.do(ctx, deadline, p.ID, "create", http.MethodPost, "/v1/schedules", p.Body)
+		s.do(ctx, deadline, p.ID, "again", http.MethodPost, "/v1/schedules", p.Body)
 	}
 	ctx, s.stopRace = context.WithCancel(ctx)
 	s.raceDone.Go(func() {
@@ -137,48 +135,33 @@ func (s *scheduler) fireTwice(ctx context.Context) {
 // stop ends the racer, then pauses each schedule (after which no tick
 // makes a job), reads what it counts, and deletes it.
 func (s *scheduler) stop(ctx context.Context, deadline time.Time) {
-	if s.stopRace != nil {
-		s.stopRace()
-		s.raceDone.Wait()
-	}
+	s.stopRace()
+	s.raceDone.Wait()
 	for _, p := range s.plans {
-		s.paused[p.ID] = statuses(s.c.retry(ctx, deadline, http.MethodPost, "/v1/schedules/"+p.ID+"/pause", nil))
+		s.do(ctx, deadline, p.ID, "pause", http.MethodPost, "/v1/schedules/"+p.ID+"/pause", "")
 		if final, err := s.raw.Get(ctx, ScheduleTenant, p.ID); err == nil {
 			s.final[p.ID] = final
 		}
-		s.deleted[p.ID] = statuses(s.c.retry(ctx, deadline, http.MethodDelete, "/v1/schedules/"+p.ID, nil))
+		s.do(ctx, deadline, p.ID, "delete", http.MethodDelete, "/v1/schedules/"+p.ID, "")
 	}
 }
 
 // await polls the schedule tenant's jobs until every one is finished or
 // the deadline passes.
 func (s *scheduler) await(ctx context.Context, deadline time.Time) {
-	for time.Now().Before(deadline) && ctx.Err() == nil {
+	poll(ctx, deadline, 250*time.Millisecond, func() bool {
 		ids, err := listTenant(ctx, s.r.raw, ScheduleTenant)
-		open := 0
 		for id := range ids {
 			if j, err := s.r.raw.Get(ctx, ScheduleTenant, id); err != nil || !j.State.Terminal() {
-				open++
+				return false
 			}
 		}
-		if err == nil && open == 0 {
-			return
-		}
-		sleep(ctx, 250*time.Millisecond)
-	}
-}
-
-// lastOK answers the last status of a call sent until it had an answer
-// that is not retryable.
-func lastOK(st []int) int {
-	if len(st) == 0 {
-		return 0
-	}
-	return st[len(st)-1]
+		return err == nil
+	})
 }
 
 // check holds the schedules' jobs to the invariants and to what each
-// schedule counts.
+// schedule counts, and each schedule's calls to their answers.
 func (s *scheduler) check(ctx context.Context, l *ledger, res *Result) {
 	byPlan := map[string][]*domain.Job{}
 	ids, err := listTenant(ctx, s.r.raw, ScheduleTenant)
@@ -191,34 +174,34 @@ func (s *scheduler) check(ctx context.Context, l *ledger, res *Result) {
 		}
 	}
 	for _, p := range s.plans {
-		key := "schedule " + p.ID
+		key, calls := "schedule "+p.ID, s.calls[p.ID]
 		s.res.Schedules++
-		if !has2xx(s.made[p.ID]) {
-			l.judge("every schedule made", Lost, key, fmt.Sprintf("create answered %v", s.made[p.ID]))
+		if !has2xx(calls["create"].Statuses) {
+			l.judge("every schedule made", Lost, key, calls["create"].String())
 			continue
 		}
 		l.judge("every schedule made", Lost, key)
-		l.judge("a schedule made again with its body answers it (200)", Duplicated, key,
-			map[bool][]string{false: {fmt.Sprintf("the same create again answered %v", s.replay[p.ID])}}[lastOK(s.replay[p.ID]) == http.StatusOK]...)
+		l.judge("a schedule made again with its body answers it (200)", Duplicated, key, wrong(calls["again"].final() != http.StatusOK, calls["again"].String())...)
 		s.checkRuns(l, p, byPlan[p.ID])
 		delete(byPlan, p.ID)
 		_, err := s.raw.Get(ctx, ScheduleTenant, p.ID)
-		var gone []string
-		switch last := lastOK(s.deleted[p.ID]); {
-		case lastOK(s.paused[p.ID]) != http.StatusOK:
-			gone = append(gone, fmt.Sprintf("pause answered %v", s.paused[p.ID]))
-		case last != http.StatusOK && !(last == http.StatusNotFound && len(s.deleted[p.ID]) > 1):
-			// A 404 only after a retry: the first delete was applied and its answer lost.
-			gone = append(gone, fmt.Sprintf("delete answered %v", s.deleted[p.ID]))
-		case !errors.Is(err, domain.ErrNotFound):
-			gone = append(gone, fmt.Sprintf("still stored after its delete (%v)", err))
-		}
-		l.judge("pause and delete answered, and the schedule is gone", Mismatched, key, gone...)
+		// A 404 only after a retry: the first delete was applied and its answer lost.
+		deleted := calls["delete"].final() == http.StatusOK || calls["delete"].final() == http.StatusNotFound && calls["delete"].retried()
+		l.judge("pause and delete answered, and the schedule is gone", Mismatched, key, wrong(calls["pause"].final() != http.StatusOK || !deleted || !errors.Is(err, domain.ErrNotFound),
+			fmt.Sprintf("%s, %s; read after: %v", calls["pause"], calls["delete"], err))...)
 	}
 	for sid, jobs := range byPlan {
 		l.judge("no job beyond the runs its schedule counts", Duplicated, "schedule "+sid, fmt.Sprintf("%d jobs name it, which the run never made", len(jobs)))
 	}
 	res.Schedules = &s.res
+}
+
+// wrong answers problem when bad holds.
+func wrong(bad bool, problem string) []string {
+	if bad {
+		return []string{problem}
+	}
+	return nil
 }
 
 // checkRuns holds a schedule's jobs to the invariants and its row (they
@@ -233,7 +216,7 @@ func (s *scheduler) checkRuns(l *ledger, p schedulePlan, jobs []*domain.Job) {
 		if u, err := ulid.ParseStrict(j.ID); err == nil {
 			ticks[u.Time()] = append(ticks[u.Time()], j.ID)
 		}
-		l.judgeJob(completes, judged{key: fmt.Sprintf("job %s (%s)", j.ID, p.ID), job: j, done: true})
+		l.judgeJob(fmt.Sprintf("job %s (%s)", j.ID, p.ID), completes, &submission{finished: true}, j, nil)
 		if p.Skip && i > 0 && (jobs[i-1].EndedAt == nil || j.CreatedAt.Before(*jobs[i-1].EndedAt)) {
 			overlaps = append(overlaps, fmt.Sprintf("job %s made at %s; the run before it, %s, ended %v", j.ID, j.CreatedAt.Format(time.RFC3339Nano), jobs[i-1].ID, jobs[i-1].EndedAt))
 		}

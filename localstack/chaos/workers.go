@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -46,7 +45,7 @@ type workers struct {
 
 	mu      sync.Mutex
 	late    []lateAnswer
-	replans map[string][]answer // job -> the answers to its cycle-closing replans
+	replans map[string][]call // job -> its cycle-closing replans
 	notes   []string
 }
 
@@ -64,30 +63,32 @@ func (w *workers) start(ctx context.Context, per int) {
 }
 
 func (w *workers) loop(ctx context.Context, name, queue string) {
-	// Long polls of one second, as a real worker would claim.
-	body, _ := json.Marshal(map[string]any{"queue": queue, "max": 2, "wait_seconds": 1, "worker": name})
 	for ctx.Err() == nil {
-		a := w.c.once(ctx, http.MethodPost, "/v1/claim", body)
-		if a.ok() && bytes.Equal(bytes.TrimSpace(a.body), []byte(`{"leases":[]}`)) {
-			continue
-		}
-		if !a.ok() {
+		if a := w.claim(ctx, name, queue); !a.ok() {
 			if a.status != 0 && !a.retryable() {
 				w.note("claim answered %d: %s", a.status, a.body)
 			}
 			sleep(ctx, 100*time.Millisecond)
-			continue
-		}
-		var ca claimAnswer
-		if err := json.Unmarshal(a.body, &ca); err != nil {
-			w.note("claim answer unreadable: %v", err)
-			continue
-		}
-		for _, l := range ca.Leases {
-			w.claimed.Add(1)
-			w.wg.Go(func() { w.handle(ctx, name, l) })
 		}
 	}
+}
+
+// claim makes one claim, a long poll of a second as a real worker's, and
+// hands each lease it is given to handle.
+func (w *workers) claim(ctx context.Context, name, queue string) answer {
+	body, _ := json.Marshal(map[string]any{"queue": queue, "max": 2, "wait_seconds": 1, "worker": name})
+	a := w.c.once(ctx, http.MethodPost, "/v1/claim", body)
+	var ca claimAnswer
+	if a.ok() {
+		if err := json.Unmarshal(a.body, &ca); err != nil {
+			w.note("claim answer unreadable: %v", err)
+		}
+	}
+	for _, l := range ca.Leases {
+		w.claimed.Add(1)
+		w.wg.Go(func() { w.handle(ctx, name, l) })
+	}
+	return a
 }
 
 func (w *workers) note(format string, args ...any) {
@@ -277,11 +278,4 @@ func (w *workers) send(ctx context.Context, l wire.ClaimedLease, op string, expi
 		wait *= 2
 	}
 	return a
-}
-
-func truncate(b []byte, n int) string {
-	if len(b) > n {
-		return string(b[:n]) + "..."
-	}
-	return string(b)
 }

@@ -141,9 +141,7 @@ func (s *submission) snapshot() []call {
 	return slices.Clone(s.calls)
 }
 
-func (s *submission) key() string {
-	return fmt.Sprintf("job %s (%s%s)", s.id, s.plan.Kind, s.plan.Race)
-}
+func (s *submission) key() string { return fmt.Sprintf("job %s (%s)", s.id, s.plan.Kind) }
 
 // judgeSubmits holds a tenant's submits to their answers, each job to the
 // invariants and its row, and the tenant's listing to the submits.

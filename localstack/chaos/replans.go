@@ -59,27 +59,19 @@ func (f *Faults) ReplanPlan(first int) []JobPlan {
 	return out
 }
 
-func replanStep(id string, action map[string]any, deps ...string) map[string]any {
-	s := map[string]any{"id": id, "action": action}
-	if len(deps) > 0 {
-		s["depends_on"] = deps
-	}
-	return s
-}
-
-var replanPass = map[string]any{"type": "pass"}
+func after(s map[string]any, deps ...string) map[string]any { return with(s, "depends_on", deps) }
 
 // newSteps answers a replan's steps: closing, one depends on s<Depth>,
 // which runs after the replanned step (a cycle once s1 waits on them);
 // else on u, which does not.
-func (p replanSpec) newSteps(closing bool) []any {
+func (p replanSpec) newSteps(closing bool) []map[string]any {
 	on := "u"
 	if closing {
 		on = fmt.Sprintf("s%d", p.Depth)
 	}
-	steps := []any{replanStep("n", replanPass, on)}
+	steps := []map[string]any{after(step("n", "pass"), on)}
 	if p.Chain {
-		steps = append(steps, replanStep("m", replanPass, "n"))
+		steps = append(steps, after(step("m", "pass"), "n"))
 	}
 	return steps
 }
@@ -87,31 +79,25 @@ func (p replanSpec) newSteps(closing bool) []any {
 // body answers a job's spec; for replan-fail its fail step carries the
 // replan (closing a cycle or not).
 func (p replanSpec) body(kind string, closing bool) []byte {
-	steps := []any{
-		replanStep("ready", map[string]any{"type": "wait", "signal": "ready"}),
-		replanStep("wait", map[string]any{"type": "wait", "signal": SignalName}),
-		replanStep("after", replanPass),
-	}
+	steps := []map[string]any{step("ready", "wait", "signal", "ready"), step("wait", "wait", "signal", SignalName), step("after", "pass")}
 	payload := map[string]any{}
 	switch kind {
 	case "replan-worker":
 		// A lease long enough for the worker's two answers on a machine
 		// loaded by `make test` (with 5 s, each lease ran out before its
 		// fitting replan, attempt after attempt).
-		steps = []any{replanStep("x", map[string]any{"type": "worker", "queue": WorkerQueues[0], "lease_seconds": 15})}
+		steps = []map[string]any{step("x", "worker", "queue", WorkerQueues[0], "lease_seconds", 15)}
 		payload[WorkerMarker], payload["replan"] = WorkerReplan, p
 	case "replan-fail":
-		steps = []any{replanStep("x", map[string]any{"type": "fail", "class": "replan", "message": "chaos: replan", "steps": p.newSteps(closing)})}
+		steps = []map[string]any{step("x", "fail", "class", "replan", "message", "chaos: replan", "steps", p.newSteps(closing))}
 	}
 	if kind != "flood" {
-		steps = append(steps, replanStep("s1", replanPass, "x"), replanStep("s2", replanPass, "s1"), replanStep("s3", replanPass, "s2"), replanStep("u", replanPass))
-		// Each step may lose many attempts to the faults.
+		steps = append(steps, after(step("s1", "pass"), "x"), after(step("s2", "pass"), "s1"), after(step("s3", "pass"), "s2"), step("u", "pass"))
 		for _, st := range steps {
-			st.(map[string]any)["retry"] = map[string]any{"max_attempts": 20, "backoff": "fixed", "initial_delay_ms": 100, "max_delay_ms": 100}
+			st["retry"] = fixedRetry(20, 100) // each step may lose many attempts to the faults
 		}
 	}
-	b, _ := json.Marshal(map[string]any{"steps": steps, "payload": payload})
-	return b
+	return spec(steps, payload)
 }
 
 // replan fails a replan-worker lease with the cycle-closing replan, noting

@@ -147,12 +147,8 @@ func (f *Faults) ResourcePlan(first int, c ResourceConfig) *resourcePlan {
 func planResourceJob(r *rand.Rand, seed uint64, n int) JobPlan {
 	kind := resourceKinds.pick(r)
 	payload := map[string]any{"seed": seed, "n": n}
-	step := func(id string, action map[string]any, req int) map[string]any {
-		return map[string]any{"id": id, "action": action, "requires": requirements[req].req}
-	}
-	pass := func(id string) map[string]any {
-		return step(id, map[string]any{"type": "pass"}, r.IntN(len(requirements)))
-	}
+	requiring := func(req int, s map[string]any) map[string]any { return with(s, "requires", requirements[req].req) }
+	pass := func(id string) map[string]any { return requiring(r.IntN(len(requirements)), step(id, "pass")) }
 	var steps []map[string]any
 	switch kind {
 	case "res-worker":
@@ -162,14 +158,14 @@ func planResourceJob(r *rand.Rand, seed uint64, n int) JobPlan {
 		// Two-second leases: a silent holder's slot comes back soon, and a
 		// claim's answer still reaches its worker in time on a machine
 		// loaded as `make test` loads it (with one second, a short run
-		// under -race saw every lease end before its worker had it).
-		worker := step("train", map[string]any{"type": "worker", "queue": WorkerQueues[r.IntN(len(WorkerQueues))], "lease_seconds": 2}, req)
-		// Two attempts beyond the script, for leases other faults lose.
-		worker["retry"] = map[string]any{"max_attempts": len(script) + 2, "backoff": "fixed", "initial_delay_ms": 100, "max_delay_ms": 1000}
-		steps = []map[string]any{worker}
+		// under -race saw every lease end before its worker had it). Two
+		// attempts beyond the script, for leases other faults lose.
+		worker := requiring(req, step("train", "worker", "queue", WorkerQueues[r.IntN(len(WorkerQueues))], "lease_seconds", 2))
+		worker["retry"] = fixedRetry(len(script)+2, 100)
 		if r.IntN(2) == 0 {
-			steps = append([]map[string]any{pass("prep")}, steps...)
+			steps = append(steps, pass("prep"))
 		}
+		steps = append(steps, worker)
 		if r.IntN(2) == 0 {
 			steps = append(steps, pass("post"))
 		}
@@ -180,19 +176,14 @@ func planResourceJob(r *rand.Rand, seed uint64, n int) JobPlan {
 	case "res-switch":
 		// Fails with class resource on every resource it is given: it
 		// switches until none that matches is left, then fails.
-		sw := step("flaky", map[string]any{"type": "fail", "class": "resource", "message": "chaos: the GPU faulted"}, r.IntN(2))
-		sw["retry"] = map[string]any{"max_attempts": 5, "backoff": "fixed", "initial_delay_ms": 100, "max_delay_ms": 1000}
-		steps = []map[string]any{sw}
+		sw := requiring(r.IntN(2), step("flaky", "fail", "class", "resource", "message", "chaos: the GPU faulted"))
+		steps = append(steps, with(sw, "retry", fixedRetry(5, 100)))
 	}
 	var cancel time.Duration
 	if r.Float64() < 0.1 {
 		cancel = time.Duration(300+r.IntN(1700)) * time.Millisecond
 	}
-	body, err := json.Marshal(map[string]any{"steps": steps, "payload": payload, "priority": r.IntN(3)})
-	if err != nil {
-		panic(err)
-	}
-	return JobPlan{N: n, Kind: kind, Key: fmt.Sprintf("chaos-%d-%d", seed, n), Body: body, CancelAfter: cancel}
+	return JobPlan{N: n, Kind: kind, Key: fmt.Sprintf("chaos-%d-%d", seed, n), Body: spec(steps, payload, r.IntN(3)), CancelAfter: cancel}
 }
 
 // planScript draws a worker step's script: up to two attempts that end

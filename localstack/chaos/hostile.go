@@ -17,7 +17,6 @@ import (
 
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/queue"
-	"github.com/stepflow/stepflow/shared/store"
 )
 
 // The hostile tenant is a second tenant in every run, with its own API
@@ -182,13 +181,9 @@ func (x exchange) problem() string {
 
 // hostile is the hostile tenant of one run.
 type hostile struct {
-	plan   HostilePlan
-	c      *client
-	raw    *store.Store
-	sqs    queue.API // without faults: lists the queues
-	names  *queue.Queue
-	prefix string
-	runIDs func() []string // the run's job ids answered so far
+	plan HostilePlan
+	r    *run
+	c    *client
 
 	colliders sync.WaitGroup // claims on the colliding names, until the run stops its workers
 	flood     sync.WaitGroup // the rest of the run-phase work
@@ -199,21 +194,7 @@ type hostile struct {
 }
 
 func newHostile(r *run, plan HostilePlan) *hostile {
-	prefix := r.st.Resources.Env["STEPFLOW_WORKER_QUEUE_PREFIX"]
-	return &hostile{
-		plan: plan, raw: r.raw, sqs: r.st.SQS, prefix: prefix, c: newClient(r.st.URL, HostileKey),
-		names: queue.New(nil, queue.Config{WorkerQueuePrefix: prefix}),
-		subs:  make([]*submission, len(plan.Flood)), exchanges: map[string][]exchange{},
-		runIDs: func() []string {
-			var ids []string
-			for _, s := range r.snapshot() {
-				if sid(s) != "" {
-					ids = append(ids, s.id)
-				}
-			}
-			return ids
-		},
-	}
+	return &hostile{plan: plan, r: r, c: newClient(r.st.URL, HostileKey), subs: make([]*submission, len(plan.Flood)), exchanges: map[string][]exchange{}}
 }
 
 func (h *hostile) record(check string, x exchange) {
@@ -225,11 +206,9 @@ func (h *hostile) record(check string, x exchange) {
 // send makes a request whose answer must be want: once, the first answer
 // counting (strict), or again after each 5xx or no answer.
 func (h *hostile) send(ctx context.Context, check, what, method, path string, body []byte, want int, strict bool, deadline time.Time) {
-	var as []answer
-	if strict {
-		as = []answer{h.c.once(ctx, method, path, body)}
-	} else {
-		as = h.c.retry(ctx, deadline, method, path, body)
+	as := []answer{h.c.once(ctx, method, path, body)}
+	if !strict && as[0].retryable() {
+		as = append(as, h.c.retry(ctx, deadline, method, path, body)...)
 	}
 	h.record(check, exchange{what: what, statuses: statuses(as), want: want, strict: strict})
 }
@@ -270,9 +249,9 @@ func (h *hostile) claim(ctx context.Context, name, kind string, wait int) {
 	}
 }
 
-// runPhase is its work while the run's jobs go: the flood from two
-// goroutines, the unknown names, the poison bodies, and reaching for the
-// run's jobs submitted so far.
+// runPhase is its work while the run's jobs go: the flood, the unknown
+// names, the poison bodies, and reaching for the run's jobs submitted so
+// far.
 func (h *hostile) runPhase(ctx context.Context, deadline time.Time) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -290,7 +269,7 @@ func (h *hostile) runPhase(ctx context.Context, deadline time.Time) {
 	}
 	h.poison(ctx, false, deadline)
 	wg.Wait()
-	h.reach(ctx, h.runIDs(), 5, 2, false, deadline)
+	h.reach(ctx, 5, 2, false, deadline)
 }
 
 // poison sends every poison body.
@@ -304,14 +283,18 @@ func (h *hostile) poison(ctx context.Context, strict bool, deadline time.Time) {
 	}
 }
 
-// reach makes requests on the run's jobs, as if they were its own: each
-// must answer 404, as a missing job does.
-func (h *hostile) reach(ctx context.Context, ids []string, gets, more int, strict bool, deadline time.Time) {
-	for i, id := range ids[:min(len(ids), gets)] {
-		h.send(ctx, checkIsolated, "GET "+id, http.MethodGet, "/v1/jobs/"+id, nil, http.StatusNotFound, strict, deadline)
-		if i < more {
-			h.send(ctx, checkIsolated, "GET events of "+id, http.MethodGet, "/v1/jobs/"+id+"/events", nil, http.StatusNotFound, strict, deadline)
-			h.send(ctx, checkIsolated, "cancel "+id, http.MethodPost, "/v1/jobs/"+id+"/cancel", nil, http.StatusNotFound, strict, deadline)
+// reach makes requests on the run's jobs answered so far, as if they were
+// its own: each must answer 404, as a missing job does.
+func (h *hostile) reach(ctx context.Context, gets, more int, strict bool, deadline time.Time) {
+	i := 0
+	for _, s := range h.r.snapshot() {
+		if id := sid(s); id != "" && i < gets {
+			h.send(ctx, checkIsolated, "GET "+id, http.MethodGet, "/v1/jobs/"+id, nil, http.StatusNotFound, strict, deadline)
+			if i < more {
+				h.send(ctx, checkIsolated, "GET events of "+id, http.MethodGet, "/v1/jobs/"+id+"/events", nil, http.StatusNotFound, strict, deadline)
+				h.send(ctx, checkIsolated, "cancel "+id, http.MethodPost, "/v1/jobs/"+id+"/cancel", nil, http.StatusNotFound, strict, deadline)
+			}
+			i++
 		}
 	}
 }
@@ -320,14 +303,14 @@ func (h *hostile) reach(ctx context.Context, ids []string, gets, more int, stric
 // the deadline passes.
 func (h *hostile) await(ctx context.Context, deadline time.Time) {
 	h.flood.Wait()
-	await(ctx, h.raw, HostileTenant, func() []*submission { return h.subs }, deadline)
+	await(ctx, h.r.raw, HostileTenant, func() []*submission { return h.subs }, deadline)
 }
 
 // endPhase runs with faults paused, once the run's jobs are done.
 func (h *hostile) endPhase(ctx context.Context) {
 	deadline := time.Now().Add(30 * time.Second)
 	h.poison(ctx, true, deadline)
-	h.reach(ctx, h.runIDs(), 1<<30, 3, true, deadline)
+	h.reach(ctx, 1<<30, 3, true, deadline)
 }
 
 // HostileResult is what the hostile tenant did in a run, and its checks.
@@ -375,26 +358,18 @@ type hostileFacts struct {
 	Stored    map[string]*domain.Job
 	Listed    map[string]bool // its job ids in the table's listing
 	ListErr   error
-	// Queues are the worker queues' names under the stack's prefix; Legit
-	// those the run's jobs may have made, Required those they did.
-	Queues    []string
+	Prefix    string   // the stack's worker queue prefix
+	Queues    []string // the worker queues' names under it
 	QueuesErr error
-	Legit     map[string]bool
-	Required  []string
 }
 
 // check gathers the facts, once the run has stopped its workers.
 func (h *hostile) check(ctx context.Context) *HostileResult {
 	h.colliders.Wait()
-	f := hostileFacts{Plan: h.plan, Exchanges: h.exchanges, Subs: h.subs, Stored: readJobs(ctx, h.raw, HostileTenant, h.subs), Legit: map[string]bool{}}
-	f.Listed, f.ListErr = listTenant(ctx, h.raw, HostileTenant)
-	// A worker queue and its P0 and P2 lanes, once a job names it.
-	for _, q := range WorkerQueues {
-		n := h.names.WorkerQueueName(Tenant, q)
-		f.Legit[n], f.Legit[h.names.LaneName(Tenant, q, 0)], f.Legit[h.names.LaneName(Tenant, q, 2)] = true, true, true
-		f.Required = append(f.Required, n)
-	}
-	f.Queues, f.QueuesErr = h.workerQueues(ctx)
+	raw, prefix := h.r.raw, h.r.st.Resources.Env["STEPFLOW_WORKER_QUEUE_PREFIX"]
+	f := hostileFacts{Plan: h.plan, Exchanges: h.exchanges, Subs: h.subs, Stored: readJobs(ctx, raw, HostileTenant, h.subs), Prefix: prefix}
+	f.Listed, f.ListErr = listTenant(ctx, raw, HostileTenant)
+	f.Queues, f.QueuesErr = workerQueues(ctx, h.r.st.SQS, prefix)
 	return judgeHostile(f)
 }
 
@@ -421,17 +396,20 @@ func judgeHostile(f hostileFacts) *HostileResult {
 			}
 		}
 	}
+	// A worker queue and its P0 and P2 lanes, once a job of the run names it.
 	const queues = "no worker queue but those jobs named"
+	names, legit := queue.New(nil, queue.Config{WorkerQueuePrefix: f.Prefix}), map[string]bool{}
+	for _, q := range WorkerQueues {
+		legit[names.WorkerQueueName(Tenant, q)], legit[names.LaneName(Tenant, q, 0)], legit[names.LaneName(Tenant, q, 2)] = true, true, true
+		l.judge(queues, HostileCategory, q, wrong(f.QueuesErr == nil && !slices.Contains(f.Queues, names.WorkerQueueName(Tenant, q)), "the run's jobs name it, yet it is missing")...)
+	}
 	if f.QueuesErr != nil {
 		l.judge(queues, HostileCategory, "list", f.QueuesErr.Error())
 	}
 	for _, q := range f.Queues {
 		res.Queues++
-		res.QueuesCreated += btoi(!f.Legit[q])
-		l.judge(queues, HostileCategory, q, wrong(!f.Legit[q], "exists, but no job named it")...)
-	}
-	for _, q := range f.Required {
-		l.judge(queues, HostileCategory, q, wrong(f.QueuesErr == nil && !slices.Contains(f.Queues, q), "the run's jobs name it, yet it is missing")...)
+		res.QueuesCreated += btoi(!legit[q])
+		l.judge(queues, HostileCategory, q, wrong(!legit[q], "exists, but no job named it")...)
 	}
 	l.judgeSubmits(f.Subs, f.Listed, f.ListErr, f.Stored, nil)
 	for _, s := range f.Subs {
@@ -443,11 +421,11 @@ func judgeHostile(f hostileFacts) *HostileResult {
 }
 
 // workerQueues lists the worker queues under the stack's prefix, by name.
-func (h *hostile) workerQueues(ctx context.Context) ([]string, error) {
+func workerQueues(ctx context.Context, api queue.API, prefix string) ([]string, error) {
 	var names []string
-	in := &sqs.ListQueuesInput{QueueNamePrefix: aws.String(h.prefix), MaxResults: aws.Int32(1000)}
+	in := &sqs.ListQueuesInput{QueueNamePrefix: aws.String(prefix), MaxResults: aws.Int32(1000)}
 	for range 100 {
-		out, err := h.sqs.ListQueues(ctx, in)
+		out, err := api.ListQueues(ctx, in)
 		if err != nil {
 			return nil, err
 		}

@@ -87,12 +87,8 @@ func cleanFacts(t *testing.T) hostileFacts {
 		Subs:   []*submission{{plan: JobPlan{N: 0, Kind: "pass"}, id: done.ID, ids: map[string]int{done.ID: 1}, finished: true}},
 		Stored: map[string]*domain.Job{done.ID: done},
 		Listed: map[string]bool{done.ID: true},
-		Legit:  map[string]bool{},
-	}
-	for _, n := range []string{names.WorkerQueueName(Tenant, "wq-0"), names.WorkerQueueName(Tenant, "wq-1")} {
-		f.Legit[n] = true
-		f.Required = append(f.Required, n)
-		f.Queues = append(f.Queues, n)
+		Prefix: "s-w-",
+		Queues: []string{names.WorkerQueueName(Tenant, "wq-0"), names.WorkerQueueName(Tenant, "wq-1")},
 	}
 	return f
 }

@@ -53,18 +53,20 @@ func (r *Result) FaultTotal() int64 {
 
 // Report writes a run's table: its seed, jobs, faults by kind and checks.
 func (r *Result) Report(w io.Writer, verbose bool) {
-	status := "ok"
-	if !r.Passed() {
-		status = "FAILED"
-	}
+	status := map[bool]string{true: "ok", false: "FAILED"}[r.Passed()]
 	var states []string
 	for _, s := range domain.AllJobStates() {
 		if n := r.States[s]; n > 0 {
 			states = append(states, fmt.Sprintf("%s %d", strings.ToLower(string(s)), n))
 		}
 	}
+	h, hostile := r.Hostile, ""
+	if h != nil {
+		hostile = fmt.Sprintf("; hostile %s: %d foreign leases in %d claims, %d queues made, poison %d/%d accepted, flood %d/%d",
+			map[bool]string{true: "ok", false: fmt.Sprintf("FAILED %d", h.Failed())}[h.Failed() == 0], h.ForeignLeases, h.Claims, h.QueuesCreated, h.PoisonAccepted, h.PoisonSent, h.FloodFinished, h.Flood)
+	}
 	fmt.Fprintf(w, "seed %d: %s, %d jobs (plan %s: %s), finished in %s, drained in %s%s\n", r.Seed, status, r.Jobs, r.Plan, strings.Join(states, ", "),
-		r.Waited.Round(100*time.Millisecond), (r.Duration - r.Waited).Round(100*time.Millisecond), r.Hostile.brief())
+		r.Waited.Round(100*time.Millisecond), (r.Duration - r.Waited).Round(100*time.Millisecond), hostile)
 	fmt.Fprintf(w, "  faults %d: %s\n", r.FaultTotal(), FormatCounts(r.Faults))
 	fmt.Fprintf(w, "  sweeps %d (%d crashed, clock advanced %d times): reclaimed %d, re-dispatched %d; workers claimed %d, outcomes accepted %d, refused 409 %d; dead-lettered %d\n",
 		r.Sweeps.Sweeps, r.Sweeps.Crashed, r.Sweeps.Advances, r.Sweeps.Reclaimed, r.Sweeps.Redispatched,
@@ -73,7 +75,7 @@ func (r *Result) Report(w io.Writer, verbose bool) {
 		fmt.Fprintf(w, "  resources: %s\n", r.Resources.brief())
 	}
 	fmt.Fprintf(w, "  schedules: %s\n", r.Schedules.brief())
-	if h := r.Hostile; h != nil {
+	if h != nil {
 		fmt.Fprintf(w, "  hostile tenant %s (plan %s): %d claims (%d on colliding names, %d on unknown names, %d answered 5xx), foreign leases %d; "+
 			"worker queues %d, %d made by claims; poison bodies %d sent, accepted %d; flood %d/%d finished\n",
 			h.Tenant, h.Plan, h.Claims, h.CollidingClaims, h.UnknownClaims, h.ClaimErrors, h.ForeignLeases,
@@ -81,10 +83,7 @@ func (r *Result) Report(w io.Writer, verbose bool) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  check\tok\tfailed\tcounts as\n")
-	checks := r.Checks
-	if r.Hostile != nil {
-		checks = append(append([]*Check(nil), checks...), r.Hostile.Checks...)
-	}
+	checks := append(append([]*Check(nil), r.Checks...), h.checks()...)
 	for _, c := range checks {
 		fmt.Fprintf(tw, "  %s\t%d\t%d\t%s\n", c.Name, c.OK, c.Failed, c.Category)
 	}
@@ -108,19 +107,6 @@ func (r *Result) Report(w io.Writer, verbose bool) {
 	}
 }
 
-// brief is the hostile tenant's part of a run's first line.
-func (h *HostileResult) brief() string {
-	if h == nil {
-		return ""
-	}
-	status := "ok"
-	if h.Failed() > 0 {
-		status = fmt.Sprintf("FAILED %d", h.Failed())
-	}
-	return fmt.Sprintf("; hostile %s: %d foreign leases in %d claims, %d queues made, poison %d/%d accepted, flood %d/%d",
-		status, h.ForeignLeases, h.Claims, h.QueuesCreated, h.PoisonAccepted, h.PoisonSent, h.FloodFinished, h.Flood)
-}
-
 // FaultSummary adds up the runs' faults by kind, in report order: the
 // line before Summary.
 func FaultSummary(results []*Result) string {
@@ -137,26 +123,19 @@ func FaultSummary(results []*Result) string {
 // tenant add its totals.
 func Summary(results []*Result) string {
 	var faults int64
-	jobs, lost, dup, mis := 0, 0, 0, 0
-	hostile, claims, foreign, made, accepted, failed := 0, 0, 0, 0, 0, 0
+	var jobs, lost, dup, mis, hostile, failed int
+	var h HostileResult
 	for _, r := range results {
-		faults += r.FaultTotal()
-		jobs += r.Jobs
-		lost += r.Lost
-		dup += r.Duplicated
-		mis += r.Mismatched
-		if h := r.Hostile; h != nil {
+		faults, jobs, lost, dup, mis = faults+r.FaultTotal(), jobs+r.Jobs, lost+r.Lost, dup+r.Duplicated, mis+r.Mismatched
+		if x := r.Hostile; x != nil {
 			hostile++
-			claims += h.Claims
-			foreign += h.ForeignLeases
-			made += h.QueuesCreated
-			accepted += h.PoisonAccepted
-			failed += h.Failed()
+			h.Claims, h.ForeignLeases, h.QueuesCreated, h.PoisonAccepted, failed = h.Claims+x.Claims, h.ForeignLeases+x.ForeignLeases,
+				h.QueuesCreated+x.QueuesCreated, h.PoisonAccepted+x.PoisonAccepted, failed+x.Failed()
 		}
 	}
 	line := fmt.Sprintf("chaos: %d runs, %d faults injected, %d jobs, lost %d, duplicated %d, mismatched %d", len(results), faults, jobs, lost, dup, mis)
 	if hostile > 0 {
-		line += fmt.Sprintf("; hostile tenant: %d claims, foreign leases %d, queues made %d, poison accepted %d, checks failed %d", claims, foreign, made, accepted, failed)
+		line += fmt.Sprintf("; hostile tenant: %d claims, foreign leases %d, queues made %d, poison accepted %d, checks failed %d", h.Claims, h.ForeignLeases, h.QueuesCreated, h.PoisonAccepted, failed)
 	}
 	return line
 }

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -223,7 +222,7 @@ type resourcePool struct {
 	leases  map[string]bool // the leases of resource jobs' steps workers were handed
 	notes   []string
 
-	writes, raced, registered atomic.Int64
+	registered atomic.Int64
 }
 
 func newResourcePool(plan *resourcePlan, clock *Clock) *resourcePool {
@@ -250,13 +249,6 @@ func (p *resourcePool) Observe(s *middleware.Stack) error {
 	return s.Deserialize.Add(middleware.DeserializeMiddlewareFunc("chaos.ResourcesAttempt", p.observeAttempt), middleware.After)
 }
 
-// poolCall is a PutItem of a pool resource, from its call to its attempts.
-type poolCall struct {
-	res     string
-	put     domain.Resource
-	applied atomic.Bool
-}
-
 type poolCallKey struct{}
 
 // poolWrite is a PutItem of a pool resource that was applied.
@@ -267,36 +259,31 @@ type poolWrite struct {
 	Holders    map[string]domain.Holder
 }
 
+// observeCall notes a PutItem of a pool resource in its call's context.
 func (p *resourcePool) observeCall(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-	put, ok := in.Parameters.(*dynamodb.PutItemInput)
-	if !ok || poolItem(put.Item) == "" {
-		return next.HandleInitialize(ctx, in)
+	if put, ok := in.Parameters.(*dynamodb.PutItemInput); ok && poolItem(put.Item) != "" {
+		var r domain.Resource
+		if err := attributevalue.UnmarshalMap(put.Item, &r); err != nil {
+			p.note("a write of a resource is unreadable: %v", err)
+		} else {
+			r.ID = poolItem(put.Item)
+			ctx = context.WithValue(ctx, poolCallKey{}, &r)
+		}
 	}
-	c := &poolCall{res: poolItem(put.Item)}
-	if err := attributevalue.UnmarshalMap(put.Item, &c.put); err != nil {
-		p.note("a write of a resource is unreadable: %v", err)
-		return next.HandleInitialize(ctx, in)
-	}
-	out, md, err := next.HandleInitialize(context.WithValue(ctx, poolCallKey{}, c), in)
-	p.writes.Add(1)
-	var ccf *ddb.ConditionalCheckFailedException
-	if errors.As(err, &ccf) && !c.applied.Load() {
-		p.raced.Add(1)
-	}
-	return out, md, err
+	return next.HandleInitialize(ctx, in)
 }
 
+// observeAttempt notes each attempt of such a PutItem that was applied.
 func (p *resourcePool) observeAttempt(ctx context.Context, in middleware.DeserializeInput, next middleware.DeserializeHandler) (middleware.DeserializeOutput, middleware.Metadata, error) {
-	c, _ := ctx.Value(poolCallKey{}).(*poolCall)
-	if c == nil {
+	r, _ := ctx.Value(poolCallKey{}).(*domain.Resource)
+	if r == nil {
 		return next.HandleDeserialize(ctx, in)
 	}
 	start := p.clock.Now()
 	out, md, err := next.HandleDeserialize(ctx, in)
-	if r, ok := out.RawResponse.(*smithyhttp.Response); ok && r.StatusCode == http.StatusOK {
-		c.applied.Store(true)
+	if res, ok := out.RawResponse.(*smithyhttp.Response); ok && res.StatusCode == http.StatusOK {
 		p.mu.Lock()
-		p.applied = append(p.applied, poolWrite{Res: c.res, Version: c.put.Version, Start: start, End: p.clock.Now(), Holders: c.put.Holders})
+		p.applied = append(p.applied, poolWrite{Res: r.ID, Version: r.Version, Start: start, End: p.clock.Now(), Holders: r.Holders})
 		p.mu.Unlock()
 	}
 	return out, md, err

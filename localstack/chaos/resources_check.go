@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -16,25 +17,20 @@ import (
 type ResourceResult struct {
 	Jobs       int
 	Registered int64
-	// Attempts on a slot; Ran those a worker was handed or the built-in
-	// executor ran to an outcome (whose slots must not overlap beyond
+	// Ran counts the attempts a worker was handed or the built-in executor
+	// ran to an outcome on a slot (whose slots must not overlap beyond
 	// capacity); Unobserved those of them whose slot's taking no write
-	// showed (their start is the attempt's); Late those whose slot was
-	// taken only after their lease had run out (they held nothing).
-	Attempts, Ran, Unobserved, Late int
-	// Leases handed to workers on a slot, of them Killed (gone silent).
-	Leases, Killed int
-	// Writes of the pool's items by the engine, and those that lost a race.
-	Writes, Raced int64
+	// showed (their start is the attempt's); Late the attempts whose slot
+	// was taken only after their lease had run out (they held nothing).
+	Ran, Unobserved, Late int
 }
 
 func (r *ResourceResult) brief() string {
 	if r == nil {
 		return "none"
 	}
-	return fmt.Sprintf("%d jobs, %d of %d resources registered; %d attempts on a slot, %d run (%d slots taken unobserved), %d slots taken after their lease ran out; "+
-		"%d leases to workers (%d killed); %d slot writes, %d lost a race", r.Jobs, r.Registered, len(ResourcePool), r.Attempts, r.Ran, r.Unobserved, r.Late,
-		r.Leases, r.Killed, r.Writes, r.Raced)
+	return fmt.Sprintf("%d jobs, %d of %d resources registered; %d attempts run on a slot (%d slots taken unobserved), %d slots taken after their lease ran out",
+		r.Jobs, r.Registered, len(ResourcePool), r.Ran, r.Unobserved, r.Late)
 }
 
 // poolResources are the pool as the domain sees it, to match steps.
@@ -100,16 +96,12 @@ func (p *resourcePool) check(ctx context.Context, r *run, l *ledger, res *Result
 		return
 	}
 	const capacity, kept, leaked = "resources: no resource ran more attempts at once than its slots", "resources: no slot given back while its lease runs", "resources: no slot held once every job finished"
-	rr := &ResourceResult{Jobs: len(p.plan.all()), Registered: p.registered.Load(), Writes: p.writes.Load(), Raced: p.raced.Load(), Killed: int(r.f.Counts()[KindSlotHolderKilled])}
+	rr := &ResourceResult{Jobs: len(p.plan.all()), Registered: p.registered.Load()}
 	res.Resources = rr
 	p.mu.Lock()
 	res.Notes = append(res.Notes, p.notes...)
-	leases := make(map[string]bool, len(p.leases))
-	for id := range p.leases {
-		leases[id] = true
-	}
+	leases := maps.Clone(p.leases)
 	p.mu.Unlock()
-	rr.Leases = len(leases)
 	hs := p.holdings()
 	spans, keys := map[string][]span{}, map[string]string{}
 	for _, jp := range p.plan.all() {
@@ -121,7 +113,6 @@ func (p *resourcePool) check(ctx context.Context, r *run, l *ledger, res *Result
 		keys[j.ID] = s.key()
 		for _, st := range j.Steps {
 			for _, a := range st.Attempts {
-				rr.Attempts += btoi(a.Resource != "")
 				if failedOnResource(a) {
 					r.f.Count(KindResourceFailed)
 				}

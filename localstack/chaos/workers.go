@@ -22,10 +22,10 @@ const ZombieTag = "zombie"
 // lateAnswer is an outcome or heartbeat sent after its lease had expired
 // by the stack's clock that the engine accepted anyway.
 type lateAnswer struct {
-	Job, Step, Lease, Op string
-	Status               int
-	Answer               string
-	Sent, Expires        time.Time
+	Job, Lease, Op string
+	Status         int
+	Answer         string
+	Sent, Expires  time.Time
 }
 
 // workers are the chaos workers: goroutines claiming worker steps over
@@ -41,7 +41,6 @@ type workers struct {
 	claimed  atomic.Int64
 	outcomes atomic.Int64 // outcomes the engine accepted
 	refused  atomic.Int64 // 409s
-	odd      atomic.Int64 // answers no worker should get (4xx other than 409)
 
 	mu      sync.Mutex
 	late    []lateAnswer
@@ -99,6 +98,9 @@ func (w *workers) note(format string, args ...any) {
 	}
 }
 
+// workerOutcomes are what a worker reports, with their weights (of 100).
+var workerOutcomes = weightedKinds{{"complete", 70}, {"retryable", 12}, {"fatal", 8}, {"resource", 5}, {"timeout", 5}}
+
 // behaviour is how a worker treats one lease.
 type behaviour struct {
 	zombie    bool          // stall past the lease, then report anyway
@@ -123,18 +125,7 @@ func (w *workers) behaviour() behaviour {
 		b.stall = time.Duration(50+r.IntN(600)) * time.Millisecond
 		b.work = time.Duration(r.IntN(150)) * time.Millisecond
 		b.heartbeat = r.IntN(2) == 0
-		switch x := r.IntN(100); {
-		case x < 70:
-			b.outcome = "complete"
-		case x < 82:
-			b.outcome = "retryable"
-		case x < 90:
-			b.outcome = "fatal"
-		case x < 95:
-			b.outcome = "resource"
-		default:
-			b.outcome = "timeout"
-		}
+		b.outcome = workerOutcomes.pick(r)
 	})
 	return b
 }
@@ -154,24 +145,26 @@ func marker(input json.RawMessage) string {
 
 func (w *workers) handle(ctx context.Context, name string, l wire.ClaimedLease) {
 	expires := l.ExpiresAt
-	switch m := marker(l.Input); {
+	m := marker(l.Input)
+	switch {
 	case m == WorkerResource:
 		w.resource(ctx, name, l)
 		return
 	case m == WorkerReplan:
 		w.replan(ctx, name, l)
 		return
-	case m == WorkerFailFirst && l.Attempt <= 1:
+	case m == WorkerFailFirst:
 		// A redrive job's first attempt fails fatally at once: its step
 		// allows one attempt, so the job fails; a later one completes.
-		w.report(ctx, l, &expires, "fatal", PlannedFatal, name)
-		return
-	case m == WorkerFailFirst:
-		w.report(ctx, l, &expires, "", "", name)
+		class := ""
+		if l.Attempt <= 1 {
+			class = "fatal"
+		}
+		w.report(ctx, l, &expires, class, PlannedFatal, name)
 		return
 	}
 	b := w.behaviour()
-	if marker(l.Input) == WorkerAlwaysComplete {
+	if m == WorkerAlwaysComplete {
 		b.outcome = "complete"
 	}
 	// A zombie wakes past its lease; a skewed worker plans by its own
@@ -201,15 +194,18 @@ func (w *workers) handle(ctx context.Context, name string, l wire.ClaimedLease) 
 			wait()
 		}
 	}
-	if ctx.Err() == nil && b.outcome == "complete" {
-		w.report(ctx, l, &expires, "", "", name)
-	} else if ctx.Err() == nil {
-		w.report(ctx, l, &expires, b.outcome, fmt.Sprintf("worker %s reports %s", name, b.outcome), name)
+	class := b.outcome
+	if class == "complete" {
+		class = ""
+	}
+	if ctx.Err() == nil {
+		w.report(ctx, l, &expires, class, fmt.Sprintf("worker %s reports %s", name, b.outcome), name)
 	}
 }
 
-// report completes a lease (class "") or fails it with class and msg; sent
-// late, its output carries the zombie tag, its message starts "[zombie]".
+// report completes a lease (class "", msg unused) or fails it with class
+// and msg; sent late, its output carries the zombie tag, its message
+// starts "[zombie]".
 func (w *workers) report(ctx context.Context, l wire.ClaimedLease, expires *time.Time, class, msg, name string) answer {
 	op := map[bool]string{true: "complete", false: "fail"}[class == ""]
 	return w.send(ctx, l, op, expires, func(late bool) []byte {
@@ -231,9 +227,7 @@ func (w *workers) report(ctx context.Context, l wire.ClaimedLease, expires *time
 
 // waitUntil polls cond every 20 ms (the stack's clock may jump).
 func (w *workers) waitUntil(ctx context.Context, cond func() bool) {
-	for ctx.Err() == nil && !cond() {
-		sleep(ctx, 20*time.Millisecond)
-	}
+	poll(ctx, time.Now().Add(time.Hour), 20*time.Millisecond, cond)
 }
 
 // send posts a heartbeat or an outcome under a lease, again after a 5xx
@@ -254,7 +248,7 @@ func (w *workers) send(ctx context.Context, l wire.ClaimedLease, op string, expi
 		case a.ok():
 			if late {
 				w.mu.Lock()
-				w.late = append(w.late, lateAnswer{Job: l.JobID, Step: l.StepID, Lease: l.LeaseID, Op: op, Status: a.status, Answer: truncate(a.body, 160), Sent: sent, Expires: *expires})
+				w.late = append(w.late, lateAnswer{Job: l.JobID, Lease: l.LeaseID, Op: op, Status: a.status, Answer: truncate(a.body, 160), Sent: sent, Expires: *expires})
 				w.mu.Unlock()
 			}
 			if op != "heartbeat" {
@@ -265,7 +259,6 @@ func (w *workers) send(ctx context.Context, l wire.ClaimedLease, op string, expi
 			w.refused.Add(1)
 			return a
 		case !a.retryable():
-			w.odd.Add(1)
 			w.note("%s of lease %s answered %d: %s", op, l.LeaseID, a.status, a.body)
 			return a
 		}

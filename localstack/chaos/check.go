@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -47,8 +46,6 @@ type Check struct {
 // (jobs, schedules, queues) that failed a check of each category: a job
 // failing three checks counts once.
 type ledger struct {
-	prefix string   // before each check's name: "hostile: " for the hostile tenant's
-	cat    Category // when set, what every check counts as (the hostile tenant's)
 	checks []*Check
 	byName map[string]*Check
 	bad    map[Category]map[string]bool
@@ -61,7 +58,6 @@ func newLedger() *ledger {
 // judge passes the check for key when there is no problem, and fails it
 // once per problem otherwise.
 func (l *ledger) judge(name string, cat Category, key string, problems ...string) {
-	name, cat = l.prefix+name, cmp.Or(l.cat, cat)
 	c := l.byName[name]
 	if c == nil {
 		c = &Check{Name: name, Category: cat}
@@ -143,7 +139,7 @@ func (s *submission) snapshot() []call {
 
 func (s *submission) key() string { return fmt.Sprintf("job %s (%s)", s.id, s.plan.Kind) }
 
-// judgeSubmits holds a tenant's submits to their answers, each job to the
+// judgeSubmits holds the run's submits to their answers, each job to the
 // invariants and its row, and the tenant's listing to the submits.
 func (l *ledger) judgeSubmits(subs []*submission, listed map[string]bool, listErr error, stored map[string]*domain.Job, late map[string][]lateAnswer) {
 	const submitted = "every submit answered a job"

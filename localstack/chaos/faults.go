@@ -4,9 +4,7 @@
 // submits a random mix of jobs to a local stack under those faults, with
 // misbehaving workers and concurrent sweeps, then holds every job to the
 // history invariants (check.go) and to its workload's table of what a job
-// of its kind ends as given the faults. Beside the run's tenant, a hostile
-// tenant works as an attacker would (hostile.go); its checks fail a run as
-// the others do.
+// of its kind ends as given the faults.
 //
 // Time is under fault too: the chaos stack runs with a timer threshold of
 // two seconds (RunTimerThreshold), so a sleep, an approval gate's or a
@@ -23,7 +21,7 @@
 // Every random decision comes from PCG generators seeded from one seed,
 // under one mutex. Each kind of decision has its own stream (the workload
 // plan, the engine's AWS calls, their attempts, deliveries, leases handed
-// to workers, sweeps, the hostile tenant's plan), so the n-th decision of
+// to workers, sweeps), so the n-th decision of
 // a stream is the same for a seed however the goroutines interleave; which
 // call, message or lease meets it follows wall-clock scheduling and may
 // differ from one run of a seed to the next.
@@ -154,7 +152,6 @@ const (
 	StreamDeliver                // messages the event source mapping receives
 	StreamWorkers                // leases handed to chaos workers
 	StreamSweeps                 // sweeper ticks
-	StreamHostile                // what the hostile tenant sends
 	StreamAttempts               // the engine's AWS calls, once per attempt (the SDK's retries included)
 	StreamTimers                 // timer steps' messages received, and delayed entries sent
 	StreamRacers                 // the racers' plans, drawn with the workload plan

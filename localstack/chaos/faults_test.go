@@ -612,7 +612,7 @@ func TestTimerTwiceHandsOnlyTimerMessagesOutAgain(t *testing.T) {
 	timer, work, foreign, other := a.Queue("timer"), a.Queue("work"), a.Queue("foreign"), a.Queue("other")
 	a.Send(timer, timerBody(Tenant, "gate"))
 	a.Send(work, timerBody(Tenant, "only")) // a pass step's: executed, no timer
-	a.Send(foreign, timerBody(HostileTenant, "nap"))
+	a.Send(foreign, timerBody("another-tenant", "nap"))
 	a.Send(other, "not json")
 	f := New(1, only(KindTimerTwice))
 	rq := a.runner(f)

@@ -33,14 +33,11 @@ type Result struct {
 	Calls                        map[string]int64 // engine AWS calls by operation
 	FaultsByCall                 map[string]int64 // "kind Service.Operation" -> faults injected there
 	Resources                    *ResourceResult  // nil when the run had no resource jobs
-	Hostile                      *HostileResult   // nil when the run had no hostile tenant
 	Schedules                    *ScheduleResult
 }
 
-// Passed reports whether every check held, the hostile tenant's too.
-func (r *Result) Passed() bool {
-	return r.Lost+r.Duplicated+r.Mismatched == 0 && r.Hostile.Failed() == 0
-}
+// Passed reports whether every check held.
+func (r *Result) Passed() bool { return r.Lost+r.Duplicated+r.Mismatched == 0 }
 
 // FaultTotal answers how many faults the run injected.
 func (r *Result) FaultTotal() int64 {
@@ -60,13 +57,8 @@ func (r *Result) Report(w io.Writer, verbose bool) {
 			states = append(states, fmt.Sprintf("%s %d", strings.ToLower(string(s)), n))
 		}
 	}
-	h, hostile := r.Hostile, ""
-	if h != nil {
-		hostile = fmt.Sprintf("; hostile %s: %d foreign leases in %d claims, %d queues made, poison %d/%d accepted, flood %d/%d",
-			map[bool]string{true: "ok", false: fmt.Sprintf("FAILED %d", h.Failed())}[h.Failed() == 0], h.ForeignLeases, h.Claims, h.QueuesCreated, h.PoisonAccepted, h.PoisonSent, h.FloodFinished, h.Flood)
-	}
-	fmt.Fprintf(w, "seed %d: %s, %d jobs (plan %s: %s), finished in %s, drained in %s%s\n", r.Seed, status, r.Jobs, r.Plan, strings.Join(states, ", "),
-		r.Waited.Round(100*time.Millisecond), (r.Duration - r.Waited).Round(100*time.Millisecond), hostile)
+	fmt.Fprintf(w, "seed %d: %s, %d jobs (plan %s: %s), finished in %s, drained in %s\n", r.Seed, status, r.Jobs, r.Plan, strings.Join(states, ", "),
+		r.Waited.Round(100*time.Millisecond), (r.Duration - r.Waited).Round(100*time.Millisecond))
 	fmt.Fprintf(w, "  faults %d: %s\n", r.FaultTotal(), FormatCounts(r.Faults))
 	fmt.Fprintf(w, "  sweeps %d (%d crashed, clock advanced %d times): reclaimed %d, re-dispatched %d; workers claimed %d, outcomes accepted %d, refused 409 %d; dead-lettered %d\n",
 		r.Sweeps.Sweeps, r.Sweeps.Crashed, r.Sweeps.Advances, r.Sweeps.Reclaimed, r.Sweeps.Redispatched,
@@ -75,20 +67,13 @@ func (r *Result) Report(w io.Writer, verbose bool) {
 		fmt.Fprintf(w, "  resources: %s\n", r.Resources.brief())
 	}
 	fmt.Fprintf(w, "  schedules: %s\n", r.Schedules.brief())
-	if h != nil {
-		fmt.Fprintf(w, "  hostile tenant %s (plan %s): %d claims (%d on colliding names, %d on unknown names, %d answered 5xx), foreign leases %d; "+
-			"worker queues %d, %d made by claims; poison bodies %d sent, accepted %d; flood %d/%d finished\n",
-			h.Tenant, h.Plan, h.Claims, h.CollidingClaims, h.UnknownClaims, h.ClaimErrors, h.ForeignLeases,
-			h.Queues, h.QueuesCreated, h.PoisonSent, h.PoisonAccepted, h.FloodFinished, h.Flood)
-	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  check\tok\tfailed\tcounts as\n")
-	checks := append(append([]*Check(nil), r.Checks...), h.checks()...)
-	for _, c := range checks {
+	for _, c := range r.Checks {
 		fmt.Fprintf(tw, "  %s\t%d\t%d\t%s\n", c.Name, c.OK, c.Failed, c.Category)
 	}
 	_ = tw.Flush()
-	for _, c := range checks {
+	for _, c := range r.Checks {
 		for _, e := range c.Examples {
 			fmt.Fprintf(w, "    FAIL %s: %s\n", c.Name, e)
 		}
@@ -119,23 +104,12 @@ func FaultSummary(results []*Result) string {
 	return "chaos faults by kind: " + FormatCounts(total)
 }
 
-// Summary is the one line that ends a chaos command; runs with a hostile
-// tenant add its totals.
+// Summary is the one line that ends a chaos command.
 func Summary(results []*Result) string {
 	var faults int64
-	var jobs, lost, dup, mis, hostile, failed int
-	var h HostileResult
+	var jobs, lost, dup, mis int
 	for _, r := range results {
 		faults, jobs, lost, dup, mis = faults+r.FaultTotal(), jobs+r.Jobs, lost+r.Lost, dup+r.Duplicated, mis+r.Mismatched
-		if x := r.Hostile; x != nil {
-			hostile++
-			h.Claims, h.ForeignLeases, h.QueuesCreated, h.PoisonAccepted, failed = h.Claims+x.Claims, h.ForeignLeases+x.ForeignLeases,
-				h.QueuesCreated+x.QueuesCreated, h.PoisonAccepted+x.PoisonAccepted, failed+x.Failed()
-		}
 	}
-	line := fmt.Sprintf("chaos: %d runs, %d faults injected, %d jobs, lost %d, duplicated %d, mismatched %d", len(results), faults, jobs, lost, dup, mis)
-	if hostile > 0 {
-		line += fmt.Sprintf("; hostile tenant: %d claims, foreign leases %d, queues made %d, poison accepted %d, checks failed %d", h.Claims, h.ForeignLeases, h.QueuesCreated, h.PoisonAccepted, failed)
-	}
-	return line
+	return fmt.Sprintf("chaos: %d runs, %d faults injected, %d jobs, lost %d, duplicated %d, mismatched %d", len(results), faults, jobs, lost, dup, mis)
 }

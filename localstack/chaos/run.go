@@ -47,7 +47,6 @@ type Config struct {
 	Workers       int          // chaos workers per worker queue (2)
 	Log           *slog.Logger // the stack's log; nil discards it
 	Progress      io.Writer    // progress lines; nil for none
-	Hostile       HostileConfig
 	Resources     ResourceConfig
 }
 
@@ -61,7 +60,6 @@ func (c *Config) defaults() {
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}
-	c.Hostile.defaults()
 	c.Resources.defaults()
 }
 
@@ -101,7 +99,7 @@ type SweepTotals struct {
 
 // Run runs one seed: a stack under the fault layer, the jobs of the seed's
 // plan (with its resource, replan and flood jobs), chaos workers and
-// sweepers, the schedules and the hostile tenant beside them, then the
+// sweepers, the schedules beside them, then the
 // checks. An error means the run could not be made (the stack did not
 // start), not that a check failed: those are in the result.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
@@ -119,7 +117,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	all := slices.Concat(plan, waves, replans)
 	name := fmt.Sprintf("chaos-%d-%x", cfg.Seed, time.Now().UnixNano()&0xffffff)
 	st, err := devstack.Start(ctx, devstack.Options{
-		EndpointURL: cfg.Endpoint, StackName: name, APIKeys: map[string]string{APIKey: Tenant, HostileKey: HostileTenant, ScheduleKey: ScheduleTenant},
+		EndpointURL: cfg.Endpoint, StackName: name, APIKeys: map[string]string{APIKey: Tenant, ScheduleKey: ScheduleTenant},
 		ScheduleEvery: 2 * time.Second, PollWait: time.Second, Lease: cfg.Lease, Now: clock.Now, Log: cfg.Log,
 		TimerThreshold:   RunTimerThreshold,
 		APIOptions:       []func(*middleware.Stack) error{f.Middleware, pool.Observe},
@@ -149,10 +147,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, fmt.Errorf("chaos: create worker queue %s: %w", name, err)
 		}
 	}
-	var h *hostile
-	if !cfg.Hostile.Off {
-		h = newHostile(r, f.HostilePlan(cfg.Hostile))
-	}
 	res := &Result{Seed: cfg.Seed, Jobs: len(all), Stack: name, Plan: PlanDigest(all)}
 	fmt.Fprintf(cfg.Progress, "seed %d: stack %s at %s, %d jobs\n", cfg.Seed, name, st.URL, len(all))
 
@@ -166,18 +160,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	deadline := time.Now().Add(cfg.Bound)
 	waved.Go(func() { pool.submit(ctx, workCtx, r, deadline) })
-	if h != nil {
-		h.start(workCtx, ctx, deadline)
-	}
 	sc := newScheduler(r)
 	sc.start(workCtx, deadline)
 	submitAll(ctx, slices.Concat(plan, replans), func(p JobPlan) { r.submit(ctx, p, deadline) })
 	waved.Wait()
 	r.submitted.Store(true)
 	finished := await(ctx, r.raw, Tenant, r.snapshot, deadline)
-	if h != nil {
-		h.await(ctx, deadline)
-	}
 	// The schedules stop (paused, then deleted) once the run's jobs are
 	// done, and their last runs finish before the queues are drained.
 	sc.stop(ctx, time.Now().Add(cfg.Drain))
@@ -191,18 +179,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	sweeper.Wait()
 	f.Pause()
 	res.Queues, res.Dead = r.drain(ctx, time.Now().Add(cfg.Drain))
-	if h != nil {
-		h.endPhase(ctx)
-	}
 	stopWork()
 	r.racers.Wait()
 	r.w.wg.Wait()
 
 	l := r.check(ctx, res)
 	sc.check(ctx, l, res)
-	if h != nil {
-		res.Hostile = h.check(ctx)
-	}
 	res.Checks = l.checks
 	res.Lost, res.Duplicated, res.Mismatched = l.failed(Lost), l.failed(Duplicated), l.failed(Mismatched)
 	res.Faults, res.Calls, res.FaultsByCall = f.Counts(), f.Calls(), map[string]int64{}

@@ -145,7 +145,7 @@ func (l *ledger) judgeSubmits(subs []*submission, listed map[string]bool, listEr
 	const submitted = "every submit answered a job"
 	answered := map[string]bool{}
 	for i, s := range subs {
-		if s == nil || s.id == "" {
+		if s.id == "" {
 			l.judge(submitted, Lost, fmt.Sprintf("job %d", i), "no 2xx answer")
 			continue
 		}

@@ -22,8 +22,7 @@ type Result struct {
 	// schedules) that failed a check of the category.
 	Lost, Duplicated, Mismatched int
 	States                       map[domain.JobState]int
-	Queues                       []queueCount // what each queue held when the drain stopped
-	Dead                         int          // messages in the dead-letter queue (parked, not in flight)
+	Dead                         int // messages in the dead-letter queue (parked, not in flight)
 	Sweeps                       SweepTotals
 	Claimed                      int64 // leases the chaos workers were handed
 	WorkerOutcomes               int64 // worker outcomes the engine accepted

@@ -361,7 +361,7 @@ func (p *resourcePool) submit(ctx, work context.Context, r *run, deadline time.T
 		sleep(ctx, time.Until(start.Add(wave.After)))
 		var wg sync.WaitGroup
 		for _, jp := range wave.Jobs {
-			wg.Go(func() { r.submit(ctx, jp, deadline) })
+			wg.Go(func() { r.submit(ctx, jp.N, deadline) })
 		}
 		wg.Wait()
 		r.f.Count(KindSlotRace)

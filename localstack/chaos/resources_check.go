@@ -106,7 +106,7 @@ func (p *resourcePool) check(ctx context.Context, r *run, l *ledger, res *Result
 	spans, keys := map[string][]span{}, map[string]string{}
 	for _, jp := range p.plan.all() {
 		s := r.subs[jp.N]
-		j := stored[sid(s)]
+		j := stored[s.id]
 		if j == nil {
 			continue // the run's checks count it lost
 		}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,20 +79,6 @@ const (
 	APIKey = "chaos-key"
 )
 
-// send submits the planned job with its Idempotency-Key, again on a 5xx or
-// a transport error, and notes every job id answered.
-func (s *submission) send(ctx context.Context, c *client, deadline time.Time) {
-	for _, a := range c.retry(ctx, deadline, http.MethodPost, "/v1/jobs", s.plan.Body, "Idempotency-Key", s.plan.Key) {
-		var j struct {
-			ID string `json:"id"`
-		}
-		if a.ok() && json.Unmarshal(a.body, &j) == nil && j.ID != "" {
-			s.ids[j.ID]++
-			s.id = cmp.Or(s.id, j.ID)
-		}
-	}
-}
-
 // SweepTotals add up the sweeps the run drove itself.
 type SweepTotals struct {
 	Sweeps, Crashed, Advances, Reclaimed, Redispatched int
@@ -99,9 +86,9 @@ type SweepTotals struct {
 
 // Run runs one seed: a stack under the fault layer, the jobs of the seed's
 // plan (with its resource, replan and flood jobs), chaos workers and
-// sweepers, the schedules beside them, then the
-// checks. An error means the run could not be made (the stack did not
-// start), not that a check failed: those are in the result.
+// sweepers, the schedules beside them, then the checks. An error means
+// the run could not be made (the stack did not start), not that a check
+// failed: those are in the result.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	cfg.defaults()
 	if cfg.Endpoint == "" {
@@ -128,11 +115,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer st.Close()
 
-	r := &run{
-		cfg: cfg, f: f, st: st, clock: clock, pool: pool,
-		raw:  store.New(st.DynamoDB, st.Resources.Env["STEPFLOW_TABLE"]),
-		c:    newClient(st.URL, APIKey),
-		subs: make([]*submission, len(all)),
+	r := &run{f: f, st: st, clock: clock, pool: pool, raw: store.New(st.DynamoDB, st.Resources.Env["STEPFLOW_TABLE"]), c: newClient(st.URL, APIKey)}
+	for _, p := range all {
+		r.subs = append(r.subs, &submission{plan: p, ids: map[string]int{}})
 	}
 	r.w = &workers{f: f, c: r.c, clock: clock, pool: pool, replans: map[string][]call{}}
 	// The worker queues are made before the engine first uses them, with a
@@ -162,10 +147,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	waved.Go(func() { pool.submit(ctx, workCtx, r, deadline) })
 	sc := newScheduler(r)
 	sc.start(workCtx, deadline)
-	submitAll(ctx, slices.Concat(plan, replans), func(p JobPlan) { r.submit(ctx, p, deadline) })
+	r.submitAll(ctx, slices.Concat(plan, replans), deadline)
 	waved.Wait()
 	r.submitted.Store(true)
-	finished := await(ctx, r.raw, Tenant, r.snapshot, deadline)
+	finished := r.await(ctx, deadline)
 	// The schedules stop (paused, then deleted) once the run's jobs are
 	// done, and their last runs finish before the queues are drained.
 	sc.stop(ctx, time.Now().Add(cfg.Drain))
@@ -178,7 +163,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	stopSweeps()
 	sweeper.Wait()
 	f.Pause()
-	res.Queues, res.Dead = r.drain(ctx, time.Now().Add(cfg.Drain))
+	res.Dead = r.drain(ctx, time.Now().Add(cfg.Drain))
 	stopWork()
 	r.racers.Wait()
 	r.w.wg.Wait()
@@ -201,7 +186,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 }
 
 type run struct {
-	cfg   Config
 	f     *Faults
 	st    *devstack.Stack
 	clock *Clock
@@ -210,68 +194,78 @@ type run struct {
 	w     *workers
 	pool  *resourcePool
 
-	mu        sync.Mutex
-	subs      []*submission // by JobPlan.N
+	subs      []*submission // by JobPlan.N, each filled in by its own submit
 	racers    sync.WaitGroup
-	sweeps    SweepTotals
-	submitted atomic.Bool // every planned job has been submitted
+	queues    map[string]string // what each queue held when the drain stopped ("" for nothing)
+	submitted atomic.Bool       // every planned job has been submitted
+
+	mu     sync.Mutex
+	sweeps SweepTotals
 }
 
-func (r *run) snapshot() []*submission {
+func (r *run) tally(f func(*SweepTotals)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return slices.Clone(r.subs)
+	f(&r.sweeps)
 }
 
 // submitAll submits plans from four goroutines.
-func submitAll(ctx context.Context, plan []JobPlan, submit func(JobPlan)) {
+func (r *run) submitAll(ctx context.Context, plans []JobPlan, deadline time.Time) {
 	next := atomic.Int64{}
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
-			for i := int(next.Add(1)) - 1; i < len(plan) && ctx.Err() == nil; i = int(next.Add(1)) - 1 {
-				submit(plan[i])
+			for i := int(next.Add(1)) - 1; i < len(plans) && ctx.Err() == nil; i = int(next.Add(1)) - 1 {
+				r.submit(ctx, plans[i].N, deadline)
 			}
 		})
 	}
 	wg.Wait()
 }
 
-// submit submits a job (twice for every fifth, as a client that lost the
+// send submits the planned job with its Idempotency-Key, again on a 5xx or
+// a transport error, and notes every job id answered.
+func (s *submission) send(ctx context.Context, c *client, deadline time.Time) {
+	for _, a := range c.retry(ctx, deadline, http.MethodPost, "/v1/jobs", s.plan.Body, "Idempotency-Key", s.plan.Key) {
+		var j struct {
+			ID string `json:"id"`
+		}
+		if a.ok() && json.Unmarshal(a.body, &j) == nil && j.ID != "" {
+			s.ids[j.ID]++
+			s.id = cmp.Or(s.id, j.ID)
+		}
+	}
+}
+
+// submit submits job n (twice for every fifth, as a client that lost the
 // first answer would: the same job must answer), after the replan it must
 // refuse if it has one, then sets its racer going (race.go).
-func (r *run) submit(ctx context.Context, p JobPlan, deadline time.Time) {
-	s := &submission{plan: p, ids: map[string]int{}}
-	if p.Refused != nil {
-		s.add(r.c.do(ctx, deadline, call{Op: "replan"}, http.MethodPost, "/v1/jobs", p.Refused))
+func (r *run) submit(ctx context.Context, n int, deadline time.Time) {
+	s := r.subs[n]
+	if s.plan.Refused != nil {
+		s.add(r.c.do(ctx, deadline, call{Op: "replan"}, http.MethodPost, "/v1/jobs", s.plan.Refused))
 	}
 	s.send(ctx, r.c, deadline)
-	if s.id != "" && p.N%5 == 0 {
+	if s.id != "" && n%5 == 0 {
 		s.send(ctx, r.c, deadline)
 	}
-	r.mu.Lock()
-	r.subs[p.N] = s
-	r.mu.Unlock()
 	r.racers.Go(func() { r.race(ctx, s, deadline) })
 }
 
 // await polls the table (without faults) until every job submitted is
 // finished and its racer done (a FAILED redrive job is about to run
 // again), or the deadline passes, and answers how many finished.
-func await(ctx context.Context, raw *store.Store, tenant string, subs func() []*submission, deadline time.Time) int {
+func (r *run) await(ctx context.Context, deadline time.Time) int {
 	n := 0
 	poll(ctx, deadline, 250*time.Millisecond, func() bool {
-		open := 0
 		n = 0
-		for _, s := range subs() {
-			if s == nil || s.id == "" {
-				continue
-			}
-			if !s.finished {
-				j, err := raw.Get(ctx, tenant, s.id)
+		open := 0
+		for _, s := range r.subs {
+			if s.id != "" && !s.finished {
+				j, err := r.raw.Get(ctx, Tenant, s.id)
 				s.finished = err == nil && j.State.Terminal() && s.raced.Load()
 			}
-			n, open = n+btoi(s.finished), open+btoi(!s.finished)
+			n, open = n+btoi(s.finished), open+btoi(s.id != "" && !s.finished)
 		}
 		return open == 0
 	})
@@ -310,43 +304,27 @@ func (r *run) sweeper(ctx context.Context) {
 		var wg sync.WaitGroup
 		for range n {
 			wg.Go(func() {
-				crashed := true
 				defer func() {
-					_ = recover() // the invocation died; the next one picks up
-					r.mu.Lock()
-					r.sweeps.Crashed += btoi(crashed)
-					r.mu.Unlock()
+					if recover() != nil { // the invocation died; the next one picks up
+						r.tally(func(t *SweepTotals) { t.Crashed++ })
+					}
 				}()
 				rep, _ := heartbeat(ctx, events.EventBridgeEvent{DetailType: "Scheduled Event", Source: "aws.events"})
-				crashed = false
-				r.mu.Lock()
-				r.sweeps.Reclaimed += rep.Reclaimed
-				r.sweeps.Redispatched += rep.Redispatched
-				r.mu.Unlock()
+				r.tally(func(t *SweepTotals) {
+					t.Reclaimed, t.Redispatched = t.Reclaimed+rep.Reclaimed, t.Redispatched+rep.Redispatched
+				})
 			})
 		}
 		wg.Wait()
-		r.mu.Lock()
-		r.sweeps.Sweeps += n
-		r.sweeps.Advances += btoi(advance)
-		r.mu.Unlock()
+		r.tally(func(t *SweepTotals) { t.Sweeps, t.Advances = t.Sweeps+n, t.Advances+btoi(advance) })
 	}
 }
 
-// queueCount is what a queue holds.
-type queueCount struct {
-	Name                       string
-	Visible, InFlight, Delayed int
-	Err                        string // the attributes could not be read
-}
-
-func (q queueCount) total() int { return q.Visible + q.InFlight + q.Delayed }
-
 // drain waits until the ready and worker queues hold no message (visible,
 // in flight or delayed), while the runner and the chaos workers go on
-// consuming; it answers what each held when it stopped, and what the
+// consuming; it notes what each held when it stopped, and answers what the
 // dead-letter queue holds.
-func (r *run) drain(ctx context.Context, deadline time.Time) ([]queueCount, int) {
+func (r *run) drain(ctx context.Context, deadline time.Time) int {
 	urls := map[string]string{}
 	for _, id := range []string{"ReadyQueueP0", "ReadyQueueP1", "ReadyQueueP2"} {
 		urls[id] = r.st.Resources.QueueURLs[id]
@@ -357,38 +335,38 @@ func (r *run) drain(ctx context.Context, deadline time.Time) ([]queueCount, int)
 			urls["worker queue "+name] = u
 		}
 	}
-	var all []queueCount
+	r.queues = map[string]string{}
 	poll(ctx, deadline, 500*time.Millisecond, func() bool {
-		all = nil
 		left := 0
-		for _, name := range sortedKeys(urls) {
-			c := r.count(ctx, name, urls[name])
-			all = append(all, c)
-			left += c.total() + btoi(c.Err != "")
+		for name, url := range urls {
+			n, held := r.count(ctx, url)
+			left += n
+			r.queues[name] = held
 		}
 		return left == 0
 	})
-	return all, r.count(ctx, "dead-letter queue", r.st.Resources.QueueURLs["DeadLetterQueue"]).total()
+	dead, _ := r.count(ctx, r.st.Resources.QueueURLs["DeadLetterQueue"])
+	return dead
 }
 
-func (r *run) count(ctx context.Context, name, url string) queueCount {
-	out, err := r.st.SQS.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-		QueueUrl: aws.String(url),
-		AttributeNames: []sqstypes.QueueAttributeName{
-			sqstypes.QueueAttributeNameApproximateNumberOfMessages,
-			sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
-			sqstypes.QueueAttributeNameApproximateNumberOfMessagesDelayed,
-		},
-	})
-	c := queueCount{Name: name}
+// count answers how many messages a queue holds, visible, in flight or
+// delayed, and what it holds ("" for nothing).
+func (r *run) count(ctx context.Context, url string) (int, string) {
+	kinds := []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameApproximateNumberOfMessages,
+		sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible, sqstypes.QueueAttributeNameApproximateNumberOfMessagesDelayed}
+	out, err := r.st.SQS.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(url), AttributeNames: kinds})
 	if err != nil {
-		c.Err = err.Error()
-		return c
+		return 1, "its attributes could not be read: " + err.Error()
 	}
-	c.Visible, _ = strconv.Atoi(out.Attributes[string(sqstypes.QueueAttributeNameApproximateNumberOfMessages)])
-	c.InFlight, _ = strconv.Atoi(out.Attributes[string(sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible)])
-	c.Delayed, _ = strconv.Atoi(out.Attributes[string(sqstypes.QueueAttributeNameApproximateNumberOfMessagesDelayed)])
-	return c
+	n, held := 0, []string{}
+	for _, k := range kinds {
+		v, _ := strconv.Atoi(out.Attributes[string(k)])
+		n, held = n+v, append(held, fmt.Sprintf("%s %d", k, v))
+	}
+	if n == 0 {
+		return 0, ""
+	}
+	return n, "holds " + strings.Join(held, ", ")
 }
 
 // check holds every job of the run's tenant to the invariants and to its
@@ -402,49 +380,28 @@ func (r *run) check(ctx context.Context, res *Result) *ledger {
 	for _, a := range r.w.late {
 		late[a.Job] = append(late[a.Job], a)
 	}
+	r.w.mu.Unlock()
+	stored := map[string]*domain.Job{}
+	res.States = map[domain.JobState]int{}
 	for _, s := range r.subs {
-		for _, c := range r.w.replans[sid(s)] {
+		for _, c := range r.w.replans[s.id] {
 			s.add(c)
 		}
-	}
-	r.w.mu.Unlock()
-	stored := readJobs(ctx, r.raw, Tenant, r.subs)
-	res.States = map[domain.JobState]int{}
-	for _, j := range stored {
-		res.States[j.State]++
+		if s.id == "" {
+			continue
+		}
+		if j, err := r.raw.Get(ctx, Tenant, s.id); err == nil {
+			stored[s.id] = j
+			res.States[j.State]++
+		}
 	}
 	listed, listErr := listTenant(ctx, r.raw, Tenant)
 	l.judgeSubmits(r.subs, listed, listErr, stored, late)
-	for _, q := range res.Queues {
-		var left []string
-		if q.Err != "" || q.total() > 0 {
-			left = append(left, fmt.Sprintf("holds %d visible, %d in flight, %d delayed %s", q.Visible, q.InFlight, q.Delayed, q.Err))
-		}
-		l.judge("no message left in flight (per queue)", Mismatched, q.Name, left...)
+	for _, name := range sortedKeys(r.queues) {
+		l.judge("no message left in flight (per queue)", Mismatched, name, one(r.queues[name])...)
 	}
 	r.pool.check(ctx, r, l, res, stored)
 	return l
-}
-
-func sid(s *submission) string {
-	if s == nil {
-		return ""
-	}
-	return s.id
-}
-
-// readJobs reads (without faults) the jobs submits answered.
-func readJobs(ctx context.Context, raw *store.Store, tenant string, subs []*submission) map[string]*domain.Job {
-	out := map[string]*domain.Job{}
-	for _, s := range subs {
-		if s == nil || s.id == "" {
-			continue
-		}
-		if j, err := raw.Get(ctx, tenant, s.id); err == nil {
-			out[s.id] = j
-		}
-	}
-	return out
 }
 
 func listTenant(ctx context.Context, raw *store.Store, tenant string) (map[string]bool, error) {

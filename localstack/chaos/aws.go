@@ -86,8 +86,11 @@ func faulted(service, op string) bool {
 // sfnService is the Step Functions client's service id (sfn.ServiceID).
 const sfnService = "SFN"
 
-// callKinds are the faults a call can suffer, per call.
-func callKinds(service, op string) func(Kind) bool {
+// supports answers the faults an operation can suffer: a crash at every
+// call, a lost send at SendMessageBatch, a lost start at StartExecution;
+// at each attempt of a DynamoDB call its throttle and 5xx, and at a
+// write's an answer lost after it was applied.
+func supports(service, op string) func(Kind) bool {
 	return func(k Kind) bool {
 		switch k {
 		case KindCrashBefore, KindCrashAfter:
@@ -96,22 +99,10 @@ func callKinds(service, op string) func(Kind) bool {
 			return service == "SQS" && op == "SendMessageBatch"
 		case KindSFNStartLost:
 			return service == sfnService && op == "StartExecution"
-		}
-		return false
-	}
-}
-
-// attemptKinds are the faults one attempt can suffer: DynamoDB's answers.
-func attemptKinds(service, op string) func(Kind) bool {
-	return func(k Kind) bool {
-		if service != "DynamoDB" {
-			return false
-		}
-		switch k {
 		case KindThrottle, KindServerError:
-			return true
+			return service == "DynamoDB"
 		case KindAmbiguous:
-			return dynamoOps[op]
+			return service == "DynamoDB" && dynamoOps[op]
 		}
 		return false
 	}
@@ -162,14 +153,10 @@ func (responseLost) Timeout() bool   { return true }
 func (responseLost) Temporary() bool { return true }
 func (responseLost) Unwrap() error   { return os.ErrDeadlineExceeded }
 
-// sendLostError is a send that never got through.
-func sendLostError() error {
-	return &smithyhttp.RequestSendError{Err: &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("chaos: connection reset before the messages were sent")}}
-}
-
-// startLostError is a StartExecution that never got through.
-func startLostError() error {
-	return &smithyhttp.RequestSendError{Err: &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("chaos: connection reset before the timer execution was started")}}
+// lostError is a request that never got through: a send of messages, or
+// a timer execution's start.
+func lostError(what string) error {
+	return &smithyhttp.RequestSendError{Err: &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("chaos: connection reset before " + what)}}
 }
 
 // Middleware is the fault layer's APIOptions entry (see above): it adds
@@ -206,14 +193,14 @@ func (f *Faults) call(ctx context.Context, in middleware.InitializeInput, next m
 	}
 	name := service + "." + op
 	f.countCall(name)
-	kind, n := f.decide(StreamCalls, f.P.callRanges(), name, callKinds(service, op))
+	kind, n := f.decide(StreamCalls, f.P.callRanges(), name, supports(service, op))
 	switch kind {
 	case KindCrashBefore:
 		panic(Crash{Call: name, N: n})
 	case KindSendLost:
-		return middleware.InitializeOutput{}, middleware.Metadata{}, sendLostError()
+		return middleware.InitializeOutput{}, middleware.Metadata{}, lostError("the messages were sent")
 	case KindSFNStartLost:
-		return middleware.InitializeOutput{}, middleware.Metadata{}, startLostError()
+		return middleware.InitializeOutput{}, middleware.Metadata{}, lostError("the timer execution was started")
 	}
 	if batch, ok := in.Parameters.(*sqs.SendMessageBatchInput); ok {
 		in.Parameters = f.late(batch)
@@ -257,7 +244,7 @@ func (f *Faults) attempt(ctx context.Context, in middleware.FinalizeInput, next 
 	if !faulted(service, op) || service != "DynamoDB" {
 		return next.HandleFinalize(ctx, in)
 	}
-	kind, _ := f.decide(StreamAttempts, f.P.attemptRanges(), service+"."+op, attemptKinds(service, op))
+	kind, _ := f.decide(StreamAttempts, f.P.attemptRanges(), service+"."+op, supports(service, op))
 	switch kind {
 	case KindThrottle:
 		return middleware.FinalizeOutput{}, middleware.Metadata{}, throttleError()

@@ -281,32 +281,24 @@ func checkRuns(j *domain.Job) string {
 		}
 	}
 	runs = append(runs, j.Events[start:])
+	terminal := func(ev domain.Event) bool {
+		return slices.Contains([]domain.JobEvent{domain.JobEvCompleted, domain.JobEvFailed, domain.JobEvCancelled}, domain.JobEvent(ev.Type))
+	}
 	for n, run := range runs {
-		var terminal []int
-		for i, ev := range run {
-			switch domain.JobEvent(ev.Type) {
-			case domain.JobEvCompleted, domain.JobEvFailed, domain.JobEvCancelled:
-				terminal = append(terminal, i)
+		var ends []string
+		for _, ev := range run {
+			if terminal(ev) {
+				ends = append(ends, ev.Type)
 			}
 		}
-		last, name := n == len(runs)-1, fmt.Sprintf("run %d: ", n+1)
-		if len(runs) == 1 {
-			name = ""
-		}
+		unfinished := n == len(runs)-1 && !j.State.Terminal()
 		switch {
-		case !last && (len(run) == 0 || run[len(run)-1].Type != string(domain.JobEvFailed)):
+		case n < len(runs)-1 && (len(run) == 0 || run[len(run)-1].Type != string(domain.JobEvFailed)):
 			return fmt.Sprintf("run %d was redriven but does not end with job_failed", n+1)
-		case last && !j.State.Terminal() && len(terminal) > 0:
-			return fmt.Sprintf("%sis %s but its log holds %s", name, j.State, run[terminal[0]].Type)
-		case last && !j.State.Terminal():
-		case len(terminal) != 1:
-			var types []string
-			for _, i := range terminal {
-				types = append(types, run[i].Type)
-			}
-			return fmt.Sprintf("%s%d terminal events: %v", name, len(terminal), types)
-		case terminal[0] != len(run)-1:
-			return fmt.Sprintf("%s%s is event %d of %d; after it: %s", name, run[terminal[0]].Type, terminal[0]+1, len(run), run[terminal[0]+1].Type)
+		case unfinished && len(ends) > 0:
+			return fmt.Sprintf("run %d: is %s but its log holds %v", n+1, j.State, ends)
+		case !unfinished && (len(ends) != 1 || !terminal(run[len(run)-1])):
+			return fmt.Sprintf("run %d: %d terminal events %v, and its last event is %s", n+1, len(ends), ends, run[len(run)-1].Type)
 		}
 	}
 	return ""

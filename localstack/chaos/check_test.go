@@ -44,7 +44,7 @@ func TestCheckTerminalOnceFindsASecondTerminalEvent(t *testing.T) {
 
 	j = workerJob(t, `{}`)
 	j.Events = append(j.Events, domain.Event{Seq: len(j.Events) + 1, Type: "step_running", Step: "w", At: t0})
-	require.Contains(t, checkRuns(j), "after it: step_running")
+	require.Contains(t, checkRuns(j), "its last event is step_running")
 }
 
 func TestCheckFencingFindsZombieOutcomes(t *testing.T) {

@@ -74,15 +74,6 @@ var Kinds = [...]Kind{
 	KindSlotHolderKilled, KindResourceFailed, KindSlotRace,
 }
 
-func kindIndex(k Kind) int {
-	for i, x := range Kinds {
-		if x == k {
-			return i
-		}
-	}
-	panic("chaos: unknown fault kind " + string(k))
-}
-
 // Probabilities are the chance of each fault at each opportunity: per
 // AWS call of the engine for CrashBefore and CrashAfter (every call),
 // SendLost (SendMessageBatch) and SFNStartLost (Step Functions
@@ -202,14 +193,17 @@ type Faults struct {
 	drawn   [numStreams]int64
 	trace   []Decision
 
-	counts [len(Kinds)]atomic.Int64
+	counts map[Kind]*atomic.Int64 // by kind, made for every kind in New
 	paused atomic.Bool
 	calls  sync.Map // "Service.Operation" -> *atomic.Int64, every call the layer saw
 }
 
 // New answers a fault layer seeded with seed.
 func New(seed uint64, p Probabilities) *Faults {
-	f := &Faults{P: p, Seed: seed}
+	f := &Faults{P: p, Seed: seed, counts: map[Kind]*atomic.Int64{}}
+	for _, k := range Kinds {
+		f.counts[k] = new(atomic.Int64)
+	}
 	for s := range numStreams {
 		// Both PCG words come from the seed and the stream through
 		// SplitMix64, so small neighbouring seeds (1, 2, 3) start far apart.
@@ -272,10 +266,10 @@ func (f *Faults) Chance(s Stream, kind Kind, p float64) bool {
 
 // Count records a fault injected without a draw of its own (a racer
 // that ran).
-func (f *Faults) Count(kind Kind) { f.counts[kindIndex(kind)].Add(1) }
+func (f *Faults) Count(kind Kind) { f.counts[kind].Add(1) }
 
 func (f *Faults) record(d Decision) {
-	f.counts[kindIndex(d.Kind)].Add(1)
+	f.counts[d.Kind].Add(1)
 	if len(f.trace) < maxTrace {
 		f.trace = append(f.trace, d)
 	}
@@ -315,8 +309,8 @@ func (f *Faults) decide(s Stream, ranges []faultRange, call string, supported fu
 // Counts answers how many faults of each kind were injected.
 func (f *Faults) Counts() map[Kind]int64 {
 	out := make(map[Kind]int64, len(Kinds))
-	for i, k := range Kinds {
-		out[k] = f.counts[i].Load()
+	for k, n := range f.counts {
+		out[k] = n.Load()
 	}
 	return out
 }

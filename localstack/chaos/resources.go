@@ -50,20 +50,16 @@ type ResourceConfig struct {
 
 func (c *ResourceConfig) defaults() { c.Jobs = cmp.Or(c.Jobs, 8) }
 
-// PoolResource is one resource the run registers: capability gpu, label
-// zone.
-type PoolResource struct {
-	ID       string
-	Zone     string
-	Capacity int
-}
+// ResourceCapability is the capability every pool resource has.
+const ResourceCapability = "gpu"
 
 // ResourcePool is what the run registers: zone a has three slots on two
 // resources, zone b one.
-var ResourcePool = []PoolResource{{ID: "gpu-1", Zone: "a", Capacity: 1}, {ID: "gpu-2", Zone: "a", Capacity: 2}, {ID: "gpu-3", Zone: "b", Capacity: 1}}
+var ResourcePool = []*domain.Resource{poolResource("gpu-1", "a", 1), poolResource("gpu-2", "a", 2), poolResource("gpu-3", "b", 1)}
 
-// ResourceCapability is the capability every pool resource has.
-const ResourceCapability = "gpu"
+func poolResource(id, zone string, capacity int) *domain.Resource {
+	return &domain.Resource{ID: id, Capabilities: []string{ResourceCapability}, Labels: map[string]string{"zone": zone}, Capacity: capacity}
+}
 
 // WorkerResource is the WorkerMarker of a resource job: the workers follow
 // the script in its ScriptMember, one entry per attempt (complete beyond
@@ -107,15 +103,20 @@ func (p *resourcePlan) all() []JobPlan {
 	return out
 }
 
-// requirement is what a step may require of the pool, with the number of
-// pool resources it matches.
-var requirements = []struct {
-	req      map[string]any
-	matching int
-}{
-	{map[string]any{"capabilities": []string{ResourceCapability}}, 3},
-	{map[string]any{"capabilities": []string{ResourceCapability}, "labels": map[string]string{"zone": "a"}}, 2},
-	{map[string]any{"labels": map[string]string{"zone": "b"}}, 1},
+// requirements are what a step may require of the pool.
+var requirements = []*domain.Requirements{
+	{Capabilities: []string{ResourceCapability}},
+	{Capabilities: []string{ResourceCapability}, Labels: map[string]string{"zone": "a"}},
+	{Labels: map[string]string{"zone": "b"}},
+}
+
+// matching answers how many of the pool's resources match req.
+func matching(req *domain.Requirements) int {
+	n := 0
+	for _, r := range ResourcePool {
+		n += btoi(r.Matches(req))
+	}
+	return n
 }
 
 // ResourcePlan draws a run's resource jobs from StreamPool, numbered
@@ -146,13 +147,13 @@ func (f *Faults) ResourcePlan(first int, c ResourceConfig) *resourcePlan {
 func planResourceJob(r *rand.Rand, seed uint64, n int) JobPlan {
 	kind := resourceKinds.pick(r)
 	payload := map[string]any{"seed": seed, "n": n}
-	requiring := func(req int, s map[string]any) map[string]any { return with(s, "requires", requirements[req].req) }
+	requiring := func(req int, s map[string]any) map[string]any { return with(s, "requires", requirements[req]) }
 	pass := func(id string) map[string]any { return requiring(r.IntN(len(requirements)), step(id, "pass")) }
 	var steps []map[string]any
 	switch kind {
 	case "res-worker":
 		req := r.IntN(2) // any GPU, or zone a: two resources or more to switch between
-		script := planScript(r, requirements[req].matching-1)
+		script := planScript(r, matching(requirements[req])-1)
 		payload[WorkerMarker], payload[ScriptMember] = WorkerResource, script
 		// Two-second leases: a silent holder's slot comes back soon, and a
 		// claim's answer still reaches its worker in time on a machine
@@ -348,7 +349,7 @@ func (p *resourcePool) submit(ctx, work context.Context, r *run, deadline time.T
 		return
 	}
 	for _, res := range ResourcePool {
-		body, _ := json.Marshal(map[string]any{"capabilities": []string{ResourceCapability}, "labels": map[string]string{"zone": res.Zone}, "capacity": res.Capacity})
+		body, _ := json.Marshal(map[string]any{"capabilities": res.Capabilities, "labels": res.Labels, "capacity": res.Capacity})
 		as := r.c.retry(ctx, deadline, http.MethodPut, "/v1/resources/"+res.ID, body)
 		if a := as[len(as)-1]; a.ok() {
 			p.registered.Add(1)

@@ -33,15 +33,6 @@ func (r *ResourceResult) brief() string {
 		r.Jobs, r.Registered, len(ResourcePool), r.Ran, r.Unobserved, r.Late)
 }
 
-// poolResources are the pool as the domain sees it, to match steps.
-func poolResources() map[string]*domain.Resource {
-	out := map[string]*domain.Resource{}
-	for _, r := range ResourcePool {
-		out[r.ID] = &domain.Resource{ID: r.ID, Capabilities: []string{ResourceCapability}, Labels: map[string]string{"zone": r.Zone}, Capacity: r.Capacity}
-	}
-	return out
-}
-
 func failedOnResource(a domain.Attempt) bool {
 	return a.State == domain.AttemptFailed && a.Error != nil && a.Error.Class == domain.ClassResource
 }
@@ -50,14 +41,14 @@ func failedOnResource(a domain.Attempt) bool {
 // ran on one of the pool's that matches it, never on one an earlier
 // attempt failed with class resource.
 func onMatchingResources(j *domain.Job, _ []call) []string {
-	pool := poolResources()
 	var out []string
 	for _, s := range j.Steps {
 		var failed []string
 		for _, a := range s.Attempts {
-			switch res := pool[a.Resource]; {
+			i := slices.IndexFunc(ResourcePool, func(r *domain.Resource) bool { return r.ID == a.Resource })
+			switch {
 			case s.Spec.Requires == nil:
-			case res == nil || !res.Matches(s.Spec.Requires):
+			case i < 0 || !ResourcePool[i].Matches(s.Spec.Requires):
 				out = append(out, fmt.Sprintf("step %s attempt %d ran on %q, which does not match %+v", s.ID(), a.N, a.Resource, *s.Spec.Requires))
 			case slices.Contains(failed, a.Resource):
 				out = append(out, fmt.Sprintf("step %s attempt %d ran on %s, which failed it before", s.ID(), a.N, a.Resource))
@@ -73,10 +64,7 @@ func onMatchingResources(j *domain.Job, _ []call) []string {
 // switchedThroughAll: the switch job failed once on every resource that
 // matches it, unless a lease lost on the way spent its attempts.
 func switchedThroughAll(j *domain.Job, _ []call) []string {
-	s, matches, failures, lost := j.Steps[0], 0, 0, false
-	for _, r := range poolResources() {
-		matches += btoi(r.Matches(s.Spec.Requires))
-	}
+	s, matches, failures, lost := j.Steps[0], matching(j.Steps[0].Spec.Requires), 0, false
 	for _, a := range s.Attempts {
 		failures += btoi(a.Error != nil && a.Error.Class == domain.ClassResource)
 		lost = lost || a.State == domain.AttemptTimeout
@@ -253,7 +241,7 @@ func (p *resourcePool) describe(sp span) string {
 	return d + fmt.Sprintf(", slot taken by write v%d, given back by write v%d [%s, %s]", sp.held.added, sp.held.dropped.Version, p.at(sp.held.dropped.Start), p.at(sp.held.dropped.End))
 }
 
-func (p *resourcePool) describeOverlap(pr PoolResource, o overlap) string {
+func (p *resourcePool) describeOverlap(pr *domain.Resource, o overlap) string {
 	var parts []string
 	for _, sp := range o.spans {
 		parts = append(parts, p.describe(sp))

@@ -31,7 +31,6 @@ func TestResourcePlanIsValidSeededAndApart(t *testing.T) {
 	require.Len(t, p.Waves, 2)
 	require.Zero(t, p.Waves[0].After)
 	require.Positive(t, p.Waves[1].After)
-	pool := poolResources()
 	kinds := map[string]int{}
 	scripts := map[string]int{}
 	for i, jp := range p.all() {
@@ -46,12 +45,7 @@ func TestResourcePlanIsValidSeededAndApart(t *testing.T) {
 		kinds[jp.Kind]++
 		for _, s := range spec.Steps {
 			require.NotNil(t, s.Requires, "step %s of %s requires a resource", s.ID, jp.Body)
-			matches := 0
-			for _, r := range pool {
-				if r.Matches(s.Requires) {
-					matches++
-				}
-			}
+			matches := matching(s.Requires)
 			require.Positive(t, matches, "%s", jp.Body)
 			if s.Action.Type != domain.ActionWorker {
 				continue

@@ -295,20 +295,15 @@ func requeues(j *domain.Job) int {
 	return n
 }
 
-// requeueFacts: one job_requeued per round of redrives its racer sent, at
-// least one, and per job_failed but the last when every round its racer
-// may send re-ran the job onto a lost lease.
+// requeueFacts: one job_requeued per round of redrives its racer sent,
+// and a job that failed again redriven until its racer's bound.
 func requeueFacts(j *domain.Job, calls []call) []string {
-	failed, requeued, rounds := 0, requeues(j), 0
-	for _, ev := range j.Events {
-		failed += btoi(ev.Type == string(domain.JobEvFailed))
-	}
+	rounds := 0
 	for _, c := range calls {
 		rounds = max(rounds, c.Round)
 	}
-	exhausted := rounds == maxRedriveRounds && failed == requeued+1 && j.State == domain.JobFailed
-	if requeued == 0 || requeued != rounds || requeued != failed && !exhausted {
-		return []string{fmt.Sprintf("%d job_failed, %d job_requeued, %d redrive rounds: want one requeue per failure and round, at least one", failed, requeued, rounds)}
+	if n := requeues(j); n != rounds || j.State == domain.JobFailed && rounds < maxRedriveRounds {
+		return []string{fmt.Sprintf("%s after %d job_requeued and %d redrive rounds: want one requeue per round, and a failed job redriven %d times", j.State, n, rounds, maxRedriveRounds)}
 	}
 	return nil
 }

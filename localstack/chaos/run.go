@@ -278,14 +278,7 @@ func (r *run) await(ctx context.Context, deadline time.Time) int {
 // (The runner's own schedule sweeps every 2 s besides.)
 func (r *run) sweeper(ctx context.Context) {
 	heartbeat := handlers.Heartbeat(r.st.Engine)
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, time.Second, func() {
 		// Once every job is submitted, jump more often and further: a
 		// dispatch lost k times in a row waits DispatchGrace << k.
 		p, shifts := r.f.P.Advance, 1
@@ -317,7 +310,7 @@ func (r *run) sweeper(ctx context.Context) {
 		}
 		wg.Wait()
 		r.tally(func(t *SweepTotals) { t.Sweeps, t.Advances = t.Sweeps+n, t.Advances+btoi(advance) })
-	}
+	})
 }
 
 // drain waits until the ready and worker queues hold no message (visible,

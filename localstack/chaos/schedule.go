@@ -34,16 +34,19 @@ const (
 	ScheduleRaceEvery = 700 * time.Millisecond
 )
 
-// schedulePlan is a schedule a run makes.
+// schedulePlan is a schedule a run makes, and what became of it.
 type schedulePlan struct {
-	ID   string
-	Skip bool // overlap skip
-	Body string
+	ID    string
+	Skip  bool // overlap skip
+	Body  string
+	calls map[string]call  // create, again, pause, delete
+	final *domain.Schedule // read once paused
+	gone  error            // reading it once deleted: domain.ErrNotFound
 }
 
-func schedulePlans() []schedulePlan {
+func schedulePlans() []*schedulePlan {
 	pass := `{"steps":[{"id":"a","action":{"type":"pass"}}]}`
-	return []schedulePlan{
+	return []*schedulePlan{
 		{ID: "every-2s", Body: `{"id":"every-2s","every":"2s","overlap":"allow","job":` + pass + `}`},
 		// A run sleeps a second (an SQS delay), so ticks come while it is
 		// unfinished and are skipped.
@@ -65,68 +68,50 @@ type ScheduleResult struct {
 type scheduler struct {
 	r     *run
 	c     *client
-	plans []schedulePlan
-	raw   *store.Schedules // without the fault layer, for the checks
+	plans []*schedulePlan
 
 	mu       sync.Mutex
-	calls    map[string]map[string]call // schedule id -> create, again, pause, delete
-	final    map[string]*domain.Schedule
 	res      ScheduleResult
 	stopRace context.CancelFunc
 	raceDone sync.WaitGroup
 }
 
 func newScheduler(r *run) *scheduler {
-	return &scheduler{
-		r: r, plans: schedulePlans(), c: newClient(r.st.URL, ScheduleKey),
-		raw:   store.NewSchedules(r.st.DynamoDB, r.st.Resources.Env["STEPFLOW_TABLE"]),
-		calls: map[string]map[string]call{}, final: map[string]*domain.Schedule{},
-	}
+	return &scheduler{r: r, plans: schedulePlans(), c: newClient(r.st.URL, ScheduleKey)}
 }
 
-func (s *scheduler) do(ctx context.Context, deadline time.Time, id, op, method, path, body string) {
-	c := s.c.do(ctx, deadline, call{Op: op}, method, path, []byte(body))
-	if s.calls[id] == nil {
-		s.calls[id] = map[string]call{}
+func (s *scheduler) do(ctx context.Context, deadline time.Time, p *schedulePlan, op, method, path, body string) {
+	if p.calls == nil {
+		p.calls = map[string]call{}
 	}
-	s.calls[id][op] = c
+	p.calls[op] = s.c.do(ctx, deadline, call{Op: op}, method, path, []byte(body))
 }
 
 // start makes the schedules, each once more as a client that lost the
-// answer would, and starts the racer.
+// answer would, and starts the racer: the due schedules fired from two
+// sweeps at once, every ScheduleRaceEvery.
 func (s *scheduler) start(ctx context.Context, deadline time.Time) {
 	for _, p := range s.plans {
-		s.do(ctx, deadline, p.ID, "create", http.MethodPost, "/v1/schedules", p.Body)
-		s.do(ctx, deadline, p.ID, "again", http.MethodPost, "/v1/schedules", p.Body)
+		s.do(ctx, deadline, p, "create", http.MethodPost, "/v1/schedules", p.Body)
+		s.do(ctx, deadline, p, "again", http.MethodPost, "/v1/schedules", p.Body)
 	}
 	ctx, s.stopRace = context.WithCancel(ctx)
 	s.raceDone.Go(func() {
-		t := time.NewTicker(ScheduleRaceEvery)
-		defer t.Stop()
-		for ctx.Err() == nil {
-			select {
-			case <-ctx.Done():
-			case <-t.C:
-				s.fireTwice(ctx)
+		every(ctx, ScheduleRaceEvery, func() {
+			var wg sync.WaitGroup
+			for range 2 {
+				wg.Go(func() {
+					defer func() { _ = recover() }() // a crash fault: the invocation died; the tick stays due
+					rep, _ := s.r.st.Engine.FireSchedules(ctx)
+					s.mu.Lock()
+					s.res.RacerFired += rep.Fired
+					s.mu.Unlock()
+				})
 			}
-		}
-	})
-}
-
-// fireTwice fires the due schedules from two sweeps at once.
-func (s *scheduler) fireTwice(ctx context.Context) {
-	var wg sync.WaitGroup
-	for range 2 {
-		wg.Go(func() {
-			defer func() { _ = recover() }() // a crash fault: the invocation died; the tick stays due
-			rep, _ := s.r.st.Engine.FireSchedules(ctx)
-			s.mu.Lock()
-			s.res.RacerFired += rep.Fired
-			s.mu.Unlock()
+			wg.Wait()
+			s.res.RacePairs++
 		})
-	}
-	wg.Wait()
-	s.res.RacePairs++
+	})
 }
 
 // stop ends the racer, then pauses each schedule (after which no tick
@@ -134,12 +119,12 @@ func (s *scheduler) fireTwice(ctx context.Context) {
 func (s *scheduler) stop(ctx context.Context, deadline time.Time) {
 	s.stopRace()
 	s.raceDone.Wait()
+	raw := store.NewSchedules(s.r.st.DynamoDB, s.r.st.Resources.Env["STEPFLOW_TABLE"])
 	for _, p := range s.plans {
-		s.do(ctx, deadline, p.ID, "pause", http.MethodPost, "/v1/schedules/"+p.ID+"/pause", "")
-		if final, err := s.raw.Get(ctx, ScheduleTenant, p.ID); err == nil {
-			s.final[p.ID] = final
-		}
-		s.do(ctx, deadline, p.ID, "delete", http.MethodDelete, "/v1/schedules/"+p.ID, "")
+		s.do(ctx, deadline, p, "pause", http.MethodPost, "/v1/schedules/"+p.ID+"/pause", "")
+		p.final, _ = raw.Get(ctx, ScheduleTenant, p.ID)
+		s.do(ctx, deadline, p, "delete", http.MethodDelete, "/v1/schedules/"+p.ID, "")
+		_, p.gone = raw.Get(ctx, ScheduleTenant, p.ID)
 	}
 }
 
@@ -171,7 +156,7 @@ func (s *scheduler) check(ctx context.Context, l *ledger, res *Result) {
 		}
 	}
 	for _, p := range s.plans {
-		key, calls := "schedule "+p.ID, s.calls[p.ID]
+		key, calls := "schedule "+p.ID, p.calls
 		s.res.Schedules++
 		if !has2xx(calls["create"].Statuses) {
 			l.judge("every schedule made", Lost, key, calls["create"].String())
@@ -181,14 +166,13 @@ func (s *scheduler) check(ctx context.Context, l *ledger, res *Result) {
 		l.judge("a schedule made again with its body answers it (200)", Duplicated, key, wrong(calls["again"].final() != http.StatusOK, calls["again"].String())...)
 		s.checkRuns(l, p, byPlan[p.ID])
 		delete(byPlan, p.ID)
-		_, err := s.raw.Get(ctx, ScheduleTenant, p.ID)
 		// A 404 only after a retry: the first delete was applied and its answer lost.
 		deleted := calls["delete"].final() == http.StatusOK || calls["delete"].final() == http.StatusNotFound && calls["delete"].retried()
-		l.judge("pause and delete answered, and the schedule is gone", Mismatched, key, wrong(calls["pause"].final() != http.StatusOK || !deleted || !errors.Is(err, domain.ErrNotFound),
-			fmt.Sprintf("%s, %s; read after: %v", calls["pause"], calls["delete"], err))...)
+		l.judge("pause and delete answered, and the schedule is gone", Mismatched, key, wrong(calls["pause"].final() != http.StatusOK || !deleted || !errors.Is(p.gone, domain.ErrNotFound),
+			fmt.Sprintf("%s, %s; read once deleted: %v", calls["pause"], calls["delete"], p.gone))...)
 	}
-	for sid, jobs := range byPlan {
-		l.judge("no job beyond the runs its schedule counts", Duplicated, "schedule "+sid, fmt.Sprintf("%d jobs name it, which the run never made", len(jobs)))
+	for id, jobs := range byPlan {
+		l.judge("no job beyond the runs its schedule counts", Duplicated, "schedule "+id, fmt.Sprintf("%d jobs name it, which the run never made", len(jobs)))
 	}
 	res.Schedules = &s.res
 }
@@ -204,7 +188,7 @@ func wrong(bad bool, problem string) []string {
 // checkRuns holds a schedule's jobs to the invariants and its row (they
 // complete), and to what it counts: one job per tick, every counted run
 // stored and none beyond, overlap skip held.
-func (s *scheduler) checkRuns(l *ledger, p schedulePlan, jobs []*domain.Job) {
+func (s *scheduler) checkRuns(l *ledger, p *schedulePlan, jobs []*domain.Job) {
 	key := "schedule " + p.ID
 	sort.Slice(jobs, func(i, k int) bool { return jobs[i].ID < jobs[k].ID })
 	ticks, stored, overlaps := map[uint64][]string{}, map[string]bool{}, []string{}
@@ -228,7 +212,7 @@ func (s *scheduler) checkRuns(l *ledger, p schedulePlan, jobs []*domain.Job) {
 		}
 	}
 	l.judge("one job per schedule tick", Duplicated, key, twice...)
-	switch final := s.final[p.ID]; {
+	switch final := p.final; {
 	case final == nil:
 		l.judge("every run a schedule counts is stored", Lost, key, "not read once paused")
 	case int64(len(jobs)) < final.Runs || final.LastJobID != "" && !stored[final.LastJobID]:
@@ -238,9 +222,8 @@ func (s *scheduler) checkRuns(l *ledger, p schedulePlan, jobs []*domain.Job) {
 	default:
 		l.judge("every run a schedule counts is stored", Lost, key)
 	}
-	if final := s.final[p.ID]; final != nil {
-		s.res.Runs += int(final.Runs)
-		s.res.Skipped += int(final.Skipped)
+	if p.final != nil {
+		s.res.Runs, s.res.Skipped = s.res.Runs+int(p.final.Runs), s.res.Skipped+int(p.final.Skipped)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -149,21 +150,19 @@ func (c call) String() string {
 	return fmt.Sprintf("%s answered %v", s, c.Statuses)
 }
 
-func statuses(as []answer) []int {
-	out := make([]int, len(as))
-	for i, a := range as {
-		out[i] = a.status
-	}
-	return out
+// notes are what a run saw that no check judges (an odd answer, an
+// unreadable write): the first 20, for the report.
+type notes struct {
+	mu   sync.Mutex
+	list []string
 }
 
-func has2xx(statuses []int) bool {
-	for _, s := range statuses {
-		if s >= 200 && s < 300 {
-			return true
-		}
+func (n *notes) note(format string, args ...any) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.list) < 20 {
+		n.list = append(n.list, fmt.Sprintf(format, args...))
 	}
-	return false
 }
 
 // poll calls done every interval until it answers true or the deadline

@@ -221,21 +221,13 @@ type resourcePool struct {
 	mu      sync.Mutex
 	applied []poolWrite     // the writes of pool resources that were applied
 	leases  map[string]bool // the leases of resource jobs' steps workers were handed
-	notes   []string
+	*notes
 
 	registered atomic.Int64
 }
 
-func newResourcePool(plan *resourcePlan, clock *Clock) *resourcePool {
-	return &resourcePool{plan: plan, clock: clock, t0: clock.Now(), leases: map[string]bool{}}
-}
-
-func (p *resourcePool) note(format string, args ...any) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.notes) < 20 {
-		p.notes = append(p.notes, fmt.Sprintf(format, args...))
-	}
+func newResourcePool(plan *resourcePlan, clock *Clock, n *notes) *resourcePool {
+	return &resourcePool{plan: plan, clock: clock, t0: clock.Now(), leases: map[string]bool{}, notes: n}
 }
 
 // Observe is an APIOptions entry: beside the fault layer it reads every

@@ -87,7 +87,6 @@ func (p *resourcePool) check(ctx context.Context, r *run, l *ledger, res *Result
 	rr := &ResourceResult{Jobs: len(p.plan.all()), Registered: p.registered.Load()}
 	res.Resources = rr
 	p.mu.Lock()
-	res.Notes = append(res.Notes, p.notes...)
 	leases := maps.Clone(p.leases)
 	p.mu.Unlock()
 	hs := p.holdings()

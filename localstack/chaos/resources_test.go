@@ -104,7 +104,7 @@ func observed(p *resourcePool, params any, status int, callErr error) {
 func TestObserverSeesAppliedWrites(t *testing.T) {
 	t.Parallel()
 	clock := &Clock{}
-	p := newResourcePool(&resourcePlan{}, clock)
+	p := newResourcePool(&resourcePlan{}, clock, &notes{})
 	now := clock.Now()
 	h := domain.Holder{Job: "j1", Step: "w", Since: now, ExpiresAt: now.Add(time.Second)}
 	ccf := &ddb.ConditionalCheckFailedException{}
@@ -139,7 +139,7 @@ func attemptAt(n int, res string, from, to time.Time, state domain.AttemptState,
 func TestSlotGivenBackAndCapacityExceededAreFound(t *testing.T) {
 	t.Parallel()
 	clock := &Clock{}
-	p := newResourcePool(&resourcePlan{}, clock)
+	p := newResourcePool(&resourcePlan{}, clock, &notes{})
 	t0 := clock.Now()
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	// Attempt 1 of j1 takes gpu-1's one slot at 0 with a lease to 2000; a

@@ -98,7 +98,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	f := New(cfg.Seed, cfg.Probabilities)
 	plan := f.Plan(cfg.Jobs)
 	clock := &Clock{}
-	pool := newResourcePool(f.ResourcePlan(len(plan), cfg.Resources), clock)
+	noted := &notes{}
+	pool := newResourcePool(f.ResourcePlan(len(plan), cfg.Resources), clock, noted)
 	waves := pool.plan.all()
 	replans := f.ReplanPlan(len(plan) + len(waves))
 	all := slices.Concat(plan, waves, replans)
@@ -119,7 +120,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	for _, p := range all {
 		r.subs = append(r.subs, &submission{plan: p, ids: map[string]int{}})
 	}
-	r.w = &workers{f: f, c: r.c, clock: clock, pool: pool, replans: map[string][]call{}}
+	r.w = &workers{f: f, c: r.c, clock: clock, pool: pool, replans: map[string][]call{}, notes: noted}
 	// The worker queues are made before the engine first uses them, with a
 	// 5 s visibility timeout instead of the engine's 30 s (as Lease shortens
 	// the ready queues'), so a message a crashed claim took comes back soon.
@@ -180,7 +181,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res.Sweeps = r.sweeps
 	res.Claimed, res.WorkerOutcomes, res.WorkerRefused = r.w.claimed.Load(), r.w.outcomes.Load(), r.w.refused.Load()
-	res.Notes = append(res.Notes, r.w.notes...)
+	res.Notes = noted.list
 	res.Duration = time.Since(started)
 	return res, nil
 }

@@ -158,7 +158,7 @@ func (s *scheduler) check(ctx context.Context, l *ledger, res *Result) {
 	for _, p := range s.plans {
 		key, calls := "schedule "+p.ID, p.calls
 		s.res.Schedules++
-		if !has2xx(calls["create"].Statuses) {
+		if calls["create"].final()/100 != 2 {
 			l.judge("every schedule made", Lost, key, calls["create"].String())
 			continue
 		}

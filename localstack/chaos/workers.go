@@ -45,7 +45,7 @@ type workers struct {
 	mu      sync.Mutex
 	late    []lateAnswer
 	replans map[string][]call // job -> its cycle-closing replans
-	notes   []string
+	*notes
 }
 
 type claimAnswer struct {
@@ -88,14 +88,6 @@ func (w *workers) claim(ctx context.Context, name, queue string) answer {
 		w.wg.Go(func() { w.handle(ctx, name, l) })
 	}
 	return a
-}
-
-func (w *workers) note(format string, args ...any) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.notes) < 20 {
-		w.notes = append(w.notes, fmt.Sprintf(format, args...))
-	}
 }
 
 // workerOutcomes are what a worker reports, with their weights (of 100).

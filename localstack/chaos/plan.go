@@ -141,11 +141,9 @@ var rows = map[string]row{
 	"signal":   {end: ends(domain.JobCompleted), lossy: true, facts: facts(signalFacts)},
 	// Its racer redrives it again after a lost lease, up to a bound.
 	"redrive":       {end: ends(domain.JobCompleted), lossy: true, facts: facts(requeueFacts)},
-	"replan-worker": {end: ends(domain.JobCompleted), lossy: true, facts: facts(refusedCycle)},
-	"replan-fail":   {end: ends(domain.JobCompleted), lossy: true, facts: facts(refusedCycle)},
-	"flood":         {end: ends(domain.JobCompleted), lossy: true, facts: facts(floodFacts)},
-	"res-worker":    {end: ends(domain.JobCompleted), lossy: true, facts: facts(onMatchingResources)},
-	"res-pass":      {end: ends(domain.JobCompleted), lossy: true, facts: facts(onMatchingResources)},
+	"replan-worker": completes, "replan-fail": completes, "flood": completes,
+	"res-worker": {end: ends(domain.JobCompleted), lossy: true, facts: facts(onMatchingResources)},
+	"res-pass":   {end: ends(domain.JobCompleted), lossy: true, facts: facts(onMatchingResources)},
 	// Fails with class resource on every resource it is given: it fails
 	// once none that matches is left (or its attempts ran out on leases).
 	"res-switch": {end: ends(domain.JobFailed), facts: facts(switchedThroughAll, onMatchingResources)},

@@ -345,10 +345,16 @@ func TestRacePlans(t *testing.T) {
 
 func TestReplanAndFloodRows(t *testing.T) {
 	t.Parallel()
-	refused := call{Op: "replan", Statuses: []int{http.StatusBadRequest}, Body: []byte(`{"error":{"message":"steps[0].depends_on: closes a cycle"}}`)}
-	require.Empty(t, refusedCycle(nil, calls(call{Op: "replan", Statuses: []int{503}}, refused)), "a 5xx says nothing")
-	require.NotEmpty(t, refusedCycle(nil, calls(sent("replan", http.StatusOK))), "a replan closing a cycle was accepted")
-	require.NotEmpty(t, refusedCycle(nil, nil), "never sent")
+	// A cycle-closing replan accepted stores a cycle: an invariant finds it.
+	cycled := newJob(t, `{"steps":[{"id":"x","action":{"type":"pass"}},{"id":"s1","action":{"type":"pass"},"depends_on":["x"]},{"id":"n","action":{"type":"pass"},"depends_on":["s1"]}]}`)
+	cycled.Steps[1].Spec.DependsOn = []string{"x", "n"}
+	l := newLedger()
+	l.judgeJob("job j1 (replan-worker)", rows["replan-worker"], &submission{finished: true}, cycled, nil)
+	require.Equal(t, 1, l.byName["no job stores a dependency cycle"].Failed)
+	// replan-fail's, accepted at submit, stores a job no submit answered.
+	l = newLedger()
+	l.judgeSubmits(nil, map[string]bool{"01ACCEPTED": true}, nil, nil, nil)
+	require.Equal(t, 1, l.failed(Duplicated), "no job beyond those submitted")
 
 	j := newJob(t, `{"steps":[{"id":"ready","action":{"type":"wait","signal":"ready"}},{"id":"wait","action":{"type":"wait","signal":"go"}}]}`)
 	_, _, err := j.Signal(domain.SignalRequest{Name: SignalName, ID: "flood-own", Payload: json.RawMessage(`{"own":true}`)}, t0)
@@ -356,10 +362,9 @@ func TestReplanAndFloodRows(t *testing.T) {
 	_, _, err = j.Signal(domain.SignalRequest{Name: "ready"}, t0)
 	require.NoError(t, err)
 	require.Equal(t, domain.JobCompleted, j.State)
-	own := answered(sent("own", 200), domain.SignalKept)
-	require.Empty(t, floodFacts(j, calls(own)))
-	require.NotEmpty(t, floodFacts(j, calls(own, answered(sent("junk-3", 200), domain.SignalKept))), "an unknown name kept")
-	require.NotEmpty(t, floodFacts(j, calls(sent("own", 409))), "its own signal refused")
+	own := func(statuses ...int) call { return call{Op: "signal", SignalID: "flood-own", Statuses: statuses} }
+	require.Empty(t, raceProblems(j, "flood", calls(answered(own(200), domain.SignalKept))))
+	require.NotEmpty(t, raceProblems(j, "flood", calls(own(409))), "its own signal answered 409, yet it was recorded")
 }
 
 // The bug the suite caught, planted: a redrive that ran (the job was

@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/wire"
 )
 
@@ -19,15 +17,23 @@ import (
 //   - replan-worker: a job x -> s1 -> s2 -> s3 (and u beside them) whose
 //     worker step x the chaos workers fail with class replan, first with
 //     steps of which one depends on s1, s2 or s3 (drawn): that would close
-//     a dependency cycle, and must answer 400 naming a depends_on; then
-//     with steps that fit, after which the job must complete.
+//     a dependency cycle; then with steps that fit, after which the job
+//     must complete.
 //   - replan-fail: the same two replans carried by a fail action: the
-//     first must answer 400 at submit, the second run to COMPLETED.
+//     first submitted on its own, the second run to COMPLETED.
 //   - flood: a job whose waits (ready, then wait) are flooded from four
 //     senders with signals of names no wait listens for, the job's own
-//     go among them, then ready: go must be answered 200 (kept or
-//     delivered), every unknown name 200 dropped and none kept, and the
-//     job complete with go's payload.
+//     go among them, then ready: the job must complete, go's answer
+//     agreeing with its log.
+//
+// A cycle-closing replan accepted would store a cycle, or a job no submit
+// answered (replan-fail's), which the run's checks find; that it is
+// refused with 400 naming the depends_on, writing nothing, is
+// shared/domain's TestReplanThatClosesACycleIsRefused and
+// TestFailActionReplanThatClosesACycleIsRefusedAtSubmit and
+// shared/engine's TestReplanThatClosesACycleWritesNothing. That unknown
+// names are dropped, writing nothing, and cannot lock out the wait's own
+// signal is shared/domain's TestUnknownSignalsCannotLockOutTheWait.
 
 // WorkerReplan is the WorkerMarker of a replan-worker job.
 const WorkerReplan = "replan"
@@ -100,8 +106,8 @@ func (p replanSpec) body(kind string, closing bool) []byte {
 	return spec(steps, payload)
 }
 
-// replan fails a replan-worker lease with the cycle-closing replan, noting
-// its answer, then with the fitting one.
+// replan fails a replan-worker lease with the cycle-closing replan, then
+// with the fitting one.
 func (w *workers) replan(ctx context.Context, name string, l wire.ClaimedLease) {
 	var in struct {
 		Replan replanSpec `json:"replan"`
@@ -111,10 +117,7 @@ func (w *workers) replan(ctx context.Context, name string, l wire.ClaimedLease) 
 		b, _ := json.Marshal(map[string]any{"class": "replan", "message": fmt.Sprintf("chaos: replan by %s (closing a cycle: %v)", name, closing), "steps": in.Replan.newSteps(closing)})
 		return b
 	}
-	c := w.c.do(ctx, time.Now().Add(10*time.Second), call{Op: "replan"}, http.MethodPost, "/v1/leases/"+l.LeaseID+"/fail", fail(true))
-	w.mu.Lock()
-	w.replans[l.JobID] = append(w.replans[l.JobID], c)
-	w.mu.Unlock()
+	w.c.retry(ctx, time.Now().Add(10*time.Second), http.MethodPost, "/v1/leases/"+l.LeaseID+"/fail", fail(true))
 	expires := l.ExpiresAt
 	w.send(ctx, l, "fail", &expires, func(late bool) []byte {
 		if late {
@@ -122,26 +125,6 @@ func (w *workers) replan(ctx context.Context, name string, l wire.ClaimedLease) 
 		}
 		return fail(false)
 	})
-}
-
-// refusedCycle: every cycle-closing replan that was answered (a 5xx or no
-// answer says nothing) answered 400 naming the depends_on closing a cycle.
-func refusedCycle(_ *domain.Job, calls []call) []string {
-	var out []string
-	sent := false
-	for _, c := range calls {
-		if c.Op != "replan" {
-			continue
-		}
-		sent = true
-		if f := c.final(); !retryableStatus(f) && (f != http.StatusBadRequest || !strings.Contains(string(c.Body), "depends_on") || !strings.Contains(string(c.Body), "cycle")) {
-			out = append(out, fmt.Sprintf("the cycle-closing replan answered %d %s", f, truncate(c.Body, 200)))
-		}
-	}
-	if !sent {
-		return []string{"the cycle-closing replan was never sent"}
-	}
-	return out
 }
 
 // flood sends a flood job's signals: from four senders the unknown names,
@@ -153,40 +136,12 @@ func (r *run) flood(ctx context.Context, s *submission, deadline time.Time) {
 		senders.Go(func() {
 			for k := from; k < junk; k += 4 {
 				if k == junk/2 {
-					s.add(r.c.do(ctx, deadline, call{Op: "own"}, http.MethodPost, path, []byte(`{"name":"`+SignalName+`","id":"flood-own","payload":{"own":true}}`)))
+					s.add(r.c.do(ctx, deadline, call{Op: "signal", SignalID: "flood-own"}, http.MethodPost, path, []byte(`{"name":"`+SignalName+`","id":"flood-own","payload":{"own":true}}`)))
 				}
-				s.add(r.c.do(ctx, deadline, call{Op: fmt.Sprintf("junk-%d", k)}, http.MethodPost, path, []byte(fmt.Sprintf(`{"name":"junk-%d"}`, k))))
+				r.c.retry(ctx, deadline, http.MethodPost, path, []byte(fmt.Sprintf(`{"name":"junk-%d"}`, k)))
 			}
 		})
 	}
 	senders.Wait()
 	r.c.retry(ctx, deadline, http.MethodPost, path, []byte(`{"name":"ready","id":"flood-ready"}`))
-}
-
-// floodFacts: the own signal was accepted (unless it had no answer before
-// the deadline) and its payload is the wait's output; every unknown name
-// was answered 200 dropped, and none was kept.
-func floodFacts(j *domain.Job, calls []call) []string {
-	var out []string
-	for _, c := range calls {
-		switch f, o := c.final(), c.outcome(); {
-		case retryableStatus(f):
-		case c.Op == "own" && (f != http.StatusOK || o != domain.SignalKept && o != domain.SignalDelivered):
-			out = append(out, fmt.Sprintf("its own signal %s (%s)", c, o))
-		case strings.HasPrefix(c.Op, "junk-") && (f != http.StatusOK || o != domain.SignalDropped):
-			out = append(out, fmt.Sprintf("%s (%s): an unknown name answers 200 dropped", c, o))
-		}
-	}
-	for _, sg := range j.Signals {
-		if strings.HasPrefix(sg.Name, "junk-") {
-			out = append(out, "keeps a signal of an unknown name: "+sg.Name)
-		}
-	}
-	var own struct {
-		Own bool `json:"own"`
-	}
-	if wait, _, _ := j.Step("wait"); wait == nil || json.Unmarshal(wait.Output, &own) != nil || !own.Own {
-		out = append(out, "the wait's output is not its own signal's payload")
-	}
-	return out
 }

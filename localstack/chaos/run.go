@@ -120,7 +120,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	for _, p := range all {
 		r.subs = append(r.subs, &submission{plan: p, ids: map[string]int{}})
 	}
-	r.w = &workers{f: f, c: r.c, clock: clock, pool: pool, replans: map[string][]call{}, notes: noted}
+	r.w = &workers{f: f, c: r.c, clock: clock, pool: pool, notes: noted}
 	// The worker queues are made before the engine first uses them, with a
 	// 5 s visibility timeout instead of the engine's 30 s (as Lease shortens
 	// the ready queues'), so a message a crashed claim took comes back soon.
@@ -244,7 +244,7 @@ func (s *submission) send(ctx context.Context, c *client, deadline time.Time) {
 func (r *run) submit(ctx context.Context, n int, deadline time.Time) {
 	s := r.subs[n]
 	if s.plan.Refused != nil {
-		s.add(r.c.do(ctx, deadline, call{Op: "replan"}, http.MethodPost, "/v1/jobs", s.plan.Refused))
+		r.c.retry(ctx, deadline, http.MethodPost, "/v1/jobs", s.plan.Refused)
 	}
 	s.send(ctx, r.c, deadline)
 	if s.id != "" && n%5 == 0 {
@@ -378,9 +378,6 @@ func (r *run) check(ctx context.Context, res *Result) *ledger {
 	stored := map[string]*domain.Job{}
 	res.States = map[domain.JobState]int{}
 	for _, s := range r.subs {
-		for _, c := range r.w.replans[s.id] {
-			s.add(c)
-		}
 		if s.id == "" {
 			continue
 		}

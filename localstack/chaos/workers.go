@@ -42,9 +42,8 @@ type workers struct {
 	outcomes atomic.Int64 // outcomes the engine accepted
 	refused  atomic.Int64 // 409s
 
-	mu      sync.Mutex
-	late    []lateAnswer
-	replans map[string][]call // job -> its cycle-closing replans
+	mu   sync.Mutex
+	late []lateAnswer
 	*notes
 }
 

@@ -86,31 +86,34 @@ func (l *ledger) failed(cat Category) int { return len(l.bad[cat]) }
 var invariants = []struct {
 	name  string
 	cat   Category
-	check func(j *domain.Job, late []lateAnswer) []string
+	check func(j *domain.Job, late []string) []string
 }{
-	{"one terminal event per run, and it is last", Duplicated, func(j *domain.Job, _ []lateAnswer) []string { return one(checkRuns(j)) }},
+	{"one terminal event per run, and it is last", Duplicated, func(j *domain.Job, _ []string) []string { return one(checkRuns(j)) }},
 	{"nothing accepted under a lost lease", Duplicated, checkFencing},
-	{"events replay to the stored state", Mismatched, func(j *domain.Job, _ []lateAnswer) []string { return one(checkReplay(j)) }},
-	{"every view of the log agrees with the document", Mismatched, func(j *domain.Job, _ []lateAnswer) []string {
+	{"events replay to the stored state", Mismatched, func(j *domain.Job, _ []string) []string { return one(checkReplay(j)) }},
+	{"every view of the log agrees with the document", Mismatched, func(j *domain.Job, _ []string) []string {
 		if err := views.CheckAll(j); err != nil {
 			return []string{err.Error()}
 		}
 		return nil
 	}},
-	{"no job stores a dependency cycle", Mismatched, func(j *domain.Job, _ []lateAnswer) []string {
+	{"no job stores a dependency cycle", Mismatched, func(j *domain.Job, _ []string) []string {
 		if c := j.Cycle(); len(c) > 0 {
 			return []string{"a dependency cycle: " + strings.Join(c, ", ")}
 		}
 		return nil
 	}},
-	{"nothing after a sleep starts before its wake time", Mismatched, func(j *domain.Job, _ []lateAnswer) []string { return checkSleeps(j) }},
+	{"nothing after a sleep starts before its wake time", Mismatched, func(j *domain.Job, _ []string) []string { return checkSleeps(j) }},
 }
 
-func one(msg string) []string {
-	if msg == "" {
-		return nil
+func one(msg string) []string { return wrong(msg != "", msg) }
+
+// wrong answers problem when bad holds.
+func wrong(bad bool, problem string) []string {
+	if bad {
+		return []string{problem}
 	}
-	return []string{msg}
+	return nil
 }
 
 // submission is one planned job as its callers heard it.
@@ -141,7 +144,7 @@ func (s *submission) key() string { return fmt.Sprintf("job %s (%s)", s.id, s.pl
 
 // judgeSubmits holds the run's submits to their answers, each job to the
 // invariants and its row, and the tenant's listing to the submits.
-func (l *ledger) judgeSubmits(subs []*submission, listed map[string]bool, listErr error, stored map[string]*domain.Job, late map[string][]lateAnswer) {
+func (l *ledger) judgeSubmits(subs []*submission, listed map[string]bool, listErr error, stored map[string]*domain.Job, late map[string][]string) {
 	const submitted = "every submit answered a job"
 	answered := map[string]bool{}
 	for i, s := range subs {
@@ -151,31 +154,20 @@ func (l *ledger) judgeSubmits(subs []*submission, listed map[string]bool, listEr
 		}
 		key := s.key()
 		l.judge(submitted, Lost, key)
-		var dup, missing []string
-		if len(s.ids) > 1 {
-			dup = append(dup, fmt.Sprintf("key %s answered %d jobs: %v", s.plan.Key, len(s.ids), s.ids))
-		}
-		l.judge("one job per Idempotency-Key", Duplicated, key, dup...)
+		l.judge("one job per Idempotency-Key", Duplicated, key, wrong(len(s.ids) > 1, fmt.Sprintf("key %s answered %d jobs: %v", s.plan.Key, len(s.ids), s.ids))...)
 		for id := range s.ids {
 			answered[id] = true
 		}
-		if listErr != nil || !listed[s.id] {
-			missing = append(missing, fmt.Sprintf("not listed (%v)", listErr))
-		}
-		l.judge("every job answered 2xx is listed", Lost, key, missing...)
+		l.judge("every job answered 2xx is listed", Lost, key, wrong(listErr != nil || !listed[s.id], fmt.Sprintf("not listed (%v)", listErr))...)
 		l.judgeJob(key, rows[s.plan.Kind], s, stored[s.id], late[s.id])
 	}
 	for _, id := range sortedKeys(listed) {
-		var extra []string
-		if !answered[id] {
-			extra = append(extra, "stored, but no submit answered it")
-		}
-		l.judge("no job beyond those submitted", Duplicated, "job "+id, extra...)
+		l.judge("no job beyond those submitted", Duplicated, "job "+id, wrong(!answered[id], "stored, but no submit answered it")...)
 	}
 }
 
 // judgeJob holds a planned job to the invariants and to its row.
-func (l *ledger) judgeJob(key string, e row, s *submission, j *domain.Job, late []lateAnswer) {
+func (l *ledger) judgeJob(key string, e row, s *submission, j *domain.Job, late []string) {
 	const stored, finished, end = "every job submitted is stored", "every job finished within the bound", "every job ends as its plan and the faults imply"
 	if j == nil {
 		l.judge(stored, Lost, key, "not stored")
@@ -308,12 +300,8 @@ func checkRuns(j *domain.Job) string {
 // applied (no output or error carries the zombie tag, and no late request
 // was answered 2xx), and each step has at most one succeeded attempt,
 // its last.
-func checkFencing(j *domain.Job, late []lateAnswer) []string {
-	var out []string
-	for _, l := range late {
-		out = append(out, fmt.Sprintf("%s of lease %s sent %s after it expired was answered %d %s",
-			l.Op, l.Lease, l.Sent.Sub(l.Expires).Round(time.Millisecond), l.Status, l.Answer))
-	}
+func checkFencing(j *domain.Job, late []string) []string {
+	out := slices.Clone(late)
 	for _, s := range j.Steps {
 		if zombie(s.Output) {
 			out = append(out, fmt.Sprintf("step %s output %s carries the zombie tag", s.ID(), s.Output))

@@ -62,7 +62,7 @@ func TestCheckFencingFindsZombieOutcomes(t *testing.T) {
 	require.Len(t, msgs, 2, "a zombie's failure was applied, and the succeeded attempt is no longer the last: %v", msgs)
 
 	j = workerJob(t, `{}`)
-	late := []lateAnswer{{Job: "j1", Op: "heartbeat", Lease: "l", Status: 200, Sent: t0.Add(2 * time.Second), Expires: t0.Add(time.Second)}}
+	late := []string{"heartbeat of lease l sent 1s after it expired was answered 200"}
 	require.Len(t, checkFencing(j, late), 1, "a request sent after the lease expired was accepted")
 }
 

@@ -110,11 +110,8 @@ func (p *resourcePool) check(ctx context.Context, r *run, l *ledger, res *Result
 				}
 				rr.Ran++
 				rr.Unobserved += btoi(sp.held == nil)
-				var drop []string
-				if sp.held != nil && sp.held.dropped != nil && sp.held.dropped.Start.Before(sp.to) {
-					drop = append(drop, fmt.Sprintf("%s: the lease ran %s longer", p.describe(sp), sp.to.Sub(sp.held.dropped.Start).Round(time.Millisecond)))
-				}
-				l.judge(kept, Duplicated, keys[j.ID], drop...)
+				early := sp.held != nil && sp.held.dropped != nil && sp.held.dropped.Start.Before(sp.to)
+				l.judge(kept, Duplicated, keys[j.ID], wrong(early, p.describe(sp)+": its lease ran on")...)
 				spans[a.Resource] = append(spans[a.Resource], sp)
 			}
 		}

@@ -120,7 +120,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	for _, p := range all {
 		r.subs = append(r.subs, &submission{plan: p, ids: map[string]int{}})
 	}
-	r.w = &workers{f: f, c: r.c, clock: clock, pool: pool, notes: noted}
+	r.w = &workers{f: f, c: r.c, clock: clock, pool: pool, late: map[string][]string{}, notes: noted}
 	// The worker queues are made before the engine first uses them, with a
 	// 5 s visibility timeout instead of the engine's 30 s (as Lease shortens
 	// the ready queues'), so a message a crashed claim took comes back soon.
@@ -369,12 +369,6 @@ func (r *run) count(ctx context.Context, url string) (int, string) {
 // to.
 func (r *run) check(ctx context.Context, res *Result) *ledger {
 	l := newLedger()
-	late := map[string][]lateAnswer{}
-	r.w.mu.Lock()
-	for _, a := range r.w.late {
-		late[a.Job] = append(late[a.Job], a)
-	}
-	r.w.mu.Unlock()
 	stored := map[string]*domain.Job{}
 	res.States = map[domain.JobState]int{}
 	for _, s := range r.subs {
@@ -387,7 +381,7 @@ func (r *run) check(ctx context.Context, res *Result) *ledger {
 		}
 	}
 	listed, listErr := listTenant(ctx, r.raw, Tenant)
-	l.judgeSubmits(r.subs, listed, listErr, stored, late)
+	l.judgeSubmits(r.subs, listed, listErr, stored, r.w.late) // the workers have stopped
 	for _, name := range sortedKeys(r.queues) {
 		l.judge("no message left in flight (per queue)", Mismatched, name, one(r.queues[name])...)
 	}

@@ -177,14 +177,6 @@ func (s *scheduler) check(ctx context.Context, l *ledger, res *Result) {
 	res.Schedules = &s.res
 }
 
-// wrong answers problem when bad holds.
-func wrong(bad bool, problem string) []string {
-	if bad {
-		return []string{problem}
-	}
-	return nil
-}
-
 // checkRuns holds a schedule's jobs to the invariants and its row (they
 // complete), and to what it counts: one job per tick, every counted run
 // stored and none beyond, overlap skip held.

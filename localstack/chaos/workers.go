@@ -19,15 +19,6 @@ import (
 // end up holding one.
 const ZombieTag = "zombie"
 
-// lateAnswer is an outcome or heartbeat sent after its lease had expired
-// by the stack's clock that the engine accepted anyway.
-type lateAnswer struct {
-	Job, Lease, Op string
-	Status         int
-	Answer         string
-	Sent, Expires  time.Time
-}
-
 // workers are the chaos workers: goroutines claiming worker steps over
 // HTTP, each lease handled by one of three behaviours (normal, zombie,
 // skewed clock) drawn from StreamWorkers.
@@ -43,7 +34,7 @@ type workers struct {
 	refused  atomic.Int64 // 409s
 
 	mu   sync.Mutex
-	late []lateAnswer
+	late map[string][]string // by job: outcomes and heartbeats sent after their lease expired that the engine accepted
 	*notes
 }
 
@@ -239,7 +230,8 @@ func (w *workers) send(ctx context.Context, l wire.ClaimedLease, op string, expi
 		case a.ok():
 			if late {
 				w.mu.Lock()
-				w.late = append(w.late, lateAnswer{Job: l.JobID, Lease: l.LeaseID, Op: op, Status: a.status, Answer: truncate(a.body, 160), Sent: sent, Expires: *expires})
+				w.late[l.JobID] = append(w.late[l.JobID], fmt.Sprintf("%s of lease %s sent %s after it expired was answered %d %s",
+					op, l.LeaseID, sent.Sub(*expires).Round(time.Millisecond), a.status, truncate(a.body, 160)))
 				w.mu.Unlock()
 			}
 			if op != "heartbeat" {

@@ -142,11 +142,10 @@ var rows = map[string]row{
 	// Its racer redrives it again after a lost lease, up to a bound.
 	"redrive":       {end: ends(domain.JobCompleted), lossy: true, facts: facts(requeueFacts)},
 	"replan-worker": completes, "replan-fail": completes, "flood": completes,
-	"res-worker": {end: ends(domain.JobCompleted), lossy: true, facts: facts(onMatchingResources)},
-	"res-pass":   {end: ends(domain.JobCompleted), lossy: true, facts: facts(onMatchingResources)},
+	"res-worker": completes, "res-pass": completes,
 	// Fails with class resource on every resource it is given: it fails
 	// once none that matches is left (or its attempts ran out on leases).
-	"res-switch": {end: ends(domain.JobFailed), facts: facts(switchedThroughAll, onMatchingResources)},
+	"res-switch": fails,
 }
 
 func facts(fs ...func(*domain.Job, []call) []string) []func(*domain.Job, []call) []string { return fs }

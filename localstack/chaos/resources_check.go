@@ -33,47 +33,13 @@ func (r *ResourceResult) brief() string {
 		r.Jobs, r.Registered, len(ResourcePool), r.Ran, r.Unobserved, r.Late)
 }
 
-func failedOnResource(a domain.Attempt) bool {
-	return a.State == domain.AttemptFailed && a.Error != nil && a.Error.Class == domain.ClassResource
-}
-
-// onMatchingResources: every attempt of a step that requires a resource
-// ran on one of the pool's that matches it, never on one an earlier
-// attempt failed with class resource.
-func onMatchingResources(j *domain.Job, _ []call) []string {
-	var out []string
-	for _, s := range j.Steps {
-		var failed []string
-		for _, a := range s.Attempts {
-			i := slices.IndexFunc(ResourcePool, func(r *domain.Resource) bool { return r.ID == a.Resource })
-			switch {
-			case s.Spec.Requires == nil:
-			case i < 0 || !ResourcePool[i].Matches(s.Spec.Requires):
-				out = append(out, fmt.Sprintf("step %s attempt %d ran on %q, which does not match %+v", s.ID(), a.N, a.Resource, *s.Spec.Requires))
-			case slices.Contains(failed, a.Resource):
-				out = append(out, fmt.Sprintf("step %s attempt %d ran on %s, which failed it before", s.ID(), a.N, a.Resource))
-			}
-			if failedOnResource(a) {
-				failed = append(failed, a.Resource)
-			}
-		}
-	}
-	return out
-}
-
-// switchedThroughAll: the switch job failed once on every resource that
-// matches it, unless a lease lost on the way spent its attempts.
-func switchedThroughAll(j *domain.Job, _ []call) []string {
-	s, matches, failures, lost := j.Steps[0], matching(j.Steps[0].Spec.Requires), 0, false
-	for _, a := range s.Attempts {
-		failures += btoi(a.Error != nil && a.Error.Class == domain.ClassResource)
-		lost = lost || a.State == domain.AttemptTimeout
-	}
-	if j.State != domain.JobFailed || failures == matches || lost {
-		return nil
-	}
-	return []string{fmt.Sprintf("failed after %d resource failures with %d resources matching it", failures, matches)}
-}
+// Which resource an attempt runs on, and that a step fails once every
+// matching resource failed it, are fixed by the engine's candidates (the
+// matching resources off the step's avoid list), whatever the faults:
+// shared/domain's TestResourceFailureSwitchesResource and
+// TestResourceFailureExhausted, shared/engine's
+// TestResourcePoolSlotsSwitchAndWake and
+// TestResourceFailureWithNoOtherResourceFails prove them.
 
 // check holds the pool to its capacity: the attempts that ran, each from
 // when its slot was taken to when its lease ended, never more at once on
@@ -100,7 +66,7 @@ func (p *resourcePool) check(ctx context.Context, r *run, l *ledger, res *Result
 		keys[j.ID] = s.key()
 		for _, st := range j.Steps {
 			for _, a := range st.Attempts {
-				if failedOnResource(a) {
+				if a.State == domain.AttemptFailed && a.Error != nil && a.Error.Class == domain.ClassResource {
 					r.f.Count(KindResourceFailed)
 				}
 				sp, ok := spanOf(j, st, a, leases, hs)

@@ -137,8 +137,8 @@ var rows = map[string]row{
 	"pass": completes, "pass3": completes, "pass5": completes, "sleep": completes, "timer": completes,
 	"retryable": fails, "fatal": fails,
 	"worker":   {}, // its workers draw each attempt's outcome
-	"approval": {end: approved, lossy: true, facts: facts(decisionFacts)},
-	"signal":   {end: ends(domain.JobCompleted), lossy: true, facts: facts(signalFacts)},
+	"approval": {end: approved, lossy: true},
+	"signal":   completes,
 	// Its racer redrives it again after a lost lease, up to a bound.
 	"redrive":       {end: ends(domain.JobCompleted), lossy: true, facts: facts(requeueFacts)},
 	"replan-worker": completes, "replan-fail": completes, "flood": completes,

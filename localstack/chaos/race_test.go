@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -68,8 +67,6 @@ func TestCheckApproval(t *testing.T) {
 	twice := newJob(t, gateJob)
 	_, _, err = twice.Approve("gate", by, t0)
 	require.NoError(t, err)
-	twice.Steps[0].Decision.Approved = false
-	require.Contains(t, strings.Join(raceProblems(twice, "approval", calls(sent("approve", 200))), "\n"), "is not what its log says closed it")
 	// Decided twice: one decision takes effect, and the replay invariant
 	// finds the second.
 	twice.Events = append(twice.Events[:len(twice.Events)-1], domain.Event{Seq: 99, Type: "step_succeeded", Step: "gate", Detail: "approved again"}, twice.Events[len(twice.Events)-1])
@@ -128,10 +125,11 @@ func TestCheckSignals(t *testing.T) {
 	require.NotEmpty(t, raceProblems(j, "signal", calls(sig(1, "sig-same", 200), sig(3, "", 200))), "a signal answered 200 was never recorded")
 	require.NotEmpty(t, raceProblems(j, "signal", calls(sig(1, "sig-same", 409))), "a signal answered 409, sent once, was recorded")
 	require.NotEmpty(t, raceProblems(j, "signal", calls(sig(1, "sig-same", 200), call{Op: "late_signal", K: 99, Statuses: []int{200}})), "a signal to a finished job answered 200")
-	bad := newJob(t, waitJob)
-	require.True(t, signal(t, bad, 1, "", t0))
-	bad.Steps[0].Output = json.RawMessage(`{"k":2}`)
-	require.NotEmpty(t, raceProblems(bad, "signal", calls(sig(1, "", 200), sig(2, "", 409))), "the wait's output is not the first signal's")
+	// One id, recorded twice: each answered 200, yet an id lands once.
+	twice := newJob(t, napThenWait)
+	require.True(t, signal(t, twice, 1, "sig-same", t0))
+	twice.Signals = append(twice.Signals, twice.Signals[0])
+	require.NotEmpty(t, raceProblems(twice, "signal", calls(sig(1, "sig-same", 200), sig(2, "sig-same", 200))), "an id recorded twice")
 
 	// Kept before the wait was reached, taken when it was; a repeated id
 	// wrote nothing; another signal, the wait's one kept already, was

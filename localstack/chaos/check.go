@@ -298,28 +298,20 @@ func checkRuns(j *domain.Job) string {
 
 // checkFencing: no outcome a worker sent after its lease was lost was
 // applied (no output or error carries the zombie tag, and no late request
-// was answered 2xx), and each step has at most one succeeded attempt,
-// its last.
+// was answered 2xx), and a step's only succeeded attempt is its last.
 func checkFencing(j *domain.Job, late []string) []string {
 	out := slices.Clone(late)
 	for _, s := range j.Steps {
 		if zombie(s.Output) {
 			out = append(out, fmt.Sprintf("step %s output %s carries the zombie tag", s.ID(), s.Output))
 		}
-		succeeded := 0
 		for i, a := range s.Attempts {
 			if zombie(a.Output) || a.Error != nil && strings.Contains(a.Error.Message, "["+ZombieTag+"]") {
 				out = append(out, fmt.Sprintf("step %s attempt %d took a zombie's report", s.ID(), a.N))
 			}
-			if a.State == domain.AttemptSucceeded {
-				succeeded++
-				if i != len(s.Attempts)-1 {
-					out = append(out, fmt.Sprintf("step %s attempt %d succeeded but is not the last (%d attempts)", s.ID(), a.N, len(s.Attempts)))
-				}
+			if a.State == domain.AttemptSucceeded && i != len(s.Attempts)-1 {
+				out = append(out, fmt.Sprintf("step %s attempt %d succeeded but is not the last (%d attempts)", s.ID(), a.N, len(s.Attempts)))
 			}
-		}
-		if succeeded > 1 {
-			out = append(out, fmt.Sprintf("step %s has %d succeeded attempts", s.ID(), succeeded))
 		}
 	}
 	return out

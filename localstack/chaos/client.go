@@ -44,7 +44,7 @@ func (a answer) ok() bool { return a.err == nil && a.status >= 200 && a.status <
 
 // retryable: the function crashed (5xx), was throttled, or the request
 // never got an answer; the same request may be sent again.
-func (a answer) retryable() bool { return retryableStatus(a.status) }
+func (a answer) retryable() bool { return a.err != nil || retryableStatus(a.status) }
 
 // retryableStatus: a fault met the request before its body was read (or
 // its answer was lost).

@@ -194,8 +194,8 @@ type row struct {
 	// lossy: a job meant to complete may instead fail on a step whose
 	// attempts all ran out on lost leases, a fault's doing.
 	lossy bool
-	// facts are what else its log and its callers' answers must show.
-	facts []func(j *domain.Job, calls []call) []string
+	// fact is what else its log and its callers' answers must show.
+	fact func(j *domain.Job, calls []call) []string
 }
 
 func ends(state domain.JobState) func([]call) domain.JobState {
@@ -208,14 +208,14 @@ var (
 )
 
 // problems answers what is wrong with a finished job against its row:
-// its end, its callers' answers, its row's facts.
+// its end, its callers' answers, its row's fact.
 func problems(e row, j *domain.Job, calls []call) []string {
 	out := answerProblems(j, calls)
 	if msg := endProblem(e, j, calls); msg != "" {
 		out = append(out, msg)
 	}
-	for _, fact := range e.facts {
-		out = append(out, fact(j, calls)...)
+	if e.fact != nil {
+		out = append(out, e.fact(j, calls)...)
 	}
 	return out
 }

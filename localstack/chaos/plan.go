@@ -140,15 +140,13 @@ var rows = map[string]row{
 	"approval": {end: approved, lossy: true},
 	"signal":   completes,
 	// Its racer redrives it again after a lost lease, up to a bound.
-	"redrive":       {end: ends(domain.JobCompleted), lossy: true, facts: facts(requeueFacts)},
+	"redrive":       {end: ends(domain.JobCompleted), lossy: true, fact: requeueFacts},
 	"replan-worker": completes, "replan-fail": completes, "flood": completes,
 	"res-worker": completes, "res-pass": completes,
 	// Fails with class resource on every resource it is given: it fails
 	// once none that matches is left (or its attempts ran out on leases).
 	"res-switch": fails,
 }
-
-func facts(fs ...func(*domain.Job, []call) []string) []func(*domain.Job, []call) []string { return fs }
 
 // racers are the kinds a racer works on.
 var racers = map[string]bool{"approval": true, "signal": true, "redrive": true}

@@ -128,7 +128,7 @@ func (r *run) awaitEnd(ctx context.Context, id string, deadline time.Time) domai
 
 // effect answers how often the job's log shows the effect of a racing
 // call's group (group), and false for a call that does not race (its
-// row's facts judge it).
+// row judges it).
 func effect(j *domain.Job, c call) (int, bool) {
 	n := 0
 	switch c.Op {

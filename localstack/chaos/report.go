@@ -62,10 +62,13 @@ func (r *Result) Report(w io.Writer, verbose bool) {
 	fmt.Fprintf(w, "  sweeps %d (%d crashed, clock advanced %d times): reclaimed %d, re-dispatched %d; workers claimed %d, outcomes accepted %d, refused 409 %d; dead-lettered %d\n",
 		r.Sweeps.Sweeps, r.Sweeps.Crashed, r.Sweeps.Advances, r.Sweeps.Reclaimed, r.Sweeps.Redispatched,
 		r.Claimed, r.WorkerOutcomes, r.WorkerRefused, r.Dead)
-	if r.Resources != nil {
-		fmt.Fprintf(w, "  resources: %s\n", r.Resources.brief())
+	if rr := r.Resources; rr != nil {
+		fmt.Fprintf(w, "  resources: %d jobs, %d of %d resources registered; %d attempts run on a slot (%d slots taken unobserved), %d slots taken after their lease ran out\n",
+			rr.Jobs, rr.Registered, len(ResourcePool), rr.Ran, rr.Unobserved, rr.Late)
 	}
-	fmt.Fprintf(w, "  schedules: %s\n", r.Schedules.brief())
+	if sc := r.Schedules; sc != nil {
+		fmt.Fprintf(w, "  schedules: %d made, %d runs, %d ticks skipped; racer: %d rounds of two sweeps at once fired %d ticks\n", sc.Schedules, sc.Runs, sc.Skipped, sc.RacePairs, sc.RacerFired)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  check\tok\tfailed\tcounts as\n")
 	for _, c := range r.Checks {

@@ -25,14 +25,6 @@ type ResourceResult struct {
 	Ran, Unobserved, Late int
 }
 
-func (r *ResourceResult) brief() string {
-	if r == nil {
-		return "none"
-	}
-	return fmt.Sprintf("%d jobs, %d of %d resources registered; %d attempts run on a slot (%d slots taken unobserved), %d slots taken after their lease ran out",
-		r.Jobs, r.Registered, len(ResourcePool), r.Ran, r.Unobserved, r.Late)
-}
-
 // Which resource an attempt runs on, and that a step fails once every
 // matching resource failed it, are fixed by the engine's candidates (the
 // matching resources off the step's avoid list), whatever the faults:
@@ -228,7 +220,7 @@ func (p *resourcePool) leaks(ctx context.Context, r *run) [][2]string {
 		for _, res := range all {
 			for key, h := range res.Holders {
 				if now.Before(h.ExpiresAt) {
-					held = append(held, [2]string{strings.SplitN(key, "/", 2)[0], fmt.Sprintf("%s holds %s until %s, after every job finished", res.ID, key, p.at(h.ExpiresAt))})
+					held = append(held, [2]string{h.Job, fmt.Sprintf("%s holds %s until %s, after every job finished", res.ID, key, p.at(h.ExpiresAt))})
 				}
 			}
 		}

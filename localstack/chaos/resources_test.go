@@ -255,11 +255,10 @@ func TestResourceRows(t *testing.T) {
 	require.NotEmpty(t, problems(rows["res-switch"], &domain.Job{ID: "j", State: domain.JobCompleted, Steps: []*domain.Step{{Spec: sw, State: domain.StepSucceeded}}}, nil), "a switch job COMPLETED")
 }
 
-func TestResourceBrief(t *testing.T) {
+func TestResourceReport(t *testing.T) {
 	t.Parallel()
-	var none *ResourceResult
-	require.Equal(t, "none", none.brief())
-	r := &ResourceResult{Jobs: 12, Registered: 3, Ran: 5}
-	require.Contains(t, r.brief(), "12 jobs, 3 of 3 resources registered")
+	var b strings.Builder
+	(&Result{Resources: &ResourceResult{Jobs: 12, Registered: 3, Ran: 5}}).Report(&b, false)
+	require.Contains(t, b.String(), "resources: 12 jobs, 3 of 3 resources registered; 5 attempts run on a slot")
 	require.True(t, slices.Contains(Kinds[:], KindSlotRace))
 }

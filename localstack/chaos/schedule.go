@@ -218,11 +218,3 @@ func (s *scheduler) checkRuns(l *ledger, p *schedulePlan, jobs []*domain.Job) {
 		s.res.Runs, s.res.Skipped = s.res.Runs+int(p.final.Runs), s.res.Skipped+int(p.final.Skipped)
 	}
 }
-
-// brief is the schedules' part of a run's report.
-func (s *ScheduleResult) brief() string {
-	if s == nil {
-		return "none"
-	}
-	return fmt.Sprintf("%d made, %d runs, %d ticks skipped; racer: %d rounds of two sweeps at once fired %d ticks", s.Schedules, s.Runs, s.Skipped, s.RacePairs, s.RacerFired)
-}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -225,7 +226,8 @@ func (f *Faults) late(in *sqs.SendMessageBatchInput) *sqs.SendMessageBatchInput 
 		if e.DelaySeconds <= 0 || e.DelaySeconds >= 900 || !f.Chance(StreamTimers, KindTimerLate, f.P.TimerLate) {
 			continue
 		}
-		extra := int32(1 + f.IntN(StreamTimers, MaxLate))
+		var extra int32
+		f.Draw(StreamTimers, func(r *rand.Rand) { extra = int32(1 + r.IntN(MaxLate)) })
 		if entries == nil {
 			entries = append([]sqstypes.SendMessageBatchRequestEntry(nil), in.Entries...)
 		}

@@ -29,6 +29,7 @@ package chaos
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"sort"
 	"strings"
@@ -192,15 +193,15 @@ type Faults struct {
 	streams [numStreams]*rand.Rand
 	drawn   [numStreams]int64
 	trace   []Decision
+	calls   map[string]int64 // "Service.Operation" -> every call the layer saw
 
 	counts map[Kind]*atomic.Int64 // by kind, made for every kind in New
 	paused atomic.Bool
-	calls  sync.Map // "Service.Operation" -> *atomic.Int64, every call the layer saw
 }
 
 // New answers a fault layer seeded with seed.
 func New(seed uint64, p Probabilities) *Faults {
-	f := &Faults{P: p, Seed: seed, counts: map[Kind]*atomic.Int64{}}
+	f := &Faults{P: p, Seed: seed, counts: map[Kind]*atomic.Int64{}, calls: map[string]int64{}}
 	for _, k := range Kinds {
 		f.counts[k] = new(atomic.Int64)
 	}
@@ -227,17 +228,6 @@ func splitmix64(x *uint64) uint64 {
 // nothing); a run pauses while it drains the queues.
 func (f *Faults) Pause() { f.paused.Store(true) }
 
-// Paused reports whether injection is paused.
-func (f *Faults) Paused() bool { return f.paused.Load() }
-
-// IntN draws from [0, n) on a stream.
-func (f *Faults) IntN(s Stream, n int) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.drawn[s]++
-	return f.streams[s].IntN(n)
-}
-
 // Draw runs fn with a stream's generator, under the lock, for decisions
 // that take several numbers at once.
 func (f *Faults) Draw(s Stream, fn func(r *rand.Rand)) {
@@ -250,18 +240,8 @@ func (f *Faults) Draw(s Stream, fn func(r *rand.Rand)) {
 // Chance decides a fault of kind with probability p on stream s, and
 // counts it when it is injected.
 func (f *Faults) Chance(s Stream, kind Kind, p float64) bool {
-	if f.Paused() {
-		return false
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.drawn[s]++
-	n := f.drawn[s]
-	if f.streams[s].Float64() >= p {
-		return false
-	}
-	f.record(Decision{Stream: s, N: n, Kind: kind})
-	return true
+	injected, _ := f.decide(s, []faultRange{{kind, p}}, "", func(Kind) bool { return true })
+	return injected != ""
 }
 
 // Count records a fault injected without a draw of its own (a racer
@@ -277,15 +257,16 @@ func (f *Faults) record(d Decision) {
 
 // countCall counts a call the layer saw.
 func (f *Faults) countCall(call string) {
-	c, _ := f.calls.LoadOrStore(call, new(atomic.Int64))
-	c.(*atomic.Int64).Add(1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[call]++
 }
 
 // decide draws the fault for one AWS call (StreamCalls) or attempt
 // (StreamAttempts) against ranges; supported says which of them the
 // operation can suffer. It answers "" for none, and the decision's number.
 func (f *Faults) decide(s Stream, ranges []faultRange, call string, supported func(Kind) bool) (Kind, int64) {
-	if f.Paused() {
+	if f.paused.Load() {
 		return "", 0
 	}
 	f.mu.Lock()
@@ -318,12 +299,9 @@ func (f *Faults) Counts() map[Kind]int64 {
 // Calls answers how many calls (not attempts) of each operation went
 // through the fault layer.
 func (f *Faults) Calls() map[string]int64 {
-	out := map[string]int64{}
-	f.calls.Range(func(k, v any) bool {
-		out[k.(string)] = v.(*atomic.Int64).Load()
-		return true
-	})
-	return out
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.calls)
 }
 
 // Trace answers the faults injected so far, in the order they were

@@ -14,7 +14,6 @@ import (
 type Result struct {
 	Seed   uint64
 	Jobs   int
-	Stack  string
 	Plan   string // PlanDigest of the jobs submitted
 	Faults map[Kind]int64
 	Checks []*Check // the run's, its resources', its schedules' and its replans'

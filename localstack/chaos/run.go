@@ -133,7 +133,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, fmt.Errorf("chaos: create worker queue %s: %w", name, err)
 		}
 	}
-	res := &Result{Seed: cfg.Seed, Jobs: len(all), Stack: name, Plan: PlanDigest(all)}
+	res := &Result{Seed: cfg.Seed, Jobs: len(all), Plan: PlanDigest(all)}
 	fmt.Fprintf(cfg.Progress, "seed %d: stack %s at %s, %d jobs\n", cfg.Seed, name, st.URL, len(all))
 
 	workCtx, stopWork := context.WithCancel(ctx)

@@ -98,7 +98,7 @@ func (c *client) retry(ctx context.Context, deadline time.Time, method, path str
 // a cancel, a replan's, a schedule's), with every status it was answered
 // (0 for none) and the last answer's body.
 type call struct {
-	Op       string // approve, reject, cancel, signal, late_signal, redrive, replan, own, junk-<k>, ...
+	Op       string // approve, reject, cancel, signal, redrive
 	SignalID string // signal: its id ("" for none)
 	K        int    // signal: its payload's "k"
 	Round    int    // redrive: which round (1 after the planned failure)
@@ -141,7 +141,7 @@ func (c call) outcome() string {
 
 func (c call) String() string {
 	s := c.Op
-	if c.Op == "signal" || c.Op == "late_signal" {
+	if c.Op == "signal" {
 		s += fmt.Sprintf("(k%d id %q)", c.K, c.SignalID)
 	}
 	if c.Round > 0 {

@@ -28,7 +28,9 @@ import (
 // wait is reached) is the domain's, in the one write that lands it:
 // shared/domain's wait_test.go, shared/engine's TestRejectedGateFailsItsJob
 // and sdk/client's TestGatesSignalsResumeRedriveAndCancel prove it, and a
-// second decision or take is a move the replay invariant refuses.
+// second decision or take is a move the replay invariant refuses; a
+// signal to a finished job answers 409 (localstack/devstack's
+// openapi_e2e_test.go).
 
 // maxRedriveRounds bounds the redrives of one job: the first after the
 // planned failure, and more only if a re-run lost its one attempt's lease.
@@ -63,12 +65,6 @@ func (r *run) race(ctx context.Context, s *submission, deadline time.Time) {
 		})
 	}
 	wg.Wait()
-	// A signal to a finished job is refused, and kept nowhere.
-	if p.Kind == "signal" && r.awaitEnd(ctx, s.id, deadline).Terminal() {
-		c := r.send(ctx, s.id, RaceOp{Op: "signal", SignalID: "late", K: 99}, deadline)
-		c.Op = "late_signal"
-		s.add(c)
-	}
 }
 
 // redrive redrives the job each time it is seen FAILED: at first as many
@@ -141,7 +137,7 @@ func effect(j *domain.Job, c call) (int, bool) {
 			n += btoi(ev.Step == "gate" && (c.Op == "approve" && ev.Type == domain.StepSucceeded.EventType() ||
 				c.Op == "reject" && ev.Type == domain.StepFailed.EventType() && strings.HasPrefix(ev.Detail, "rejected")))
 		}
-	case "signal", "late_signal":
+	case "signal":
 		for _, sg := range j.Signals {
 			n += btoi(c.SignalID != "" && sg.ID == c.SignalID || c.SignalID == "" && signalK(sg) == c.K)
 		}
@@ -161,7 +157,7 @@ func (c call) group() string {
 		return fmt.Sprintf("redrive round %d", c.Round)
 	case c.SignalID != "":
 		return fmt.Sprintf("signal id %q", c.SignalID)
-	case c.Op == "signal" || c.Op == "late_signal":
+	case c.Op == "signal":
 		return fmt.Sprintf("signal k%d", c.K)
 	}
 	return c.Op
@@ -184,7 +180,7 @@ func (c call) mayHaveLanded() int {
 }
 
 // answerProblems holds every racing call to the log: it answered 200 or
-// 409 in the end (a signal to the finished job 409); one answered 200
+// 409 in the end; one answered 200
 // took effect; one that took effect answered 200 if it is idempotent, and
 // some call of its group did (or was retried: its first send may have
 // landed); and no effect shows more often than its sends could have
@@ -196,8 +192,8 @@ func answerProblems(j *domain.Job, calls []call) []string {
 		if _, racing := effect(j, c); !racing {
 			continue
 		}
-		if f := c.final(); f != http.StatusConflict && (f != http.StatusOK || c.Op == "late_signal") {
-			out = append(out, fmt.Sprintf("%s: not %s in the end", c, map[bool]string{true: "409", false: "200 or 409"}[c.Op == "late_signal"]))
+		if f := c.final(); f != http.StatusConflict && f != http.StatusOK {
+			out = append(out, fmt.Sprintf("%s: neither 200 nor 409 in the end", c))
 		}
 		if groups[c.group()] == nil {
 			order = append(order, c.group())
@@ -364,13 +360,9 @@ func (p replanSpec) body(kind string, closing bool) []byte {
 
 // replan fails a replan-worker lease with the cycle-closing replan, then
 // with the fitting one.
-func (w *workers) replan(ctx context.Context, name string, l wire.ClaimedLease) {
-	var in struct {
-		Replan replanSpec `json:"replan"`
-	}
-	_ = json.Unmarshal(l.Input, &in)
+func (w *workers) replan(ctx context.Context, name string, l wire.ClaimedLease, p replanSpec) {
 	fail := func(closing bool) []byte {
-		b, _ := json.Marshal(map[string]any{"class": "replan", "message": fmt.Sprintf("chaos: replan by %s (closing a cycle: %v)", name, closing), "steps": in.Replan.newSteps(closing)})
+		b, _ := json.Marshal(map[string]any{"class": "replan", "message": fmt.Sprintf("chaos: replan by %s (closing a cycle: %v)", name, closing), "steps": p.newSteps(closing)})
 		return b
 	}
 	w.c.retry(ctx, time.Now().Add(10*time.Second), http.MethodPost, "/v1/leases/"+l.LeaseID+"/fail", fail(true))

@@ -368,20 +368,16 @@ func (p *resourcePool) submit(ctx, work context.Context, r *run, deadline time.T
 }
 
 // script answers what a resource job's worker does with attempt n.
-func script(input json.RawMessage, n int) string {
-	var v struct {
-		S []string `json:"chaos_script"`
-	}
-	_ = json.Unmarshal(input, &v)
-	if n >= 1 && n <= len(v.S) {
-		return v.S[n-1]
+func script(s []string, n int) string {
+	if n >= 1 && n <= len(s) {
+		return s[n-1]
 	}
 	return ScriptComplete
 }
 
-// resource handles a lease of a resource job's worker step by its script.
-func (w *workers) resource(ctx context.Context, name string, l wire.ClaimedLease) {
-	do := script(l.Input, l.Attempt)
+// resource handles a lease of a resource job's worker step as its script
+// says.
+func (w *workers) resource(ctx context.Context, name string, l wire.ClaimedLease, do string) {
 	if p := w.pool; p != nil {
 		p.mu.Lock()
 		p.leases[l.LeaseID] = true

@@ -72,10 +72,12 @@ func TestResourcePlanIsValidSeededAndApart(t *testing.T) {
 
 func TestScriptByAttempt(t *testing.T) {
 	t.Parallel()
-	in := json.RawMessage(`{"chaos_worker":"resource","chaos_script":["kill","resource"]}`)
-	require.Equal(t, ScriptKill, script(in, 1))
-	require.Equal(t, ScriptResource, script(in, 2))
-	require.Equal(t, ScriptComplete, script(in, 3), "beyond the script: complete")
+	var in leaseInput
+	require.NoError(t, json.Unmarshal([]byte(`{"chaos_worker":"resource","chaos_script":["kill","resource"]}`), &in))
+	require.Equal(t, WorkerResource, in.Marker)
+	require.Equal(t, ScriptKill, script(in.Script, 1))
+	require.Equal(t, ScriptResource, script(in.Script, 2))
+	require.Equal(t, ScriptComplete, script(in.Script, 3), "beyond the script: complete")
 }
 
 // poolItemOf is a resource item as the store writes it.

@@ -116,24 +116,23 @@ func (w *workers) behaviour() behaviour {
 // step meets on its first attempt.
 const PlannedFatal = "chaos: planned fatal failure, to be redriven"
 
-// marker answers the WorkerMarker of a lease's input ("" for none).
-func marker(input json.RawMessage) string {
-	var v struct {
-		M string `json:"chaos_worker"`
-	}
-	_ = json.Unmarshal(input, &v)
-	return v.M
+// leaseInput is what a lease's input tells the chaos workers.
+type leaseInput struct {
+	Marker string     `json:"chaos_worker"` // WorkerMarker
+	Script []string   `json:"chaos_script"` // a resource job's (ScriptMember), by attempt
+	Replan replanSpec `json:"replan"`       // a replan-worker job's
 }
 
 func (w *workers) handle(ctx context.Context, name string, l wire.ClaimedLease) {
 	expires := l.ExpiresAt
-	m := marker(l.Input)
-	switch {
+	var in leaseInput
+	_ = json.Unmarshal(l.Input, &in)
+	switch m := in.Marker; {
 	case m == WorkerResource:
-		w.resource(ctx, name, l)
+		w.resource(ctx, name, l, script(in.Script, l.Attempt))
 		return
 	case m == WorkerReplan:
-		w.replan(ctx, name, l)
+		w.replan(ctx, name, l, in.Replan)
 		return
 	case m == WorkerFailFirst:
 		// A redrive job's first attempt fails fatally at once: its step
@@ -146,7 +145,7 @@ func (w *workers) handle(ctx context.Context, name string, l wire.ClaimedLease) 
 		return
 	}
 	b := w.behaviour()
-	if m == WorkerAlwaysComplete {
+	if in.Marker == WorkerAlwaysComplete {
 		b.outcome = "complete"
 	}
 	// A zombie wakes past its lease; a skewed worker plans by its own

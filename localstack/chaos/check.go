@@ -194,8 +194,6 @@ type row struct {
 	// lossy: a job meant to complete may instead fail on a step whose
 	// attempts all ran out on lost leases, a fault's doing.
 	lossy bool
-	// fact is what else its log and its callers' answers must show.
-	fact func(j *domain.Job, calls []call) []string
 }
 
 func ends(state domain.JobState) func([]call) domain.JobState {
@@ -208,16 +206,9 @@ var (
 )
 
 // problems answers what is wrong with a finished job against its row:
-// its end, its callers' answers, its row's fact.
+// its end, and its callers' answers.
 func problems(e row, j *domain.Job, calls []call) []string {
-	out := answerProblems(j, calls)
-	if msg := endProblem(e, j, calls); msg != "" {
-		out = append(out, msg)
-	}
-	if e.fact != nil {
-		out = append(out, e.fact(j, calls)...)
-	}
-	return out
+	return append(answerProblems(j, calls), one(endProblem(e, j, calls))...)
 }
 
 // endProblem: a CANCELLED job was sent a cancel (whose answer

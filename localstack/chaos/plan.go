@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
-
-	"github.com/stepflow/stepflow/shared/domain"
 )
 
 // JobPlan is one job a run submits.
@@ -139,8 +137,9 @@ var rows = map[string]row{
 	"worker":   {}, // its workers draw each attempt's outcome
 	"approval": {end: approved, lossy: true},
 	"signal":   completes,
-	// Its racer redrives it again after a lost lease, up to a bound.
-	"redrive":       {end: ends(domain.JobCompleted), lossy: true, fact: requeueFacts},
+	// Its racer redrives it again after a lost lease, up to a bound; a
+	// redrive refused though the job is FAILED leaves the planned failure.
+	"redrive":       completes,
 	"replan-worker": completes, "replan-fail": completes, "flood": completes,
 	"res-worker": completes, "res-pass": completes,
 	// Fails with class resource on every resource it is given: it fails

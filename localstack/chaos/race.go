@@ -251,19 +251,6 @@ func requeues(j *domain.Job) int {
 	return n
 }
 
-// requeueFacts: one job_requeued per round of redrives its racer sent,
-// and a job that failed again redriven until its racer's bound.
-func requeueFacts(j *domain.Job, calls []call) []string {
-	rounds := 0
-	for _, c := range calls {
-		rounds = max(rounds, c.Round)
-	}
-	if n := requeues(j); n != rounds || j.State == domain.JobFailed && rounds < maxRedriveRounds {
-		return []string{fmt.Sprintf("%s after %d job_requeued and %d redrive rounds: want one requeue per round, and a failed job redriven %d times", j.State, n, rounds, maxRedriveRounds)}
-	}
-	return nil
-}
-
 // Replans and signal floods under chaos, jobs of the run's beside its plan:
 //
 //   - replan-worker: a job x -> s1 -> s2 -> s3 (and u beside them) whose

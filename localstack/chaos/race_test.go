@@ -192,7 +192,7 @@ func TestCheckRedrive(t *testing.T) {
 	require.Len(t, msgs, 1, "%v", msgs)
 	require.Contains(t, msgs[0], "redrive round 1 took effect, yet none of its calls answered 200")
 	require.Empty(t, raceProblems(j, "redrive", calls(redrive(1, 502, 409))), "a retried redrive may answer its own first send")
-	require.NotEmpty(t, raceProblems(j, "redrive", calls(redrive(1, 200), redrive(2, 409))), "two rounds, one requeue")
+	require.NotEmpty(t, raceProblems(j, "redrive", calls(redrive(1, 200), redrive(2, 200))), "round 2 answered 200, yet one requeue")
 
 	// The re-run failed on its own: not what the plan implies.
 	j = newJob(t, redriveJob)
@@ -219,7 +219,10 @@ func TestCheckRedrive(t *testing.T) {
 	}
 	require.Equal(t, domain.JobFailed, j.State)
 	require.Empty(t, raceProblems(j, "redrive", rounds))
-	require.NotEmpty(t, raceProblems(j, "redrive", rounds[:maxRedriveRounds-1]), "a round left unsent")
+	// Every redrive refused: the job is left FAILED on its planned failure.
+	j = newJob(t, redriveJob)
+	runWorker(t, j, false, domain.ClassFatal, PlannedFatal)
+	require.NotEmpty(t, raceProblems(j, "redrive", calls(redrive(1, 409), redrive(2, 409))), "FAILED, not on a lost lease")
 
 	// checkRuns still finds a second terminal event within a run.
 	j = workerJob(t, `{}`)

@@ -183,11 +183,13 @@ func (s *scheduler) check(ctx context.Context, l *ledger, res *Result) {
 func (s *scheduler) checkRuns(l *ledger, p *schedulePlan, jobs []*domain.Job) {
 	key := "schedule " + p.ID
 	sort.Slice(jobs, func(i, k int) bool { return jobs[i].ID < jobs[k].ID })
-	ticks, stored, overlaps := map[uint64][]string{}, map[string]bool{}, []string{}
+	ticks, stored, overlaps, twice := map[uint64]string{}, map[string]bool{}, []string{}, []string{}
 	for i, j := range jobs {
 		stored[j.ID] = true
-		if u, err := ulid.ParseStrict(j.ID); err == nil {
-			ticks[u.Time()] = append(ticks[u.Time()], j.ID)
+		if u, err := ulid.ParseStrict(j.ID); err == nil && ticks[u.Time()] != "" {
+			twice = append(twice, fmt.Sprintf("tick %s made %s and %s", time.UnixMilli(int64(u.Time())).UTC().Format(time.RFC3339Nano), ticks[u.Time()], j.ID))
+		} else if err == nil {
+			ticks[u.Time()] = j.ID
 		}
 		l.judgeJob(fmt.Sprintf("job %s (%s)", j.ID, p.ID), completes, &submission{finished: true}, j, nil)
 		if p.Skip && i > 0 && (jobs[i-1].EndedAt == nil || j.CreatedAt.Before(*jobs[i-1].EndedAt)) {
@@ -196,12 +198,6 @@ func (s *scheduler) checkRuns(l *ledger, p *schedulePlan, jobs []*domain.Job) {
 	}
 	if p.Skip {
 		l.judge("overlap skip: no run made before the last one ended", Mismatched, key, overlaps...)
-	}
-	var twice []string
-	for tick, js := range ticks {
-		if len(js) > 1 {
-			twice = append(twice, fmt.Sprintf("tick %s made %d jobs: %v", time.UnixMilli(int64(tick)).UTC().Format(time.RFC3339Nano), len(js), js))
-		}
 	}
 	l.judge("one job per schedule tick", Duplicated, key, twice...)
 	switch final := p.final; {

@@ -92,16 +92,12 @@ var invariants = []struct {
 	{"nothing accepted under a lost lease", Duplicated, checkFencing},
 	{"events replay to the stored state", Mismatched, func(j *domain.Job, _ []string) []string { return one(checkReplay(j)) }},
 	{"every view of the log agrees with the document", Mismatched, func(j *domain.Job, _ []string) []string {
-		if err := views.CheckAll(j); err != nil {
-			return []string{err.Error()}
-		}
-		return nil
+		err := views.CheckAll(j)
+		return wrong(err != nil, fmt.Sprint(err))
 	}},
 	{"no job stores a dependency cycle", Mismatched, func(j *domain.Job, _ []string) []string {
-		if c := j.Cycle(); len(c) > 0 {
-			return []string{"a dependency cycle: " + strings.Join(c, ", ")}
-		}
-		return nil
+		c := j.Cycle()
+		return wrong(len(c) > 0, "a dependency cycle: "+strings.Join(c, ", "))
 	}},
 	{"nothing after a sleep starts before its wake time", Mismatched, func(j *domain.Job, _ []string) []string { return checkSleeps(j) }},
 }
@@ -132,12 +128,6 @@ func (s *submission) add(c call) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls = append(s.calls, c)
-}
-
-func (s *submission) snapshot() []call {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.calls)
 }
 
 func (s *submission) key() string { return fmt.Sprintf("job %s (%s)", s.id, s.plan.Kind) }
@@ -182,7 +172,7 @@ func (l *ledger) judgeJob(key string, e row, s *submission, j *domain.Job, late 
 		return
 	}
 	l.judge(finished, Lost, key)
-	l.judge(end, Mismatched, key, problems(e, j, s.snapshot())...)
+	l.judge(end, Mismatched, key, problems(e, j, s.calls)...) // its racer is done
 }
 
 // row is a workload table's row: what a job of one kind ends as.

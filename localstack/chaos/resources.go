@@ -245,6 +245,11 @@ func (p *resourcePool) Observe(s *middleware.Stack) error {
 
 type poolCallKey struct{}
 
+func isPoolItem(it map[string]ddb.AttributeValue) bool {
+	pk, _ := it["pk"].(*ddb.AttributeValueMemberS)
+	return pk != nil && pk.Value == "R#"+Tenant
+}
+
 // poolWrite is a PutItem of a pool resource that was applied.
 type poolWrite struct {
 	Res        string
@@ -255,12 +260,11 @@ type poolWrite struct {
 
 // observeCall notes a PutItem of a pool resource in its call's context.
 func (p *resourcePool) observeCall(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-	if put, ok := in.Parameters.(*dynamodb.PutItemInput); ok && poolItem(put.Item) != "" {
+	if put, ok := in.Parameters.(*dynamodb.PutItemInput); ok && isPoolItem(put.Item) {
 		var r domain.Resource
 		if err := attributevalue.UnmarshalMap(put.Item, &r); err != nil {
 			p.note("a write of a resource is unreadable: %v", err)
 		} else {
-			r.ID = poolItem(put.Item)
 			ctx = context.WithValue(ctx, poolCallKey{}, &r)
 		}
 	}
@@ -281,17 +285,6 @@ func (p *resourcePool) observeAttempt(ctx context.Context, in middleware.Deseria
 		p.mu.Unlock()
 	}
 	return out, md, err
-}
-
-// poolItem answers the resource id of an item of the run's tenant's
-// resources, "" for any other item.
-func poolItem(it map[string]ddb.AttributeValue) string {
-	pk, _ := it["pk"].(*ddb.AttributeValueMemberS)
-	sk, _ := it["sk"].(*ddb.AttributeValueMemberS)
-	if pk == nil || sk == nil || pk.Value != "R#"+Tenant {
-		return ""
-	}
-	return sk.Value
 }
 
 // holding is the last stretch a holder key held a slot on a resource, as

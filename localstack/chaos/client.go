@@ -139,16 +139,7 @@ func (c call) outcome() string {
 	return v.Signal.Outcome
 }
 
-func (c call) String() string {
-	s := c.Op
-	if c.Op == "signal" {
-		s += fmt.Sprintf("(k%d id %q)", c.K, c.SignalID)
-	}
-	if c.Round > 0 {
-		s += fmt.Sprintf("(round %d)", c.Round)
-	}
-	return fmt.Sprintf("%s answered %v", s, c.Statuses)
-}
+func (c call) String() string { return fmt.Sprintf("%s answered %v", c.group(), c.Statuses) }
 
 // notes are what a run saw that no check judges (an odd answer, an
 // unreadable write): the first 20, for the report.

@@ -139,7 +139,11 @@ func effect(j *domain.Job, c call) (int, bool) {
 		}
 	case "signal":
 		for _, sg := range j.Signals {
-			n += btoi(c.SignalID != "" && sg.ID == c.SignalID || c.SignalID == "" && signalK(sg) == c.K)
+			var p struct {
+				K int `json:"k"`
+			}
+			_ = json.Unmarshal(sg.Payload, &p)
+			n += btoi(c.SignalID != "" && sg.ID == c.SignalID || c.SignalID == "" && p.K == c.K)
 		}
 	case "redrive":
 		return btoi(requeues(j) >= c.Round), true
@@ -233,14 +237,6 @@ func approved(calls []call) domain.JobState {
 		}
 	}
 	return domain.JobFailed
-}
-
-func signalK(sg domain.Signal) int {
-	var p struct {
-		K int `json:"k"`
-	}
-	_ = json.Unmarshal(sg.Payload, &p)
-	return p.K
 }
 
 func requeues(j *domain.Job) int {

@@ -92,13 +92,13 @@ type resourceWave struct {
 	Claimers int
 }
 
-// resourcePlan is what a run does with resources.
-type resourcePlan struct{ Waves []resourceWave }
+// resourcePlan is what a run does with resources: its waves.
+type resourcePlan []resourceWave
 
 // all answers the resource jobs' plans in order.
-func (p *resourcePlan) all() []JobPlan {
+func (p resourcePlan) all() []JobPlan {
 	var out []JobPlan
-	for _, w := range p.Waves {
+	for _, w := range p {
 		out = append(out, w.Jobs...)
 	}
 	return out
@@ -123,10 +123,10 @@ func matching(req *domain.Requirements) int {
 // ResourcePlan draws a run's resource jobs from StreamPool, numbered
 // from first (after the plan's): the same seed, the same jobs, and the
 // rest of the plan is not changed by them.
-func (f *Faults) ResourcePlan(first int, c ResourceConfig) *resourcePlan {
-	p := &resourcePlan{}
+func (f *Faults) ResourcePlan(first int, c ResourceConfig) resourcePlan {
+	var p resourcePlan
 	if c.Off || c.Jobs <= 0 {
-		return p
+		return nil
 	}
 	waves := 2 - btoi(c.Jobs < 4)
 	f.Draw(StreamPool, func(r *rand.Rand) {
@@ -135,11 +135,11 @@ func (f *Faults) ResourcePlan(first int, c ResourceConfig) *resourcePlan {
 			if w > 0 {
 				wave.After = time.Duration(500+r.IntN(1000)) * time.Millisecond
 			}
-			p.Waves = append(p.Waves, wave)
+			p = append(p, wave)
 		}
 	})
 	for i := range c.Jobs {
-		w := &p.Waves[i*waves/c.Jobs]
+		w := &p[i*waves/c.Jobs]
 		f.Draw(StreamPool, func(r *rand.Rand) { w.Jobs = append(w.Jobs, planResourceJob(r, f.Seed, first+i)) })
 	}
 	return p
@@ -215,7 +215,7 @@ func planScript(r *rand.Rand, switches int) []string {
 // resourcePool is a run's resource coverage: the plan, what the observer
 // and the workers saw.
 type resourcePool struct {
-	plan  *resourcePlan
+	plan  resourcePlan
 	clock *Clock
 	t0    time.Time // the stack's clock when the run started
 
@@ -227,7 +227,7 @@ type resourcePool struct {
 	registered atomic.Int64
 }
 
-func newResourcePool(plan *resourcePlan, clock *Clock, n *notes) *resourcePool {
+func newResourcePool(plan resourcePlan, clock *Clock, n *notes) *resourcePool {
 	return &resourcePool{plan: plan, clock: clock, t0: clock.Now(), leases: map[string]bool{}, notes: n}
 }
 
@@ -331,7 +331,7 @@ func (p *resourcePool) holdings() map[string]map[string]*holding {
 // leases handled as any worker's. ctx bounds the submits, work the
 // storm's claimers.
 func (p *resourcePool) submit(ctx, work context.Context, r *run, deadline time.Time) {
-	if len(p.plan.Waves) == 0 {
+	if len(p.plan) == 0 {
 		return
 	}
 	for _, res := range ResourcePool {
@@ -344,7 +344,7 @@ func (p *resourcePool) submit(ctx, work context.Context, r *run, deadline time.T
 		}
 	}
 	start := time.Now()
-	for _, wave := range p.plan.Waves {
+	for _, wave := range p.plan {
 		sleep(ctx, time.Until(start.Add(wave.After)))
 		var wg sync.WaitGroup
 		for _, jp := range wave.Jobs {
@@ -432,7 +432,7 @@ type ResourceResult struct {
 // a resource than its slots; no write gave a slot back before its lease
 // ended; no slot held once every job finished.
 func (p *resourcePool) check(ctx context.Context, r *run, l *ledger, res *Result, stored map[string]*domain.Job) {
-	if len(p.plan.Waves) == 0 {
+	if len(p.plan) == 0 {
 		return
 	}
 	const capacity, kept, leaked = "resources: no resource ran more attempts at once than its slots", "resources: no slot given back while its lease runs", "resources: no slot held once every job finished"

@@ -28,9 +28,9 @@ func TestResourcePlanIsValidSeededAndApart(t *testing.T) {
 	require.Equal(t, PlanDigest(p.all()), PlanDigest(New(9, Probabilities{}).ResourcePlan(30, ResourceConfig{Jobs: 200}).all()), "the same seed, the same resource jobs")
 	require.NotEqual(t, PlanDigest(p.all()), PlanDigest(New(10, Probabilities{}).ResourcePlan(30, ResourceConfig{Jobs: 200}).all()))
 
-	require.Len(t, p.Waves, 2)
-	require.Zero(t, p.Waves[0].After)
-	require.Positive(t, p.Waves[1].After)
+	require.Len(t, p, 2)
+	require.Zero(t, p[0].After)
+	require.Positive(t, p[1].After)
 	kinds := map[string]int{}
 	scripts := map[string]int{}
 	for i, jp := range p.all() {
@@ -106,7 +106,7 @@ func observed(p *resourcePool, params any, status int, callErr error) {
 func TestObserverSeesAppliedWrites(t *testing.T) {
 	t.Parallel()
 	clock := &Clock{}
-	p := newResourcePool(&resourcePlan{}, clock, &notes{})
+	p := newResourcePool(nil, clock, &notes{})
 	now := clock.Now()
 	h := domain.Holder{Job: "j1", Step: "w", Since: now, ExpiresAt: now.Add(time.Second)}
 	ccf := &ddb.ConditionalCheckFailedException{}
@@ -141,7 +141,7 @@ func attemptAt(n int, res string, from, to time.Time, state domain.AttemptState,
 func TestSlotGivenBackAndCapacityExceededAreFound(t *testing.T) {
 	t.Parallel()
 	clock := &Clock{}
-	p := newResourcePool(&resourcePlan{}, clock, &notes{})
+	p := newResourcePool(nil, clock, &notes{})
 	t0 := clock.Now()
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	// Attempt 1 of j1 takes gpu-1's one slot at 0 with a lease to 2000; a

@@ -38,10 +38,6 @@ type workers struct {
 	*notes
 }
 
-type claimAnswer struct {
-	Leases []wire.ClaimedLease `json:"leases"`
-}
-
 func (w *workers) start(ctx context.Context, per int) {
 	for _, q := range WorkerQueues {
 		for i := range per {
@@ -67,7 +63,9 @@ func (w *workers) loop(ctx context.Context, name, queue string) {
 func (w *workers) claim(ctx context.Context, name, queue string) answer {
 	body, _ := json.Marshal(map[string]any{"queue": queue, "max": 2, "wait_seconds": 1, "worker": name})
 	a := w.c.once(ctx, http.MethodPost, "/v1/claim", body)
-	var ca claimAnswer
+	var ca struct {
+		Leases []wire.ClaimedLease `json:"leases"`
+	}
 	if a.ok() {
 		if err := json.Unmarshal(a.body, &ca); err != nil {
 			w.note("claim answer unreadable: %v", err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -151,7 +152,7 @@ func (l *ledger) judgeSubmits(subs []*submission, listed map[string]bool, listEr
 		l.judge("every job answered 2xx is listed", Lost, key, wrong(listErr != nil || !listed[s.id], fmt.Sprintf("not listed (%v)", listErr))...)
 		l.judgeJob(key, rows[s.plan.Kind], s, stored[s.id], late[s.id])
 	}
-	for _, id := range sortedKeys(listed) {
+	for _, id := range slices.Sorted(maps.Keys(listed)) {
 		l.judge("no job beyond those submitted", Duplicated, "job "+id, wrong(!answered[id], "stored, but no submit answered it")...)
 	}
 }

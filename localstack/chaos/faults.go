@@ -31,7 +31,6 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -325,14 +324,4 @@ func FormatCounts(c map[Kind]int64) string {
 		return "none"
 	}
 	return strings.Join(parts, ", ")
-}
-
-// sortedKeys answers a map's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

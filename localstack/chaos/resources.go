@@ -494,12 +494,11 @@ func (p *resourcePool) check(ctx context.Context, r *run, l *ledger, res *Result
 // slot is taken (its since) only after the slot before it was given back
 // or expired, and given back only after the attempt's end was written.
 type span struct {
-	res, job, step string
-	attempt        int
-	lease          string // the attempt's lease: its slot's key
-	from, to       time.Time
-	held           *holding // the stretch its slot was held, as the writes showed it; nil if none did
-	late           bool     // its slot was taken only after its lease had ended
+	job, step string
+	a         domain.Attempt // its lease is its slot's key
+	from, to  time.Time
+	held      *holding // the stretch its slot was held, as the writes showed it; nil if none did
+	late      bool     // its slot was taken only after its lease had ended
 }
 
 // spanOf answers the span of an attempt that ran: one a worker was handed
@@ -513,7 +512,7 @@ func spanOf(j *domain.Job, s *domain.Step, a domain.Attempt, leases map[string]b
 	if a.Resource == "" || a.StartedAt == nil || worker && !leases[a.Lease] || !worker && a.State != domain.AttemptSucceeded && a.State != domain.AttemptFailed {
 		return span{}, false
 	}
-	sp := span{res: a.Resource, job: j.ID, step: s.ID(), attempt: a.N, lease: a.Lease, from: *a.StartedAt}
+	sp := span{job: j.ID, step: s.ID(), a: a, from: *a.StartedAt}
 	switch {
 	case a.EndedAt != nil && (a.LeaseUntil == nil || a.EndedAt.Before(*a.LeaseUntil)):
 		sp.to = *a.EndedAt
@@ -579,7 +578,7 @@ func (p *resourcePool) at(t time.Time) string { return fmt.Sprintf("+%.3fs", t.S
 // describe renders an attempt's hold, with what the writes showed of its
 // slot.
 func (p *resourcePool) describe(sp span) string {
-	d := fmt.Sprintf("%s/%s/%d (lease %s) on %s [%s, %s)", sp.job, sp.step, sp.attempt, sp.lease, sp.res, p.at(sp.from), p.at(sp.to))
+	d := fmt.Sprintf("%s/%s/%d (lease %s) on %s [%s, %s)", sp.job, sp.step, sp.a.N, sp.a.Lease, sp.a.Resource, p.at(sp.from), p.at(sp.to))
 	switch h := sp.held; {
 	case h == nil:
 		return d + ", slot taken unobserved"

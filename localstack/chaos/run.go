@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -200,15 +201,7 @@ type run struct {
 	racers    sync.WaitGroup
 	queues    map[string]string // what each queue held when the drain stopped ("" for nothing)
 	submitted atomic.Bool       // every planned job has been submitted
-
-	mu     sync.Mutex
-	sweeps SweepTotals
-}
-
-func (r *run) tally(f func(*SweepTotals)) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	f(&r.sweeps)
+	sweeps    SweepTotals       // the sweeper's own
 }
 
 // submitAll submits plans from four goroutines.
@@ -297,21 +290,20 @@ func (r *run) sweeper(ctx context.Context) {
 		}
 		n := 1 + btoi(r.f.Chance(StreamSweeps, KindDoubleSweep, r.f.P.DoubleSweep))
 		var wg sync.WaitGroup
-		for range n {
+		reps, done := make([]engine.SweepReport, n), make([]bool, n)
+		for i := range n {
 			wg.Go(func() {
-				defer func() {
-					if recover() != nil { // the invocation died; the next one picks up
-						r.tally(func(t *SweepTotals) { t.Crashed++ })
-					}
-				}()
-				rep, _ := heartbeat(ctx, events.EventBridgeEvent{DetailType: "Scheduled Event", Source: "aws.events"})
-				r.tally(func(t *SweepTotals) {
-					t.Reclaimed, t.Redispatched = t.Reclaimed+rep.Reclaimed, t.Redispatched+rep.Redispatched
-				})
+				defer func() { _ = recover() }() // the invocation died; the next one picks up
+				reps[i], _ = heartbeat(ctx, events.EventBridgeEvent{DetailType: "Scheduled Event", Source: "aws.events"})
+				done[i] = true
 			})
 		}
 		wg.Wait()
-		r.tally(func(t *SweepTotals) { t.Sweeps, t.Advances = t.Sweeps+n, t.Advances+btoi(advance) })
+		t := &r.sweeps
+		for i := range n {
+			t.Crashed, t.Reclaimed, t.Redispatched = t.Crashed+btoi(!done[i]), t.Reclaimed+reps[i].Reclaimed, t.Redispatched+reps[i].Redispatched
+		}
+		t.Sweeps, t.Advances = t.Sweeps+n, t.Advances+btoi(advance)
 	})
 }
 
@@ -383,7 +375,7 @@ func (r *run) check(ctx context.Context, res *Result) *ledger {
 	}
 	listed, listErr := listTenant(ctx, r.raw, Tenant)
 	l.judgeSubmits(r.subs, listed, listErr, stored, r.w.late) // the workers have stopped
-	for _, name := range sortedKeys(r.queues) {
+	for _, name := range slices.Sorted(maps.Keys(r.queues)) {
 		l.judge("no message left in flight (per queue)", Mismatched, name, one(r.queues[name])...)
 	}
 	r.pool.check(ctx, r, l, res, stored)
@@ -481,7 +473,7 @@ func (r *Result) Report(w io.Writer, verbose bool) {
 	if verbose {
 		for what, m := range map[string]map[string]int64{"engine AWS calls": r.Calls, "faults by call": r.FaultsByCall} {
 			var parts []string
-			for _, k := range sortedKeys(m) {
+			for _, k := range slices.Sorted(maps.Keys(m)) {
 				parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
 			}
 			fmt.Fprintf(w, "    %s: %s\n", what, strings.Join(parts, ", "))

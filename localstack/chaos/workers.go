@@ -221,8 +221,7 @@ func (w *workers) send(ctx context.Context, l wire.ClaimedLease, op string, expi
 	for try := 0; try < 6 && ctx.Err() == nil; try++ {
 		sent := w.clock.Now()
 		late := !sent.Before(*expires)
-		b := body(late)
-		a = w.c.once(ctx, http.MethodPost, "/v1/leases/"+l.LeaseID+"/"+op, b)
+		a = w.c.once(ctx, http.MethodPost, "/v1/leases/"+l.LeaseID+"/"+op, body(late))
 		switch {
 		case a.ok():
 			if late {

@@ -160,16 +160,10 @@ type Crash struct {
 	N     int64  // the call's decision number in StreamCalls
 }
 
-func (c Crash) String() string {
-	when := "before"
-	if c.After {
-		when = "after"
-	}
-	return fmt.Sprintf("chaos: invocation crashed %s %s (call #%d)", when, c.Call, c.N)
-}
-
 // Error makes a recovered Crash print well wherever it is formatted.
-func (c Crash) Error() string { return c.String() }
+func (c Crash) Error() string {
+	return fmt.Sprintf("chaos: invocation crashed %s %s (call #%d)", map[bool]string{false: "before", true: "after"}[c.After], c.Call, c.N)
+}
 
 // Decision is one injected fault, for replay traces.
 type Decision struct {

@@ -495,7 +495,7 @@ func TestAttemptFaultsMeetTheSDKRetry(t *testing.T) {
 func TestErrorsAreNotCrashes(t *testing.T) {
 	t.Parallel()
 	require.False(t, errors.Is(throttleError(), context.DeadlineExceeded))
-	require.Contains(t, Crash{Call: "DynamoDB.PutItem", N: 3}.String(), "before DynamoDB.PutItem (call #3)")
+	require.Contains(t, Crash{Call: "DynamoDB.PutItem", N: 3}.Error(), "before DynamoDB.PutItem (call #3)")
 }
 
 func TestSFNStartLostFailsOnlyTimerStartsWithoutStarting(t *testing.T) {

@@ -66,9 +66,6 @@ func (c *Config) defaults() {
 	c.Resources.defaults()
 }
 
-// WorkerVisibility is the worker queues' visibility timeout in a run.
-const WorkerVisibility = 5 * time.Second
-
 // RunTimerThreshold is the chaos stack's timer threshold: a delay up to it
 // is an SQS delay, a longer one (a 2.5 or 3 s sleep, a 3 or 4 s deadline)
 // a Step Functions timer, which moto runs.
@@ -128,7 +125,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	// the ready queues'), so a message a crashed claim took comes back soon.
 	wq := queue.New(st.SQS, queue.Config{
 		WorkerQueuePrefix: st.Resources.Env["STEPFLOW_WORKER_QUEUE_PREFIX"], DLQARN: st.Resources.Env["STEPFLOW_DLQ_ARN"],
-		WorkerQueueVisible: WorkerVisibility,
+		WorkerQueueVisible: 5 * time.Second,
 	})
 	for _, name := range WorkerQueues {
 		if err := wq.EnsureWorkerQueue(ctx, Tenant, name); err != nil {

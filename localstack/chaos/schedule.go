@@ -12,6 +12,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/store"
 )
 
@@ -70,7 +71,6 @@ type scheduler struct {
 	c     *client
 	plans []*schedulePlan
 
-	mu       sync.Mutex
 	res      ScheduleResult
 	stopRace context.CancelFunc
 	raceDone sync.WaitGroup
@@ -99,17 +99,15 @@ func (s *scheduler) start(ctx context.Context, deadline time.Time) {
 	s.raceDone.Go(func() {
 		every(ctx, ScheduleRaceEvery, func() {
 			var wg sync.WaitGroup
-			for range 2 {
+			var reps [2]engine.ScheduleReport
+			for i := range reps {
 				wg.Go(func() {
 					defer func() { _ = recover() }() // a crash fault: the invocation died; the tick stays due
-					rep, _ := s.r.st.Engine.FireSchedules(ctx)
-					s.mu.Lock()
-					s.res.RacerFired += rep.Fired
-					s.mu.Unlock()
+					reps[i], _ = s.r.st.Engine.FireSchedules(ctx)
 				})
 			}
 			wg.Wait()
-			s.res.RacePairs++
+			s.res.RacePairs, s.res.RacerFired = s.res.RacePairs+1, s.res.RacerFired+reps[0].Fired+reps[1].Fired
 		})
 	})
 }

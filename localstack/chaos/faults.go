@@ -15,16 +15,16 @@
 // (KindSFNStartLost), leaving the timer to the sweep's due index. Racers
 // (race.go) send concurrent decisions to approval gates, signals to waits
 // (early, late, repeated, against a cancel) and redrives to failed jobs,
-// each from a plan drawn from StreamRacers, and their rows hold every
-// answer against what the job's log says landed first.
+// each from a plan drawn from StreamRacers, and every answer is held
+// against what the job's log shows of it.
 //
 // Every random decision comes from PCG generators seeded from one seed,
 // under one mutex. Each kind of decision has its own stream (the workload
 // plan, the engine's AWS calls, their attempts, deliveries, leases handed
-// to workers, sweeps), so the n-th decision of
-// a stream is the same for a seed however the goroutines interleave; which
-// call, message or lease meets it follows wall-clock scheduling and may
-// differ from one run of a seed to the next.
+// to workers, sweeps), so the n-th decision of a stream is the same for a
+// seed however the goroutines interleave; which call, message or lease
+// meets it follows wall-clock scheduling and may differ from one run of a
+// seed to the next.
 package chaos
 
 import (
@@ -147,7 +147,7 @@ const (
 	StreamTimers                 // timer steps' messages received, and delayed entries sent
 	StreamRacers                 // the racers' plans, drawn with the workload plan
 	StreamPool                   // the resource jobs' plan (resources.go)
-	StreamReplans                // the replans' and signal floods' plan (replans.go)
+	StreamReplans                // the replans' and signal floods' plan (race.go)
 	numStreams
 )
 

@@ -36,12 +36,11 @@ import (
 // every matching resource), hold the slot over heartbeats, or complete.
 // The faults of the rest of the run apply to every call these make.
 //
-// What the checks (resources_check.go) rely on is observed, not assumed:
-// a middleware beside the fault layer sees every write of a resource item
+// What the checks (check, below) rely on is observed, not assumed: a
+// middleware beside the fault layer sees every write of a resource item
 // the engine makes that was applied (in version order), so when each slot
 // was taken (its holder's since) and given back is known exactly; the
-// workers note every lease they were handed on a resource and every
-// answer under it.
+// workers note every lease they were handed on a resource.
 
 // ResourceConfig sizes a run's resource jobs.
 type ResourceConfig struct {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -190,7 +192,7 @@ func (c call) mayHaveLanded() int {
 // landed); and no effect shows more often than its sends could have
 // landed, a signal id's once.
 func answerProblems(j *domain.Job, calls []call) []string {
-	var out, order []string
+	var out []string
 	groups := map[string][]call{}
 	for _, c := range calls {
 		if _, racing := effect(j, c); !racing {
@@ -199,12 +201,9 @@ func answerProblems(j *domain.Job, calls []call) []string {
 		if f := c.final(); f != http.StatusConflict && f != http.StatusOK {
 			out = append(out, fmt.Sprintf("%s: neither 200 nor 409 in the end", c))
 		}
-		if groups[c.group()] == nil {
-			order = append(order, c.group())
-		}
 		groups[c.group()] = append(groups[c.group()], c)
 	}
-	for _, g := range order {
+	for _, g := range slices.Sorted(maps.Keys(groups)) {
 		cs := groups[g]
 		n, _ := effect(j, cs[0])
 		may, answered := 0, false

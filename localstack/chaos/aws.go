@@ -56,32 +56,21 @@ import (
 // the client wraps them in *smithy.OperationError (and, once attempts run
 // out, the retryer in *retry.MaxAttemptsError) as it does real ones.
 
-// dynamoOps are the DynamoDB operations the engine calls, true for writes.
-var dynamoOps = map[string]bool{
-	"GetItem": false, "Query": false, "BatchGetItem": false,
-	"PutItem": true, "UpdateItem": true, "TransactWriteItems": true, "DeleteItem": true,
+// engineOps are the operations the layer draws for, "Service.Operation",
+// true for a DynamoDB write: the engine's own operations, as its clients'
+// interfaces (store.API, queue.API, queue.TimerAPI) name them. Others
+// pass through unseen.
+var engineOps = map[string]bool{
+	"DynamoDB.GetItem": false, "DynamoDB.Query": false, "DynamoDB.BatchGetItem": false,
+	"DynamoDB.PutItem": true, "DynamoDB.UpdateItem": true, "DynamoDB.TransactWriteItems": true, "DynamoDB.DeleteItem": true,
+	"SQS.SendMessageBatch": false, "SQS.ReceiveMessage": false, "SQS.DeleteMessage": false, "SQS.ChangeMessageVisibility": false,
+	"SQS.GetQueueUrl": false, "SQS.CreateQueue": false, "SQS.GetQueueAttributes": false, "SQS.ListQueues": false,
+	sfnService + ".StartExecution": false,
 }
 
-// sqsOps are the SQS operations the engine calls.
-var sqsOps = map[string]bool{
-	"SendMessageBatch": true, "ReceiveMessage": true, "DeleteMessage": true, "ChangeMessageVisibility": true,
-	"GetQueueUrl": true, "CreateQueue": true, "GetQueueAttributes": true, "ListQueues": true,
-}
-
-// faulted answers whether the layer draws for a service's operation: the
-// engine's own operations, as its clients' interfaces (store.API,
-// queue.API, queue.TimerAPI) name them. Others pass through unseen.
 func faulted(service, op string) bool {
-	switch service {
-	case "DynamoDB":
-		_, ok := dynamoOps[op]
-		return ok
-	case "SQS":
-		return sqsOps[op]
-	case sfnService:
-		return op == "StartExecution"
-	}
-	return false
+	_, ok := engineOps[service+"."+op]
+	return ok
 }
 
 // sfnService is the Step Functions client's service id (sfn.ServiceID).
@@ -103,7 +92,7 @@ func supports(service, op string) func(Kind) bool {
 		case KindThrottle, KindServerError:
 			return service == "DynamoDB"
 		case KindAmbiguous:
-			return service == "DynamoDB" && dynamoOps[op]
+			return engineOps[service+"."+op]
 		}
 		return false
 	}

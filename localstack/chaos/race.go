@@ -147,8 +147,11 @@ func effect(j *domain.Job, c call) (int, bool) {
 			_ = json.Unmarshal(sg.Payload, &p)
 			n += btoi(c.SignalID != "" && sg.ID == c.SignalID || c.SignalID == "" && p.K == c.K)
 		}
-	case "redrive":
-		return btoi(requeues(j) >= c.Round), true
+	case "redrive": // round r took effect once r redrives requeued the job
+		for _, ev := range j.Events {
+			n += btoi(ev.Type == string(domain.JobEvRequeued) && ev.Detail == "redrive")
+		}
+		return btoi(n >= c.Round), true
 	default:
 		return 0, false
 	}
@@ -186,11 +189,10 @@ func (c call) mayHaveLanded() int {
 }
 
 // answerProblems holds every racing call to the log: it answered 200 or
-// 409 in the end; one answered 200
-// took effect; one that took effect answered 200 if it is idempotent, and
-// some call of its group did (or was retried: its first send may have
-// landed); and no effect shows more often than its sends could have
-// landed, a signal id's once.
+// 409 in the end; one answered 200 took effect; one that took effect
+// answered 200 if it is idempotent, and some call of its group did (or was
+// retried: its first send may have landed); and no effect shows more often
+// than its sends could have landed, a signal id's once.
 func answerProblems(j *domain.Job, calls []call) []string {
 	var out []string
 	groups := map[string][]call{}
@@ -236,14 +238,6 @@ func approved(calls []call) domain.JobState {
 		}
 	}
 	return domain.JobFailed
-}
-
-func requeues(j *domain.Job) int {
-	n := 0
-	for _, ev := range j.Events {
-		n += btoi(ev.Type == string(domain.JobEvRequeued) && ev.Detail == "redrive")
-	}
-	return n
 }
 
 // Replans and signal floods under chaos, jobs of the run's beside its plan:

@@ -121,7 +121,7 @@ type submission struct {
 	finished bool           // seen finished within the bound
 
 	mu    sync.Mutex
-	calls []call // what its racer, its planned cancel or its replans sent
+	calls []call // what its racer (or its planned cancel) sent
 	raced atomic.Bool
 }
 

@@ -230,8 +230,9 @@ func (s *submission) send(ctx context.Context, c *client, deadline time.Time) {
 }
 
 // submit submits job n (twice for every fifth, as a client that lost the
-// first answer would: the same job must answer), after the replan it must
-// refuse if it has one, then sets its racer going (race.go).
+// first answer would: the same job must answer), after its body that must
+// be refused if it has one (replan-fail's), then sets its racer going
+// (race.go).
 func (r *run) submit(ctx context.Context, n int, deadline time.Time) {
 	s := r.subs[n]
 	if s.plan.Refused != nil {

@@ -10,16 +10,10 @@
 // per run, nothing applied under a lost lease, every view agrees, no
 // cycle, no step before a sleep's wake time), and each workload's table of
 // what a job of each kind ends as given the faults and its callers'
-// answers. Beside each run a hostile tenant (chaos.HostileTenant) attacks
-// over the same API: it claims the queue names that collided with the
-// run's under the old worker queue naming and names no job used, sends
-// poison bodies, floods pass jobs and reaches for the run's jobs; it must
-// be handed no lease, create no queue, have every poison body refused with
-// 400, finish its flood and see none of the run's jobs. It prints a table
-// per run (its first line ends with the hostile tenant's figures), the
-// faults of all runs by kind, and ends with one line:
+// answers. It prints a table per run, the faults of all runs by kind, and
+// ends with one line:
 //
-//	chaos: <runs> runs, <faults> faults injected, <jobs> jobs, lost 0, duplicated 0, mismatched 0; hostile tenant: <claims> claims, foreign leases 0, queues made 0, poison accepted 0, checks failed 0
+//	chaos: <runs> runs, <faults> faults injected, <jobs> jobs, lost 0, duplicated 0, mismatched 0
 //
 // and exits non-zero if any check failed. A seed replays the same job
 // plan and the same sequence of fault decisions; which call, message or
@@ -67,7 +61,6 @@ func command() *cobra.Command {
 		endpoint string
 		verbose  bool
 		bound    time.Duration
-		hostile  bool
 		pool     bool
 	)
 	cmd := &cobra.Command{
@@ -88,12 +81,7 @@ says given the faults and its racers' answers (200 or 409 as the log says
 each landed), and no message is left in flight. Beside them, schedules of a
 tenant of their own fire from every sweep and from two sweeps at once: one
 job per tick, every run their schedule counts stored and none beyond,
-overlap skip held. With --hostile (the default) a second tenant attacks
-beside the run: claims on queue names that collided with the run's under
-the old naming and on unknown names, poison bodies, a flood of pass jobs,
-requests on the run's jobs; a lease handed to it, a queue it made by
-claiming, a poison body not answered 400, an unfinished flood job or a
-leak between the tenants fails the run.`,
+overlap skip held.`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -120,7 +108,7 @@ leak between the tenants fails the run.`,
 			var results []*chaos.Result
 			for i := range runs {
 				cfg := chaos.Config{Seed: seed + uint64(i), Jobs: jobs, Endpoint: endpoint, Bound: bound, Log: logger,
-					Hostile: chaos.HostileConfig{Off: !hostile}, Resources: chaos.ResourceConfig{Off: !pool}}
+					Resources: chaos.ResourceConfig{Off: !pool}}
 				if verbose {
 					cfg.Progress = cmd.ErrOrStderr()
 				}
@@ -155,7 +143,6 @@ leak between the tenants fails the run.`,
 	f.StringVar(&endpoint, "endpoint", "", "a running AWS emulator (e.g. http://127.0.0.1:4566); empty starts moto_server behind the serialising proxy")
 	f.BoolVar(&verbose, "verbose", false, "log the stack's warnings and the run's progress to stderr")
 	f.DurationVar(&bound, "bound", 120*time.Second, "how long a run waits for every job to finish; a job not finished by then is lost")
-	f.BoolVar(&hostile, "hostile", true, "run a hostile tenant beside each run (--hostile=false for none)")
 	f.BoolVar(&pool, "resources", true, "register a resource pool and run resource jobs beside each run's plan (--resources=false for none)")
 	return cmd
 }

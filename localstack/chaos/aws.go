@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -55,39 +56,31 @@ import (
 // the client wraps them in *smithy.OperationError (and, once attempts run
 // out, the retryer in *retry.MaxAttemptsError) as it does real ones.
 
-// dynamoOps are the DynamoDB operations the engine calls, true for writes.
-var dynamoOps = map[string]bool{
-	"GetItem": false, "Query": false, "BatchGetItem": false,
-	"PutItem": true, "UpdateItem": true, "TransactWriteItems": true, "DeleteItem": true,
+// engineOps are the operations the layer draws for, "Service.Operation",
+// true for a DynamoDB write: the engine's own operations, as its clients'
+// interfaces (store.API, queue.API, queue.TimerAPI) name them. Others
+// pass through unseen.
+var engineOps = map[string]bool{
+	"DynamoDB.GetItem": false, "DynamoDB.Query": false, "DynamoDB.BatchGetItem": false,
+	"DynamoDB.PutItem": true, "DynamoDB.UpdateItem": true, "DynamoDB.TransactWriteItems": true, "DynamoDB.DeleteItem": true,
+	"SQS.SendMessageBatch": false, "SQS.ReceiveMessage": false, "SQS.DeleteMessage": false, "SQS.ChangeMessageVisibility": false,
+	"SQS.GetQueueUrl": false, "SQS.CreateQueue": false, "SQS.GetQueueAttributes": false, "SQS.ListQueues": false,
+	sfnService + ".StartExecution": false,
 }
 
-// sqsOps are the SQS operations the engine calls.
-var sqsOps = map[string]bool{
-	"SendMessageBatch": true, "ReceiveMessage": true, "DeleteMessage": true, "ChangeMessageVisibility": true,
-	"GetQueueUrl": true, "CreateQueue": true, "GetQueueAttributes": true, "ListQueues": true,
-}
-
-// faulted answers whether the layer draws for a service's operation: the
-// engine's own operations, as its clients' interfaces (store.API,
-// queue.API, queue.TimerAPI) name them. Others pass through unseen.
 func faulted(service, op string) bool {
-	switch service {
-	case "DynamoDB":
-		_, ok := dynamoOps[op]
-		return ok
-	case "SQS":
-		return sqsOps[op]
-	case sfnService:
-		return op == "StartExecution"
-	}
-	return false
+	_, ok := engineOps[service+"."+op]
+	return ok
 }
 
 // sfnService is the Step Functions client's service id (sfn.ServiceID).
 const sfnService = "SFN"
 
-// callKinds are the faults a call can suffer, per call.
-func callKinds(service, op string) func(Kind) bool {
+// supports answers the faults an operation can suffer: a crash at every
+// call, a lost send at SendMessageBatch, a lost start at StartExecution;
+// at each attempt of a DynamoDB call its throttle and 5xx, and at a
+// write's an answer lost after it was applied.
+func supports(service, op string) func(Kind) bool {
 	return func(k Kind) bool {
 		switch k {
 		case KindCrashBefore, KindCrashAfter:
@@ -96,22 +89,10 @@ func callKinds(service, op string) func(Kind) bool {
 			return service == "SQS" && op == "SendMessageBatch"
 		case KindSFNStartLost:
 			return service == sfnService && op == "StartExecution"
-		}
-		return false
-	}
-}
-
-// attemptKinds are the faults one attempt can suffer: DynamoDB's answers.
-func attemptKinds(service, op string) func(Kind) bool {
-	return func(k Kind) bool {
-		if service != "DynamoDB" {
-			return false
-		}
-		switch k {
 		case KindThrottle, KindServerError:
-			return true
+			return service == "DynamoDB"
 		case KindAmbiguous:
-			return dynamoOps[op]
+			return engineOps[service+"."+op]
 		}
 		return false
 	}
@@ -162,14 +143,10 @@ func (responseLost) Timeout() bool   { return true }
 func (responseLost) Temporary() bool { return true }
 func (responseLost) Unwrap() error   { return os.ErrDeadlineExceeded }
 
-// sendLostError is a send that never got through.
-func sendLostError() error {
-	return &smithyhttp.RequestSendError{Err: &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("chaos: connection reset before the messages were sent")}}
-}
-
-// startLostError is a StartExecution that never got through.
-func startLostError() error {
-	return &smithyhttp.RequestSendError{Err: &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("chaos: connection reset before the timer execution was started")}}
+// lostError is a request that never got through: a send of messages, or
+// a timer execution's start.
+func lostError(what string) error {
+	return &smithyhttp.RequestSendError{Err: &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("chaos: connection reset before " + what)}}
 }
 
 // Middleware is the fault layer's APIOptions entry (see above): it adds
@@ -206,14 +183,14 @@ func (f *Faults) call(ctx context.Context, in middleware.InitializeInput, next m
 	}
 	name := service + "." + op
 	f.countCall(name)
-	kind, n := f.decide(StreamCalls, f.P.callRanges(), name, callKinds(service, op))
+	kind, n := f.decide(StreamCalls, f.P.callRanges(), name, supports(service, op))
 	switch kind {
 	case KindCrashBefore:
 		panic(Crash{Call: name, N: n})
 	case KindSendLost:
-		return middleware.InitializeOutput{}, middleware.Metadata{}, sendLostError()
+		return middleware.InitializeOutput{}, middleware.Metadata{}, lostError("the messages were sent")
 	case KindSFNStartLost:
-		return middleware.InitializeOutput{}, middleware.Metadata{}, startLostError()
+		return middleware.InitializeOutput{}, middleware.Metadata{}, lostError("the timer execution was started")
 	}
 	if batch, ok := in.Parameters.(*sqs.SendMessageBatchInput); ok {
 		in.Parameters = f.late(batch)
@@ -238,7 +215,8 @@ func (f *Faults) late(in *sqs.SendMessageBatchInput) *sqs.SendMessageBatchInput 
 		if e.DelaySeconds <= 0 || e.DelaySeconds >= 900 || !f.Chance(StreamTimers, KindTimerLate, f.P.TimerLate) {
 			continue
 		}
-		extra := int32(1 + f.IntN(StreamTimers, MaxLate))
+		var extra int32
+		f.Draw(StreamTimers, func(r *rand.Rand) { extra = int32(1 + r.IntN(MaxLate)) })
 		if entries == nil {
 			entries = append([]sqstypes.SendMessageBatchRequestEntry(nil), in.Entries...)
 		}
@@ -257,7 +235,7 @@ func (f *Faults) attempt(ctx context.Context, in middleware.FinalizeInput, next 
 	if !faulted(service, op) || service != "DynamoDB" {
 		return next.HandleFinalize(ctx, in)
 	}
-	kind, _ := f.decide(StreamAttempts, f.P.attemptRanges(), service+"."+op, attemptKinds(service, op))
+	kind, _ := f.decide(StreamAttempts, f.P.attemptRanges(), service+"."+op, supports(service, op))
 	switch kind {
 	case KindThrottle:
 		return middleware.FinalizeOutput{}, middleware.Metadata{}, throttleError()

@@ -4,9 +4,7 @@
 // submits a random mix of jobs to a local stack under those faults, with
 // misbehaving workers and concurrent sweeps, then holds every job to the
 // history invariants (check.go) and to its workload's table of what a job
-// of its kind ends as given the faults. Beside the run's tenant, a hostile
-// tenant works as an attacker would (hostile.go); its checks fail a run as
-// the others do.
+// of its kind ends as given the faults.
 //
 // Time is under fault too: the chaos stack runs with a timer threshold of
 // two seconds (RunTimerThreshold), so a sleep, an approval gate's or a
@@ -17,22 +15,22 @@
 // (KindSFNStartLost), leaving the timer to the sweep's due index. Racers
 // (race.go) send concurrent decisions to approval gates, signals to waits
 // (early, late, repeated, against a cancel) and redrives to failed jobs,
-// each from a plan drawn from StreamRacers, and their rows hold every
-// answer against what the job's log says landed first.
+// each from a plan drawn from StreamRacers, and every answer is held
+// against what the job's log shows of it.
 //
 // Every random decision comes from PCG generators seeded from one seed,
 // under one mutex. Each kind of decision has its own stream (the workload
 // plan, the engine's AWS calls, their attempts, deliveries, leases handed
-// to workers, sweeps, the hostile tenant's plan), so the n-th decision of
-// a stream is the same for a seed however the goroutines interleave; which
-// call, message or lease meets it follows wall-clock scheduling and may
-// differ from one run of a seed to the next.
+// to workers, sweeps), so the n-th decision of a stream is the same for a
+// seed however the goroutines interleave; which call, message or lease
+// meets it follows wall-clock scheduling and may differ from one run of a
+// seed to the next.
 package chaos
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -74,20 +72,6 @@ var Kinds = [...]Kind{
 	KindSendLost, KindDuplicate, KindDoubleSweep, KindZombie, KindSkew,
 	KindTimerTwice, KindTimerLate, KindSFNStartLost, KindApprovalRace, KindSignalRace, KindRedriveRace,
 	KindSlotHolderKilled, KindResourceFailed, KindSlotRace,
-}
-
-// racerKinds are counted once per racer that ran, not drawn by the layer;
-// so are the resource jobs' kinds, as they are carried out.
-var racerKinds = map[Kind]bool{KindApprovalRace: true, KindSignalRace: true, KindRedriveRace: true,
-	KindSlotHolderKilled: true, KindResourceFailed: true, KindSlotRace: true}
-
-func kindIndex(k Kind) int {
-	for i, x := range Kinds {
-		if x == k {
-			return i
-		}
-	}
-	panic("chaos: unknown fault kind " + string(k))
 }
 
 // Probabilities are the chance of each fault at each opportunity: per
@@ -159,12 +143,11 @@ const (
 	StreamDeliver                // messages the event source mapping receives
 	StreamWorkers                // leases handed to chaos workers
 	StreamSweeps                 // sweeper ticks
-	StreamHostile                // what the hostile tenant sends
 	StreamAttempts               // the engine's AWS calls, once per attempt (the SDK's retries included)
 	StreamTimers                 // timer steps' messages received, and delayed entries sent
 	StreamRacers                 // the racers' plans, drawn with the workload plan
 	StreamPool                   // the resource jobs' plan (resources.go)
-	StreamReplans                // the replans' and signal floods' plan (replans.go)
+	StreamReplans                // the replans' and signal floods' plan (race.go)
 	numStreams
 )
 
@@ -177,16 +160,10 @@ type Crash struct {
 	N     int64  // the call's decision number in StreamCalls
 }
 
-func (c Crash) String() string {
-	when := "before"
-	if c.After {
-		when = "after"
-	}
-	return fmt.Sprintf("chaos: invocation crashed %s %s (call #%d)", when, c.Call, c.N)
-}
-
 // Error makes a recovered Crash print well wherever it is formatted.
-func (c Crash) Error() string { return c.String() }
+func (c Crash) Error() string {
+	return fmt.Sprintf("chaos: invocation crashed %s %s (call #%d)", map[bool]string{false: "before", true: "after"}[c.After], c.Call, c.N)
+}
 
 // Decision is one injected fault, for replay traces.
 type Decision struct {
@@ -209,15 +186,18 @@ type Faults struct {
 	streams [numStreams]*rand.Rand
 	drawn   [numStreams]int64
 	trace   []Decision
+	calls   map[string]int64 // "Service.Operation" -> every call the layer saw
 
-	counts [len(Kinds)]atomic.Int64
+	counts map[Kind]*atomic.Int64 // by kind, made for every kind in New
 	paused atomic.Bool
-	calls  sync.Map // "Service.Operation" -> *atomic.Int64, every call the layer saw
 }
 
 // New answers a fault layer seeded with seed.
 func New(seed uint64, p Probabilities) *Faults {
-	f := &Faults{P: p, Seed: seed}
+	f := &Faults{P: p, Seed: seed, counts: map[Kind]*atomic.Int64{}, calls: map[string]int64{}}
+	for _, k := range Kinds {
+		f.counts[k] = new(atomic.Int64)
+	}
 	for s := range numStreams {
 		// Both PCG words come from the seed and the stream through
 		// SplitMix64, so small neighbouring seeds (1, 2, 3) start far apart.
@@ -238,30 +218,8 @@ func splitmix64(x *uint64) uint64 {
 }
 
 // Pause stops injecting (calls pass straight through the layer and draw
-// nothing) until Resume; a run pauses while it drains the queues.
+// nothing); a run pauses while it drains the queues.
 func (f *Faults) Pause() { f.paused.Store(true) }
-
-// Resume injects again.
-func (f *Faults) Resume() { f.paused.Store(false) }
-
-// Paused reports whether injection is paused.
-func (f *Faults) Paused() bool { return f.paused.Load() }
-
-// Float64 draws from a stream.
-func (f *Faults) Float64(s Stream) float64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.drawn[s]++
-	return f.streams[s].Float64()
-}
-
-// IntN draws from [0, n) on a stream.
-func (f *Faults) IntN(s Stream, n int) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.drawn[s]++
-	return f.streams[s].IntN(n)
-}
 
 // Draw runs fn with a stream's generator, under the lock, for decisions
 // that take several numbers at once.
@@ -275,26 +233,16 @@ func (f *Faults) Draw(s Stream, fn func(r *rand.Rand)) {
 // Chance decides a fault of kind with probability p on stream s, and
 // counts it when it is injected.
 func (f *Faults) Chance(s Stream, kind Kind, p float64) bool {
-	if f.Paused() {
-		return false
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.drawn[s]++
-	n := f.drawn[s]
-	if f.streams[s].Float64() >= p {
-		return false
-	}
-	f.record(Decision{Stream: s, N: n, Kind: kind})
-	return true
+	injected, _ := f.decide(s, []faultRange{{kind, p}}, "", func(Kind) bool { return true })
+	return injected != ""
 }
 
 // Count records a fault injected without a draw of its own (a racer
 // that ran).
-func (f *Faults) Count(kind Kind) { f.counts[kindIndex(kind)].Add(1) }
+func (f *Faults) Count(kind Kind) { f.counts[kind].Add(1) }
 
 func (f *Faults) record(d Decision) {
-	f.counts[kindIndex(d.Kind)].Add(1)
+	f.counts[d.Kind].Add(1)
 	if len(f.trace) < maxTrace {
 		f.trace = append(f.trace, d)
 	}
@@ -302,15 +250,16 @@ func (f *Faults) record(d Decision) {
 
 // countCall counts a call the layer saw.
 func (f *Faults) countCall(call string) {
-	c, _ := f.calls.LoadOrStore(call, new(atomic.Int64))
-	c.(*atomic.Int64).Add(1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[call]++
 }
 
 // decide draws the fault for one AWS call (StreamCalls) or attempt
 // (StreamAttempts) against ranges; supported says which of them the
 // operation can suffer. It answers "" for none, and the decision's number.
 func (f *Faults) decide(s Stream, ranges []faultRange, call string, supported func(Kind) bool) (Kind, int64) {
-	if f.Paused() {
+	if f.paused.Load() {
 		return "", 0
 	}
 	f.mu.Lock()
@@ -334,8 +283,8 @@ func (f *Faults) decide(s Stream, ranges []faultRange, call string, supported fu
 // Counts answers how many faults of each kind were injected.
 func (f *Faults) Counts() map[Kind]int64 {
 	out := make(map[Kind]int64, len(Kinds))
-	for i, k := range Kinds {
-		out[k] = f.counts[i].Load()
+	for k, n := range f.counts {
+		out[k] = n.Load()
 	}
 	return out
 }
@@ -343,21 +292,9 @@ func (f *Faults) Counts() map[Kind]int64 {
 // Calls answers how many calls (not attempts) of each operation went
 // through the fault layer.
 func (f *Faults) Calls() map[string]int64 {
-	out := map[string]int64{}
-	f.calls.Range(func(k, v any) bool {
-		out[k.(string)] = v.(*atomic.Int64).Load()
-		return true
-	})
-	return out
-}
-
-// Total answers how many faults were injected.
-func (f *Faults) Total() int64 {
-	var n int64
-	for i := range Kinds {
-		n += f.counts[i].Load()
-	}
-	return n
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.calls)
 }
 
 // Trace answers the faults injected so far, in the order they were
@@ -366,17 +303,6 @@ func (f *Faults) Trace() []Decision {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]Decision(nil), f.trace...)
-}
-
-// Drawn answers how many decisions each stream has made.
-func (f *Faults) Drawn() map[Stream]int64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := map[Stream]int64{}
-	for s := range numStreams {
-		out[s] = f.drawn[s]
-	}
-	return out
 }
 
 // FormatCounts renders counts as "kind n, kind n" in report order,
@@ -392,14 +318,4 @@ func FormatCounts(c map[Kind]int64) string {
 		return "none"
 	}
 	return strings.Join(parts, ", ")
-}
-
-// sortedKeys answers a map's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

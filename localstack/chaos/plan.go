@@ -6,10 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"time"
-
-	"github.com/stepflow/stepflow/shared/domain"
 )
 
 // JobPlan is one job a run submits.
@@ -49,26 +46,6 @@ type RaceOp struct {
 	K        int
 }
 
-func (p *RacePlan) String() string {
-	if p == nil {
-		return ""
-	}
-	var b strings.Builder
-	for _, o := range p.Ops {
-		fmt.Fprintf(&b, " %s@%d", o.Op, o.After.Milliseconds())
-		if o.Op == "signal" {
-			fmt.Fprintf(&b, "[%q k%d]", o.SignalID, o.K)
-		}
-	}
-	if p.Redrives > 0 {
-		fmt.Fprintf(&b, " redrive x%d", p.Redrives)
-	}
-	if p.Junk > 0 {
-		fmt.Fprintf(&b, " junk x%d", p.Junk)
-	}
-	return b.String()
-}
-
 // WorkerQueues are the worker queues the chaos workers serve.
 var WorkerQueues = []string{"wq-0", "wq-1"}
 
@@ -90,34 +67,38 @@ const (
 // SignalName is what the signal kind's wait waits for.
 const SignalName = "go"
 
-type stepSpec struct {
-	ID     string     `json:"id"`
-	Action actionSpec `json:"action"`
-	Retry  *retrySpec `json:"retry,omitempty"`
+// step answers a step of a job's spec whose action is of type typ with
+// members (name, value, ...); the caller adds the step's own members
+// (retry, requires, depends_on).
+func step(id, typ string, members ...any) map[string]any {
+	action := map[string]any{"type": typ}
+	for i := 0; i+1 < len(members); i += 2 {
+		action[members[i].(string)] = members[i+1]
+	}
+	return map[string]any{"id": id, "action": action}
 }
 
-type actionSpec struct {
-	Type         string   `json:"type"`
-	Seconds      *float64 `json:"seconds,omitempty"`
-	Class        string   `json:"class,omitempty"`
-	Message      string   `json:"message,omitempty"`
-	Queue        string   `json:"queue,omitempty"`
-	LeaseSeconds int      `json:"lease_seconds,omitempty"`
-	Signal       string   `json:"signal,omitempty"`
-	Timeout      int      `json:"timeout_seconds,omitempty"`
+// fixedRetry answers a fixed retry policy.
+func fixedRetry(attempts, initialMS int) map[string]any {
+	return map[string]any{"max_attempts": attempts, "backoff": "fixed", "initial_delay_ms": initialMS, "max_delay_ms": 1000}
 }
 
-type retrySpec struct {
-	MaxAttempts    int    `json:"max_attempts"`
-	Backoff        string `json:"backoff"`
-	InitialDelayMS int    `json:"initial_delay_ms"`
-	MaxDelayMS     int    `json:"max_delay_ms"`
+func with(s map[string]any, member string, v any) map[string]any {
+	s[member] = v
+	return s
 }
 
-type jobSpec struct {
-	Steps    []stepSpec     `json:"steps"`
-	Payload  map[string]any `json:"payload"`
-	Priority int            `json:"priority"`
+// spec answers a job spec's bytes (of the default priority without one).
+func spec(steps []map[string]any, payload map[string]any, priority ...int) []byte {
+	v := map[string]any{"steps": steps, "payload": payload}
+	if len(priority) > 0 {
+		v["priority"] = priority[0]
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }
 
 // weightedKinds are kinds with their weights, drawn by pick.
@@ -148,19 +129,22 @@ var planKinds = weightedKinds{
 	{"approval", 7}, {"signal", 7}, {"timer", 8}, {"redrive", 4},
 }
 
-// planEnds is the run's workload table: what a job of each kind ends as,
-// given the faults and its racer's answers.
-var planEnds = map[string]expectation{
+// rows is the workload table: what a job of each kind ends as, given the
+// faults and its callers' answers.
+var rows = map[string]row{
 	"pass": completes, "pass3": completes, "pass5": completes, "sleep": completes, "timer": completes,
 	"retryable": fails, "fatal": fails,
 	"worker":   {}, // its workers draw each attempt's outcome
-	"approval": {end: gateEnd, lossy: true, facts: racing(gateFacts)},
-	"signal":   {end: ends(domain.JobCompleted), lossy: true, facts: racing(signalFacts)},
-	// Not lossy: its racer redrives it again after a lost lease.
-	"redrive":       {end: redriveEnd, facts: racing(redriveFacts)},
-	"replan-worker": {end: ends(domain.JobCompleted), lossy: true, facts: []func(*domain.Job, *submission) []string{refusedCycle}},
-	"replan-fail":   {end: ends(domain.JobCompleted), lossy: true, facts: []func(*domain.Job, *submission) []string{refusedCycle}},
-	"flood":         {end: ends(domain.JobCompleted), lossy: true, facts: []func(*domain.Job, *submission) []string{floodFacts}},
+	"approval": {end: approved, lossy: true},
+	"signal":   completes,
+	// Its racer redrives it again after a lost lease, up to a bound; a
+	// redrive refused though the job is FAILED leaves the planned failure.
+	"redrive":       completes,
+	"replan-worker": completes, "replan-fail": completes, "flood": completes,
+	"res-worker": completes, "res-pass": completes,
+	// Fails with class resource on every resource it is given: it fails
+	// once none that matches is left (or its attempts ran out on leases).
+	"res-switch": fails,
 }
 
 // racers are the kinds a racer works on.
@@ -183,89 +167,77 @@ func (f *Faults) Plan(n int) []JobPlan {
 
 func planOne(r *rand.Rand, seed uint64, i int) JobPlan {
 	kind := planKinds.pick(r)
-	spec := jobSpec{Payload: map[string]any{"seed": seed, "n": i}, Priority: r.IntN(3)}
-	pass := func(id string) stepSpec { return stepSpec{ID: id, Action: actionSpec{Type: "pass"}} }
+	payload, priority := map[string]any{"seed": seed, "n": i}, r.IntN(3)
+	pass := func(id string) map[string]any { return step(id, "pass") }
+	queue := func() string { return WorkerQueues[r.IntN(len(WorkerQueues))] }
+	var steps []map[string]any
 	switch kind {
 	case "pass":
-		spec.Steps = []stepSpec{pass("only")}
+		steps = append(steps, pass("only"))
 	case "pass3", "pass5":
-		k := 3
-		if kind == "pass5" {
-			k = 5
-		}
-		for s := range k {
-			spec.Steps = append(spec.Steps, pass(fmt.Sprintf("s%d", s+1)))
+		for s := range 3 + 2*btoi(kind == "pass5") {
+			steps = append(steps, pass(fmt.Sprintf("s%d", s+1)))
 		}
 	case "retryable":
-		backoff := []string{"fixed", "exponential", "linear"}[r.IntN(3)]
-		initial := 100 + 100*r.IntN(5)
-		spec.Steps = []stepSpec{{ID: "flaky", Action: actionSpec{Type: "fail", Class: "retryable", Message: "chaos: always fails"},
-			Retry: &retrySpec{MaxAttempts: 2 + r.IntN(2), Backoff: backoff, InitialDelayMS: initial, MaxDelayMS: 1000}}}
+		backoff, initial := []string{"fixed", "exponential", "linear"}[r.IntN(3)], 100+100*r.IntN(5)
+		flaky := with(step("flaky", "fail", "class", "retryable", "message", "chaos: always fails"), "retry",
+			map[string]any{"max_attempts": 2 + r.IntN(2), "backoff": backoff, "initial_delay_ms": initial, "max_delay_ms": 1000})
 		if r.IntN(2) == 0 {
-			spec.Steps = append([]stepSpec{pass("before")}, spec.Steps...)
+			steps = append(steps, pass("before"))
 		}
+		steps = append(steps, flaky)
 	case "fatal":
-		spec.Steps = []stepSpec{{ID: "boom", Action: actionSpec{Type: "fail", Class: "fatal", Message: "chaos: fatal"}}, pass("never")}
+		steps = append(steps, step("boom", "fail", "class", "fatal", "message", "chaos: fatal"), pass("never"))
 	case "sleep":
-		secs := float64(r.IntN(11)) / 10 // 0 to 1 s
-		spec.Steps = []stepSpec{{ID: "nap", Action: actionSpec{Type: "sleep", Seconds: &secs}}}
+		steps = append(steps, step("nap", "sleep", "seconds", float64(r.IntN(11))/10)) // 0 to 1 s
 		if r.IntN(2) == 0 {
-			spec.Steps = append(spec.Steps, pass("after"))
+			steps = append(steps, pass("after"))
 		}
 	case "worker":
-		w := stepSpec{ID: "work", Action: actionSpec{Type: "worker", Queue: WorkerQueues[r.IntN(len(WorkerQueues))], LeaseSeconds: 1 + r.IntN(2)},
-			Retry: &retrySpec{MaxAttempts: 3 + r.IntN(3), Backoff: "fixed", InitialDelayMS: 100 + 100*r.IntN(3), MaxDelayMS: 1000}}
-		spec.Steps = []stepSpec{w}
+		w := step("work", "worker", "queue", queue(), "lease_seconds", 1+r.IntN(2))
+		w["retry"] = fixedRetry(3+r.IntN(3), 100+100*r.IntN(3))
+		steps = append(steps, w)
 		if r.IntN(3) == 0 {
-			spec.Steps = []stepSpec{pass("prep"), w, pass("post")}
+			steps = []map[string]any{pass("prep"), w, pass("post")}
 		}
 	case "approval":
 		// Opened at submit; with a deadline of 2 to 4 s (the chaos stack's
 		// timer threshold is 2 s: 3 and 4 go through Step Functions) it
 		// races the racer's decisions.
-		gate := stepSpec{ID: "gate", Action: actionSpec{Type: "approval"}}
+		steps = append(steps, step("gate", "approval"))
 		if r.IntN(5) < 3 {
-			gate.Action.Timeout = 2 + r.IntN(3)
+			steps[0]["action"].(map[string]any)["timeout_seconds"] = 2 + r.IntN(3)
 		}
-		spec.Steps = []stepSpec{gate}
 		if r.IntN(2) == 0 {
-			spec.Steps = append(spec.Steps, pass("after"))
+			steps = append(steps, pass("after"))
 		}
 	case "signal":
 		// The wait comes first, or after a short sleep or a worker step, so
 		// a signal may come before the wait is reached (it is kept).
 		switch x := r.IntN(10); {
 		case x < 3:
-			secs := 0.5 + 0.5*float64(r.IntN(4)) // 0.5 to 2 s
-			spec.Steps = []stepSpec{{ID: "nap", Action: actionSpec{Type: "sleep", Seconds: &secs}}}
+			steps = append(steps, step("nap", "sleep", "seconds", 0.5+0.5*float64(r.IntN(4)))) // 0.5 to 2 s
 		case x < 6:
-			spec.Payload[WorkerMarker] = WorkerAlwaysComplete
-			spec.Steps = []stepSpec{{ID: "prep", Action: actionSpec{Type: "worker", Queue: WorkerQueues[r.IntN(len(WorkerQueues))], LeaseSeconds: 2},
-				Retry: &retrySpec{MaxAttempts: 5, Backoff: "fixed", InitialDelayMS: 100, MaxDelayMS: 1000}}}
+			payload[WorkerMarker] = WorkerAlwaysComplete
+			steps = append(steps, with(step("prep", "worker", "queue", queue(), "lease_seconds", 2), "retry", fixedRetry(5, 100)))
 		}
-		spec.Steps = append(spec.Steps, stepSpec{ID: "wait", Action: actionSpec{Type: "wait", Signal: SignalName}})
+		steps = append(steps, step("wait", "wait", "signal", SignalName))
 	case "timer":
 		// 1 to 3 s, half of them past the threshold (2.5 and 3 s): Step
 		// Functions timers.
-		secs := []float64{1, 1.5, 2, 2.5, 3, 3}[r.IntN(6)]
-		spec.Steps = []stepSpec{{ID: "nap", Action: actionSpec{Type: "sleep", Seconds: &secs}}, pass("after")}
+		steps = append(steps, step("nap", "sleep", "seconds", []float64{1, 1.5, 2, 2.5, 3, 3}[r.IntN(6)]), pass("after"))
 	case "redrive":
-		spec.Payload[WorkerMarker] = WorkerFailFirst
-		spec.Steps = []stepSpec{{ID: "work", Action: actionSpec{Type: "worker", Queue: WorkerQueues[r.IntN(len(WorkerQueues))], LeaseSeconds: 2},
-			Retry: &retrySpec{MaxAttempts: 1, Backoff: "fixed", InitialDelayMS: 100, MaxDelayMS: 1000}}}
+		payload[WorkerMarker] = WorkerFailFirst
+		steps = append(steps, with(step("work", "worker", "queue", queue(), "lease_seconds", 2), "retry", fixedRetry(1, 100)))
 		if r.IntN(3) == 0 {
-			spec.Steps = append(spec.Steps, pass("post"))
+			steps = append(steps, pass("post"))
 		}
 	}
 	var cancel time.Duration
 	if r.Float64() < 0.15 && !racers[kind] && kind != "timer" {
 		cancel = time.Duration(100+r.IntN(1900)) * time.Millisecond
 	}
-	body, err := json.Marshal(spec)
-	if err != nil {
-		panic(err)
-	}
-	return JobPlan{N: i, Kind: kind, Key: fmt.Sprintf("chaos-%d-%d", seed, i), Body: body, CancelAfter: cancel}
+	return JobPlan{N: i, Kind: kind, Key: fmt.Sprintf("chaos-%d-%d", seed, i), Body: spec(steps, payload, priority), CancelAfter: cancel}
 }
 
 // planRace draws what a racer sends.
@@ -311,7 +283,7 @@ func planRace(r *rand.Rand, kind string) *RacePlan {
 func PlanDigest(plan []JobPlan) string {
 	h := sha256.New()
 	for _, p := range plan {
-		fmt.Fprintf(h, "%d %s %s %d%s\n", p.N, p.Key, p.Body, p.CancelAfter, p.Race)
+		fmt.Fprintf(h, "%d %s %s %d %+v\n", p.N, p.Key, p.Body, p.CancelAfter, p.Race)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:12]
 }

@@ -4,8 +4,8 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -36,12 +36,11 @@ import (
 // every matching resource), hold the slot over heartbeats, or complete.
 // The faults of the rest of the run apply to every call these make.
 //
-// What the checks (resources_check.go) rely on is observed, not assumed:
-// a middleware beside the fault layer sees every write of a resource item
+// What the checks (check, below) rely on is observed, not assumed: a
+// middleware beside the fault layer sees every write of a resource item
 // the engine makes that was applied (in version order), so when each slot
 // was taken (its holder's since) and given back is known exactly; the
-// workers note every lease they were handed on a resource and every
-// answer under it.
+// workers note every lease they were handed on a resource.
 
 // ResourceConfig sizes a run's resource jobs.
 type ResourceConfig struct {
@@ -49,26 +48,18 @@ type ResourceConfig struct {
 	Jobs int  // resource jobs beside Config.Jobs; 0 means 8
 }
 
-func (c *ResourceConfig) defaults() {
-	if c.Jobs == 0 {
-		c.Jobs = 8
-	}
-}
-
-// PoolResource is one resource the run registers: capability gpu, label
-// zone.
-type PoolResource struct {
-	ID       string
-	Zone     string
-	Capacity int
-}
-
-// ResourcePool is what the run registers: zone a has three slots on two
-// resources, zone b one.
-var ResourcePool = []PoolResource{{ID: "gpu-1", Zone: "a", Capacity: 1}, {ID: "gpu-2", Zone: "a", Capacity: 2}, {ID: "gpu-3", Zone: "b", Capacity: 1}}
+func (c *ResourceConfig) defaults() { c.Jobs = cmp.Or(c.Jobs, 8) }
 
 // ResourceCapability is the capability every pool resource has.
 const ResourceCapability = "gpu"
+
+// ResourcePool is what the run registers: zone a has three slots on two
+// resources, zone b one.
+var ResourcePool = []*domain.Resource{poolResource("gpu-1", "a", 1), poolResource("gpu-2", "a", 2), poolResource("gpu-3", "b", 1)}
+
+func poolResource(id, zone string, capacity int) *domain.Resource {
+	return &domain.Resource{ID: id, Capabilities: []string{ResourceCapability}, Labels: map[string]string{"zone": zone}, Capacity: capacity}
+}
 
 // WorkerResource is the WorkerMarker of a resource job: the workers follow
 // the script in its ScriptMember, one entry per attempt (complete beyond
@@ -92,13 +83,6 @@ const (
 // resource on every resource it is given.
 var resourceKinds = weightedKinds{{"res-worker", 6}, {"res-pass", 3}, {"res-switch", 1}}
 
-// resourceJob is a resource job's part of the plan beyond its JobPlan.
-type resourceJob struct {
-	Kind   string
-	Script []string // the worker step's, by attempt
-	Wave   int
-}
-
 // resourceWave is a group of resource jobs submitted at once, After the
 // first wave, then met by Claimers extra claimers per worker queue.
 type resourceWave struct {
@@ -107,91 +91,81 @@ type resourceWave struct {
 	Claimers int
 }
 
-// resourcePlan is what a run does with resources.
-type resourcePlan struct {
-	Waves []resourceWave
-	Jobs  map[int]resourceJob // by JobPlan.N
-}
+// resourcePlan is what a run does with resources: its waves.
+type resourcePlan []resourceWave
 
 // all answers the resource jobs' plans in order.
-func (p *resourcePlan) all() []JobPlan {
+func (p resourcePlan) all() []JobPlan {
 	var out []JobPlan
-	for _, w := range p.Waves {
+	for _, w := range p {
 		out = append(out, w.Jobs...)
 	}
 	return out
 }
 
-// requirement is what a step may require of the pool, with the number of
-// pool resources it matches.
-var requirements = []struct {
-	req      map[string]any
-	matching int
-}{
-	{map[string]any{"capabilities": []string{ResourceCapability}}, 3},
-	{map[string]any{"capabilities": []string{ResourceCapability}, "labels": map[string]string{"zone": "a"}}, 2},
-	{map[string]any{"labels": map[string]string{"zone": "b"}}, 1},
+// requirements are what a step may require of the pool.
+var requirements = []*domain.Requirements{
+	{Capabilities: []string{ResourceCapability}},
+	{Capabilities: []string{ResourceCapability}, Labels: map[string]string{"zone": "a"}},
+	{Labels: map[string]string{"zone": "b"}},
+}
+
+// matching answers how many of the pool's resources match req.
+func matching(req *domain.Requirements) int {
+	n := 0
+	for _, r := range ResourcePool {
+		n += btoi(r.Matches(req))
+	}
+	return n
 }
 
 // ResourcePlan draws a run's resource jobs from StreamPool, numbered
 // from first (after the plan's): the same seed, the same jobs, and the
 // rest of the plan is not changed by them.
-func (f *Faults) ResourcePlan(first int, c ResourceConfig) *resourcePlan {
-	p := &resourcePlan{Jobs: map[int]resourceJob{}}
+func (f *Faults) ResourcePlan(first int, c ResourceConfig) resourcePlan {
+	var p resourcePlan
 	if c.Off || c.Jobs <= 0 {
-		return p
+		return nil
 	}
-	waves := 2
-	if c.Jobs < 4 {
-		waves = 1
-	}
+	waves := 2 - btoi(c.Jobs < 4)
 	f.Draw(StreamPool, func(r *rand.Rand) {
 		for w := range waves {
 			wave := resourceWave{Claimers: 2 + r.IntN(3)}
 			if w > 0 {
 				wave.After = time.Duration(500+r.IntN(1000)) * time.Millisecond
 			}
-			p.Waves = append(p.Waves, wave)
+			p = append(p, wave)
 		}
 	})
 	for i := range c.Jobs {
-		n := first + i
-		var jp JobPlan
-		var rj resourceJob
-		f.Draw(StreamPool, func(r *rand.Rand) { jp, rj = planResourceJob(r, f.Seed, n) })
-		rj.Wave = i * waves / c.Jobs
-		p.Waves[rj.Wave].Jobs = append(p.Waves[rj.Wave].Jobs, jp)
-		p.Jobs[n] = rj
+		w := &p[i*waves/c.Jobs]
+		f.Draw(StreamPool, func(r *rand.Rand) { w.Jobs = append(w.Jobs, planResourceJob(r, f.Seed, first+i)) })
 	}
 	return p
 }
 
-func planResourceJob(r *rand.Rand, seed uint64, n int) (JobPlan, resourceJob) {
-	rj := resourceJob{Kind: resourceKinds.pick(r)}
+func planResourceJob(r *rand.Rand, seed uint64, n int) JobPlan {
+	kind := resourceKinds.pick(r)
 	payload := map[string]any{"seed": seed, "n": n}
-	step := func(id string, action map[string]any, req int) map[string]any {
-		return map[string]any{"id": id, "action": action, "requires": requirements[req].req}
-	}
-	pass := func(id string) map[string]any {
-		return step(id, map[string]any{"type": "pass"}, r.IntN(len(requirements)))
-	}
+	requiring := func(req int, s map[string]any) map[string]any { return with(s, "requires", requirements[req]) }
+	pass := func(id string) map[string]any { return requiring(r.IntN(len(requirements)), step(id, "pass")) }
 	var steps []map[string]any
-	switch rj.Kind {
+	switch kind {
 	case "res-worker":
 		req := r.IntN(2) // any GPU, or zone a: two resources or more to switch between
-		rj.Script = planScript(r, requirements[req].matching-1)
-		payload[WorkerMarker], payload[ScriptMember] = WorkerResource, rj.Script
+		script := planScript(r, matching(requirements[req])-1)
+		payload[WorkerMarker], payload[ScriptMember] = WorkerResource, script
 		// Two-second leases: a silent holder's slot comes back soon, and a
 		// claim's answer still reaches its worker in time on a machine
 		// loaded as `make test` loads it (with one second, a short run
-		// under -race saw every lease end before its worker had it).
-		worker := step("train", map[string]any{"type": "worker", "queue": WorkerQueues[r.IntN(len(WorkerQueues))], "lease_seconds": 2}, req)
-		// Two attempts beyond the script, for leases other faults lose.
-		worker["retry"] = map[string]any{"max_attempts": len(rj.Script) + 2, "backoff": "fixed", "initial_delay_ms": 100, "max_delay_ms": 1000}
-		steps = []map[string]any{worker}
+		// under -race saw every lease end before its worker had it). Two
+		// attempts beyond the script, for leases other faults lose.
+		worker := requiring(req, step("train", "worker", "queue", WorkerQueues[r.IntN(len(WorkerQueues))], "lease_seconds", 2))
+		worker["retry"] = fixedRetry(len(script)+2, 100)
 		if r.IntN(2) == 0 {
-			steps = append([]map[string]any{pass("prep")}, steps...)
+			steps = append(steps, pass("prep"))
 		}
+		steps = append(steps, worker)
 		if r.IntN(2) == 0 {
 			steps = append(steps, pass("post"))
 		}
@@ -202,19 +176,14 @@ func planResourceJob(r *rand.Rand, seed uint64, n int) (JobPlan, resourceJob) {
 	case "res-switch":
 		// Fails with class resource on every resource it is given: it
 		// switches until none that matches is left, then fails.
-		sw := step("flaky", map[string]any{"type": "fail", "class": "resource", "message": "chaos: the GPU faulted"}, r.IntN(2))
-		sw["retry"] = map[string]any{"max_attempts": 5, "backoff": "fixed", "initial_delay_ms": 100, "max_delay_ms": 1000}
-		steps = []map[string]any{sw}
+		sw := requiring(r.IntN(2), step("flaky", "fail", "class", "resource", "message", "chaos: the GPU faulted"))
+		steps = append(steps, with(sw, "retry", fixedRetry(5, 100)))
 	}
 	var cancel time.Duration
 	if r.Float64() < 0.1 {
 		cancel = time.Duration(300+r.IntN(1700)) * time.Millisecond
 	}
-	body, err := json.Marshal(map[string]any{"steps": steps, "payload": payload, "priority": r.IntN(3)})
-	if err != nil {
-		panic(err)
-	}
-	return JobPlan{N: n, Kind: rj.Kind, Key: fmt.Sprintf("chaos-%d-%d", seed, n), Body: body, CancelAfter: cancel}, rj
+	return JobPlan{N: n, Kind: kind, Key: fmt.Sprintf("chaos-%d-%d", seed, n), Body: spec(steps, payload, r.IntN(3)), CancelAfter: cancel}
 }
 
 // planScript draws a worker step's script: up to two attempts that end
@@ -245,47 +214,27 @@ func planScript(r *rand.Rand, switches int) []string {
 // resourcePool is a run's resource coverage: the plan, what the observer
 // and the workers saw.
 type resourcePool struct {
-	plan  *resourcePlan
+	plan  resourcePlan
 	clock *Clock
 	t0    time.Time // the stack's clock when the run started
 
 	mu      sync.Mutex
-	applied []poolWrite           // the writes of pool resources that were applied
-	leases  map[string]*leaseSeen // lease id -> what a worker did with it
-	notes   []string
+	applied []poolWrite     // the writes of pool resources that were applied
+	leases  map[string]bool // the leases of resource jobs' steps workers were handed
+	*notes
 
-	writes, raced, registered atomic.Int64
+	registered atomic.Int64
 }
 
-// leaseSeen is a lease of a resource job's step a worker was handed.
-type leaseSeen struct {
-	Lease, Job, Step, Resource, Worker string
-	Attempt                            int
-	Script                             string
-	Answers                            []string // "heartbeat 200", "complete 409", ...: the last answer of each request
-}
-
-func newResourcePool(plan *resourcePlan, clock *Clock) *resourcePool {
-	return &resourcePool{
-		plan: plan, clock: clock, t0: clock.Now(),
-		leases: map[string]*leaseSeen{},
-	}
-}
-
-func (p *resourcePool) note(format string, args ...any) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.notes) < 20 {
-		p.notes = append(p.notes, fmt.Sprintf(format, args...))
-	}
+func newResourcePool(plan resourcePlan, clock *Clock, n *notes) *resourcePool {
+	return &resourcePool{plan: plan, clock: clock, t0: clock.Now(), leases: map[string]bool{}, notes: n}
 }
 
 // Observe is an APIOptions entry: beside the fault layer it reads every
 // resource item of the run's tenant the engine puts. It looks at each
-// HTTP attempt right at the
-// transport, inside the fault layer's attempt faults, so a write applied
-// whose answer an ambiguous fault replaced is seen applied, and a call a
-// crash stopped before it is not seen at all.
+// HTTP attempt right at the transport, inside the fault layer's attempt
+// faults, so a write applied whose answer an ambiguous fault replaced is
+// seen applied, and a call a crash stopped before it is not seen at all.
 func (p *resourcePool) Observe(s *middleware.Stack) error {
 	if err := s.Initialize.Add(middleware.InitializeMiddlewareFunc("chaos.ResourcesCall", p.observeCall), middleware.After); err != nil {
 		return err
@@ -293,14 +242,12 @@ func (p *resourcePool) Observe(s *middleware.Stack) error {
 	return s.Deserialize.Add(middleware.DeserializeMiddlewareFunc("chaos.ResourcesAttempt", p.observeAttempt), middleware.After)
 }
 
-// poolCall is a write of a pool resource, from its call to its attempts.
-type poolCall struct {
-	res     string
-	put     *domain.Resource // a PutItem of the item
-	applied atomic.Bool
-}
-
 type poolCallKey struct{}
+
+func isPoolItem(it map[string]ddb.AttributeValue) bool {
+	pk, _ := it["pk"].(*ddb.AttributeValueMemberS)
+	return pk != nil && pk.Value == "R#"+Tenant
+}
 
 // poolWrite is a PutItem of a pool resource that was applied.
 type poolWrite struct {
@@ -310,215 +257,122 @@ type poolWrite struct {
 	Holders    map[string]domain.Holder
 }
 
+// observeCall notes a PutItem of a pool resource in its call's context.
 func (p *resourcePool) observeCall(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-	var c *poolCall
-	switch v := in.Parameters.(type) {
-	case *dynamodb.PutItemInput:
-		if id, ok := poolItem(v.Item); ok {
-			var r domain.Resource
-			if err := attributevalue.UnmarshalMap(v.Item, &r); err != nil {
-				p.note("a write of resource %s is unreadable: %v", id, err)
-				break
-			}
-			c = &poolCall{res: id, put: &r}
+	if put, ok := in.Parameters.(*dynamodb.PutItemInput); ok && isPoolItem(put.Item) {
+		var r domain.Resource
+		if err := attributevalue.UnmarshalMap(put.Item, &r); err != nil {
+			p.note("a write of a resource is unreadable: %v", err)
+		} else {
+			ctx = context.WithValue(ctx, poolCallKey{}, &r)
 		}
 	}
-	if c == nil {
-		return next.HandleInitialize(ctx, in)
-	}
-	out, md, err := next.HandleInitialize(context.WithValue(ctx, poolCallKey{}, c), in)
-	p.writes.Add(1)
-	var ccf *ddb.ConditionalCheckFailedException
-	if errors.As(err, &ccf) && !c.applied.Load() {
-		p.raced.Add(1)
-	}
-	return out, md, err
+	return next.HandleInitialize(ctx, in)
 }
 
+// observeAttempt notes each attempt of such a PutItem that was applied.
 func (p *resourcePool) observeAttempt(ctx context.Context, in middleware.DeserializeInput, next middleware.DeserializeHandler) (middleware.DeserializeOutput, middleware.Metadata, error) {
-	c, _ := ctx.Value(poolCallKey{}).(*poolCall)
-	if c == nil {
+	r, _ := ctx.Value(poolCallKey{}).(*domain.Resource)
+	if r == nil {
 		return next.HandleDeserialize(ctx, in)
 	}
 	start := p.clock.Now()
 	out, md, err := next.HandleDeserialize(ctx, in)
-	end := p.clock.Now()
-	status := 0
-	if r, ok := out.RawResponse.(*smithyhttp.Response); ok {
-		status = r.StatusCode
-	}
-	if status == http.StatusOK {
-		c.applied.Store(true)
+	if res, ok := out.RawResponse.(*smithyhttp.Response); ok && res.StatusCode == http.StatusOK {
 		p.mu.Lock()
-		p.applied = append(p.applied, poolWrite{Res: c.res, Version: c.put.Version, Start: start, End: end, Holders: c.put.Holders})
+		p.applied = append(p.applied, poolWrite{Res: r.ID, Version: r.Version, Start: start, End: p.clock.Now(), Holders: r.Holders})
 		p.mu.Unlock()
 	}
 	return out, md, err
 }
 
-// poolItem answers the resource id of an item (or key) of the run's
-// tenant's resources.
-func poolItem(it map[string]ddb.AttributeValue) (string, bool) {
-	pk, ok := it["pk"].(*ddb.AttributeValueMemberS)
-	if !ok || pk.Value != "R#"+Tenant {
-		return "", false
-	}
-	sk, ok := it["sk"].(*ddb.AttributeValueMemberS)
-	if !ok {
-		return "", false
-	}
-	return sk.Value, true
-}
-
-// holding is one stretch a slot was held on a resource by a holder key,
-// as the applied writes show it: from the write that took it (with its
-// since) to the write that dropped it, if one did.
+// holding is the last stretch a holder key held a slot on a resource, as
+// the applied writes show it: from the write that took it (with its since)
+// to the write that dropped it, if one did.
 type holding struct {
-	since    time.Time
-	added    poolWrite
-	dropped  *poolWrite
-	took     []string      // the holder keys the dropping write added: it took a slot, pruning this one as expired
-	lastSeen domain.Holder // as the last write before the drop had it
+	since   time.Time
+	added   int64 // the version of the write that took it
+	dropped *poolWrite
 }
 
-// holdings answers, per resource and holder key, the stretches each slot
-// was held, from the applied writes in version order.
-func (p *resourcePool) holdings() map[string]map[string][]holding {
+// holdings answers, per resource and holder key, the last stretch each
+// slot was held, from the applied writes in version order.
+func (p *resourcePool) holdings() map[string]map[string]*holding {
 	p.mu.Lock()
 	writes := slices.Clone(p.applied)
 	p.mu.Unlock()
 	slices.SortStableFunc(writes, func(a, b poolWrite) int {
-		if c := strings.Compare(a.Res, b.Res); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Version, b.Version)
+		return cmp.Or(strings.Compare(a.Res, b.Res), cmp.Compare(a.Version, b.Version))
 	})
-	out := map[string]map[string][]holding{}
-	open := map[string]map[string]*holding{}
+	out := map[string]map[string]*holding{}
 	for _, w := range writes {
 		if out[w.Res] == nil {
-			out[w.Res], open[w.Res] = map[string][]holding{}, map[string]*holding{}
+			out[w.Res] = map[string]*holding{}
 		}
-		var took []string
-		for key := range w.Holders {
-			if _, held := open[w.Res][key]; !held {
-				took = append(took, key)
-			}
-		}
-		slices.Sort(took)
-		for key, h := range open[w.Res] {
-			if _, still := w.Holders[key]; !still {
-				h.dropped, h.took = &w, took
-				out[w.Res][key] = append(out[w.Res][key], *h)
-				delete(open[w.Res], key)
+		for key, h := range out[w.Res] {
+			if _, still := w.Holders[key]; !still && h.dropped == nil {
+				h.dropped = &w
 			}
 		}
 		for key, hd := range w.Holders {
-			if h, ok := open[w.Res][key]; ok && h.since.Equal(hd.Since) {
-				h.lastSeen = hd
-				continue
+			// Taken again (after a drop, or with a new since in one write): a new stretch.
+			if h := out[w.Res][key]; h == nil || h.dropped != nil || !h.since.Equal(hd.Since) {
+				out[w.Res][key] = &holding{since: hd.Since, added: w.Version}
 			}
-			if h, ok := open[w.Res][key]; ok { // taken again in the same write: a new stretch
-				out[w.Res][key] = append(out[w.Res][key], *h)
-			}
-			open[w.Res][key] = &holding{since: hd.Since, added: w, lastSeen: hd}
-		}
-	}
-	for res, byKey := range open {
-		for key, h := range byKey {
-			out[res][key] = append(out[res][key], *h)
 		}
 	}
 	return out
 }
 
-// register puts the pool's resources, again on a 5xx or no answer.
-func (p *resourcePool) register(ctx context.Context, c *client, deadline time.Time) {
+// submit registers the pool (each resource again on a 5xx or no answer),
+// then submits each wave at once, each job from its own goroutine, and
+// sends the wave's claim storm: extra claimers of one claim each, their
+// leases handled as any worker's. ctx bounds the submits, work the
+// storm's claimers.
+func (p *resourcePool) submit(ctx, work context.Context, r *run, deadline time.Time) {
+	if len(p.plan) == 0 {
+		return
+	}
 	for _, res := range ResourcePool {
-		body, _ := json.Marshal(map[string]any{"capabilities": []string{ResourceCapability}, "labels": map[string]string{"zone": res.Zone}, "capacity": res.Capacity})
-		as := c.retry(ctx, deadline, http.MethodPut, "/v1/resources/"+res.ID, body)
+		body, _ := json.Marshal(map[string]any{"capabilities": res.Capabilities, "labels": res.Labels, "capacity": res.Capacity})
+		as := r.c.retry(ctx, deadline, http.MethodPut, "/v1/resources/"+res.ID, body)
 		if a := as[len(as)-1]; a.ok() {
 			p.registered.Add(1)
 		} else {
 			p.note("resource %s not registered: %d %s %v", res.ID, a.status, truncate(a.body, 160), a.err)
 		}
 	}
-}
-
-// start registers the pool and submits the resource jobs beside the
-// plan's (the wait group is done once they are submitted). With no
-// resource jobs it does nothing.
-func (p *resourcePool) start(ctx, work context.Context, r *run, deadline time.Time) *sync.WaitGroup {
-	var submitted sync.WaitGroup
-	if len(p.plan.Jobs) == 0 {
-		return &submitted
-	}
-	submitted.Go(func() { p.submit(ctx, work, r, deadline) })
-	return &submitted
-}
-
-// submit registers the pool, then submits each wave at once, each job
-// from its own goroutine, and sends the wave's claim storm. ctx bounds the
-// submits, work the storm's claimers.
-func (p *resourcePool) submit(ctx, work context.Context, r *run, deadline time.Time) {
-	p.register(ctx, r.c, deadline)
 	start := time.Now()
-	for _, wave := range p.plan.Waves {
+	for _, wave := range p.plan {
 		sleep(ctx, time.Until(start.Add(wave.After)))
 		var wg sync.WaitGroup
 		for _, jp := range wave.Jobs {
-			wg.Go(func() { r.submit(ctx, jp, deadline) })
+			wg.Go(func() { r.submit(ctx, jp.N, deadline) })
 		}
 		wg.Wait()
 		r.f.Count(KindSlotRace)
 		for _, q := range WorkerQueues {
 			for i := range wave.Claimers {
-				r.w.wg.Go(func() { r.w.storm(work, fmt.Sprintf("%s-storm%d", q, i), q) })
+				r.w.wg.Go(func() { r.w.claim(work, fmt.Sprintf("%s-storm%d", q, i), q) })
 			}
 		}
 	}
 }
 
-// storm is one extra claimer of a wave: one claim, its leases handled as
-// any worker's.
-func (w *workers) storm(ctx context.Context, name, queue string) {
-	body, _ := json.Marshal(map[string]any{"queue": queue, "max": 2, "wait_seconds": 1, "worker": name})
-	a := w.c.once(ctx, http.MethodPost, "/v1/claim", body)
-	if !a.ok() {
-		return
-	}
-	var ca claimAnswer
-	if json.Unmarshal(a.body, &ca) != nil {
-		return
-	}
-	for _, l := range ca.Leases {
-		w.claimed.Add(1)
-		w.wg.Go(func() { w.handle(ctx, name, l) })
-	}
-}
-
 // script answers what a resource job's worker does with attempt n.
-func script(input json.RawMessage, n int) string {
-	var v struct {
-		S []string `json:"chaos_script"`
-	}
-	_ = json.Unmarshal(input, &v)
-	if n >= 1 && n <= len(v.S) {
-		return v.S[n-1]
+func script(s []string, n int) string {
+	if n >= 1 && n <= len(s) {
+		return s[n-1]
 	}
 	return ScriptComplete
 }
 
-// resource handles a lease of a resource job's worker step by its script.
-func (w *workers) resource(ctx context.Context, name string, l wire.ClaimedLease) {
-	do := script(l.Input, l.Attempt)
-	seen := &leaseSeen{Lease: l.LeaseID, Job: l.JobID, Step: l.StepID, Attempt: l.Attempt, Worker: name, Script: do}
-	if l.Resource != nil {
-		seen.Resource = l.Resource.ID
-	}
+// resource handles a lease of a resource job's worker step as its script
+// says.
+func (w *workers) resource(ctx context.Context, name string, l wire.ClaimedLease, do string) {
 	if p := w.pool; p != nil {
 		p.mu.Lock()
-		p.leases[l.LeaseID] = seen
+		p.leases[l.LeaseID] = true
 		p.mu.Unlock()
 	}
 	expires := l.ExpiresAt
@@ -533,7 +387,6 @@ func (w *workers) resource(ctx context.Context, name string, l wire.ClaimedLease
 		half := time.Duration(l.LeaseSeconds) * time.Second / 2
 		w.waitUntil(ctx, func() bool { return !w.clock.Now().Before(expires.Add(-half)) })
 		a := w.send(ctx, l, "heartbeat", &expires, func(bool) []byte { return []byte(`{}`) })
-		w.answered(seen, "heartbeat", a)
 		var hb wire.HeartbeatResult
 		if !a.ok() || json.Unmarshal(a.body, &hb) != nil || hb.CancelRequested || hb.ExpiresAt == nil {
 			return // lost, or cancelled: stop working
@@ -543,26 +396,227 @@ func (w *workers) resource(ctx context.Context, name string, l wire.ClaimedLease
 	default:
 		sleep(ctx, 100*time.Millisecond) // holding the slot meanwhile
 	}
-	if ctx.Err() != nil {
-		return
+	class, msg := "", ""
+	if do == ScriptResource && l.Resource != nil {
+		class, msg = "resource", fmt.Sprintf("worker %s: resource %s failed", name, l.Resource.ID)
 	}
-	if do == ScriptResource {
-		w.answered(seen, "fail", w.report(ctx, l, &expires, "resource", fmt.Sprintf("worker %s: resource %s failed", name, seen.Resource), name))
-	} else {
-		w.answered(seen, "complete", w.report(ctx, l, &expires, "", "", name))
+	if ctx.Err() == nil {
+		w.report(ctx, l, &expires, class, msg, name)
 	}
 }
 
-// answered notes the last answer to a request under a resource lease.
-func (w *workers) answered(seen *leaseSeen, op string, a answer) {
-	if w.pool == nil {
+// ResourceResult is what the resource jobs did; their checks are in the
+// run's.
+type ResourceResult struct {
+	Jobs       int
+	Registered int64
+	// Ran counts the attempts a worker was handed or the built-in executor
+	// ran to an outcome on a slot (whose slots must not overlap beyond
+	// capacity); Unobserved those of them whose slot's taking no write
+	// showed (their start is the attempt's); Late the attempts whose slot
+	// was taken only after their lease had run out (they held nothing).
+	Ran, Unobserved, Late int
+}
+
+// Which resource an attempt runs on, and that a step fails once every
+// matching resource failed it, are fixed by the engine's candidates (the
+// matching resources off the step's avoid list), whatever the faults:
+// shared/domain's TestResourceFailureSwitchesResource and
+// TestResourceFailureExhausted, shared/engine's
+// TestResourcePoolSlotsSwitchAndWake and
+// TestResourceFailureWithNoOtherResourceFails prove them.
+
+// check holds the pool to its capacity: the attempts that ran, each from
+// when its slot was taken to when its lease ended, never more at once on
+// a resource than its slots; no write gave a slot back before its lease
+// ended; no slot held once every job finished.
+func (p *resourcePool) check(ctx context.Context, r *run, l *ledger, res *Result, stored map[string]*domain.Job) {
+	if len(p.plan) == 0 {
 		return
 	}
-	w.pool.mu.Lock()
-	defer w.pool.mu.Unlock()
-	what := fmt.Sprintf("%s %d", op, a.status)
-	if a.err != nil {
-		what = op + " unanswered"
+	const capacity, kept, leaked = "resources: no resource ran more attempts at once than its slots", "resources: no slot given back while its lease runs", "resources: no slot held once every job finished"
+	rr := &ResourceResult{Jobs: len(p.plan.all()), Registered: p.registered.Load()}
+	res.Resources = rr
+	p.mu.Lock()
+	leases := maps.Clone(p.leases)
+	p.mu.Unlock()
+	hs := p.holdings()
+	spans, keys := map[string][]span{}, map[string]string{}
+	for _, jp := range p.plan.all() {
+		s := r.subs[jp.N]
+		j := stored[s.id]
+		if j == nil {
+			continue // the run's checks count it lost
+		}
+		keys[j.ID] = s.key()
+		for _, st := range j.Steps {
+			for _, a := range st.Attempts {
+				if a.State == domain.AttemptFailed && a.Error != nil && a.Error.Class == domain.ClassResource {
+					r.f.Count(KindResourceFailed)
+				}
+				sp, ok := spanOf(j, st, a, leases, hs)
+				rr.Late += btoi(sp.late)
+				if !ok {
+					continue
+				}
+				rr.Ran++
+				rr.Unobserved += btoi(sp.held == nil)
+				early := sp.held != nil && sp.held.dropped != nil && sp.held.dropped.Start.Before(sp.to)
+				l.judge(kept, Duplicated, keys[j.ID], wrong(early, p.describe(sp)+": its lease ran on")...)
+				spans[a.Resource] = append(spans[a.Resource], sp)
+			}
+		}
 	}
-	seen.Answers = append(seen.Answers, what)
+	for _, pr := range ResourcePool {
+		over := overlaps(spans[pr.ID], pr.Capacity)
+		if len(over) == 0 {
+			l.judge(capacity, Duplicated, pr.ID)
+		}
+		for _, o := range over {
+			for _, sp := range o.spans {
+				l.judge(capacity, Duplicated, keys[sp.job], p.describeOverlap(pr, o))
+			}
+		}
+	}
+	held := p.leaks(ctx, r)
+	for _, h := range held {
+		l.judge(leaked, Lost, cmp.Or(keys[h[0]], "job "+h[0]), h[1])
+	}
+	if len(held) == 0 {
+		l.judge(leaked, Lost, "pool")
+	}
+}
+
+// span is an attempt's hold on a slot: from when the slot was taken (or
+// the attempt started, if later) to when its lease ended (its outcome, a
+// cancel, or its expiry). Both ends are bounds a correct engine keeps: a
+// slot is taken (its since) only after the slot before it was given back
+// or expired, and given back only after the attempt's end was written.
+type span struct {
+	job, step string
+	a         domain.Attempt // its lease is its slot's key
+	from, to  time.Time
+	held      *holding // the stretch its slot was held, as the writes showed it; nil if none did
+	late      bool     // its slot was taken only after its lease had ended
+}
+
+// spanOf answers the span of an attempt that ran: one a worker was handed
+// (it may hold the slot until its lease ends), or one the built-in
+// executor ran to an outcome. An attempt nobody ran (its lease written by
+// a change reported failed, so no worker was told of it) holds nothing,
+// nor one whose slot was taken only after its lease had run out (a slow
+// change: its span is late).
+func spanOf(j *domain.Job, s *domain.Step, a domain.Attempt, leases map[string]bool, hs map[string]map[string]*holding) (span, bool) {
+	worker := s.Spec.Action.Type == domain.ActionWorker
+	if a.Resource == "" || a.StartedAt == nil || worker && !leases[a.Lease] || !worker && a.State != domain.AttemptSucceeded && a.State != domain.AttemptFailed {
+		return span{}, false
+	}
+	sp := span{job: j.ID, step: s.ID(), a: a, from: *a.StartedAt}
+	switch {
+	case a.EndedAt != nil && (a.LeaseUntil == nil || a.EndedAt.Before(*a.LeaseUntil)):
+		sp.to = *a.EndedAt
+	case a.LeaseUntil != nil:
+		sp.to = *a.LeaseUntil
+	default:
+		return span{}, false
+	}
+	// The lease's slot is the last stretch of its key: an earlier one was
+	// taken by a decision of the same change that lost its race, and may
+	// have expired and been pruned before the decision that wrote the
+	// lease took the slot again. When that take began only after the
+	// lease had ended (a slow or clock-jumped change), the lease held no
+	// slot while it ran: late, not given back. A slot no write showed
+	// taken starts no later than the attempt; one kept from an earlier
+	// decision of the change held nothing for this lease before the
+	// attempt started.
+	switch h := hs[a.Resource][a.Lease]; {
+	case h != nil && !h.since.Before(sp.to):
+		sp.late = true
+		return sp, false
+	case h != nil:
+		sp.held = h
+		if h.since.After(sp.from) {
+			sp.from = h.since
+		}
+	}
+	return sp, sp.from.Before(sp.to)
+}
+
+// overlap is a moment a resource had more attempts at once than slots.
+type overlap struct {
+	at, until time.Time
+	spans     []span
+}
+
+// overlaps answers the moments more than capacity spans are open at once:
+// each time a span opens over capacity, with the spans open then.
+func overlaps(spans []span, capacity int) []overlap {
+	spans = slices.Clone(spans)
+	slices.SortFunc(spans, func(a, b span) int { return a.from.Compare(b.from) })
+	var open []span
+	var out []overlap
+	for _, sp := range spans {
+		open = slices.DeleteFunc(open, func(o span) bool { return !o.to.After(sp.from) })
+		open = append(open, sp)
+		if len(open) > capacity {
+			o := overlap{at: sp.from, until: sp.to, spans: slices.Clone(open)}
+			for _, x := range open {
+				if x.to.Before(o.until) {
+					o.until = x.to
+				}
+			}
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// at renders a time of the stack's clock from the run's start.
+func (p *resourcePool) at(t time.Time) string { return fmt.Sprintf("+%.3fs", t.Sub(p.t0).Seconds()) }
+
+// describe renders an attempt's hold, with what the writes showed of its
+// slot.
+func (p *resourcePool) describe(sp span) string {
+	d := fmt.Sprintf("%s/%s/%d (lease %s) on %s [%s, %s)", sp.job, sp.step, sp.a.N, sp.a.Lease, sp.a.Resource, p.at(sp.from), p.at(sp.to))
+	switch h := sp.held; {
+	case h == nil:
+		return d + ", slot taken unobserved"
+	case h.dropped == nil:
+		return d + fmt.Sprintf(", slot taken by write v%d", h.added)
+	}
+	return d + fmt.Sprintf(", slot taken by write v%d, given back by write v%d [%s, %s]", sp.held.added, sp.held.dropped.Version, p.at(sp.held.dropped.Start), p.at(sp.held.dropped.End))
+}
+
+func (p *resourcePool) describeOverlap(pr *domain.Resource, o overlap) string {
+	var parts []string
+	for _, sp := range o.spans {
+		parts = append(parts, p.describe(sp))
+	}
+	return fmt.Sprintf("%s (%d slots) ran %d attempts at once for %s from %s: %s",
+		pr.ID, pr.Capacity, len(o.spans), o.until.Sub(o.at).Round(time.Millisecond), p.at(o.at), strings.Join(parts, "; "))
+}
+
+// leaks reads the pool (without faults) until no slot is held, for up to
+// six seconds: a slot a crash kept from being released comes back within
+// a lease. Each slot still held then is answered as {its job, what}.
+func (p *resourcePool) leaks(ctx context.Context, r *run) [][2]string {
+	var held [][2]string
+	poll(ctx, time.Now().Add(6*time.Second), 200*time.Millisecond, func() bool {
+		all, err := r.raw.ListResources(ctx, Tenant)
+		if err != nil {
+			held = [][2]string{{"", "list the resources: " + err.Error()}}
+			return true
+		}
+		held = nil
+		now := p.clock.Now()
+		for _, res := range all {
+			for key, h := range res.Holders {
+				if now.Before(h.ExpiresAt) {
+					held = append(held, [2]string{h.Job, fmt.Sprintf("%s holds %s until %s, after every job finished", res.ID, key, p.at(h.ExpiresAt))})
+				}
+			}
+		}
+		return len(held) == 0
+	})
+	return held
 }

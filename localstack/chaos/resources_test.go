@@ -28,40 +28,35 @@ func TestResourcePlanIsValidSeededAndApart(t *testing.T) {
 	require.Equal(t, PlanDigest(p.all()), PlanDigest(New(9, Probabilities{}).ResourcePlan(30, ResourceConfig{Jobs: 200}).all()), "the same seed, the same resource jobs")
 	require.NotEqual(t, PlanDigest(p.all()), PlanDigest(New(10, Probabilities{}).ResourcePlan(30, ResourceConfig{Jobs: 200}).all()))
 
-	require.Len(t, p.Waves, 2)
-	require.Zero(t, p.Waves[0].After)
-	require.Positive(t, p.Waves[1].After)
-	pool := poolResources()
+	require.Len(t, p, 2)
+	require.Zero(t, p[0].After)
+	require.Positive(t, p[1].After)
 	kinds := map[string]int{}
 	scripts := map[string]int{}
 	for i, jp := range p.all() {
 		require.Equal(t, 30+i, jp.N)
 		spec, err := domain.ParseJobSpec(jp.Body)
 		require.NoError(t, err, "%s", jp.Body)
-		rj := p.Jobs[jp.N]
-		require.Equal(t, rj.Kind, jp.Kind)
+		var payload struct {
+			Script []string `json:"chaos_script"`
+			Marker string   `json:"chaos_worker"`
+		}
+		require.NoError(t, json.Unmarshal(spec.Payload, &payload))
 		kinds[jp.Kind]++
 		for _, s := range spec.Steps {
 			require.NotNil(t, s.Requires, "step %s of %s requires a resource", s.ID, jp.Body)
-			matches := 0
-			for _, r := range pool {
-				if r.Matches(s.Requires) {
-					matches++
-				}
-			}
+			matches := matching(s.Requires)
 			require.Positive(t, matches, "%s", jp.Body)
 			if s.Action.Type != domain.ActionWorker {
 				continue
 			}
 			// A script fails with class resource on fewer resources than
 			// match, ends in success, and leaves two attempts to spare.
-			require.Less(t, strings.Count(strings.Join(rj.Script, " "), ScriptResource), matches, "%v", rj.Script)
-			require.Contains(t, []string{ScriptHold, ScriptComplete}, rj.Script[len(rj.Script)-1])
-			require.Equal(t, len(rj.Script)+2, s.Retry.MaxAttempts)
-			var payload map[string]any
-			require.NoError(t, json.Unmarshal(spec.Payload, &payload))
-			require.Equal(t, WorkerResource, payload[WorkerMarker])
-			for _, x := range rj.Script {
+			require.Less(t, strings.Count(strings.Join(payload.Script, " "), ScriptResource), matches, "%v", payload.Script)
+			require.Contains(t, []string{ScriptHold, ScriptComplete}, payload.Script[len(payload.Script)-1])
+			require.Equal(t, len(payload.Script)+2, s.Retry.MaxAttempts)
+			require.Equal(t, WorkerResource, payload.Marker)
+			for _, x := range payload.Script {
 				scripts[x]++
 			}
 		}
@@ -77,10 +72,12 @@ func TestResourcePlanIsValidSeededAndApart(t *testing.T) {
 
 func TestScriptByAttempt(t *testing.T) {
 	t.Parallel()
-	in := json.RawMessage(`{"chaos_worker":"resource","chaos_script":["kill","resource"]}`)
-	require.Equal(t, ScriptKill, script(in, 1))
-	require.Equal(t, ScriptResource, script(in, 2))
-	require.Equal(t, ScriptComplete, script(in, 3), "beyond the script: complete")
+	var in leaseInput
+	require.NoError(t, json.Unmarshal([]byte(`{"chaos_worker":"resource","chaos_script":["kill","resource"]}`), &in))
+	require.Equal(t, WorkerResource, in.Marker)
+	require.Equal(t, ScriptKill, script(in.Script, 1))
+	require.Equal(t, ScriptResource, script(in.Script, 2))
+	require.Equal(t, ScriptComplete, script(in.Script, 3), "beyond the script: complete")
 }
 
 // poolItemOf is a resource item as the store writes it.
@@ -106,10 +103,10 @@ func observed(p *resourcePool, params any, status int, callErr error) {
 	_, _, _ = p.observeCall(context.Background(), middleware.InitializeInput{Parameters: params}, call)
 }
 
-func TestObserverSeesAppliedWritesAndLostRaces(t *testing.T) {
+func TestObserverSeesAppliedWrites(t *testing.T) {
 	t.Parallel()
 	clock := &Clock{}
-	p := newResourcePool(&resourcePlan{}, clock)
+	p := newResourcePool(nil, clock, &notes{})
 	now := clock.Now()
 	h := domain.Holder{Job: "j1", Step: "w", Since: now, ExpiresAt: now.Add(time.Second)}
 	ccf := &ddb.ConditionalCheckFailedException{}
@@ -122,16 +119,14 @@ func TestObserverSeesAppliedWritesAndLostRaces(t *testing.T) {
 	observed(p, &dynamodb.PutItemInput{Item: map[string]ddb.AttributeValue{"pk": &ddb.AttributeValueMemberS{Value: "J#" + Tenant}}}, http.StatusOK, nil)
 	observed(p, &dynamodb.UpdateItemInput{Key: poolItemOf(t, domain.Resource{ID: "gpu-1"}), ExpressionAttributeNames: map[string]string{"#k": "j1/w/1"}}, http.StatusBadRequest, ccf) // a slot's extension: no put
 
-	require.EqualValues(t, 3, p.writes.Load(), "the pool's writes, not a job's")
-	require.EqualValues(t, 1, p.raced.Load(), "an applied write whose answer was lost did not lose a race")
+	require.Len(t, p.applied, 2, "the pool's writes that were applied, not a job's")
 	hs := p.holdings()
-	require.Len(t, hs["gpu-1"]["j1/w/1"], 1)
-	got := hs["gpu-1"]["j1/w/1"][0]
+	got := hs["gpu-1"]["j1/w/1"]
+	require.NotNil(t, got)
 	require.True(t, got.since.Equal(now))
 	require.NotNil(t, got.dropped, "the applied write without it gave it back")
 	require.EqualValues(t, 3, got.dropped.Version)
-	require.Empty(t, got.took)
-	require.Empty(t, hs["gpu-1"]["j2/w/1"], "a write that lost its race held nothing")
+	require.Nil(t, hs["gpu-1"]["j2/w/1"], "a write that lost its race held nothing")
 }
 
 // attemptAt is a worker attempt from from to to (its lease's end).
@@ -146,7 +141,7 @@ func attemptAt(n int, res string, from, to time.Time, state domain.AttemptState,
 func TestSlotGivenBackAndCapacityExceededAreFound(t *testing.T) {
 	t.Parallel()
 	clock := &Clock{}
-	p := newResourcePool(&resourcePlan{}, clock)
+	p := newResourcePool(nil, clock, &notes{})
 	t0 := clock.Now()
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	// Attempt 1 of j1 takes gpu-1's one slot at 0 with a lease to 2000; a
@@ -164,19 +159,19 @@ func TestSlotGivenBackAndCapacityExceededAreFound(t *testing.T) {
 	a1 := attemptAt(1, "gpu-1", at(-50), at(2000), domain.AttemptSucceeded, "")
 	a2 := attemptAt(1, "gpu-1", at(590), at(1200), domain.AttemptSucceeded, "")
 	a2.Lease = "j2-lease"
-	leases := map[string]leaseSeen{a1.Lease: {Worker: "w1", Script: ScriptHold}}
+	leases := map[string]bool{a1.Lease: true}
 	j1, s1 := step("j1", a1)
 	sp1, ok := spanOf(j1, s1, a1, leases, hs)
 	require.True(t, ok)
 	require.True(t, sp1.from.Equal(at(0)), "from the slot's taking, not the attempt's earlier start")
 	require.NotNil(t, sp1.held.dropped)
 	require.True(t, sp1.held.dropped.Start.Before(sp1.to), "given back at 500 while the lease ran to 2000")
-	require.Contains(t, p.describeDrop(sp1), "given back by write v3 [+0.500s")
+	require.Contains(t, p.describe(sp1), "given back by write v3 [+0.500s")
 
 	j2, s2 := step("j2", a2)
 	_, ok = spanOf(j2, s2, a2, leases, hs)
 	require.False(t, ok, "an attempt no worker was handed held nothing")
-	leases[a2.Lease] = leaseSeen{Worker: "w2", Script: ScriptComplete}
+	leases[a2.Lease] = true
 	sp2, ok := spanOf(j2, s2, a2, leases, hs)
 	require.True(t, ok)
 	over := overlaps([]span{sp1, sp2}, 1)
@@ -184,7 +179,7 @@ func TestSlotGivenBackAndCapacityExceededAreFound(t *testing.T) {
 	require.True(t, over[0].at.Equal(at(600)))
 	require.True(t, over[0].until.Equal(at(1200)))
 	require.Empty(t, overlaps([]span{sp1, sp2}, 2))
-	require.Contains(t, p.describe(ResourcePool[0], over[0]), "gpu-1 (1 slots) ran 2 attempts at once for 600ms from +0.600s")
+	require.Contains(t, p.describeOverlap(ResourcePool[0], over[0]), "gpu-1 (1 slots) ran 2 attempts at once for 600ms from +0.600s")
 
 	// A slot taken only after its lease ran out held nothing; one no
 	// write showed starts with its attempt.
@@ -192,12 +187,12 @@ func TestSlotGivenBackAndCapacityExceededAreFound(t *testing.T) {
 	late.Lease = "j3-lease"
 	p.applied = append(p.applied, poolWrite{Res: "gpu-1", Version: 5, Start: at(3200), Holders: map[string]domain.Holder{"j3-lease": {Since: at(3150)}}})
 	j3, s3 := step("j3", late)
-	leases[late.Lease] = leaseSeen{}
+	leases[late.Lease] = true
 	sp3, ok := spanOf(j3, s3, late, leases, p.holdings())
 	require.False(t, ok)
 	require.True(t, sp3.late)
 	late.Lease = "j4-lease"
-	leases[late.Lease] = leaseSeen{}
+	leases[late.Lease] = true
 	j4, s4 := step("j4", late)
 	sp4, ok := spanOf(j4, s4, late, leases, p.holdings())
 	require.True(t, ok)
@@ -206,7 +201,7 @@ func TestSlotGivenBackAndCapacityExceededAreFound(t *testing.T) {
 	// A slot kept from an earlier decision holds for the lease from the
 	// attempt's start.
 	late.Lease = "j5-lease"
-	leases[late.Lease] = leaseSeen{}
+	leases[late.Lease] = true
 	p.applied = append(p.applied, poolWrite{Res: "gpu-1", Version: 6, Start: at(2500), Holders: map[string]domain.Holder{"j5-lease": {Since: at(2500)}}})
 	j5, s5 := step("j5", late)
 	sp5, ok := spanOf(j5, s5, late, leases, p.holdings())
@@ -218,7 +213,7 @@ func TestSlotGivenBackAndCapacityExceededAreFound(t *testing.T) {
 	// had jumped) took it again only after the lease it wrote had ended.
 	// The lease held no slot while it ran: late, not a slot given back.
 	late.Lease, late.Resource = "j6-lease", "gpu-2"
-	leases[late.Lease] = leaseSeen{}
+	leases[late.Lease] = true
 	p.applied = append(p.applied,
 		poolWrite{Res: "gpu-2", Version: 2, Start: at(100), Holders: map[string]domain.Holder{"j6-lease": {Since: at(100), ExpiresAt: at(1100)}}},
 		poolWrite{Res: "gpu-2", Version: 3, Start: at(2000), Holders: map[string]domain.Holder{}},
@@ -232,23 +227,7 @@ func TestSlotGivenBackAndCapacityExceededAreFound(t *testing.T) {
 	sp6, ok = spanOf(j6, s6, late, leases, p.holdings())
 	require.True(t, ok)
 	require.True(t, sp6.from.Equal(at(3050)))
-	require.EqualValues(t, 4, sp6.held.added.Version)
-}
-
-func TestOnMatchingResources(t *testing.T) {
-	t.Parallel()
-	req := &domain.Requirements{Capabilities: []string{ResourceCapability}, Labels: map[string]string{"zone": "a"}}
-	job := func(as ...domain.Attempt) *domain.Job {
-		return &domain.Job{ID: "j", Steps: []*domain.Step{{Spec: domain.StepSpec{ID: "w", Requires: req}, Attempts: as}}}
-	}
-	t1, t2 := t0, t0.Add(time.Second)
-	failed := func(n int, res string) domain.Attempt {
-		return attemptAt(n, res, t1, t2, domain.AttemptFailed, domain.ClassResource)
-	}
-	ok := func(n int, res string) domain.Attempt { return attemptAt(n, res, t1, t2, domain.AttemptSucceeded, "") }
-	require.Empty(t, onMatchingResources(job(failed(1, "gpu-1"), ok(2, "gpu-2")), nil))
-	require.Contains(t, strings.Join(onMatchingResources(job(failed(1, "gpu-1"), ok(2, "gpu-1")), nil), "; "), "attempt 2 ran on gpu-1, which failed it before")
-	require.Contains(t, strings.Join(onMatchingResources(job(ok(1, "gpu-3")), nil), "; "), "does not match", "gpu-3 is in zone b")
+	require.EqualValues(t, 4, sp6.held.added)
 }
 
 func TestResourceRows(t *testing.T) {
@@ -260,13 +239,13 @@ func TestResourceRows(t *testing.T) {
 	}
 	killed := attemptAt(1, "gpu-1", t1, t2, domain.AttemptTimeout, domain.ClassTimeout)
 	done := attemptAt(2, "gpu-2", t1, t2, domain.AttemptSucceeded, "")
-	row := resourceEnds["res-worker"]
-	require.Empty(t, rowProblems(row, job(domain.JobCompleted, domain.StepSucceeded, killed, done), &submission{}))
+	row := rows["res-worker"]
+	require.Empty(t, problems(row, job(domain.JobCompleted, domain.StepSucceeded, killed, done), nil))
 	failed := job(domain.JobFailed, domain.StepFailed, killed, attemptAt(2, "gpu-2", t1, t2, domain.AttemptFailed, domain.ClassFatal))
-	require.Contains(t, strings.Join(rowProblems(row, failed, &submission{}), "; "), "not COMPLETED", "failed on its own, not on a lost lease")
+	require.Contains(t, strings.Join(problems(row, failed, nil), "; "), "not COMPLETED", "failed on its own, not on a lost lease")
 	lost := job(domain.JobFailed, domain.StepFailed, killed, attemptAt(2, "gpu-2", t1, t2, domain.AttemptTimeout, domain.ClassTimeout))
 	lost.Steps[0].Error = &domain.StepError{Class: domain.ClassTimeout}
-	require.Empty(t, rowProblems(row, lost, &submission{}), "its attempts spent on lost leases")
+	require.Empty(t, problems(row, lost, nil), "its attempts spent on lost leases")
 
 	sw := domain.StepSpec{ID: "flaky", Action: domain.ActionSpec{Type: domain.ActionFail}, Requires: &domain.Requirements{Labels: map[string]string{"zone": "a"}}, Retry: &domain.RetryPolicy{MaxAttempts: 5}}
 	swJob := func(as ...domain.Attempt) *domain.Job {
@@ -274,15 +253,14 @@ func TestResourceRows(t *testing.T) {
 	}
 	f1 := attemptAt(1, "gpu-1", t1, t2, domain.AttemptFailed, domain.ClassResource)
 	f2 := attemptAt(2, "gpu-2", t1, t2, domain.AttemptFailed, domain.ClassResource)
-	require.Empty(t, rowProblems(resourceEnds["res-switch"], swJob(f1, f2), &submission{}), "failed on both resources of zone a")
-	require.Contains(t, strings.Join(rowProblems(resourceEnds["res-switch"], swJob(f1), &submission{}), "; "), "1 resource failures with 2 resources matching")
+	require.Empty(t, problems(rows["res-switch"], swJob(f1, f2), nil), "failed on both resources of zone a")
+	require.NotEmpty(t, problems(rows["res-switch"], &domain.Job{ID: "j", State: domain.JobCompleted, Steps: []*domain.Step{{Spec: sw, State: domain.StepSucceeded}}}, nil), "a switch job COMPLETED")
 }
 
-func TestResourceBrief(t *testing.T) {
+func TestResourceReport(t *testing.T) {
 	t.Parallel()
-	var none *ResourceResult
-	require.Equal(t, "none", none.brief())
-	r := &ResourceResult{Jobs: 12, Registered: 3, Ran: 5}
-	require.Contains(t, r.brief(), "12 jobs, 3 of 3 resources registered")
+	var b strings.Builder
+	(&Result{Resources: &ResourceResult{Jobs: 12, Registered: 3, Ran: 5}}).Report(&b, false)
+	require.Contains(t, b.String(), "resources: 12 jobs, 3 of 3 resources registered; 5 attempts run on a slot")
 	require.True(t, slices.Contains(Kinds[:], KindSlotRace))
 }

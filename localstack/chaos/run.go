@@ -8,11 +8,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"text/tabwriter"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -23,6 +27,7 @@ import (
 
 	"github.com/stepflow/stepflow/localstack/devstack"
 	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/handlers"
 	"github.com/stepflow/stepflow/shared/queue"
 	"github.com/stepflow/stepflow/shared/store"
@@ -45,7 +50,6 @@ type Config struct {
 	Workers       int          // chaos workers per worker queue (2)
 	Log           *slog.Logger // the stack's log; nil discards it
 	Progress      io.Writer    // progress lines; nil for none
-	Hostile       HostileConfig
 	Resources     ResourceConfig
 }
 
@@ -59,12 +63,8 @@ func (c *Config) defaults() {
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}
-	c.Hostile.defaults()
 	c.Resources.defaults()
 }
-
-// WorkerVisibility is the worker queues' visibility timeout in a run.
-const WorkerVisibility = 5 * time.Second
 
 // RunTimerThreshold is the chaos stack's timer threshold: a delay up to it
 // is an SQS delay, a longer one (a 2.5 or 3 s sleep, a 3 or 4 s deadline)
@@ -78,33 +78,6 @@ const (
 	APIKey = "chaos-key"
 )
 
-// submission is what the client learnt submitting one planned job.
-type submission struct {
-	plan     JobPlan
-	ids      map[string]int // job ids answered with 2xx, with how often
-	statuses []int          // every status answered (0 for a transport error)
-	id       string         // the first id answered
-	cancel   []int          // the planned cancel's answers, if it was sent
-	refused  []answer       // replans: the answers to the cycle-closing ones
-	race     *raceRecord    // what the racer sent and heard, for racer kinds
-	done     bool           // the hostile tenant's: seen finished within the bound
-}
-
-// send submits the planned job with its Idempotency-Key, again on a 5xx or
-// a transport error, and notes every status and job id answered.
-func (s *submission) send(ctx context.Context, c *client, deadline time.Time) {
-	for _, a := range c.retry(ctx, deadline, http.MethodPost, "/v1/jobs", s.plan.Body, "Idempotency-Key", s.plan.Key) {
-		s.statuses = append(s.statuses, a.status)
-		var j struct {
-			ID string `json:"id"`
-		}
-		if a.ok() && json.Unmarshal(a.body, &j) == nil && j.ID != "" {
-			s.ids[j.ID]++
-			s.id = cmp.Or(s.id, j.ID)
-		}
-	}
-}
-
 // SweepTotals add up the sweeps the run drove itself.
 type SweepTotals struct {
 	Sweeps, Crashed, Advances, Reclaimed, Redispatched int
@@ -112,8 +85,7 @@ type SweepTotals struct {
 
 // Run runs one seed: a stack under the fault layer, the jobs of the seed's
 // plan (with its resource, replan and flood jobs), chaos workers and
-// sweepers, the schedules and the hostile tenant beside them, then the
-// checks. An error means
+// sweepers, the schedules beside them, then the checks. An error means
 // the run could not be made (the stack did not start), not that a check
 // failed: those are in the result.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
@@ -125,12 +97,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	f := New(cfg.Seed, cfg.Probabilities)
 	plan := f.Plan(cfg.Jobs)
 	clock := &Clock{}
-	pool := newResourcePool(f.ResourcePlan(len(plan), cfg.Resources), clock)
-	plan = append(plan, pool.plan.all()...)
-	plan = append(plan, f.ReplanPlan(len(plan))...)
+	noted := &notes{}
+	pool := newResourcePool(f.ResourcePlan(len(plan), cfg.Resources), clock, noted)
+	waves := pool.plan.all()
+	replans := f.ReplanPlan(len(plan) + len(waves))
+	all := slices.Concat(plan, waves, replans)
 	name := fmt.Sprintf("chaos-%d-%x", cfg.Seed, time.Now().UnixNano()&0xffffff)
 	st, err := devstack.Start(ctx, devstack.Options{
-		EndpointURL: cfg.Endpoint, StackName: name, APIKeys: map[string]string{APIKey: Tenant, HostileKey: HostileTenant, ScheduleKey: ScheduleTenant},
+		EndpointURL: cfg.Endpoint, StackName: name, APIKeys: map[string]string{APIKey: Tenant, ScheduleKey: ScheduleTenant},
 		ScheduleEvery: 2 * time.Second, PollWait: time.Second, Lease: cfg.Lease, Now: clock.Now, Log: cfg.Log,
 		TimerThreshold:   RunTimerThreshold,
 		APIOptions:       []func(*middleware.Stack) error{f.Middleware, pool.Observe},
@@ -141,80 +115,61 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer st.Close()
 
-	r := &run{
-		cfg: cfg, f: f, st: st, clock: clock, pool: pool,
-		raw:  store.New(st.DynamoDB, st.Resources.Env["STEPFLOW_TABLE"]),
-		c:    &client{base: st.URL, key: APIKey, hc: &http.Client{Timeout: 30 * time.Second}},
-		subs: make([]*submission, len(plan)),
+	r := &run{f: f, st: st, clock: clock, pool: pool, raw: store.New(st.DynamoDB, st.Resources.Env["STEPFLOW_TABLE"]), c: newClient(st.URL, APIKey)}
+	for _, p := range all {
+		r.subs = append(r.subs, &submission{plan: p, ids: map[string]int{}})
 	}
-	r.w = &workers{f: f, c: r.c, clock: clock, pool: pool, replans: map[string][]answer{}}
+	r.w = &workers{f: f, c: r.c, clock: clock, pool: pool, late: map[string][]string{}, notes: noted}
 	// The worker queues are made before the engine first uses them, with a
 	// 5 s visibility timeout instead of the engine's 30 s (as Lease shortens
 	// the ready queues'), so a message a crashed claim took comes back soon.
 	wq := queue.New(st.SQS, queue.Config{
 		WorkerQueuePrefix: st.Resources.Env["STEPFLOW_WORKER_QUEUE_PREFIX"], DLQARN: st.Resources.Env["STEPFLOW_DLQ_ARN"],
-		WorkerQueueVisible: WorkerVisibility,
+		WorkerQueueVisible: 5 * time.Second,
 	})
 	for _, name := range WorkerQueues {
 		if err := wq.EnsureWorkerQueue(ctx, Tenant, name); err != nil {
 			return nil, fmt.Errorf("chaos: create worker queue %s: %w", name, err)
 		}
 	}
-	var h *hostile
-	if !cfg.Hostile.Off {
-		h = newHostile(r, f.HostilePlan(cfg.Hostile))
-	}
-	res := &Result{Seed: cfg.Seed, Jobs: len(plan), Stack: name, Plan: PlanDigest(plan)}
-	fmt.Fprintf(cfg.Progress, "seed %d: stack %s at %s, %d jobs\n", cfg.Seed, name, st.URL, len(plan))
+	res := &Result{Seed: cfg.Seed, Jobs: len(all), Plan: PlanDigest(all)}
+	fmt.Fprintf(cfg.Progress, "seed %d: stack %s at %s, %d jobs\n", cfg.Seed, name, st.URL, len(all))
 
 	workCtx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
 	sweepCtx, stopSweeps := context.WithCancel(ctx)
 	defer stopSweeps()
 	r.w.start(workCtx, cfg.Workers)
-	var sweeper sync.WaitGroup
+	var sweeper, waved sync.WaitGroup
 	sweeper.Go(func() { r.sweeper(sweepCtx) })
 
 	deadline := time.Now().Add(cfg.Bound)
-	submittedResources := pool.start(ctx, workCtx, r, deadline)
-	if h != nil {
-		h.start(workCtx, ctx, deadline)
-	}
+	waved.Go(func() { pool.submit(ctx, workCtx, r, deadline) })
 	sc := newScheduler(r)
 	sc.start(workCtx, deadline)
-	r.submitAll(ctx, plan, deadline)
-	submittedResources.Wait()
+	r.submitAll(ctx, slices.Concat(plan, replans), deadline)
+	waved.Wait()
 	r.submitted.Store(true)
 	finished := r.await(ctx, deadline)
-	if h != nil {
-		h.await(ctx, deadline)
-	}
 	// The schedules stop (paused, then deleted) once the run's jobs are
 	// done, and their last runs finish before the queues are drained.
 	sc.stop(ctx, time.Now().Add(cfg.Drain))
 	sc.await(ctx, time.Now().Add(cfg.Drain))
 	res.Waited = time.Since(started)
-	fmt.Fprintf(cfg.Progress, "seed %d: %d of %d jobs finished after %s\n", cfg.Seed, finished, len(plan), res.Waited.Round(time.Millisecond))
+	fmt.Fprintf(cfg.Progress, "seed %d: %d of %d jobs finished after %s\n", cfg.Seed, finished, len(all), res.Waited.Round(time.Millisecond))
 
 	// Drain without faults: what is left in the queues now was left by
 	// the engine, not by a fault still in progress.
 	stopSweeps()
 	sweeper.Wait()
 	f.Pause()
-	res.Queues, res.Dead = r.drain(ctx, time.Now().Add(cfg.Drain))
-	if h != nil {
-		h.endPhase(ctx)
-	}
+	res.Dead = r.drain(ctx, time.Now().Add(cfg.Drain))
 	stopWork()
-	r.cancels.Wait()
 	r.racers.Wait()
 	r.w.wg.Wait()
 
 	l := r.check(ctx, res)
 	sc.check(ctx, l, res)
-	if h != nil {
-		res.Hostile = h.check(ctx)
-	}
 	res.Checks = l.checks
 	res.Lost, res.Duplicated, res.Mismatched = l.failed(Lost), l.failed(Duplicated), l.failed(Mismatched)
 	res.Faults, res.Calls, res.FaultsByCall = f.Counts(), f.Calls(), map[string]int64{}
@@ -225,13 +180,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res.Sweeps = r.sweeps
 	res.Claimed, res.WorkerOutcomes, res.WorkerRefused = r.w.claimed.Load(), r.w.outcomes.Load(), r.w.refused.Load()
-	res.Notes = append(res.Notes, r.w.notes...)
+	res.Notes = noted.list
 	res.Duration = time.Since(started)
 	return res, nil
 }
 
 type run struct {
-	cfg   Config
 	f     *Faults
 	st    *devstack.Stack
 	clock *Clock
@@ -240,92 +194,75 @@ type run struct {
 	w     *workers
 	pool  *resourcePool
 
-	mu        sync.Mutex
-	subs      []*submission
-	finished  map[string]bool // jobs seen finished within the bound
-	cancels   sync.WaitGroup
+	subs      []*submission // by JobPlan.N, each filled in by its own submit
 	racers    sync.WaitGroup
-	sweeps    SweepTotals
-	submitted atomic.Bool // every planned job has been submitted
+	queues    map[string]string // what each queue held when the drain stopped ("" for nothing)
+	submitted atomic.Bool       // every planned job has been submitted
+	sweeps    SweepTotals       // the sweeper's own
 }
 
-// submitAll submits the plan from four goroutines (the resource jobs come
-// in their waves, resources.go).
-func (r *run) submitAll(ctx context.Context, plan []JobPlan, deadline time.Time) {
+// submitAll submits plans from four goroutines.
+func (r *run) submitAll(ctx context.Context, plans []JobPlan, deadline time.Time) {
 	next := atomic.Int64{}
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
-			for i := int(next.Add(1)) - 1; i < len(plan) && ctx.Err() == nil; i = int(next.Add(1)) - 1 {
-				if _, inWave := r.pool.plan.Jobs[plan[i].N]; !inWave {
-					r.submit(ctx, plan[i], deadline)
-				}
+			for i := int(next.Add(1)) - 1; i < len(plans) && ctx.Err() == nil; i = int(next.Add(1)) - 1 {
+				r.submit(ctx, plans[i].N, deadline)
 			}
 		})
 	}
 	wg.Wait()
 }
 
-// submit submits a job (twice for every fifth, as a client that lost the
-// first answer would: the same job must answer), then sets its planned
-// cancel or its racer going.
-func (r *run) submit(ctx context.Context, p JobPlan, deadline time.Time) {
-	s := &submission{plan: p, ids: map[string]int{}}
-	if p.Refused != nil {
-		s.refused = r.c.retry(ctx, deadline, http.MethodPost, "/v1/jobs", p.Refused)
-	}
-	s.send(ctx, r.c, deadline)
-	if s.id != "" && p.N%5 == 0 {
-		s.send(ctx, r.c, deadline)
-	}
-	if s.id != "" && p.Race != nil {
-		s.race = &raceRecord{}
-	}
-	r.mu.Lock()
-	r.subs[p.N] = s
-	r.mu.Unlock()
-	if s.id != "" && p.CancelAfter > 0 {
-		r.cancels.Go(func() {
-			sleep(ctx, p.CancelAfter)
-			st := statuses(r.c.retry(ctx, deadline, http.MethodPost, "/v1/jobs/"+s.id+"/cancel", nil))
-			r.mu.Lock()
-			s.cancel = st
-			r.mu.Unlock()
-		})
-	}
-	if s.race != nil {
-		r.racers.Go(func() { r.race(ctx, s, deadline) })
+// send submits the planned job with its Idempotency-Key, again on a 5xx or
+// a transport error, and notes every job id answered.
+func (s *submission) send(ctx context.Context, c *client, deadline time.Time) {
+	for _, a := range c.retry(ctx, deadline, http.MethodPost, "/v1/jobs", s.plan.Body, "Idempotency-Key", s.plan.Key) {
+		var j struct {
+			ID string `json:"id"`
+		}
+		if a.ok() && json.Unmarshal(a.body, &j) == nil && j.ID != "" {
+			s.ids[j.ID]++
+			s.id = cmp.Or(s.id, j.ID)
+		}
 	}
 }
 
-// await polls the table (without faults) until every submitted job is
-// finished (a racer's once its racer is: a FAILED redrive job is about to
-// run again) or the deadline passes, and answers how many finished.
-func (r *run) await(ctx context.Context, deadline time.Time) int {
-	done := map[string]bool{}
-	for {
-		r.mu.Lock()
-		subs := append([]*submission(nil), r.subs...)
-		r.mu.Unlock()
-		open := 0
-		for _, s := range subs {
-			if s == nil || s.id == "" || done[s.id] {
-				continue
-			}
-			if j, err := r.raw.Get(ctx, Tenant, s.id); err == nil && j.State.Terminal() && (s.race == nil || s.race.done.Load()) {
-				done[s.id] = true
-			} else {
-				open++
-			}
-		}
-		if open == 0 || !time.Now().Before(deadline) || ctx.Err() != nil {
-			r.mu.Lock()
-			r.finished = done
-			r.mu.Unlock()
-			return len(done)
-		}
-		sleep(ctx, 250*time.Millisecond)
+// submit submits job n (twice for every fifth, as a client that lost the
+// first answer would: the same job must answer), after its body that must
+// be refused if it has one (replan-fail's), then sets its racer going
+// (race.go).
+func (r *run) submit(ctx context.Context, n int, deadline time.Time) {
+	s := r.subs[n]
+	if s.plan.Refused != nil {
+		r.c.retry(ctx, deadline, http.MethodPost, "/v1/jobs", s.plan.Refused)
 	}
+	s.send(ctx, r.c, deadline)
+	if s.id != "" && n%5 == 0 {
+		s.send(ctx, r.c, deadline)
+	}
+	r.racers.Go(func() { r.race(ctx, s, deadline) })
+}
+
+// await polls the table (without faults) until every job submitted is
+// finished and its racer done (a FAILED redrive job is about to run
+// again), or the deadline passes, and answers how many finished.
+func (r *run) await(ctx context.Context, deadline time.Time) int {
+	n := 0
+	poll(ctx, deadline, 250*time.Millisecond, func() bool {
+		n = 0
+		open := 0
+		for _, s := range r.subs {
+			if s.id != "" && !s.finished {
+				j, err := r.raw.Get(ctx, Tenant, s.id)
+				s.finished = err == nil && j.State.Terminal() && s.raced.Load()
+			}
+			n, open = n+btoi(s.finished), open+btoi(s.id != "" && !s.finished)
+		}
+		return open == 0
+	})
+	return n
 }
 
 // sweeper is the heartbeat under chaos: every second, by chance, the
@@ -334,14 +271,7 @@ func (r *run) await(ctx context.Context, deadline time.Time) int {
 // (The runner's own schedule sweeps every 2 s besides.)
 func (r *run) sweeper(ctx context.Context) {
 	heartbeat := handlers.Heartbeat(r.st.Engine)
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, time.Second, func() {
 		// Once every job is submitted, jump more often and further: a
 		// dispatch lost k times in a row waits DispatchGrace << k.
 		p, shifts := r.f.P.Advance, 1
@@ -358,45 +288,28 @@ func (r *run) sweeper(ctx context.Context) {
 		}
 		n := 1 + btoi(r.f.Chance(StreamSweeps, KindDoubleSweep, r.f.P.DoubleSweep))
 		var wg sync.WaitGroup
-		for range n {
+		reps, done := make([]engine.SweepReport, n), make([]bool, n)
+		for i := range n {
 			wg.Go(func() {
-				crashed := true
-				defer func() {
-					_ = recover() // the invocation died; the next one picks up
-					r.mu.Lock()
-					r.sweeps.Crashed += btoi(crashed)
-					r.mu.Unlock()
-				}()
-				rep, _ := heartbeat(ctx, events.EventBridgeEvent{DetailType: "Scheduled Event", Source: "aws.events"})
-				crashed = false
-				r.mu.Lock()
-				r.sweeps.Reclaimed += rep.Reclaimed
-				r.sweeps.Redispatched += rep.Redispatched
-				r.mu.Unlock()
+				defer func() { _ = recover() }() // the invocation died; the next one picks up
+				reps[i], _ = heartbeat(ctx, events.EventBridgeEvent{DetailType: "Scheduled Event", Source: "aws.events"})
+				done[i] = true
 			})
 		}
 		wg.Wait()
-		r.mu.Lock()
-		r.sweeps.Sweeps += n
-		r.sweeps.Advances += btoi(advance)
-		r.mu.Unlock()
-	}
+		t := &r.sweeps
+		for i := range n {
+			t.Crashed, t.Reclaimed, t.Redispatched = t.Crashed+btoi(!done[i]), t.Reclaimed+reps[i].Reclaimed, t.Redispatched+reps[i].Redispatched
+		}
+		t.Sweeps, t.Advances = t.Sweeps+n, t.Advances+btoi(advance)
+	})
 }
-
-// queueCount is what a queue holds.
-type queueCount struct {
-	Name                       string
-	Visible, InFlight, Delayed int
-	Err                        string // the attributes could not be read
-}
-
-func (q queueCount) total() int { return q.Visible + q.InFlight + q.Delayed }
 
 // drain waits until the ready and worker queues hold no message (visible,
 // in flight or delayed), while the runner and the chaos workers go on
-// consuming; it answers what each held when it stopped, and what the
+// consuming; it notes what each held when it stopped, and answers what the
 // dead-letter queue holds.
-func (r *run) drain(ctx context.Context, deadline time.Time) ([]queueCount, int) {
+func (r *run) drain(ctx context.Context, deadline time.Time) int {
 	urls := map[string]string{}
 	for _, id := range []string{"ReadyQueueP0", "ReadyQueueP1", "ReadyQueueP2"} {
 		urls[id] = r.st.Resources.QueueURLs[id]
@@ -407,103 +320,186 @@ func (r *run) drain(ctx context.Context, deadline time.Time) ([]queueCount, int)
 			urls["worker queue "+name] = u
 		}
 	}
-	for {
-		var all []queueCount
+	r.queues = map[string]string{}
+	poll(ctx, deadline, 500*time.Millisecond, func() bool {
 		left := 0
-		for _, name := range sortedKeys(urls) {
-			c := r.count(ctx, name, urls[name])
-			all = append(all, c)
-			left += c.total() + btoi(c.Err != "")
+		for name, url := range urls {
+			n, held := r.count(ctx, url)
+			left += n
+			r.queues[name] = held
 		}
-		if left == 0 || !time.Now().Before(deadline) || ctx.Err() != nil {
-			return all, r.count(ctx, "dead-letter queue", r.st.Resources.QueueURLs["DeadLetterQueue"]).total()
-		}
-		sleep(ctx, 500*time.Millisecond)
-	}
+		return left == 0
+	})
+	dead, _ := r.count(ctx, r.st.Resources.QueueURLs["DeadLetterQueue"])
+	return dead
 }
 
-func (r *run) count(ctx context.Context, name, url string) queueCount {
-	out, err := r.st.SQS.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-		QueueUrl: aws.String(url),
-		AttributeNames: []sqstypes.QueueAttributeName{
-			sqstypes.QueueAttributeNameApproximateNumberOfMessages,
-			sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
-			sqstypes.QueueAttributeNameApproximateNumberOfMessagesDelayed,
-		},
-	})
-	c := queueCount{Name: name}
+// count answers how many messages a queue holds, visible, in flight or
+// delayed, and what it holds ("" for nothing).
+func (r *run) count(ctx context.Context, url string) (int, string) {
+	kinds := []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameApproximateNumberOfMessages,
+		sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible, sqstypes.QueueAttributeNameApproximateNumberOfMessagesDelayed}
+	out, err := r.st.SQS.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(url), AttributeNames: kinds})
 	if err != nil {
-		c.Err = err.Error()
-		return c
+		return 1, "its attributes could not be read: " + err.Error()
 	}
-	c.Visible, _ = strconv.Atoi(out.Attributes[string(sqstypes.QueueAttributeNameApproximateNumberOfMessages)])
-	c.InFlight, _ = strconv.Atoi(out.Attributes[string(sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible)])
-	c.Delayed, _ = strconv.Atoi(out.Attributes[string(sqstypes.QueueAttributeNameApproximateNumberOfMessagesDelayed)])
-	return c
+	n, held := 0, []string{}
+	for _, k := range kinds {
+		v, _ := strconv.Atoi(out.Attributes[string(k)])
+		n, held = n+v, append(held, fmt.Sprintf("%s %d", k, v))
+	}
+	if n == 0 {
+		return 0, ""
+	}
+	return n, "holds " + strings.Join(held, ", ")
 }
 
 // check holds every job of the run's tenant to the invariants and to its
-// row of planEnds (or resourceEnds), the submits to their answers, the
-// queues to being empty and the pool to its capacity; it answers the
-// ledger the schedules' checks add to.
+// row, the submits to their answers, the queues to being empty and the
+// pool to its capacity; it answers the ledger the schedules' checks add
+// to.
 func (r *run) check(ctx context.Context, res *Result) *ledger {
 	l := newLedger()
+	stored := map[string]*domain.Job{}
 	res.States = map[domain.JobState]int{}
-	late := map[string][]lateAnswer{}
-	r.w.mu.Lock()
-	for _, a := range r.w.late {
-		late[a.Job] = append(late[a.Job], a)
-	}
-	r.w.mu.Unlock()
-	listed, listErr := listTenant(ctx, r.raw, Tenant)
-	answered, jobs, keys := map[string]bool{}, map[string]*domain.Job{}, map[string]string{}
-	for i, s := range r.subs {
-		if s == nil || s.id == "" {
-			l.judge("every submit answered a job", Lost, fmt.Sprintf("job %d", i), "no 2xx answer")
+	for _, s := range r.subs {
+		if s.id == "" {
 			continue
 		}
-		key := fmt.Sprintf("job %s (%s%s)", s.id, s.plan.Kind, s.plan.Race)
-		keys[s.id] = key
-		l.judge("every submit answered a job", Lost, key)
-		var dup, missing []string
-		if len(s.ids) > 1 {
-			dup = append(dup, fmt.Sprintf("key %s answered %d jobs: %v", s.plan.Key, len(s.ids), s.ids))
-		}
-		l.judge("one job per Idempotency-Key", Duplicated, key, dup...)
-		for id := range s.ids {
-			answered[id] = true
-		}
-		if listErr != nil || !listed[s.id] {
-			missing = append(missing, fmt.Sprintf("not listed (%v)", listErr))
-		}
-		l.judge("every job answered 2xx is listed", Lost, key, missing...)
-		if s.plan.Kind == "replan-worker" {
-			s.refused = r.w.replans[s.id]
-		}
 		if j, err := r.raw.Get(ctx, Tenant, s.id); err == nil {
-			jobs[s.id] = j
+			stored[s.id] = j
 			res.States[j.State]++
 		}
-		e, ok := planEnds[s.plan.Kind]
-		if !ok {
-			e = resourceEnds[s.plan.Kind]
-		}
-		l.judgeJob(e, judged{key: key, sub: s, job: jobs[s.id], done: r.finished[s.id], late: late[s.id]})
 	}
-	for _, id := range sortedKeys(listed) {
-		var extra []string
-		if !answered[id] {
-			extra = append(extra, "stored, but no submit answered it")
-		}
-		l.judge("no job beyond those submitted", Duplicated, "job "+id, extra...)
+	listed, listErr := listTenant(ctx, r.raw, Tenant)
+	l.judgeSubmits(r.subs, listed, listErr, stored, r.w.late) // the workers have stopped
+	for _, name := range slices.Sorted(maps.Keys(r.queues)) {
+		l.judge("no message left in flight (per queue)", Mismatched, name, one(r.queues[name])...)
 	}
-	for _, q := range res.Queues {
-		var left []string
-		if q.Err != "" || q.total() > 0 {
-			left = append(left, fmt.Sprintf("holds %d visible, %d in flight, %d delayed %s", q.Visible, q.InFlight, q.Delayed, q.Err))
-		}
-		l.judge("no message left in flight (per queue)", Mismatched, q.Name, left...)
-	}
-	r.pool.check(ctx, r, l, res, jobs, keys)
+	r.pool.check(ctx, r, l, res, stored)
 	return l
+}
+
+func listTenant(ctx context.Context, raw *store.Store, tenant string) (map[string]bool, error) {
+	out := map[string]bool{}
+	cursor := ""
+	for range 1000 {
+		page, next, err := raw.List(ctx, tenant, engine.ListFilter{Limit: 100, Cursor: cursor})
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range page {
+			out[s.ID] = true
+		}
+		if next == "" {
+			return out, nil
+		}
+		cursor = next
+	}
+	return out, errors.New("list: more than 1000 pages")
+}
+
+// Result is one run's outcome.
+type Result struct {
+	Seed   uint64
+	Jobs   int
+	Plan   string // PlanDigest of the jobs submitted
+	Faults map[Kind]int64
+	Checks []*Check // the run's, its resources', its schedules' and its replans'
+	// Lost, Duplicated and Mismatched count the jobs (or queues, or
+	// schedules) that failed a check of the category.
+	Lost, Duplicated, Mismatched int
+	States                       map[domain.JobState]int
+	Dead                         int // messages in the dead-letter queue (parked, not in flight)
+	Sweeps                       SweepTotals
+	Claimed                      int64 // leases the chaos workers were handed
+	WorkerOutcomes               int64 // worker outcomes the engine accepted
+	WorkerRefused                int64 // worker heartbeats and outcomes answered 409
+	Waited, Duration             time.Duration
+	Notes                        []string
+	Calls                        map[string]int64 // engine AWS calls by operation
+	FaultsByCall                 map[string]int64 // "kind Service.Operation" -> faults injected there
+	Resources                    *ResourceResult  // nil when the run had no resource jobs
+	Schedules                    *ScheduleResult
+}
+
+// Passed reports whether every check held.
+func (r *Result) Passed() bool { return r.Lost+r.Duplicated+r.Mismatched == 0 }
+
+// FaultTotal answers how many faults the run injected.
+func (r *Result) FaultTotal() int64 {
+	var n int64
+	for _, v := range r.Faults {
+		n += v
+	}
+	return n
+}
+
+// Report writes a run's table: its seed, jobs, faults by kind and checks.
+func (r *Result) Report(w io.Writer, verbose bool) {
+	status := map[bool]string{true: "ok", false: "FAILED"}[r.Passed()]
+	var states []string
+	for _, s := range domain.AllJobStates() {
+		if n := r.States[s]; n > 0 {
+			states = append(states, fmt.Sprintf("%s %d", strings.ToLower(string(s)), n))
+		}
+	}
+	fmt.Fprintf(w, "seed %d: %s, %d jobs (plan %s: %s), finished in %s, drained in %s\n", r.Seed, status, r.Jobs, r.Plan, strings.Join(states, ", "),
+		r.Waited.Round(100*time.Millisecond), (r.Duration - r.Waited).Round(100*time.Millisecond))
+	fmt.Fprintf(w, "  faults %d: %s\n", r.FaultTotal(), FormatCounts(r.Faults))
+	fmt.Fprintf(w, "  sweeps %d (%d crashed, clock advanced %d times): reclaimed %d, re-dispatched %d; workers claimed %d, outcomes accepted %d, refused 409 %d; dead-lettered %d\n",
+		r.Sweeps.Sweeps, r.Sweeps.Crashed, r.Sweeps.Advances, r.Sweeps.Reclaimed, r.Sweeps.Redispatched,
+		r.Claimed, r.WorkerOutcomes, r.WorkerRefused, r.Dead)
+	if rr := r.Resources; rr != nil {
+		fmt.Fprintf(w, "  resources: %d jobs, %d of %d resources registered; %d attempts run on a slot (%d slots taken unobserved), %d slots taken after their lease ran out\n",
+			rr.Jobs, rr.Registered, len(ResourcePool), rr.Ran, rr.Unobserved, rr.Late)
+	}
+	if sc := r.Schedules; sc != nil {
+		fmt.Fprintf(w, "  schedules: %d made, %d runs, %d ticks skipped; racer: %d rounds of two sweeps at once fired %d ticks\n", sc.Schedules, sc.Runs, sc.Skipped, sc.RacePairs, sc.RacerFired)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  check\tok\tfailed\tcounts as\n")
+	for _, c := range r.Checks {
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t%s\n", c.Name, c.OK, c.Failed, c.Category)
+	}
+	_ = tw.Flush()
+	for _, c := range r.Checks {
+		for _, e := range c.Examples {
+			fmt.Fprintf(w, "    FAIL %s: %s\n", c.Name, e)
+		}
+	}
+	if verbose {
+		for what, m := range map[string]map[string]int64{"engine AWS calls": r.Calls, "faults by call": r.FaultsByCall} {
+			var parts []string
+			for _, k := range slices.Sorted(maps.Keys(m)) {
+				parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+			}
+			fmt.Fprintf(w, "    %s: %s\n", what, strings.Join(parts, ", "))
+		}
+		for _, n := range r.Notes {
+			fmt.Fprintf(w, "    note: %s\n", n)
+		}
+	}
+}
+
+// FaultSummary adds up the runs' faults by kind, in report order: the
+// line before Summary.
+func FaultSummary(results []*Result) string {
+	total := map[Kind]int64{}
+	for _, r := range results {
+		for k, v := range r.Faults {
+			total[k] += v
+		}
+	}
+	return "chaos faults by kind: " + FormatCounts(total)
+}
+
+// Summary is the one line that ends a chaos command.
+func Summary(results []*Result) string {
+	var faults int64
+	var jobs, lost, dup, mis int
+	for _, r := range results {
+		faults, jobs, lost, dup, mis = faults+r.FaultTotal(), jobs+r.Jobs, lost+r.Lost, dup+r.Duplicated, mis+r.Mismatched
+	}
+	return fmt.Sprintf("chaos: %d runs, %d faults injected, %d jobs, lost %d, duplicated %d, mismatched %d", len(results), faults, jobs, lost, dup, mis)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
 	"github.com/stepflow/stepflow/shared/store"
 )
 
@@ -34,16 +35,19 @@ const (
 	ScheduleRaceEvery = 700 * time.Millisecond
 )
 
-// schedulePlan is a schedule a run makes.
+// schedulePlan is a schedule a run makes, and what became of it.
 type schedulePlan struct {
-	ID   string
-	Skip bool // overlap skip
-	Body string
+	ID    string
+	Skip  bool // overlap skip
+	Body  string
+	calls map[string]call  // create, again, pause, delete
+	final *domain.Schedule // read once paused
+	gone  error            // reading it once deleted: domain.ErrNotFound
 }
 
-func schedulePlans() []schedulePlan {
+func schedulePlans() []*schedulePlan {
 	pass := `{"steps":[{"id":"a","action":{"type":"pass"}}]}`
-	return []schedulePlan{
+	return []*schedulePlan{
 		{ID: "every-2s", Body: `{"id":"every-2s","every":"2s","overlap":"allow","job":` + pass + `}`},
 		// A run sleeps a second (an SQS delay), so ticks come while it is
 		// unfinished and are skipped.
@@ -54,131 +58,90 @@ func schedulePlans() []schedulePlan {
 	}
 }
 
-// ScheduleResult is what the schedules did in a run.
+// ScheduleResult is what the schedules did in a run: RacePairs counts
+// the racer's rounds (two sweeps firing at once), RacerFired the ticks
+// its sweeps fired.
 type ScheduleResult struct {
-	Schedules, Runs, Skipped int
-	// RacePairs counts the racer's rounds (two sweeps firing at once),
-	// RacerFired the ticks its sweeps fired, RacerLost the writes of a
-	// tick that found it fired (or skipped) by the other sweep, RacerErrors
-	// the ticks they left due after a fault.
-	RacePairs, RacerFired, RacerLost, RacerErrors int
+	Schedules, Runs, Skipped, RacePairs, RacerFired int
 }
 
 // scheduler drives the run's schedules.
 type scheduler struct {
 	r     *run
 	c     *client
-	plans []schedulePlan
-	raw   *store.Schedules // without the fault layer, for the checks
+	plans []*schedulePlan
 
-	mu                            sync.Mutex
-	made, replay, paused, deleted map[string][]int // every status each call answered
-	final                         map[string]*domain.Schedule
-	res                           ScheduleResult
-	stopRace                      context.CancelFunc
-	raceDone                      sync.WaitGroup
+	res      ScheduleResult
+	stopRace context.CancelFunc
+	raceDone sync.WaitGroup
 }
 
 func newScheduler(r *run) *scheduler {
-	return &scheduler{
-		r: r, plans: schedulePlans(),
-		c:    &client{base: r.st.URL, key: ScheduleKey, hc: &http.Client{Timeout: 30 * time.Second}},
-		raw:  store.NewSchedules(r.st.DynamoDB, r.st.Resources.Env["STEPFLOW_TABLE"]),
-		made: map[string][]int{}, replay: map[string][]int{}, paused: map[string][]int{}, deleted: map[string][]int{},
-		final: map[string]*domain.Schedule{},
-	}
+	return &scheduler{r: r, plans: schedulePlans(), c: newClient(r.st.URL, ScheduleKey)}
 }
 
-func statuses(as []answer) []int {
-	out := make([]int, len(as))
-	for i, a := range as {
-		out[i] = a.status
+func (s *scheduler) do(ctx context.Context, deadline time.Time, p *schedulePlan, op, method, path, body string) {
+	if p.calls == nil {
+		p.calls = map[string]call{}
 	}
-	return out
+	p.calls[op] = s.c.do(ctx, deadline, call{Op: op}, method, path, []byte(body))
 }
 
 // start makes the schedules, each once more as a client that lost the
-// answer would, and starts the racer.
+// answer would, and starts the racer: the due schedules fired from two
+// sweeps at once, every ScheduleRaceEvery.
 func (s *scheduler) start(ctx context.Context, deadline time.Time) {
 	for _, p := range s.plans {
-		s.made[p.ID] = statuses(s.c.retry(ctx, deadline, http.MethodPost, "/v1/schedules", []byte(p.Body)))
-		s.replay[p.ID] = statuses(s.c.retry(ctx, deadline, http.MethodPost, "/v1/schedules", []byte(p.Body)))
+		s.do(ctx, deadline, p, "create", http.MethodPost, "/v1/schedules", p.Body)
+		s.do(ctx, deadline, p, "again", http.MethodPost, "/v1/schedules", p.Body)
 	}
 	ctx, s.stopRace = context.WithCancel(ctx)
 	s.raceDone.Go(func() {
-		t := time.NewTicker(ScheduleRaceEvery)
-		defer t.Stop()
-		for ctx.Err() == nil {
-			select {
-			case <-ctx.Done():
-			case <-t.C:
-				s.fireTwice(ctx)
+		every(ctx, ScheduleRaceEvery, func() {
+			var wg sync.WaitGroup
+			var reps [2]engine.ScheduleReport
+			for i := range reps {
+				wg.Go(func() {
+					defer func() { _ = recover() }() // a crash fault: the invocation died; the tick stays due
+					reps[i], _ = s.r.st.Engine.FireSchedules(ctx)
+				})
 			}
-		}
-	})
-}
-
-// fireTwice fires the due schedules from two sweeps at once.
-func (s *scheduler) fireTwice(ctx context.Context) {
-	var wg sync.WaitGroup
-	for range 2 {
-		wg.Go(func() {
-			defer func() { _ = recover() }() // a crash fault: the invocation died; the tick stays due
-			rep, _ := s.r.st.Engine.FireSchedules(ctx)
-			s.mu.Lock()
-			s.res.RacerFired, s.res.RacerLost, s.res.RacerErrors = s.res.RacerFired+rep.Fired, s.res.RacerLost+rep.Lost, s.res.RacerErrors+rep.Errors
-			s.mu.Unlock()
+			wg.Wait()
+			s.res.RacePairs, s.res.RacerFired = s.res.RacePairs+1, s.res.RacerFired+reps[0].Fired+reps[1].Fired
 		})
-	}
-	wg.Wait()
-	s.res.RacePairs++
+	})
 }
 
 // stop ends the racer, then pauses each schedule (after which no tick
 // makes a job), reads what it counts, and deletes it.
 func (s *scheduler) stop(ctx context.Context, deadline time.Time) {
-	if s.stopRace != nil {
-		s.stopRace()
-		s.raceDone.Wait()
-	}
+	s.stopRace()
+	s.raceDone.Wait()
+	raw := store.NewSchedules(s.r.st.DynamoDB, s.r.st.Resources.Env["STEPFLOW_TABLE"])
 	for _, p := range s.plans {
-		s.paused[p.ID] = statuses(s.c.retry(ctx, deadline, http.MethodPost, "/v1/schedules/"+p.ID+"/pause", nil))
-		if final, err := s.raw.Get(ctx, ScheduleTenant, p.ID); err == nil {
-			s.final[p.ID] = final
-		}
-		s.deleted[p.ID] = statuses(s.c.retry(ctx, deadline, http.MethodDelete, "/v1/schedules/"+p.ID, nil))
+		s.do(ctx, deadline, p, "pause", http.MethodPost, "/v1/schedules/"+p.ID+"/pause", "")
+		p.final, _ = raw.Get(ctx, ScheduleTenant, p.ID)
+		s.do(ctx, deadline, p, "delete", http.MethodDelete, "/v1/schedules/"+p.ID, "")
+		_, p.gone = raw.Get(ctx, ScheduleTenant, p.ID)
 	}
 }
 
 // await polls the schedule tenant's jobs until every one is finished or
 // the deadline passes.
 func (s *scheduler) await(ctx context.Context, deadline time.Time) {
-	for time.Now().Before(deadline) && ctx.Err() == nil {
+	poll(ctx, deadline, 250*time.Millisecond, func() bool {
 		ids, err := listTenant(ctx, s.r.raw, ScheduleTenant)
-		open := 0
 		for id := range ids {
 			if j, err := s.r.raw.Get(ctx, ScheduleTenant, id); err != nil || !j.State.Terminal() {
-				open++
+				return false
 			}
 		}
-		if err == nil && open == 0 {
-			return
-		}
-		sleep(ctx, 250*time.Millisecond)
-	}
-}
-
-// lastOK answers the last status of a call sent until it had an answer
-// that is not retryable.
-func lastOK(st []int) int {
-	if len(st) == 0 {
-		return 0
-	}
-	return st[len(st)-1]
+		return err == nil
+	})
 }
 
 // check holds the schedules' jobs to the invariants and to what each
-// schedule counts.
+// schedule counts, and each schedule's calls to their answers.
 func (s *scheduler) check(ctx context.Context, l *ledger, res *Result) {
 	byPlan := map[string][]*domain.Job{}
 	ids, err := listTenant(ctx, s.r.raw, ScheduleTenant)
@@ -191,32 +154,23 @@ func (s *scheduler) check(ctx context.Context, l *ledger, res *Result) {
 		}
 	}
 	for _, p := range s.plans {
-		key := "schedule " + p.ID
+		key, calls := "schedule "+p.ID, p.calls
 		s.res.Schedules++
-		if !has2xx(s.made[p.ID]) {
-			l.judge("every schedule made", Lost, key, fmt.Sprintf("create answered %v", s.made[p.ID]))
+		if calls["create"].final()/100 != 2 {
+			l.judge("every schedule made", Lost, key, calls["create"].String())
 			continue
 		}
 		l.judge("every schedule made", Lost, key)
-		l.judge("a schedule made again with its body answers it (200)", Duplicated, key,
-			map[bool][]string{false: {fmt.Sprintf("the same create again answered %v", s.replay[p.ID])}}[lastOK(s.replay[p.ID]) == http.StatusOK]...)
+		l.judge("a schedule made again with its body answers it (200)", Duplicated, key, wrong(calls["again"].final() != http.StatusOK, calls["again"].String())...)
 		s.checkRuns(l, p, byPlan[p.ID])
 		delete(byPlan, p.ID)
-		_, err := s.raw.Get(ctx, ScheduleTenant, p.ID)
-		var gone []string
-		switch last := lastOK(s.deleted[p.ID]); {
-		case lastOK(s.paused[p.ID]) != http.StatusOK:
-			gone = append(gone, fmt.Sprintf("pause answered %v", s.paused[p.ID]))
-		case last != http.StatusOK && !(last == http.StatusNotFound && len(s.deleted[p.ID]) > 1):
-			// A 404 only after a retry: the first delete was applied and its answer lost.
-			gone = append(gone, fmt.Sprintf("delete answered %v", s.deleted[p.ID]))
-		case !errors.Is(err, domain.ErrNotFound):
-			gone = append(gone, fmt.Sprintf("still stored after its delete (%v)", err))
-		}
-		l.judge("pause and delete answered, and the schedule is gone", Mismatched, key, gone...)
+		// A 404 only after a retry: the first delete was applied and its answer lost.
+		deleted := calls["delete"].final() == http.StatusOK || calls["delete"].final() == http.StatusNotFound && calls["delete"].retried()
+		l.judge("pause and delete answered, and the schedule is gone", Mismatched, key, wrong(calls["pause"].final() != http.StatusOK || !deleted || !errors.Is(p.gone, domain.ErrNotFound),
+			fmt.Sprintf("%s, %s; read once deleted: %v", calls["pause"], calls["delete"], p.gone))...)
 	}
-	for sid, jobs := range byPlan {
-		l.judge("no job beyond the runs its schedule counts", Duplicated, "schedule "+sid, fmt.Sprintf("%d jobs name it, which the run never made", len(jobs)))
+	for id, jobs := range byPlan {
+		l.judge("no job beyond the runs its schedule counts", Duplicated, "schedule "+id, fmt.Sprintf("%d jobs name it, which the run never made", len(jobs)))
 	}
 	res.Schedules = &s.res
 }
@@ -224,16 +178,18 @@ func (s *scheduler) check(ctx context.Context, l *ledger, res *Result) {
 // checkRuns holds a schedule's jobs to the invariants and its row (they
 // complete), and to what it counts: one job per tick, every counted run
 // stored and none beyond, overlap skip held.
-func (s *scheduler) checkRuns(l *ledger, p schedulePlan, jobs []*domain.Job) {
+func (s *scheduler) checkRuns(l *ledger, p *schedulePlan, jobs []*domain.Job) {
 	key := "schedule " + p.ID
 	sort.Slice(jobs, func(i, k int) bool { return jobs[i].ID < jobs[k].ID })
-	ticks, stored, overlaps := map[uint64][]string{}, map[string]bool{}, []string{}
+	ticks, stored, overlaps, twice := map[uint64]string{}, map[string]bool{}, []string{}, []string{}
 	for i, j := range jobs {
 		stored[j.ID] = true
-		if u, err := ulid.ParseStrict(j.ID); err == nil {
-			ticks[u.Time()] = append(ticks[u.Time()], j.ID)
+		if u, err := ulid.ParseStrict(j.ID); err == nil && ticks[u.Time()] != "" {
+			twice = append(twice, fmt.Sprintf("tick %s made %s and %s", time.UnixMilli(int64(u.Time())).UTC().Format(time.RFC3339Nano), ticks[u.Time()], j.ID))
+		} else if err == nil {
+			ticks[u.Time()] = j.ID
 		}
-		l.judgeJob(completes, judged{key: fmt.Sprintf("job %s (%s)", j.ID, p.ID), job: j, done: true})
+		l.judgeJob(fmt.Sprintf("job %s (%s)", j.ID, p.ID), completes, &submission{finished: true}, j, nil)
 		if p.Skip && i > 0 && (jobs[i-1].EndedAt == nil || j.CreatedAt.Before(*jobs[i-1].EndedAt)) {
 			overlaps = append(overlaps, fmt.Sprintf("job %s made at %s; the run before it, %s, ended %v", j.ID, j.CreatedAt.Format(time.RFC3339Nano), jobs[i-1].ID, jobs[i-1].EndedAt))
 		}
@@ -241,14 +197,8 @@ func (s *scheduler) checkRuns(l *ledger, p schedulePlan, jobs []*domain.Job) {
 	if p.Skip {
 		l.judge("overlap skip: no run made before the last one ended", Mismatched, key, overlaps...)
 	}
-	var twice []string
-	for tick, js := range ticks {
-		if len(js) > 1 {
-			twice = append(twice, fmt.Sprintf("tick %s made %d jobs: %v", time.UnixMilli(int64(tick)).UTC().Format(time.RFC3339Nano), len(js), js))
-		}
-	}
 	l.judge("one job per schedule tick", Duplicated, key, twice...)
-	switch final := s.final[p.ID]; {
+	switch final := p.final; {
 	case final == nil:
 		l.judge("every run a schedule counts is stored", Lost, key, "not read once paused")
 	case int64(len(jobs)) < final.Runs || final.LastJobID != "" && !stored[final.LastJobID]:
@@ -258,17 +208,7 @@ func (s *scheduler) checkRuns(l *ledger, p schedulePlan, jobs []*domain.Job) {
 	default:
 		l.judge("every run a schedule counts is stored", Lost, key)
 	}
-	if final := s.final[p.ID]; final != nil {
-		s.res.Runs += int(final.Runs)
-		s.res.Skipped += int(final.Skipped)
+	if p.final != nil {
+		s.res.Runs, s.res.Skipped = s.res.Runs+int(p.final.Runs), s.res.Skipped+int(p.final.Skipped)
 	}
-}
-
-// brief is the schedules' part of a run's report.
-func (s *ScheduleResult) brief() string {
-	if s == nil {
-		return "none"
-	}
-	return fmt.Sprintf("%d made, %d runs, %d ticks skipped; racer: %d rounds of two sweeps at once fired %d ticks, lost %d races to the other sweep, %d errors (each tick left due)",
-		s.Schedules, s.Runs, s.Skipped, s.RacePairs, s.RacerFired, s.RacerLost, s.RacerErrors)
 }

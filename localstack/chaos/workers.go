@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,15 +19,6 @@ import (
 // end up holding one.
 const ZombieTag = "zombie"
 
-// lateAnswer is an outcome or heartbeat sent after its lease had expired
-// by the stack's clock that the engine accepted anyway.
-type lateAnswer struct {
-	Job, Step, Lease, Op string
-	Status               int
-	Answer               string
-	Sent, Expires        time.Time
-}
-
 // workers are the chaos workers: goroutines claiming worker steps over
 // HTTP, each lease handled by one of three behaviours (normal, zombie,
 // skewed clock) drawn from StreamWorkers.
@@ -42,16 +32,10 @@ type workers struct {
 	claimed  atomic.Int64
 	outcomes atomic.Int64 // outcomes the engine accepted
 	refused  atomic.Int64 // 409s
-	odd      atomic.Int64 // answers no worker should get (4xx other than 409)
 
-	mu      sync.Mutex
-	late    []lateAnswer
-	replans map[string][]answer // job -> the answers to its cycle-closing replans
-	notes   []string
-}
-
-type claimAnswer struct {
-	Leases []wire.ClaimedLease `json:"leases"`
+	mu   sync.Mutex
+	late map[string][]string // by job: outcomes and heartbeats sent after their lease expired that the engine accepted
+	*notes
 }
 
 func (w *workers) start(ctx context.Context, per int) {
@@ -64,39 +48,38 @@ func (w *workers) start(ctx context.Context, per int) {
 }
 
 func (w *workers) loop(ctx context.Context, name, queue string) {
-	// Long polls of one second, as a real worker would claim.
-	body, _ := json.Marshal(map[string]any{"queue": queue, "max": 2, "wait_seconds": 1, "worker": name})
 	for ctx.Err() == nil {
-		a := w.c.once(ctx, http.MethodPost, "/v1/claim", body)
-		if a.ok() && bytes.Equal(bytes.TrimSpace(a.body), []byte(`{"leases":[]}`)) {
-			continue
-		}
-		if !a.ok() {
+		if a := w.claim(ctx, name, queue); !a.ok() {
 			if a.status != 0 && !a.retryable() {
 				w.note("claim answered %d: %s", a.status, a.body)
 			}
 			sleep(ctx, 100*time.Millisecond)
-			continue
-		}
-		var ca claimAnswer
-		if err := json.Unmarshal(a.body, &ca); err != nil {
-			w.note("claim answer unreadable: %v", err)
-			continue
-		}
-		for _, l := range ca.Leases {
-			w.claimed.Add(1)
-			w.wg.Go(func() { w.handle(ctx, name, l) })
 		}
 	}
 }
 
-func (w *workers) note(format string, args ...any) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.notes) < 20 {
-		w.notes = append(w.notes, fmt.Sprintf(format, args...))
+// claim makes one claim, a long poll of a second as a real worker's, and
+// hands each lease it is given to handle.
+func (w *workers) claim(ctx context.Context, name, queue string) answer {
+	body, _ := json.Marshal(map[string]any{"queue": queue, "max": 2, "wait_seconds": 1, "worker": name})
+	a := w.c.once(ctx, http.MethodPost, "/v1/claim", body)
+	var ca struct {
+		Leases []wire.ClaimedLease `json:"leases"`
 	}
+	if a.ok() {
+		if err := json.Unmarshal(a.body, &ca); err != nil {
+			w.note("claim answer unreadable: %v", err)
+		}
+	}
+	for _, l := range ca.Leases {
+		w.claimed.Add(1)
+		w.wg.Go(func() { w.handle(ctx, name, l) })
+	}
+	return a
 }
+
+// workerOutcomes are what a worker reports, with their weights (of 100).
+var workerOutcomes = weightedKinds{{"complete", 70}, {"retryable", 12}, {"fatal", 8}, {"resource", 5}, {"timeout", 5}}
 
 // behaviour is how a worker treats one lease.
 type behaviour struct {
@@ -122,18 +105,7 @@ func (w *workers) behaviour() behaviour {
 		b.stall = time.Duration(50+r.IntN(600)) * time.Millisecond
 		b.work = time.Duration(r.IntN(150)) * time.Millisecond
 		b.heartbeat = r.IntN(2) == 0
-		switch x := r.IntN(100); {
-		case x < 70:
-			b.outcome = "complete"
-		case x < 82:
-			b.outcome = "retryable"
-		case x < 90:
-			b.outcome = "fatal"
-		case x < 95:
-			b.outcome = "resource"
-		default:
-			b.outcome = "timeout"
-		}
+		b.outcome = workerOutcomes.pick(r)
 	})
 	return b
 }
@@ -142,35 +114,36 @@ func (w *workers) behaviour() behaviour {
 // step meets on its first attempt.
 const PlannedFatal = "chaos: planned fatal failure, to be redriven"
 
-// marker answers the WorkerMarker of a lease's input ("" for none).
-func marker(input json.RawMessage) string {
-	var v struct {
-		M string `json:"chaos_worker"`
-	}
-	_ = json.Unmarshal(input, &v)
-	return v.M
+// leaseInput is what a lease's input tells the chaos workers.
+type leaseInput struct {
+	Marker string     `json:"chaos_worker"` // WorkerMarker
+	Script []string   `json:"chaos_script"` // a resource job's (ScriptMember), by attempt
+	Replan replanSpec `json:"replan"`       // a replan-worker job's
 }
 
 func (w *workers) handle(ctx context.Context, name string, l wire.ClaimedLease) {
 	expires := l.ExpiresAt
-	switch m := marker(l.Input); {
+	var in leaseInput
+	_ = json.Unmarshal(l.Input, &in)
+	switch m := in.Marker; {
 	case m == WorkerResource:
-		w.resource(ctx, name, l)
+		w.resource(ctx, name, l, script(in.Script, l.Attempt))
 		return
 	case m == WorkerReplan:
-		w.replan(ctx, name, l)
-		return
-	case m == WorkerFailFirst && l.Attempt <= 1:
-		// A redrive job's first attempt fails fatally at once: its step
-		// allows one attempt, so the job fails; a later one completes.
-		w.report(ctx, l, &expires, "fatal", PlannedFatal, name)
+		w.replan(ctx, name, l, in.Replan)
 		return
 	case m == WorkerFailFirst:
-		w.report(ctx, l, &expires, "", "", name)
+		// A redrive job's first attempt fails fatally at once: its step
+		// allows one attempt, so the job fails; a later one completes.
+		class := ""
+		if l.Attempt <= 1 {
+			class = "fatal"
+		}
+		w.report(ctx, l, &expires, class, PlannedFatal, name)
 		return
 	}
 	b := w.behaviour()
-	if marker(l.Input) == WorkerAlwaysComplete {
+	if in.Marker == WorkerAlwaysComplete {
 		b.outcome = "complete"
 	}
 	// A zombie wakes past its lease; a skewed worker plans by its own
@@ -200,15 +173,18 @@ func (w *workers) handle(ctx context.Context, name string, l wire.ClaimedLease) 
 			wait()
 		}
 	}
-	if ctx.Err() == nil && b.outcome == "complete" {
-		w.report(ctx, l, &expires, "", "", name)
-	} else if ctx.Err() == nil {
-		w.report(ctx, l, &expires, b.outcome, fmt.Sprintf("worker %s reports %s", name, b.outcome), name)
+	class := b.outcome
+	if class == "complete" {
+		class = ""
+	}
+	if ctx.Err() == nil {
+		w.report(ctx, l, &expires, class, fmt.Sprintf("worker %s reports %s", name, b.outcome), name)
 	}
 }
 
-// report completes a lease (class "") or fails it with class and msg; sent
-// late, its output carries the zombie tag, its message starts "[zombie]".
+// report completes a lease (class "", msg unused) or fails it with class
+// and msg; sent late, its output carries the zombie tag, its message
+// starts "[zombie]".
 func (w *workers) report(ctx context.Context, l wire.ClaimedLease, expires *time.Time, class, msg, name string) answer {
 	op := map[bool]string{true: "complete", false: "fail"}[class == ""]
 	return w.send(ctx, l, op, expires, func(late bool) []byte {
@@ -230,9 +206,7 @@ func (w *workers) report(ctx context.Context, l wire.ClaimedLease, expires *time
 
 // waitUntil polls cond every 20 ms (the stack's clock may jump).
 func (w *workers) waitUntil(ctx context.Context, cond func() bool) {
-	for ctx.Err() == nil && !cond() {
-		sleep(ctx, 20*time.Millisecond)
-	}
+	poll(ctx, time.Now().Add(time.Hour), 20*time.Millisecond, cond)
 }
 
 // send posts a heartbeat or an outcome under a lease, again after a 5xx
@@ -247,13 +221,13 @@ func (w *workers) send(ctx context.Context, l wire.ClaimedLease, op string, expi
 	for try := 0; try < 6 && ctx.Err() == nil; try++ {
 		sent := w.clock.Now()
 		late := !sent.Before(*expires)
-		b := body(late)
-		a = w.c.once(ctx, http.MethodPost, "/v1/leases/"+l.LeaseID+"/"+op, b)
+		a = w.c.once(ctx, http.MethodPost, "/v1/leases/"+l.LeaseID+"/"+op, body(late))
 		switch {
 		case a.ok():
 			if late {
 				w.mu.Lock()
-				w.late = append(w.late, lateAnswer{Job: l.JobID, Step: l.StepID, Lease: l.LeaseID, Op: op, Status: a.status, Answer: truncate(a.body, 160), Sent: sent, Expires: *expires})
+				w.late[l.JobID] = append(w.late[l.JobID], fmt.Sprintf("%s of lease %s sent %s after it expired was answered %d %s",
+					op, l.LeaseID, sent.Sub(*expires).Round(time.Millisecond), a.status, truncate(a.body, 160)))
 				w.mu.Unlock()
 			}
 			if op != "heartbeat" {
@@ -264,7 +238,6 @@ func (w *workers) send(ctx context.Context, l wire.ClaimedLease, op string, expi
 			w.refused.Add(1)
 			return a
 		case !a.retryable():
-			w.odd.Add(1)
 			w.note("%s of lease %s answered %d: %s", op, l.LeaseID, a.status, a.body)
 			return a
 		}
@@ -277,11 +250,4 @@ func (w *workers) send(ctx context.Context, l wire.ClaimedLease, op string, expi
 		wait *= 2
 	}
 	return a
-}
-
-func truncate(b []byte, n int) string {
-	if len(b) > n {
-		return string(b[:n]) + "..."
-	}
-	return string(b)
 }

@@ -724,6 +724,9 @@ func TestPoisonJSONIsRefused(t *testing.T) {
 		{"STEPS", "/v1/jobs", `{"STEPS":[{"id":"a","action":{"type":"pass"}}]}`, "STEPS", "is not a known field"},
 		{"duplicate member", "/v1/jobs", `{"steps":[{"id":"a","action":{"type":"pass"}}],"payload":{"a":1,"a":2}}`, "payload.a", "appears twice"},
 		{"worker output 10,000 deep", "/v1/leases/" + newID() + ".0.1.abc/complete", `{"output":` + deep + `}`, "output", "levels deep; the limit is 64"},
+		{"worker output with a duplicate member", "/v1/leases/" + newID() + ".0.1.abc/complete", `{"output":{"a":1,"\u0061":2}}`, "output.a", "appears twice"},
+		{"invalid UTF-8 in the worker output", "/v1/leases/" + newID() + ".0.1.abc/complete", `{"output":{"p":"` + "\xff" + `"}}`, "output.p", "invalid UTF-8"},
+		{"OUTPUT in capitals", "/v1/leases/" + newID() + ".0.1.abc/complete", `{"OUTPUT":{}}`, "OUTPUT", "is not a known field"},
 		{"claim with invalid UTF-8", "/v1/claim", `{"worker":"w` + "\xff" + `"}`, "worker", "invalid UTF-8"},
 	}
 	t.Run("answers", func(t *testing.T) {

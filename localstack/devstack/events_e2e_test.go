@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepflow/stepflow/localstack/awsfault"
+	"github.com/stepflow/stepflow/localstack/devstack/openapicheck"
 	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
 	"github.com/stepflow/stepflow/shared/domain"
 )
@@ -58,7 +59,7 @@ func TestEventsLongPollAnswersWhenTheJobMoves(t *testing.T) {
 	reads := &jobReads{}
 	reads.id.Store("")
 	h := stacktest.New(t, reads.option())
-	r := openapiRun{t: t, h: h, c: h.CheckOpenAPI(t)}
+	r := openapiRun{t: t, h: h, c: openapicheck.Check(t, h)}
 	id := r.submit(`{"steps":[{"id":"paid","action":{"type":"wait","signal":"payment"}},{"id":"ship","action":{"type":"pass"}}]}`)
 	reads.id.Store(id)
 

@@ -1,4 +1,9 @@
-package stacktest
+// Package openapicheck checks a test stack's HTTP traffic against the API's
+// OpenAPI document. It is a package of its own, not part of stacktest:
+// the OpenAPI library's generic types are compiled into every package that
+// imports one holding them, about ten seconds each, so only the tests that
+// check conformance pay for them.
+package openapicheck
 
 import (
 	"bytes"
@@ -23,6 +28,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepflow/stepflow/api"
+	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
 )
 
 // Conformance checks a harness's HTTP traffic against api/openapi.yaml:
@@ -61,9 +67,9 @@ type operation struct {
 	key    string
 }
 
-// CheckOpenAPI makes h check its traffic against the API's document from
+// Check makes h check its traffic against the API's document from
 // now on, failing t on an answer the document does not describe.
-func (h *Harness) CheckOpenAPI(t testing.TB) *Conformance {
+func Check(t testing.TB, h *stacktest.Harness) *Conformance {
 	t.Helper()
 	doc, err := libopenapi.NewDocument(api.YAML)
 	require.NoError(t, err)

@@ -376,10 +376,11 @@ func (a App) ReadyTokens() func(queueARN, receipt string) string {
 }
 
 // FromLambdaEnv is what each function's main calls: settings from the
-// environment, clients from the default chain, a JSON logger (at Info:
-// a line per job change, and warnings and errors).
+// environment, clients from the default chain, a JSON logger at the
+// function's ApplicationLogLevel (logging.LambdaLevel: INFO by default,
+// which leaves out the line per job change; warnings and errors are kept).
 func FromLambdaEnv(ctx context.Context) (App, error) {
-	log := logging.JSON(os.Stderr, slog.LevelInfo)
+	log := logging.JSON(os.Stderr, logging.LambdaLevel(os.Getenv))
 	s, err := FromEnv(os.Getenv)
 	if err != nil {
 		return App{Log: log}, err

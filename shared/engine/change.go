@@ -10,8 +10,15 @@ import (
 )
 
 // ChangeMessage is the message of the log record every saved change of a
-// job writes (one per write, at Info), its attributes the Change.
+// job writes (one per write, at ChangeLevel), its attributes the Change.
 const ChangeMessage = "job changed"
+
+// ChangeLevel is the change record's level: Debug, so that on Lambda,
+// whose logger is at the function's ApplicationLogLevel (INFO unless the
+// template's LogLevel says otherwise), a job's transitions cost no log
+// ingestion; `make dev`'s logger shows them whatever its level
+// (docs/costs.md#logs).
+const ChangeLevel = slog.LevelDebug
 
 // publishTimeout bounds one publish: a change is saved already, and a
 // slow bus must not hold its request much longer.
@@ -182,7 +189,7 @@ func (e *Engine) afterWrite(ctx context.Context, j *domain.Job, from domain.JobS
 	}
 	c := NewChange(j, from, loaded)
 	// An empty key inlines the change's attributes in the record.
-	e.cfg.Log.LogAttrs(ctx, slog.LevelInfo, ChangeMessage, slog.Any("", c))
+	e.cfg.Log.LogAttrs(ctx, ChangeLevel, ChangeMessage, slog.Any("", c))
 	if e.cfg.Publisher == nil || len(c.States) == 0 {
 		return
 	}

@@ -159,7 +159,7 @@ func TestALostRacePublishesNothing(t *testing.T) {
 	q := memory.NewQueue(clock.Now)
 	var logged bytes.Buffer
 	bus := memory.NewBus()
-	e := engine.New(engine.Config{Store: st, Queue: q, BuiltinLease: builtinLease, Log: slog.New(slog.NewJSONHandler(&logged, nil)), Now: clock.Now, Publisher: bus})
+	e := engine.New(engine.Config{Store: st, Queue: q, BuiltinLease: builtinLease, Log: slog.New(slog.NewJSONHandler(&logged, &slog.HandlerOptions{Level: engine.ChangeLevel})), Now: clock.Now, Publisher: bus})
 	ctx := context.Background()
 	// The wait after render keeps an early signal (a job keeps one only for
 	// a wait that can take it).

@@ -16,7 +16,9 @@ import (
 )
 
 // Dev answers `make dev`'s logger: one line per job change (ChangeLine),
-// every other record at level and above as
+// whatever level (the engine logs changes at Debug, engine.ChangeLevel, so
+// that Lambda's logger drops them by default), every other record at level
+// and above as
 //
 //	15:04:05 WARN message key=value ...
 //
@@ -84,7 +86,11 @@ type devHandler struct {
 	prefix string // "group." of WithGroup
 }
 
-func (h *devHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= h.level.Level() }
+// Enabled lets change records through below level too: which record is a
+// change is known only in Handle.
+func (h *devHandler) Enabled(_ context.Context, l slog.Level) bool {
+	return l >= min(h.level.Level(), engine.ChangeLevel)
+}
 
 func (h *devHandler) Handle(_ context.Context, r slog.Record) error {
 	var line string
@@ -95,6 +101,9 @@ func (h *devHandler) Handle(_ context.Context, r slog.Record) error {
 		}
 		return true
 	})
+	if line == "" && r.Level < h.level.Level() {
+		return nil
+	}
 	if line == "" {
 		var b strings.Builder
 		b.WriteString(r.Time.Format(time.TimeOnly))

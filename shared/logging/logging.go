@@ -7,7 +7,9 @@
 // its own request id (read from lambdacontext); a record logged with that
 // context (slog's ...Context methods, LogAttrs) gets them as attributes.
 // The engine's change records (engine.ChangeMessage) carry the job, step,
-// attempt, lease and worker themselves.
+// attempt, lease and worker themselves; they are at Debug, so a function
+// writes them only when its LogLevel is DEBUG (LambdaLevel), while `make
+// dev` always shows them (Dev).
 package logging
 
 import (
@@ -15,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 
 	"github.com/aws/aws-lambda-go/lambdacontext"
 )
@@ -58,6 +61,25 @@ func (h contextHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 
 func (h contextHandler) WithGroup(name string) slog.Handler {
 	return contextHandler{h.Handler.WithGroup(name)}
+}
+
+// LambdaLevel answers the level a function logs at: Lambda's
+// AWS_LAMBDA_LOG_LEVEL, which it sets from the function's
+// LoggingConfig.ApplicationLogLevel (the template's LogLevel parameter),
+// INFO when unset. Lambda would drop the records below it anyway (JSON
+// format with a "level" key); not writing them saves their formatting.
+// At INFO the engine's change records (Debug) are not written.
+func LambdaLevel(getenv func(string) string) slog.Level {
+	switch strings.ToUpper(getenv("AWS_LAMBDA_LOG_LEVEL")) {
+	case "TRACE", "DEBUG":
+		return slog.LevelDebug
+	case "WARN":
+		return slog.LevelWarn
+	case "ERROR", "FATAL":
+		return slog.LevelError
+	default:
+		return slog.LevelInfo
+	}
 }
 
 // JSON answers a function's logger: a JSON object a line on w (Lambda

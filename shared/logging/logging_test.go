@@ -124,7 +124,7 @@ func TestDevLogOtherRecords(t *testing.T) {
 func TestJSONLogCarriesTheChangeAndTheRequestIDs(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
-	b := setup(t, logging.JSON(&out, slog.LevelInfo))
+	b := setup(t, logging.JSON(&out, slog.LevelDebug))
 	ctx := lambdacontext.NewContext(context.Background(), &lambdacontext.LambdaContext{AwsRequestID: "lambda-1"})
 	ctx = logging.With(ctx, slog.String("request_id", "apigw-1"))
 	j, _, err := b.e.Submit(ctx, "acme", []byte(`{"steps":[{"id":"render","action":{"type":"worker","queue":"gpu"}}]}`), "")
@@ -134,7 +134,7 @@ func TestJSONLogCarriesTheChangeAndTheRequestIDs(t *testing.T) {
 	var rec map[string]any
 	require.NoError(t, json.Unmarshal(out.Bytes(), &rec), out.String())
 	require.Equal(t, engine.ChangeMessage, rec["msg"])
-	require.Equal(t, "INFO", rec["level"])
+	require.Equal(t, "DEBUG", rec["level"])
 	require.Nil(t, rec["request_id"], "a claim made without the request's context carries none")
 
 	out.Reset()
@@ -149,4 +149,42 @@ func TestJSONLogCarriesTheChangeAndTheRequestIDs(t *testing.T) {
 		require.Equal(t, v, rec[k], k)
 	}
 	require.Equal(t, []any{"step_succeeded", "job_completed"}, rec["events"])
+}
+
+// On Lambda the change records are written only when the function's
+// ApplicationLogLevel (AWS_LAMBDA_LOG_LEVEL) is DEBUG: at the default INFO
+// a job's transitions cost no log ingestion, and warnings still show.
+// make dev's logger shows them at any level.
+func TestChangeRecordsOnLambdaOnlyAtDebug(t *testing.T) {
+	t.Parallel()
+	run := func(log *slog.Logger) {
+		b := setup(t, log)
+		_, _, err := b.e.Submit(b.ctx, "acme", []byte(`{"steps":[{"id":"render","action":{"type":"worker","queue":"gpu"}}]}`), "")
+		require.NoError(t, err)
+		l := b.claim(t, "gpu", "w1")
+		_, err = b.e.Complete(b.ctx, "acme", l.LeaseID, json.RawMessage(`{}`))
+		require.NoError(t, err)
+		log.Warn("still shown")
+	}
+	for env, changes := range map[string]int{"": 0, "INFO": 0, "info": 0, "WARN": 0, "DEBUG": 3, "TRACE": 3} {
+		level := logging.LambdaLevel(func(k string) string {
+			require.Equal(t, "AWS_LAMBDA_LOG_LEVEL", k)
+			return env
+		})
+		var out bytes.Buffer
+		run(logging.JSON(&out, level))
+		got := strings.Count(out.String(), `"msg":"`+engine.ChangeMessage+`"`)
+		require.Equal(t, changes, got, "AWS_LAMBDA_LOG_LEVEL=%q: %s", env, out.String())
+		require.Contains(t, out.String(), "still shown", "AWS_LAMBDA_LOG_LEVEL=%q", env)
+	}
+	require.Equal(t, slog.LevelError, logging.LambdaLevel(func(string) string { return "ERROR" }))
+
+	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelWarn} {
+		var out bytes.Buffer
+		run(logging.Dev(&out, level))
+		got := lines(t, &out)
+		require.Len(t, got, 4, "make dev at %s: %q", level, got)
+		require.Contains(t, got[0], "QUEUED    created")
+		require.Equal(t, "WARN still shown", got[3])
+	}
 }

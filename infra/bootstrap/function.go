@@ -57,6 +57,7 @@ var globalsFunctionKeys = keySet{
 	"Handler":               inProcess,
 	"MemorySize":            inProcess,
 	"Tracing":               "X-Ray is AWS's: nothing is traced locally",
+	"LoggingConfig":         cloudWatchLogs,
 }
 
 // functionKeys declares an AWS::Serverless::Function's properties.
@@ -69,6 +70,7 @@ var functionKeys = keySet{
 	"CodeUri":             inProcess,
 	"Description":         "documentation",
 	"Policies":            "IAM only matters on AWS: the emulator allows every call",
+	"LoggingConfig":       cloudWatchLogs,
 	"FunctionName":        "a lambda action's function: the local Lambda service (localstack/lambdaemu) serves examples/functions/<name> under STEPFLOW_LAMBDA_ALLOW's prefix",
 }
 

@@ -54,6 +54,7 @@ var resourceKeys = map[string]keySet{
 	typeEventBus:     eventBusKeys,
 	typeFunction:     functionKeys,
 	typeHttpApi:      httpAPIKeys,
+	typeLogGroup:     logGroupKeys,
 }
 
 // intrinsics declares the intrinsic functions resolver implements. Any other

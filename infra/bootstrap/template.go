@@ -30,6 +30,7 @@ const (
 	typeStateMachine = "AWS::Serverless::StateMachine"
 	typeBucket       = "AWS::S3::Bucket"
 	typeEventBus     = "AWS::Events::EventBus"
+	typeLogGroup     = "AWS::Logs::LogGroup"
 )
 
 // Template is a parsed SAM template. Intrinsic functions are kept in their

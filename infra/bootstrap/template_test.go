@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -238,6 +239,61 @@ func TestTemplateTracing(t *testing.T) {
 		}
 	}
 	require.ElementsMatch(t, []any{"xray:PutTraceSegments", "xray:PutTelemetryRecords", "xray:GetSamplingRules", "xray:GetSamplingTargets"}, xray)
+}
+
+// Logs are priced (docs/costs.md#logs): every function writes JSON lines
+// at the LogLevel parameter (INFO: no line per job transition), Lambda's
+// own lines only from WARN, to a log group of its own that keeps them
+// LogRetentionDays, not for ever. The state machines log nowhere.
+func TestTemplateLogging(t *testing.T) {
+	t.Parallel()
+	tpl, err := Parse(realTemplate)
+	require.NoError(t, err)
+	params := tpl.doc["Parameters"].(map[string]any)
+	level := params["LogLevel"].(map[string]any)
+	require.Equal(t, "INFO", level["Default"])
+	require.Equal(t, []any{"DEBUG", "INFO", "WARN", "ERROR"}, level["AllowedValues"])
+	retention := params["LogRetentionDays"].(map[string]any)
+	require.Equal(t, "14", fmt.Sprint(retention["Default"]))
+	var allowed []string
+	for _, v := range retention["AllowedValues"].([]any) {
+		allowed = append(allowed, fmt.Sprint(v))
+	}
+	// CloudWatch Logs' retentions, in days.
+	require.Equal(t, strings.Fields("1 3 5 7 14 30 60 90 120 150 180 365 400 545 731 1096 1827 2192 2557 2922 3288 3653"), allowed)
+
+	groups := map[string]string{} // log group id -> the function writing to it
+	for _, id := range tpl.ids(typeFunction) {
+		// SAM merges a function's LoggingConfig map into Globals'.
+		cfg := map[string]any{}
+		if g, ok := tpl.globalFn["LoggingConfig"].(map[string]any); ok {
+			maps.Copy(cfg, g)
+		}
+		if f, ok := tpl.Resources[id].Properties["LoggingConfig"].(map[string]any); ok {
+			maps.Copy(cfg, f)
+		}
+		require.Equal(t, "JSON", cfg["LogFormat"], id)
+		require.Equal(t, map[string]any{"Ref": "LogLevel"}, cfg["ApplicationLogLevel"], id)
+		require.Equal(t, "WARN", cfg["SystemLogLevel"], id)
+		ref, ok := cfg["LogGroup"].(map[string]any)
+		require.True(t, ok, "%s: LoggingConfig.LogGroup is not a Ref to its own log group: %v", id, cfg["LogGroup"])
+		group, _ := ref["Ref"].(string)
+		require.Equal(t, typeLogGroup, tpl.Resources[group].Type, "%s: LoggingConfig.LogGroup", id)
+		require.NotContains(t, groups, group, "%s shares %s with %s", id, group, groups[group])
+		groups[group] = id
+	}
+	names := map[string]bool{}
+	for _, id := range tpl.ids(typeLogGroup) {
+		require.Contains(t, groups, id, "log group %s: no function writes to it", id)
+		props := tpl.Resources[id].Properties
+		require.Equal(t, map[string]any{"Ref": "LogRetentionDays"}, props["RetentionInDays"], id)
+		name := fmt.Sprint(props["LogGroupName"])
+		require.False(t, names[name], "%s: name %s taken", id, name)
+		names[name] = true
+	}
+	for _, id := range tpl.ids(typeStateMachine) {
+		require.NotContains(t, tpl.Resources[id].Properties, "Logging", "%s logs: give it a log group with a retention, and test it here", id)
+	}
 }
 
 func TestFunctionsReturnsCopies(t *testing.T) {

@@ -50,6 +50,10 @@ type options struct {
 	// measure what large data cost before it went to S3.
 	largeOutput int
 	noBlobs     bool
+	// jobStateEvents is the stack's STEPFLOW_JOB_STATE_EVENTS, the
+	// template's default: which Job State Change events were put, and so
+	// what the events column bills.
+	jobStateEvents string
 }
 
 func main() {
@@ -209,6 +213,7 @@ func run(ctx context.Context, o options) error {
 	}
 	defer st.Close()
 	b.stack = st
+	o.jobStateEvents = st.Resources.Env["STEPFLOW_JOB_STATE_EVENTS"]
 	cfg, err := devstack.AWSConfig(ctx, st.Emulator.MotoURL, "us-east-1")
 	if err != nil {
 		return err

@@ -18,8 +18,8 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float
 
 func render(results []result, floor result, sweeps []sweepPoint, sizes map[string]int64, p costmeter.Prices, o options) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# stepflow benchmarks\n\nWritten by `make bench` on %s: the local stack (moto behind its serialising proxy) on this machine, %d submitting clients, %d external workers.\nAWS prices from [costs.md](costs.md); request charges only: DynamoDB request units, SQS requests, Lambda requests, S3 requests, EventBridge events (Job State Change, one per job-level transition). Lambda duration and API Gateway are left out (see costs.md).\n\n",
-		time.Now().UTC().Format("2006-01-02"), o.concurrency, o.workers)
+	fmt.Fprintf(&b, "# stepflow benchmarks\n\nWritten by `make bench` on %s: the local stack (moto behind its serialising proxy) on this machine, %d submitting clients, %d external workers.\nAWS prices from [costs.md](costs.md); request charges only: DynamoDB request units, SQS requests, Lambda requests, S3 requests, EventBridge events (Job State Change, with JobStateEvents=%s, the template's default; costs.md prices each choice). Lambda duration and API Gateway are left out (see costs.md).\n\n",
+		time.Now().UTC().Format("2006-01-02"), o.concurrency, o.workers, o.jobStateEvents)
 
 	b.WriteString("## Throughput and latency\n\n| workload | jobs | jobs/s | steps/s | of floor (steps/s) | enqueue to start p50 / p95 / p99 | enqueue to done p50 / p95 / p99 |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range results {

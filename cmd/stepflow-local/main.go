@@ -45,7 +45,7 @@ func main() {
 // from its own environment.
 func passedSettings() map[string]string {
 	m := map[string]string{}
-	for _, k := range []string{"STEPFLOW_P0_TENANTS", "STEPFLOW_MAX_WORKER_QUEUES", "STEPFLOW_WORKER_QUEUE_IDLE_SECONDS", "STEPFLOW_MAX_LONG_POLLS", "STEPFLOW_TIMER_THRESHOLD", "STEPFLOW_RESOURCE_WAIT_SECONDS", "STEPFLOW_LAMBDA_ALLOW", "STEPFLOW_INLINE_LIMIT"} {
+	for _, k := range []string{"STEPFLOW_P0_TENANTS", "STEPFLOW_MAX_WORKER_QUEUES", "STEPFLOW_WORKER_QUEUE_IDLE_SECONDS", "STEPFLOW_MAX_LONG_POLLS", "STEPFLOW_TIMER_THRESHOLD", "STEPFLOW_RESOURCE_WAIT_SECONDS", "STEPFLOW_LAMBDA_ALLOW", "STEPFLOW_INLINE_LIMIT", "STEPFLOW_JOB_STATE_EVENTS"} {
 		if v, ok := os.LookupEnv(k); ok {
 			m[k] = v
 		}
@@ -156,6 +156,9 @@ func devCmd() *cobra.Command {
                         one emulator from P0 work; 0 runs every mapping's full cap
   STEPFLOW_LAMBDA_ALLOW function-name prefixes the lambda action may call (default: the
                         template's LambdaActionPrefix, stepflow-fn-)
+  STEPFLOW_JOB_STATE_EVENTS
+                        Disabled (default, as the template's JobStateEvents), Terminal
+                        or All: which Job State Change events go on the stack's bus
   STEPFLOW_DEV_STATE    a file that keeps the jobs across restarts (e.g. .stepflow/state.json):
                         restored at start into the emulator's empty table, saved on stop
                         (Ctrl-C, SIGTERM, SIGHUP; not after kill -9). Without it the state

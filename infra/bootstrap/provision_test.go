@@ -128,7 +128,7 @@ func TestProvisionRealTemplate(t *testing.T) {
 		"STEPFLOW_DATA_BUCKET":                      "stepflow-databucket",
 		"AWS_ENDPOINT_URL":                          "", // declared for sam local invoke --env-vars; empty on AWS
 		"STEPFLOW_EVENT_BUS":                        "stepflow-StepflowBus",
-		"STEPFLOW_JOB_STATE_EVENTS":                 "Enabled",
+		"STEPFLOW_JOB_STATE_EVENTS":                 "Disabled",
 		"STEPFLOW_HEALTH_SUCCESS_OK_PERCENT":        "95",
 		"STEPFLOW_HEALTH_SUCCESS_UNHEALTHY_PERCENT": "80",
 		"STEPFLOW_HEALTH_BACKLOG_DEGRADED":          "10",

@@ -214,6 +214,19 @@ func TestTemplateEventBusPermissions(t *testing.T) {
 	}
 }
 
+// Job State Change events are off unless asked for, and a stack deployed
+// with the old Enabled still updates: the parameter allows it (read as
+// All by shared/config).
+func TestTemplateJobStateEvents(t *testing.T) {
+	t.Parallel()
+	tpl, err := Parse(realTemplate)
+	require.NoError(t, err)
+	param := tpl.doc["Parameters"].(map[string]any)["JobStateEvents"].(map[string]any)
+	require.Equal(t, "Disabled", param["Default"])
+	require.Equal(t, []any{"Disabled", "Terminal", "All", "Enabled"}, param["AllowedValues"])
+	require.Equal(t, map[string]any{"Ref": "JobStateEvents"}, envVars(tpl.globalFn)["STEPFLOW_JOB_STATE_EVENTS"])
+}
+
 // X-Ray is one parameter: the functions' mode, and the timer state
 // machine's tracing with the permission it needs, on when Active.
 func TestTemplateTracing(t *testing.T) {

@@ -70,13 +70,17 @@ func receiveChanges(t *testing.T, h *stacktest.Harness, url string, n int) []eng
 }
 
 // A job's state changes reach the stack's bus, one event each, as the
-// functions make them: a rule on the bus is how another system follows
+// functions make them with JobStateEvents All (the template's default,
+// Disabled, sends none): a rule on the bus is how another system follows
 // jobs (the quality platform's outside sync). Each event matches the
 // job's event log, and a FAILED one says which step failed and why.
 func TestJobStateChangesReachTheBus(t *testing.T) {
 	t.Parallel()
 	meter := costmeter.New()
-	h := stacktest.New(t, func(o *devstack.Options) { o.APIOptions = append(o.APIOptions, meter.Middleware) })
+	h := stacktest.New(t, func(o *devstack.Options) {
+		o.APIOptions = append(o.APIOptions, meter.Middleware)
+		o.Env = map[string]string{"STEPFLOW_JOB_STATE_EVENTS": "All"}
+	})
 	every := followJobs(t, h, "all", `{"source":["stepflow"],"detail-type":["Job State Change"]}`)
 	failed := followJobs(t, h, "failed", `{"source":["stepflow"],"detail":{"to":["FAILED"]}}`)
 

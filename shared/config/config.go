@@ -99,10 +99,13 @@ type Settings struct {
 	// kept inline.
 	InlineLimit int
 	// EventBus is STEPFLOW_EVENT_BUS (optional): the EventBridge bus that
-	// gets a "Job State Change" event for each job-level transition.
-	// Without it, or with STEPFLOW_JOB_STATE_EVENTS=Disabled (template
-	// parameter JobStateEvents), none is sent.
+	// gets the "Job State Change" events JobStateEvents chooses. Without
+	// it, or with JobStateEvents Disabled, none is sent.
 	EventBus string
+	// JobStateEvents is STEPFLOW_JOB_STATE_EVENTS (template parameter
+	// JobStateEvents): Disabled (also when unset), Terminal or All;
+	// Enabled, what it was before Terminal, is read as All.
+	JobStateEvents engine.JobStateEvents
 	// Health is STEPFLOW_HEALTH_* and STEPFLOW_HEARTBEAT_SECONDS
 	// (optional; the template's Health* parameters): the health verdict's
 	// thresholds (engine.DefaultHealthThresholds when unset).
@@ -143,11 +146,14 @@ func FromEnv(getenv func(string) string) (Settings, error) {
 	s.DataBucket = getenv("STEPFLOW_DATA_BUCKET")
 	s.EventBus = getenv("STEPFLOW_EVENT_BUS")
 	switch v := getenv("STEPFLOW_JOB_STATE_EVENTS"); v {
-	case "", "Enabled":
-	case "Disabled":
-		s.EventBus = ""
+	case "", string(engine.JobStateEventsDisabled):
+		s.JobStateEvents, s.EventBus = engine.JobStateEventsDisabled, ""
+	case string(engine.JobStateEventsTerminal), string(engine.JobStateEventsAll):
+		s.JobStateEvents = engine.JobStateEvents(v)
+	case "Enabled": // deprecated: a stack deployed with it keeps every event
+		s.JobStateEvents = engine.JobStateEventsAll
 	default:
-		return s, fmt.Errorf("environment variable STEPFLOW_JOB_STATE_EVENTS must be Enabled or Disabled, not %q", v)
+		return s, fmt.Errorf("environment variable STEPFLOW_JOB_STATE_EVENTS must be Disabled, Terminal or All (Enabled, deprecated, means All), not %q", v)
 	}
 	if err := readNumbers(getenv, &s, numberVarsAfterEvents); err != nil {
 		return s, err
@@ -356,7 +362,7 @@ func EngineConfig(s Settings, c Clients, log *slog.Logger) engine.Config {
 		cfg.Blobs = blobstore.New(c.S3, s.DataBucket)
 	}
 	if s.EventBus != "" && c.EventBridge != nil {
-		cfg.Publisher = eventbus.New(c.EventBridge, s.EventBus)
+		cfg.Publisher, cfg.JobStateEvents = eventbus.New(c.EventBridge, s.EventBus), s.JobStateEvents
 	}
 	return cfg
 }

@@ -178,24 +178,38 @@ func (c Change) LogValue() slog.Value {
 }
 
 // afterWrite is what every saved change of a job does once its write has
-// succeeded: one log record, and the job-level transitions published.
-// from is the job's state before the write, loaded how many events it had.
-// It runs before the change's dispatches are sent, so the change that
-// follows (made by whoever takes that message) is published after this
-// one: a job's events reach the bus in the order they were made.
-func (e *Engine) afterWrite(ctx context.Context, j *domain.Job, from domain.JobState, loaded int) {
+// succeeded: one log record. It answers the job-level transitions to
+// publish (Config.JobStateEvents chooses them), which the caller hands to
+// publish once the change's dispatches are sent. from is the job's state
+// before the write, loaded how many events it had.
+func (e *Engine) afterWrite(ctx context.Context, j *domain.Job, from domain.JobState, loaded int) []JobStateChange {
 	if loaded >= len(j.Events) {
-		return // a lease extended, a due time moved: nothing to tell
+		return nil // a lease extended, a due time moved: nothing to tell
 	}
 	c := NewChange(j, from, loaded)
 	// An empty key inlines the change's attributes in the record.
 	e.cfg.Log.LogAttrs(ctx, ChangeLevel, ChangeMessage, slog.Any("", c))
-	if e.cfg.Publisher == nil || len(c.States) == 0 {
+	if e.cfg.Publisher == nil {
+		return nil
+	}
+	return e.cfg.JobStateEvents.chosen(c.States)
+}
+
+// publish puts a saved change's chosen transitions on the bus. It runs
+// after the change's dispatches are sent, so the next step is already on
+// its way (taken by another invocation) while the put is made: the bus is
+// off the critical path, at the cost of order, since the next change may
+// be published before this one; Seq orders them. A failed or slow put
+// never fails the change, which is saved: it is logged after at most
+// publishTimeout and dropped (the job's event log has the transition;
+// at-least-once is not promised).
+func (e *Engine) publish(ctx context.Context, j *domain.Job, states []JobStateChange) {
+	if len(states) == 0 {
 		return
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
-	if err := e.cfg.Publisher.Publish(pctx, c.States); err != nil {
+	if err := e.cfg.Publisher.Publish(pctx, states); err != nil {
 		e.cfg.Log.WarnContext(ctx, "job state change not published (the job's event log has it)", "job", j.ID, "tenant", j.Tenant, "err", err)
 	}
 }

@@ -20,9 +20,10 @@ import (
 //     race is free. What the change calls for besides itself it adds to
 //     the effects.
 //   - commit saves the job with one conditional write.
-//   - effects: the saved change is observed (its log record, the Job
-//     State Change events, the counters), then its effects are applied
-//     (acks, visibility, slots given back, dispatches).
+//   - effects: the saved change is observed (its log record, the
+//     counters), then its effects are applied (acks, visibility, slots
+//     given back, dispatches), and last its Job State Change events are
+//     published, off the path to the next step (publish).
 //
 // Temporal's state machines return their tasks the same way
 // (TransitionOutput{Tasks}); a crash between the write and the effects
@@ -105,8 +106,9 @@ func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job
 		if err != nil {
 			return nil, err
 		}
-		e.observe(ctx, j, before)
+		states := e.observe(ctx, j, before)
 		e.apply(ctx, j, fx)
+		e.publish(ctx, j, states)
 		return j, nil
 	}
 	return nil, fmt.Errorf("job %s: gave up after %d lost races: %w: %w", id, maxRaces, domain.ErrContended, domain.ErrVersionConflict)
@@ -169,19 +171,20 @@ func observeBefore(j *domain.Job) loadedJob {
 }
 
 // observe tells every observer of a saved change: the counters (written
-// when due, so no entry point has to flush them), its log record and its
-// published Job State Change events. It runs before the change's effects,
-// so the change that follows (made by whoever takes a message sent now)
-// is published after this one: a job's events reach the bus in order.
-func (e *Engine) observe(ctx context.Context, j *domain.Job, before loadedJob) {
+// when due, so no entry point has to flush them) and its log record. It
+// answers the Job State Change events to publish once the change's
+// effects are applied.
+func (e *Engine) observe(ctx context.Context, j *domain.Job, before loadedJob) []JobStateChange {
 	e.recordStats(j, before)
-	e.afterWrite(ctx, j, before.state, before.loaded)
+	states := e.afterWrite(ctx, j, before.state, before.loaded)
 	e.flushStats(ctx, false)
+	return states
 }
 
 // observeCreated is observe for a job just created.
-func (e *Engine) observeCreated(ctx context.Context, j *domain.Job) {
+func (e *Engine) observeCreated(ctx context.Context, j *domain.Job) []JobStateChange {
 	e.noteCreated(j)
-	e.afterWrite(ctx, j, domain.JobInitial, 0)
+	states := e.afterWrite(ctx, j, domain.JobInitial, 0)
 	e.flushStats(ctx, false)
+	return states
 }

@@ -70,6 +70,9 @@ type Config struct {
 	// Publisher sends each saved change's job-level transitions
 	// (STEPFLOW_EVENT_BUS); nil sends none.
 	Publisher Publisher
+	// JobStateEvents chooses which transitions Publisher gets
+	// (STEPFLOW_JOB_STATE_EVENTS); the zero value gives it all of them.
+	JobStateEvents JobStateEvents
 	// Metrics receives the step metrics at each flush of the counters
 	// (CloudWatch EMF on Lambda); nil sends them nowhere.
 	Metrics MetricsSink
@@ -419,8 +422,9 @@ func (e *Engine) submit(ctx context.Context, tenant, id string, body []byte, ide
 	if err != nil {
 		return nil, false, err
 	}
+	var states []JobStateChange
 	if created {
-		e.observeCreated(ctx, j)
+		states = e.observeCreated(ctx, j)
 	}
 	// A replay of a job that has not started yet dispatches again: the
 	// first request may have died between its write and its send, and a
@@ -428,6 +432,7 @@ func (e *Engine) submit(ctx context.Context, tenant, id string, body []byte, ide
 	if created || !j.Started() {
 		e.dispatch(ctx, j, j.Outstanding(e.now()))
 	}
+	e.publish(ctx, j, states)
 	return j, created, nil
 }
 

@@ -193,12 +193,47 @@ type MetricsBatch struct {
 
 // Publisher sends the job-level transitions of a saved change as "Job
 // State Change" events (shared/eventbus on AWS; shared/memory records
-// them). It is called after the write, once per change, with every
-// job-level transition the write made, in order. Best effort: a failed
-// publish is logged and the change stands; the job's event log is the
-// record, and a consumer that must miss nothing reads it.
+// them). It is called once per change, after the write and after the
+// change's dispatches are sent, with the job-level transitions the write
+// made that Config.JobStateEvents chooses, in order. Best effort: a
+// failed publish is logged and the change stands; the job's event log is
+// the record, and a consumer that must miss nothing reads it.
 type Publisher interface {
 	Publish(ctx context.Context, changes []JobStateChange) error
+}
+
+// JobStateEvents chooses which job-level transitions are published
+// (template parameter JobStateEvents, STEPFLOW_JOB_STATE_EVENTS). Each
+// event is an EventBridge put ($1.00 per million), so the choice is what
+// the bus costs (docs/costs.md).
+type JobStateEvents string
+
+const (
+	// JobStateEventsDisabled publishes nothing.
+	JobStateEventsDisabled JobStateEvents = "Disabled"
+	// JobStateEventsTerminal publishes only a job's move into COMPLETED,
+	// FAILED or CANCELLED: one event per job, and one more for each end a
+	// redrive leads to.
+	JobStateEventsTerminal JobStateEvents = "Terminal"
+	// JobStateEventsAll publishes every job-level transition.
+	JobStateEventsAll JobStateEvents = "All"
+)
+
+// chosen answers the transitions of states that j publishes.
+func (j JobStateEvents) chosen(states []JobStateChange) []JobStateChange {
+	switch j {
+	case JobStateEventsDisabled:
+		return nil
+	case JobStateEventsTerminal:
+		var ends []JobStateChange
+		for _, c := range states {
+			if c.To.Terminal() {
+				ends = append(ends, c)
+			}
+		}
+		return ends
+	}
+	return states
 }
 
 // JobStateChange is one job-level transition, the detail of a "Job State
@@ -211,7 +246,9 @@ type JobStateChange struct {
 	To     domain.JobState `json:"to"`
 	At     time.Time       `json:"at"`
 	// Event is the job event that made the transition (job_created,
-	// job_leased, ...), Seq its place in the job's event log.
+	// job_leased, ...), Seq its place in the job's event log: a job's
+	// events grow in Seq, which is how a consumer orders them, since
+	// neither the publish nor EventBridge keeps their order.
 	Event      string `json:"event"`
 	Seq        int    `json:"seq"`
 	ScheduleID string `json:"schedule_id,omitempty"` // the schedule whose tick made the job

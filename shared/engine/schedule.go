@@ -275,8 +275,9 @@ func (e *Engine) fireSchedule(ctx context.Context, k DueSchedule, rep *ScheduleR
 			return fmt.Errorf("fire schedule %s: %w", s.ID, err)
 		}
 		rep.Fired++
-		e.observeCreated(ctx, run)
+		states := e.observeCreated(ctx, run)
 		e.dispatch(ctx, run, run.Outstanding(now))
+		e.publish(ctx, run, states)
 		return nil
 	}
 	return fmt.Errorf("schedule %s: gave up after %d lost races: %w: %w", k.ID, maxRaces, domain.ErrContended, domain.ErrVersionConflict)

@@ -385,15 +385,27 @@ func (e *Engine) SubmitAs(ctx context.Context, tenant, id string, body []byte) (
 }
 
 func (e *Engine) submit(ctx context.Context, tenant, id string, body []byte, idemKey string) (*domain.Job, bool, error) {
-	spec, err := domain.ParseJobSpec(body)
+	j, created, ds, err := e.create(ctx, tenant, id, body, idemKey, "Idempotency-Key")
 	if err != nil {
 		return nil, false, err
 	}
+	e.dispatch(ctx, j, ds)
+	return j, created, nil
+}
+
+// create is submit without the send: it validates and writes the job, and
+// answers the dispatches its first steps call for. keyField names the
+// idempotency key in an error (a header, or a member of a batch's item).
+func (e *Engine) create(ctx context.Context, tenant, id string, body []byte, idemKey, keyField string) (*domain.Job, bool, []domain.Dispatch, error) {
+	spec, err := domain.ParseJobSpec(body)
+	if err != nil {
+		return nil, false, nil, err
+	}
 	if len(idemKey) > 255 {
-		return nil, false, domain.Invalid("Idempotency-Key", "is %d characters; the limit is 255", len(idemKey))
+		return nil, false, nil, domain.Invalid(keyField, "is %d characters; the limit is 255", len(idemKey))
 	}
 	if err := e.checkSpec(ctx, tenant, spec, ""); err != nil {
-		return nil, false, err
+		return nil, false, nil, err
 	}
 	spec.ParkAfter = e.cfg.TimerThreshold
 	spec.Retention = e.cfg.Retention
@@ -407,17 +419,17 @@ func (e *Engine) submit(ctx context.Context, tenant, id string, body []byte, ide
 		// leaves this one's copy as garbage the bucket's lifecycle expires.
 		ref, err := e.put(ctx, &dataCache{}, domain.PayloadKey(tenant, id), spec.Payload)
 		if err != nil {
-			return nil, false, err
+			return nil, false, nil, err
 		}
 		spec.Payload, spec.PayloadRef = nil, &ref
 	}
 	j, err := domain.NewJob(tenant, id, spec, idemKey, now)
 	if err != nil {
-		return nil, false, err
+		return nil, false, nil, err
 	}
 	j, created, err := e.cfg.Store.Create(ctx, j, requestHash(body), now)
 	if err != nil {
-		return nil, false, err
+		return nil, false, nil, err
 	}
 	if created {
 		e.observeCreated(ctx, j)
@@ -426,9 +438,9 @@ func (e *Engine) submit(ctx context.Context, tenant, id string, body []byte, ide
 	// first request may have died between its write and its send, and a
 	// duplicate message finds nothing to do.
 	if created || !j.Started() {
-		e.dispatch(ctx, j, j.Outstanding(e.now()))
+		return j, created, j.Outstanding(e.now()), nil
 	}
-	return j, created, nil
+	return j, created, nil, nil
 }
 
 // checkSpec refuses, before anything is written, what a valid spec may

@@ -69,7 +69,6 @@ type Queue struct {
 	deleted         map[int64]bool
 	dead            []engine.Message
 	nextID          int64
-	batches         int // dispatch calls taken (Dispatches)
 	maxWorkerQueues int
 	workerVis       time.Duration
 	workerMax       int
@@ -175,7 +174,6 @@ func (q *Queue) Dispatch(ctx context.Context, j *domain.Job, ds []engine.Send) e
 func (q *Queue) DispatchJobs(_ context.Context, batch []engine.JobSends) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.batches++
 	now := q.now()
 	var errs []error
 jobs:
@@ -200,14 +198,6 @@ jobs:
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// Dispatches answers how many dispatch calls (Dispatch, DispatchJobs)
-// the queue has taken: what a test of batched sends counts.
-func (q *Queue) Dispatches() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.batches
 }
 
 // listLocked answers the list a destination names: the ready queue of its

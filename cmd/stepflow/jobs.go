@@ -29,20 +29,38 @@ func submitCmd(a *app) *cobra.Command {
 	var timeout, maxAttempts int
 	var watch bool
 	cmd := &cobra.Command{
-		Use:   "submit (-f FILE | --action TYPE [--param k=v]...)",
-		Short: "Submit a job from a JSON or YAML file, or a one-step job from flags",
+		Use:   "submit (-f FILE | FILE... | --action TYPE [--param k=v]...)",
+		Short: "Submit a job from a JSON or YAML file, several jobs from several files, or a one-step job from flags",
 		Long: `Submit a job: the body POST /v1/jobs takes, from a JSON or YAML file (-f, or -f - for
 stdin), or a one-step job from flags: --action names its type and each --param one
-of that type's parameters (a value that parses as JSON is JSON, else a string).`,
+of that type's parameters (a value that parses as JSON is JSON, else a string).
+
+Several files submit their jobs together (POST /v1/jobs/batch, 25 a request), each
+on its own: a line per file with its job or its error, and exit code 1 if any was
+refused. A file may carry its job's own "idempotency_key"; one without is given one,
+so a retried request never submits a job twice.`,
 		Example: `  stepflow submit -f job.yaml
+  stepflow submit a.json b.json c.yaml
   stepflow submit --action pass --payload '{"hi":1}'
   stepflow submit --action worker --param queue=gpu --param lease_seconds=60 --watch
   stepflow submit --action sleep --param seconds=30`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, files []string) error {
 			c, err := a.client()
 			if err != nil {
 				return err
+			}
+			if len(files) > 0 && (file != "" || action != "") {
+				return errors.New("give files, -f or --action: one of them")
+			}
+			if len(files) == 1 {
+				file = files[0]
+			}
+			if len(files) > 1 {
+				if idemKey != "" || watch {
+					return errors.New("--idempotency-key and --watch take one job; give each file its own \"idempotency_key\"")
+				}
+				return a.submitFiles(cmd.Context(), c, files)
 			}
 			var body json.RawMessage
 			switch {
@@ -97,6 +115,74 @@ of that type's parameters (a value that parses as JSON is JSON, else a string).`
 	f.StringVar(&idemKey, "idempotency-key", "", "submit once under this key: the same key and body answer the same job")
 	f.BoolVar(&watch, "watch", false, "watch the job until it ends (exit code as watch's)")
 	return cmd
+}
+
+// submitFiles submits the jobs of several files, client.MaxBatchJobs a
+// request, and prints a line for each: its job, or why it was refused.
+// Any refused job is exit code 1.
+func (a *app) submitFiles(ctx context.Context, c *client.Client, files []string) error {
+	bodies := make([]json.RawMessage, len(files))
+	for i, f := range files {
+		b, err := a.readDoc(f)
+		if err != nil {
+			return err
+		}
+		bodies[i] = b
+	}
+	type refusal struct {
+		Status  int    `json:"status"`
+		Code    string `json:"code"`
+		Message string `json:"message"`
+		Field   string `json:"field,omitempty"`
+		err     *client.Error
+	}
+	type answer struct {
+		File           string      `json:"file"`
+		Job            *client.Job `json:"job,omitempty"`
+		Error          *refusal    `json:"error,omitempty"`
+		IdempotencyKey string      `json:"idempotency_key"`
+	}
+	var answers []answer
+	refused := 0
+	for from := 0; from < len(bodies); from += client.MaxBatchJobs {
+		to := min(from+client.MaxBatchJobs, len(bodies))
+		res, err := c.SubmitBatchJSON(ctx, bodies[from:to])
+		if err != nil {
+			if from > 0 {
+				err = fmt.Errorf("%w (the jobs of the %d files before %s were submitted)", err, from, files[from])
+			}
+			return err
+		}
+		for i, r := range res {
+			an := answer{File: files[from+i], Job: r.Job, IdempotencyKey: r.IdempotencyKey}
+			if e := r.Err; e != nil {
+				an.Error = &refusal{Status: e.Status, Code: e.Code, Message: e.Message, Field: e.Field, err: e}
+				refused++
+			}
+			answers = append(answers, an)
+		}
+	}
+	err := a.show(answers, func() error {
+		for _, an := range answers {
+			if an.Error != nil {
+				fmt.Fprintf(a.stdout, "%s\terror: %s\n", an.File, an.Error.err.Error())
+				continue
+			}
+			replay := ""
+			if an.Job.Replayed {
+				replay = " (submitted before under this idempotency key)"
+			}
+			fmt.Fprintf(a.stdout, "%s\t%s %s%s\n", an.File, an.Job.ID, an.Job.State, replay)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if refused > 0 {
+		return &exitCode{code: exitError, err: fmt.Errorf("%d of %d jobs refused", refused, len(files))}
+	}
+	return nil
 }
 
 // oneStep builds a one-step job body from submit's flags.

@@ -157,6 +157,10 @@ func (q guardedQueue) Dispatch(ctx context.Context, j *domain.Job, sends []engin
 	q.g.check("Queue.Dispatch")
 	return q.Queue.Dispatch(ctx, j, sends)
 }
+func (q guardedQueue) DispatchJobs(ctx context.Context, batch []engine.JobSends) error {
+	q.g.check("Queue.DispatchJobs")
+	return q.Queue.DispatchJobs(ctx, batch)
+}
 func (q guardedQueue) EnsureWorkerQueue(ctx context.Context, tenant, name string) error {
 	q.g.check("Queue.EnsureWorkerQueue")
 	return q.Queue.EnsureWorkerQueue(ctx, tenant, name)

@@ -388,15 +388,38 @@ func (e *Engine) SubmitAs(ctx context.Context, tenant, id string, body []byte) (
 }
 
 func (e *Engine) submit(ctx context.Context, tenant, id string, body []byte, idemKey string) (*domain.Job, bool, error) {
-	spec, err := domain.ParseJobSpec(body)
+	c, err := e.create(ctx, tenant, id, body, idemKey, "Idempotency-Key")
 	if err != nil {
 		return nil, false, err
 	}
+	e.dispatch(ctx, c.job, c.dispatches)
+	e.publish(ctx, c.job, c.states)
+	return c.job, c.created, nil
+}
+
+// creation is what create did: the job, whether this request made it,
+// the dispatches its first steps call for, and the job-level transitions
+// to publish once they are sent.
+type creation struct {
+	job        *domain.Job
+	created    bool
+	dispatches []domain.Dispatch
+	states     []JobStateChange
+}
+
+// create is submit without the send and the publish: it validates and
+// writes the job. keyField names the
+// idempotency key in an error (a header, or a member of a batch's item).
+func (e *Engine) create(ctx context.Context, tenant, id string, body []byte, idemKey, keyField string) (creation, error) {
+	spec, err := domain.ParseJobSpec(body)
+	if err != nil {
+		return creation{}, err
+	}
 	if len(idemKey) > 255 {
-		return nil, false, domain.Invalid("Idempotency-Key", "is %d characters; the limit is 255", len(idemKey))
+		return creation{}, domain.Invalid(keyField, "is %d characters; the limit is 255", len(idemKey))
 	}
 	if err := e.checkSpec(ctx, tenant, spec, ""); err != nil {
-		return nil, false, err
+		return creation{}, err
 	}
 	spec.ParkAfter = e.cfg.TimerThreshold
 	spec.Retention = e.cfg.Retention
@@ -410,17 +433,17 @@ func (e *Engine) submit(ctx context.Context, tenant, id string, body []byte, ide
 		// leaves this one's copy as garbage the bucket's lifecycle expires.
 		ref, err := e.put(ctx, &dataCache{}, domain.PayloadKey(tenant, id), spec.Payload)
 		if err != nil {
-			return nil, false, err
+			return creation{}, err
 		}
 		spec.Payload, spec.PayloadRef = nil, &ref
 	}
 	j, err := domain.NewJob(tenant, id, spec, idemKey, now)
 	if err != nil {
-		return nil, false, err
+		return creation{}, err
 	}
 	j, created, err := e.cfg.Store.Create(ctx, j, requestHash(body), now)
 	if err != nil {
-		return nil, false, err
+		return creation{}, err
 	}
 	var states []JobStateChange
 	if created {
@@ -430,10 +453,9 @@ func (e *Engine) submit(ctx context.Context, tenant, id string, body []byte, ide
 	// first request may have died between its write and its send, and a
 	// duplicate message finds nothing to do.
 	if created || !j.Started() {
-		e.dispatch(ctx, j, j.Outstanding(e.now()))
+		return creation{j, created, j.Outstanding(e.now()), states}, nil
 	}
-	e.publish(ctx, j, states)
-	return j, created, nil
+	return creation{j, created, nil, states}, nil
 }
 
 // checkSpec refuses, before anything is written, what a valid spec may

@@ -103,6 +103,14 @@ func (q *lossyQueue) Dispatch(ctx context.Context, j *domain.Job, ds []engine.Se
 	return q.Queue.Dispatch(ctx, j, ds)
 }
 
+func (q *lossyQueue) DispatchJobs(ctx context.Context, batch []engine.JobSends) error {
+	if q.drop.Add(-1) >= 0 {
+		return errors.New("injected: process died before the send")
+	}
+	q.drop.Store(0)
+	return q.Queue.DispatchJobs(ctx, batch)
+}
+
 // gateRunner runs the built-in actions, except that a step with id "gate"
 // waits, once started, until it is let go.
 type gateRunner struct {

@@ -72,6 +72,12 @@ type Queue interface {
 	// destination (Route): a lane of the ready path, or a lane of the
 	// tenant's worker queue (made if it is missing, within the bound).
 	Dispatch(ctx context.Context, j *domain.Job, sends []Send) error
+	// DispatchJobs is Dispatch of several jobs at once (a batch of
+	// submissions): their messages go out together, in as few sends as
+	// the queue allows (SQS: SendMessageBatch, up to ten a call, grouped
+	// by queue). A job whose sends have nowhere to go, or whose send
+	// failed, is named in the error; the others are sent all the same.
+	DispatchJobs(ctx context.Context, batch []JobSends) error
 	// EnsureWorkerQueue makes a tenant's worker queue exist, within the
 	// tenant's bound (an *domain.Error, CodeInvalid, past it).
 	EnsureWorkerQueue(ctx context.Context, tenant, name string) error
@@ -99,6 +105,12 @@ type Queue interface {
 	Release(ctx context.Context, token string) error
 	// Ack removes a delivery for good.
 	Ack(ctx context.Context, token string) error
+}
+
+// JobSends is one job's sends of a DispatchJobs.
+type JobSends struct {
+	Job   *domain.Job
+	Sends []Send
 }
 
 // ErrNoWorkerQueue answers a take from a worker queue never made.

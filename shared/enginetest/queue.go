@@ -29,6 +29,7 @@ var queueChecks = []check[QueueFixture]{
 	{"a send goes where its destination says", queueDestination},
 	{"a take looks at the lanes given, in their order", queueLaneOrder},
 	{"a destination past the lanes is refused", queueNoSuchLane},
+	{"several jobs dispatch together", queueDispatchJobs},
 }
 
 // p0First is the lane order of most takes: P0, P1, P2 (engine.PriorityOrder).
@@ -449,4 +450,36 @@ func queueNoSuchLane(t *testing.T, f QueueFixture) {
 	_, err := f.Queue.Take(ctx, tenantA, "q", p0First, 1, 0)
 	require.ErrorIs(t, err, engine.ErrNoWorkerQueue, "nothing was made")
 	require.Empty(t, f.TakeReady(t, 10))
+}
+
+// queueDispatchJobs: one DispatchJobs sends every job's messages, more
+// than one send's worth (SQS takes ten a call) and to several queues; a
+// job whose send has nowhere to go is named and sends nothing, and the
+// others go all the same.
+func queueDispatchJobs(t *testing.T, f QueueFixture) {
+	ctx := context.Background()
+	var batch []engine.JobSends
+	var ready, workers []engine.Message
+	for i := range 23 {
+		j := builtinJob(t, tenantA, i%2)
+		if i%4 == 0 {
+			j = workerJob(t, tenantA, "q")
+			workers = append(workers, messageOf(j))
+		} else {
+			ready = append(ready, messageOf(j))
+		}
+		batch = append(batch, engine.JobSends{Job: j, Sends: engine.Route(j, []domain.Dispatch{{Step: j.Steps[0]}})})
+	}
+	bad := builtinJob(t, tenantA, 1)
+	batch = append(batch[:5:5], append([]engine.JobSends{{Job: bad, Sends: []engine.Send{
+		{Dispatch: domain.Dispatch{Step: bad.Steps[0]}, To: engine.Destination{Kind: engine.ToReady, Lane: domain.MaxPriority + 1}},
+	}}}, batch[5:]...)...)
+	err := f.Queue.DispatchJobs(ctx, batch)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), bad.ID, "the job not sent is named")
+
+	require.ElementsMatch(t, ready, messages(readyN(t, f, len(ready))))
+	require.ElementsMatch(t, workers, messages(takeN(t, f, tenantA, "q", len(workers))))
+	require.Empty(t, f.TakeReady(t, 10), "nothing of the refused job went")
+	require.NoError(t, f.Queue.DispatchJobs(ctx, nil), "an empty batch sends nothing")
 }

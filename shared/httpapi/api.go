@@ -88,6 +88,7 @@ type route struct {
 // routes is every route: the one table.
 var routes = []route{
 	{key: "POST /v1/jobs", owner: EnqueueFunction, serve: (*API).submit},
+	{key: "POST /v1/jobs/batch", owner: EnqueueFunction, serve: (*API).submitBatch},
 	{key: "GET /v1/jobs", owner: EnqueueFunction, serve: (*API).list},
 	{key: "GET /v1/jobs/{id}", owner: EnqueueFunction, serve: (*API).get},
 	{key: "GET /v1/jobs/{id}/events", owner: EnqueueFunction, serve: (*API).events},
@@ -454,14 +455,24 @@ func (a *API) now() time.Time {
 
 // ErrorBody is every error's JSON shape.
 type ErrorBody struct {
-	Error struct {
-		Code    domain.Code `json:"code"`
-		Message string      `json:"message"`
-		Field   string      `json:"field,omitempty"`
-	} `json:"error"`
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is what an error says: its code, message and the field at
+// fault.
+type ErrorDetail struct {
+	Code    domain.Code `json:"code"`
+	Message string      `json:"message"`
+	Field   string      `json:"field,omitempty"`
 }
 
 func (a *API) fail(ev events.APIGatewayV2HTTPRequest, err error) events.APIGatewayV2HTTPResponse {
+	status, detail := a.errorDetail(ev, err)
+	return respond(status, ErrorBody{Error: detail}, retryAfterHeader(err))
+}
+
+// errorDetail answers err's status and what the client is told of it.
+func (a *API) errorDetail(ev events.APIGatewayV2HTTPRequest, err error) (int, ErrorDetail) {
 	code := domain.CodeOf(err)
 	status, ok := statusOf[code]
 	if !ok {
@@ -469,22 +480,21 @@ func (a *API) fail(ev events.APIGatewayV2HTTPRequest, err error) events.APIGatew
 		// logged), so a client only ever sees a code the API documents.
 		code, status = domain.CodeInternal, statusOf[domain.CodeInternal]
 	}
-	var body ErrorBody
-	body.Error.Code = code
+	body := ErrorDetail{Code: code}
 	var de *domain.Error
 	switch {
 	case code == domain.CodeInternal:
 		a.Log.Error("request failed", "route", ev.RouteKey, "request_id", ev.RequestContext.RequestID, "err", err)
-		body.Error.Message = "internal error; request id " + ev.RequestContext.RequestID
+		body.Message = "internal error; request id " + ev.RequestContext.RequestID
 	case errors.As(err, &de):
-		body.Error.Message, body.Error.Field = de.Error(), de.Field
+		body.Message, body.Field = de.Error(), de.Field
 		if de.Code == domain.CodeNotFound || de.Code == domain.CodeLeaseLost {
-			body.Error.Message = err.Error() // carries what was not found
+			body.Message = err.Error() // carries what was not found
 		}
 	default:
-		body.Error.Message = err.Error()
+		body.Message = err.Error()
 	}
-	return respond(status, body, retryAfterHeader(err))
+	return status, body
 }
 
 // retryAfterHeader answers the Retry-After header of an error that asks the

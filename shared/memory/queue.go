@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -163,27 +164,40 @@ func (q *Queue) ensureLocked(tenant, name string) (*fifo, error) {
 // a ready queue, or a lane of the tenant's worker queue (made if it is
 // missing, within the bound). Nothing is sent if any send has nowhere to
 // go.
-func (q *Queue) Dispatch(_ context.Context, j *domain.Job, ds []engine.Send) error {
+func (q *Queue) Dispatch(ctx context.Context, j *domain.Job, ds []engine.Send) error {
+	return q.DispatchJobs(ctx, []engine.JobSends{{Job: j, Sends: ds}})
+}
+
+// DispatchJobs is Dispatch of each job, under one lock: a job with a
+// send that has nowhere to go sends nothing and is named in the error,
+// and the others are sent.
+func (q *Queue) DispatchJobs(_ context.Context, batch []engine.JobSends) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := q.now()
-	dest := make([]*fifo, len(ds))
-	for i, d := range ds {
-		f, err := q.listLocked(j.Tenant, d.To)
-		if err != nil {
-			return fmt.Errorf("dispatch job %s step %s: %w", j.ID, d.Step.ID(), err)
+	var errs []error
+jobs:
+	for _, js := range batch {
+		j := js.Job
+		dest := make([]*fifo, len(js.Sends))
+		for i, d := range js.Sends {
+			f, err := q.listLocked(j.Tenant, d.To)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("dispatch job %s step %s: %w", j.ID, d.Step.ID(), err))
+				continue jobs
+			}
+			dest[i] = f
 		}
-		dest[i] = f
+		for i, d := range js.Sends {
+			delay := (min(max(d.Delay, 0), MaxDelay) + time.Second - 1).Truncate(time.Second)
+			q.nextID++
+			m := &message{id: q.nextID, q: dest[i], visibleAt: now.Add(delay),
+				body: engine.Message{Tenant: j.Tenant, Job: j.ID, Step: d.Step.ID(), Wake: d.Wake}}
+			dest[i].msgs = append(dest[i].msgs, m)
+			q.live[m.id] = m
+		}
 	}
-	for i, d := range ds {
-		delay := (min(max(d.Delay, 0), MaxDelay) + time.Second - 1).Truncate(time.Second)
-		q.nextID++
-		m := &message{id: q.nextID, q: dest[i], visibleAt: now.Add(delay),
-			body: engine.Message{Tenant: j.Tenant, Job: j.ID, Step: d.Step.ID(), Wake: d.Wake}}
-		dest[i].msgs = append(dest[i].msgs, m)
-		q.live[m.id] = m
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // listLocked answers the list a destination names: the ready queue of its

@@ -260,58 +260,99 @@ func (q *Queue) URLFor(ctx context.Context, tenant string, to engine.Destination
 }
 
 // Dispatch sends one message per send, batched per queue (up to ten a
-// request). It answers the first error; the caller relies on the sweep to
-// re-send what did not go.
+// request). The caller relies on the sweep to re-send what did not go.
 func (q *Queue) Dispatch(ctx context.Context, j *domain.Job, ds []engine.Send) error {
-	byURL := map[string][]sqstypes.SendMessageBatchRequestEntry{}
+	return q.DispatchJobs(ctx, []engine.JobSends{{Job: j, Sends: ds}})
+}
+
+// DispatchJobs sends the messages of several jobs together: each queue's
+// entries, whatever job they belong to, in SendMessageBatch calls of up
+// to ten. A job whose queue cannot be found is not sent and named in the
+// error; the others go.
+func (q *Queue) DispatchJobs(ctx context.Context, batch []engine.JobSends) error {
+	type entry struct {
+		job   *domain.Job
+		entry sqstypes.SendMessageBatchRequestEntry
+	}
+	byURL := map[string][]entry{}
 	var order []string
-	for i, d := range ds {
-		url, err := q.URLFor(ctx, j.Tenant, d.To)
-		if err != nil {
-			return fmt.Errorf("dispatch job %s step %s: %w", j.ID, d.Step.ID(), err)
-		}
-		body, _ := json.Marshal(engine.Message{Tenant: j.Tenant, Job: j.ID, Step: d.Step.ID(), Wake: d.Wake})
-		if d.Delay > q.cfg.TimerThreshold && q.timers != nil {
-			if err := q.startTimer(ctx, j, d.Dispatch, url, string(body)); err != nil {
-				return err
+	var errs []error
+	failed := map[string]bool{} // jobs with an error already, named once
+jobs:
+	for ji, js := range batch {
+		j := js.Job
+		var mine []entry
+		var urls []string
+		for i, d := range js.Sends {
+			url, err := q.URLFor(ctx, j.Tenant, d.To)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("dispatch job %s step %s: %w", j.ID, d.Step.ID(), err))
+				continue jobs // nothing of this job is sent
 			}
-			continue
+			body, _ := json.Marshal(engine.Message{Tenant: j.Tenant, Job: j.ID, Step: d.Step.ID(), Wake: d.Wake})
+			if d.Delay > q.cfg.TimerThreshold && q.timers != nil {
+				if err := q.startTimer(ctx, j, d.Dispatch, url, string(body)); err != nil {
+					errs = append(errs, err)
+					continue jobs
+				}
+				continue
+			}
+			// Rounded up: a message must not arrive before its step is due.
+			delay := int32((min(max(d.Delay, 0), MaxDelay) + time.Second - 1) / time.Second)
+			e := sqstypes.SendMessageBatchRequestEntry{
+				// Unique within the batch: job and send.
+				Id: aws.String(strconv.Itoa(ji) + "_" + strconv.Itoa(i)), MessageBody: aws.String(string(body)), DelaySeconds: delay,
+			}
+			if d.To.Kind != engine.ToWorker {
+				// The tenant is the message group: on a standard queue that makes
+				// it an SQS fair queue, which serves a quiet tenant's messages
+				// ahead of another's backlog (a worker queue is the tenant's own).
+				e.MessageGroupId = aws.String(j.Tenant)
+			}
+			mine = append(mine, entry{job: j, entry: e})
+			urls = append(urls, url)
 		}
-		// Rounded up: a message must not arrive before its step is due.
-		delay := int32((min(max(d.Delay, 0), MaxDelay) + time.Second - 1) / time.Second)
-		if _, ok := byURL[url]; !ok {
-			order = append(order, url)
+		for i, e := range mine {
+			if _, ok := byURL[urls[i]]; !ok {
+				order = append(order, urls[i])
+			}
+			byURL[urls[i]] = append(byURL[urls[i]], e)
 		}
-		entry := sqstypes.SendMessageBatchRequestEntry{
-			Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(string(body)), DelaySeconds: delay,
-		}
-		if d.To.Kind != engine.ToWorker {
-			// The tenant is the message group: on a standard queue that makes
-			// it an SQS fair queue, which serves a quiet tenant's messages
-			// ahead of another's backlog (a worker queue is the tenant's own).
-			entry.MessageGroupId = aws.String(j.Tenant)
-		}
-		byURL[url] = append(byURL[url], entry)
 	}
 	for _, url := range order {
 		entries := byURL[url]
 		for len(entries) > 0 {
 			n := min(len(entries), 10)
-			out, err := q.api.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: entries[:n]})
+			call := entries[:n]
+			entries = entries[n:]
+			in := &sqs.SendMessageBatchInput{QueueUrl: aws.String(url)}
+			jobOf := map[string]*domain.Job{}
+			for _, e := range call {
+				in.Entries = append(in.Entries, e.entry)
+				jobOf[aws.ToString(e.entry.Id)] = e.job
+			}
+			out, err := q.api.SendMessageBatch(ctx, in)
 			if err != nil {
 				if missing := (*sqstypes.QueueDoesNotExist)(nil); errors.As(err, &missing) {
 					q.forget(url) // deleted since: the sweep's re-send makes it again
 				}
-				return fmt.Errorf("dispatch job %s: %w", j.ID, err)
+				for _, e := range call {
+					if !failed[e.job.ID] {
+						failed[e.job.ID] = true
+						errs = append(errs, fmt.Errorf("dispatch job %s: %w", e.job.ID, err))
+					}
+				}
+				continue
 			}
-			if len(out.Failed) > 0 {
-				f := out.Failed[0]
-				return fmt.Errorf("dispatch job %s: %d of %d messages refused: %s", j.ID, len(out.Failed), n, aws.ToString(f.Message))
+			for _, f := range out.Failed {
+				if j := jobOf[aws.ToString(f.Id)]; j != nil && !failed[j.ID] {
+					failed[j.ID] = true
+					errs = append(errs, fmt.Errorf("dispatch job %s: a message was refused: %s", j.ID, aws.ToString(f.Message)))
+				}
 			}
-			entries = entries[n:]
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // timerInput is what the timer state machine reads: wait until At, then

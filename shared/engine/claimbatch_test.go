@@ -19,6 +19,14 @@ type settleCounter struct {
 	extends, acks             int
 	extendAlls, ackAlls       int
 	extendEntries, ackEntries int
+	takes                     int
+}
+
+func (q *settleCounter) Take(ctx context.Context, tenant, name string, lanes []int, max int, wait time.Duration) ([]engine.Delivery, error) {
+	q.mu.Lock()
+	q.takes++
+	q.mu.Unlock()
+	return q.Queue.Take(ctx, tenant, name, lanes, max, wait)
 }
 
 func (q *settleCounter) Extend(ctx context.Context, token string, d time.Duration) error {
@@ -68,6 +76,7 @@ func TestClaimSettlesInBatches(t *testing.T) {
 	ls, err := b.e.Claim(b.ctx, tenantA, engine.ClaimRequest{Queue: "gpu", Max: 10, Worker: "box-1"})
 	require.NoError(t, err)
 	require.Len(t, ls, 3)
+	require.Equal(t, 1, counter.takes, "a short take with leases in hand ends the claim: no second, empty receive")
 	require.Equal(t, 0, counter.extends)
 	require.Equal(t, 0, counter.acks)
 	require.Equal(t, 1, counter.extendAlls)

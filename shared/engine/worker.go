@@ -88,6 +88,7 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 	c := &claim{e: e, tenant: tenant, r: r, deadline: time.Now().Add(time.Duration(r.WaitSeconds) * time.Second), looked: r.WaitSeconds == 0, releasePoll: func() {}}
 	defer func() { c.releasePoll() }()
 	for {
+		asked := r.Max - len(c.out)
 		ds, err := c.take(ctx)
 		if err != nil || ds == nil {
 			return c.out, err
@@ -103,7 +104,14 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 			continue
 		}
 		// An empty poll ends the claim: it waited as long as it was asked.
-		if len(ds) == 0 || len(c.out) >= r.Max || ctx.Err() != nil || len(c.out) > 0 && !time.Now().Before(c.deadline) {
+		// So does a short one once a lease is in hand: the queue had no
+		// more to hand out, and another look would be a receive that finds
+		// nothing. At low load a claim thus costs one ReceiveMessage per
+		// lane (a worker queue has one unless P0 or P2 work named it), one
+		// ChangeMessageVisibilityBatch for its leases and one
+		// DeleteMessageBatch if it drops any; one that finds nothing and
+		// waits adds the long-poll (each LaneSlice on a queue with lanes).
+		if len(ds) == 0 || len(c.out) >= r.Max || ctx.Err() != nil || len(c.out) > 0 && (len(ds) < asked || !time.Now().Before(c.deadline)) {
 			return c.out, nil
 		}
 	}

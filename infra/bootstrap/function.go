@@ -212,7 +212,7 @@ func (t *Template) sqsSource(ep map[string]any) (SQSSource, error) {
 		}
 	}
 	if v, ok := ep["MaximumBatchingWindowInSeconds"]; ok {
-		n, err := intValue(v)
+		n, err := intValue(t.paramDefault(v))
 		if err != nil || n < 0 || n > 300 {
 			return src, fmt.Errorf("MaximumBatchingWindowInSeconds: %v is not 0-300 seconds", v)
 		}

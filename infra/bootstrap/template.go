@@ -189,6 +189,17 @@ func isShortTag(tag string) bool {
 }
 
 // intValue reads an integer the template writes as a YAML number.
+// paramDefault answers the Default of the parameter a {Ref: name} names,
+// as a stack deployed without it would have; any other value as it is.
+func (t *Template) paramDefault(v any) any {
+	call, _ := v.(map[string]any)
+	name, _ := call["Ref"].(string)
+	if def, ok := t.params[name]; ok && len(call) == 1 && def != nil {
+		return def
+	}
+	return v
+}
+
 func intValue(v any) (int, error) {
 	n, ok := v.(int)
 	if !ok {

@@ -39,6 +39,7 @@ func TestParseRealTemplate(t *testing.T) {
 		{"GET", "/v1/health"},
 		{"GET", "/v1/jobs"},
 		{"POST", "/v1/jobs"},
+		{"POST", "/v1/jobs/batch"},
 		{"GET", "/v1/jobs/{id}"},
 		{"POST", "/v1/jobs/{id}/cancel"},
 		{"GET", "/v1/jobs/{id}/events"},
@@ -353,6 +354,29 @@ func writeTemplate(t *testing.T, body string) string {
 	p := filepath.Join(t.TempDir(), "template.yaml")
 	require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
 	return p
+}
+
+// An SQS event's batching window may be a parameter's Ref (the ready
+// queues' ReadyBatchingWindowSeconds): the local stack runs its Default.
+func TestBatchingWindowFromParameter(t *testing.T) {
+	t.Parallel()
+	p := writeTemplate(t, `
+Parameters:
+  Window: {Type: Number, Default: 7, MinValue: 0, MaxValue: 300}
+Resources:
+  Q:
+    Type: AWS::SQS::Queue
+  Fn:
+    Type: AWS::Serverless::Function
+    Properties:
+      Events:
+        Q: {Type: SQS, Properties: {Queue: !GetAtt Q.Arn, MaximumBatchingWindowInSeconds: !Ref Window}}
+`)
+	tpl, err := Parse(p)
+	require.NoError(t, err)
+	fns := tpl.Functions()
+	require.Len(t, fns, 1)
+	require.Equal(t, []SQSSource{{QueueLogicalID: "Q", BatchSize: 10, BatchingWindow: 7 * time.Second}}, fns[0].SQS)
 }
 
 func TestParseEventsAndDefaults(t *testing.T) {

@@ -96,7 +96,7 @@ type leasePrep struct {
 // step requires is taken for it and its input fetched (prepare), and the
 // lease written (decide, commit). A slot the saved change does not hold is
 // given back. An error means the message must come back.
-func (e *Engine) takeLease(ctx context.Context, d Delivery, l lane) (taken, error) {
+func (e *Engine) takeLease(ctx context.Context, d Delivery, l lane, settle *settlements) (taken, error) {
 	m := d.Message
 	n := nonce() // one per change: a slot taken for the lease stays its own
 	var p leasePrep
@@ -118,6 +118,7 @@ func (e *Engine) takeLease(ctx context.Context, d Delivery, l lane) (taken, erro
 			}
 			return e.decideLease(j, m.Step, n, l, d.Token, &p, now, fx, &t)
 		},
+		settle: settle,
 	})
 	t.job = j
 	var keep slot

@@ -32,6 +32,9 @@ import (
 type change struct {
 	prepare func(ctx context.Context, j *domain.Job, now time.Time) error // nil: no I/O is needed
 	decide  func(j *domain.Job, now time.Time, fx *effects) error
+	// settle, when set, gathers the change's acks and hides instead of
+	// making them, for a claim to make its deliveries' in batches.
+	settle *settlements
 }
 
 // effects are what a saved change calls for besides its write.
@@ -107,7 +110,7 @@ func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job
 			return nil, err
 		}
 		states := e.observe(ctx, j, before)
-		e.apply(ctx, j, fx)
+		e.apply(ctx, j, fx, c.settle)
 		e.publish(ctx, j, states)
 		return j, nil
 	}
@@ -126,17 +129,27 @@ func (e *Engine) decideOnly(j *domain.Job, now time.Time, fx *effects, decide fu
 // returned: the change is saved, a message not deleted is dropped when it
 // next comes, a slot not given back comes back when its lease expires, and
 // the sweep sends an overdue step again.
-func (e *Engine) apply(ctx context.Context, j *domain.Job, fx effects) {
+func (e *Engine) apply(ctx context.Context, j *domain.Job, fx effects, settle *settlements) {
+	ackFailed := func(err error) {
+		e.cfg.Log.WarnContext(ctx, "a finished lease's message was not deleted; it is dropped when next received", "job", j.ID, "err", err)
+	}
+	hideFailed := func(err error) {
+		// The lease is written; a message that shows up early finds it
+		// live and is hidden again.
+		e.cfg.Log.WarnContext(ctx, "a lease's message was not hidden for its length", "job", j.ID, "err", err)
+	}
 	for _, t := range fx.ack {
-		if err := e.cfg.Queue.Ack(ctx, t); err != nil {
-			e.cfg.Log.WarnContext(ctx, "a finished lease's message was not deleted; it is dropped when next received", "job", j.ID, "err", err)
+		if settle != nil {
+			settle.ack(t, ackFailed)
+		} else if err := e.cfg.Queue.Ack(ctx, t); err != nil {
+			ackFailed(err)
 		}
 	}
 	for _, h := range fx.hide {
-		if err := e.cfg.Queue.Extend(ctx, h.token, h.until.Sub(e.now())); err != nil {
-			// The lease is written; a message that shows up early finds it
-			// live and is hidden again.
-			e.cfg.Log.WarnContext(ctx, "a lease's message was not hidden for its length", "job", j.ID, "err", err)
+		if settle != nil {
+			settle.hide(h.token, h.until, hideFailed)
+		} else if err := e.cfg.Queue.Extend(ctx, h.token, h.until.Sub(e.now())); err != nil {
+			hideFailed(err)
 		}
 	}
 	for _, r := range fx.release {
@@ -187,4 +200,57 @@ func (e *Engine) observeCreated(ctx context.Context, j *domain.Job) []JobStateCh
 	states := e.afterWrite(ctx, j, domain.JobInitial, 0)
 	e.flushStats(ctx, false)
 	return states
+}
+
+// settlements are the acks and hides a claim's deliveries call for,
+// gathered while each is decided and made together after (make): one
+// DeleteMessageBatch and one ChangeMessageVisibilityBatch per ten of a
+// queue, where one request each would be up to ten of each. A failed entry
+// is handled as the single call's error was (failed).
+type settlements struct {
+	hides []settlement
+	acks  []settlement
+}
+
+type settlement struct {
+	token  string
+	until  time.Time // hides only
+	failed func(error)
+}
+
+func (s *settlements) hide(token string, until time.Time, failed func(error)) {
+	s.hides = append(s.hides, settlement{token, until, failed})
+}
+
+func (s *settlements) ack(token string, failed func(error)) {
+	s.acks = append(s.acks, settlement{token: token, failed: failed})
+}
+
+// make settles what was gathered and empties s. Each hide's length is
+// taken from now, as its single call would.
+func (s *settlements) make(ctx context.Context, e *Engine) {
+	if len(s.hides) > 0 {
+		now := e.now()
+		es := make([]Extension, len(s.hides))
+		for i, h := range s.hides {
+			es[i] = Extension{Token: h.token, For: h.until.Sub(now)}
+		}
+		for i, err := range e.cfg.Queue.ExtendAll(ctx, es) {
+			if err != nil {
+				s.hides[i].failed(err)
+			}
+		}
+	}
+	if len(s.acks) > 0 {
+		tokens := make([]string, len(s.acks))
+		for i, a := range s.acks {
+			tokens[i] = a.token
+		}
+		for i, err := range e.cfg.Queue.AckAll(ctx, tokens) {
+			if err != nil {
+				s.acks[i].failed(err)
+			}
+		}
+	}
+	s.hides, s.acks = nil, nil
 }

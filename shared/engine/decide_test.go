@@ -189,6 +189,14 @@ func (q guardedQueue) Release(ctx context.Context, token string) error {
 	q.g.check("Queue.Release")
 	return q.Queue.Release(ctx, token)
 }
+func (q guardedQueue) ExtendAll(ctx context.Context, es []engine.Extension) []error {
+	q.g.check("Queue.ExtendAll")
+	return q.Queue.ExtendAll(ctx, es)
+}
+func (q guardedQueue) AckAll(ctx context.Context, tokens []string) []error {
+	q.g.check("Queue.AckAll")
+	return q.Queue.AckAll(ctx, tokens)
+}
 func (q guardedQueue) Ack(ctx context.Context, token string) error {
 	q.g.check("Queue.Ack")
 	return q.Queue.Ack(ctx, token)

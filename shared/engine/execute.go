@@ -36,7 +36,7 @@ const (
 // comes next. An error means the message must come back (a batch item
 // failure).
 func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error) {
-	t, err := e.takeLease(ctx, d, readyLane)
+	t, err := e.takeLease(ctx, d, readyLane, nil)
 	if err != nil {
 		return "", err
 	}

@@ -105,6 +105,19 @@ type Queue interface {
 	Release(ctx context.Context, token string) error
 	// Ack removes a delivery for good.
 	Ack(ctx context.Context, token string) error
+	// ExtendAll and AckAll settle several deliveries at once (SQS: one
+	// request per ten of a queue). Each answers one error per entry, in
+	// order: nil where it held, else what Extend or Ack of that entry
+	// alone would have answered (a request that failed whole fails each
+	// of its entries).
+	ExtendAll(ctx context.Context, es []Extension) []error
+	AckAll(ctx context.Context, tokens []string) []error
+}
+
+// Extension is one delivery to keep invisible until For from now.
+type Extension struct {
+	Token string
+	For   time.Duration
 }
 
 // JobSends is one job's sends of a DispatchJobs.

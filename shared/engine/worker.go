@@ -88,6 +88,7 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 	c := &claim{e: e, tenant: tenant, r: r, deadline: time.Now().Add(time.Duration(r.WaitSeconds) * time.Second), looked: r.WaitSeconds == 0, releasePoll: func() {}}
 	defer func() { c.releasePoll() }()
 	for {
+		asked := r.Max - len(c.out)
 		ds, err := c.take(ctx)
 		if err != nil || ds == nil {
 			return c.out, err
@@ -95,6 +96,7 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 		for _, d := range ds {
 			c.claimOne(ctx, d)
 		}
+		c.settle.make(ctx, e)
 		if len(ds) == 0 && len(c.out) == 0 && !c.looked && time.Until(c.deadline) > 0 {
 			if err := c.hold(ctx); err != nil {
 				return c.out, err
@@ -102,7 +104,14 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 			continue
 		}
 		// An empty poll ends the claim: it waited as long as it was asked.
-		if len(ds) == 0 || len(c.out) >= r.Max || ctx.Err() != nil || len(c.out) > 0 && !time.Now().Before(c.deadline) {
+		// So does a short one once a lease is in hand: the queue had no
+		// more to hand out, and another look would be a receive that finds
+		// nothing. At low load a claim thus costs one ReceiveMessage per
+		// lane (a worker queue has one unless P0 or P2 work named it), one
+		// ChangeMessageVisibilityBatch for its leases and one
+		// DeleteMessageBatch if it drops any; one that finds nothing and
+		// waits adds the long-poll (each LaneSlice on a queue with lanes).
+		if len(ds) == 0 || len(c.out) >= r.Max || ctx.Err() != nil || len(c.out) > 0 && (len(ds) < asked || !time.Now().Before(c.deadline)) {
 			return c.out, nil
 		}
 	}
@@ -117,6 +126,7 @@ type claim struct {
 	looked      bool // looked once without waiting, or holds a long-poll slot
 	releasePoll func()
 	out         []ClaimedLease
+	settle      settlements // the queue calls of the deliveries in hand
 }
 
 // hold takes a long-poll slot before the claim first waits.
@@ -179,9 +189,12 @@ func (c *claim) claimOne(ctx context.Context, d Delivery) {
 		_ = e.cfg.Queue.Release(ctx, d.Token)
 		return
 	}
-	cl, err := e.claimOne(ctx, c.tenant, c.r.Worker, d)
-	if err != nil {
+	skipped := func(err error) {
 		e.cfg.Log.WarnContext(ctx, "claim skipped a message", "job", d.Message.Job, "step", d.Message.Step, "err", err)
+	}
+	cl, err := e.claimOne(ctx, c.tenant, c.r.Worker, d, &c.settle, skipped)
+	if err != nil {
+		skipped(err)
 		return
 	}
 	if cl != nil {
@@ -207,22 +220,27 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 
 // claimOne leases the step a worker-queue message names (takeLease), or
 // settles the message: deleted when there is nothing to run, hidden again
-// until a live lease or a backoff runs out.
-func (e *Engine) claimOne(ctx context.Context, tenant, worker string, d Delivery) (*ClaimedLease, error) {
-	t, err := e.takeLease(ctx, d, workerLane(worker))
+// until a live lease or a backoff runs out. The message's queue calls,
+// the lease's hide among them, are gathered in settle (a settle that
+// fails calls skipped, as the claim's own error would be logged).
+func (e *Engine) claimOne(ctx context.Context, tenant, worker string, d Delivery, settle *settlements, skipped func(error)) (*ClaimedLease, error) {
+	t, err := e.takeLease(ctx, d, workerLane(worker), settle)
 	if err != nil {
 		return nil, err
 	}
 	switch t.outcome {
 	case held:
-		return nil, e.cfg.Queue.Extend(ctx, d.Token, t.hideFor)
+		settle.hide(d.Token, e.now().Add(t.hideFor), skipped)
+		return nil, nil
 	case notYet:
-		return nil, e.cfg.Queue.Extend(ctx, d.Token, t.until.Sub(e.now()))
+		settle.hide(d.Token, t.until, skipped)
+		return nil, nil
 	case leased:
 	default:
 		// Nothing to run (stale, set aside, in line for a slot, ended at
 		// once): a freed slot or the sweep sends it again if it must run.
-		return nil, e.cfg.Queue.Ack(ctx, d.Token)
+		settle.ack(d.Token, skipped)
+		return nil, nil
 	}
 	j, lease := t.job, t.lease
 	s, _, _ := j.Step(d.Message.Step)

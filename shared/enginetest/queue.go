@@ -24,6 +24,7 @@ var queueChecks = []check[QueueFixture]{
 	{"extend hides a delivery", queueExtend},
 	{"release shows a delivery again", queueRelease},
 	{"ack removes a delivery", queueAck},
+	{"several are settled at once, each entry answered", queueSettleAll},
 	{"an unacked delivery comes back", queueRedelivery},
 	{"the ready path carries built-in steps", queueReady},
 	{"a send goes where its destination says", queueDestination},
@@ -482,4 +483,57 @@ func queueDispatchJobs(t *testing.T, f QueueFixture) {
 	require.ElementsMatch(t, workers, messages(takeN(t, f, tenantA, "q", len(workers))))
 	require.Empty(t, f.TakeReady(t, 10), "nothing of the refused job went")
 	require.NoError(t, f.Queue.DispatchJobs(ctx, nil), "an empty batch sends nothing")
+}
+
+// queueSettleAll: ExtendAll and AckAll settle as Extend and Ack each
+// would, more than a batch of ten at once, and an entry refused (one
+// acked already, not a token) fails alone.
+func queueSettleAll(t *testing.T, f QueueFixture) {
+	ctx := context.Background()
+	require.NoError(t, f.Queue.EnsureWorkerQueue(ctx, tenantA, "q"))
+	const n = 12
+	for range n {
+		dispatch(t, f, workerJob(t, tenantA, "q"), 0)
+	}
+	ds := takeN(t, f, tenantA, "q", n)
+	gone := ds[0]
+	require.NoError(t, f.Queue.Ack(ctx, gone.Token))
+
+	var es []engine.Extension
+	for _, d := range ds {
+		es = append(es, engine.Extension{Token: d.Token, For: time.Hour})
+	}
+	es = append(es, engine.Extension{Token: "not a token", For: time.Hour})
+	errs := f.Queue.ExtendAll(ctx, es)
+	require.Len(t, errs, n+1)
+	require.Error(t, errs[0], "an acked delivery is gone, as for Extend")
+	require.Error(t, errs[n], "not a token")
+	for i := 1; i < n; i++ {
+		require.NoError(t, errs[i], "entry %d", i)
+	}
+	f.Advance(f.Visibility + time.Second)
+	require.Empty(t, take(t, f, tenantA, "q", 10), "each extended past the visibility timeout")
+
+	// Three shown again now, the rest acked (with one refused among them).
+	shown := []engine.Extension{{Token: ds[1].Token}, {Token: ds[2].Token}, {Token: ds[3].Token}}
+	require.Equal(t, []error{nil, nil, nil}, f.Queue.ExtendAll(ctx, shown))
+	var tokens []string
+	for _, d := range ds[4:] {
+		tokens = append(tokens, d.Token)
+	}
+	tokens = append(tokens, "not a token")
+	errs = f.Queue.AckAll(ctx, tokens)
+	require.Len(t, errs, len(tokens))
+	require.Error(t, errs[len(tokens)-1])
+	for _, err := range errs[:len(tokens)-1] {
+		require.NoError(t, err)
+	}
+	again := takeN(t, f, tenantA, "q", 3)
+	require.ElementsMatch(t, messages(ds[1:4]), messages(again))
+	require.Empty(t, f.Queue.AckAll(ctx, nil))
+	for _, err := range f.Queue.AckAll(ctx, []string{again[0].Token, again[1].Token, again[2].Token}) {
+		require.NoError(t, err)
+	}
+	f.Advance(2 * f.Visibility)
+	require.Empty(t, take(t, f, tenantA, "q", 10))
 }

@@ -363,6 +363,24 @@ func (q *Queue) Ack(_ context.Context, tok string) error {
 	return nil
 }
 
+// ExtendAll extends each delivery as Extend does.
+func (q *Queue) ExtendAll(ctx context.Context, es []engine.Extension) []error {
+	errs := make([]error, len(es))
+	for i, e := range es {
+		errs[i] = q.Extend(ctx, e.Token, e.For)
+	}
+	return errs
+}
+
+// AckAll acks each delivery as Ack does.
+func (q *Queue) AckAll(ctx context.Context, tokens []string) []error {
+	errs := make([]error, len(tokens))
+	for i, t := range tokens {
+		errs[i] = q.Ack(ctx, t)
+	}
+	return errs
+}
+
 // DeadLetters answers the messages redriven so far, oldest first.
 func (q *Queue) DeadLetters() []engine.Message {
 	q.mu.Lock()

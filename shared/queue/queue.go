@@ -39,6 +39,8 @@ type API interface {
 	ReceiveMessage(context.Context, *sqs.ReceiveMessageInput, ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error)
 	DeleteMessage(context.Context, *sqs.DeleteMessageInput, ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error)
 	ChangeMessageVisibility(context.Context, *sqs.ChangeMessageVisibilityInput, ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
+	DeleteMessageBatch(context.Context, *sqs.DeleteMessageBatchInput, ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error)
+	ChangeMessageVisibilityBatch(context.Context, *sqs.ChangeMessageVisibilityBatchInput, ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error)
 	GetQueueUrl(context.Context, *sqs.GetQueueUrlInput, ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error)
 	CreateQueue(context.Context, *sqs.CreateQueueInput, ...func(*sqs.Options)) (*sqs.CreateQueueOutput, error)
 	ListQueues(context.Context, *sqs.ListQueuesInput, ...func(*sqs.Options)) (*sqs.ListQueuesOutput, error)
@@ -569,7 +571,7 @@ func (q *Queue) Extend(ctx context.Context, token string, d time.Duration) error
 	if err != nil {
 		return err
 	}
-	secs := int32(min(max(d.Round(time.Second), 0), 12*time.Hour) / time.Second)
+	secs := visibilitySeconds(d)
 	if _, err := q.api.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: &url, ReceiptHandle: &receipt, VisibilityTimeout: secs}); err != nil {
 		return fmt.Errorf("change visibility: %w", err)
 	}
@@ -578,3 +580,111 @@ func (q *Queue) Extend(ctx context.Context, token string, d time.Duration) error
 
 // Release makes a delivered message visible again now.
 func (q *Queue) Release(ctx context.Context, token string) error { return q.Extend(ctx, token, 0) }
+
+// visibilitySeconds is d as a visibility timeout: whole seconds, at most
+// SQS's 12 hours.
+func visibilitySeconds(d time.Duration) int32 {
+	return int32(min(max(d.Round(time.Second), 0), 12*time.Hour) / time.Second)
+}
+
+// batchEntry is one entry of a batched settle: its place in the caller's
+// list and its receipt handle.
+type batchEntry struct {
+	at      int
+	receipt string
+	secs    int32 // ChangeMessageVisibilityBatch only
+}
+
+// settleBatched groups tokens by queue URL and calls send once per ten of
+// a queue; send answers, per entry id (its place in the caller's list),
+// why SQS refused it. A request that fails whole fails each of its
+// entries.
+func settleBatched(tokens []string, secs func(int) int32, errs []error, send func(url string, entries []batchEntry) (map[int]error, error)) {
+	byURL := map[string][]batchEntry{}
+	var order []string
+	for i, t := range tokens {
+		url, receipt, err := splitToken(t)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		if _, ok := byURL[url]; !ok {
+			order = append(order, url)
+		}
+		byURL[url] = append(byURL[url], batchEntry{at: i, receipt: receipt, secs: secs(i)})
+	}
+	for _, url := range order {
+		entries := byURL[url]
+		for len(entries) > 0 {
+			n := min(len(entries), 10)
+			failed, err := send(url, entries[:n])
+			for _, e := range entries[:n] {
+				if err != nil {
+					errs[e.at] = err
+				} else if f := failed[e.at]; f != nil {
+					errs[e.at] = f
+				}
+			}
+			entries = entries[n:]
+		}
+	}
+}
+
+// refusedEntries maps a batch's failed entries (their Id is the caller's
+// place) to errors worded as the single call's: what the entry would
+// have answered alone.
+func refusedEntries(what string, failed []sqstypes.BatchResultErrorEntry) map[int]error {
+	out := map[int]error{}
+	for _, f := range failed {
+		i, err := strconv.Atoi(aws.ToString(f.Id))
+		if err != nil {
+			continue
+		}
+		out[i] = fmt.Errorf("%s: %s: %s", what, aws.ToString(f.Code), aws.ToString(f.Message))
+	}
+	return out
+}
+
+// ExtendAll changes the visibility of several deliveries with one
+// ChangeMessageVisibilityBatch per ten of a queue.
+func (q *Queue) ExtendAll(ctx context.Context, es []engine.Extension) []error {
+	errs := make([]error, len(es))
+	tokens := make([]string, len(es))
+	for i, e := range es {
+		tokens[i] = e.Token
+	}
+	settleBatched(tokens, func(i int) int32 { return visibilitySeconds(es[i].For) }, errs, func(url string, entries []batchEntry) (map[int]error, error) {
+		in := &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(url)}
+		for _, e := range entries {
+			in.Entries = append(in.Entries, sqstypes.ChangeMessageVisibilityBatchRequestEntry{
+				Id: aws.String(strconv.Itoa(e.at)), ReceiptHandle: aws.String(e.receipt), VisibilityTimeout: e.secs,
+			})
+		}
+		out, err := q.api.ChangeMessageVisibilityBatch(ctx, in)
+		if err != nil {
+			return nil, fmt.Errorf("change visibility: %w", err)
+		}
+		return refusedEntries("change visibility", out.Failed), nil
+	})
+	return errs
+}
+
+// AckAll deletes several deliveries with one DeleteMessageBatch per ten of
+// a queue.
+func (q *Queue) AckAll(ctx context.Context, tokens []string) []error {
+	errs := make([]error, len(tokens))
+	settleBatched(tokens, func(int) int32 { return 0 }, errs, func(url string, entries []batchEntry) (map[int]error, error) {
+		in := &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(url)}
+		for _, e := range entries {
+			in.Entries = append(in.Entries, sqstypes.DeleteMessageBatchRequestEntry{
+				Id: aws.String(strconv.Itoa(e.at)), ReceiptHandle: aws.String(e.receipt),
+			})
+		}
+		out, err := q.api.DeleteMessageBatch(ctx, in)
+		if err != nil {
+			return nil, fmt.Errorf("delete message: %w", err)
+		}
+		return refusedEntries("delete message", out.Failed), nil
+	})
+	return errs
+}

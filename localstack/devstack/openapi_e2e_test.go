@@ -116,6 +116,20 @@ func TestEveryAnswerIsTheOpenAPIDocuments(t *testing.T) {
 	r.call(http.StatusRequestEntityTooLarge, http.MethodPost, "/v1/jobs", keyA, `{"payload":"`+strings.Repeat("x", domain.MaxBodyBytes)+`","steps":[{"id":"x","action":{"type":"pass"}}]}`)
 	r.call(http.StatusUnauthorized, http.MethodPost, "/v1/jobs", "", every)
 
+	// A batch: each job answered on its own, one accepted, one refused.
+	var batch struct {
+		Jobs []struct {
+			Index, Status int
+		}
+	}
+	r.decode(r.call(http.StatusOK, http.MethodPost, "/v1/jobs/batch", keyA, `{"jobs":[
+	  {"idempotency_key":"batch-1","run_at":"`+time.Now().Add(time.Hour).UTC().Format(time.RFC3339)+`","steps":[{"id":"p","action":{"type":"pass"}}]},
+	  {"steps":[{"id":"x","action":{"type":"teleport"}}]}]}`), &batch)
+	require.Len(t, batch.Jobs, 2)
+	require.Equal(t, http.StatusCreated, batch.Jobs[0].Status)
+	require.Equal(t, http.StatusBadRequest, batch.Jobs[1].Status)
+	r.call(http.StatusBadRequest, http.MethodPost, "/v1/jobs/batch", keyA, `{"jobs":[]}`)
+
 	// Read, list, page, events.
 	r.call(http.StatusOK, http.MethodGet, "/v1/jobs/"+first.ID, keyA, nil)
 	r.call(http.StatusNotFound, http.MethodGet, "/v1/jobs/"+first.ID, stacktest.KeyB, nil)

@@ -37,19 +37,13 @@ func (e *Engine) SubmitBatch(ctx context.Context, tenant string, items []BatchIt
 	out := make([]BatchResult, len(items))
 	var batch []JobSends
 	queued := map[string]bool{} // one item repeating another's key sends nothing twice
-	var published []creation
-	// Published once every job's first steps are sent, as submit does.
-	defer func() {
-		for _, c := range published {
-			if c.job != nil {
-				e.publish(ctx, c.job, c.states)
-			}
-		}
-	}()
+	var made []creation
 	for i, it := range items {
 		c, err := e.create(ctx, tenant, "", it.Body, it.IdemKey, BatchKeyField)
 		j, ds := c.job, c.dispatches
-		published = append(published, c)
+		if err == nil {
+			made = append(made, c)
+		}
 		if errors.Is(err, domain.ErrIdempotencyMismatch) {
 			err = &domain.Error{Code: domain.CodeIdempotencyMismatch, Field: BatchKeyField, Message: "was already used with a different request body"}
 		}
@@ -61,11 +55,14 @@ func (e *Engine) SubmitBatch(ctx context.Context, tenant string, items []BatchIt
 		e.touchDispatched(ctx, j, ds)
 		batch = append(batch, JobSends{Job: j, Sends: Route(j, ds)})
 	}
-	if len(batch) == 0 {
-		return out
+	if len(batch) > 0 {
+		if err := e.cfg.Queue.DispatchJobs(ctx, batch); err != nil {
+			e.cfg.Log.WarnContext(ctx, "dispatch failed; the sweep will re-send", "jobs", len(batch), "err", err)
+		}
 	}
-	if err := e.cfg.Queue.DispatchJobs(ctx, batch); err != nil {
-		e.cfg.Log.WarnContext(ctx, "dispatch failed; the sweep will re-send", "jobs", len(batch), "err", err)
+	// Published once every job's first steps are sent, as submit does.
+	for _, c := range made {
+		e.publish(ctx, c.job, c.states)
 	}
 	return out
 }

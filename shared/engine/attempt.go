@@ -73,6 +73,7 @@ const (
 	waiting                        // in line for a resource slot: a freed one sends the message again
 	ended                          // the change ended the attempt at once (its input can never be had)
 	fired                          // the message was a timer's (a sleep, a wait, a gate), and it fired
+	recorded                       // an instant step: leased and its outcome recorded in the one write
 	unreadable                     // the job cannot be read; it is set aside
 )
 
@@ -89,20 +90,35 @@ type leasePrep struct {
 	input    attemptInput
 	bad      *dataError // the input can never be had
 	cache    dataCache
+
+	instant instantRun // an instant step's outcome, run on that input
+}
+
+// instantRun is the outcome of an instant step (a domain.PureAction on
+// the ready lane: pass, fail), run in prepare on the lease's input, so
+// the decision leases the step and records the outcome in one write.
+type instantRun struct {
+	key     string // the lease id it was run for; "" for none
+	output  json.RawMessage
+	ref     *domain.DataRef
+	failure *domain.Failure
 }
 
 // takeLease takes a lease on the step a delivery names, in one change:
 // an expired lease it finds is reclaimed first, a slot of a resource the
 // step requires is taken for it and its input fetched (prepare), and the
-// lease written (decide, commit). A slot the saved change does not hold is
-// given back. An error means the message must come back.
-func (e *Engine) takeLease(ctx context.Context, d Delivery, l lane, settle *settlements) (taken, error) {
+// lease written (decide, commit). An instant step is run in prepare and
+// its outcome recorded in the same write (outcome recorded). A slot the
+// saved change does not hold is given back. An error means the message
+// must come back. from, the job as this process saved it, saves a read;
+// settle and chain are the change's (commit.go).
+func (e *Engine) takeLease(ctx context.Context, d Delivery, l lane, from *domain.Job, settle *settlements, chain *chain) (taken, error) {
 	m := d.Message
 	n := nonce() // one per change: a slot taken for the lease stays its own
 	var p leasePrep
 	var t taken
 	var timer bool
-	j, err := e.commit(ctx, m.Tenant, m.Job, nil, change{
+	j, err := e.commit(ctx, m.Tenant, m.Job, from, change{
 		prepare: func(ctx context.Context, j *domain.Job, now time.Time) error {
 			return e.prepareLease(ctx, &p, j, m.Step, n, l, now)
 		},
@@ -119,6 +135,7 @@ func (e *Engine) takeLease(ctx context.Context, d Delivery, l lane, settle *sett
 			return e.decideLease(j, m.Step, n, l, d.Token, &p, now, fx, &t)
 		},
 		settle: settle,
+		chain:  chain,
 	})
 	t.job = j
 	var keep slot
@@ -177,18 +194,45 @@ func (e *Engine) prepareLease(ctx context.Context, p *leasePrep, j *domain.Job, 
 			p.taken = append(p.taken, sl)
 		}
 	}
-	if p.inputKey == key {
+	if p.inputKey != key {
+		in, err := l.input(ctx, e, &p.cache, j, i, s.Attempt+1, dur)
+		var bad *dataError
+		if errors.As(err, &bad) {
+			in, err = attemptInput{}, nil // the decision fails the attempt
+		}
+		if err != nil {
+			return err // the message comes back and tries again
+		}
+		p.inputKey, p.input, p.bad = key, in, bad
+	}
+	if p.instant.key == key || l.viaWorker || p.bad != nil {
 		return nil
 	}
-	in, err := l.input(ctx, e, &p.cache, j, i, s.Attempt+1, dur)
-	var bad *dataError
-	if errors.As(err, &bad) {
-		in, err = attemptInput{}, nil // the decision fails the attempt
+	return e.runInstant(ctx, p, j, s, key)
+}
+
+// runInstant runs step s when it is instant: its action is pure (it
+// needs nothing but its input) and its outcome needs no I/O to record
+// beyond storing a large output (a failure that replans, or one of class
+// resource, goes the usual way: leased, then finished).
+func (e *Engine) runInstant(ctx context.Context, p *leasePrep, j *domain.Job, s *domain.Step, key string) error {
+	kind, _ := domain.LookupAction(s.Spec.Action.Type)
+	pure, ok := kind.(domain.PureAction)
+	if !ok {
+		return nil
 	}
-	if err != nil {
-		return err // the message comes back and tries again
+	out, f := pure.Run(s.Spec.Action, p.input.inline)
+	if f != nil && (len(f.Steps) > 0 || f.Class == domain.ClassResource) {
+		return nil
 	}
-	p.inputKey, p.input, p.bad = key, in, bad
+	var ref *domain.DataRef
+	if f == nil {
+		var err error
+		if out, ref, err = e.keepOutput(ctx, &p.cache, j, s.ID(), s.Attempt+1, out); err != nil {
+			return err
+		}
+	}
+	p.instant = instantRun{key: key, output: out, ref: ref, failure: f}
 	return nil
 }
 
@@ -272,6 +316,13 @@ func (e *Engine) decideLease(j *domain.Job, stepID, n string, l lane, token stri
 		fx.dispatch, err = failUnreadableInput(j, stepID, lease.ID, p.bad, now)
 		return err
 	}
+	if p.instant.key == key {
+		// Leased and recorded at once: the slot the lease took goes back
+		// with those not kept.
+		t.outcome, t.lease = recorded, lease
+		fx.dispatch, err = applyOutcome(j, stepID, lease.ID, p.instant.output, p.instant.ref, p.instant.failure, now, e.jitterRNG())
+		return err
+	}
 	if l.viaWorker {
 		fx.hide = append(fx.hide, hidden{token, lease.ExpiresAt}) // the message stays with the lease
 	}
@@ -330,7 +381,7 @@ type attemptOutcome struct {
 // slot given back and what comes next sent. An outcome the job's item
 // cannot hold fails the attempt as fatal instead, and answers CodeTooLarge.
 // from, the job as this process saved it with the lease, saves a read.
-func (e *Engine) finish(ctx context.Context, tenant string, o attemptOutcome, from *domain.Job) (OutcomeResult, error) {
+func (e *Engine) finish(ctx context.Context, tenant string, o attemptOutcome, from *domain.Job, chain *chain) (OutcomeResult, error) {
 	ref, err := domain.ParseLeaseID(o.leaseID)
 	if err == nil {
 		err = checkID(ref.JobID)
@@ -368,11 +419,12 @@ func (e *Engine) finish(ctx context.Context, tenant string, o attemptOutcome, fr
 			fx.dispatch, err = applyOutcome(j, stepID, o.leaseID, p.output, p.ref, p.failure, now, rng)
 			return err
 		},
+		chain: chain,
 	})
 	if f := unstorable(err, o.failure); f != nil {
 		// The attempt ends now, as a fatal failure; its runner still hears
 		// that its outcome was too large.
-		if _, ferr := e.finish(ctx, tenant, attemptOutcome{leaseID: o.leaseID, failure: f}, nil); ferr != nil {
+		if _, ferr := e.finish(ctx, tenant, attemptOutcome{leaseID: o.leaseID, failure: f}, nil, nil); ferr != nil {
 			return OutcomeResult{}, fmt.Errorf("lease %s: recording a fatal failure instead of an outcome too large (%v): %w", o.leaseID, err, ferr)
 		}
 		return OutcomeResult{}, &domain.Error{Code: domain.CodeTooLarge, Message: fmt.Sprintf("lease %s: %v; the attempt was failed as fatal", o.leaseID, err)}

@@ -75,7 +75,7 @@ func wholeOutput(t *testing.T, b *bundle, tenant, id, step string) json.RawMessa
 func TestALargeWorkerOutputIsStoredAndItsDependentRunsOnItWhole(t *testing.T) {
 	t.Parallel()
 	b, blobs := withBlobs(t)
-	j := b.submit(t, tenantA, `{"steps":[{"id":"render","action":{"type":"worker","queue":"gpu"}},{"id":"measure","action":{"type":"pass"}}]}`)
+	j := b.submit(t, tenantA, `{"steps":[{"id":"render","action":{"type":"worker","queue":"gpu"}},{"id":"measure","action":{"type":"http","url":"https://example.com/measure"}}]}`)
 	ls := b.claim(t, tenantA, "gpu")
 	require.Len(t, ls, 1)
 	big := bigJSON(t, 900*1024)

@@ -35,6 +35,9 @@ type change struct {
 	// settle, when set, gathers the change's acks and hides instead of
 	// making them, for a claim to make its deliveries' in batches.
 	settle *settlements
+	// chain, when set, may keep one of the change's dispatches for this
+	// process to run next instead of sending it (execute.go).
+	chain *chain
 }
 
 // effects are what a saved change calls for besides its write.
@@ -110,7 +113,7 @@ func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job
 			return nil, err
 		}
 		states := e.observe(ctx, j, before)
-		e.apply(ctx, j, fx, c.settle)
+		e.apply(ctx, j, fx, c.settle, c.chain)
 		e.publish(ctx, j, states)
 		return j, nil
 	}
@@ -129,7 +132,7 @@ func (e *Engine) decideOnly(j *domain.Job, now time.Time, fx *effects, decide fu
 // returned: the change is saved, a message not deleted is dropped when it
 // next comes, a slot not given back comes back when its lease expires, and
 // the sweep sends an overdue step again.
-func (e *Engine) apply(ctx context.Context, j *domain.Job, fx effects, settle *settlements) {
+func (e *Engine) apply(ctx context.Context, j *domain.Job, fx effects, settle *settlements, chain *chain) {
 	ackFailed := func(err error) {
 		e.cfg.Log.WarnContext(ctx, "a finished lease's message was not deleted; it is dropped when next received", "job", j.ID, "err", err)
 	}
@@ -155,7 +158,7 @@ func (e *Engine) apply(ctx context.Context, j *domain.Job, fx effects, settle *s
 	for _, r := range fx.release {
 		e.releaseSlot(ctx, j.Tenant, r.resource, r.key)
 	}
-	e.dispatch(ctx, j, fx.dispatch)
+	e.dispatch(ctx, j, chain.keep(ctx, j, fx.dispatch))
 }
 
 // dispatch sends steps a saved change calls for. A failed send is logged,

@@ -286,7 +286,7 @@ func TestDecisionsCallNoAdapter(t *testing.T) {
 
 	// Built-in steps: an output too large for the item goes to the blob
 	// store; the step after it composes its input from there.
-	data := b.submit(t, tenantA, `{"steps":[{"id":"big","action":{"type":"pass"}},{"id":"after","action":{"type":"pass"},"depends_on":["big"]},{"id":"w","action":{"type":"worker","queue":"q"},"depends_on":["big"]}]}`)
+	data := b.submit(t, tenantA, `{"steps":[{"id":"big","action":{"type":"http","url":"https://example.com/big"}},{"id":"after","action":{"type":"pass"},"depends_on":["big"]},{"id":"w","action":{"type":"worker","queue":"q"},"depends_on":["big"]}]}`)
 	b.drain(t)
 	// A worker's input composed of stored data: stored for its attempt,
 	// and presigned.

@@ -33,10 +33,38 @@ const (
 // Execute handles one ready-queue message: it takes the step's lease
 // (takeLease: reclaiming an expired one), runs the built-in action, and
 // records the outcome under the lease (finish), which dispatches what
-// comes next. An error means the message must come back (a batch item
-// failure).
+// comes next. An instant step (pass, fail) is leased and recorded in one
+// write. A built-in step that comes next is run here too, on the job as
+// this process saved it (no read, no message), within the chain's budget
+// (chain). An error means the message must come back (a batch item
+// failure); the result and the error are the delivered message's.
 func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error) {
-	t, err := e.takeLease(ctx, d, readyLane, nil)
+	ch := e.newChain(ctx)
+	res, err := e.execute(ctx, d, nil, ch)
+	if err != nil {
+		return res, err
+	}
+	for ch.next != "" {
+		j, step := ch.job, ch.next
+		ch.job, ch.next = nil, ""
+		ch.left--
+		if _, err := e.execute(ctx, Delivery{Message: Message{Tenant: j.Tenant, Job: j.ID, Step: step}}, j, ch); err != nil {
+			// The step stays runnable: its message goes out as it would
+			// have without the chain (and if that is lost, the sweep
+			// sends it after DispatchGrace).
+			e.cfg.Log.WarnContext(ctx, "a chained step did not run here; it is sent", "job", j.ID, "step", step, "err", err)
+			if s := mustStep(j, step); s != nil {
+				e.dispatch(ctx, j, []domain.Dispatch{{Step: s}})
+			}
+		}
+	}
+	return res, nil
+}
+
+// execute is Execute of one delivery, on from when set (the job as this
+// process saved it).
+func (e *Engine) execute(ctx context.Context, d Delivery, from *domain.Job, ch *chain) (ExecuteResult, error) {
+	t, err := e.takeLease(ctx, d, readyLane, from, nil, ch)
 	if err != nil {
 		return "", err
 	}
@@ -57,13 +85,13 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 		return Stale, nil
 	case waiting:
 		return Waiting, nil // in line for a slot: a freed one sends it again
-	case fired, ended:
+	case fired, ended, recorded:
 		return Executed, nil
 	}
 	s, _, _ := t.job.Step(d.Message.Step)
 	o := e.run(ctx, ActionCall{Spec: s.Spec, Input: t.input.inline, IdempotencyKey: t.job.IdempotencyToken(s), Tenant: t.job.Tenant})
 	o.leaseID = t.lease.ID
-	_, err = e.finish(ctx, d.Message.Tenant, o, t.job)
+	_, err = e.finish(ctx, d.Message.Tenant, o, t.job, ch)
 	switch {
 	case err == nil, domain.CodeOf(err) == domain.CodeTooLarge:
 		return Executed, nil // recorded (an outcome too large to keep, as a fatal failure)
@@ -71,6 +99,70 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 		return Stale, nil // cancelled or taken over meanwhile: the outcome is refused
 	}
 	return "", fmt.Errorf("record outcome of step %s of job %s: %w", d.Message.Step, d.Message.Job, err)
+}
+
+// ChainSteps and ChainTime bound the steps one delivery runs after its
+// own, and for how long it starts new ones: past either, what comes next
+// goes through the ready queue, where the other tenants' work and higher
+// priorities take their turn (SQS fair queues serve a quiet tenant's
+// messages first).
+const (
+	ChainSteps = 25
+	ChainTime  = 2 * time.Second
+)
+
+// A chain is what an execute invocation may still run after the step it
+// was delivered: the next step of the same job when a change makes one
+// runnable now, on the ready lane, run by a built-in action that fits in
+// the invocation's time left. Durability is unchanged: the step is saved
+// runnable before it runs, and a process that dies leaves it to the
+// sweep as a lost message would (DispatchGrace).
+type chain struct {
+	left     int       // steps it may still run
+	until    time.Time // wall time after which it starts none
+	deadline time.Time // the invocation's, less what finishing needs; zero: none
+	next     string    // the step kept by the last change ("" none)
+	job      *domain.Job
+}
+
+func (e *Engine) newChain(ctx context.Context) *chain {
+	c := &chain{left: ChainSteps, until: time.Now().Add(ChainTime)}
+	if dl, ok := ctx.Deadline(); ok {
+		c.deadline = dl.Add(-2 * deadlineMargin)
+	}
+	return c
+}
+
+// keep takes one of ds for the chain to run next, if one qualifies, and
+// answers the rest to send.
+func (c *chain) keep(ctx context.Context, j *domain.Job, ds []domain.Dispatch) []domain.Dispatch {
+	if c == nil || c.left <= 0 || c.next != "" || ctx.Err() != nil || time.Now().After(c.until) {
+		return ds
+	}
+	for i, d := range ds {
+		if !c.runs(j, d) {
+			continue
+		}
+		c.next, c.job = d.Step.ID(), j
+		rest := make([]domain.Dispatch, 0, len(ds)-1)
+		return append(append(rest, ds[:i]...), ds[i+1:]...)
+	}
+	return ds
+}
+
+// runs reports whether the chain may run d's step itself.
+func (c *chain) runs(j *domain.Job, d domain.Dispatch) bool {
+	if d.Delay > 0 || d.Wake != "" || DestinationOf(j, d.Step).Kind != ToReady {
+		return false
+	}
+	kind, ok := domain.LookupAction(d.Step.Spec.Action.Type)
+	if !ok || kind.Executor() != domain.ExecutorBuiltIn {
+		return false
+	}
+	if _, pure := kind.(domain.PureAction); pure || c.deadline.IsZero() {
+		return true
+	}
+	return time.Until(c.deadline) > time.Duration(d.Step.Spec.TimeoutSeconds)*time.Second
 }
 
 // run runs a built-in action until the step's timeout or the invocation's

@@ -147,12 +147,11 @@ func TestDispatchesGoBeforeThePublish(t *testing.T) {
 		c.Queue = orderedQueue{Queue: c.Queue, o: order}
 		c.Publisher, c.JobStateEvents = orderedBus{Bus: memory.NewBus(), o: order}, engine.JobStateEventsAll
 	})
-	b.submit(t, tenantA, `{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"b","action":{"type":"pass"}}]}`)
+	b.submit(t, tenantA, `{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"b","action":{"type":"worker","queue":"q"}}]}`)
 	b.drain(t)
 	require.Equal(t, []string{
 		"dispatch 1", "publish >QUEUED", // the submit
-		"publish QUEUED>RUNNING",               // a leased: nothing to send
-		"dispatch 1", "publish RUNNING>QUEUED", // a done, b sent
-		"publish QUEUED>RUNNING", "publish RUNNING>COMPLETED", // b leased, b done
+		// a leased and done in one write, b sent to its worker queue
+		"dispatch 1", "publish QUEUED>RUNNING", "publish RUNNING>QUEUED",
 	}, order.calls)
 }

@@ -202,13 +202,12 @@ func TestRejectedGateFailsItsJob(t *testing.T) {
 func TestASendLostAfterAStepIsResentBySweep(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	j := b.submit(t, tenantA, `{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"b","action":{"type":"pass"}}]}`)
-	b.lossy.drop.Store(1)
-	d := b.takeOne(t)
-	// Its send fails. The message is deleted here whatever Execute answers:
-	// on AWS it would come back only after the 30-minute lease.
-	_, _ = b.e.Execute(b.ctx, d)
-	require.NoError(t, b.queue.Ack(b.ctx, d.Token))
+	j := b.submit(t, tenantA, `{"steps":[{"id":"a","action":{"type":"worker","queue":"q"}},{"id":"b","action":{"type":"pass"}}]}`)
+	ls := b.claim(t, tenantA, "q")
+	require.Len(t, ls, 1)
+	b.lossy.drop.Store(1) // the send of b fails
+	_, err := b.e.Complete(b.ctx, tenantA, ls[0].LeaseID, json.RawMessage(`{}`))
+	require.NoError(t, err)
 	got := b.job(t, tenantA, j.ID)
 	require.Equal(t, domain.StepSucceeded, got.Steps[0].State)
 	require.Equal(t, domain.StepPending, got.Steps[1].State)

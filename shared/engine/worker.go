@@ -224,7 +224,7 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 // the lease's hide among them, are gathered in settle (a settle that
 // fails calls skipped, as the claim's own error would be logged).
 func (e *Engine) claimOne(ctx context.Context, tenant, worker string, d Delivery, settle *settlements, skipped func(error)) (*ClaimedLease, error) {
-	t, err := e.takeLease(ctx, d, workerLane(worker), settle)
+	t, err := e.takeLease(ctx, d, workerLane(worker), nil, settle, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -420,7 +420,7 @@ func (e *Engine) Complete(ctx context.Context, tenant, leaseID string, output js
 	if len(output) > limit {
 		return OutcomeResult{}, &domain.Error{Code: domain.CodeTooLarge, Message: fmt.Sprintf("output is %d bytes; the limit is %d", len(output), limit)}
 	}
-	return e.finish(ctx, tenant, attemptOutcome{leaseID: leaseID, output: output}, nil)
+	return e.finish(ctx, tenant, attemptOutcome{leaseID: leaseID, output: output}, nil, nil)
 }
 
 // Fail records a worker's failure under its lease; its class decides the
@@ -444,7 +444,7 @@ func (e *Engine) Fail(ctx context.Context, tenant, leaseID string, o Outcome) (O
 		msg = cmp.Or(o.Prompt, "worker reported "+string(class))
 	}
 	f := &domain.Failure{Class: class, Message: msg, Prompt: o.Prompt, Steps: o.Steps, RetryAfter: time.Duration(o.RetryAfterSeconds) * time.Second}
-	return e.finish(ctx, tenant, attemptOutcome{leaseID: leaseID, failure: f}, nil)
+	return e.finish(ctx, tenant, attemptOutcome{leaseID: leaseID, failure: f}, nil, nil)
 }
 
 // prepareReplan validates the steps a worker's replan brings against the

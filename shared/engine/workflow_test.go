@@ -25,7 +25,7 @@ func TestLongSleepIsDeferredUntilItsTime(t *testing.T) {
 	b.clock.Advance(900 * time.Second)
 	require.Equal(t, []engine.ExecuteResult{engine.Deferred}, b.drain(t))
 	b.clock.Advance(2700 * time.Second)
-	require.Equal(t, []engine.ExecuteResult{engine.Executed, engine.Executed}, b.drain(t), "wakes, then the next step runs")
+	require.Equal(t, []engine.ExecuteResult{engine.Executed}, b.drain(t), "wakes, and the next step runs in the same invocation")
 	got := b.job(t, tenantA, j.ID)
 	require.Equal(t, domain.JobCompleted, got.State)
 	require.JSONEq(t, `{"p":1}`, string(got.Steps[1].Output))

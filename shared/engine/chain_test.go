@@ -1,0 +1,158 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
+)
+
+// countingStore counts the job reads and writes the engine makes, and
+// fails the writes failSave names (by their count from 1) as a lost
+// connection would.
+type countingStore struct {
+	engine.Store
+	gets, saves atomic.Int64
+	failSave    int64
+}
+
+func (s *countingStore) Get(ctx context.Context, tenant, id string) (*domain.Job, error) {
+	s.gets.Add(1)
+	return s.Store.Get(ctx, tenant, id)
+}
+
+func (s *countingStore) Save(ctx context.Context, j *domain.Job, loaded int) error {
+	if n := s.saves.Add(1); n == s.failSave {
+		return fmt.Errorf("injected: connection reset")
+	}
+	return s.Store.Save(ctx, j, loaded)
+}
+
+func counted(t *testing.T) (*bundle, *countingStore) {
+	t.Helper()
+	b := setup(t)
+	st := &countingStore{Store: b.store}
+	b.e.Configure(func(c *engine.Config) { c.Store = st })
+	return b, st
+}
+
+func stepStates(j *domain.Job) []domain.StepState {
+	var out []domain.StepState
+	for _, s := range j.Steps {
+		out = append(out, s.State)
+	}
+	return out
+}
+
+func passSteps(n int) string {
+	steps := make([]string, n)
+	for i := range steps {
+		steps[i] = fmt.Sprintf(`{"id":"s%d","action":{"type":"pass"}}`, i)
+	}
+	return `{"payload":{"n":1},"steps":[` + strings.Join(steps, ",") + `]}`
+}
+
+// A pass step is leased and its outcome recorded in one write: one read
+// of the job, one write, and its events as two writes would have made
+// them.
+func TestAnInstantStepIsOneWrite(t *testing.T) {
+	t.Parallel()
+	b, st := counted(t)
+	j := b.submit(t, tenantA, `{"payload":{"n":1},"steps":[{"id":"hello","action":{"type":"pass"}}]}`)
+	gets, saves := st.gets.Load(), st.saves.Load()
+	require.Equal(t, engine.Executed, b.execute(t, b.takeOne(t)))
+	require.EqualValues(t, 1, st.gets.Load()-gets)
+	require.EqualValues(t, 1, st.saves.Load()-saves)
+	got := b.job(t, tenantA, j.ID)
+	require.Equal(t, domain.JobCompleted, got.State)
+	require.Equal(t, []string{"job_created", "step_leased", "step_running", "job_running", "step_succeeded", "job_completed"}, eventTypes(got))
+	require.JSONEq(t, `{"n":1}`, string(got.Steps[0].Output))
+
+	// A fail step too: its failure is recorded in the write that leased it.
+	f := b.submit(t, tenantA, `{"steps":[{"id":"boom","action":{"type":"fail","class":"fatal","message":"bad input"}}]}`)
+	saves = st.saves.Load()
+	require.Equal(t, engine.Executed, b.execute(t, b.takeOne(t)))
+	require.EqualValues(t, 1, st.saves.Load()-saves)
+	got = b.job(t, tenantA, f.ID)
+	require.Equal(t, domain.JobFailed, got.State)
+	require.Equal(t, "bad input", got.Steps[0].Error.Message)
+}
+
+// The steps a write makes runnable are run in the same invocation, on the
+// job as it was saved: one read for the whole chain, one write per step,
+// no message between them.
+func TestAChainRunsEachStepInOneWriteWithoutARead(t *testing.T) {
+	t.Parallel()
+	b, st := counted(t)
+	j := b.submit(t, tenantA, passSteps(5))
+	gets, saves := st.gets.Load(), st.saves.Load()
+	require.Equal(t, engine.Executed, b.execute(t, b.takeOne(t)))
+	require.EqualValues(t, 1, st.gets.Load()-gets, "the first step's read only")
+	require.EqualValues(t, 5, st.saves.Load()-saves, "one write per step")
+	require.Empty(t, b.queue.TakeReady(10))
+	got := b.job(t, tenantA, j.ID)
+	require.Equal(t, domain.JobCompleted, got.State)
+	for _, s := range got.Steps {
+		require.JSONEq(t, `{"n":1}`, string(s.Output))
+	}
+}
+
+// A chain runs at most ChainSteps steps after the delivered one; the next
+// goes through the ready queue, where other work takes its turn.
+func TestAChainYieldsAfterItsBudget(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	n := 2*(engine.ChainSteps+1) + 3
+	j := b.submit(t, tenantA, passSteps(n))
+	require.Equal(t, engine.Executed, b.execute(t, b.takeOne(t)))
+	got := b.job(t, tenantA, j.ID)
+	states := stepStates(got)
+	require.Equal(t, domain.StepSucceeded, states[engine.ChainSteps])
+	require.NotEqual(t, domain.StepSucceeded, states[engine.ChainSteps+1], "past the budget")
+	next := b.takeOne(t)
+	require.Equal(t, fmt.Sprintf("s%d", engine.ChainSteps+1), next.Message.Step, "sent, not run")
+	require.Equal(t, engine.Executed, b.execute(t, next))
+	require.Equal(t, []engine.ExecuteResult{engine.Executed}, b.drain(t), "three deliveries for the whole job")
+	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State)
+}
+
+// A chained step whose lease cannot be written is sent as it would have
+// been without the chain; the job goes on from the queue.
+func TestAChainedStepThatFailsToRunIsSent(t *testing.T) {
+	t.Parallel()
+	b, st := counted(t)
+	j := b.submit(t, tenantA, passSteps(3))
+	st.failSave = st.saves.Load() + 2 // the second step's write
+	require.Equal(t, engine.Executed, b.execute(t, b.takeOne(t)))
+	got := b.job(t, tenantA, j.ID)
+	require.Equal(t, []domain.StepState{domain.StepSucceeded, domain.StepPending, domain.StepWaitingDeps}, stepStates(got))
+	d := b.takeOne(t)
+	require.Equal(t, "s1", d.Message.Step)
+	require.Equal(t, engine.Executed, b.execute(t, d))
+	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State)
+}
+
+// Work for a worker or after a delay is never chained: a worker step is
+// sent to its queue, a backoff waits its time.
+func TestAChainRunsOnlyBuiltInStepsDueNow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.submit(t, tenantA, `{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"w","action":{"type":"worker","queue":"q"}}]}`)
+	require.Equal(t, engine.Executed, b.execute(t, b.takeOne(t)))
+	require.Equal(t, []domain.StepState{domain.StepSucceeded, domain.StepPending}, stepStates(b.job(t, tenantA, j.ID)))
+	require.Len(t, b.claim(t, tenantA, "q"), 1)
+
+	r := b.submit(t, tenantA, `{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"flaky","action":{"type":"fail","class":"retryable","message":"busy"},
+		"retry":{"max_attempts":2,"backoff":"fixed","initial_delay_ms":10000}}]}`)
+	require.Equal(t, engine.Executed, b.execute(t, b.takeOne(t)))
+	got := b.job(t, tenantA, r.ID)
+	require.Equal(t, domain.JobRetrying, got.State, "flaky ran in the chain and waits out its backoff")
+	require.Equal(t, 1, got.Steps[1].Attempt)
+	require.Empty(t, b.queue.TakeReady(10), "its retry is not due")
+}

@@ -25,7 +25,8 @@ type Usage struct {
 	// LogBytes and LogEvents are what the functions wrote to CloudWatch
 	// Logs, at the level they keep.
 	LogBytes, LogEvents float64
-	// StoredItemBytes (StoredBytes of each item the jobs left in the table)
+	// StoredItemBytes (StoredBytes of each item the jobs left in the table,
+	// priced as stored and as backed up by point-in-time recovery)
 	// and StoredObjectBytes (in S3) are kept RetentionDays, until the job
 	// expires.
 	StoredItemBytes, StoredObjectBytes float64
@@ -86,8 +87,10 @@ func (p Prices) Bill(u Usage) Bill {
 		Timers:     u.TimerExecutions * (TimerTransitions*p["sfn_standard_transition"] + p["sqs_request"]) * perJob,
 		S3Requests: s3(u.Units) * perJob,
 		Events:     u.Units.Events * p["eventbridge_event"] * perJob,
-		Storage:    (u.StoredItemBytes*p["dynamodb_storage_gb_month"] + u.StoredObjectBytes*p["s3_storage_gb_month"]) / GB * months * perJob,
-		Expiry:     (requests(u.Expiry) + s3(u.Expiry) + u.Expiry.Events*p["eventbridge_event"]) * perJob,
+		// The table's bytes are backed up continuously too (point-in-time
+		// recovery, which the template turns on).
+		Storage: (u.StoredItemBytes*(p["dynamodb_storage_gb_month"]+p["dynamodb_pitr_gb_month"]) + u.StoredObjectBytes*p["s3_storage_gb_month"]) / GB * months * perJob,
+		Expiry:  (requests(u.Expiry) + s3(u.Expiry) + u.Expiry.Events*p["eventbridge_event"]) * perJob,
 
 		LambdaDuration: u.LambdaGBSeconds * p["lambda_gb_second_arm"] * perJob,
 		Logs:           (u.LogBytes + LogEventOverhead*u.LogEvents) / GB * p["cloudwatch_logs_gb"] * perJob,

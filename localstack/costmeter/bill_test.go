@@ -79,7 +79,7 @@ func TestBillPricesEachLine(t *testing.T) {
 	require.InDelta(t, (10*5e-6+20*0.4e-6)*perJob, b.S3Requests, 1e-9, "deletes are free")
 	require.InDelta(t, 300*1e-6*perJob, b.Events, 1e-9)
 	months := 30.0 * 24 / 730
-	require.InDelta(t, (100*2048.0*0.25+100*96*1024.0*0.023)/costmeter.GB*months*perJob, b.Storage, 1e-9)
+	require.InDelta(t, (100*2048.0*(0.25+0.20)+100*96*1024.0*0.023)/costmeter.GB*months*perJob, b.Storage, 1e-9, "the table's bytes with their point-in-time recovery")
 	require.InDelta(t, (2*0.625e-6+1*0.125e-6+5e-6)*perJob, b.Expiry, 1e-9)
 	require.InDelta(t, 3*0.0000133334*perJob, b.LambdaDuration, 1e-9)
 	require.InDelta(t, 0.5/1000*perJob, b.Logs, 1e-9)

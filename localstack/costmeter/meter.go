@@ -299,7 +299,7 @@ func LoadPrices(path string) (Prices, error) {
 	}
 	for _, k := range []string{"dynamodb_wru", "dynamodb_rru", "sqs_request", "lambda_request", "sfn_standard_transition", "sfn_express_request", "sfn_express_gb_second",
 		"s3_put_request", "s3_get_request", "s3_delete_request", "eventbridge_event", "apigw_http_request", "lambda_gb_second_arm", "cloudwatch_logs_gb",
-		"dynamodb_storage_gb_month", "s3_storage_gb_month"} {
+		"dynamodb_storage_gb_month", "dynamodb_pitr_gb_month", "s3_storage_gb_month"} {
 		if _, ok := p[k]; !ok {
 			return nil, fmt.Errorf("price table %s has no row %q", path, k)
 		}

@@ -1,7 +1,10 @@
 // Command stepflow-bench measures stepflow on the local stack: throughput
 // and latency against a bare floor loop on the same emulator, every AWS
-// request it makes, and what those requests would cost on AWS next to Step
-// Functions for the same work. It writes docs/benchmarks.md and a chart.
+// request it makes and what else AWS bills (API Gateway requests, Lambda
+// requests and duration, logs, storage for the retention, the work at
+// expiry), and what that would cost on AWS next to the physical floor and
+// to Step Functions for the same work. It writes docs/benchmarks.md and a
+// chart.
 package main
 
 import (
@@ -21,6 +24,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/smithy-go/middleware"
@@ -29,6 +33,7 @@ import (
 	"github.com/stepflow/stepflow/localstack/costmeter"
 	"github.com/stepflow/stepflow/localstack/devstack"
 	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/logging"
 	"github.com/stepflow/stepflow/shared/store"
 )
 
@@ -54,13 +59,24 @@ type options struct {
 	// template's default: which Job State Change events were put, and so
 	// what the events column bills.
 	jobStateEvents string
+	// poller is how the event source mapping receives: "batching" (up to
+	// ten messages a receive, as the local runner does), "aws" (one a
+	// receive, as Lambda's pollers do at low load) or "both" (batching, and
+	// the single-step workload again AWS-like).
+	poller string
+	// retentionDays is how long a COMPLETED job is kept (the template's
+	// RetentionCompletedDays): what storage is priced for.
+	retentionDays int
+	// logLevel is the level the functions log at on AWS, the template's
+	// LogLevel default.
+	logLevel string
 }
 
 func main() {
 	var o options
 	cmd := &cobra.Command{
 		Use:          "stepflow-bench",
-		Short:        "Benchmark stepflow on the local stack and price its AWS requests",
+		Short:        "Benchmark stepflow on the local stack and price what AWS would bill for it",
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return run(cmd.Context(), o)
@@ -77,6 +93,7 @@ func main() {
 	f.BoolVar(&o.skipBuild, "skip-build", false, "do not build the Lambda bootstraps to measure their size")
 	f.IntVar(&o.largeOutput, "large-output", 32*1024, "bytes each step of the large-output worker workload completes with (incompressible)")
 	f.BoolVar(&o.noBlobs, "no-blobs", false, "keep every payload and output in the job's item, no S3 (the cost before large data went to S3)")
+	f.StringVar(&o.poller, "poller", "both", "how the event source mapping receives: batching (up to ten a receive), aws (one a receive, as Lambda's pollers at low load), both (batching, and the single-step workload again AWS-like)")
 	if err := cmd.Execute(); err != nil {
 		os.Exit(1)
 	}
@@ -90,20 +107,25 @@ type result struct {
 	Wall        time.Duration
 	Requests    map[string]int64 // by service.Operation, at the emulator proxy
 	Units       costmeter.Units
-	Invocations map[string]int64
-	ToStart     []time.Duration
-	ToDone      []time.Duration
-	Attempts    int // step attempts in all
+	Lambda      map[string]costmeter.LambdaUse // by function
+	APIRequests int64                          // API Gateway, as billed
+	Logs        costmeter.LogUse
+	// ItemBytes and ObjectBytes are what the workload left stored in the
+	// table (as billed: costmeter.StoredBytes) and in S3, for
+	// RetentionDays; DataJobs its jobs with data in S3, and Expiry the
+	// sweep's work to delete it (expiryPoint).
+	ItemBytes, ObjectBytes float64
+	RetentionDays          int
+	DataJobs               int
+	Expiry                 costmeter.Units
+	ToStart                []time.Duration
+	ToDone                 []time.Duration
+	Attempts               int // step attempts in all
 	// Entered counts the steps entered in all (each attempt, or once for a
 	// step no executor runs): the Task and Wait states the same work needs
 	// on Step Functions.
 	Entered int
 }
-
-// timerTransitions is what one timer execution of
-// statemachine/timer.asl.json is billed: its Wait and Task states, and the
-// end (docs/costs.md).
-const timerTransitions = 3
 
 func (r result) jobsPerSec() float64 { return float64(r.Jobs) / r.Wall.Seconds() }
 
@@ -117,37 +139,44 @@ func (r result) count(prefix string) int64 {
 	return n
 }
 
-func (r result) invocations() int64 {
-	var n int64
-	for _, v := range r.Invocations {
-		n += v
+func (r result) invocations() float64 {
+	var n float64
+	for _, v := range r.Lambda {
+		n += v.Requests
 	}
 	return n
 }
 
-// cost answers USD per million jobs: DynamoDB units, SQS requests, Lambda
-// requests, the timer state machine (its transitions, and the SQS send
-// each execution makes, which the emulator's proxy does not see), and S3
-// requests for large data (the engine's, metered; a worker's GET of a
-// presigned URL is counted at the proxy, s3.GetObject), and the Job State
-// Change events put on the bus (metered).
-func (r result) cost(p costmeter.Prices) (ddbUSD, sqsUSD, lambdaUSD, timerUSD, s3USD, eventsUSD float64) {
-	perJob := 1e6 / float64(r.Jobs)
-	ddbUSD = (r.Units.WRU*p["dynamodb_wru"] + r.Units.RRU*p["dynamodb_rru"]) * perJob
-	workerGets := float64(r.count("s3.GetObject")) - r.Units.S3Reads // the proxy sees the engine's own GETs too
-	s3USD = (r.Units.S3Writes*p["s3_put_request"] + (r.Units.S3Reads+max(workerGets, 0))*p["s3_get_request"]) * perJob
-	sqsUSD = float64(r.count("sqs.")) * p["sqs_request"] * perJob
-	lambdaUSD = float64(r.invocations()) * p["lambda_request"] * perJob
-	timers := float64(r.count("states.StartExecution"))
-	timerUSD = timers * (timerTransitions*p["sfn_standard_transition"] + p["sqs_request"]) * perJob
-	eventsUSD = r.Units.Events * p["eventbridge_event"] * perJob
-	return
+func (r result) gbSeconds() float64 {
+	var n float64
+	for _, v := range r.Lambda {
+		n += v.GBSeconds
+	}
+	return n
 }
 
-func (r result) total(p costmeter.Prices) float64 {
-	a, b, c, d, e, f := r.cost(p)
-	return a + b + c + d + e + f
+// usage is all the workload used, as costmeter prices it: the requests
+// at the proxy, the units metered, the S3 GETs of presigned URLs by
+// workers (the proxy's s3.GetObject beyond the engine's own), the timer
+// state machine's executions (states.StartExecution), and the rest
+// metered around the functions.
+func (r result) usage() costmeter.Usage {
+	units := r.Units
+	units.S3Reads += max(float64(r.count("s3.GetObject"))-r.Units.S3Reads, 0)
+	return costmeter.Usage{
+		Jobs: float64(r.Jobs), Units: units,
+		SQSRequests:    float64(r.count("sqs.")),
+		LambdaRequests: r.invocations(), LambdaGBSeconds: r.gbSeconds(),
+		APIRequests:     float64(r.APIRequests),
+		TimerExecutions: float64(r.count("states.StartExecution")),
+		LogBytes:        float64(r.Logs.Bytes), LogEvents: float64(r.Logs.Events),
+		StoredItemBytes: r.ItemBytes, StoredObjectBytes: r.ObjectBytes, RetentionDays: float64(r.RetentionDays),
+		Expiry: r.Expiry,
+	}
 }
+
+// bill answers the workload's charges in USD per million jobs.
+func (r result) bill(p costmeter.Prices) costmeter.Bill { return p.Bill(r.usage()) }
 
 // stepFunctions prices the same work as Step Functions Standard and Express
 // workflows (docs/costs.md says how).
@@ -179,41 +208,81 @@ type bench struct {
 	direct *store.Store // reads the emulator directly, past the proxy, so observing costs nothing
 	http   *http.Client
 	log    *slog.Logger
+
+	// The meters around the functions: invocations and their duration,
+	// API Gateway's requests, what the functions log.
+	lambda *costmeter.Lambda
+	api    *costmeter.APIGateway
+	logs   *costmeter.Logs
+	poller *pollerMode
+	url    string // the HTTP API, behind API Gateway's meter
+	// clock is how far the engine's clock is ahead of the wall clock
+	// (nanoseconds): the expiry measurement moves it past the retention.
+	clock atomic.Int64
 }
+
+func (b *bench) now() time.Time { return time.Now().Add(time.Duration(b.clock.Load())) }
 
 func run(ctx context.Context, o options) error {
 	prices, err := costmeter.LoadPrices(o.prices)
 	if err != nil {
 		return err
 	}
+	if o.poller != "batching" && o.poller != "aws" && o.poller != "both" {
+		return fmt.Errorf("--poller %q: want batching, aws or both", o.poller)
+	}
+	tmplPath, err := devstack.FindTemplate()
+	if err != nil {
+		return err
+	}
+	tmpl, err := readTemplate(tmplPath)
+	if err != nil {
+		return err
+	}
+	o.logLevel = tmpl.LogLevel
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	b := &bench{o: o, meter: costmeter.New(), http: &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}, log: log}
+	b := &bench{o: o, meter: costmeter.New(), http: &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}, log: log,
+		lambda: costmeter.NewLambda(tmpl.MemoryMB), api: &costmeter.APIGateway{}, logs: &costmeter.Logs{}, poller: &pollerMode{}}
+	// The functions log as on Lambda: JSON lines at the template's
+	// LogLevel, metered (CloudWatch Logs), and their warnings shown here.
+	level := logging.LambdaLevel(func(string) string { return tmpl.LogLevel })
+	fnLog := slog.New(slog.NewMultiHandler(logging.JSON(b.logs, level).Handler(), log.Handler()))
 	var env map[string]string
 	if o.noBlobs {
 		env = map[string]string{"STEPFLOW_DATA_BUCKET": ""}
 	}
 	st, err := devstack.Start(ctx, devstack.Options{
 		Env:     env,
-		APIKeys: map[string]string{benchKey: benchTenant}, Log: log,
-		// The event source mapping long-polls as Lambda's does (20 s), so idle
-		// polls do not count against the work.
-		PollWait: 20 * time.Second,
-		// The bench runs the heartbeat itself (sweep at rest); the schedule
-		// would add its requests to the workloads'.
+		APIKeys: map[string]string{benchKey: benchTenant}, Log: fnLog,
+		// The bench serves the functions itself, with its meters around
+		// them (serve).
+		NoRunner: true,
+		// The heartbeat's period the health verdict reads: the bench runs
+		// the sweep itself (sweep at rest, expiry), no schedule.
 		ScheduleEvery: 24 * time.Hour,
+		// The EMF metric records go to CloudWatch Logs too.
+		MetricsOutput: b.logs,
 		// The meter is middleware in the engine's clients' stacks: it bills
 		// each attempt that reached DynamoDB.
 		APIOptions: []func(*middleware.Stack) error{b.meter.Middleware},
 		// The timer workload's 5 s sleeps go through the Step Functions
 		// timer, as hour-long ones do on AWS at the default 900 s.
 		TimerThreshold: benchTimerThreshold,
+		Now:            b.now,
 	})
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 	b.stack = st
+	stop, err := b.serve(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	o.jobStateEvents = st.Resources.Env["STEPFLOW_JOB_STATE_EVENTS"]
+	o.retentionDays = int(b.envDuration("STEPFLOW_RETENTION_COMPLETED_DAYS", 24*time.Hour, 30) / (24 * time.Hour))
+	b.o = o
 	cfg, err := devstack.AWSConfig(ctx, st.Emulator.MotoURL, "us-east-1")
 	if err != nil {
 		return err
@@ -222,7 +291,7 @@ func run(ctx context.Context, o options) error {
 
 	fmt.Fprintf(os.Stderr, "bench: %d single-step jobs, %d five-step, worker and diamond jobs, %d timer jobs, concurrency %d\n", o.jobs, o.jobs/5, o.jobs/10, o.concurrency)
 	var results []result
-	for _, w := range []struct {
+	for i, w := range []struct {
 		name  string
 		n     int
 		steps int
@@ -242,12 +311,24 @@ func run(ctx context.Context, o options) error {
 			map[string]any{"id": "after", "action": map[string]any{"type": "pass"}},
 		}, "payload": map[string]any{"n": 1}}},
 	} {
-		fmt.Fprintf(os.Stderr, "bench: %s ...\n", w.name)
-		r, err := b.workload(ctx, w.name, w.n, w.steps, w.spec, strings.HasPrefix(w.name, "worker"))
-		if err != nil {
-			return fmt.Errorf("%s: %w", w.name, err)
+		modes := []bool{o.poller == "aws"}
+		if o.poller == "both" && i == 0 {
+			modes = append(modes, true)
 		}
-		results = append(results, r)
+		for _, awsLike := range modes {
+			name := w.name
+			if awsLike {
+				name += ", AWS-like poller"
+			}
+			fmt.Fprintf(os.Stderr, "bench: %s ...\n", name)
+			b.poller.awsLike.Store(awsLike)
+			r, err := b.workload(ctx, name, w.n, w.steps, w.spec, strings.HasPrefix(w.name, "worker"))
+			b.poller.awsLike.Store(false)
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			results = append(results, r)
+		}
 	}
 	fmt.Fprintln(os.Stderr, "bench: floor ...")
 	floor, err := runFloor(ctx, st, o.jobs, o.concurrency)
@@ -259,25 +340,33 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
+	fmt.Fprintln(os.Stderr, "bench: expiry ...")
+	exp, err := b.expiry(ctx)
+	if err != nil {
+		return fmt.Errorf("expiry: %w", err)
+	}
+	for i := range results {
+		results[i].Expiry = exp.perJob().Times(float64(results[i].DataJobs))
+	}
 	sizes := map[string]int64{}
 	if !o.skipBuild {
 		if sizes, err = bootstrapSizes(ctx); err != nil {
 			return err
 		}
 	}
-	report := render(results, floor, sweeps, sizes, prices, o)
+	report := render(results, floor, sweeps, exp, sizes, prices, o)
 	fmt.Print(report)
 	if err := os.WriteFile(o.out, []byte(report), 0o644); err != nil {
 		return err
 	}
-	if err := chart(o.chart, results, floor, prices); err != nil {
+	if err := chart(o.chart, results, prices); err != nil {
 		return err
 	}
 	single := results[0]
 	std, _ := single.stepFunctions(prices)
 	reqs := float64(single.count("dynamodb.")+single.count("sqs.")) / float64(single.Jobs)
-	fmt.Printf("bench: %.0f jobs/s = %.2f of floor, %.1f requests/job, $%.2f per million jobs (Step Functions Standard $%.2f)\n",
-		single.jobsPerSec(), single.jobsPerSec()/floor.jobsPerSec(), reqs, single.total(prices), std)
+	fmt.Printf("bench: %.0f jobs/s = %.2f of floor, %.1f requests/job, $%.2f per million jobs all-in but Lambda duration and logs (floor $%.2f; Step Functions Standard $%.2f)\n",
+		single.jobsPerSec(), single.jobsPerSec()/floor.jobsPerSec(), reqs, single.bill(prices).Total(), prices.Bill(costmeter.Floor(1, 1)).Total(), std)
 	return nil
 }
 
@@ -305,7 +394,12 @@ func fiveSteps() []any {
 // measures what it took.
 func (b *bench) workload(ctx context.Context, name string, n, steps int, spec map[string]any, viaWorkers bool) (result, error) {
 	r := result{Name: name, Jobs: n, StepsPerJob: steps}
-	before, unitsBefore, invBefore := b.stack.Emulator.Counts(), b.meter.Units(), b.stack.Runner.Invocations()
+	itemsBefore, objectsBefore, err := b.stored(ctx)
+	if err != nil {
+		return r, err
+	}
+	before, unitsBefore, lambdaBefore := b.stack.Emulator.Counts(), b.meter.Units(), b.lambda.Use()
+	apiBefore, logsBefore := b.api.Requests(), b.logs.Use()
 	body, _ := json.Marshal(spec)
 	ids := make([]string, n)
 	start := time.Now()
@@ -356,10 +450,21 @@ func (b *bench) workload(ctx context.Context, name string, n, steps int, spec ma
 	}
 	r.Wall = time.Since(start)
 	r.Requests = diff(b.stack.Emulator.Counts(), before)
-	u := b.meter.Units()
-	r.Units = costmeter.Units{WRU: u.WRU - unitsBefore.WRU, RRU: u.RRU - unitsBefore.RRU,
-		S3Writes: u.S3Writes - unitsBefore.S3Writes, S3Reads: u.S3Reads - unitsBefore.S3Reads, Events: u.Events - unitsBefore.Events}
-	r.Invocations = diff(b.stack.Runner.Invocations(), invBefore)
+	r.Units = b.meter.Units().Minus(unitsBefore)
+	r.Lambda = map[string]costmeter.LambdaUse{}
+	for fn, u := range b.lambda.Use() {
+		if d := (costmeter.LambdaUse{Requests: u.Requests - lambdaBefore[fn].Requests, GBSeconds: u.GBSeconds - lambdaBefore[fn].GBSeconds}); d.Requests != 0 {
+			r.Lambda[fn] = d
+		}
+	}
+	r.APIRequests = b.api.Requests() - apiBefore
+	l := b.logs.Use()
+	r.Logs = costmeter.LogUse{Bytes: l.Bytes - logsBefore.Bytes, Events: l.Events - logsBefore.Events}
+	items, objects, err := b.stored(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.ItemBytes, r.ObjectBytes, r.RetentionDays = items-itemsBefore, objects-objectsBefore, b.o.retentionDays
 	var first, last time.Time
 	for _, id := range ids {
 		j, err := b.direct.Get(ctx, benchTenant, id)
@@ -377,6 +482,9 @@ func (b *bench) workload(ctx context.Context, name string, n, steps int, spec ma
 		}
 		r.ToStart = append(r.ToStart, started(j).Sub(j.CreatedAt))
 		r.ToDone = append(r.ToDone, j.EndedAt.Sub(j.CreatedAt))
+		if j.StoresData() {
+			r.DataJobs++
+		}
 		for _, s := range j.Steps {
 			r.Attempts += len(s.Attempts)
 			r.Entered += max(len(s.Attempts), 1)
@@ -438,7 +546,7 @@ func largeOutput(n int) []byte {
 }
 
 func (b *bench) call(ctx context.Context, method, path string, body []byte, out any) error {
-	req, err := http.NewRequestWithContext(ctx, method, b.stack.URL+path, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, method, b.url+path, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}

@@ -16,10 +16,17 @@ import (
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
 
-func render(results []result, floor result, sweeps []sweepPoint, sizes map[string]int64, p costmeter.Prices, o options) string {
+func render(results []result, floor result, sweeps []sweepPoint, exp expiryPoint, sizes map[string]int64, p costmeter.Prices, o options) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# stepflow benchmarks\n\nWritten by `make bench` on %s: the local stack (moto behind its serialising proxy) on this machine, %d submitting clients, %d external workers.\nAWS prices from [costs.md](costs.md); request charges only: DynamoDB request units, SQS requests, Lambda requests, S3 requests, EventBridge events (Job State Change, with JobStateEvents=%s, the template's default; costs.md prices each choice). Lambda duration and API Gateway are left out (see costs.md).\n\n",
-		time.Now().UTC().Format("2006-01-02"), o.concurrency, o.workers, o.jobStateEvents)
+	fmt.Fprintf(&b, "# stepflow benchmarks\n\nWritten by `make bench` on %s: the local stack (moto behind its serialising proxy) on this machine, %d submitting clients, %d external workers.\n"+
+		"AWS prices from [costs.md](costs.md), which says how each charge is counted. \"$ per million jobs\" is all-in but Lambda duration and logs, which are reported beside it: "+
+		"DynamoDB request units, SQS requests, Lambda requests, API Gateway requests (one per route call), Step Functions timers, S3 requests, "+
+		"EventBridge events (Job State Change, with JobStateEvents=%s, the template's default; costs.md prices each choice), "+
+		"the table's and the bucket's storage for a job's retention (%d days) and the sweep's work when its data expires. "+
+		"Lambda duration is each invocation's wall time here at the function's MemorySize (an upper bound: every DynamoDB request waits at moto's proxy); "+
+		"logs are what the functions write at LogLevel=%s, with the EMF metric records.\n\n"+
+		"The event source mapping receives up to ten messages at once, as the local runner does; a workload marked \"AWS-like poller\" ran with one message a receive, as Lambda's pollers take them at low load.\n\n",
+		time.Now().UTC().Format("2006-01-02"), o.concurrency, o.workers, o.jobStateEvents, o.retentionDays, o.logLevel)
 
 	b.WriteString("## Throughput and latency\n\n| workload | jobs | jobs/s | steps/s | of floor (steps/s) | enqueue to start p50 / p95 / p99 | enqueue to done p50 / p95 / p99 |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
@@ -29,25 +36,65 @@ func render(results []result, floor result, sweeps []sweepPoint, sizes map[strin
 			ms(percentile(r.ToDone, .5)), ms(percentile(r.ToDone, .95)), ms(percentile(r.ToDone, .99)))
 	}
 	fmt.Fprintf(&b, "| %s | %d | %.0f | %.0f | 1.00 | | |\n\n", floor.Name, floor.Jobs, floor.jobsPerSec(), floor.jobsPerSec())
-	b.WriteString("Locally every DynamoDB request is serialised (moto is not safe under concurrency), so throughput here is bounded by DynamoDB requests per job; the ratio to the floor is the figure that carries over.\n\n")
+	b.WriteString("Locally every DynamoDB request is serialised (moto is not safe under concurrency), so throughput here is bounded by DynamoDB requests per job; the ratio to the measured floor, a bare loop of the same requests on the same emulator, is the figure that carries over.\n\n")
 
-	b.WriteString("## Requests and cost per job\n\n| workload | DynamoDB requests/job | WRU/job | RRU/job | SQS requests/job | Lambda invocations/job | $ per million jobs | Step Functions Standard | Step Functions Express |\n|---|---|---|---|---|---|---|---|---|\n")
-	for _, r := range append(append([]result{}, results...), floor) {
+	floors := []struct {
+		name string
+		u    costmeter.Usage
+	}{
+		{"physical floor, one submit per request", costmeter.Floor(1, 1)},
+		{"physical floor, ten submits per request", costmeter.Floor(1, 10)},
+	}
+	b.WriteString("## Requests and cost per job\n\n| workload | DynamoDB requests/job | WRU/job | RRU/job | SQS requests/job | Lambda invocations/job | API Gateway requests/job | $ per million jobs | Lambda duration: GB-s/job, $ per million | logs: bytes/job, $ per million | Step Functions Standard | Step Functions Express |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range results {
 		n := float64(r.Jobs)
+		bill := r.bill(p)
 		std, exp := r.stepFunctions(p)
-		sfn := fmt.Sprintf("$%.2f | $%.2f", std, exp)
-		if r.Name == floor.Name {
-			sfn = " | "
+		fmt.Fprintf(&b, "| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | $%.2f | %.4f, $%.2f | %.0f, $%.2f | $%.2f | $%.2f |\n", r.Name,
+			float64(r.count("dynamodb."))/n, r.Units.WRU/n, r.Units.RRU/n, float64(r.count("sqs."))/n, r.invocations()/n, float64(r.APIRequests)/n,
+			bill.Total(), r.gbSeconds()/n, bill.LambdaDuration, float64(r.Logs.Bytes)/n, bill.Logs, std, exp)
+	}
+	for _, f := range floors {
+		fmt.Fprintf(&b, "| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | $%.2f | | | | |\n", f.name,
+			f.u.Units.WRU, f.u.Units.WRU, f.u.Units.RRU, f.u.SQSRequests, f.u.LambdaRequests, f.u.APIRequests, p.Bill(f.u).Total())
+	}
+	b.WriteString("\nThe physical floor is computed, not measured ([costs.md](costs.md#the-floor)): two writes of at most 1 KB, one send (batched for a request's submits), a tenth of a receive, a delete and an execute invocation, the submit's invocation and API Gateway request.\n")
+
+	fmt.Fprintf(&b, "\n### Cost breakdown ($ per million jobs)\n\n| workload | DynamoDB | SQS | Lambda requests | API Gateway | Step Functions timers | S3 requests | EventBridge events | storage (%d days) | expiry | total | beside: Lambda duration | beside: logs |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n", o.retentionDays)
+	line := func(name string, c costmeter.Bill, beside bool) {
+		fmt.Fprintf(&b, "| %s | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f |", name, c.DynamoDB, c.SQS, c.LambdaRequests, c.APIGateway, c.Timers, c.S3Requests, c.Events, c.Storage, c.Expiry, c.Total())
+		if beside {
+			fmt.Fprintf(&b, " $%.2f | $%.2f |\n", c.LambdaDuration, c.Logs)
+		} else {
+			b.WriteString(" | |\n")
 		}
-		fmt.Fprintf(&b, "| %s | %.2f | %.2f | %.2f | %.2f | %.2f | $%.2f | %s |\n", r.Name, float64(r.count("dynamodb."))/n, r.Units.WRU/n, r.Units.RRU/n,
-			float64(r.count("sqs."))/n, float64(r.invocations())/n, r.total(p), sfn)
 	}
-	b.WriteString("\n### Cost breakdown ($ per million jobs)\n\n| workload | DynamoDB | SQS | Lambda requests | Step Functions timers | S3 requests | EventBridge events |\n|---|---|---|---|---|---|---|\n")
-	for _, r := range append(append([]result{}, results...), floor) {
-		d, s, l, tm, s3, ev := r.cost(p)
-		fmt.Fprintf(&b, "| %s | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f |\n", r.Name, d, s, l, tm, s3, ev)
+	for _, r := range results {
+		line(r.Name, r.bill(p), true)
 	}
-	fmt.Fprintf(&b, "\nA timer beyond the threshold (%s here, so the timer workload's 5 s sleeps take it; 900 s by default) is one Step Functions Standard execution: %d billed transitions and the SQS send it makes.\n", benchTimerThreshold, timerTransitions)
+	for _, f := range floors {
+		line(f.name, p.Bill(f.u), false)
+	}
+	fmt.Fprintf(&b, "\nA timer beyond the threshold (%s here, so the timer workload's 5 s sleeps take it; 900 s by default) is one Step Functions Standard execution: %d billed transitions and the SQS send it makes.\n", benchTimerThreshold, costmeter.TimerTransitions)
+
+	fmt.Fprintf(&b, "\n### Storage and expiry\n\n| workload | table bytes/job | S3 bytes/job | jobs with data in S3 |\n|---|---|---|---|\n")
+	for _, r := range results {
+		n := float64(r.Jobs)
+		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %d |\n", r.Name, r.ItemBytes/n, r.ObjectBytes/n, r.DataJobs)
+	}
+	fmt.Fprintf(&b, "\nTable bytes are as billed: each item's size, 100 bytes of overhead, and its due-index entry with 100 more. ")
+	if exp.Jobs > 0 {
+		per := exp.perJob()
+		fmt.Fprintf(&b, "At expiry (the engine's clock moved past the retention) %d sweeps deleted the data of %d jobs; beyond an idle sweep each such job cost %.2f S3 list (class A), %.2f S3 delete (free), %.2f WRU and %.2f RRU:",
+			exp.Sweeps, exp.Jobs, per.S3Writes, per.S3Deletes, per.WRU, per.RRU)
+		for _, k := range sortedKeys(exp.Requests) {
+			fmt.Fprintf(&b, " %s %d,", k, exp.Requests[k])
+		}
+		fmt.Fprintf(&b, " $%.2f per million such jobs.\n", p.Bill(costmeter.Usage{Jobs: 1, Expiry: per}).Expiry)
+	} else {
+		b.WriteString("No job kept data in S3, so none had any to delete at expiry.\n")
+	}
+
 	b.WriteString("\n### Requests by operation (whole workload)\n\n")
 	for _, r := range append(append([]result{}, results...), floor) {
 		fmt.Fprintf(&b, "- %s:", r.Name)
@@ -55,10 +102,18 @@ func render(results []result, floor result, sweeps []sweepPoint, sizes map[strin
 			fmt.Fprintf(&b, " %s %d,", k, r.Requests[k])
 		}
 		inv := []string{}
-		for _, k := range sortedKeys(r.Invocations) {
-			inv = append(inv, fmt.Sprintf("%s %d", k, r.Invocations[k]))
+		for _, k := range sortedKeys(r.Lambda) {
+			if r.Lambda[k].GBSeconds > 0 {
+				inv = append(inv, fmt.Sprintf("%s %.0f (%.2f GB-s)", k, r.Lambda[k].Requests, r.Lambda[k].GBSeconds))
+			} else {
+				inv = append(inv, fmt.Sprintf("%s %.0f", k, r.Lambda[k].Requests))
+			}
 		}
-		fmt.Fprintf(&b, " Lambda: %s\n", strings.Join(inv, ", "))
+		fmt.Fprintf(&b, " Lambda: %s", strings.Join(inv, ", "))
+		if r.APIRequests > 0 {
+			fmt.Fprintf(&b, "; API Gateway %d; logs %d bytes in %d events", r.APIRequests, r.Logs.Bytes, r.Logs.Events)
+		}
+		b.WriteString("\n")
 	}
 
 	b.WriteString("\n## Heartbeat sweep with jobs at rest\n\n| jobs at rest | requests per sweep | read units per sweep |\n|---|---|---|\n")
@@ -76,20 +131,22 @@ func render(results []result, floor result, sweeps []sweepPoint, sizes map[strin
 	return b.String()
 }
 
-// chart draws $ per million jobs for each workload: stepflow, the floor and
-// Step Functions.
-func chart(path string, results []result, floor result, p costmeter.Prices) error {
+// chart draws $ per million jobs for each workload, all-in but Lambda
+// duration and logs: stepflow, the physical floor of as many steps (one
+// submit per request) and Step Functions.
+func chart(path string, results []result, p costmeter.Prices) error {
 	pl := plot.New()
-	pl.Title.Text = "AWS request charges per million jobs (USD)"
+	pl.Title.Text = "AWS charges per million jobs (USD), all-in but Lambda duration and logs"
 	pl.Y.Label.Text = "USD per million jobs"
 	var names []string
 	engine, std, exp, flo := plotter.Values{}, plotter.Values{}, plotter.Values{}, plotter.Values{}
 	for _, r := range results {
-		names = append(names, r.Name)
-		engine = append(engine, r.total(p))
+		// One line per clause, so the names fit under their bars.
+		names = append(names, strings.NewReplacer(", AWS-like", "\nAWS-like", ", then", "\nthen", ": ", "\n", " via ", "\nvia ").Replace(r.Name))
+		engine = append(engine, r.bill(p).Total())
 		s, e := r.stepFunctions(p)
 		std, exp = append(std, s), append(exp, e)
-		flo = append(flo, floor.total(p)*float64(r.StepsPerJob))
+		flo = append(flo, p.Bill(costmeter.Floor(r.StepsPerJob, 1)).Total())
 	}
 	w := vg.Points(14)
 	for i, set := range []struct {

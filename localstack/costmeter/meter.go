@@ -21,9 +21,9 @@
 //
 // S3 bills by request: the meter counts each answered S3 attempt (any
 // status under 500, as S3 bills a 404 too) in its class, writes (PUT,
-// COPY, POST, LIST) or reads (GET and the rest). A worker's GET of a
-// presigned URL is no client of the engine's: the emulator's proxy counts
-// those (s3.GetObject).
+// COPY, POST, LIST), deletes (free) or reads (GET and the rest). A
+// worker's GET of a presigned URL is no client of the engine's: the
+// emulator's proxy counts those (s3.GetObject).
 //
 // EventBridge bills each event put on a custom bus (per 64 KB of it; a
 // Job State Change is well under): the meter counts the entries of each
@@ -55,9 +55,10 @@ import (
 // Units are modelled DynamoDB request units, and S3 requests by class.
 type Units struct {
 	WRU, RRU float64
-	// S3Writes are S3's class A requests (PutObject...), S3Reads its class
-	// B (GetObject...).
-	S3Writes, S3Reads float64
+	// S3Writes are S3's class A requests (PutObject, ListObjectsV2...),
+	// S3Reads its class B (GetObject...), S3Deletes its free DELETE
+	// requests (DeleteObject, DeleteObjects: a job's data at expiry).
+	S3Writes, S3Reads, S3Deletes float64
 	// Events are EventBridge events put (Job State Change).
 	Events float64
 }
@@ -234,15 +235,28 @@ func (m *Meter) meter(input, output any, applied bool) {
 func (m *Meter) add(u Units) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.units.WRU += u.WRU
-	m.units.RRU += u.RRU
-	m.units.S3Writes += u.S3Writes
-	m.units.S3Reads += u.S3Reads
-	m.units.Events += u.Events
+	m.units = m.units.Plus(u)
+}
+
+// Plus answers u and v added up.
+func (u Units) Plus(v Units) Units {
+	return Units{WRU: u.WRU + v.WRU, RRU: u.RRU + v.RRU, S3Writes: u.S3Writes + v.S3Writes,
+		S3Reads: u.S3Reads + v.S3Reads, S3Deletes: u.S3Deletes + v.S3Deletes, Events: u.Events + v.Events}
+}
+
+// Minus answers what u has beyond v: the units between two readings.
+func (u Units) Minus(v Units) Units { return u.Plus(v.Times(-1)) }
+
+// Times answers u, each count multiplied by f.
+func (u Units) Times(f float64) Units {
+	return Units{WRU: u.WRU * f, RRU: u.RRU * f, S3Writes: u.S3Writes * f, S3Reads: u.S3Reads * f, S3Deletes: u.S3Deletes * f, Events: u.Events * f}
 }
 
 // s3Request is one S3 request of operation op, in its price class.
 func s3Request(op string) Units {
+	if strings.HasPrefix(op, "Delete") {
+		return Units{S3Deletes: 1}
+	}
 	for _, a := range []string{"Put", "Copy", "Post", "List", "Create", "Upload", "Complete"} {
 		if strings.HasPrefix(op, a) {
 			return Units{S3Writes: 1}
@@ -283,7 +297,9 @@ func LoadPrices(path string) (Prices, error) {
 		}
 		p[strings.TrimSpace(cols[0])] = usd / per
 	}
-	for _, k := range []string{"dynamodb_wru", "dynamodb_rru", "sqs_request", "lambda_request", "sfn_standard_transition", "sfn_express_request", "sfn_express_gb_second", "s3_put_request", "s3_get_request", "eventbridge_event"} {
+	for _, k := range []string{"dynamodb_wru", "dynamodb_rru", "sqs_request", "lambda_request", "sfn_standard_transition", "sfn_express_request", "sfn_express_gb_second",
+		"s3_put_request", "s3_get_request", "s3_delete_request", "eventbridge_event", "apigw_http_request", "lambda_gb_second_arm", "cloudwatch_logs_gb",
+		"dynamodb_storage_gb_month", "dynamodb_pitr_gb_month", "s3_storage_gb_month"} {
 		if _, ok := p[k]; !ok {
 			return nil, fmt.Errorf("price table %s has no row %q", path, k)
 		}

@@ -140,8 +140,15 @@ func TestS3RequestsAreMetered(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, costmeter.Units{S3Writes: 1, S3Reads: 2}, m.Units(), "a presign is no request")
 
+	// A job's data at expiry: a list (class A) and a delete (free).
+	n, err := bs.DeletePrefix(ctx, "t/j/")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, costmeter.Units{S3Writes: 2, S3Reads: 2, S3Deletes: 1}, m.Units())
+
 	p, err := costmeter.LoadPrices(filepath.Join("..", "..", "docs", "costs.md"))
 	require.NoError(t, err)
 	require.InDelta(t, 5e-6, p["s3_put_request"], 1e-12)
 	require.InDelta(t, 0.4e-6, p["s3_get_request"], 1e-12)
+	require.Zero(t, p["s3_delete_request"])
 }

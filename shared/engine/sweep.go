@@ -97,7 +97,7 @@ func (e *Engine) Sweep(ctx context.Context) (SweepReport, error) {
 	take, left := sweepTurns(keys, SweepTenantQuota)
 	for i, k := range take {
 		if ctx.Err() != nil || !e.now().Before(end) {
-			left = append(take[i:len(take):len(take)], left...)
+			left = append(slices.Clip(take[i:]), left...) // their turns came first
 			break
 		}
 		e.sweepKey(ctx, k, &rep)

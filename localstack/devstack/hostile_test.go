@@ -175,13 +175,13 @@ func TestSweepQuarantinesUnreadableJobsAndServesEveryoneElse(t *testing.T) {
 	faults.FailNextSends(1, "a")
 	good := h.Submit(t, stacktest.KeyB, map[string]any{"steps": []any{map[string]any{"id": "a", "action": map[string]any{"type": "pass"}}}})
 
-	// More unreadable jobs of tenant a than a sweep takes from a shard, in
+	// More unreadable jobs of tenant a than a sweep takes of a tenant, in
 	// the good job's shard and due before it.
 	table := h.Resources.Env["STEPFLOW_TABLE"]
 	shard := dueShardOf(good.ID)
 	early := h.Clock.Now().Add(-time.Hour).UTC().Format("2006-01-02T15:04:05.000Z")
 	bad := 0
-	for bad < engine.SweepLimit+10 {
+	for bad < engine.SweepTenantQuota+10 {
 		id := ulid.Make().String()
 		if dueShardOf(id) != shard {
 			continue
@@ -199,10 +199,10 @@ func TestSweepQuarantinesUnreadableJobsAndServesEveryoneElse(t *testing.T) {
 
 	h.Clock.Advance(domain.DispatchGrace + time.Second)
 	first := h.Sweep(t)
-	require.Equal(t, engine.SweepLimit, first.Quarantined, "%+v", first)
+	require.Equal(t, engine.SweepTenantQuota, first.Quarantined, "%+v", first)
+	require.Equal(t, 1, first.Redispatched, "tenant b's lost dispatch is sent again, in its turn")
 	second := h.Sweep(t)
 	require.Equal(t, 10, second.Quarantined, "%+v", second)
-	require.Equal(t, 1, second.Redispatched, "tenant b's lost dispatch is sent again")
 	h.AwaitState(t, stacktest.KeyB, good.ID, domain.JobCompleted)
 
 	third := h.Sweep(t)

@@ -1121,11 +1121,14 @@ func (j *Job) settleVia(now time.Time, viaWorker bool) error {
 	}
 	// The due time only moves earlier here: pushing it later on every lease
 	// and heartbeat would rewrite the due index each time. A job found due
-	// too early costs the sweep one look, and Resweep pushes it on.
+	// too early costs the sweep one look, and Resweep pushes it on. A write
+	// made once the due time has come (an executor behind a burst) sets the
+	// true one: the sweep would otherwise load the job while its messages
+	// are still expected, only to do the same.
 	switch want := j.due(); {
 	case want == nil || j.State.Terminal():
 		j.DueAt = want // a finished job is due once, exactly when it expires
-	case j.DueAt == nil || want.Before(*j.DueAt):
+	case j.DueAt == nil || want.Before(*j.DueAt) || !j.DueAt.After(now):
 		j.DueAt = want
 	}
 	return nil

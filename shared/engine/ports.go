@@ -33,7 +33,7 @@ type Store interface {
 	// List pages through a tenant's jobs, newest first.
 	List(ctx context.Context, tenant string, f ListFilter) ([]JobSummary, string, error)
 	// Due answers unfinished jobs due at or before now, earliest first, at
-	// most limit from each part of the due index.
+	// most limit from each part of the due index (DueJob.Part).
 	Due(ctx context.Context, now time.Time, limit int) ([]DueJob, error)
 	// Quarantine takes a job out of the due index, noting why.
 	Quarantine(ctx context.Context, tenant, id, reason string, now time.Time) error
@@ -194,7 +194,9 @@ type JobSummary struct {
 }
 
 // DueJob names a job in the due index; Due is its due time as found there.
-type DueJob struct{ Tenant, ID, Due string }
+// Part names the part of the index it was read from: a part that answered
+// as many entries as Due was asked for may hold more behind them.
+type DueJob struct{ Tenant, ID, Due, Part string }
 
 // MetricsSink receives the step metrics a process counted, at each flush
 // of its counters (at most every StatsFlushEvery): shared/metrics writes

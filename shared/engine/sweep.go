@@ -1,17 +1,39 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/stepflow/stepflow/shared/domain"
 )
 
-// SweepLimit bounds the jobs one sweep takes from each due-index shard; a
-// backlog larger than that is worked off over the next sweeps.
+// SweepLimit bounds the schedules and the idle worker queues one sweep
+// takes from each part of their due index; more wait for the next sweeps.
 const SweepLimit = 100
+
+// SweepRead is how many entries of each part of the jobs' due index a
+// sweep reads. The index holds keys only, so reading far more than one
+// run moves on costs little (one query a part, about 15 read units for a
+// full one), and one tenant's burst ahead in time order hides no other
+// tenant's entries behind it unless it fills a part.
+const SweepRead = 1000
+
+// SweepTenantQuota bounds the due jobs one sweep moves on for each tenant.
+// They are taken round-robin across tenants, so one tenant's burst neither
+// stretches the sweep nor holds back another tenant's job; its excess
+// stays due for the next runs.
+const SweepTenantQuota = 25
+
+// SweepBudget bounds the time one sweep spends on due jobs: a quarter of
+// the heartbeat's period (HealthThresholds.SweepEvery), at most this. The
+// heartbeat then records its sweep on time whatever is due, and the
+// schedules and worker queues still get their turn.
+const SweepBudget = 15 * time.Second
 
 // SweepReport says what a sweep did.
 type SweepReport struct {
@@ -24,6 +46,13 @@ type SweepReport struct {
 	Quarantined int `json:"quarantined"`
 	Deferred    int `json:"deferred"`
 	Errors      int `json:"errors"`
+	// Left due jobs were found and left for the next runs: past their
+	// tenant's SweepTenantQuota, or past the run's time budget. Postponed
+	// ones among them were moved later in the due index, spread over the
+	// next runs, because their part of the index held more than the sweep
+	// read (see postpone).
+	Left      int `json:"left,omitempty"`
+	Postponed int `json:"postponed,omitempty"`
 	// DataDeleted finished jobs had their stored data deleted as they
 	// expired.
 	DataDeleted int `json:"data_deleted"`
@@ -53,35 +82,28 @@ const SweepRetryAfter = 5 * time.Minute
 // the jobs stored. Two sweeps at once are safe: each change is conditional,
 // and a duplicate message finds nothing to do. One bad job never holds the
 // others back: an unreadable one is quarantined, one that cannot be moved
-// on is deferred, and the sweep goes on.
+// on is deferred, and the sweep goes on. No tenant slows it: it moves on
+// at most SweepTenantQuota jobs of each tenant, round-robin, within its
+// time budget, and leaves the rest for the next runs.
 func (e *Engine) Sweep(ctx context.Context) (SweepReport, error) {
 	var rep SweepReport
-	keys, err := e.cfg.Store.Due(ctx, e.now(), SweepLimit)
+	start := e.now()
+	keys, err := e.cfg.Store.Due(ctx, start, SweepRead)
 	if err != nil {
 		return rep, fmt.Errorf("sweep: %w", err)
 	}
 	rep.Due = len(keys)
-	for _, k := range keys {
-		if ctx.Err() != nil {
+	end := e.sweepEnd(ctx, start)
+	take, left := sweepTurns(keys, SweepTenantQuota)
+	for i, k := range take {
+		if ctx.Err() != nil || !e.now().Before(end) {
+			left = append(slices.Clip(take[i:]), left...) // their turns came first
 			break
 		}
-		err := e.sweepJob(ctx, k.Tenant, k.ID, &rep)
-		switch {
-		case err == nil:
-		case errors.Is(err, domain.ErrUnreadable):
-			e.quarantine(ctx, k.Tenant, k.ID, err)
-			rep.Quarantined++
-		case !domain.Transient(err) || errors.Is(err, errPanic):
-			e.cfg.Log.ErrorContext(ctx, "sweep could not move a job on; deferred", "tenant", k.Tenant, "job", k.ID, "err", err, "retry_after", SweepRetryAfter)
-			if derr := e.cfg.Store.Defer(ctx, k, e.now().Add(SweepRetryAfter)); derr != nil {
-				e.cfg.Log.WarnContext(ctx, "deferral not written", "job", k.ID, "err", derr)
-			}
-			rep.Deferred++
-		default:
-			rep.Errors++
-			e.cfg.Log.WarnContext(ctx, "sweep skipped a job", "tenant", k.Tenant, "job", k.ID, "err", err)
-		}
+		e.sweepKey(ctx, k, &rep)
 	}
+	rep.Left = len(left)
+	rep.Postponed = e.postpone(ctx, keys, left, end)
 	// Schedules after jobs: a failure there never holds recovery back.
 	sr, err := e.FireSchedules(ctx)
 	if err != nil && ctx.Err() == nil {
@@ -93,6 +115,104 @@ func (e *Engine) Sweep(ctx context.Context) (SweepReport, error) {
 	rep.QueuesRemoved, rep.Errors = removed, rep.Errors+qerrs
 	e.noteSweep(ctx, e.now())
 	return rep, nil
+}
+
+// sweepEnd is when a sweep that began at start stops taking due jobs: its
+// budget, and no later than half the time its invocation has left.
+func (e *Engine) sweepEnd(ctx context.Context, start time.Time) time.Time {
+	budget := min(e.thresholds().SweepEvery/4, SweepBudget)
+	if dl, ok := ctx.Deadline(); ok {
+		budget = min(budget, time.Until(dl)/2)
+	}
+	return start.Add(budget)
+}
+
+// sweepTurns orders the due jobs a sweep takes: round-robin across tenants
+// (each one's earliest, then each one's next), the tenant whose earliest
+// entry is earliest first, at most quota of each. The rest are left, in
+// the same turns.
+func sweepTurns(keys []DueJob, quota int) (take, left []DueJob) {
+	sorted := slices.Clone(keys)
+	slices.SortFunc(sorted, func(a, b DueJob) int {
+		return cmp.Or(strings.Compare(a.Due, b.Due), strings.Compare(a.Tenant, b.Tenant), strings.Compare(a.ID, b.ID))
+	})
+	var tenants []string
+	of := map[string][]DueJob{}
+	for _, k := range sorted {
+		if _, seen := of[k.Tenant]; !seen {
+			tenants = append(tenants, k.Tenant)
+		}
+		of[k.Tenant] = append(of[k.Tenant], k)
+	}
+	for turn := 0; len(take)+len(left) < len(sorted); turn++ {
+		for _, t := range tenants {
+			if turn >= len(of[t]) {
+				continue
+			}
+			if turn < quota {
+				take = append(take, of[t][turn])
+			} else {
+				left = append(left, of[t][turn])
+			}
+		}
+	}
+	return take, left
+}
+
+// sweepKey moves on one due job, or sets it aside.
+func (e *Engine) sweepKey(ctx context.Context, k DueJob, rep *SweepReport) {
+	err := e.sweepJob(ctx, k.Tenant, k.ID, rep)
+	switch {
+	case err == nil:
+	case errors.Is(err, domain.ErrUnreadable):
+		e.quarantine(ctx, k.Tenant, k.ID, err)
+		rep.Quarantined++
+	case !domain.Transient(err) || errors.Is(err, errPanic):
+		e.cfg.Log.ErrorContext(ctx, "sweep could not move a job on; deferred", "tenant", k.Tenant, "job", k.ID, "err", err, "retry_after", SweepRetryAfter)
+		if derr := e.cfg.Store.Defer(ctx, k, e.now().Add(SweepRetryAfter)); derr != nil {
+			e.cfg.Log.WarnContext(ctx, "deferral not written", "job", k.ID, "err", derr)
+		}
+		rep.Deferred++
+	default:
+		rep.Errors++
+		e.cfg.Log.WarnContext(ctx, "sweep skipped a job", "tenant", k.Tenant, "job", k.ID, "err", err)
+	}
+}
+
+// postpone moves later in the due index the jobs left in a part of it
+// that answered all SweepRead entries asked (more may wait behind them,
+// unread): each tenant's spread over the next runs, a quota a run, so the
+// next run reads what they hid, and the tenant's excess comes back no
+// faster than its quota takes it. It is a write a job (Store.Defer, no
+// read), within the run's budget; the jobs are not changed, and a job
+// that changed meanwhile keeps its own due time.
+func (e *Engine) postpone(ctx context.Context, keys, left []DueJob, end time.Time) int {
+	read := map[string]int{}
+	for _, k := range keys {
+		read[k.Part]++
+	}
+	every := e.thresholds().SweepEvery
+	rank := map[string]int{}
+	n := 0
+	for _, k := range left {
+		if read[k.Part] < SweepRead {
+			continue // its part was read to the end: it hides nothing
+		}
+		if ctx.Err() != nil || !e.now().Before(end) {
+			break
+		}
+		r := rank[k.Tenant]
+		rank[k.Tenant]++
+		// Due by the next run for the first quota, the run after for the
+		// next, and so on.
+		until := e.now().Add(every/2 + time.Duration(r/SweepTenantQuota)*every)
+		if err := e.cfg.Store.Defer(ctx, k, until); err != nil {
+			e.cfg.Log.WarnContext(ctx, "postponement not written; the job stays due", "tenant", k.Tenant, "job", k.ID, "err", err)
+			continue
+		}
+		n++
+	}
+	return n
 }
 
 var errPanic = errors.New("panic")

@@ -42,6 +42,7 @@ var storeChecks = []check[StoreFixture]{
 	{"save refuses a change from another state", storeSaveState},
 	{"save refuses a job over the item limit", storeTooLarge},
 	{"due lists unfinished jobs past their time", storeDue},
+	{"due answers at most its limit from each part", storeDueParts},
 	{"defer moves a due job only if unchanged", storeDefer},
 	{"quarantine takes a job out of the due index", storeQuarantine},
 	{"an unreadable job answers ErrUnreadable", storeUnreadable},
@@ -518,6 +519,38 @@ func storeDue(t *testing.T, f StoreFixture) {
 	require.NoError(t, f.Store.Save(ctx, loaded, n))
 	require.NotContains(t, dueIDs(due(t, f, later, 100)), me)
 	require.ElementsMatch(t, all, dueIDs(due(t, f, later, 100)))
+}
+
+// storeDueParts: Due names the part of the index each entry came from and
+// answers at most limit of each part, its earliest: a part that answered
+// limit may hold more (the sweep postpones what hides them).
+func storeDueParts(t *testing.T, f StoreFixture) {
+	var ids []string
+	for i := range 24 {
+		j := create(t, f, tenantA, passSpec, f.Now.Add(time.Duration(i)*time.Second))
+		ids = append(ids, tenantA+"/"+j.ID)
+	}
+	later := f.Now.Add(2 * domain.DispatchGrace)
+	all := due(t, f, later, 100)
+	require.ElementsMatch(t, ids, dueIDs(all))
+	parts := map[string][]engine.DueJob{}
+	for _, k := range all {
+		require.NotEmpty(t, k.Part, "%s/%s names its part", k.Tenant, k.ID)
+		parts[k.Part] = append(parts[k.Part], k)
+	}
+	require.Greater(t, len(parts), 1, "24 jobs spread over the parts")
+	for _, part := range parts {
+		slices.SortFunc(part, func(a, b engine.DueJob) int { return strings.Compare(a.Due, b.Due) })
+	}
+	for _, limit := range []int{1, 2} {
+		got := map[string][]string{}
+		for _, k := range due(t, f, later, limit) {
+			got[k.Part] = append(got[k.Part], k.Tenant+"/"+k.ID)
+		}
+		for p, part := range parts {
+			require.ElementsMatch(t, dueIDs(part[:min(limit, len(part))]), got[p], "part %s answers its %d earliest", p, limit)
+		}
+	}
 }
 
 // dueKey answers j's entry in a due listing at now.

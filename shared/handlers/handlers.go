@@ -79,6 +79,7 @@ func Heartbeat(e *engine.Engine) func(context.Context, events.EventBridgeEvent) 
 		}
 		if rep.Due > 0 || rep.SchedulesDue > 0 {
 			e.Log().Info("sweep", "due", rep.Due, "reclaimed", rep.Reclaimed, "redispatched", rep.Redispatched,
+				"left", rep.Left, "postponed", rep.Postponed,
 				"schedules_due", rep.SchedulesDue, "fired", rep.Fired, "skipped", rep.Skipped, "errors", rep.Errors)
 		}
 		return rep, nil

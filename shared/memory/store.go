@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strconv"
 	"strings"
@@ -252,26 +253,44 @@ func (s *Store) List(_ context.Context, tenant string, f engine.ListFilter) ([]e
 	return page, engine.EncodeCursor(tenant, page[len(page)-1].ID), nil
 }
 
-// Due answers up to limit jobs in the due index whose due time is at or
-// before now, earliest first. The index is one part here, so limit bounds
-// the whole answer (DynamoDB's bounds each of its shards).
+// Due answers up to limit jobs from each part of the due index (DueParts)
+// whose due time is at or before now, earliest first.
 func (s *Store) Due(_ context.Context, now time.Time, limit int) ([]engine.DueJob, error) {
 	at := now.UTC().Format(dueLayout)
 	s.mu.Lock()
-	var out []engine.DueJob
+	parts := map[string][]engine.DueJob{}
 	for k, r := range s.jobs {
 		if r.due != "" && r.due <= at {
-			out = append(out, engine.DueJob{Tenant: k.tenant, ID: k.id, Due: r.due})
+			p := duePart(k.id)
+			parts[p] = append(parts[p], engine.DueJob{Tenant: k.tenant, ID: k.id, Due: r.due, Part: p})
 		}
 	}
 	s.mu.Unlock()
-	slices.SortFunc(out, func(a, b engine.DueJob) int {
-		return cmp.Or(strings.Compare(a.Due, b.Due), strings.Compare(a.Tenant, b.Tenant), strings.Compare(a.ID, b.ID))
-	})
-	if limit >= 0 && len(out) > limit {
-		out = out[:limit]
+	var out []engine.DueJob
+	for _, part := range parts {
+		slices.SortFunc(part, earliestDue)
+		if limit >= 0 && len(part) > limit {
+			part = part[:limit]
+		}
+		out = append(out, part...)
 	}
+	slices.SortFunc(out, earliestDue)
 	return out, nil
+}
+
+// DueParts is how many parts the due index has, as the DynamoDB adapter
+// has shards (store.DueShards), a job in the same part as there: Due
+// answers at most its limit from each, so a sweep meets the same bounds.
+const DueParts = 8
+
+func duePart(id string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return fmt.Sprintf("D#%d", h.Sum32()%DueParts)
+}
+
+func earliestDue(a, b engine.DueJob) int {
+	return cmp.Or(strings.Compare(a.Due, b.Due), strings.Compare(a.Tenant, b.Tenant), strings.Compare(a.ID, b.ID))
 }
 
 // Quarantine takes a job out of the due index and notes why; the job

@@ -2,6 +2,8 @@ package store_test
 
 import (
 	"context"
+	"fmt"
+	"hash/fnv"
 	"strconv"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
+	"github.com/stepflow/stepflow/shared/memory"
 	"github.com/stepflow/stepflow/shared/store"
 )
 
@@ -282,9 +285,43 @@ func TestDueListsOnlyUnfinishedJobsPastTheirTime(t *testing.T) {
 	require.NotContains(t, it, "gsi2sk")
 }
 
-// dueKey is how Due lists a job: with the due time it found.
+// dueKey is how Due lists a job: with the due time it found, and the
+// shard it read it from.
 func dueKey(tenant string, j *domain.Job) engine.DueJob {
-	return engine.DueJob{Tenant: tenant, ID: j.ID, Due: j.DueAt.UTC().Format("2006-01-02T15:04:05.000Z")}
+	return engine.DueJob{Tenant: tenant, ID: j.ID, Due: j.DueAt.UTC().Format("2006-01-02T15:04:05.000Z"), Part: dueShardOf(j.ID)}
+}
+
+func dueShardOf(id string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return fmt.Sprintf("D#%d", h.Sum32()%store.DueShards)
+}
+
+// The in-memory store parts its due index as this one shards it, a job
+// in the same part, so a sweep meets the same bounds on both.
+func TestMemoryDuePartsAreTheShards(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, store.DueShards, memory.DueParts)
+	ctx := context.Background()
+	mem := memory.NewStore()
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	spec, err := domain.ParseJobSpec([]byte(simpleSpec))
+	require.NoError(t, err)
+	want := map[engine.DueJob]bool{}
+	for range 4 * store.DueShards {
+		j, err := domain.NewJob(tenantA, ulid.Make().String(), spec, "", now)
+		require.NoError(t, err)
+		_, _, err = mem.Create(ctx, j, "", now)
+		require.NoError(t, err)
+		want[dueKey(tenantA, j)] = true
+	}
+	due, err := mem.Due(ctx, now.Add(time.Hour), 100)
+	require.NoError(t, err)
+	got := map[engine.DueJob]bool{}
+	for _, k := range due {
+		got[k] = true
+	}
+	require.Equal(t, want, got)
 }
 
 func TestDueSpansShards(t *testing.T) {

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -108,15 +109,17 @@ func TestAChainRunsEachStepInOneWriteWithoutARead(t *testing.T) {
 func TestAChainYieldsAfterItsBudget(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	n := 2*(engine.ChainSteps+1) + 3
+	const budget = 4
+	b.e.Configure(func(c *engine.Config) { c.ChainSteps = budget })
+	n := 2*(budget+1) + 3
 	j := b.submit(t, tenantA, passSteps(n))
 	require.Equal(t, engine.Executed, b.execute(t, b.takeOne(t)))
 	got := b.job(t, tenantA, j.ID)
 	states := stepStates(got)
-	require.Equal(t, domain.StepSucceeded, states[engine.ChainSteps])
-	require.NotEqual(t, domain.StepSucceeded, states[engine.ChainSteps+1], "past the budget")
+	require.Equal(t, domain.StepSucceeded, states[budget])
+	require.NotEqual(t, domain.StepSucceeded, states[budget+1], "past the budget")
 	next := b.takeOne(t)
-	require.Equal(t, fmt.Sprintf("s%d", engine.ChainSteps+1), next.Message.Step, "sent, not run")
+	require.Equal(t, fmt.Sprintf("s%d", budget+1), next.Message.Step, "sent, not run")
 	require.Equal(t, engine.Executed, b.execute(t, next))
 	require.Equal(t, []engine.ExecuteResult{engine.Executed}, b.drain(t), "three deliveries for the whole job")
 	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State)
@@ -155,4 +158,51 @@ func TestAChainRunsOnlyBuiltInStepsDueNow(t *testing.T) {
 	require.Equal(t, domain.JobRetrying, got.State, "flaky ran in the chain and waits out its backoff")
 	require.Equal(t, 1, got.Steps[1].Attempt)
 	require.Empty(t, b.queue.TakeReady(10), "its retry is not due")
+}
+
+// A fan-out of instant steps and its fan-in run in the invocation that
+// ran the step before them, one write each, rather than as parallel
+// writers racing on the job; a branch that does I/O is sent, so those run
+// in parallel elsewhere.
+func TestAFanOutOfInstantStepsRunsInOneInvocation(t *testing.T) {
+	t.Parallel()
+	b, st := counted(t)
+	const width = 97
+	steps := []string{`{"id":"root","action":{"type":"pass"}}`}
+	var deps []string
+	for i := range width {
+		steps = append(steps, fmt.Sprintf(`{"id":"b%d","action":{"type":"pass"},"depends_on":["root"]}`, i))
+		deps = append(deps, fmt.Sprintf(`"b%d"`, i))
+	}
+	steps = append(steps, `{"id":"join","action":{"type":"pass"},"depends_on":[`+strings.Join(deps, ",")+`]}`)
+	j := b.submit(t, tenantA, `{"payload":{"n":1},"steps":[`+strings.Join(steps, ",")+`]}`)
+	gets, saves := st.gets.Load(), st.saves.Load()
+	require.Equal(t, engine.Executed, b.execute(t, b.takeOne(t)))
+	require.EqualValues(t, 1, st.gets.Load()-gets)
+	require.EqualValues(t, width+2, st.saves.Load()-saves, "one write a step, no lost race")
+	require.Empty(t, b.queue.TakeReady(10))
+	got := b.job(t, tenantA, j.ID)
+	require.Equal(t, domain.JobCompleted, got.State)
+	require.Len(t, got.Steps[width+1].Attempts, 1)
+
+	// Branches that call out: one runs here, the others are sent.
+	io := b.submit(t, tenantA, `{"steps":[{"id":"root","action":{"type":"pass"}},
+		{"id":"x","action":{"type":"http","url":"https://example.com/x"},"depends_on":["root"]},
+		{"id":"y","action":{"type":"http","url":"https://example.com/y"},"depends_on":["root"]},
+		{"id":"z","action":{"type":"pass"},"depends_on":["root"]}]}`)
+	b.e.Configure(func(c *engine.Config) { c.Runner = answering{} })
+	require.Equal(t, engine.Executed, b.execute(t, b.takeOne(t)))
+	got = b.job(t, tenantA, io.ID)
+	require.Equal(t, []domain.StepState{domain.StepSucceeded, domain.StepSucceeded, domain.StepPending, domain.StepSucceeded}, stepStates(got))
+	sent := b.takeOne(t)
+	require.Equal(t, "y", sent.Message.Step)
+	require.Equal(t, engine.Executed, b.execute(t, sent))
+	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, io.ID).State)
+}
+
+// answering answers {} for any step it runs, as a callee would.
+type answering struct{ engine.Actions }
+
+func (answering) Run(context.Context, engine.ActionCall) (json.RawMessage, *domain.Failure) {
+	return json.RawMessage(`{}`), nil
 }

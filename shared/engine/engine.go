@@ -67,6 +67,9 @@ type Config struct {
 	// InlineLimit is the largest payload or output kept in the job's item
 	// (STEPFLOW_INLINE_LIMIT; domain.DefaultInlineLimit when zero).
 	InlineLimit int
+	// ChainSteps bounds the steps an execute invocation runs after the one
+	// delivered (execute.go; ChainSteps when zero, none when negative).
+	ChainSteps int
 	// Publisher sends each saved change's job-level transitions
 	// (STEPFLOW_EVENT_BUS); nil sends none.
 	Publisher Publisher

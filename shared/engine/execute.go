@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -44,21 +45,39 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 	if err != nil {
 		return res, err
 	}
-	for ch.next != "" {
-		j, step := ch.job, ch.next
-		ch.job, ch.next = nil, ""
+	for len(ch.next) > 0 {
+		step := ch.next[0]
+		ch.next = ch.next[1:]
+		// The job as the last change saved it; a change that failed leaves
+		// none, and the next step reads it.
+		from := ch.job
+		ch.job = nil
 		ch.left--
-		if _, err := e.execute(ctx, Delivery{Message: Message{Tenant: j.Tenant, Job: j.ID, Step: step}}, j, ch); err != nil {
+		if _, err := e.execute(ctx, Delivery{Message: Message{Tenant: d.Message.Tenant, Job: d.Message.Job, Step: step}}, from, ch); err != nil {
 			// The step stays runnable: its message goes out as it would
 			// have without the chain (and if that is lost, the sweep
 			// sends it after DispatchGrace).
-			e.cfg.Log.WarnContext(ctx, "a chained step did not run here; it is sent", "job", j.ID, "step", step, "err", err)
-			if s := mustStep(j, step); s != nil {
-				e.dispatch(ctx, j, []domain.Dispatch{{Step: s}})
-			}
+			e.cfg.Log.WarnContext(ctx, "a chained step did not run here; it is sent", "job", d.Message.Job, "step", step, "err", err)
+			e.sendChained(ctx, d.Message.Tenant, d.Message.Job, from, step)
 		}
 	}
 	return res, nil
+}
+
+// sendChained sends a chained step that did not run, on the job as it
+// was before the try (its priority and the step's action say where), or
+// as read now.
+func (e *Engine) sendChained(ctx context.Context, tenant, id string, j *domain.Job, step string) {
+	if j == nil {
+		var err error
+		if j, err = e.cfg.Store.Get(ctx, tenant, id); err != nil {
+			e.cfg.Log.WarnContext(ctx, "a chained step was not sent; the sweep sends it", "job", id, "step", step, "err", err)
+			return
+		}
+	}
+	if s := mustStep(j, step); s != nil {
+		e.dispatch(ctx, j, []domain.Dispatch{{Step: s}})
+	}
 }
 
 // execute is Execute of one delivery, on from when set (the job as this
@@ -105,66 +124,77 @@ func (e *Engine) execute(ctx context.Context, d Delivery, from *domain.Job, ch *
 // own, and for how long it starts new ones: past either, what comes next
 // goes through the ready queue, where the other tenants' work and higher
 // priorities take their turn (SQS fair queues serve a quiet tenant's
-// messages first).
+// messages first). An instant step is one write, a few milliseconds on
+// AWS, so a chain's time is what bounds it.
 const (
-	ChainSteps = 25
+	ChainSteps = 100
 	ChainTime  = 2 * time.Second
 )
 
 // A chain is what an execute invocation may still run after the step it
-// was delivered: the next step of the same job when a change makes one
-// runnable now, on the ready lane, run by a built-in action that fits in
-// the invocation's time left. Durability is unchanged: the step is saved
-// runnable before it runs, and a process that dies leaves it to the
-// sweep as a lost message would (DispatchGrace).
+// was delivered: the steps of the same job a change makes runnable now,
+// on the ready lane, run by a built-in action that fits in the
+// invocation's time left. It takes every instant one (pass, fail: one
+// write each, so a fan-out of them runs here, one after another, rather
+// than as parallel writers racing on the job) and at most one that does
+// I/O (the others are sent, and run in parallel elsewhere). Durability is
+// unchanged: a step is saved runnable before it runs, and a process that
+// dies leaves it to the sweep as a lost message would (DispatchGrace).
 type chain struct {
 	left     int       // steps it may still run
 	until    time.Time // wall time after which it starts none
 	deadline time.Time // the invocation's, less what finishing needs; zero: none
-	next     string    // the step kept by the last change ("" none)
+	next     []string  // the steps kept, to run in order
+	io       bool      // one kept does I/O
 	job      *domain.Job
 }
 
 func (e *Engine) newChain(ctx context.Context) *chain {
-	c := &chain{left: ChainSteps, until: time.Now().Add(ChainTime)}
+	c := &chain{left: cmp.Or(e.cfg.ChainSteps, ChainSteps), until: time.Now().Add(ChainTime)}
 	if dl, ok := ctx.Deadline(); ok {
 		c.deadline = dl.Add(-2 * deadlineMargin)
 	}
 	return c
 }
 
-// keep takes one of ds for the chain to run next, if one qualifies, and
-// answers the rest to send.
+// keep notes j as saved, takes those of ds the chain runs, and answers
+// the rest to send.
 func (c *chain) keep(ctx context.Context, j *domain.Job, ds []domain.Dispatch) []domain.Dispatch {
-	if c == nil || c.left <= 0 || c.next != "" || ctx.Err() != nil || time.Now().After(c.until) {
+	if c == nil {
 		return ds
 	}
-	for i, d := range ds {
-		if !c.runs(j, d) {
+	c.job = j
+	if ctx.Err() != nil || time.Now().After(c.until) {
+		return ds
+	}
+	var rest []domain.Dispatch
+	for _, d := range ds {
+		pure, ok := c.runs(j, d)
+		if !ok || len(c.next) >= c.left || !pure && c.io {
+			rest = append(rest, d)
 			continue
 		}
-		c.next, c.job = d.Step.ID(), j
-		rest := make([]domain.Dispatch, 0, len(ds)-1)
-		return append(append(rest, ds[:i]...), ds[i+1:]...)
+		c.next = append(c.next, d.Step.ID())
+		c.io = c.io || !pure
 	}
-	return ds
+	return rest
 }
 
-// runs reports whether the chain may run d's step itself.
-func (c *chain) runs(j *domain.Job, d domain.Dispatch) bool {
+// runs reports whether the chain may run d's step itself, and whether
+// that step is instant.
+func (c *chain) runs(j *domain.Job, d domain.Dispatch) (pure, ok bool) {
 	if d.Delay > 0 || d.Wake != "" || DestinationOf(j, d.Step).Kind != ToReady {
-		return false
+		return false, false
 	}
-	kind, ok := domain.LookupAction(d.Step.Spec.Action.Type)
-	if !ok || kind.Executor() != domain.ExecutorBuiltIn {
-		return false
+	kind, found := domain.LookupAction(d.Step.Spec.Action.Type)
+	if !found || kind.Executor() != domain.ExecutorBuiltIn {
+		return false, false
 	}
-	if _, pure := kind.(domain.PureAction); pure || c.deadline.IsZero() {
-		return true
+	if _, pure = kind.(domain.PureAction); pure || c.deadline.IsZero() {
+		return pure, true
 	}
-	return time.Until(c.deadline) > time.Duration(d.Step.Spec.TimeoutSeconds)*time.Second
+	return false, time.Until(c.deadline) > time.Duration(d.Step.Spec.TimeoutSeconds)*time.Second
 }
-
 // run runs a built-in action until the step's timeout or the invocation's
 // deadline less the margin to record, whichever comes first (one context,
 // one cancel).

@@ -195,6 +195,7 @@ func (c *chain) runs(j *domain.Job, d domain.Dispatch) (pure, ok bool) {
 	}
 	return false, time.Until(c.deadline) > time.Duration(d.Step.Spec.TimeoutSeconds)*time.Second
 }
+
 // run runs a built-in action until the step's timeout or the invocation's
 // deadline less the margin to record, whichever comes first (one context,
 // one cancel).

@@ -306,6 +306,8 @@ func run(ctx context.Context, o options) error {
 			map[string]any{"id": "large3", "action": map[string]any{"type": "worker", "queue": "bench", "lease_seconds": 60}},
 		}, "payload": map[string]any{"n": 1}}},
 		{"diamond DAG (a; b, c; d)", o.jobs / 5, 4, map[string]any{"steps": diamond(), "payload": map[string]any{"n": 1}}},
+		{"fan-out: 98 pass branches and their fan-in", max(o.jobs/100, 2), 100, map[string]any{"steps": fanOut(98), "payload": map[string]any{"n": 1}}},
+		{"100-step pass", max(o.jobs/50, 2), 100, map[string]any{"steps": passChain(100), "payload": map[string]any{"n": 1}}},
 		{"timer: 5 s sleep via Step Functions, then pass", o.jobs / 10, 2, map[string]any{"steps": []any{
 			map[string]any{"id": "nap", "action": map[string]any{"type": "sleep", "seconds": 5}},
 			map[string]any{"id": "after", "action": map[string]any{"type": "pass"}},
@@ -381,12 +383,28 @@ func diamond() []any {
 	return []any{step("a"), step("b", "a"), step("c", "a"), step("d", "b", "c")}
 }
 
-func fiveSteps() []any {
+func fiveSteps() []any { return passChain(5) }
+
+// passChain is n pass steps, each after the one before.
+func passChain(n int) []any {
 	var s []any
-	for i := range 5 {
+	for i := range n {
 		s = append(s, map[string]any{"id": fmt.Sprintf("s%d", i+1), "action": map[string]any{"type": "pass"}})
 	}
 	return s
+}
+
+// fanOut is a pass step, width pass steps after it and one after them
+// all: a job's widest join.
+func fanOut(width int) []any {
+	s := []any{map[string]any{"id": "root", "action": map[string]any{"type": "pass"}}}
+	var deps []string
+	for i := range width {
+		id := fmt.Sprintf("b%d", i+1)
+		s = append(s, map[string]any{"id": id, "action": map[string]any{"type": "pass"}, "depends_on": []string{"root"}})
+		deps = append(deps, id)
+	}
+	return append(s, map[string]any{"id": "join", "action": map[string]any{"type": "pass"}, "depends_on": deps})
 }
 
 // workload submits n jobs over HTTP from concurrent clients, lets them run

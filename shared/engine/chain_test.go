@@ -21,6 +21,7 @@ type countingStore struct {
 	engine.Store
 	gets, saves atomic.Int64
 	failSave    int64
+	crashSave   int64 // the write whose process dies before it is made
 }
 
 func (s *countingStore) Get(ctx context.Context, tenant, id string) (*domain.Job, error) {
@@ -29,8 +30,11 @@ func (s *countingStore) Get(ctx context.Context, tenant, id string) (*domain.Job
 }
 
 func (s *countingStore) Save(ctx context.Context, j *domain.Job, loaded int) error {
-	if n := s.saves.Add(1); n == s.failSave {
+	switch n := s.saves.Add(1); n {
+	case s.failSave:
 		return fmt.Errorf("injected: connection reset")
+	case s.crashSave:
+		panic("injected: the invocation died")
 	}
 	return s.Store.Save(ctx, j, loaded)
 }
@@ -205,4 +209,28 @@ type answering struct{ engine.Actions }
 
 func (answering) Run(context.Context, engine.ActionCall) (json.RawMessage, *domain.Failure) {
 	return json.RawMessage(`{}`), nil
+}
+
+// A chain whose invocation dies leaves its next step runnable with no
+// message: the delivered message, which comes back since its invocation
+// never answered, takes that step up again rather than leaving it to the
+// sweep.
+func TestTheMessageOfAChainThatDiedResumesIt(t *testing.T) {
+	t.Parallel()
+	b, st := counted(t)
+	j := b.submit(t, tenantA, passSteps(3))
+	st.crashSave = st.saves.Load() + 2 // dies before the second step's write
+	d := b.takeOne(t)
+	require.Panics(t, func() { _, _ = b.e.Execute(b.ctx, d) })
+	got := b.job(t, tenantA, j.ID)
+	require.Equal(t, []domain.StepState{domain.StepSucceeded, domain.StepPending, domain.StepWaitingDeps}, stepStates(got))
+	require.Empty(t, b.queue.TakeReady(10), "no message for s1: the chain was to run it")
+
+	// Its message comes back (SQS hands it out again at its visibility
+	// timeout).
+	require.NoError(t, b.queue.Release(b.ctx, d.Token))
+	again := b.takeOne(t)
+	b.clock.Advance(engine.ChainTime)
+	require.Equal(t, engine.Stale, b.execute(t, again), "its own step is done")
+	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State, "the rest ran")
 }

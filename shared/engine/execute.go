@@ -100,7 +100,16 @@ func (e *Engine) execute(ctx context.Context, d Delivery, from *domain.Job, ch *
 		// the rest, through the timer service.
 		e.dispatch(ctx, t.job, []domain.Dispatch{{Step: mustStep(t.job, d.Message.Step), Delay: t.until.Sub(e.now())}})
 		return Deferred, nil
-	case stale, unreadable:
+	case stale:
+		if from == nil {
+			// A message that comes back to find its step done may be the
+			// delivery of a chain that died (its invocation crashed or
+			// timed out): the steps that chain would have run are taken up
+			// again (resume), rather than left to the sweep.
+			ch.resume(t.job, e.now())
+		}
+		return Stale, nil
+	case unreadable:
 		return Stale, nil
 	case waiting:
 		return Waiting, nil // in line for a slot: a freed one sends it again
@@ -178,6 +187,27 @@ func (c *chain) keep(ctx context.Context, j *domain.Job, ds []domain.Dispatch) [
 		c.io = c.io || !pure
 	}
 	return rest
+}
+
+// resume takes up the steps of j a chain that died left runnable: those
+// it may run, due since longer than a chain runs, holding no lease. Run
+// here they cost what their messages would have; one whose message is
+// only late finds, when it comes, its step done.
+func (c *chain) resume(j *domain.Job, now time.Time) {
+	if j == nil || j.State.Terminal() {
+		return
+	}
+	var ds []domain.Dispatch
+	for _, s := range j.Steps {
+		if s.Lease == nil && s.ReadyAt != nil && !s.ReadyAt.After(now.Add(-ChainTime)) && j.CanLease(s.ID(), now) == nil {
+			ds = append(ds, domain.Dispatch{Step: s})
+		}
+	}
+	if len(ds) == 0 {
+		return
+	}
+	c.keep(context.Background(), j, ds)
+	c.job = nil // read again: the job as this delivery found it may be behind
 }
 
 // runs reports whether the chain may run d's step itself, and whether

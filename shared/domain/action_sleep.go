@@ -35,7 +35,7 @@ func (SleepAction) start(j *Job, s *Step, now time.Time) ([]Dispatch, error) {
 	}
 	s.Timer = &Timer{WakeAt: &wake}
 	j.park(s, now)
-	return []Dispatch{{Step: s, Delay: d}}, nil
+	return j.sendAt(s, wake, now), nil
 }
 
 // timedOut: a sleep has no deadline; its timer wakes it.

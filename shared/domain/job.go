@@ -115,7 +115,11 @@ type Step struct {
 	Lease   *Lease    `json:"lease,omitempty"`
 	// ReadyAt is when the step became (or becomes, after a backoff) runnable,
 	// or was last re-dispatched.
-	ReadyAt      *time.Time      `json:"ready_at,omitempty"`
+	ReadyAt *time.Time `json:"ready_at,omitempty"`
+	// Unsent is the instant (its ReadyAt, or its timer's) whose message was
+	// not sent, being further off than the job's timer threshold: the job
+	// is due when it comes within it, and the sweep sends it then (arm.go).
+	Unsent       *time.Time      `json:"unsent,omitempty"`
 	Redispatches int             `json:"redispatches,omitempty"`
 	Output       json.RawMessage `json:"output,omitempty"`
 	Error        *StepError      `json:"error,omitempty"`
@@ -308,6 +312,7 @@ func NewJob(tenant, id string, spec *JobSpec, idemKey string, now time.Time) (*J
 		}
 		if j.RunAt != nil {
 			s.ReadyAt = j.RunAt // it opens, or is leased, when its message comes at run_at
+			j.holdUnsent(s, *j.RunAt, now)
 			continue
 		}
 		if _, err := j.ready(s, now); err != nil {
@@ -321,8 +326,8 @@ func NewJob(tenant, id string, spec *JobSpec, idemKey string, now time.Time) (*J
 }
 
 // DefaultTimerThreshold is the longest delay sent as an SQS delay; a
-// longer one goes through a Step Functions timer
-// (STEPFLOW_TIMER_THRESHOLD). SQS allows at most 900 s.
+// longer one waits in the due index until the sweep sends it within reach
+// (arm.go) (STEPFLOW_TIMER_THRESHOLD). SQS allows at most 900 s.
 const DefaultTimerThreshold = 900 * time.Second
 
 // Step finds a step by id.
@@ -791,10 +796,9 @@ func (j *Job) retryAfterFailure(s *Step, f Failure, now time.Time, rng *rand.Ran
 	}
 	switch {
 	case left:
-		delay := max(policy.Delay(retry, rng), f.RetryAfter)
-		at := now.Add(delay)
+		at := now.Add(max(policy.Delay(retry, rng), f.RetryAfter))
 		s.ReadyAt = &at
-		return []StepEvent{first, StepEvRetry}, []Dispatch{{Step: s, Delay: delay}}
+		return []StepEvent{first, StepEvRetry}, j.sendAt(s, at, now)
 	case f.Class == ClassTimeout:
 		return []StepEvent{first, StepEvFail}, nil
 	default:
@@ -980,6 +984,7 @@ func (j *Job) cancelOpen(now time.Time, detail string) error {
 // sweep waits twice as long before doing it again.
 func (j *Job) Redispatched(s *Step, now time.Time) error {
 	s.Redispatches++
+	s.Unsent = nil // it is sent now
 	if s.State.leasable() && (s.ReadyAt == nil || s.ReadyAt.Before(now)) {
 		s.ReadyAt = &now
 	}
@@ -1119,6 +1124,7 @@ func (j *Job) settleVia(now time.Time, viaWorker bool) error {
 		exp := now.Add(r.For(j.State))
 		j.ExpiresAt = &exp
 	}
+	j.dropStaleUnsent()
 	// The due time only moves earlier here: pushing it later on every lease
 	// and heartbeat would rewrite the due index each time. A job found due
 	// too early costs the sweep one look, and Resweep pushes it on. A write
@@ -1194,11 +1200,12 @@ func (t *stepTally) add(s *Step) {
 	}
 }
 
-// due answers when the sweep must look at the job: a runnable step whose
-// message should have been taken by then, a lease that should have been
-// reclaimed by then, or a timer (a sleep's end, a gate's or a wait's
-// deadline) whose message should have come by then. Each re-dispatch
-// doubles the wait. A parked job with no deadline is never due. A finished
+// due answers when the sweep must look at the job: a message not sent yet,
+// as its instant comes within the timer threshold (arm.go); a runnable
+// step whose message should have been taken by then, a lease that should
+// have been reclaimed by then, or a timer (a sleep's end, a gate's or a
+// wait's deadline) whose message should have come by then. Each
+// re-dispatch doubles the wait. A parked job with no deadline is never due. A finished
 // job is due only to have its stored data deleted, when it expires.
 func (j *Job) due() *time.Time {
 	if j.State.Terminal() {
@@ -1211,6 +1218,8 @@ func (j *Job) due() *time.Time {
 	for _, s := range j.Steps {
 		var t time.Time
 		switch {
+		case s.AwaitsArm():
+			t = j.armAt(s) // its message is sent then
 		case s.State.leasable() && s.ReadyAt != nil:
 			t = s.resendAt()
 			if end := j.resourceWaitEnds(s); end != nil && end.Before(t) {

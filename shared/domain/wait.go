@@ -10,8 +10,8 @@ import (
 // approval gate waits for a person, a wait for a signal, a sleep for a
 // time. Each holds its job without a function running; what ends it is a
 // person, a signal, or a timer message that arrives at its instant (an SQS
-// delay up to the timer threshold, a Step Functions timer beyond it), with
-// the sweep's due index as the safety net.
+// delay, sent at once up to the timer threshold and by the sweep within
+// reach beyond it, arm.go), with the sweep's due index as the safety net.
 
 // MaxKeptSignals bounds the signals a job keeps for waits not reached yet.
 // Only a name some wait of the job may take is kept, at most one per such
@@ -54,10 +54,9 @@ func (j *Job) deadline(s *Step, seconds int, now time.Time) []Dispatch {
 	if seconds <= 0 {
 		return nil
 	}
-	d := time.Duration(seconds) * time.Second
-	dl := now.Add(d)
+	dl := now.Add(time.Duration(seconds) * time.Second)
 	s.Timer = &Timer{Deadline: &dl}
-	return []Dispatch{{Step: s, Delay: d}}
+	return j.sendAt(s, dl, now)
 }
 
 // park marks a sleep or a wait that starts waiting parked if it leaves
@@ -397,11 +396,15 @@ func (j *Job) takeSignal(s *Step, k int, now time.Time) ([]Dispatch, error) {
 }
 
 // Outstanding answers the messages a job that has not started needs: each
-// runnable step's (at its ready time) and each timer's. A submission sends
-// them; sending them twice is harmless.
+// runnable step's (at its ready time) and each timer's, but for those
+// further off than the timer threshold, which the sweep sends (Arm). A
+// submission sends them; sending them twice is harmless.
 func (j *Job) Outstanding(now time.Time) []Dispatch {
 	var out []Dispatch
 	for _, s := range j.Steps {
+		if s.AwaitsArm() {
+			continue
+		}
 		var at *time.Time
 		switch {
 		case s.State.leasable() && s.Lease == nil:

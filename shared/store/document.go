@@ -30,11 +30,14 @@ import (
 //	          was kept (85eae6a), read as CANCELLED and step_cancelled.
 //	2         this document; its fields are version 1's, so a build
 //	          without this file reads it as before.
+//	3         adds a step's unsent: the instant of a message too far off
+//	          for an SQS delay, which the sweep sends within reach. A
+//	          build of version 2 reads the rest and logs it.
 //
 // A change to what is stored adds a version, its golden items
 // (testdata/jobs/v<N>) and the reading of the versions before it.
 const (
-	documentVersion = 2
+	documentVersion = 3
 	docVersionAttr  = "dv" // a number attribute: three bytes on every item
 )
 
@@ -87,6 +90,7 @@ type stepDoc struct {
 	Attempt       int              `json:"attempt"`
 	Lease         *leaseDoc        `json:"lease,omitempty"`
 	ReadyAt       *time.Time       `json:"ready_at,omitempty"`
+	Unsent        *time.Time       `json:"unsent,omitempty"` // version 3
 	Redispatches  int              `json:"redispatches,omitempty"`
 	Output        json.RawMessage  `json:"output,omitempty"`
 	Error         *errorDoc        `json:"error,omitempty"`
@@ -340,7 +344,7 @@ func stepDocOf(s domain.Step) stepDoc {
 		Lease: mapPtr(s.Lease, func(l domain.Lease) leaseDoc {
 			return leaseDoc{ID: l.ID, Attempt: l.Attempt, ExpiresAt: l.ExpiresAt, Worker: l.Worker, Token: l.Token, Resource: l.Resource, Deadline: l.Deadline}
 		}),
-		ReadyAt: s.ReadyAt, Redispatches: s.Redispatches, Output: s.Output, Error: mapPtr(s.Error, errorDocOf),
+		ReadyAt: s.ReadyAt, Unsent: s.Unsent, Redispatches: s.Redispatches, Output: s.Output, Error: mapPtr(s.Error, errorDocOf),
 		Attempts: mapSlice(s.Attempts, func(a domain.Attempt) attemptDoc {
 			return attemptDoc{N: a.N, State: string(a.State), Lease: a.Lease, LeaseUntil: a.LeaseUntil, Worker: a.Worker, Resource: a.Resource,
 				StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: mapPtr(a.Error, errorDocOf), Output: a.Output, OutputRef: mapPtr(a.OutputRef, dataRefDocOf)}
@@ -368,7 +372,7 @@ func (d *stepDoc) step() domain.Step {
 		Lease: mapPtr(d.Lease, func(l leaseDoc) domain.Lease {
 			return domain.Lease{ID: l.ID, Attempt: l.Attempt, ExpiresAt: l.ExpiresAt, Worker: l.Worker, Token: l.Token, Resource: l.Resource, Deadline: l.Deadline}
 		}),
-		ReadyAt: d.ReadyAt, Redispatches: d.Redispatches, Output: d.Output, Error: mapPtr(d.Error, errorDoc.stepError),
+		ReadyAt: d.ReadyAt, Unsent: d.Unsent, Redispatches: d.Redispatches, Output: d.Output, Error: mapPtr(d.Error, errorDoc.stepError),
 		Attempts: mapSlice(d.Attempts, func(a attemptDoc) domain.Attempt {
 			return domain.Attempt{N: a.N, State: domain.AttemptState(a.State), Lease: a.Lease, LeaseUntil: a.LeaseUntil, Worker: a.Worker, Resource: a.Resource,
 				StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: mapPtr(a.Error, errorDoc.stepError), Output: a.Output, OutputRef: mapPtr(a.OutputRef, dataRefDoc.ref)}

@@ -64,12 +64,14 @@ type Settings struct {
 	// long-polls (events with wait, claims with wait_seconds) one tenant
 	// may hold open at once (engine.DefaultMaxLongPolls).
 	MaxLongPolls int
-	// TimerStateMachine is STEPFLOW_TIMER_STATE_MACHINE (optional): the
-	// ARN of statemachine/timer.asl.json. Without it a delay beyond SQS's
-	// 900 s is re-sent every 900 s until due.
+	// TimerStateMachine is STEPFLOW_TIMER_STATE_MACHINE (optional; the
+	// template's LongTimers StepFunctions sets it): the ARN of
+	// statemachine/timer.asl.json, which then holds every delay beyond the
+	// threshold. Without it such a delay waits in the due index and the
+	// heartbeat's sweep sends it once it is within the threshold.
 	TimerStateMachine string
 	// TimerThreshold is STEPFLOW_TIMER_THRESHOLD (optional, seconds, 1 to
-	// 900, default 900): longer delays go through the timer state machine.
+	// 900, default 900): the longest delay sent as an SQS delay at once.
 	TimerThreshold time.Duration
 	// ResourceWait is STEPFLOW_RESOURCE_WAIT_SECONDS (optional, seconds, 1
 	// to a year, default domain.DefaultResourceWait): how long a step that
@@ -353,7 +355,7 @@ func EngineConfig(s Settings, c Clients, log *slog.Logger) engine.Config {
 		}
 	}
 	cfg := engine.Config{
-		Store: st, Queue: q, Runner: runner, Log: log, BuiltinLease: s.Lease,
+		Store: st, Queue: q, Runner: runner, Log: log, BuiltinLease: s.Lease, TimerService: q.TimerService(),
 		P0Tenants: engine.ParseTenantList(s.P0Tenants), TimerThreshold: s.TimerThreshold, ResourceWait: s.ResourceWait,
 		Retention: s.Retention, WorkerQueueIdle: s.WorkerQueueIdle, Schedules: store.NewSchedules(c.DynamoDB, s.Table),
 		InlineLimit: s.InlineLimit, Thresholds: s.Health, MaxLongPolls: s.MaxLongPolls,

@@ -102,6 +102,7 @@ func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job
 			}
 			return j, err
 		}
+		fx.dispatch = append(fx.dispatch, e.armAtOnce(j, now)...)
 		err := e.cfg.Store.Save(ctx, j, before.loaded)
 		if errors.Is(err, domain.ErrVersionConflict) {
 			if !lostRace(ctx, race) {
@@ -118,6 +119,17 @@ func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job
 		return j, nil
 	}
 	return nil, fmt.Errorf("job %s: gave up after %d lost races: %w: %w", id, maxRaces, domain.ErrContended, domain.ErrVersionConflict)
+}
+
+// armAtOnce sends a job's messages that are too far off for an SQS delay
+// at once, when the queue holds long delays itself (Config.TimerService);
+// otherwise they wait for the sweep (domain.Job.Arm), and this answers
+// none. Pure, as a decision is.
+func (e *Engine) armAtOnce(j *domain.Job, now time.Time) []domain.Dispatch {
+	if !e.cfg.TimerService {
+		return nil
+	}
+	return j.ArmAll(now)
 }
 
 // decideOnly runs a decision, counted in e.deciding so a test's adapters

@@ -47,10 +47,15 @@ type Config struct {
 	// P0Tenants may submit priority 0; nil lets every tenant
 	// (STEPFLOW_P0_TENANTS).
 	P0Tenants map[string]bool
-	// TimerThreshold is the longest delay the queue sends as an SQS delay
-	// (a longer one goes through a Step Functions timer); a job whose waits
-	// all end beyond it is PARKED (STEPFLOW_TIMER_THRESHOLD).
+	// TimerThreshold is the longest delay the queue sends as an SQS delay:
+	// a longer one waits in the due index until the sweep sends it within
+	// reach (domain.Job.Arm); a job whose waits all end beyond it is
+	// PARKED (STEPFLOW_TIMER_THRESHOLD).
 	TimerThreshold time.Duration
+	// TimerService: the queue holds a delay beyond TimerThreshold itself
+	// (a Step Functions timer, STEPFLOW_TIMER_STATE_MACHINE), so such a
+	// message is sent at once rather than by the sweep.
+	TimerService bool
 	// ResourceWait bounds a resource wait for a step that names no
 	// resource_wait_seconds (STEPFLOW_RESOURCE_WAIT_SECONDS; zero:
 	// domain.DefaultResourceWait).
@@ -444,6 +449,7 @@ func (e *Engine) create(ctx context.Context, tenant, id string, body []byte, ide
 	if err != nil {
 		return creation{}, err
 	}
+	e.armAtOnce(j, now) // Outstanding sends them
 	j, created, err := e.cfg.Store.Create(ctx, j, requestHash(body), now)
 	if err != nil {
 		return creation{}, err

@@ -44,7 +44,8 @@ type bundle struct {
 	gate  *gateRunner
 }
 
-func setup(t *testing.T) *bundle {
+// setup makes a bundle; opts change the engine's configuration.
+func setup(t *testing.T, opts ...func(*engine.Config)) *bundle {
 	t.Helper()
 	clock := memory.NewClock(time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC))
 	st := memory.NewStore()
@@ -52,7 +53,11 @@ func setup(t *testing.T) *bundle {
 	lossy := &lossyQueue{Queue: q}
 	gate := &gateRunner{inner: &actions.Runner{}}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	e := engine.New(engine.Config{Store: st, Queue: lossy, Runner: gate, BuiltinLease: builtinLease, Log: log, Now: clock.Now})
+	cfg := engine.Config{Store: st, Queue: lossy, Runner: gate, BuiltinLease: builtinLease, Log: log, Now: clock.Now}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	e := engine.New(cfg)
 	b := &bundle{ctx: context.Background(), clock: clock, store: st, queue: q, e: e, lossy: lossy, gate: gate}
 	t.Cleanup(func() { b.checkEveryJob(t) })
 	return b

@@ -96,9 +96,12 @@ func (e *Engine) execute(ctx context.Context, d Delivery, from *domain.Job, ch *
 		}
 		return Held, nil
 	case notYet:
-		// Early (a backoff, a run_at or a timer SQS capped): sent again for
-		// the rest, through the timer service.
-		e.dispatch(ctx, t.job, []domain.Dispatch{{Step: mustStep(t.job, d.Message.Step), Delay: t.until.Sub(e.now())}})
+		// Early (a duplicate, or a delay the queue capped): sent again for
+		// the rest, unless its message waits for the sweep, which sends
+		// it in time.
+		if s := mustStep(t.job, d.Message.Step); !s.AwaitsArm() {
+			e.dispatch(ctx, t.job, []domain.Dispatch{{Step: s, Delay: t.until.Sub(e.now())}})
+		}
 		return Deferred, nil
 	case stale:
 		if from == nil {

@@ -312,5 +312,10 @@ func (e *Engine) newRun(ctx context.Context, s *domain.Schedule, tick, now time.
 		return nil, err
 	}
 	spec.ParkAfter, spec.ResourceWait = e.cfg.TimerThreshold, e.cfg.ResourceWait
-	return domain.NewJob(s.Tenant, s.RunID(tick), spec, "", now)
+	j, err := domain.NewJob(s.Tenant, s.RunID(tick), spec, "", now)
+	if err != nil {
+		return nil, err
+	}
+	e.armAtOnce(j, now) // Outstanding sends them
+	return j, nil
 }

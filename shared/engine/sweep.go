@@ -269,7 +269,8 @@ func (e *Engine) deleteDueData(ctx context.Context, j *domain.Job, now time.Time
 
 // sweepDecide is the sweep's decision on one job: a finished job's data
 // marked deleted when due (deleteDueData deleted it), timers whose message
-// never came fired, expired leases reclaimed (their slots given back once
+// never came fired, messages too far off to send before sent within reach
+// (domain.Job.Arm), expired leases reclaimed (their slots given back once
 // saved), steps whose message was lost sent again, a stalled job failed.
 // errNoChange when nothing is due (the index was behind the item).
 func sweepDecide(j *domain.Job, now time.Time, fx *effects) (reclaimed, redispatched int, deleted bool, err error) {
@@ -291,6 +292,10 @@ func sweepDecide(j *domain.Job, now time.Time, fx *effects) (reclaimed, redispat
 		return 0, 0, false, err
 	}
 	fx.dispatch = append(fx.dispatch, fired...)
+	// Messages too far off for an SQS delay when they were decided are
+	// sent now that they are within reach: the job moves on in the due
+	// index to their instants, so the next sweep sends none again.
+	fx.dispatch = append(fx.dispatch, j.Arm(now)...)
 	for _, s := range j.Steps {
 		redispatch, reclaim := j.NeedsSweep(s, now)
 		switch {

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"encoding/json"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,16 +12,71 @@ import (
 	"github.com/stepflow/stepflow/shared/engine"
 )
 
-// Durable time: a sleep holds no function. Its message comes back when the
-// queue lets it (the in-memory queue, like SQS without the timer state
-// machine, caps a delay at 900 s), is deferred for the rest, and wakes the
-// step at its time.
-func TestLongSleepIsDeferredUntilItsTime(t *testing.T) {
+// Durable time: a sleep holds no function, and one further off than an
+// SQS delay reaches (the timer threshold, 900 s) sends nothing at first:
+// the job waits in the due index until its wake time is within the
+// threshold, when the heartbeat's sweep sends the message, once, with the
+// rest of the delay. It wakes the step on time.
+func TestLongSleepIsSentByTheSweepWithinReach(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	start := b.clock.Now()
+	wake := start.Add(2 * time.Hour)
+	arm := wake.Add(-domain.DefaultTimerThreshold)
+	j := b.submit(t, tenantA, `{"payload":{"p":1},"steps":[{"id":"nap","action":{"type":"sleep","seconds":7200}},{"id":"after","action":{"type":"pass"}}]}`)
+	require.Equal(t, domain.JobParked, j.State, "beyond the timer threshold: parked")
+	require.Zero(t, b.queue.Len("", ""), "no message sent at submit")
+	require.Equal(t, arm, *b.job(t, tenantA, j.ID).DueAt, "due when the wake time comes within the threshold")
+
+	b.clock.Advance(arm.Sub(start) - time.Second)
+	require.Equal(t, engine.SweepReport{}, b.sweep(t), "not yet within reach")
+	require.Zero(t, b.queue.Len("", ""))
+
+	// Two sweeps at once find it due; one sends it.
+	b.clock.Advance(time.Second)
+	var wg sync.WaitGroup
+	reps := make([]engine.SweepReport, 2)
+	for i := range reps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reps[i] = b.sweep(t)
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, 1, b.queue.Len("", ""), "one message, sent by one sweep (reports %+v)", reps)
+	got := b.job(t, tenantA, j.ID)
+	require.Equal(t, wake.Add(domain.DispatchGrace), *got.DueAt, "then due only if its message never comes")
+	require.Equal(t, domain.JobParked, got.State)
+	require.Equal(t, engine.SweepReport{}, b.sweep(t), "the next sweep sends nothing again")
+	require.Equal(t, 1, b.queue.Len("", ""))
+
+	b.clock.Advance(wake.Sub(b.clock.Now()) - time.Millisecond)
+	require.Empty(t, b.drain(t), "not before the wake time")
+	b.clock.Advance(time.Millisecond)
+	require.Equal(t, []engine.ExecuteResult{engine.Executed, engine.Executed}, b.drain(t), "wakes, then the next step runs")
+	got = b.job(t, tenantA, j.ID)
+	require.Equal(t, domain.JobCompleted, got.State)
+	require.JSONEq(t, `{"p":1}`, string(got.Steps[1].Output))
+	require.Empty(t, got.Steps[0].Attempts, "no executor ever ran the sleep")
+	for _, e := range got.Events {
+		if e.Step == "nap" && e.Type == "step_succeeded" {
+			require.Equal(t, wake, e.At, "woke on time")
+		}
+	}
+}
+
+// Where the queue holds long delays itself (Config.TimerService: the Step
+// Functions timer), the message is sent at once. The in-memory queue caps
+// it at 900 s, as SQS without the timer does, so it comes back early, is
+// deferred for the rest, and wakes the step at its time.
+func TestLongSleepIsDeferredUntilItsTime(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *engine.Config) { c.TimerService = true })
 	j := b.submit(t, tenantA, `{"payload":{"p":1},"steps":[{"id":"nap","action":{"type":"sleep","seconds":3600}},{"id":"after","action":{"type":"pass"}}]}`)
 	require.Equal(t, domain.JobParked, j.State, "beyond the timer threshold: parked")
 	require.Empty(t, b.queue.TakeReady(10), "nothing runs while it sleeps")
+	require.Equal(t, 1, b.queue.Len("", ""), "sent at once")
 
 	b.clock.Advance(900 * time.Second)
 	require.Equal(t, []engine.ExecuteResult{engine.Deferred}, b.drain(t))
@@ -30,6 +86,35 @@ func TestLongSleepIsDeferredUntilItsTime(t *testing.T) {
 	require.Equal(t, domain.JobCompleted, got.State)
 	require.JSONEq(t, `{"p":1}`, string(got.Steps[1].Output))
 	require.Empty(t, got.Steps[0].Attempts, "no executor ever ran the sleep")
+}
+
+// A worker step's retry after an hour's backoff waits in the due index as
+// a long sleep does: the sweep sends it to the worker queue within reach,
+// and it is claimed when the backoff has run out.
+func TestLongBackoffIsSentByTheSweepWithinReach(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.submit(t, tenantA, `{"steps":[{"id":"w","action":{"type":"worker","queue":"q"},"retry":{"max_attempts":2}}]}`)
+	ls := b.claim(t, tenantA, "q")
+	require.Len(t, ls, 1)
+	_, err := b.e.Fail(b.ctx, tenantA, ls[0].LeaseID, engine.Outcome{Class: "retryable", Message: "rate limited", RetryAfterSeconds: 3600})
+	require.NoError(t, err)
+	ready := *b.job(t, tenantA, j.ID).Steps[0].ReadyAt
+	require.Zero(t, b.queue.Len(tenantA, "q"), "the retry is not sent yet")
+
+	b.clock.Advance(ready.Sub(b.clock.Now()) - domain.DefaultTimerThreshold)
+	require.Equal(t, 1, b.sweep(t).Due)
+	require.Equal(t, 1, b.queue.Len(tenantA, "q"), "sent within reach")
+	require.Equal(t, engine.SweepReport{}, b.sweep(t))
+	require.Empty(t, b.claim(t, tenantA, "q"), "not visible before the backoff ends")
+
+	b.clock.Advance(ready.Sub(b.clock.Now()))
+	ls = b.claim(t, tenantA, "q")
+	require.Len(t, ls, 1)
+	require.Equal(t, 2, ls[0].Attempt)
+	_, err = b.e.Complete(b.ctx, tenantA, ls[0].LeaseID, json.RawMessage(`"ok"`))
+	require.NoError(t, err)
+	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State)
 }
 
 func TestSweepFiresATimerWhoseMessageWasLost(t *testing.T) {

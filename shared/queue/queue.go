@@ -1,9 +1,13 @@
 // Package queue carries work and time on SQS. A message names one runnable
-// step; its visibility timeout is the lease. Time is one timer service: a
-// delay up to the timer threshold (at most SQS's 900 s) is the message's
-// DelaySeconds; a longer one is a Step Functions Standard execution of
-// statemachine/timer.asl.json that waits until the instant and then sends
-// the message (docs/model.md#waits-sleeps-and-timers). The engine says
+// step; its visibility timeout is the lease. A delay up to the timer
+// threshold (at most SQS's 900 s) is the message's DelaySeconds. The
+// engine sends nothing further off unless the queue has the timer state
+// machine (the template's LongTimers StepFunctions): then a longer delay is
+// a Step Functions Standard execution of statemachine/timer.asl.json that
+// waits until the instant and then sends the message. Without it, a longer
+// delay the engine still sends (an early message sent again for the rest)
+// goes at 900 s and is sent again until due
+// (docs/model.md#waits-sleeps-and-timers). The engine says
 // where each message goes (engine.Destination), and the queue maps that to
 // a URL: the ready queues, one per priority, or the lane of a queue per
 // tenant and worker queue name, created when work for it is first
@@ -54,8 +58,9 @@ type TimerAPI interface {
 }
 
 // MaxDelay is the longest DelaySeconds SQS allows. Without a timer state
-// machine a longer delay is sent at this one and re-sent by the receiver
-// until it is due.
+// machine a longer delay (which the engine sends only for an early
+// message) is sent at this one and re-sent by the receiver until it is
+// due.
 const MaxDelay = 900 * time.Second
 
 // Config names the queues.
@@ -96,11 +101,17 @@ type Queue struct {
 // WithTimers lets the queue send delays beyond the threshold through the
 // timer state machine cfg.TimerARN names.
 func (q *Queue) WithTimers(t TimerAPI) *Queue {
-	if q.cfg.TimerARN != "" {
+	if q.cfg.TimerARN != "" && t != nil {
 		q.timers = t
 	}
 	return q
 }
+
+// TimerService reports whether the queue holds delays beyond the threshold
+// itself (the timer state machine): the engine then sends them at once
+// (engine.Config.TimerService) rather than have the sweep send them within
+// reach.
+func (q *Queue) TimerService() bool { return q.timers != nil }
 
 // New answers a queue adapter.
 func New(api API, cfg Config) *Queue {

@@ -7,8 +7,9 @@ import (
 )
 
 // resolver replaces the intrinsic functions template.yaml uses (Ref,
-// Fn::GetAtt, Fn::Sub) with their values on the local stack. Their targets
-// are what it creates or knows: parameters with a Default, AWS::StackName,
+// Fn::GetAtt, Fn::Sub, Fn::If) with their values on the local stack. Their
+// targets are what it creates or knows: parameters with a value (their
+// Default, or SetParameter's), AWS::StackName,
 // AWS::AccountId and AWS::Partition (the emulator's), and the tables, queues, state machines, buckets and event buses
 // Provision created so far.
 type resolver struct {
@@ -104,6 +105,8 @@ func (r *resolver) intrinsic(fn string, arg any) (any, error) {
 			}
 		}
 		return nil, fmt.Errorf("Fn::GetAtt: want [Resource, Attribute], got %v", arg)
+	case "Fn::If":
+		return r.ifBranch(arg)
 	case "Fn::Sub":
 		s, ok := arg.(string)
 		if !ok {
@@ -160,6 +163,8 @@ func (r *resolver) notCreated(id string) error {
 	switch {
 	case !ok:
 		return fmt.Errorf("no such parameter or resource")
+	case !r.t.included(id):
+		return fmt.Errorf("%s is not created: its condition %s does not hold", id, res.Condition)
 	case res.Type == typeTable || res.Type == typeQueue || res.Type == typeStateMachine || res.Type == typeBucket || res.Type == typeEventBus:
 		return fmt.Errorf("%s is not created yet", id) // a table referring to a queue: tables come first
 	}

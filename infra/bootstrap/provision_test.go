@@ -80,16 +80,12 @@ func TestProvisionRealTemplate(t *testing.T) {
 	require.Equal(t, "1209600", dlq["MessageRetentionPeriod"])
 	require.Empty(t, dlq["RedrivePolicy"])
 
-	// State machine: the ASL file as written, STANDARD, a role of the stack's.
-	require.Len(t, st.StateMachines, 1)
-	timer := st.StateMachines["TimerStateMachine"]
-	require.Regexp(t, `^arn:aws:states:us-east-1:\d{12}:stateMachine:stepflow-TimerStateMachine$`, timer)
-	sm, err := sf.DescribeStateMachine(ctx, &sfn.DescribeStateMachineInput{StateMachineArn: aws.String(timer)})
+	// No state machine by default (LongTimers Sweep): the sweep sends long
+	// delays.
+	require.Empty(t, st.StateMachines)
+	machines, err := sf.ListStateMachines(ctx, &sfn.ListStateMachinesInput{})
 	require.NoError(t, err)
-	require.Equal(t, "stepflow-TimerStateMachine", aws.ToString(sm.Name))
-	require.Equal(t, ftypes.StateMachineTypeStandard, sm.Type)
-	require.Equal(t, readFile(t, "../../statemachine/timer.asl.json"), aws.ToString(sm.Definition))
-	require.Regexp(t, `^arn:aws:iam::\d{12}:role/stepflow-TimerStateMachineRole$`, aws.ToString(sm.RoleArn))
+	require.Empty(t, machines.StateMachines)
 
 	// Bucket: named after the stack, lower-cased as S3 wants.
 	require.Equal(t, map[string]string{"DataBucket": "stepflow-databucket"}, st.Buckets)
@@ -116,7 +112,7 @@ func TestProvisionRealTemplate(t *testing.T) {
 		"STEPFLOW_MAX_LONG_POLLS":                   "20",
 		"STEPFLOW_WORKER_QUEUE_IDLE_SECONDS":        "604800",
 		"STEPFLOW_HTTP_ALLOW":                       "",
-		"STEPFLOW_TIMER_STATE_MACHINE":              timer,
+		"STEPFLOW_TIMER_STATE_MACHINE":              "",
 		"STEPFLOW_TIMER_THRESHOLD":                  "900",
 		"STEPFLOW_RESOURCE_WAIT_SECONDS":            "86400",
 		"STEPFLOW_LAMBDA_ALLOW":                     "stepflow-fn-",
@@ -156,6 +152,41 @@ func TestProvisionRealTemplate(t *testing.T) {
 	require.Len(t, exec.SQS, 3)
 	require.Equal(t, st.QueueURLs["ReadyQueueP1"], exec.SQS[1].QueueURL)
 	require.Empty(t, tpl.Functions()[3].SQS[0].QueueURL)
+
+	// LongTimers StepFunctions adds the timer state machine, which the
+	// functions are told of: the ASL file as written, STANDARD, a role of
+	// the stack's. Nothing else changes.
+	require.NoError(t, tpl.SetParameter("LongTimers", "StepFunctions"))
+	again, err := Provision(ctx, db, sq, sf, s3c, eb, tpl, "stepflow")
+	require.NoError(t, err)
+	require.Len(t, again.StateMachines, 1)
+	timer := again.StateMachines["TimerStateMachine"]
+	require.Regexp(t, `^arn:aws:states:us-east-1:\d{12}:stateMachine:stepflow-TimerStateMachine$`, timer)
+	sm, err := sf.DescribeStateMachine(ctx, &sfn.DescribeStateMachineInput{StateMachineArn: aws.String(timer)})
+	require.NoError(t, err)
+	require.Equal(t, "stepflow-TimerStateMachine", aws.ToString(sm.Name))
+	require.Equal(t, ftypes.StateMachineTypeStandard, sm.Type)
+	require.Equal(t, readFile(t, "../../statemachine/timer.asl.json"), aws.ToString(sm.Definition))
+	require.Regexp(t, `^arn:aws:iam::\d{12}:role/stepflow-TimerStateMachineRole$`, aws.ToString(sm.RoleArn))
+	want["STEPFLOW_TIMER_STATE_MACHINE"] = timer
+	require.Equal(t, want, again.Env)
+	again.StateMachines, again.Env = st.StateMachines, st.Env
+	require.Equal(t, st, again)
+}
+
+// A parameter takes only a value its AllowedValues name, and only a
+// parameter the template declares.
+func TestSetParameter(t *testing.T) {
+	t.Parallel()
+	tpl, err := Parse(realTemplate)
+	require.NoError(t, err)
+	require.ErrorContains(t, tpl.SetParameter("LongTimers", "Cron"), `parameter LongTimers: "Cron" is not one of its AllowedValues [Sweep StepFunctions]`)
+	require.ErrorContains(t, tpl.SetParameter("NoSuch", "x"), "parameter NoSuch: the template declares no such parameter")
+	require.True(t, tpl.included("JobsTable"))
+	require.False(t, tpl.included("TimerStateMachine"))
+	require.NoError(t, tpl.SetParameter("LongTimers", "StepFunctions"))
+	require.True(t, tpl.included("TimerStateMachine"))
+	require.NoError(t, tpl.checkSupport())
 }
 
 func TestProvisionIsIdempotent(t *testing.T) {
@@ -164,6 +195,7 @@ func TestProvisionIsIdempotent(t *testing.T) {
 	ctx := testContext(t)
 	tpl, err := Parse(realTemplate)
 	require.NoError(t, err)
+	require.NoError(t, tpl.SetParameter("LongTimers", "StepFunctions")) // with the state machine
 
 	first, err := Provision(ctx, db, sq, sf, s3c, eb, tpl, "idem")
 	require.NoError(t, err)
@@ -213,6 +245,7 @@ func TestProvisionStacksDoNotCollide(t *testing.T) {
 	ctx := testContext(t)
 	tpl, err := Parse(realTemplate)
 	require.NoError(t, err)
+	require.NoError(t, tpl.SetParameter("LongTimers", "StepFunctions")) // with the state machine
 
 	a, err := Provision(ctx, db, sq, sf, s3c, eb, tpl, "alpha")
 	require.NoError(t, err)

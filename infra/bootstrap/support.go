@@ -31,7 +31,8 @@ var templateKeys = keySet{
 	"Parameters.*.MinValue":           "CloudFormation checks values passed on deploy; locally the Default is used",
 	"Parameters.*.MaxValue":           "CloudFormation checks values passed on deploy; locally the Default is used",
 	"Parameters.*.AllowedValues":      "CloudFormation checks values passed on deploy; locally the Default is used",
-	"Conditions":                      "conditions choose settings bootstrap ignores (X-Ray tracing); a reference to one elsewhere is refused by the dry run",
+	"Conditions":                      handled,
+	"Conditions.*":                    handled, // evaluated by conditions.go: Fn::Equals of parameters' values
 	"Parameters.*.Description":        "documentation",
 	"Globals":                         handled,
 	"Globals.Function":                handled, // checked against globalsFunctionKeys
@@ -39,6 +40,7 @@ var templateKeys = keySet{
 	"Resources.*":                     handled,
 	"Resources.*.Type":                handled, // one of resourceKeys
 	"Resources.*.Properties":          handled, // checked against resourceKeys of its Type
+	"Resources.*.Condition":           handled, // a resource whose condition is false is not created
 	"Resources.*.Metadata":            "sam build settings",
 	"Resources.*.DeletionPolicy":      stackLifecycle,
 	"Resources.*.UpdateReplacePolicy": stackLifecycle,
@@ -63,8 +65,8 @@ var intrinsics = keySet{
 	"Ref":        handled,
 	"Fn::GetAtt": handled,
 	"Fn::Sub":    handled,
-	"Fn::If":     "chooses settings bootstrap ignores (X-Ray tracing); resolving one is refused by the dry run",
-	"Fn::Equals": "only in Conditions",
+	"Fn::If":     handled,
+	"Fn::Equals": "evaluated in Conditions only; anywhere else the dry run refuses it",
 }
 
 // keySets names every declaration, as the check's problems and records do.
@@ -215,6 +217,13 @@ func (s *survey) calls(path string, v any) {
 // take is refused before anything is created.
 func (s *survey) dryRun() {
 	t := s.t
+	for _, id := range sortedKeys(t.Resources) {
+		if c := t.Resources[id].Condition; c != "" {
+			if _, err := t.condition(c); err != nil {
+				s.problem("Resources."+id+".Condition", err.Error())
+			}
+		}
+	}
 	r := newResolver(t, "check")
 	for _, typ := range []string{typeTable, typeQueue, typeStateMachine, typeBucket, typeEventBus} {
 		for _, id := range t.ids(typ) {
@@ -234,7 +243,7 @@ func (s *survey) dryRun() {
 			s.problem("Resources."+id+".Properties", err.Error())
 		}
 	}
-	for _, id := range t.ids(typeStateMachine) {
+	for _, id := range t.allIDs(typeStateMachine) { // its definition, whether it is created or not
 		if _, err := readStateMachine(t, t.Resources[id].Properties); err != nil {
 			s.problem("Resources."+id+".Properties", err.Error())
 		}

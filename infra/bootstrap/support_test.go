@@ -103,8 +103,14 @@ Resources:
 			"Globals.Function.Environment.Variables.JOINED: intrinsic function Fn::Join"},
 		"intrinsic under an ignored key": {"Policies: [", `Policies: [{"Fn::Select": [0, [a]]}, `,
 			"Resources.Fn.Properties.Policies[0]: intrinsic function Fn::Select"},
-		"Fn::If where bootstrap resolves": {env, env + "        IF: !If [c, a, b]\n",
-			"Globals.Function.Environment.Variables: IF: Fn::If is not handled"},
+		"Fn::If of no condition": {env, env + "        IF: !If [c, a, b]\n",
+			"Globals.Function.Environment.Variables: IF: Fn::If: condition c is not declared in Conditions"},
+		"condition not of two values": {"Resources:\n", "Conditions:\n  C: !Equals [a]\nResources:\n  Q2: {Type: AWS::SQS::Queue, Condition: C}\n",
+			"Resources.Q2.Condition: condition C: only Fn::Equals of two values is handled"},
+		"reference to a resource its condition leaves out": {"Resources:\n", "Conditions:\n  Never: !Equals [a, b]\nResources:\n" +
+			"  Q2: {Type: AWS::SQS::Queue, Condition: Never}\n" +
+			"  Q3: {Type: AWS::SQS::Queue, Properties: {RedrivePolicy: {deadLetterTargetArn: !GetAtt Q2.Arn, maxReceiveCount: 5}}}\n",
+			"Resources.Q3.Properties: RedrivePolicy: deadLetterTargetArn: Fn::GetAtt Q2.Arn: Q2 is not created: its condition Never does not hold"},
 		"FIFO queue": {"    Type: AWS::SQS::Queue\n", "    Type: AWS::SQS::Queue\n    Properties: {FifoQueue: true}\n",
 			"Resources.Q.Properties.FifoQueue: AWS::SQS::Queue key FifoQueue"},
 		"Kinesis stream": {billing, billing + "      KinesisStreamSpecification: {StreamArn: x}\n",

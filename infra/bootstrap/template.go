@@ -43,7 +43,7 @@ type Template struct {
 	Resources map[string]Resource
 
 	doc       map[string]any // the whole document, for the support check
-	params    map[string]any // parameter logical id -> Default (nil when none)
+	params    map[string]any // parameter logical id -> its value: its Default (nil when none), or SetParameter's
 	globalFn  map[string]any // Globals.Function
 	functions []Function     // sorted by logical id
 }
@@ -52,6 +52,8 @@ type Template struct {
 type Resource struct {
 	Type       string
 	Properties map[string]any
+	// Condition names the condition under which it exists ("" always).
+	Condition string
 }
 
 // Parse reads a SAM template (YAML, with CloudFormation short tags) and its
@@ -96,7 +98,8 @@ func Parse(path string) (*Template, error) {
 		if props == nil {
 			props = map[string]any{}
 		}
-		t.Resources[id] = Resource{Type: typ, Properties: props}
+		cond, _ := rm["Condition"].(string)
+		t.Resources[id] = Resource{Type: typ, Properties: props, Condition: cond}
 	}
 	if params, ok := doc["Parameters"].(map[string]any); ok {
 		for id, pv := range params {
@@ -118,8 +121,20 @@ func Parse(path string) (*Template, error) {
 	return t, nil
 }
 
-// ids lists the logical ids of the template's resources of one type, sorted.
+// ids lists the logical ids of the template's resources of one type that
+// exist on this stack (included), sorted.
 func (t *Template) ids(typ string) []string {
+	var out []string
+	for _, id := range t.allIDs(typ) {
+		if t.included(id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// allIDs lists them whatever their Condition.
+func (t *Template) allIDs(typ string) []string {
 	var out []string
 	for _, id := range sortedKeys(t.Resources) {
 		if t.Resources[id].Type == typ {

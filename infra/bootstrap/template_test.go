@@ -118,15 +118,23 @@ func TestTemplateLeaseInvariants(t *testing.T) {
 	}
 }
 
-// The timer state machine may send only to the stack's ready and worker
-// queues; every function, since each dispatches, may start it and no other.
+// The timer state machine exists only with LongTimers StepFunctions (by
+// default the sweep sends long delays); it may send only to the stack's
+// ready and worker queues; every function, since each dispatches, may
+// start it, under the same condition, and no other.
 func TestTemplateTimerPermissions(t *testing.T) {
 	t.Parallel()
 	tpl, err := Parse(realTemplate)
 	require.NoError(t, err)
 	env := envVars(tpl.globalFn)
 	timer := map[string]any{"Ref": "TimerStateMachine"}
-	require.Equal(t, timer, env["STEPFLOW_TIMER_STATE_MACHINE"])
+	long := tpl.doc["Parameters"].(map[string]any)["LongTimers"].(map[string]any)
+	require.Equal(t, "Sweep", long["Default"])
+	require.Equal(t, []any{"Sweep", "StepFunctions"}, long["AllowedValues"])
+	require.Equal(t, map[string]any{"Fn::Equals": []any{map[string]any{"Ref": "LongTimers"}, "StepFunctions"}},
+		tpl.doc["Conditions"].(map[string]any)["StepFunctionsTimers"])
+	require.Equal(t, "StepFunctionsTimers", tpl.Resources["TimerStateMachine"].Condition)
+	require.Equal(t, map[string]any{"Fn::If": []any{"StepFunctionsTimers", timer, ""}}, env["STEPFLOW_TIMER_STATE_MACHINE"])
 	require.Equal(t, map[string]any{"Ref": "TimerThresholdSeconds"}, env["STEPFLOW_TIMER_THRESHOLD"])
 	threshold := tpl.doc["Parameters"].(map[string]any)["TimerThresholdSeconds"].(map[string]any)
 	require.Equal(t, map[string]any{"Type": "Number", "Default": 900, "MinValue": 1, "MaxValue": 900},
@@ -134,13 +142,20 @@ func TestTemplateTimerPermissions(t *testing.T) {
 		"SQS delays a message at most 900 s")
 
 	// statements answers each Allow statement of a resource's Policies as
-	// its actions and its resources.
-	statements := func(id string) (out []struct{ actions, resources []any }) {
+	// its actions and its resources; a statement under a condition is
+	// answered only for that condition, which must hold none but it.
+	statements := func(id, condition string) (out []struct{ actions, resources []any }) {
 		for _, p := range tpl.Resources[id].Properties["Policies"].([]any) {
 			for _, st := range p.(map[string]any)["Statement"].([]any) {
 				st := st.(map[string]any)
-				if _, ok := st["Fn::If"]; ok {
-					continue // X-Ray's, with tracing on (TestTemplateTracing)
+				if c, ok := st["Fn::If"].([]any); ok {
+					if c[0] != condition {
+						continue // X-Ray's, with tracing on (TestTemplateTracing)
+					}
+					require.Equal(t, map[string]any{"Ref": "AWS::NoValue"}, c[2], id)
+					st = c[1].(map[string]any)
+				} else if condition != "" {
+					continue
 				}
 				require.Equal(t, "Allow", st["Effect"], id)
 				res, ok := st["Resource"].([]any)
@@ -154,7 +169,7 @@ func TestTemplateTimerPermissions(t *testing.T) {
 	}
 
 	var sends []any
-	for _, st := range statements("TimerStateMachine") {
+	for _, st := range statements("TimerStateMachine", "") {
 		require.Equal(t, []any{"sqs:SendMessage"}, st.actions)
 		sends = append(sends, st.resources...)
 	}
@@ -170,16 +185,20 @@ func TestTemplateTimerPermissions(t *testing.T) {
 		if len(f.Routes)+len(f.SQS)+len(f.Schedules) == 0 {
 			continue // a lambda action's function (EchoFunction) dispatches nothing
 		}
-		var starts []any
-		for _, st := range statements(f.LogicalID) {
-			for _, a := range st.actions {
-				if strings.HasPrefix(a.(string), "states:") {
-					require.Equal(t, []any{"states:StartExecution"}, st.actions, f.LogicalID)
-					starts = append(starts, st.resources...)
+		starts := func(condition string) []any {
+			var out []any
+			for _, st := range statements(f.LogicalID, condition) {
+				for _, a := range st.actions {
+					if strings.HasPrefix(a.(string), "states:") {
+						require.Equal(t, []any{"states:StartExecution"}, st.actions, f.LogicalID)
+						out = append(out, st.resources...)
+					}
 				}
 			}
+			return out
 		}
-		require.Equal(t, []any{timer}, starts, f.LogicalID)
+		require.Equal(t, []any{timer}, starts("StepFunctionsTimers"), f.LogicalID)
+		require.Empty(t, starts(""), "%s: no right to start a timer unless LongTimers is StepFunctions", f.LogicalID)
 	}
 }
 
@@ -540,6 +559,9 @@ func TestTemplateLambdaActionPermissions(t *testing.T) {
 		for _, p := range policies {
 			for _, st := range p.(map[string]any)["Statement"].([]any) {
 				st := st.(map[string]any)
+				if c, ok := st["Fn::If"].([]any); ok {
+					st = c[1].(map[string]any) // a statement under a condition (StartTimers)
+				}
 				for _, a := range st["Action"].([]any) {
 					if strings.HasPrefix(a.(string), "lambda:") {
 						require.Equal(t, []any{"lambda:InvokeFunction"}, st["Action"], f.LogicalID)

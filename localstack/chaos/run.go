@@ -68,7 +68,9 @@ func (c *Config) defaults() {
 
 // RunTimerThreshold is the chaos stack's timer threshold: a delay up to it
 // is an SQS delay, a longer one (a 2.5 or 3 s sleep, a 3 or 4 s deadline)
-// a Step Functions timer, which moto runs.
+// a Step Functions timer, which moto runs: the chaos stack takes the
+// template's LongTimers StepFunctions, whose faults (KindSFNStartLost) it
+// injects.
 const RunTimerThreshold = 2 * time.Second
 
 // Tenant and APIKey are the run's tenant, whose jobs the run's checks
@@ -107,6 +109,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		EndpointURL: cfg.Endpoint, StackName: name, APIKeys: map[string]string{APIKey: Tenant, ScheduleKey: ScheduleTenant},
 		ScheduleEvery: 2 * time.Second, PollWait: time.Second, Lease: cfg.Lease, Now: clock.Now, Log: cfg.Log,
 		TimerThreshold:   RunTimerThreshold,
+		Parameters:       map[string]string{"LongTimers": "StepFunctions"},
 		APIOptions:       []func(*middleware.Stack) error{f.Middleware, pool.Observe},
 		RunnerAPIOptions: []func(*middleware.Stack) error{f.Duplicates()},
 	})

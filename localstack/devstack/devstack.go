@@ -79,10 +79,15 @@ type Options struct {
 	// lease (template: 1800 s), so a crashed execution is redelivered soon.
 	Lease time.Duration
 	// TimerThreshold overrides STEPFLOW_TIMER_THRESHOLD (template: 900 s),
-	// the longest delay sent as an SQS delay rather than through the timer
-	// state machine, so a test reaches the timer without waiting 15
-	// minutes. Whole seconds, 1 s to 900 s.
+	// the longest delay sent as an SQS delay at once (a longer one the
+	// heartbeat's sweep sends within reach, or the timer state machine
+	// holds), so a test reaches a long timer without waiting 15 minutes.
+	// Whole seconds, 1 s to 900 s.
 	TimerThreshold time.Duration
+	// Parameters give template parameters values other than their
+	// Default, as a deploy's overrides do: LongTimers StepFunctions makes
+	// the timer state machine and tells the functions of it.
+	Parameters map[string]string
 	// Env sets the functions' environment variables beyond the template's
 	// (STEPFLOW_P0_TENANTS, STEPFLOW_MAX_WORKER_QUEUES...).
 	Env map[string]string
@@ -301,6 +306,11 @@ func (s *Stack) provision(ctx context.Context, o Options, cfg aws.Config) error 
 	tmpl, err := bootstrap.Parse(o.TemplatePath)
 	if err != nil {
 		return err
+	}
+	for name, value := range o.Parameters {
+		if err := tmpl.SetParameter(name, value); err != nil {
+			return err
+		}
 	}
 	res, err := bootstrap.Provision(ctx, s.DynamoDB, s.SQS, sfn.NewFromConfig(cfg), s.S3, s.EventBridge, tmpl, o.StackName)
 	if err != nil {

@@ -121,6 +121,7 @@ func timerStack(ctx context.Context, t *testing.T, name string) (*sqs.Client, *s
 	sq, sf := sqs.NewFromConfig(cfg), sfn.NewFromConfig(cfg)
 	tpl, err := bootstrap.Parse("../../template.yaml")
 	require.NoError(t, err)
+	require.NoError(t, tpl.SetParameter("LongTimers", "StepFunctions")) // the state machine exists only then
 	s3c := s3.NewFromConfig(cfg, func(o *s3.Options) { o.UsePathStyle = true })
 	stack, err := bootstrap.Provision(ctx, dynamodb.NewFromConfig(cfg), sq, sf, s3c, eventbridge.NewFromConfig(cfg), tpl, name)
 	require.NoError(t, err)

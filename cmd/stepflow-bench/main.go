@@ -40,9 +40,17 @@ import (
 const (
 	benchKey    = "bench-key"
 	benchTenant = "bench"
-	// benchTimerThreshold sends the timer workload's sleeps through Step
-	// Functions.
+	// benchTimerThreshold makes the timer workload's 5 s sleeps long
+	// timers, as hour-long ones are on AWS at the default 900 s: the
+	// heartbeat's sweep sends each within reach.
 	benchTimerThreshold = 2 * time.Second
+	// benchSweepEvery is how often the bench runs the heartbeat's sweep
+	// during the timer workload (the template's is every minute, a long
+	// way off for 5 s sleeps).
+	benchSweepEvery = 500 * time.Millisecond
+	// sweepTag marks the requests of those sweeps (costmeter.Tag), which
+	// are the timers' own cost.
+	sweepTag = "sweep"
 )
 
 type options struct {
@@ -125,6 +133,11 @@ type result struct {
 	// step no executor runs): the Task and Wait states the same work needs
 	// on Step Functions.
 	Entered int
+	// Sweeps are the requests of the sweeps the bench ran during the
+	// workload (the timer workload's) beyond what as many sweeps with
+	// nothing due cost: sending the long timers within reach. They are in
+	// Requests and Units too.
+	Sweeps costmeter.Tagged
 }
 
 func (r result) jobsPerSec() float64 { return float64(r.Jobs) / r.Wall.Seconds() }
@@ -157,15 +170,24 @@ func (r result) gbSeconds() float64 {
 
 // usage is all the workload used, as costmeter prices it: the requests
 // at the proxy, the units metered, the S3 GETs of presigned URLs by
-// workers (the proxy's s3.GetObject beyond the engine's own), the timer
-// state machine's executions (states.StartExecution), and the rest
-// metered around the functions.
+// workers (the proxy's s3.GetObject beyond the engine's own), the long
+// timers (the sweeps' requests that sent them, taken out of the rest; or
+// the timer state machine's executions, states.StartExecution, on a stack
+// with LongTimers StepFunctions), and the rest metered around the
+// functions.
 func (r result) usage() costmeter.Usage {
-	units := r.Units
+	units := r.Units.Minus(r.Sweeps.Units)
 	units.S3Reads += max(float64(r.count("s3.GetObject"))-r.Units.S3Reads, 0)
+	var armSQS float64
+	for k, v := range r.Sweeps.Requests {
+		if strings.HasPrefix(k, "SQS.") {
+			armSQS += float64(v)
+		}
+	}
 	return costmeter.Usage{
 		Jobs: float64(r.Jobs), Units: units,
-		SQSRequests:    float64(r.count("sqs.")),
+		Arms: r.Sweeps.Units, ArmSQSRequests: armSQS,
+		SQSRequests:    float64(r.count("sqs.")) - armSQS,
 		LambdaRequests: r.invocations(), LambdaGBSeconds: r.gbSeconds(),
 		APIRequests:     float64(r.APIRequests),
 		TimerExecutions: float64(r.count("states.StartExecution")),
@@ -265,8 +287,8 @@ func run(ctx context.Context, o options) error {
 		// The meter is middleware in the engine's clients' stacks: it bills
 		// each attempt that reached DynamoDB.
 		APIOptions: []func(*middleware.Stack) error{b.meter.Middleware},
-		// The timer workload's 5 s sleeps go through the Step Functions
-		// timer, as hour-long ones do on AWS at the default 900 s.
+		// The timer workload's 5 s sleeps are long timers, as hour-long
+		// ones are on AWS at the default 900 s.
 		TimerThreshold: benchTimerThreshold,
 		Now:            b.now,
 	})
@@ -308,7 +330,7 @@ func run(ctx context.Context, o options) error {
 		{"diamond DAG (a; b, c; d)", o.jobs / 5, 4, map[string]any{"steps": diamond(), "payload": map[string]any{"n": 1}}},
 		{"fan-out: 98 pass branches and their fan-in", max(o.jobs/100, 2), 100, map[string]any{"steps": fanOut(98), "payload": map[string]any{"n": 1}}},
 		{"100-step pass", max(o.jobs/50, 2), 100, map[string]any{"steps": passChain(100), "payload": map[string]any{"n": 1}}},
-		{"timer: 5 s sleep via Step Functions, then pass", o.jobs / 10, 2, map[string]any{"steps": []any{
+		{"timer: 5 s sleep past the threshold, then pass", o.jobs / 10, 2, map[string]any{"steps": []any{
 			map[string]any{"id": "nap", "action": map[string]any{"type": "sleep", "seconds": 5}},
 			map[string]any{"id": "after", "action": map[string]any{"type": "pass"}},
 		}, "payload": map[string]any{"n": 1}}},
@@ -324,7 +346,7 @@ func run(ctx context.Context, o options) error {
 			}
 			fmt.Fprintf(os.Stderr, "bench: %s ...\n", name)
 			b.poller.awsLike.Store(awsLike)
-			r, err := b.workload(ctx, name, w.n, w.steps, w.spec, strings.HasPrefix(w.name, "worker"))
+			r, err := b.workload(ctx, name, w.n, w.steps, w.spec, strings.HasPrefix(w.name, "worker"), strings.HasPrefix(w.name, "timer"))
 			b.poller.awsLike.Store(false)
 			if err != nil {
 				return fmt.Errorf("%s: %w", name, err)
@@ -409,13 +431,28 @@ func fanOut(width int) []any {
 
 // workload submits n jobs over HTTP from concurrent clients, lets them run
 // (or has external workers claim them), waits for all to finish, and
-// measures what it took.
-func (b *bench) workload(ctx context.Context, name string, n, steps int, spec map[string]any, viaWorkers bool) (result, error) {
+// measures what it took. With sweeps the bench runs the heartbeat's sweep
+// every benchSweepEvery meanwhile, and measures its requests apart.
+func (b *bench) workload(ctx context.Context, name string, n, steps int, spec map[string]any, viaWorkers, sweeps bool) (result, error) {
 	r := result{Name: name, Jobs: n, StepsPerJob: steps}
 	itemsBefore, objectsBefore, err := b.stored(ctx)
 	if err != nil {
 		return r, err
 	}
+	var idle costmeter.Tagged
+	if sweeps {
+		// What a sweep costs with nothing due: every sweep pays it, timers
+		// or not (the heartbeat's standing cost).
+		if idle, err = b.sweepOnce(ctx, "idle"); err != nil {
+			return r, err
+		}
+	}
+	sweepsBefore := b.meter.Tagged(sweepTag)
+	stopSweeps := func() int { return 0 }
+	if sweeps {
+		stopSweeps = b.sweepEvery(ctx, benchSweepEvery)
+	}
+	defer stopSweeps()
 	before, unitsBefore, lambdaBefore := b.stack.Emulator.Counts(), b.meter.Units(), b.lambda.Use()
 	apiBefore, logsBefore := b.api.Requests(), b.logs.Use()
 	body, _ := json.Marshal(spec)
@@ -465,6 +502,9 @@ func (b *bench) workload(ctx context.Context, name string, n, steps int, spec ma
 	workersDone.Wait()
 	if err := b.awaitQuiet(ctx); err != nil {
 		return r, err
+	}
+	if ran := stopSweeps(); ran > 0 {
+		r.Sweeps = beyond(b.meter.Tagged(sweepTag), sweepsBefore, idle, ran)
 	}
 	r.Wall = time.Since(start)
 	r.Requests = diff(b.stack.Emulator.Counts(), before)

@@ -20,7 +20,7 @@ func render(results []result, floor result, sweeps []sweepPoint, exp expiryPoint
 	var b strings.Builder
 	fmt.Fprintf(&b, "# stepflow benchmarks\n\nWritten by `make bench` on %s: the local stack (moto behind its serialising proxy) on this machine, %d submitting clients, %d external workers.\n"+
 		"AWS prices from [costs.md](costs.md), which says how each charge is counted. \"$ per million jobs\" is all-in but Lambda duration and logs, which are reported beside it: "+
-		"DynamoDB request units, SQS requests, Lambda requests, API Gateway requests (one per route call), Step Functions timers, S3 requests, "+
+		"DynamoDB request units, SQS requests, Lambda requests, API Gateway requests (one per route call), long timers, S3 requests, "+
 		"EventBridge events (Job State Change, with JobStateEvents=%s, the template's default; costs.md prices each choice), "+
 		"the table's and the bucket's storage for a job's retention (%d days) and the sweep's work when its data expires. "+
 		"Lambda duration is each invocation's wall time here at the function's MemorySize (an upper bound: every DynamoDB request waits at moto's proxy); "+
@@ -60,7 +60,7 @@ func render(results []result, floor result, sweeps []sweepPoint, exp expiryPoint
 	}
 	b.WriteString("\nThe physical floor is computed, not measured ([costs.md](costs.md#the-floor)): two writes of at most 1 KB, one send (batched for a request's submits), a tenth of a receive, a delete and an execute invocation, the submit's invocation and API Gateway request.\n")
 
-	fmt.Fprintf(&b, "\n### Cost breakdown ($ per million jobs)\n\n| workload | DynamoDB | SQS | Lambda requests | API Gateway | Step Functions timers | S3 requests | EventBridge events | storage (%d days) | expiry | total | beside: Lambda duration | beside: logs |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n", o.retentionDays)
+	fmt.Fprintf(&b, "\n### Cost breakdown ($ per million jobs)\n\n| workload | DynamoDB | SQS | Lambda requests | API Gateway | timers | S3 requests | EventBridge events | storage (%d days) | expiry | total | beside: Lambda duration | beside: logs |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n", o.retentionDays)
 	line := func(name string, c costmeter.Bill, beside bool) {
 		fmt.Fprintf(&b, "| %s | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f |", name, c.DynamoDB, c.SQS, c.LambdaRequests, c.APIGateway, c.Timers, c.S3Requests, c.Events, c.Storage, c.Expiry, c.Total())
 		if beside {
@@ -75,7 +75,8 @@ func render(results []result, floor result, sweeps []sweepPoint, exp expiryPoint
 	for _, f := range floors {
 		line(f.name, p.Bill(f.u), false)
 	}
-	fmt.Fprintf(&b, "\nA timer beyond the threshold (%s here, so the timer workload's 5 s sleeps take it; 900 s by default) is one Step Functions Standard execution: %d billed transitions and the SQS send it makes.\n", benchTimerThreshold, costmeter.TimerTransitions)
+	fmt.Fprintf(&b, "\nA timer beyond the threshold (%s here, so the timer workload's 5 s sleeps are long timers; 900 s by default) waits in the due index, and the heartbeat's sweep sends it as an SQS delay once it is within the threshold: the timers column is what the sweeps the bench ran every %s during that workload cost beyond as many sweeps with nothing due (a read and a write of each job, the write moving its due index entry, and its send), taken out of the DynamoDB and SQS columns; what every sweep costs anyway is under Heartbeat sweep below. With LongTimers StepFunctions a timer is one Step Functions Standard execution instead: %d billed transitions and the SQS send it makes ($%.2f per million).\n",
+		benchTimerThreshold, benchSweepEvery, costmeter.TimerTransitions, 1e6*(costmeter.TimerTransitions*p["sfn_standard_transition"]+p["sqs_request"]))
 
 	fmt.Fprintf(&b, "\n### Storage and expiry\n\n| workload | table bytes/job | S3 bytes/job | jobs with data in S3 |\n|---|---|---|---|\n")
 	for _, r := range results {
@@ -112,6 +113,13 @@ func render(results []result, floor result, sweeps []sweepPoint, exp expiryPoint
 		fmt.Fprintf(&b, " Lambda: %s", strings.Join(inv, ", "))
 		if r.APIRequests > 0 {
 			fmt.Fprintf(&b, "; API Gateway %d; logs %d bytes in %d events", r.APIRequests, r.Logs.Bytes, r.Logs.Events)
+		}
+		if len(r.Sweeps.Requests) > 0 {
+			fmt.Fprintf(&b, "; of which the bench's sweeps, beyond sweeps with nothing due:")
+			for _, k := range sortedKeys(r.Sweeps.Requests) {
+				fmt.Fprintf(&b, " %s %d,", k, r.Sweeps.Requests[k])
+			}
+			fmt.Fprintf(&b, " %.1f WRU, %.1f RRU", r.Sweeps.Units.WRU, r.Sweeps.Units.RRU)
 		}
 		b.WriteString("\n")
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/stepflow/stepflow/localstack/costmeter"
 	"github.com/stepflow/stepflow/localstack/devstack"
 	"github.com/stepflow/stepflow/shared/actions"
 	"github.com/stepflow/stepflow/shared/domain"
@@ -350,4 +351,60 @@ func (c *countingStore) TakePollSlot(ctx context.Context, tenant, lease string, 
 func (c *countingStore) ReleasePollSlot(ctx context.Context, tenant, lease string) error {
 	c.count("ReleasePollSlot")
 	return c.Store.ReleasePollSlot(ctx, tenant, lease)
+}
+
+// sweepEvery runs the heartbeat's handler every period, its requests
+// tagged sweepTag, until the answer is called, which waits for the sweep
+// under way and answers how many ran (calling it again answers the same).
+func (b *bench) sweepEvery(ctx context.Context, period time.Duration) (stop func() int) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	ran := 0
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if _, err := b.sweepOnce(ctx, sweepTag); err != nil && ctx.Err() == nil {
+					b.log.Warn("bench sweep failed", "err", err)
+				}
+				ran++
+			}
+		}
+	}()
+	var once sync.Once
+	return func() int {
+		once.Do(func() {
+			cancel()
+			<-done
+		})
+		return ran
+	}
+}
+
+// sweepOnce runs the heartbeat's handler once, its requests tagged tag,
+// and answers what they cost.
+func (b *bench) sweepOnce(ctx context.Context, tag string) (costmeter.Tagged, error) {
+	before := b.meter.Tagged(tag)
+	ev := events.EventBridgeEvent{DetailType: "Scheduled Event", Source: "aws.events", Time: time.Now()}
+	err := b.stack.Handlers.Schedule["HeartbeatFunction"](costmeter.Tag(ctx, tag), ev)
+	return beyond(b.meter.Tagged(tag), before, costmeter.Tagged{}, 0), err
+}
+
+// beyond answers what the tagged requests cost from before to after, less
+// n times base (none below zero).
+func beyond(after, before, base costmeter.Tagged, n int) costmeter.Tagged {
+	out := costmeter.Tagged{Requests: map[string]int64{}}
+	out.Units.WRU = max(after.Units.WRU-before.Units.WRU-float64(n)*base.Units.WRU, 0)
+	out.Units.RRU = max(after.Units.RRU-before.Units.RRU-float64(n)*base.Units.RRU, 0)
+	for k, v := range after.Requests {
+		if d := v - before.Requests[k] - int64(n)*base.Requests[k]; d > 0 {
+			out.Requests[k] = d
+		}
+	}
+	return out
 }

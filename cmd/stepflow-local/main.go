@@ -53,6 +53,25 @@ func passedSettings() map[string]string {
 	return m
 }
 
+// longTimers answers the template parameter LongTimers `make dev` takes
+// from STEPFLOW_LONG_TIMERS (none: the template's Sweep).
+func longTimers() map[string]string {
+	if v := os.Getenv("STEPFLOW_LONG_TIMERS"); v != "" {
+		return map[string]string{"LongTimers": v}
+	}
+	return nil
+}
+
+// longTimersOf answers the LongTimers of the stack whose functions'
+// environment is env: StepFunctions when they were told of a timer state
+// machine.
+func longTimersOf(env map[string]string) map[string]string {
+	if env["STEPFLOW_TIMER_STATE_MACHINE"] != "" {
+		return map[string]string{"LongTimers": "StepFunctions"}
+	}
+	return nil
+}
+
 // stateFile is where a running dev stack leaves what `invoke` and the
 // stepflow CLI's admin commands need (localstack/devstate).
 func stateFile(addr string) (string, error) { return devstate.Path(devstate.PortOf(addr)) }
@@ -143,8 +162,12 @@ func devCmd() *cobra.Command {
                         guard (default none: loopback, private, link-local refused),
                         e.g. 127.0.0.1/32,localhost
   STEPFLOW_TIMER_THRESHOLD
-                        seconds, 1-900 (default 900): longer delays go through the timer
-                        state machine (moto runs it), shorter ones are SQS message delays
+                        seconds, 1-900 (default 900): shorter delays are SQS message delays
+                        sent at once; a longer one the heartbeat's sweep sends once it is
+                        within the threshold (late by up to STEPFLOW_SWEEP_EVERY when the
+                        threshold is shorter than that), or the timer state machine holds
+  STEPFLOW_LONG_TIMERS  the template's LongTimers: Sweep (default) or StepFunctions (the
+                        timer state machine, which moto runs, holds each longer delay)
   STEPFLOW_RESOURCE_WAIT_SECONDS
                         seconds (default 86400): how long a step that requires a resource
                         waits for a slot before it fails with class resource, unless it
@@ -210,7 +233,7 @@ Invoke API as stepflow-fn-<name> (and <name>); lambda steps call them there.`,
 			st, err := devstack.Start(ctx, devstack.Options{
 				Addr: addr, EndpointURL: os.Getenv("AWS_ENDPOINT_URL"), StackName: os.Getenv("STEPFLOW_STACK"),
 				APIKeys: keys, ScheduleEvery: every, MachineInvocations: invocations, Region: env("AWS_REGION", "us-east-1"), Log: log, MotoLog: motoLog, MetricsOutput: metricsLog,
-				HTTPAllow: os.Getenv("STEPFLOW_HTTP_ALLOW"), Env: passedSettings(),
+				HTTPAllow: os.Getenv("STEPFLOW_HTTP_ALLOW"), Env: passedSettings(), Parameters: longTimers(),
 				LambdaDirs: []string{"examples/functions"}, LambdaOutput: os.Stderr,
 				SampleJob: true, StatePath: os.Getenv("STEPFLOW_DEV_STATE"),
 			})
@@ -312,7 +335,7 @@ func invokeCmd() *cobra.Command {
 				return err
 			}
 			st, err := devstack.Start(ctx, devstack.Options{EndpointURL: state.Endpoint, StackName: state.Stack, NoRunner: true, Region: env("AWS_REGION", "us-east-1"),
-				HTTPAllow: state.Env["STEPFLOW_HTTP_ALLOW"], Env: lambdaSettings(state.Env)})
+				HTTPAllow: state.Env["STEPFLOW_HTTP_ALLOW"], Env: lambdaSettings(state.Env), Parameters: longTimersOf(state.Env)})
 			if err != nil {
 				return err
 			}

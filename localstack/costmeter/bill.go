@@ -22,6 +22,12 @@ type Usage struct {
 	APIRequests float64
 	// TimerExecutions are Standard executions of the timer state machine.
 	TimerExecutions float64
+	// Arms and ArmSQSRequests are what sending the long timers within
+	// reach cost: the sweeps' requests that did it, beyond what sweeps
+	// with nothing due cost (LongTimers Sweep, the default). They are in
+	// no other line.
+	Arms           Units
+	ArmSQSRequests float64
 	// LogBytes and LogEvents are what the functions wrote to CloudWatch
 	// Logs, at the level they keep.
 	LogBytes, LogEvents float64
@@ -83,8 +89,10 @@ func (p Prices) Bill(u Usage) Bill {
 		LambdaRequests: u.LambdaRequests * p["lambda_request"] * perJob,
 		APIGateway:     u.APIRequests * p["apigw_http_request"] * perJob,
 		// Each execution's transitions, and the SQS send its Task makes
-		// (which the emulator's proxy does not see: moto sends it itself).
-		Timers:     u.TimerExecutions * (TimerTransitions*p["sfn_standard_transition"] + p["sqs_request"]) * perJob,
+		// (which the emulator's proxy does not see: moto sends it itself);
+		// or the sweeps' reads, writes and sends of the long timers.
+		Timers: (u.TimerExecutions*(TimerTransitions*p["sfn_standard_transition"]+p["sqs_request"]) +
+			requests(u.Arms) + u.ArmSQSRequests*p["sqs_request"]) * perJob,
 		S3Requests: s3(u.Units) * perJob,
 		Events:     u.Units.Events * p["eventbridge_event"] * perJob,
 		// The table's bytes are backed up continuously too (point-in-time

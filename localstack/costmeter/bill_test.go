@@ -159,3 +159,16 @@ func TestStoredBytesCountOverheadAndIndex(t *testing.T) {
 	item := 2 + 5 + 2 + 3 + 5 + 9 + 6 + 3 + 6 + 4
 	require.Equal(t, item+100+(2+5+2+3+6+3+6+4)+100, costmeter.StoredBytes(it))
 }
+
+// TestLongTimersArePricedAsTimers: what the sweeps paid to send long
+// timers within reach (a read, a write that moves the due entry, a send)
+// is the timers line, and in no other.
+func TestLongTimersArePricedAsTimers(t *testing.T) {
+	t.Parallel()
+	p := costsTable(t)
+	b := p.Bill(costmeter.Usage{Jobs: 100, Arms: costmeter.Units{WRU: 300, RRU: 100}, ArmSQSRequests: 100})
+	require.InDelta(t, (300*0.625e-6+100*0.125e-6+100*0.4e-6)*1e4, b.Timers, 1e-9)
+	require.InDelta(t, 2.40, b.Timers, 1e-9, "3 WRU, 1 RRU and a send each")
+	require.Zero(t, b.DynamoDB+b.SQS)
+	require.InDelta(t, b.Timers, b.Total(), 1e-9)
+}

@@ -35,6 +35,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"strconv"
@@ -65,9 +66,39 @@ type Units struct {
 
 // Meter models the units of the DynamoDB requests it sees.
 type Meter struct {
-	mu    sync.Mutex
-	items map[string]itemInfo
-	units Units
+	mu     sync.Mutex
+	items  map[string]itemInfo
+	units  Units
+	tagged map[string]*Tagged
+}
+
+// Tagged is what the requests made under one tag (Tag) cost: their units,
+// and the attempts answered, by service and operation
+// ("SQS.SendMessageBatch").
+type Tagged struct {
+	Units    Units
+	Requests map[string]int64
+}
+
+type tagKey struct{}
+
+// Tag marks the requests made with ctx, so that the meter answers what
+// they cost apart from the rest (Meter.Tagged): the bench's sweeps, whose
+// sending of long timers is priced on its own.
+func Tag(ctx context.Context, tag string) context.Context {
+	return context.WithValue(ctx, tagKey{}, tag)
+}
+
+// Tagged answers what the requests under tag cost so far.
+func (m *Meter) Tagged(tag string) Tagged {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := Tagged{Requests: map[string]int64{}}
+	if t := m.tagged[tag]; t != nil {
+		out.Units = t.Units
+		maps.Copy(out.Requests, t.Requests)
+	}
+	return out
 }
 
 type itemInfo struct {
@@ -100,29 +131,25 @@ func conditionFailed(err error) bool {
 func (m *Meter) bill(ctx context.Context, in middleware.DeserializeInput, next middleware.DeserializeHandler) (middleware.DeserializeOutput, middleware.Metadata, error) {
 	out, md, err := next.HandleDeserialize(ctx, in)
 	service, op := awsfault.Call(ctx)
-	if service != "DynamoDB" && service != "S3" && service != "EventBridge" {
-		return out, md, err
-	}
 	r, ok := out.RawResponse.(*smithyhttp.Response)
 	if !ok || r.Response == nil || r.StatusCode == 0 {
 		return out, md, err // no answer (the transport failed): nothing known billed
 	}
-	if service == "S3" {
+	var u Units
+	switch {
+	case service == "S3":
 		if r.StatusCode < 500 {
-			m.add(s3Request(op))
+			u = s3Request(op)
 		}
-		return out, md, err
-	}
-	if service == "EventBridge" {
+	case service == "EventBridge":
 		if put, ok := out.Result.(*eventbridge.PutEventsOutput); ok && err == nil {
-			m.add(Units{Events: float64(len(put.Entries) - int(put.FailedEntryCount))})
+			u = Units{Events: float64(len(put.Entries) - int(put.FailedEntryCount))}
 		}
-		return out, md, err
+	case service == "DynamoDB" && (err == nil || conditionFailed(err)): // throttled, refused or failed: not billed
+		u = m.meter(awsfault.Input(ctx), out.Result, err == nil)
 	}
-	if err != nil && !conditionFailed(err) {
-		return out, md, err // throttled, refused or failed: not billed
-	}
-	m.meter(awsfault.Input(ctx), out.Result, err == nil)
+	tag, _ := ctx.Value(tagKey{}).(string)
+	m.add(u, tag, service+"."+op)
 	return out, md, err
 }
 
@@ -169,45 +196,49 @@ func indexWrites(old, new itemInfo) float64 {
 	return w
 }
 
-func (m *Meter) put(it map[string]ddb.AttributeValue, factor float64, applied bool) {
+// put answers the write units of a put of it, and keeps what it learnt
+// of the item when the put was applied.
+func (m *Meter) put(it map[string]ddb.AttributeValue, factor float64, applied bool) float64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	k := key(it)
 	old := m.items[k]
 	n := info(it)
-	m.units.WRU += factor * kb(max(old.size, n.size))
+	w := factor * kb(max(old.size, n.size))
 	if applied {
-		m.units.WRU += indexWrites(old, n)
+		w += indexWrites(old, n)
 		m.items[k] = n
 	}
+	return w
 }
 
-// meter bills one attempt of an operation on its typed input and output;
-// applied is false for a failed condition.
-func (m *Meter) meter(input, output any, applied bool) {
+// meter answers the units of one attempt of an operation on its typed
+// input and output; applied is false for a failed condition.
+func (m *Meter) meter(input, output any, applied bool) Units {
+	var u Units
 	switch in := input.(type) {
 	case *dynamodb.PutItemInput:
-		m.put(in.Item, 1, applied)
+		u.WRU = m.put(in.Item, 1, applied)
 	case *dynamodb.TransactWriteItemsInput:
 		// Each put at twice its units, every other item at two.
 		for _, ti := range in.TransactItems {
 			switch {
 			case ti.Put != nil:
-				m.put(ti.Put.Item, 2, applied)
+				u.WRU += m.put(ti.Put.Item, 2, applied)
 			default:
-				m.add(Units{WRU: 2})
+				u.WRU += 2
 			}
 		}
 	case *dynamodb.UpdateItemInput:
 		// An update of a small item (the counters) is one unit.
-		m.add(Units{WRU: 1})
+		u.WRU = 1
 	case *dynamodb.GetItemInput:
 		// A read by the item's size.
 		n := 0
 		if out, ok := output.(*dynamodb.GetItemOutput); ok && out.Item != nil {
 			n = store.ItemSize(out.Item)
 		}
-		m.add(Units{RRU: readFactor(in.ConsistentRead) * fourKB(n)})
+		u.RRU = readFactor(in.ConsistentRead) * fourKB(n)
 	case *dynamodb.QueryInput:
 		// The total size read, rounded up to 4 KB.
 		n := 0
@@ -216,26 +247,39 @@ func (m *Meter) meter(input, output any, applied bool) {
 				n += store.ItemSize(it)
 			}
 		}
-		m.add(Units{RRU: readFactor(in.ConsistentRead) * fourKB(n)})
+		u.RRU = readFactor(in.ConsistentRead) * fourKB(n)
 	case *dynamodb.BatchGetItemInput:
 		// Each item read.
 		if out, ok := output.(*dynamodb.BatchGetItemOutput); ok {
-			var u Units
 			for table, items := range out.Responses {
 				f := readFactor(in.RequestItems[table].ConsistentRead)
 				for _, it := range items {
 					u.RRU += f * fourKB(store.ItemSize(it))
 				}
 			}
-			m.add(u)
 		}
 	}
+	return u
 }
 
-func (m *Meter) add(u Units) {
+// add bills u, and counts an answered attempt of call under tag (if any).
+func (m *Meter) add(u Units, tag, call string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.units = m.units.Plus(u)
+	if tag == "" {
+		return
+	}
+	if m.tagged == nil {
+		m.tagged = map[string]*Tagged{}
+	}
+	t := m.tagged[tag]
+	if t == nil {
+		t = &Tagged{Requests: map[string]int64{}}
+		m.tagged[tag] = t
+	}
+	t.Units = t.Units.Plus(u)
+	t.Requests[call]++
 }
 
 // Plus answers u and v added up.

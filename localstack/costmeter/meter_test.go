@@ -61,11 +61,14 @@ func TestUnitsFollowTheItems(t *testing.T) {
 	require.Equal(t, costmeter.Units{WRU: 2, RRU: 1}, m.Units(), "a consistent read of under 4 KB")
 
 	// A lease leaves the due time where it is: one write, no index write.
+	// Made under a tag, it is also billed apart, with its request.
 	n := len(j.Events)
 	_, err = j.Lease("a", domain.LeaseRequest{Nonce: "n", Duration: time.Hour}, now)
 	require.NoError(t, err)
-	require.NoError(t, st.Save(ctx, j, n))
+	require.NoError(t, st.Save(costmeter.Tag(ctx, "lease"), j, n))
 	require.Equal(t, costmeter.Units{WRU: 3, RRU: 1}, m.Units())
+	require.Equal(t, costmeter.Tagged{Units: costmeter.Units{WRU: 1}, Requests: map[string]int64{"DynamoDB.PutItem": 1}}, m.Tagged("lease"))
+	require.Equal(t, costmeter.Tagged{Requests: map[string]int64{}}, m.Tagged("other"))
 }
 
 // TestBillsEachAttemptThatReachedTheService: the meter sits below the

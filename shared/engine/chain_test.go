@@ -22,6 +22,7 @@ type countingStore struct {
 	gets, saves atomic.Int64
 	failSave    int64
 	crashSave   int64 // the write whose process dies before it is made
+	afterSave   func(n int64)
 }
 
 func (s *countingStore) Get(ctx context.Context, tenant, id string) (*domain.Job, error) {
@@ -36,15 +37,30 @@ func (s *countingStore) Save(ctx context.Context, j *domain.Job, loaded int) err
 	case s.crashSave:
 		panic("injected: the invocation died")
 	}
-	return s.Store.Save(ctx, j, loaded)
+	err := s.Store.Save(ctx, j, loaded)
+	if s.afterSave != nil {
+		s.afterSave(s.saves.Load())
+	}
+	return err
 }
 
 func counted(t *testing.T) (*bundle, *countingStore) {
 	t.Helper()
 	b := setup(t)
 	st := &countingStore{Store: b.store}
-	b.e.Configure(func(c *engine.Config) { c.Store = st })
+	b.e.Configure(func(c *engine.Config) { c.Store, c.Queue = st, contextQueue{c.Queue} })
 	return b, st
+}
+
+// contextQueue refuses a send under a context that is done, as the SDK
+// does.
+type contextQueue struct{ engine.Queue }
+
+func (q contextQueue) Dispatch(ctx context.Context, j *domain.Job, ss []engine.Send) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return q.Queue.Dispatch(ctx, j, ss)
 }
 
 func stepStates(j *domain.Job) []domain.StepState {
@@ -233,4 +249,30 @@ func TestTheMessageOfAChainThatDiedResumesIt(t *testing.T) {
 	b.clock.Advance(engine.ChainTime)
 	require.Equal(t, engine.Stale, b.execute(t, again), "its own step is done")
 	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State, "the rest ran")
+}
+
+// An invocation that reaches its end right after a write still sends what
+// the write calls for (here the step its chain kept) rather than leave it
+// to the sweep.
+func TestAChainAtItsInvocationsEndSendsWhatItKept(t *testing.T) {
+	t.Parallel()
+	b, st := counted(t)
+	j := b.submit(t, tenantA, passSteps(3))
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	first := st.saves.Load() + 1
+	st.afterSave = func(n int64) {
+		if n == first {
+			cancel() // the invocation's deadline, right after the first step's write
+		}
+	}
+	res, err := b.e.Execute(ctx, b.takeOne(t))
+	require.NoError(t, err)
+	require.Equal(t, engine.Executed, res)
+	got := b.job(t, tenantA, j.ID)
+	require.Equal(t, []domain.StepState{domain.StepSucceeded, domain.StepPending, domain.StepWaitingDeps}, stepStates(got))
+	d := b.takeOne(t)
+	require.Equal(t, "s1", d.Message.Step, "sent, though the invocation was done")
+	require.Equal(t, engine.Executed, b.execute(t, d))
+	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State)
 }

@@ -113,9 +113,14 @@ func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job
 		if err != nil {
 			return nil, err
 		}
-		states := e.observe(ctx, j, before)
-		e.apply(ctx, j, fx, c.settle, c.chain)
-		e.publish(ctx, j, states)
+		// The change is saved: its effects are made even if the invocation
+		// is ending (a dispatch lost to a cancelled context waits for the
+		// sweep), within a bound of their own.
+		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+		states := e.observe(ectx, j, before)
+		e.apply(ectx, j, fx, c.settle, c.chain)
+		e.publish(ectx, j, states)
+		cancel()
 		return j, nil
 	}
 	return nil, fmt.Errorf("job %s: gave up after %d lost races: %w: %w", id, maxRaces, domain.ErrContended, domain.ErrVersionConflict)

@@ -48,6 +48,11 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 	for len(ch.next) > 0 {
 		step := ch.next[0]
 		ch.next = ch.next[1:]
+		if ctx.Err() != nil {
+			// The invocation is ending: what the chain kept is sent.
+			e.sendChained(ctx, d.Message.Tenant, d.Message.Job, ch.job, step)
+			continue
+		}
 		// The job as the last change saved it; a change that failed leaves
 		// none, and the next step reads it.
 		from := ch.job
@@ -66,8 +71,11 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 
 // sendChained sends a chained step that did not run, on the job as it
 // was before the try (its priority and the step's action say where), or
-// as read now.
+// as read now. An invocation at its end still sends it (within
+// publishTimeout), rather than leave it to the sweep.
 func (e *Engine) sendChained(ctx context.Context, tenant, id string, j *domain.Job, step string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+	defer cancel()
 	if j == nil {
 		var err error
 		if j, err = e.cfg.Store.Get(ctx, tenant, id); err != nil {
@@ -176,7 +184,7 @@ func (c *chain) keep(ctx context.Context, j *domain.Job, ds []domain.Dispatch) [
 		return ds
 	}
 	c.job = j
-	if ctx.Err() != nil || time.Now().After(c.until) {
+	if time.Now().After(c.until) {
 		return ds
 	}
 	var rest []domain.Dispatch

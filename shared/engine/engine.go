@@ -73,8 +73,10 @@ type Config struct {
 	// (STEPFLOW_INLINE_LIMIT; domain.DefaultInlineLimit when zero).
 	InlineLimit int
 	// ChainSteps bounds the steps an execute invocation runs after the one
-	// delivered (execute.go; ChainSteps when zero, none when negative).
+	// delivered (execute.go; ChainSteps when zero, none when negative);
+	// ChainTime how long it starts new ones (ChainTime when zero).
 	ChainSteps int
+	ChainTime  time.Duration
 	// Publisher sends each saved change's job-level transitions
 	// (STEPFLOW_EVENT_BUS); nil sends none.
 	Publisher Publisher

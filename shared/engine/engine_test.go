@@ -53,7 +53,9 @@ func setup(t *testing.T, opts ...func(*engine.Config)) *bundle {
 	lossy := &lossyQueue{Queue: q}
 	gate := &gateRunner{inner: &actions.Runner{}}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	cfg := engine.Config{Store: st, Queue: lossy, Runner: gate, BuiltinLease: builtinLease, Log: log, Now: clock.Now}
+	// ChainTime: a chain's time bound is wall time, which a test on a slow
+	// machine (-race) must not meet; ChainSteps bounds the chains here.
+	cfg := engine.Config{Store: st, Queue: lossy, Runner: gate, BuiltinLease: builtinLease, Log: log, Now: clock.Now, ChainTime: time.Hour}
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -170,7 +170,7 @@ type chain struct {
 }
 
 func (e *Engine) newChain(ctx context.Context) *chain {
-	c := &chain{left: cmp.Or(e.cfg.ChainSteps, ChainSteps), until: time.Now().Add(ChainTime)}
+	c := &chain{left: cmp.Or(e.cfg.ChainSteps, ChainSteps), until: time.Now().Add(cmp.Or(e.cfg.ChainTime, ChainTime))}
 	if dl, ok := ctx.Deadline(); ok {
 		c.deadline = dl.Add(-2 * deadlineMargin)
 	}

@@ -359,6 +359,11 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("floor: %w", err)
 	}
+	fmt.Fprintln(os.Stderr, "bench: chained step latency ...")
+	lat, err := b.measureChainLatency(ctx, 100)
+	if err != nil {
+		return fmt.Errorf("chained step latency: %w", err)
+	}
 	fmt.Fprintln(os.Stderr, "bench: sweep at rest ...")
 	sweeps, err := b.sweepAtRest(ctx, o.rest)
 	if err != nil {
@@ -378,7 +383,7 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
-	report := render(results, floor, sweeps, exp, sizes, prices, o)
+	report := render(results, floor, sweeps, exp, lat, sizes, prices, o)
 	fmt.Print(report)
 	if err := os.WriteFile(o.out, []byte(report), 0o644); err != nil {
 		return err

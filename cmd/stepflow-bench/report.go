@@ -16,7 +16,9 @@ import (
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
 
-func render(results []result, floor result, sweeps []sweepPoint, exp expiryPoint, sizes map[string]int64, p costmeter.Prices, o options) string {
+func msf(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+
+func render(results []result, floor result, sweeps []sweepPoint, exp expiryPoint, lat chainLatency, sizes map[string]int64, p costmeter.Prices, o options) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# stepflow benchmarks\n\nWritten by `make bench` on %s: the local stack (moto behind its serialising proxy) on this machine, %d submitting clients, %d external workers.\n"+
 		"AWS prices from [costs.md](costs.md), which says how each charge is counted. \"$ per million jobs\" is all-in but Lambda duration and logs, which are reported beside it: "+
@@ -124,6 +126,10 @@ func render(results []result, floor result, sweeps []sweepPoint, exp expiryPoint
 		b.WriteString("\n")
 	}
 
+	if lat.Put > 0 {
+		fmt.Fprintf(&b, "\n## A chained step's latency\n\nA job of %d pass steps run alone: the median time from one step's end to the next's is %s (each step one conditional write, the next run by the same execute invocation); a conditional PutItem of a %d-byte item through the same proxy takes %s (median of %d): %.1f times.\n",
+			lat.Steps, msf(lat.Step), lat.Item, msf(lat.Put), lat.Steps, float64(lat.Step)/float64(lat.Put))
+	}
 	b.WriteString("\n## Heartbeat sweep with jobs at rest\n\nOn the local stack (finished jobs stored in moto; the sweep's DynamoDB and SQS requests at the proxy, its read units metered):\n\n| jobs at rest | requests per sweep | read units per sweep |\n|---|---|---|\n")
 	for _, s := range sweeps {
 		if !s.InMemory {

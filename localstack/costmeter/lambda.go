@@ -2,6 +2,7 @@ package costmeter
 
 import (
 	"context"
+	"maps"
 	"math"
 	"sync"
 	"time"
@@ -56,11 +57,7 @@ func (l *Lambda) Record(fn string, d time.Duration) {
 func (l *Lambda) Use() map[string]LambdaUse {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make(map[string]LambdaUse, len(l.use))
-	for k, v := range l.use {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(l.use)
 }
 
 // Timed answers h billing each call as an invocation of fn, a call that

@@ -49,9 +49,10 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 		step := ch.next[0]
 		ch.next = ch.next[1:]
 		if ctx.Err() != nil {
-			// The invocation is ending: what the chain kept is sent.
-			e.sendChained(ctx, d.Message.Tenant, d.Message.Job, ch.job, step)
-			continue
+			// The invocation is ending: what the chain kept is sent, in
+			// one dispatch.
+			e.sendChained(ctx, d.Message.Tenant, d.Message.Job, ch.job, append([]string{step}, ch.next...))
+			break
 		}
 		// The job as the last change saved it; a change that failed leaves
 		// none, and the next step reads it.
@@ -63,29 +64,33 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 			// have without the chain (and if that is lost, the sweep
 			// sends it after DispatchGrace).
 			e.cfg.Log.WarnContext(ctx, "a chained step did not run here; it is sent", "job", d.Message.Job, "step", step, "err", err)
-			e.sendChained(ctx, d.Message.Tenant, d.Message.Job, from, step)
+			e.sendChained(ctx, d.Message.Tenant, d.Message.Job, from, []string{step})
 		}
 	}
 	return res, nil
 }
 
-// sendChained sends a chained step that did not run, on the job as it
-// was before the try (its priority and the step's action say where), or
-// as read now. An invocation at its end still sends it (within
-// publishTimeout), rather than leave it to the sweep.
-func (e *Engine) sendChained(ctx context.Context, tenant, id string, j *domain.Job, step string) {
+// sendChained sends chained steps that did not run, on the job as it
+// was before the try (its priority and each step's action say where), or
+// as read now. An invocation at its end still sends them (within
+// publishTimeout), rather than leave them to the sweep.
+func (e *Engine) sendChained(ctx context.Context, tenant, id string, j *domain.Job, steps []string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
 	if j == nil {
 		var err error
 		if j, err = e.cfg.Store.Get(ctx, tenant, id); err != nil {
-			e.cfg.Log.WarnContext(ctx, "a chained step was not sent; the sweep sends it", "job", id, "step", step, "err", err)
+			e.cfg.Log.WarnContext(ctx, "chained steps were not sent; the sweep sends them", "job", id, "steps", steps, "err", err)
 			return
 		}
 	}
-	if s := mustStep(j, step); s != nil {
-		e.dispatch(ctx, j, []domain.Dispatch{{Step: s}})
+	var ds []domain.Dispatch
+	for _, step := range steps {
+		if s := mustStep(j, step); s != nil {
+			ds = append(ds, domain.Dispatch{Step: s})
+		}
 	}
+	e.dispatch(ctx, j, ds)
 }
 
 // execute is Execute of one delivery, on from when set (the job as this

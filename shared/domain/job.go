@@ -93,7 +93,16 @@ type Job struct {
 	// Error says why the job failed: the failed step's error, or why no
 	// step of it could ever run again (stall.go).
 	Error *StepError `json:"error,omitempty"`
+	// Stored is the store's own note of how it keeps the job, carried
+	// from the read that answered it to the write after it (the DynamoDB
+	// store keeps a long job in parts); nil where the store needs none.
+	Stored StoredLayout `json:"-"`
 }
+
+// StoredLayout is a store's note of how it keeps a job. Apart reports that
+// some of the job is kept in items besides its own: those go at expiry
+// with the job's data (StoresData).
+type StoredLayout interface{ Apart() bool }
 
 // Signal is a named message to a job's wait steps.
 type Signal struct {

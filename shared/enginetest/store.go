@@ -41,6 +41,8 @@ var storeChecks = []check[StoreFixture]{
 	{"racing saves have exactly one winner", storeSaveRace},
 	{"save refuses a change from another state", storeSaveState},
 	{"save refuses a job over the item limit", storeTooLarge},
+	{"a long job is saved step by step and reads back whole", storeLongJob},
+	{"racing saves of a long job have exactly one winner", storeLongJobRace},
 	{"due lists unfinished jobs past their time", storeDue},
 	{"due answers at most its limit from each part", storeDueParts},
 	{"defer moves a due job only if unchanged", storeDefer},
@@ -840,4 +842,119 @@ func storeStats(t *testing.T, f StoreFixture) {
 	st, err = f.Store.Stats(ctx, tenantA, now.Add(25*time.Hour))
 	require.NoError(t, err)
 	require.Equal(t, engine.Stats{Blocked: 2}, st)
+}
+
+// longSpec is a job of n pass steps in a line, each with a retry policy,
+// so its document is far past what one small item holds.
+func longSpec(n int) string {
+	steps := make([]string, n)
+	for i := range steps {
+		steps[i] = fmt.Sprintf(`{"id":"step-%04d","action":{"type":"pass"},"retry":{"max_attempts":3}}`, i)
+	}
+	return `{"payload":{"batch":"nightly"},"steps":[` + strings.Join(steps, ",") + `]}`
+}
+
+// sameJob requires two jobs to be the same job as the API shows it (the
+// store's note of how it keeps one, domain.Job.Stored, aside).
+func sameJob(t *testing.T, want, got *domain.Job, msgAndArgs ...any) {
+	t.Helper()
+	w, err := json.Marshal(want)
+	require.NoError(t, err)
+	g, err := json.Marshal(got)
+	require.NoError(t, err)
+	require.JSONEq(t, string(w), string(g), msgAndArgs...)
+}
+
+// storeLongJob runs a long job through the store a transition at a time,
+// reading it back after each: every read is the job as saved, from its
+// first step to its last event.
+func storeLongJob(t *testing.T, f StoreFixture) {
+	ctx := context.Background()
+	n := min(120, domain.MaxSteps)
+	j := create(t, f, tenantA, longSpec(n), f.Now)
+	now := f.Now
+	for i := range n {
+		id := fmt.Sprintf("step-%04d", i)
+		loaded, events := load(t, f, tenantA, j.ID)
+		now = now.Add(time.Second)
+		l, err := loaded.Lease(id, domain.LeaseRequest{Nonce: fmt.Sprint(i), Duration: time.Minute}, now)
+		require.NoError(t, err, id)
+		require.NoError(t, f.Store.Save(ctx, loaded, events), id)
+		// The saved job goes on without a read, as a chain does.
+		events = len(loaded.Events)
+		_, err = loaded.Complete(id, l.ID, json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)), now)
+		require.NoError(t, err, id)
+		require.NoError(t, f.Store.Save(ctx, loaded, events), id)
+		stored, err := f.Store.Get(ctx, tenantA, j.ID)
+		require.NoError(t, err, id)
+		sameJob(t, loaded, stored, "after %s", id)
+	}
+	done, _ := load(t, f, tenantA, j.ID)
+	require.Equal(t, domain.JobCompleted, done.State)
+	require.Len(t, done.Steps, n)
+	require.JSONEq(t, fmt.Sprintf(`{"n":%d}`, n-1), string(done.Steps[n-1].Output))
+	require.NoError(t, domain.CheckReplay(done))
+	// A listing of whole jobs answers it whole too.
+	page, _, err := f.Store.List(ctx, tenantA, engine.ListFilter{Limit: 10, Jobs: true})
+	require.NoError(t, err)
+	var listed *domain.Job
+	for _, js := range page {
+		if js.ID == j.ID {
+			listed = js.Job
+		}
+	}
+	require.NotNil(t, listed, "the listing holds the job")
+	sameJob(t, done, listed)
+}
+
+// storeLongJobRace: of writers racing on one version of a long job, each
+// changing a different step, one wins and the store holds its change
+// alone, whatever each wrote besides its job's own item.
+func storeLongJobRace(t *testing.T, f StoreFixture) {
+	ctx := context.Background()
+	const n, racers = 80, 6
+	steps := make([]string, n)
+	for i := range steps {
+		steps[i] = fmt.Sprintf(`{"id":"s%03d","action":{"type":"worker"},"retry":{"max_attempts":2}}`, i)
+	}
+	j := create(t, f, tenantA, `{"steps":[`+strings.Join(steps, ",")+`]}`, f.Now)
+	// Fan the steps out (each depends on none): every step is leasable.
+	for round := range 4 {
+		copies := make([]*domain.Job, racers)
+		loaded := make([]int, racers)
+		for i := range copies {
+			copies[i], loaded[i] = load(t, f, tenantA, j.ID)
+			// Each racer changes many steps, so each write seals.
+			for k := range 10 {
+				s := copies[i].Steps[(round*racers*10+i*10+k)%n]
+				s.Redispatches += i + 1
+			}
+		}
+		version := copies[0].Version
+		errs := make([]error, racers)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range racers {
+			wg.Go(func() {
+				<-start
+				errs[i] = f.Store.Save(ctx, copies[i], loaded[i])
+			})
+		}
+		close(start)
+		wg.Wait()
+		winner := -1
+		for i, err := range errs {
+			if err == nil {
+				require.Equal(t, -1, winner, "round %d: racers %d and %d both won", round, winner, i)
+				winner = i
+				require.Equal(t, version+1, copies[i].Version)
+				continue
+			}
+			require.ErrorIs(t, err, domain.ErrVersionConflict, "round %d racer %d", round, i)
+		}
+		require.NotEqual(t, -1, winner, "round %d: no racer won", round)
+		stored, err := f.Store.Get(ctx, tenantA, j.ID)
+		require.NoError(t, err)
+		sameJob(t, copies[winner], stored, "round %d: the store holds the winner's change", round)
+	}
 }

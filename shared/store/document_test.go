@@ -218,7 +218,9 @@ func fillAll(v reflect.Value, depth int) {
 		v.Set(m)
 	case reflect.Struct:
 		for i := range v.NumField() {
-			if v.Type().Field(i).IsExported() {
+			// A store's note of how it keeps the job (domain.Job.Stored)
+			// is not the job, and not in its document.
+			if f := v.Type().Field(i); f.IsExported() && f.Type != reflect.TypeFor[domain.StoredLayout]() {
 				fillAll(v.Field(i), depth)
 			}
 		}

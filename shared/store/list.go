@@ -69,7 +69,7 @@ func (s *Store) listShard(ctx context.Context, tenant string, shard uint32, befo
 	}
 	proj := expression.NamesList(expression.Name("sk"), expression.Name("state"), expression.Name("queue"), expression.Name("schedule"))
 	if f.Jobs {
-		proj = proj.AddNames(expression.Name("doc"), expression.Name(docVersionAttr))
+		proj = proj.AddNames(expression.Name("doc"), expression.Name(headerDocAttr), expression.Name(docVersionAttr))
 	}
 	b := expression.NewBuilder().WithKeyCondition(kc).WithProjection(proj)
 	var conds []expression.ConditionBuilder
@@ -134,7 +134,7 @@ func (s *Store) listShard(ctx context.Context, tenant string, shard uint32, befo
 			}
 			js := engine.JobSummary{ID: sm.ID, State: domain.JobState(sm.State), Queue: sm.Queue, Schedule: sm.Schedule}
 			if f.Jobs {
-				js.Job, _ = s.decodeJob(it) // an unreadable job is listed by its attributes alone
+				js.Job, _ = s.readJob(ctx, it) // an unreadable job is listed by its attributes alone
 			}
 			out = append(out, js)
 		}

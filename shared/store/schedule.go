@@ -233,22 +233,31 @@ func (st *Schedules) Fire(ctx context.Context, s *domain.Schedule, run *domain.J
 		return fmt.Errorf("fire schedule %s: %w", s.ID, err)
 	}
 	run.Version = 1
-	jobItem, err := item(run)
+	w, err := jobWriteOf(run, nil)
 	if err != nil {
 		return err
 	}
+	jobItem := w.item
 	s.Version++
 	schedItem, err := scheduleItem(s)
 	if err != nil {
 		s.Version--
 		return err
 	}
-	_, err = st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []ddb.TransactWriteItem{
+	items := []ddb.TransactWriteItem{
 		{Put: &ddb.Put{TableName: &st.table, Item: schedItem, ConditionExpression: cond.Condition(),
 			ExpressionAttributeNames: cond.Names(), ExpressionAttributeValues: cond.Values()}},
 		{Put: &ddb.Put{TableName: &st.table, Item: jobItem, ConditionExpression: jobCond.Condition(),
 			ExpressionAttributeNames: jobCond.Names()}},
-	}})
+	}
+	for _, p := range w.parts { // a long run is written with its parts (parts.go)
+		items = append(items, ddb.TransactWriteItem{Put: &ddb.Put{TableName: &st.table, Item: p.item}})
+	}
+	if len(items) > maxTransactItems {
+		s.Version--
+		return &domain.Error{Code: domain.CodeTooLarge, Message: fmt.Sprintf("schedule %s: its job would be stored in %d parts; the limit is %d", s.ID, len(w.parts), maxTransactItems-2)}
+	}
+	_, err = st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 	if err != nil {
 		s.Version--
 		// A condition that failed, or a transaction that met another on
@@ -260,6 +269,7 @@ func (st *Schedules) Fire(ctx context.Context, s *domain.Schedule, run *domain.J
 		}
 		return fmt.Errorf("fire schedule %s: %w", s.ID, err)
 	}
+	keepLayout(run, w.layout)
 	return nil
 }
 

@@ -76,6 +76,12 @@ type Store struct {
 	// Log hears of job documents read leniently (decodeJob); nil is
 	// slog.Default().
 	Log *slog.Logger
+	// kept holds the parts of jobs stored apart this process read or
+	// wrote (parts.go).
+	kept partCache
+	// Now is the clock that tells whether an item's TTL has passed; nil
+	// is time.Now.
+	Now func() time.Time
 }
 
 // New answers a store over table.
@@ -106,26 +112,39 @@ var decoder = attributevalue.NewDecoder(func(o *attributevalue.DecoderOptions) {
 
 func dueShard(id string) string { return fmt.Sprintf("D#%d", shardOf(id, DueShards)) }
 
-// item renders a job as its table item: the attributes conditions and
-// indexes read (state, version, queue, index keys, ttl) stand on their own;
-// the rest of the job, its steps and event log, is one compressed JSON
-// document. Write units are billed per KB, and a job's JSON compresses
-// several times over, so most jobs stay one unit per write.
+// item renders a job as its table item, whole: the attributes conditions
+// and indexes read (state, version, queue, index keys, ttl) stand on their
+// own; the rest of the job, its steps and event log, is one compressed
+// JSON document. Write units are billed per KB, and a job's JSON
+// compresses several times over, so most jobs stay one unit per write. A
+// job whose document passes sealBytes is stored apart (parts.go).
 func item(j *domain.Job) (map[string]ddb.AttributeValue, error) {
+	it, _, err := wholeItem(j)
+	return it, err
+}
+
+// wholeItem is item, with the compressed document.
+func wholeItem(j *domain.Job) (map[string]ddb.AttributeValue, []byte, error) {
 	doc, err := encodeDocument(j)
 	if err != nil {
-		return nil, fmt.Errorf("encode job %s: %w", j.ID, err)
+		return nil, nil, fmt.Errorf("encode job %s: %w", j.ID, err)
 	}
 	z, err := deflate(doc)
 	if err != nil {
-		return nil, fmt.Errorf("compress job %s: %w", j.ID, err)
+		return nil, nil, fmt.Errorf("compress job %s: %w", j.ID, err)
 	}
+	return itemOf(j, "doc", z, documentVersion), z, nil
+}
+
+// itemOf is a job's item with its compressed document z in attribute doc,
+// of document version v.
+func itemOf(j *domain.Job, doc string, z []byte, v int) map[string]ddb.AttributeValue {
 	it := jobKey(j.Tenant, j.ID)
 	it["state"] = &ddb.AttributeValueMemberS{Value: string(j.State)}
 	it["version"] = &ddb.AttributeValueMemberN{Value: strconv.FormatInt(j.Version, 10)}
 	it["queue"] = &ddb.AttributeValueMemberS{Value: j.Queue}
-	it["doc"] = &ddb.AttributeValueMemberB{Value: z}
-	it[docVersionAttr] = &ddb.AttributeValueMemberN{Value: strconv.Itoa(documentVersion)}
+	it[doc] = &ddb.AttributeValueMemberB{Value: z}
+	it[docVersionAttr] = &ddb.AttributeValueMemberN{Value: strconv.Itoa(v)}
 	if j.DueAt != nil {
 		it["gsi2pk"] = &ddb.AttributeValueMemberS{Value: dueShard(j.ID)}
 		it["gsi2sk"] = &ddb.AttributeValueMemberS{Value: j.DueAt.UTC().Format(dueLayout)}
@@ -136,7 +155,7 @@ func item(j *domain.Job) (map[string]ddb.AttributeValue, error) {
 	if j.ScheduleID != "" {
 		it["schedule"] = &ddb.AttributeValueMemberS{Value: j.ScheduleID} // GET /v1/jobs?schedule= filters on it
 	}
-	return it, nil
+	return it
 }
 
 // decodeJob reads a job's item. A document of a newer build, or one with
@@ -173,6 +192,14 @@ func (s *Store) decodeJob(it map[string]ddb.AttributeValue) (*domain.Job, error)
 	return j, nil
 }
 
+// readJob reads a job's item, whole or stored apart.
+func (s *Store) readJob(ctx context.Context, it map[string]ddb.AttributeValue) (*domain.Job, error) {
+	if _, apart := it[headerDocAttr]; apart {
+		return s.readApart(ctx, it)
+	}
+	return s.decodeJob(it)
+}
+
 func (s *Store) log() *slog.Logger {
 	if s.Log != nil {
 		return s.Log
@@ -201,17 +228,28 @@ func inflate(z []byte) ([]byte, error) { return io.ReadAll(flate.NewReader(bytes
 // ErrIdempotencyMismatch.
 func (s *Store) Create(ctx context.Context, j *domain.Job, requestHash string, now time.Time) (*domain.Job, bool, error) {
 	j.Version = 1
-	it, err := item(j)
+	w, err := jobWriteOf(j, nil)
 	if err != nil {
 		return nil, false, err
 	}
+	it := w.item
 	notExists := expression.AttributeNotExists(expression.Name("pk"))
 	jobCond, err := expression.NewBuilder().WithCondition(notExists).Build()
 	if err != nil {
 		return nil, false, fmt.Errorf("create job %s: %w", j.ID, err)
 	}
 	token := withWriteToken(it)
-	if j.IdempotencyKey == "" {
+	if n := ItemSize(it); n > MaxItemBytes {
+		return nil, false, tooLarge(j, n)
+	}
+	created := func() (*domain.Job, bool, error) {
+		keepLayout(j, w.layout)
+		for _, p := range w.parts {
+			s.kept.put(partKey(j.Tenant, j.ID, p.name), p.raw)
+		}
+		return j, true, nil
+	}
+	if j.IdempotencyKey == "" && len(w.parts) == 0 {
 		_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{
 			TableName: &s.table, Item: it,
 			ConditionExpression:                 jobCond.Condition(),
@@ -221,33 +259,43 @@ func (s *Store) Create(ctx context.Context, j *domain.Job, requestHash string, n
 		if err != nil && !ownWrite(err, token) {
 			return nil, false, fmt.Errorf("create job %s: %w", j.ID, err)
 		}
-		return j, true, nil
+		return created()
 	}
-	idemPK := "I#" + j.Tenant + "#" + j.IdempotencyKey
-	idemItem := map[string]ddb.AttributeValue{
-		"pk":     &ddb.AttributeValueMemberS{Value: idemPK},
-		"sk":     &ddb.AttributeValueMemberS{Value: "I"},
-		"job_id": &ddb.AttributeValueMemberS{Value: j.ID},
-		"hash":   &ddb.AttributeValueMemberS{Value: requestHash},
-		"ttl":    &ddb.AttributeValueMemberN{Value: fmt.Sprint(now.Add(idempotencyTTL).Unix())},
-	}
-	// An expired record that TTL has not deleted yet counts as free.
-	idemCond, err := expression.NewBuilder().WithCondition(
-		notExists.Or(expression.Name("ttl").LessThan(expression.Value(now.Unix()))),
-	).Build()
-	if err != nil {
-		return nil, false, fmt.Errorf("create job %s: %w", j.ID, err)
-	}
+	// A job created with its parts is one transaction, so no part
+	// outlives a creation that did not happen (a key already taken).
 	in := &dynamodb.TransactWriteItemsInput{TransactItems: []ddb.TransactWriteItem{
 		{Put: &ddb.Put{TableName: &s.table, Item: it, ConditionExpression: jobCond.Condition(), ExpressionAttributeNames: jobCond.Names()}},
-		{Put: &ddb.Put{TableName: &s.table, Item: idemItem, ConditionExpression: idemCond.Condition(),
-			ExpressionAttributeNames: idemCond.Names(), ExpressionAttributeValues: idemCond.Values()}},
 	}}
+	idemPK := "I#" + j.Tenant + "#" + j.IdempotencyKey
+	if j.IdempotencyKey != "" {
+		idemItem := map[string]ddb.AttributeValue{
+			"pk":     &ddb.AttributeValueMemberS{Value: idemPK},
+			"sk":     &ddb.AttributeValueMemberS{Value: "I"},
+			"job_id": &ddb.AttributeValueMemberS{Value: j.ID},
+			"hash":   &ddb.AttributeValueMemberS{Value: requestHash},
+			"ttl":    &ddb.AttributeValueMemberN{Value: fmt.Sprint(now.Add(idempotencyTTL).Unix())},
+		}
+		// An expired record that TTL has not deleted yet counts as free.
+		idemCond, err := expression.NewBuilder().WithCondition(
+			notExists.Or(expression.Name("ttl").LessThan(expression.Value(now.Unix()))),
+		).Build()
+		if err != nil {
+			return nil, false, fmt.Errorf("create job %s: %w", j.ID, err)
+		}
+		in.TransactItems = append(in.TransactItems, ddb.TransactWriteItem{Put: &ddb.Put{TableName: &s.table, Item: idemItem, ConditionExpression: idemCond.Condition(),
+			ExpressionAttributeNames: idemCond.Names(), ExpressionAttributeValues: idemCond.Values()}})
+	}
+	if len(w.parts)+len(in.TransactItems) > maxTransactItems {
+		return nil, false, &domain.Error{Code: domain.CodeTooLarge, Message: fmt.Sprintf("job %s would be stored in %d parts; the limit is %d: submit fewer or smaller steps, and keep large payloads elsewhere (S3)", j.ID, len(w.parts), maxTransactItems-len(in.TransactItems))}
+	}
+	for _, p := range w.parts {
+		in.TransactItems = append(in.TransactItems, ddb.TransactWriteItem{Put: &ddb.Put{TableName: &s.table, Item: p.item}})
+	}
 	var tce *ddb.TransactionCanceledException
 	for try := 0; ; try++ {
 		_, err = s.db.TransactWriteItems(ctx, in)
 		if err == nil {
-			return j, true, nil
+			return created()
 		}
 		if !errors.As(err, &tce) {
 			return nil, false, fmt.Errorf("create job %s: %w", j.ID, err)
@@ -263,7 +311,7 @@ func (s *Store) Create(ctx context.Context, j *domain.Job, requestHash string, n
 		}
 		break
 	}
-	if !conditionFailed(tce, 1) {
+	if j.IdempotencyKey == "" || !conditionFailed(tce, 1) {
 		return nil, false, fmt.Errorf("create job %s: %w", j.ID, err)
 	}
 	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
@@ -331,11 +379,29 @@ func (s *Store) Get(ctx context.Context, tenant, id string) (*domain.Job, error)
 	if out.Item == nil {
 		return nil, fmt.Errorf("job %s: %w", id, domain.ErrNotFound)
 	}
-	j, err := s.decodeJob(out.Item)
+	j, err := s.readJob(ctx, out.Item)
+	if errors.Is(err, errPartMissing) && s.expired(out.Item) {
+		return nil, fmt.Errorf("job %s: %w", id, domain.ErrNotFound)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("job %s: %w (%v)", id, domain.ErrUnreadable, err)
 	}
 	return j, nil
+}
+
+// expired reports that an item's TTL has passed: DynamoDB deletes it
+// within days, and a job's parts may go first.
+func (s *Store) expired(it map[string]ddb.AttributeValue) bool {
+	n, ok := it["ttl"].(*ddb.AttributeValueMemberN)
+	if !ok {
+		return false
+	}
+	t, err := strconv.ParseInt(n.Value, 10, 64)
+	now := time.Now
+	if s.Now != nil {
+		now = s.Now
+	}
+	return err == nil && now().Unix() >= t
 }
 
 // Quarantine sets aside a job that cannot be read or moved on: it leaves
@@ -409,15 +475,21 @@ func (s *Store) Save(ctx context.Context, j *domain.Job, loadedEvents int) error
 		return fmt.Errorf("save job %s: %w", j.ID, err)
 	}
 	j.Version++
-	it, err := item(j)
+	l := layoutOf(j)
+	w, err := jobWriteOf(j, l)
 	if err != nil {
 		j.Version--
 		return err
 	}
+	it := w.item
 	token := withWriteToken(it)
 	if n := ItemSize(it); n > MaxItemBytes {
 		j.Version--
-		return &domain.Error{Code: domain.CodeTooLarge, Message: fmt.Sprintf("job %s would be %d bytes stored; DynamoDB's limit is %d: keep large outputs elsewhere (S3) and pass references", j.ID, n, MaxItemBytes)}
+		return tooLarge(j, n)
+	}
+	if err := s.putParts(ctx, j, w); err != nil {
+		j.Version--
+		return fmt.Errorf("save job %s: %w", j.ID, err)
 	}
 	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: &s.table, Item: it,
@@ -434,8 +506,21 @@ func (s *Store) Save(ctx context.Context, j *domain.Job, loadedEvents int) error
 		}
 		return fmt.Errorf("save job %s: %w", j.ID, err)
 	}
+	keepLayout(j, w.layout)
+	if w.layout.Apart() && j.DataDeletedAt != nil && !w.layout.dataDeleted {
+		// The job's data is deleted: its parts expire with its item.
+		s.expireParts(ctx, j)
+		w.layout.dataDeleted = true
+	}
 	return nil
 }
+
+func tooLarge(j *domain.Job, n int) error {
+	return &domain.Error{Code: domain.CodeTooLarge, Message: fmt.Sprintf("job %s would be %d bytes stored in its own item; DynamoDB's limit is %d: keep large payloads and signals elsewhere (S3) and pass references", j.ID, n, MaxItemBytes)}
+}
+
+// maxTransactItems is DynamoDB's bound on the items of one transaction.
+const maxTransactItems = 100
 
 // A job item carries the token of the write that put it. A write applied
 // whose answer was lost (a timeout) is retried by the SDK, and the retry

@@ -1,0 +1,520 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/stepflow/stepflow/shared/domain"
+)
+
+// A job stored apart. A job's own item holds all of it while its
+// compressed document stays within sealBytes: one write unit a transition.
+// Past that, a write moves what it would otherwise carry again and again
+// into a part: an item of its own, written once and never changed
+// (pk JP#<tenant>#<id>, sk its name), holding steps as they were and
+// events. The job's item, the header, then holds the job's own fields, the
+// steps changed since their part was written and the events after the
+// parts', and names its parts in order. A write of a job of any length
+// costs what changed since the last seal, not the job: a step, a few
+// events, about one write unit, plus a part every few transitions.
+//
+// A part is written before the header that names it, by a plain put under
+// a fresh name, so a write that loses its race, or a process that dies in
+// between, leaves a part no header names: it costs storage until the job
+// expires, when every item of the job's partition goes with it
+// (expireParts). A header is read with a strongly consistent read, and the
+// parts it names exist; they are read (strongly consistent, since one may
+// be moments old) once per process and kept (partCache): they never change.
+//
+// The header's document is version 4, in attribute hdoc: a build before
+// it finds no doc on the item and answers the job unreadable, rather than
+// reading the header as a whole job and writing back a job without the
+// steps its parts hold.
+const (
+	documentVersionApart = 4
+	headerDocAttr        = "hdoc"
+	// sealBytes keeps a header within one write unit (1 KB) with its
+	// other attributes (keys, state, version, indexes: about 150 bytes).
+	sealBytes = 870
+	// maxPartBytes bounds a part's compressed document well within
+	// DynamoDB's 400 KB item.
+	maxPartBytes = 300 * 1024
+	// partCacheBytes bounds the parts a process keeps.
+	partCacheBytes = 64 << 20
+)
+
+func partsPartition(tenant, id string) string { return "JP#" + tenant + "#" + id }
+
+// partKey names a part in partCache.
+func partKey(tenant, id, name string) string { return tenant + "/" + id + "/" + name }
+
+// headerDoc is a job's document when the job is stored apart: a jobDoc
+// whose Steps are only those changed since the parts (StepAt gives their
+// places) and whose Events follow the parts' EventBase events.
+type headerDoc struct {
+	jobDoc
+	Parts     []string `json:"parts"`
+	StepCount int      `json:"step_count"`
+	StepAt    []int    `json:"step_at,omitempty"`
+	EventBase int      `json:"event_base"`
+}
+
+// partDoc is a part's document: steps as they were when it was written,
+// and the events that followed the parts before it.
+type partDoc struct {
+	Steps  []partStep `json:"steps,omitempty"`
+	Events []eventDoc `json:"events,omitempty"`
+}
+
+type partStep struct {
+	At   int      `json:"at"`
+	Step *stepDoc `json:"step"`
+}
+
+// layout is how a job read from the store is kept: what its parts hold,
+// so its next write carries only what differs. It rides on the job
+// (domain.Job.Stored) from the read to the write.
+type layout struct {
+	parts     []string
+	eventBase int
+	// base is a hash of each step as its latest part holds it (0: none
+	// does); a step that hashes the same is not written again.
+	base []uint64
+	// dataDeleted: the job's data was deleted when it was read, and its
+	// parts given the job's expiry (expireParts).
+	dataDeleted bool
+}
+
+// Apart reports that some of the job is kept in parts.
+func (l *layout) Apart() bool { return l != nil && len(l.parts) > 0 }
+
+func layoutOf(j *domain.Job) *layout {
+	l, _ := j.Stored.(*layout)
+	return l
+}
+
+// keepLayout notes l on j; a whole job carries none.
+func keepLayout(j *domain.Job, l *layout) {
+	if l == nil {
+		j.Stored = nil
+		return
+	}
+	j.Stored = l
+}
+
+// jobWrite is what a write of a job puts: its parts first, then its item.
+type jobWrite struct {
+	item   map[string]ddb.AttributeValue
+	parts  []sealedPart
+	layout *layout // the job's layout once written
+}
+
+// sealedPart is a part to write: its item, and its document as the cache
+// keeps it.
+type sealedPart struct {
+	name string
+	item map[string]ddb.AttributeValue
+	raw  []byte
+}
+
+// stepHash hashes a step's stored form.
+func stepHash(s *domain.Step) (uint64, error) {
+	b, err := json.Marshal(stepDocOf(*s))
+	if err != nil {
+		return 0, err
+	}
+	h := fnv.New64a()
+	_, _ = h.Write(b)
+	return h.Sum64() | 1, nil // never 0, which means no part holds the step
+}
+
+// jobWriteOf renders the write of j over what its parts hold (l, nil for
+// a job with none): the whole job in its item while that stays within
+// sealBytes; else the header, and a new part when the header would pass
+// sealBytes.
+func jobWriteOf(j *domain.Job, l *layout) (jobWrite, error) {
+	if !l.Apart() {
+		it, z, err := wholeItem(j)
+		if err != nil {
+			return jobWrite{}, err
+		}
+		if len(z) <= sealBytes {
+			return jobWrite{item: it}, nil
+		}
+		l = nil
+	}
+	hashes := make([]uint64, len(j.Steps))
+	for i, s := range j.Steps {
+		h, err := stepHash(s)
+		if err != nil {
+			return jobWrite{}, fmt.Errorf("encode job %s: %w", j.ID, err)
+		}
+		hashes[i] = h
+	}
+	var changed []int
+	if l.Apart() && len(j.Steps) >= len(l.base) && len(j.Events) >= l.eventBase {
+		for i, h := range hashes {
+			if i >= len(l.base) || h != l.base[i] {
+				changed = append(changed, i)
+			}
+		}
+		it, z, err := headerItem(j, l.parts, changed, l.eventBase)
+		if err != nil {
+			return jobWrite{}, err
+		}
+		if len(z) <= sealBytes {
+			return jobWrite{item: it, layout: l}, nil
+		}
+	} else {
+		// A job that was whole, or one whose steps or events went back
+		// (no domain change does that): all of it is sealed afresh.
+		l = &layout{}
+		changed = make([]int, len(j.Steps))
+		for i := range changed {
+			changed[i] = i
+		}
+	}
+	seal := partDoc{Events: mapSlice(j.Events[l.eventBase:], eventDocOf)}
+	for _, i := range changed {
+		d := stepDocOf(*j.Steps[i])
+		seal.Steps = append(seal.Steps, partStep{At: i, Step: &d})
+	}
+	docs, err := splitPart(seal)
+	if err != nil {
+		return jobWrite{}, fmt.Errorf("seal job %s: %w", j.ID, err)
+	}
+	next := &layout{parts: append([]string(nil), l.parts...), eventBase: len(j.Events), base: make([]uint64, len(j.Steps)), dataDeleted: l.dataDeleted}
+	copy(next.base, l.base)
+	for _, i := range changed {
+		next.base[i] = hashes[i]
+	}
+	w := jobWrite{layout: next}
+	for _, doc := range docs {
+		name := rand.Text()[:10] // 50 bits: a job's parts never meet by chance
+		next.parts = append(next.parts, name)
+		w.parts = append(w.parts, sealedPart{name: name, raw: doc.raw, item: map[string]ddb.AttributeValue{
+			"pk":  &ddb.AttributeValueMemberS{Value: partsPartition(j.Tenant, j.ID)},
+			"sk":  &ddb.AttributeValueMemberS{Value: name},
+			"doc": &ddb.AttributeValueMemberB{Value: doc.z},
+		}})
+	}
+	w.item, _, err = headerItem(j, next.parts, nil, next.eventBase)
+	if err != nil {
+		return jobWrite{}, err
+	}
+	return w, nil
+}
+
+type partBytes struct{ raw, z []byte }
+
+// splitPart compresses a part's document, halving it until each half
+// fits maxPartBytes; the halves keep the events' order.
+func splitPart(d partDoc) ([]partBytes, error) {
+	raw, err := json.Marshal(d)
+	if err != nil {
+		return nil, err
+	}
+	z, err := deflate(raw)
+	if err != nil {
+		return nil, err
+	}
+	if len(z) <= maxPartBytes {
+		return []partBytes{{raw, z}}, nil
+	}
+	// Each half holds fewer steps and events than d; the events stay in
+	// order, a's before b's.
+	var a, b partDoc
+	switch h := len(d.Steps) / 2; {
+	case len(d.Steps) > 1:
+		a, b = partDoc{Steps: d.Steps[:h]}, partDoc{Steps: d.Steps[h:], Events: d.Events}
+	case len(d.Events) > 1:
+		h = len(d.Events) / 2
+		a, b = partDoc{Steps: d.Steps, Events: d.Events[:h]}, partDoc{Events: d.Events[h:]}
+	case len(d.Steps) == 1 && len(d.Events) == 1:
+		a, b = partDoc{Steps: d.Steps}, partDoc{Events: d.Events}
+	default:
+		return nil, &domain.Error{Code: domain.CodeTooLarge, Message: fmt.Sprintf("one step or event is %d bytes compressed; the limit is %d: keep large outputs elsewhere (S3) and pass references", len(z), maxPartBytes)}
+	}
+	za, err := splitPart(a)
+	if err != nil {
+		return nil, err
+	}
+	zb, err := splitPart(b)
+	if err != nil {
+		return nil, err
+	}
+	return append(za, zb...), nil
+}
+
+// headerItem renders a job stored apart as its item: the steps at
+// changed, the events from eventBase, the parts named.
+func headerItem(j *domain.Job, parts []string, changed []int, eventBase int) (map[string]ddb.AttributeValue, []byte, error) {
+	d := headerDoc{jobDoc: jobDocOf(j), Parts: parts, StepCount: len(j.Steps), StepAt: changed, EventBase: eventBase}
+	d.Steps = make([]*stepDoc, len(changed))
+	for k, i := range changed {
+		s := stepDocOf(*j.Steps[i])
+		d.Steps[k] = &s
+	}
+	d.Events = mapSlice(j.Events[eventBase:], eventDocOf)
+	raw, err := json.Marshal(d)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encode job %s: %w", j.ID, err)
+	}
+	z, err := deflate(raw)
+	if err != nil {
+		return nil, nil, fmt.Errorf("compress job %s: %w", j.ID, err)
+	}
+	return itemOf(j, headerDocAttr, z, documentVersionApart), z, nil
+}
+
+// putParts writes a job write's parts, before its header, and keeps
+// them: the next read of the job in this process reads none of them.
+func (s *Store) putParts(ctx context.Context, j *domain.Job, w jobWrite) error {
+	for _, p := range w.parts {
+		if _, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.table, Item: p.item}); err != nil {
+			return fmt.Errorf("write a part of job %s: %w", j.ID, err)
+		}
+		s.kept.put(partKey(j.Tenant, j.ID, p.name), p.raw)
+	}
+	return nil
+}
+
+// readApart reads a job stored apart from its header item: its parts
+// from the cache, or the table, and the job assembled from them.
+func (s *Store) readApart(ctx context.Context, it map[string]ddb.AttributeValue) (*domain.Job, error) {
+	z, ok := it[headerDocAttr].(*ddb.AttributeValueMemberB)
+	if !ok {
+		return nil, errors.New("decode job: header has no document")
+	}
+	raw, err := inflate(z.Value)
+	if err != nil {
+		return nil, fmt.Errorf("decode job: inflate: %w", err)
+	}
+	var hd headerDoc
+	if err := strictJSON(raw, &hd); err != nil {
+		return nil, fmt.Errorf("decode job header: %w", err)
+	}
+	parts, err := s.readParts(ctx, hd.Tenant, hd.ID, hd.Parts)
+	if err != nil {
+		return nil, err
+	}
+	return assemble(hd, parts)
+}
+
+// assemble builds a job from its header and its parts' documents.
+func assemble(hd headerDoc, parts [][]byte) (*domain.Job, error) {
+	steps := make([]*stepDoc, hd.StepCount)
+	var events []eventDoc
+	for k, raw := range parts {
+		var pd partDoc
+		if err := strictJSON(raw, &pd); err != nil {
+			return nil, fmt.Errorf("decode part %s: %w", hd.Parts[k], err)
+		}
+		for _, ps := range pd.Steps {
+			if ps.At < 0 || ps.At >= hd.StepCount || ps.Step == nil {
+				return nil, fmt.Errorf("part %s holds step %d of %d", hd.Parts[k], ps.At, hd.StepCount)
+			}
+			steps[ps.At] = ps.Step
+		}
+		events = append(events, pd.Events...)
+	}
+	if len(events) != hd.EventBase {
+		return nil, fmt.Errorf("the parts hold %d events; the header follows %d", len(events), hd.EventBase)
+	}
+	l := &layout{parts: hd.Parts, eventBase: hd.EventBase, base: make([]uint64, hd.StepCount), dataDeleted: hd.DataDeletedAt != nil}
+	for i, d := range steps {
+		if d == nil {
+			continue
+		}
+		st := d.step()
+		h, err := stepHash(&st)
+		if err != nil {
+			return nil, err
+		}
+		l.base[i] = h
+	}
+	if len(hd.StepAt) != len(hd.Steps) {
+		return nil, fmt.Errorf("the header places %d steps of %d", len(hd.StepAt), len(hd.Steps))
+	}
+	for k, at := range hd.StepAt {
+		if at < 0 || at >= hd.StepCount || hd.Steps[k] == nil {
+			return nil, fmt.Errorf("the header holds step %d of %d", at, hd.StepCount)
+		}
+		steps[at] = hd.Steps[k]
+	}
+	for i, d := range steps {
+		if d == nil {
+			return nil, fmt.Errorf("no part holds step %d", i)
+		}
+	}
+	d := hd.jobDoc
+	d.Steps = steps
+	d.Events = append(events, hd.Events...)
+	j := d.job()
+	j.Stored = l
+	return j, nil
+}
+
+func strictJSON(raw []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}
+
+// readParts answers the named parts' documents, in order.
+func (s *Store) readParts(ctx context.Context, tenant, id string, names []string) ([][]byte, error) {
+	out := make([][]byte, len(names))
+	var missing []int
+	for k, n := range names {
+		if raw, ok := s.kept.get(partKey(tenant, id, n)); ok {
+			out[k] = raw
+		} else {
+			missing = append(missing, k)
+		}
+	}
+	for len(missing) > 0 {
+		batch := missing[:min(len(missing), 100)] // BatchGetItem's limit
+		missing = missing[len(batch):]
+		keys := make([]map[string]ddb.AttributeValue, len(batch))
+		at := make(map[string]int, len(batch))
+		for i, k := range batch {
+			keys[i] = map[string]ddb.AttributeValue{
+				"pk": &ddb.AttributeValueMemberS{Value: partsPartition(tenant, id)},
+				"sk": &ddb.AttributeValueMemberS{Value: names[k]},
+			}
+			at[names[k]] = k
+		}
+		req := map[string]ddb.KeysAndAttributes{s.table: {Keys: keys, ConsistentRead: aws.Bool(true)}}
+		for try := 0; len(req) > 0; try++ {
+			if try > 0 {
+				if err := pause(ctx, time.Duration(10<<min(try, 6))*time.Millisecond); err != nil {
+					return nil, err
+				}
+			}
+			res, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+			if err != nil {
+				return nil, fmt.Errorf("read the parts of job %s: %w", id, err)
+			}
+			for _, it := range res.Responses[s.table] {
+				sk, _ := it["sk"].(*ddb.AttributeValueMemberS)
+				z, _ := it["doc"].(*ddb.AttributeValueMemberB)
+				if sk == nil || z == nil {
+					continue
+				}
+				k, ok := at[sk.Value]
+				if !ok {
+					continue
+				}
+				raw, err := inflate(z.Value)
+				if err != nil {
+					return nil, fmt.Errorf("part %s of job %s: inflate: %w", sk.Value, id, err)
+				}
+				out[k] = raw
+				s.kept.put(partKey(tenant, id, sk.Value), raw)
+			}
+			req = res.UnprocessedKeys
+		}
+		for _, k := range batch {
+			if out[k] == nil {
+				return nil, fmt.Errorf("part %s of job %s: %w", names[k], id, errPartMissing)
+			}
+		}
+	}
+	return out, nil
+}
+
+// errPartMissing: a part a header names is not in the table. Only expiry
+// deletes parts, so the job is gone (its header's TTL has passed too, and
+// DynamoDB deletes the items one at a time) or was damaged.
+var errPartMissing = errors.New("missing")
+
+// expireParts gives every item of a job's partition the job's TTL, once
+// its data is deleted: the parts its header names, and any a lost race
+// left. A failure is logged: those items outlive the job.
+func (s *Store) expireParts(ctx context.Context, j *domain.Job) {
+	ttl := j.TTLAt()
+	if ttl == nil {
+		return
+	}
+	kc := expression.Key("pk").Equal(expression.Value(partsPartition(j.Tenant, j.ID)))
+	expr, err := expression.NewBuilder().WithKeyCondition(kc).WithProjection(expression.NamesList(expression.Name("pk"), expression.Name("sk"))).Build()
+	if err != nil {
+		s.log().Warn("a finished job's parts were not given its expiry", "job", j.ID, "err", err)
+		return
+	}
+	var start map[string]ddb.AttributeValue
+	for {
+		res, err := s.db.Query(ctx, &dynamodb.QueryInput{
+			TableName: &s.table, KeyConditionExpression: expr.KeyCondition(), ProjectionExpression: expr.Projection(),
+			ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(), ExclusiveStartKey: start,
+		})
+		if err != nil {
+			s.log().Warn("a finished job's parts were not given its expiry", "job", j.ID, "err", err)
+			return
+		}
+		for _, it := range res.Items {
+			_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+				TableName: &s.table, Key: map[string]ddb.AttributeValue{"pk": it["pk"], "sk": it["sk"]},
+				UpdateExpression:          aws.String("SET #t = :t"),
+				ExpressionAttributeNames:  map[string]string{"#t": "ttl"},
+				ExpressionAttributeValues: map[string]ddb.AttributeValue{":t": &ddb.AttributeValueMemberN{Value: strconv.FormatInt(ttl.Unix(), 10)}},
+			})
+			if err != nil {
+				s.log().Warn("a finished job's part was not given its expiry", "job", j.ID, "err", err)
+			}
+		}
+		if start = res.LastEvaluatedKey; len(start) == 0 {
+			return
+		}
+	}
+}
+
+// partCache keeps parts this process read or wrote, by tenant/job/name,
+// up to partCacheBytes, the oldest going first: a part never changes, so
+// what is kept is never stale.
+type partCache struct {
+	mu    sync.Mutex
+	raw   map[string][]byte
+	order []string
+	bytes int
+}
+
+func (c *partCache) get(k string) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	raw, ok := c.raw[k]
+	return raw, ok
+}
+
+func (c *partCache) put(k string, raw []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.raw[k]; ok || len(raw) > partCacheBytes {
+		return
+	}
+	if c.raw == nil {
+		c.raw = map[string][]byte{}
+	}
+	for c.bytes+len(raw) > partCacheBytes && len(c.order) > 0 {
+		old := c.order[0]
+		c.order = c.order[1:]
+		c.bytes -= len(c.raw[old])
+		delete(c.raw, old)
+	}
+	c.raw[k] = raw
+	c.order = append(c.order, k)
+	c.bytes += len(raw)
+}

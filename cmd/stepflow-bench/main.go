@@ -329,7 +329,10 @@ func run(ctx context.Context, o options) error {
 		}, "payload": map[string]any{"n": 1}}},
 		{"diamond DAG (a; b, c; d)", o.jobs / 5, 4, map[string]any{"steps": diamond(), "payload": map[string]any{"n": 1}}},
 		{"fan-out: 98 pass branches and their fan-in", max(o.jobs/100, 2), 100, map[string]any{"steps": fanOut(98), "payload": map[string]any{"n": 1}}},
+		{"10-step pass", max(o.jobs/10, 2), 10, map[string]any{"steps": passChain(10), "payload": map[string]any{"n": 1}}},
 		{"100-step pass", max(o.jobs/50, 2), 100, map[string]any{"steps": passChain(100), "payload": map[string]any{"n": 1}}},
+		{"1,000-step pass", 2, 1000, map[string]any{"steps": passChain(1000), "payload": map[string]any{"n": 1}}},
+		{"5,000-step pass", 1, 5000, map[string]any{"steps": passChain(5000), "payload": map[string]any{"n": 1}}},
 		{"timer: 5 s sleep past the threshold, then pass", o.jobs / 10, 2, map[string]any{"steps": []any{
 			map[string]any{"id": "nap", "action": map[string]any{"type": "sleep", "seconds": 5}},
 			map[string]any{"id": "after", "action": map[string]any{"type": "pass"}},

@@ -126,6 +126,7 @@ func render(results []result, floor result, sweeps []sweepPoint, exp expiryPoint
 		b.WriteString("\n")
 	}
 
+	b.WriteString(longJobs(results, p))
 	if lat.Put > 0 {
 		fmt.Fprintf(&b, "\n## A chained step's latency\n\nA job of %d pass steps run alone: the median time from one step's end to the next's is %s (each step one conditional write, the next run by the same execute invocation); a conditional PutItem of a %d-byte item through the same proxy takes %s (median of %d): %.1f times.\n",
 			lat.Steps, msf(lat.Step), lat.Item, msf(lat.Put), lat.Steps, float64(lat.Step)/float64(lat.Put))
@@ -195,4 +196,39 @@ func chart(path string, results []result, p costmeter.Prices) error {
 	pl.Legend.Top = true
 	pl.NominalX(names...)
 	return pl.Save(9*vg.Inch, 4.5*vg.Inch, path)
+}
+
+// longJobs compares the pass chains of every length the bench ran, per
+// step: what a step costs against the five-step job's, and how long it
+// takes against the ten-step job's (issue 19's targets: 1.25 and 1.5).
+func longJobs(results []result, p costmeter.Prices) string {
+	var chains []result
+	var five, ten *result
+	for i, r := range results {
+		switch {
+		case r.Name == "five-step pass":
+			five = &results[i]
+		case r.Name == "10-step pass":
+			ten = &results[i]
+		}
+		if strings.HasSuffix(r.Name, "-step pass") {
+			chains = append(chains, r)
+		}
+	}
+	if five == nil || ten == nil {
+		return ""
+	}
+	perStep := func(r result) (usd, wru, ms float64) {
+		n := float64(r.Jobs * r.StepsPerJob)
+		return r.bill(p).Total() / float64(r.StepsPerJob), r.Units.WRU / n, float64(percentile(r.ToDone, .5)) / float64(time.Millisecond) / float64(r.StepsPerJob)
+	}
+	var b strings.Builder
+	b.WriteString("\n## Long jobs, per step\n\nPass steps in a line, each after the one before: a job's cost and its enqueue-to-done median, divided by its steps; cost against the five-step job's, time against the ten-step job's.\n\n| job | jobs | $ per million, per step | WRU per step | ms per step (p50) | cost per step / five-step's | time per step / ten-step's |\n|---|---|---|---|---|---|---|\n")
+	u5, _, _ := perStep(*five)
+	_, _, m10 := perStep(*ten)
+	for _, r := range chains {
+		u, w, m := perStep(r)
+		fmt.Fprintf(&b, "| %s | %d | $%.2f | %.2f | %.1f | %.2f | %.2f |\n", r.Name, r.Jobs, u, w, m, u/u5, m/m10)
+	}
+	return b.String()
 }

@@ -369,6 +369,14 @@ func eventsCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			for l.More { // a long job's log comes a page at a time
+				next, err := c.Events(cmd.Context(), args[0], client.EventsOptions{After: l.LastSeq})
+				if err != nil {
+					return err
+				}
+				l.Events = append(l.Events, next.Events...)
+				l.State, l.LastSeq, l.More = next.State, next.LastSeq, next.More && next.LastSeq > l.LastSeq
+			}
 			return a.show(l, func() error {
 				rows := make([][]string, 0, len(l.Events))
 				for _, e := range l.Events {

@@ -285,9 +285,11 @@ type EventList struct {
 	JobID  string  `json:"job_id"`
 	Events []Event `json:"events"`
 	// State is the job's state when the log was read, and LastSeq its last
-	// event's seq: ask again after it.
+	// event's seq: ask again after it. More: the job has events after
+	// these (a page holds at most 1,000), and LastSeq is the last of them.
 	State   JobState `json:"state"`
 	LastSeq int      `json:"last_seq"`
+	More    bool     `json:"more,omitempty"`
 }
 
 // DecisionRequest is an approve's or a reject's body.

@@ -588,13 +588,21 @@ const (
 )
 
 // EventsView answers GET /v1/jobs/{id}/events: the events after the seq
-// asked for, and the job's last seq, from which a client asks again.
+// asked for, at most limit of them, and the seq from which a client asks
+// again: the job's last, or with More the last answered.
 type EventsView struct {
 	JobID   string          `json:"job_id"`
 	State   domain.JobState `json:"state"`
 	Events  []domain.Event  `json:"events"`
 	LastSeq int             `json:"last_seq"`
+	// More: the job has events after these; ask again after LastSeq. A
+	// job of thousands of steps has tens of thousands of events, and one
+	// answer holds at most maxEventsPage (a Lambda answer is at most 6 MB).
+	More bool `json:"more,omitempty"`
 }
+
+// maxEventsPage bounds the events one answer holds (?limit=).
+const maxEventsPage = 1000
 
 // events answers a job's events with seq > after. With none and wait > 0
 // it holds a long-poll slot and looks at the job's version until one comes,
@@ -608,6 +616,13 @@ func (a *API) events(ctx context.Context, tenant string, r *request) (int, any, 
 	wait, err := queryInt(q, "wait", 0, maxEventsWait)
 	if err != nil {
 		return 0, nil, err
+	}
+	limit, err := queryInt(q, "limit", 1, maxEventsPage)
+	if err != nil {
+		return 0, nil, err
+	}
+	if _, set := q["limit"]; !set {
+		limit = maxEventsPage
 	}
 	id := r.ev.PathParameters["id"]
 	if wait > 0 {
@@ -651,6 +666,10 @@ func (a *API) events(ctx context.Context, tenant string, r *request) (int, any, 
 	v := EventsView{JobID: j.ID, State: j.State, Events: eventsAfter(j, after)}
 	if n := len(j.Events); n > 0 {
 		v.LastSeq = j.Events[n-1].Seq
+	}
+	if len(v.Events) > limit {
+		v.Events, v.More = v.Events[:limit], true
+		v.LastSeq = v.Events[limit-1].Seq
 	}
 	return http.StatusOK, v, nil
 }

@@ -761,3 +761,37 @@ func TestAnUnknownErrorCodeAnswersInternal(t *testing.T) {
 	_, known := httpapi.ErrorCodes()["no_such_code"]
 	require.False(t, known)
 }
+
+// TestEventsPage: a job's log comes at most ?limit= events at a time, with
+// more and the seq to ask after; a limit out of range names the field.
+func TestEventsPage(t *testing.T) {
+	t.Parallel()
+	h := stacktest.NewInMemory(t)
+	j := h.Submit(t, stacktest.KeyA, workerJob)
+	h.JSON(t, http.StatusOK, "POST", "/v1/jobs/"+j.ID+"/cancel", stacktest.KeyA, nil, nil)
+	all := h.Events(t, stacktest.KeyA, j.ID)
+	require.Len(t, all, 3, "created, step cancelled, job cancelled")
+
+	var page httpapi.EventsView
+	h.JSON(t, http.StatusOK, "GET", "/v1/jobs/"+j.ID+"/events?limit=2", stacktest.KeyA, nil, &page)
+	require.Len(t, page.Events, 2)
+	require.True(t, page.More)
+	require.Equal(t, 2, page.LastSeq, "ask again after the last event answered")
+	var rest httpapi.EventsView
+	h.JSON(t, http.StatusOK, "GET", "/v1/jobs/"+j.ID+"/events?limit=2&after=2", stacktest.KeyA, nil, &rest)
+	require.Len(t, rest.Events, 1)
+	require.False(t, rest.More)
+	require.Equal(t, 3, rest.LastSeq)
+	require.Equal(t, all, append(page.Events, rest.Events...))
+
+	var whole httpapi.EventsView
+	h.JSON(t, http.StatusOK, "GET", "/v1/jobs/"+j.ID+"/events", stacktest.KeyA, nil, &whole)
+	require.Len(t, whole.Events, 3, "a short log comes whole by default")
+	require.False(t, whole.More)
+
+	var bad struct {
+		Error struct{ Field string } `json:"error"`
+	}
+	h.JSON(t, http.StatusBadRequest, "GET", "/v1/jobs/"+j.ID+"/events?limit=1001", stacktest.KeyA, nil, &bad)
+	require.Equal(t, "limit", bad.Error.Field)
+}

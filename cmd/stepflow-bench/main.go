@@ -320,6 +320,7 @@ func run(ctx context.Context, o options) error {
 		spec  map[string]any
 	}{
 		{"single-step pass", o.jobs, 1, map[string]any{"steps": []any{map[string]any{"id": "a", "action": map[string]any{"type": "pass"}}}, "payload": map[string]any{"n": 1}}},
+		{"single-step pass, ten a request (POST /v1/jobs/batch)", o.jobs, 1, map[string]any{"steps": []any{map[string]any{"id": "a", "action": map[string]any{"type": "pass"}}}, "payload": map[string]any{"n": 1}}},
 		{"five-step pass", o.jobs / 5, 5, map[string]any{"steps": fiveSteps(), "payload": map[string]any{"n": 1}}},
 		{"worker step via /v1/claim", o.jobs / 5, 1, map[string]any{"steps": []any{map[string]any{"id": "w", "action": map[string]any{"type": "worker", "queue": "bench", "lease_seconds": 60}}}, "payload": map[string]any{"n": 1}}},
 		{fmt.Sprintf("worker: three steps of %d KB outputs", o.largeOutput/1024), o.jobs / 10, 3, map[string]any{"steps": []any{
@@ -402,6 +403,51 @@ func run(ctx context.Context, o options) error {
 	return nil
 }
 
+// submitBatch is how many jobs of a workload one request submits: ten
+// through POST /v1/jobs/batch for a workload named so, else one.
+func submitBatch(name string) int {
+	if strings.Contains(name, "ten a request") {
+		return 10
+	}
+	return 1
+}
+
+// submit submits job i (one), or jobs i to i+batch through the batch
+// route, and notes their ids.
+func (b *bench) submit(ctx context.Context, body, batchBody []byte, batch, i int, ids []string) error {
+	if batch <= 1 {
+		var j struct{ ID string }
+		if err := b.call(ctx, http.MethodPost, "/v1/jobs", body, &j); err != nil {
+			return err
+		}
+		ids[i] = j.ID
+		return nil
+	}
+	if left := len(ids) - i; left < batch { // the last request, short
+		specs := make([]json.RawMessage, left)
+		for k := range specs {
+			specs[k] = body
+		}
+		batchBody, _ = json.Marshal(map[string]any{"jobs": specs})
+	}
+	var out struct {
+		Jobs []struct {
+			Status int
+			Job    struct{ ID string }
+		}
+	}
+	if err := b.call(ctx, http.MethodPost, "/v1/jobs/batch", batchBody, &out); err != nil {
+		return err
+	}
+	for k, a := range out.Jobs {
+		if a.Status != http.StatusCreated || i+k >= len(ids) {
+			return fmt.Errorf("batch submit: job %d answered %d", k, a.Status)
+		}
+		ids[i+k] = a.Job.ID
+	}
+	return nil
+}
+
 func diamond() []any {
 	step := func(id string, deps ...string) map[string]any {
 		s := map[string]any{"id": id, "action": map[string]any{"type": "pass"}}
@@ -471,22 +517,29 @@ func (b *bench) workload(ctx context.Context, name string, n, steps int, spec ma
 	var errMu sync.Mutex
 	next := make(chan int)
 	go func() {
-		for i := range n {
+		for i := 0; i < n; i += max(submitBatch(name), 1) {
 			next <- i
 		}
 		close(next)
 	}()
+	batch := submitBatch(name)
+	var batchBody []byte
+	if batch > 1 {
+		specs := make([]json.RawMessage, batch)
+		for k := range specs {
+			specs[k] = body
+		}
+		batchBody, _ = json.Marshal(map[string]any{"jobs": specs})
+	}
 	for range b.o.concurrency {
 		wg.Go(func() {
 			for i := range next {
-				var j struct{ ID string }
-				if err := b.call(ctx, http.MethodPost, "/v1/jobs", body, &j); err != nil {
+				err := b.submit(ctx, body, batchBody, batch, i, ids)
+				if err != nil {
 					errMu.Lock()
 					firstErr = err
 					errMu.Unlock()
-					continue
 				}
-				ids[i] = j.ID
 			}
 		})
 	}

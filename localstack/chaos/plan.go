@@ -12,7 +12,7 @@ import (
 // JobPlan is one job a run submits.
 type JobPlan struct {
 	N           int
-	Kind        string // pass, pass3, pass5, retryable, fatal, sleep, worker, approval, signal, timer, redrive
+	Kind        string // pass, pass3, pass5, long, retryable, fatal, sleep, worker, approval, signal, timer, redrive
 	Key         string // Idempotency-Key
 	Body        []byte // the exact bytes submitted, every retry
 	CancelAfter time.Duration
@@ -125,14 +125,14 @@ func (ks weightedKinds) pick(r *rand.Rand) string {
 
 // planKinds are the job kinds with their weights.
 var planKinds = weightedKinds{
-	{"pass", 14}, {"pass3", 10}, {"pass5", 8}, {"retryable", 12}, {"fatal", 8}, {"sleep", 12}, {"worker", 26},
+	{"pass", 14}, {"pass3", 10}, {"pass5", 8}, {"long", 4}, {"retryable", 12}, {"fatal", 8}, {"sleep", 12}, {"worker", 26},
 	{"approval", 7}, {"signal", 7}, {"timer", 8}, {"redrive", 4},
 }
 
 // rows is the workload table: what a job of each kind ends as, given the
 // faults and its callers' answers.
 var rows = map[string]row{
-	"pass": completes, "pass3": completes, "pass5": completes, "sleep": completes, "timer": completes,
+	"pass": completes, "pass3": completes, "pass5": completes, "long": completes, "sleep": completes, "timer": completes,
 	"retryable": fails, "fatal": fails,
 	"worker":   {}, // its workers draw each attempt's outcome
 	"approval": {end: approved, lossy: true},
@@ -177,6 +177,17 @@ func planOne(r *rand.Rand, seed uint64, i int) JobPlan {
 	case "pass3", "pass5":
 		for s := range 3 + 2*btoi(kind == "pass5") {
 			steps = append(steps, pass(fmt.Sprintf("s%d", s+1)))
+		}
+	case "long":
+		// Long enough to be kept apart (a header and parts, sealed as it
+		// goes, shared/store/parts.go), with a worker step amid its pass
+		// steps, so its writes meet faults from several processes.
+		payload[WorkerMarker] = WorkerAlwaysComplete
+		for s := range 24 {
+			steps = append(steps, pass(fmt.Sprintf("s%02d", s+1)))
+			if s == 11 {
+				steps = append(steps, with(step("work", "worker", "queue", queue(), "lease_seconds", 2), "retry", fixedRetry(5, 100)))
+			}
 		}
 	case "retryable":
 		backoff, initial := []string{"fixed", "exponential", "linear"}[r.IntN(3)], 100+100*r.IntN(5)

@@ -259,11 +259,10 @@ func (j *Job) KeepsInline(size, limit int) bool {
 }
 
 // StoresData reports whether the job references data in the blob store:
-// its payload, or any step's or attempt's output; or is kept in parts by
-// its store (Stored), which go as its data does. (An input stored for a
+// its payload, or any step's or attempt's output. (An input stored for a
 // worker is composed of such references, so it implies one.)
 func (j *Job) StoresData() bool {
-	if j.PayloadRef != nil || j.Stored != nil && j.Stored.Apart() {
+	if j.PayloadRef != nil {
 		return true
 	}
 	for _, s := range j.Steps {

@@ -99,10 +99,8 @@ type Job struct {
 	Stored StoredLayout `json:"-"`
 }
 
-// StoredLayout is a store's note of how it keeps a job. Apart reports that
-// some of the job is kept in items besides its own: those go at expiry
-// with the job's data (StoresData).
-type StoredLayout interface{ Apart() bool }
+// StoredLayout is a store's note of how it keeps a job, opaque here.
+type StoredLayout any
 
 // Signal is a named message to a job's wait steps.
 type Signal struct {

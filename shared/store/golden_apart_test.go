@@ -115,7 +115,9 @@ func TestGoldenApartItemsRead(t *testing.T) {
 		require.NoError(t, err, g.name)
 		require.JSONEq(t, string(g.want), string(raw), g.name)
 		require.NoError(t, domain.CheckReplay(got), g.name)
-		require.True(t, got.StoresData(), "%s: its parts go with its data", g.name)
+		for _, p := range g.parts {
+			require.Equal(t, g.item["ttl"], p["ttl"], "%s: a part expires with its job", g.name)
+		}
 	}
 }
 

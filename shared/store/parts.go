@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -32,12 +31,17 @@ import (
 // events, about one write unit, plus a part every few transitions.
 //
 // A part is written before the header that names it, by a plain put under
-// a fresh name, so a write that loses its race, or a process that dies in
-// between, leaves a part no header names: it costs storage until the job
-// expires, when every item of the job's partition goes with it
-// (expireParts). A header is read with a strongly consistent read, and the
-// parts it names exist; they are read (strongly consistent, since one may
-// be moments old) once per process and kept (partCache): they never change.
+// a fresh name; a write that loses its race deletes the parts it wrote. A
+// header is read with a strongly consistent read, and the parts it names
+// exist; they are read (strongly consistent, since one may be moments old)
+// once per process and kept (partCache): they never change.
+//
+// Parts expire with the job: the write that finishes it gives them its TTL
+// once the header is written (a part sealed by that write is put with it),
+// and a redrive takes it away again before its header is written, so a
+// failure between the two leaves a part that lasts too long, never a job
+// without its parts. A process that dies between a part and its header
+// leaves that part for ever: a KB of storage a crash.
 //
 // The header's document is version 4, in attribute hdoc: a build before
 // it finds no doc on the item and answers the job unreadable, rather than
@@ -70,6 +74,18 @@ type headerDoc struct {
 	StepCount int      `json:"step_count"`
 	StepAt    []int    `json:"step_at,omitempty"`
 	EventBase int      `json:"event_base"`
+	// PartsTTL is the TTL the parts carry (unix seconds; none while the job
+	// runs).
+	PartsTTL int64 `json:"parts_ttl,omitempty"`
+}
+
+// partsTTL is the TTL a job's parts must carry: its item's once it is
+// finished, none before.
+func partsTTL(j *domain.Job) int64 {
+	if t := j.TTLAt(); t != nil {
+		return t.Unix()
+	}
+	return 0
 }
 
 // partDoc is a part's document: steps as they were when it was written,
@@ -93,13 +109,29 @@ type layout struct {
 	// base is a hash of each step as its latest part holds it (0: none
 	// does); a step that hashes the same is not written again.
 	base []uint64
-	// dataDeleted: the job's data was deleted when it was read, and its
-	// parts given the job's expiry (expireParts).
-	dataDeleted bool
+	// ttl is the TTL the parts carry (unix seconds), 0 for none: a
+	// finished job's.
+	ttl int64
 }
 
 // Apart reports that some of the job is kept in parts.
 func (l *layout) Apart() bool { return l != nil && len(l.parts) > 0 }
+
+// names answers the parts' names, none for a whole job.
+func (l *layout) names() []string {
+	if l == nil {
+		return nil
+	}
+	return l.parts
+}
+
+// expiry answers the parts' TTL, 0 for none.
+func (l *layout) expiry() int64 {
+	if l == nil {
+		return 0
+	}
+	return l.ttl
+}
 
 func layoutOf(j *domain.Job) *layout {
 	l, _ := j.Stored.(*layout)
@@ -171,12 +203,13 @@ func jobWriteOf(j *domain.Job, l *layout) (jobWrite, error) {
 				changed = append(changed, i)
 			}
 		}
-		it, z, err := headerItem(j, l.parts, changed, l.eventBase)
+		next := &layout{parts: l.parts, eventBase: l.eventBase, base: l.base, ttl: partsTTL(j)}
+		it, z, err := headerItem(j, next, changed)
 		if err != nil {
 			return jobWrite{}, err
 		}
 		if len(z) <= sealBytes {
-			return jobWrite{item: it, layout: l}, nil
+			return jobWrite{item: it, layout: next}, nil
 		}
 	} else {
 		// A job that was whole, or one whose steps or events went back
@@ -196,7 +229,7 @@ func jobWriteOf(j *domain.Job, l *layout) (jobWrite, error) {
 	if err != nil {
 		return jobWrite{}, fmt.Errorf("seal job %s: %w", j.ID, err)
 	}
-	next := &layout{parts: append([]string(nil), l.parts...), eventBase: len(j.Events), base: make([]uint64, len(j.Steps)), dataDeleted: l.dataDeleted}
+	next := &layout{parts: append([]string(nil), l.parts...), eventBase: len(j.Events), base: make([]uint64, len(j.Steps)), ttl: partsTTL(j)}
 	copy(next.base, l.base)
 	for _, i := range changed {
 		next.base[i] = hashes[i]
@@ -205,13 +238,17 @@ func jobWriteOf(j *domain.Job, l *layout) (jobWrite, error) {
 	for _, doc := range docs {
 		name := rand.Text()[:10] // 50 bits: a job's parts never meet by chance
 		next.parts = append(next.parts, name)
-		w.parts = append(w.parts, sealedPart{name: name, raw: doc.raw, item: map[string]ddb.AttributeValue{
+		it := map[string]ddb.AttributeValue{
 			"pk":  &ddb.AttributeValueMemberS{Value: partsPartition(j.Tenant, j.ID)},
 			"sk":  &ddb.AttributeValueMemberS{Value: name},
 			"doc": &ddb.AttributeValueMemberB{Value: doc.z},
-		}})
+		}
+		if next.ttl != 0 {
+			it["ttl"] = &ddb.AttributeValueMemberN{Value: strconv.FormatInt(next.ttl, 10)}
+		}
+		w.parts = append(w.parts, sealedPart{name: name, raw: doc.raw, item: it})
 	}
-	w.item, _, err = headerItem(j, next.parts, nil, next.eventBase)
+	w.item, _, err = headerItem(j, next, nil)
 	if err != nil {
 		return jobWrite{}, err
 	}
@@ -260,9 +297,10 @@ func splitPart(d partDoc) ([]partBytes, error) {
 }
 
 // headerItem renders a job stored apart as its item: the steps at
-// changed, the events from eventBase, the parts named.
-func headerItem(j *domain.Job, parts []string, changed []int, eventBase int) (map[string]ddb.AttributeValue, []byte, error) {
-	d := headerDoc{jobDoc: jobDocOf(j), Parts: parts, StepCount: len(j.Steps), StepAt: changed, EventBase: eventBase}
+// changed, the events after l's, l's parts named.
+func headerItem(j *domain.Job, l *layout, changed []int) (map[string]ddb.AttributeValue, []byte, error) {
+	eventBase := l.eventBase
+	d := headerDoc{jobDoc: jobDocOf(j), Parts: l.parts, StepCount: len(j.Steps), StepAt: changed, EventBase: eventBase, PartsTTL: l.ttl}
 	d.Steps = make([]*stepDoc, len(changed))
 	for k, i := range changed {
 		s := stepDocOf(*j.Steps[i])
@@ -334,7 +372,7 @@ func assemble(hd headerDoc, parts [][]byte) (*domain.Job, error) {
 	if len(events) != hd.EventBase {
 		return nil, fmt.Errorf("the parts hold %d events; the header follows %d", len(events), hd.EventBase)
 	}
-	l := &layout{parts: hd.Parts, eventBase: hd.EventBase, base: make([]uint64, hd.StepCount), dataDeleted: hd.DataDeletedAt != nil}
+	l := &layout{parts: hd.Parts, eventBase: hd.EventBase, base: make([]uint64, hd.StepCount), ttl: hd.PartsTTL}
 	for i, d := range steps {
 		if d == nil {
 			continue
@@ -441,43 +479,36 @@ func (s *Store) readParts(ctx context.Context, tenant, id string, names []string
 // DynamoDB deletes the items one at a time) or was damaged.
 var errPartMissing = errors.New("missing")
 
-// expireParts gives every item of a job's partition the job's TTL, once
-// its data is deleted: the parts its header names, and any a lost race
-// left. A failure is logged: those items outlive the job.
-func (s *Store) expireParts(ctx context.Context, j *domain.Job) {
-	ttl := j.TTLAt()
-	if ttl == nil {
-		return
+// setPartsTTL gives the named parts of a job ttl (unix seconds), or takes
+// it away (0).
+func (s *Store) setPartsTTL(ctx context.Context, j *domain.Job, names []string, ttl int64) error {
+	for _, n := range names {
+		in := &dynamodb.UpdateItemInput{
+			TableName: &s.table, Key: map[string]ddb.AttributeValue{
+				"pk": &ddb.AttributeValueMemberS{Value: partsPartition(j.Tenant, j.ID)},
+				"sk": &ddb.AttributeValueMemberS{Value: n},
+			},
+			UpdateExpression:         aws.String("REMOVE #t"),
+			ExpressionAttributeNames: map[string]string{"#t": "ttl"},
+		}
+		if ttl != 0 {
+			in.UpdateExpression = aws.String("SET #t = :t")
+			in.ExpressionAttributeValues = map[string]ddb.AttributeValue{":t": &ddb.AttributeValueMemberN{Value: strconv.FormatInt(ttl, 10)}}
+		}
+		if _, err := s.db.UpdateItem(ctx, in); err != nil {
+			return fmt.Errorf("part %s of job %s: %w", n, j.ID, err)
+		}
 	}
-	kc := expression.Key("pk").Equal(expression.Value(partsPartition(j.Tenant, j.ID)))
-	expr, err := expression.NewBuilder().WithKeyCondition(kc).WithProjection(expression.NamesList(expression.Name("pk"), expression.Name("sk"))).Build()
-	if err != nil {
-		s.log().Warn("a finished job's parts were not given its expiry", "job", j.ID, "err", err)
-		return
-	}
-	var start map[string]ddb.AttributeValue
-	for {
-		res, err := s.db.Query(ctx, &dynamodb.QueryInput{
-			TableName: &s.table, KeyConditionExpression: expr.KeyCondition(), ProjectionExpression: expr.Projection(),
-			ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(), ExclusiveStartKey: start,
-		})
+	return nil
+}
+
+// dropParts deletes the parts a write that lost its race wrote: no
+// header names them. Best effort: one left costs storage only.
+func (s *Store) dropParts(ctx context.Context, j *domain.Job, w jobWrite) {
+	for _, p := range w.parts {
+		_, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &s.table, Key: map[string]ddb.AttributeValue{"pk": p.item["pk"], "sk": p.item["sk"]}})
 		if err != nil {
-			s.log().Warn("a finished job's parts were not given its expiry", "job", j.ID, "err", err)
-			return
-		}
-		for _, it := range res.Items {
-			_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-				TableName: &s.table, Key: map[string]ddb.AttributeValue{"pk": it["pk"], "sk": it["sk"]},
-				UpdateExpression:          aws.String("SET #t = :t"),
-				ExpressionAttributeNames:  map[string]string{"#t": "ttl"},
-				ExpressionAttributeValues: map[string]ddb.AttributeValue{":t": &ddb.AttributeValueMemberN{Value: strconv.FormatInt(ttl.Unix(), 10)}},
-			})
-			if err != nil {
-				s.log().Warn("a finished job's part was not given its expiry", "job", j.ID, "err", err)
-			}
-		}
-		if start = res.LastEvaluatedKey; len(start) == 0 {
-			return
+			s.log().Warn("a part no header names was not deleted", "job", j.ID, "part", p.name, "err", err)
 		}
 	}
 }

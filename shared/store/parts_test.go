@@ -104,43 +104,66 @@ func TestLongJobWritesStaySmall(t *testing.T) {
 	require.Len(t, got.Events, len(done.Events))
 }
 
-// When a finished job's data is deleted, every item of its parts
-// partition, one no header names among them, takes the job's TTL; and a
-// job whose parts are gone past its TTL is not found.
-func TestDeletedDataExpiresTheParts(t *testing.T) {
+// A finished job's parts take its TTL, a redriven one's lose it again
+// before it runs, and a job whose parts are gone past its TTL is not
+// found (DynamoDB deletes expired items one at a time).
+func TestPartsExpireWithTheJob(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	j := b.create(t, tenantA, lineSpec(min(60, domain.MaxSteps)))
-	done := b.runLine(t, j, func(*domain.Job) {})
-	// A part a lost race left.
-	_, err := b.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(b.table), Item: map[string]ddb.AttributeValue{
-		"pk": &ddb.AttributeValueMemberS{Value: "JP#" + j.Tenant + "#" + j.ID}, "sk": &ddb.AttributeValueMemberS{Value: "orphan"},
-		"doc": &ddb.AttributeValueMemberB{Value: []byte("x")},
-	}})
-	require.NoError(t, err)
-	require.True(t, done.StoresData(), "a job kept in parts has data to delete at expiry")
-	require.Equal(t, done.ExpiresAt.Add(domain.DataGrace), *done.TTLAt(), "its item outlives the expiry until the parts are expired")
-	for _, p := range b.parts(t, done) {
-		require.NotContains(t, p, "ttl", "a part of a job not yet expired lasts")
+	n := min(60, domain.MaxSteps)
+	spec := strings.Replace(lineSpec(n), `{"id":"step-0059","action":{"type":"pass"},"retry":{"max_attempts":3}}`,
+		`{"id":"step-0059","action":{"type":"worker"},"retry":{"max_attempts":1}}`, 1)
+	j := b.create(t, tenantA, spec)
+	loaded, events := b.load(t, tenantA, j.ID)
+	now := b.now
+	for i := range n - 1 { // the pass steps; the worker step fails below
+		id := loaded.Steps[i].ID()
+		l, err := loaded.Lease(id, domain.LeaseRequest{Nonce: id, Duration: time.Minute}, now)
+		require.NoError(t, err, id)
+		_, err = loaded.Complete(id, l.ID, json.RawMessage(`{}`), now)
+		require.NoError(t, err, id)
+		require.NoError(t, b.st.Save(ctx, loaded, events), id)
+		events = len(loaded.Events)
 	}
+	for _, p := range b.parts(t, loaded) {
+		require.NotContains(t, p, "ttl", "a part of a running job lasts")
+	}
+	require.False(t, loaded.StoresData(), "parts are not data the sweep deletes")
 
-	loaded, n := b.load(t, tenantA, j.ID)
-	expiry := *loaded.ExpiresAt
-	require.True(t, loaded.DataDue(expiry))
-	loaded.DataDeleted(expiry)
-	require.NoError(t, b.st.Save(ctx, loaded, n))
-	want := strconv.FormatInt(expiry.Unix(), 10)
-	require.Equal(t, &ddb.AttributeValueMemberN{Value: want}, b.rawJob(t, loaded)["ttl"])
+	l, err := loaded.Lease("step-0059", domain.LeaseRequest{Worker: "w", ViaWorker: true, Nonce: "w", Duration: time.Minute}, now)
+	require.NoError(t, err)
+	_, err = loaded.Fail("step-0059", l.ID, domain.Failure{Class: domain.ClassFatal, Message: "no"}, now, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.st.Save(ctx, loaded, events))
+	require.Equal(t, domain.JobFailed, loaded.State)
+	want := &ddb.AttributeValueMemberN{Value: strconv.FormatInt(loaded.ExpiresAt.Unix(), 10)}
+	require.Equal(t, want, b.rawJob(t, loaded)["ttl"])
 	parts := b.parts(t, loaded)
 	require.Greater(t, len(parts), 1)
 	for _, p := range parts {
-		require.Equal(t, &ddb.AttributeValueMemberN{Value: want}, p["ttl"], "part %v", p["sk"])
+		require.Equal(t, want, p["ttl"], "part %v expires with the job", p["sk"])
 	}
 
-	// DynamoDB deletes expired items one at a time: the parts gone first,
-	// the job is not found (not unreadable).
-	for _, p := range parts {
+	// A redrive: the parts last again.
+	again, events := b.load(t, tenantA, j.ID)
+	_, err = again.Redrive(now.Add(time.Minute))
+	require.NoError(t, err)
+	require.NoError(t, b.st.Save(ctx, again, events))
+	require.NotContains(t, b.rawJob(t, again), "ttl")
+	for _, p := range b.parts(t, again) {
+		require.NotContains(t, p, "ttl", "part %v of a redriven job lasts", p["sk"])
+	}
+	cancelled, events := b.load(t, tenantA, j.ID)
+	_, err = cancelled.Cancel(now.Add(2 * time.Minute))
+	require.NoError(t, err)
+	require.NoError(t, b.st.Save(ctx, cancelled, events))
+	expiry := *cancelled.ExpiresAt
+	for _, p := range b.parts(t, cancelled) {
+		require.Equal(t, &ddb.AttributeValueMemberN{Value: strconv.FormatInt(expiry.Unix(), 10)}, p["ttl"])
+	}
+
+	for _, p := range b.parts(t, cancelled) {
 		_, err := b.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(b.table), Key: map[string]ddb.AttributeValue{"pk": p["pk"], "sk": p["sk"]}})
 		require.NoError(t, err)
 	}
@@ -150,6 +173,38 @@ func TestDeletedDataExpiresTheParts(t *testing.T) {
 	fresh.Now = func() time.Time { return expiry.Add(time.Second) }
 	_, err = fresh.Get(ctx, tenantA, j.ID)
 	require.ErrorIs(t, err, domain.ErrNotFound, "past its TTL, it is gone")
+}
+
+// A write that loses its race deletes the parts it sealed: only the
+// winner's are left, each named by the header.
+func TestALostRaceLeavesNoPart(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	j := b.create(t, tenantA, lineSpec(min(60, domain.MaxSteps)))
+	first, n1 := b.load(t, tenantA, j.ID)
+	second, n2 := b.load(t, tenantA, j.ID)
+	for _, c := range []*domain.Job{first, second} {
+		for _, s := range c.Steps[:40] { // enough change to seal
+			s.Redispatches++
+		}
+	}
+	require.NoError(t, b.st.Save(ctx, first, n1))
+	require.ErrorIs(t, b.st.Save(ctx, second, n2), domain.ErrVersionConflict)
+	named := map[string]bool{}
+	raw := b.rawJob(t, first)
+	z, err := store.Inflate(raw["hdoc"].(*ddb.AttributeValueMemberB).Value)
+	require.NoError(t, err)
+	var hd struct{ Parts []string }
+	require.NoError(t, json.Unmarshal(z, &hd))
+	for _, p := range hd.Parts {
+		named[p] = true
+	}
+	parts := b.parts(t, first)
+	require.Len(t, parts, len(named))
+	for _, p := range parts {
+		require.True(t, named[p["sk"].(*ddb.AttributeValueMemberS).Value], "part %v is named by the header", p["sk"])
+	}
 }
 
 // A part a header names that is missing from the table, on a job not

@@ -487,6 +487,14 @@ func (s *Store) Save(ctx context.Context, j *domain.Job, loadedEvents int) error
 		j.Version--
 		return tooLarge(j, n)
 	}
+	if l.Apart() && l.ttl != 0 && w.layout.ttl == 0 {
+		// A finished job moves again (a redrive): its parts lose their
+		// TTL before its header says so.
+		if err := s.setPartsTTL(ctx, j, l.parts, 0); err != nil {
+			j.Version--
+			return fmt.Errorf("save job %s: %w", j.ID, err)
+		}
+	}
 	if err := s.putParts(ctx, j, w); err != nil {
 		j.Version--
 		return fmt.Errorf("save job %s: %w", j.ID, err)
@@ -502,15 +510,18 @@ func (s *Store) Save(ctx context.Context, j *domain.Job, loadedEvents int) error
 		j.Version--
 		var ccf *ddb.ConditionalCheckFailedException
 		if errors.As(err, &ccf) {
+			s.dropParts(ctx, j, w)
 			return fmt.Errorf("save job %s at version %d: %w", j.ID, j.Version, domain.ErrVersionConflict)
 		}
 		return fmt.Errorf("save job %s: %w", j.ID, err)
 	}
 	keepLayout(j, w.layout)
-	if w.layout.Apart() && j.DataDeletedAt != nil && !w.layout.dataDeleted {
-		// The job's data is deleted: its parts expire with its item.
-		s.expireParts(ctx, j)
-		w.layout.dataDeleted = true
+	if w.layout.Apart() && w.layout.ttl != 0 && w.layout.ttl != l.expiry() {
+		// The job is finished: its parts expire with its item (those this
+		// write sealed were put with the TTL).
+		if err := s.setPartsTTL(ctx, j, l.names(), w.layout.ttl); err != nil {
+			s.log().Warn("a finished job's parts were not given its TTL; they outlive it", "job", j.ID, "err", err)
+		}
 	}
 	return nil
 }

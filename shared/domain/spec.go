@@ -242,13 +242,7 @@ func (s *JobSpec) Validate() error {
 	// A replan a fail step carries is checked now, against the job as it
 	// will stand when it happens (and so on down a replan's own replans),
 	// rather than when it runs.
-	graph := s.DAG()
-	for i := range s.Steps {
-		if err := checkReplan(s.Steps, graph, i, s.Steps[i].Action.Steps, fmt.Sprintf("steps[%d].action.steps", i)); err != nil {
-			return err
-		}
-	}
-	return nil
+	return checkReplans(s.Steps, s.DAG(), seen)
 }
 
 // validateDeps checks depends_on: every step named exists, none is the step

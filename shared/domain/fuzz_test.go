@@ -77,7 +77,7 @@ func checkReparse(t *testing.T, spec *domain.JobSpec) {
 	if err != nil {
 		t.Fatalf("marshal accepted spec: %v", err)
 	}
-	if len(raw) > domain.MaxBodyBytes {
+	if len(raw) > domain.MaxJobSpecBytes {
 		return
 	}
 	again, err := domain.ParseJobSpec(raw)

@@ -339,10 +339,8 @@ const DefaultTimerThreshold = 900 * time.Second
 
 // Step finds a step by id.
 func (j *Job) Step(id string) (*Step, int, error) {
-	for i, s := range j.Steps {
-		if s.Spec.ID == id {
-			return s, i, nil
-		}
+	if i, ok := j.positions()[id]; ok {
+		return j.Steps[i], i, nil
 	}
 	return nil, -1, fmt.Errorf("job %s has no step %q: %w", j.ID, id, ErrNotFound)
 }
@@ -357,12 +355,24 @@ func (j *Job) deps(i int) []int {
 		return []int{i - 1}
 	}
 	var out []int
+	pos := j.positions()
 	for _, id := range j.Steps[i].Spec.DependsOn {
-		if _, k, err := j.Step(id); err == nil {
+		if k, ok := pos[id]; ok {
 			out = append(out, k)
 		}
 	}
 	return out
+}
+
+// waitsOn reports whether step k waits for step i (deps(k) holds i),
+// without building deps(k): every completion asks it of every waiting
+// step.
+func (j *Job) waitsOn(k, i int) bool {
+	if !j.Graph {
+		return k == i+1
+	}
+	id := j.Steps[i].Spec.ID
+	return slices.Contains(j.Steps[k].Spec.DependsOn, id) && j.positions()[id] == i
 }
 
 // depsMet reports whether every step step i waits for has succeeded.
@@ -692,7 +702,7 @@ func (j *Job) complete(stepID, leaseID string, output json.RawMessage, ref *Data
 func (j *Job) releaseAfter(i int, now time.Time) ([]Dispatch, error) {
 	var out []Dispatch
 	for k, n := range j.Steps {
-		if n.State != StepWaitingDeps || !slices.Contains(j.deps(k), i) || !j.depsMet(k) {
+		if n.State != StepWaitingDeps || !j.waitsOn(k, i) || !j.depsMet(k) {
 			continue
 		}
 		if err := j.stepTo(n, StepEvDepsMet, now, ""); err != nil {
@@ -1221,8 +1231,13 @@ func (j *Job) due() *time.Time {
 		}
 		return nil
 	}
-	var at *time.Time
+	// One instant, not one allocated per step: this runs on every write.
+	var at time.Time
+	found := false
 	for _, s := range j.Steps {
+		if s.State.Terminal() || s.State == StepWaitingDeps {
+			continue // none of the cases below holds for it: most of a large job
+		}
 		var t time.Time
 		switch {
 		case s.AwaitsArm():
@@ -1239,11 +1254,14 @@ func (j *Job) due() *time.Time {
 		default:
 			continue
 		}
-		if at == nil || t.Before(*at) {
-			at = &t
+		if !found || t.Before(at) {
+			at, found = t, true
 		}
 	}
-	return at
+	if !found {
+		return nil
+	}
+	return &at
 }
 
 // leaseGrace is how long the sweep leaves an expired lease alone. A worker

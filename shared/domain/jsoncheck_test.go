@@ -195,7 +195,7 @@ func TestParseJobSpecAtTheLimits(t *testing.T) {
 	// payload kept byte for byte (white space included).
 	var b strings.Builder
 	b.WriteString("{ \"n\" : [ ")
-	for i := 0; b.Len() < MaxBodyBytes-1000; i++ {
+	for i := 0; b.Len() < MaxJobSpecBytes-1000; i++ {
 		fmt.Fprintf(&b, "%d, \"s-%d\" , ", i, i)
 	}
 	b.WriteString("0 ]\n}")

@@ -135,9 +135,14 @@ func rewire(specs []StepSpec, graph bool, at int, steps []StepSpec) []StepSpec {
 	for i := range all {
 		if k := slices.Index(all[i].DependsOn, replaced); k >= 0 {
 			deps := slices.Delete(slices.Clone(all[i].DependsOn), k, k+1)
+			named := make(map[string]bool, len(deps)+len(sinks))
+			for _, id := range deps {
+				named[id] = true
+			}
 			for _, id := range sinks {
-				if !slices.Contains(deps, id) {
+				if !named[id] {
 					deps = append(deps, id)
+					named[id] = true
 				}
 			}
 			all[i].DependsOn = deps
@@ -177,28 +182,36 @@ func (j *Job) Cycle() []string {
 // onCycle answers the positions of the steps that lie on a dependency
 // cycle (or between two), in order; none when the steps can be ordered.
 // Kahn's algorithm finds what cannot be ordered (on or behind a cycle);
-// peeling off what no such step depends on leaves the cycle itself.
+// peeling off what no such step depends on leaves the cycle itself. The
+// peeling is Kahn's algorithm again, on the dependants: one pass, however
+// long the chain behind the cycle.
 func onCycle(steps []StepSpec, index map[string]int) []int {
 	stuck := unordered(steps, index)
 	if len(stuck) == 0 {
 		return nil
 	}
-	in := map[int]bool{}
+	in := make([]bool, len(steps))
+	dependants := make([]int, len(steps)) // how many dependencies of the steps still in name each
 	for _, i := range stuck {
 		in[i] = true
-	}
-	for changed := true; changed; {
-		changed = false
-		needed := map[int]bool{}
-		for i := range in {
-			for _, d := range steps[i].DependsOn {
-				needed[index[d]] = true
-			}
+		for _, d := range steps[i].DependsOn {
+			dependants[index[d]]++
 		}
-		for i := range in {
-			if !needed[i] {
-				delete(in, i)
-				changed = true
+	}
+	var peel []int
+	for _, i := range stuck {
+		if dependants[i] == 0 {
+			peel = append(peel, i)
+		}
+	}
+	for len(peel) > 0 {
+		i := peel[len(peel)-1]
+		peel = peel[:len(peel)-1]
+		in[i] = false
+		for _, d := range steps[i].DependsOn {
+			k := index[d]
+			if dependants[k]--; dependants[k] == 0 && in[k] {
+				peel = append(peel, k)
 			}
 		}
 	}

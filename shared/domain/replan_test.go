@@ -1,6 +1,8 @@
 package domain
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,6 +50,22 @@ func TestReplanThatClosesACycleIsRefused(t *testing.T) {
 		requireField(t, err, tc.field, tc.name)
 		require.Contains(t, err.Error(), "cycle", tc.name)
 	}
+}
+
+// A replan may take a job to MaxSteps steps, the replaced one counted,
+// and no further.
+func TestReplanIsBoundByMaxSteps(t *testing.T) {
+	t.Parallel()
+	steps := make([]string, MaxSteps-1)
+	steps[0] = `{"id":"s0","action":{"type":"worker"}}`
+	for i := 1; i < len(steps); i++ {
+		steps[i] = fmt.Sprintf(`{"id":"s%d","action":{"type":"pass"}}`, i)
+	}
+	j := newJob(t, `{"steps":[`+strings.Join(steps, ",")+`]}`)
+	require.NoError(t, j.CheckReplan("s0", []StepSpec{passAfter("n")}, "steps"))
+	err := j.CheckReplan("s0", []StepSpec{passAfter("n"), passAfter("m")}, "steps")
+	requireField(t, err, "steps", "past MaxSteps")
+	require.Contains(t, err.Error(), fmt.Sprintf("would give the job %d steps; the limit is %d", MaxSteps+1, MaxSteps))
 }
 
 // What the check lets through is what the replan stores: the job's graph

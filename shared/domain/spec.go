@@ -14,8 +14,17 @@ import (
 
 // Limits of a job submission.
 const (
-	MaxBodyBytes       = 256 * 1024 // a larger POST /v1/jobs answers 413
-	MaxSteps           = 100
+	// MaxBodyBytes bounds a request body (a schedule, a signal, a
+	// decision ...): a larger one answers 413.
+	MaxBodyBytes = 256 * 1024
+	// MaxJobSpecBytes bounds a job's spec (POST /v1/jobs, and a batch
+	// of them): a larger one answers 413. It is larger than MaxBodyBytes
+	// so a job of MaxSteps steps fits (10,000 plain steps are about
+	// 600 KB); 4 MB stays within API Gateway's 10 MB and, base64-encoded
+	// as a binary body is passed on (5.3 MB), within Lambda's 6 MB
+	// request payload.
+	MaxJobSpecBytes    = 4 << 20
+	MaxSteps           = 10000
 	MaxBuiltinSeconds  = 270 // built-in actions run inside the 300 s execute function
 	MaxLeaseSeconds    = 12 * 3600
 	DefaultLeaseSecs   = 60
@@ -152,8 +161,8 @@ func ValidName(s string) bool { return namePattern.MatchString(s) }
 // ParseJobSpec decodes and validates a submission. Every error is an *Error
 // naming the field; nothing about the job is written before this passes.
 func ParseJobSpec(body []byte) (*JobSpec, error) {
-	if len(body) > MaxBodyBytes {
-		return nil, &Error{Code: CodeTooLarge, Message: fmt.Sprintf("body is %d bytes; the limit is %d", len(body), MaxBodyBytes)}
+	if len(body) > MaxJobSpecBytes {
+		return nil, &Error{Code: CodeTooLarge, Message: fmt.Sprintf("body is %d bytes; the limit is %d", len(body), MaxJobSpecBytes)}
 	}
 	var spec JobSpec
 	if err := DecodeStrict(body, &spec); err != nil {
@@ -233,13 +242,7 @@ func (s *JobSpec) Validate() error {
 	// A replan a fail step carries is checked now, against the job as it
 	// will stand when it happens (and so on down a replan's own replans),
 	// rather than when it runs.
-	graph := s.DAG()
-	for i := range s.Steps {
-		if err := checkReplan(s.Steps, graph, i, s.Steps[i].Action.Steps, fmt.Sprintf("steps[%d].action.steps", i)); err != nil {
-			return err
-		}
-	}
-	return nil
+	return checkReplans(s.Steps, s.DAG(), seen)
 }
 
 // validateDeps checks depends_on: every step named exists, none is the step

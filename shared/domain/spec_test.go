@@ -85,7 +85,7 @@ func TestParseJobSpecDefaults(t *testing.T) {
 			require.Len(t, s.Steps, 2)
 			require.NotSame(t, s.Steps[0].Retry, s.Steps[1].Retry)
 		}},
-		{"hundred steps", manySteps(MaxSteps), func(t *testing.T, s *JobSpec) {
+		{"MaxSteps steps", manySteps(MaxSteps), func(t *testing.T, s *JobSpec) {
 			require.Len(t, s.Steps, MaxSteps)
 		}},
 		{"surrounding whitespace", " \n{\"steps\":[{\"id\":\"a\",\"action\":{\"type\":\"pass\"}}]}\n\t", func(t *testing.T, s *JobSpec) {
@@ -231,18 +231,19 @@ func TestParseJobSpecWrongTypeInsideStep(t *testing.T) {
 
 func TestParseJobSpecTooLarge(t *testing.T) {
 	t.Parallel()
-	pad := strings.Repeat(" ", MaxBodyBytes)
+	pad := strings.Repeat(" ", MaxJobSpecBytes)
 	body := []byte(`{"steps":[{"id":"a","action":{"type":"pass"}}]}` + pad)
-	require.Greater(t, len(body), MaxBodyBytes)
+	require.Greater(t, len(body), MaxJobSpecBytes)
 	s, err := ParseJobSpec(body)
 	require.Nil(t, s)
 	var de *Error
 	require.ErrorAs(t, err, &de)
 	require.Equal(t, CodeTooLarge, de.Code)
 	require.Equal(t, CodeTooLarge, CodeOf(err))
+	require.Equal(t, fmt.Sprintf("body is %d bytes; the limit is %d", len(body), MaxJobSpecBytes), de.Message)
 
 	// Exactly at the limit is decoded (and valid).
-	_, err = ParseJobSpec(body[:MaxBodyBytes])
+	_, err = ParseJobSpec(body[:MaxJobSpecBytes])
 	require.NoError(t, err)
 }
 

@@ -114,13 +114,17 @@ func (j *Job) stalled() string {
 	if j.State.Terminal() {
 		return ""
 	}
+	// Every write asks: a step that can run is looked for before anything
+	// is said about those that cannot.
+	for _, s := range j.Steps {
+		if s.ReplacedBy == nil && !s.State.Terminal() && s.State != StepWaitingDeps {
+			return ""
+		}
+	}
 	var why []string
 	for i, s := range j.Steps {
 		if s.ReplacedBy != nil || s.State.Terminal() {
 			continue
-		}
-		if s.State != StepWaitingDeps {
-			return ""
 		}
 		var on []string
 		for _, k := range j.deps(i) {

@@ -196,7 +196,7 @@ type loadedJob struct {
 	state   domain.JobState
 	loaded  int // events it had
 	waiting bool
-	steps   map[string]stepSnapshot
+	steps   []stepSnapshot
 }
 
 func observeBefore(j *domain.Job) loadedJob {

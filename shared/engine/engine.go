@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -228,29 +229,30 @@ func (e *Engine) recordStats(j *domain.Job, before loadedJob) {
 	e.addStats(j.Tenant, d, samples)
 }
 
-// stepSnapshot is a step as a write found it: its state and the attempts
-// that had ended.
+// stepSnapshot is a step as a write found it: its state and the numbers
+// of the attempts that had ended.
 type stepSnapshot struct {
 	state domain.StepState
-	ended map[int]bool
+	ended []int
 }
 
-// snapshotSteps notes j's steps before a decision changes them.
-func snapshotSteps(j *domain.Job) map[string]stepSnapshot {
-	m := make(map[string]stepSnapshot, len(j.Steps))
-	for _, s := range j.Steps {
-		sn := stepSnapshot{state: s.State}
+// snapshotSteps notes j's steps before a decision changes them, by
+// position (a decision only appends steps). Every write takes one, so it
+// is a slice, not a map by id: a job of thousands of steps would pay a
+// map of them on every write.
+func snapshotSteps(j *domain.Job) []stepSnapshot {
+	out := make([]stepSnapshot, len(j.Steps))
+	var ended []int // every step's, one after another
+	for i, s := range j.Steps {
+		from := len(ended)
 		for _, a := range s.Attempts {
 			if a.EndedAt != nil {
-				if sn.ended == nil {
-					sn.ended = map[int]bool{}
-				}
-				sn.ended[a.N] = true
+				ended = append(ended, a.N)
 			}
 		}
-		m[s.ID()] = sn
+		out[i] = stepSnapshot{state: s.State, ended: ended[from:len(ended):len(ended)]}
 	}
-	return m
+	return out
 }
 
 // countSteps adds to c the step moves a write made (the step_ events it
@@ -258,24 +260,22 @@ func snapshotSteps(j *domain.Job) map[string]stepSnapshot {
 // PENDING, as Replay has it), the retries among them and the attempts it
 // ended; before is nil for a new job. It answers the ended attempts' run
 // times in seconds, for the metrics sink.
-func countSteps(c *StepCounts, j *domain.Job, before map[string]stepSnapshot, loaded int) map[domain.AttemptState][]float64 {
-	state := make(map[string]domain.StepState, len(j.Steps))
-	for _, s := range j.Steps {
-		if b, ok := before[s.ID()]; ok {
-			state[s.ID()] = b.state
-		} else {
-			state[s.ID()] = domain.StepPending
-			c.Gauge(domain.StepPending, 1)
-		}
+func countSteps(c *StepCounts, j *domain.Job, before []stepSnapshot, loaded int) map[domain.AttemptState][]float64 {
+	for range j.Steps[min(len(before), len(j.Steps)):] {
+		c.Gauge(domain.StepPending, 1)
 	}
+	moved := map[string]domain.StepState{} // the steps the write moved, as it left them so far
 	for _, ev := range j.Events[min(loaded, len(j.Events)):] {
 		st, ok := strings.CutPrefix(ev.Type, "step_")
 		if !ok {
 			continue
 		}
 		to := domain.StepState(strings.ToUpper(st))
-		from := state[ev.Step]
-		state[ev.Step] = to
+		from, seen := moved[ev.Step]
+		if !seen {
+			from = stateBefore(j, before, ev.Step)
+		}
+		moved[ev.Step] = to
 		c.Move(StepMove{From: from, To: to}, 1)
 		c.Gauge(from, -1)
 		c.Gauge(to, 1)
@@ -284,9 +284,9 @@ func countSteps(c *StepCounts, j *domain.Job, before map[string]stepSnapshot, lo
 		}
 	}
 	var samples map[domain.AttemptState][]float64
-	for _, s := range j.Steps {
+	for i, s := range j.Steps {
 		for _, a := range s.Attempts {
-			if a.EndedAt == nil || a.StartedAt == nil || before[s.ID()].ended[a.N] {
+			if a.EndedAt == nil || a.StartedAt == nil || i < len(before) && slices.Contains(before[i].ended, a.N) {
 				continue
 			}
 			d := max(a.EndedAt.Sub(*a.StartedAt), 0)
@@ -298,6 +298,19 @@ func countSteps(c *StepCounts, j *domain.Job, before map[string]stepSnapshot, lo
 		}
 	}
 	return samples
+}
+
+// stateBefore answers the state step id was in before the write: as
+// noted, PENDING for one the write added, "" for none of the job's.
+func stateBefore(j *domain.Job, before []stepSnapshot, id string) domain.StepState {
+	_, i, err := j.Step(id)
+	switch {
+	case err != nil:
+		return ""
+	case i < len(before):
+		return before[i].state
+	}
+	return domain.StepPending
 }
 
 // runTime is how long a job's attempts ran, all together: its duration

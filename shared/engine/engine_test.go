@@ -45,7 +45,7 @@ type bundle struct {
 }
 
 // setup makes a bundle; opts change the engine's configuration.
-func setup(t *testing.T, opts ...func(*engine.Config)) *bundle {
+func setup(t testing.TB, opts ...func(*engine.Config)) *bundle {
 	t.Helper()
 	clock := memory.NewClock(time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC))
 	st := memory.NewStore()
@@ -67,7 +67,7 @@ func setup(t *testing.T, opts ...func(*engine.Config)) *bundle {
 
 // checkEveryJob requires of every job the test made that its events
 // replay to its stored state.
-func (b *bundle) checkEveryJob(t *testing.T) {
+func (b *bundle) checkEveryJob(t testing.TB) {
 	for _, tenant := range []string{tenantA, tenantB} {
 		jobs, _, err := b.store.List(b.ctx, tenant, engine.ListFilter{Limit: 1000})
 		require.NoError(t, err)
@@ -85,7 +85,7 @@ func (b *bundle) checkEveryJob(t *testing.T) {
 }
 
 // testWriter sends the engine's log to the test's.
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
@@ -152,7 +152,7 @@ func (g *gateRunner) Run(ctx context.Context, c engine.ActionCall) (json.RawMess
 func (g *gateRunner) CheckAction(a domain.ActionSpec) (string, error) { return g.inner.CheckAction(a) }
 
 // submit submits a job for tenant and requires it made.
-func (b *bundle) submit(t *testing.T, tenant, body string) *domain.Job {
+func (b *bundle) submit(t testing.TB, tenant, body string) *domain.Job {
 	t.Helper()
 	j, created, err := b.e.Submit(b.ctx, tenant, []byte(body), "")
 	require.NoError(t, err)
@@ -161,7 +161,7 @@ func (b *bundle) submit(t *testing.T, tenant, body string) *domain.Job {
 }
 
 // job reads a job as stored and requires its event log to replay to it.
-func (b *bundle) job(t *testing.T, tenant, id string) *domain.Job {
+func (b *bundle) job(t testing.TB, tenant, id string) *domain.Job {
 	t.Helper()
 	j, err := b.store.Get(b.ctx, tenant, id)
 	require.NoError(t, err)
@@ -172,7 +172,7 @@ func (b *bundle) job(t *testing.T, tenant, id string) *domain.Job {
 // execute runs the execute handler on one delivery as the SQS event source
 // mapping does: a message that ran, or has nothing left to do, is deleted;
 // a held one, or one that failed, stays for redelivery.
-func (b *bundle) execute(t *testing.T, d engine.Delivery) engine.ExecuteResult {
+func (b *bundle) execute(t testing.TB, d engine.Delivery) engine.ExecuteResult {
 	t.Helper()
 	res, err := b.e.Execute(b.ctx, d)
 	require.NoError(t, err)

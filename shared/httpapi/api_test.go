@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -111,6 +112,29 @@ func listAll(t *testing.T, h *stacktest.Harness, key, q string) ([]string, int) 
 
 func newID() string { return ulid.Make().String() }
 
+// A job of thousands of steps is one POST: 5,000 chained steps are some
+// 300 KB, past the bound of other bodies and well within a job spec's.
+// Its first step waits for a worker, so the job rests as submitted.
+func TestAJobOfThousandsOfStepsIsAccepted(t *testing.T) {
+	t.Parallel()
+	h := stacktest.NewInMemory(t)
+	const n = 5000
+	steps := make([]string, n)
+	steps[0] = `{"id":"s0","action":{"type":"worker","queue":"nobody"}}`
+	for i := 1; i < n; i++ {
+		steps[i] = fmt.Sprintf(`{"id":"s%d","action":{"type":"pass"},"depends_on":["s%d"]}`, i, i-1)
+	}
+	body := `{"steps":[` + strings.Join(steps, ",") + `]}`
+	require.Greater(t, len(body), domain.MaxBodyBytes)
+	res, raw := call(t, h, "POST", "/v1/jobs", "Bearer "+stacktest.KeyA, body)
+	require.Equal(t, http.StatusCreated, res.StatusCode, "%.500s", raw)
+	var j stacktest.Job
+	require.NoError(t, json.Unmarshal(raw, &j))
+	require.Len(t, j.Steps, n)
+	require.Equal(t, domain.StepPending, j.Steps[0].State)
+	require.Equal(t, domain.StepWaitingDeps, j.Steps[n-1].State)
+}
+
 // TestErrorAnswers sends every kind of bad request as tenant B on a fresh
 // stack: each answers its status and error shape, and none of them leaves a
 // job of B's behind.
@@ -121,7 +145,9 @@ func TestErrorAnswers(t *testing.T) {
 	aJob := h.Submit(t, stacktest.KeyA, workerJob)
 	bearerB := "Bearer " + stacktest.KeyB
 
-	big := `{"steps":[{"id":"a","action":{"type":"pass"}}],"payload":{"blob":"` + strings.Repeat("x", 300*1024) + `"}}`
+	big := `{"steps":[{"id":"a","action":{"type":"pass"}}],"payload":{"blob":"` + strings.Repeat("x", domain.MaxJobSpecBytes) + `"}}`
+	// Other bodies keep their own, smaller bound.
+	overBody := `{"id":"big","every":"1h","job":{"steps":[{"id":"a","action":{"type":"pass"}}],"payload":{"blob":"` + strings.Repeat("x", domain.MaxBodyBytes) + `"}}}`
 	cases := []struct {
 		name         string
 		method, path string
@@ -195,7 +221,8 @@ func TestErrorAnswers(t *testing.T) {
 		// 405.
 		{"wrong method", "DELETE", "/v1/jobs", bearerB, "", 405, domain.CodeMethodNotAllowed, ""},
 		// 413.
-		{"body over 256 KB", "POST", "/v1/jobs", bearerB, big, 413, domain.CodeTooLarge, ""},
+		{"job spec over 4 MB", "POST", "/v1/jobs", bearerB, big, 413, domain.CodeTooLarge, ""},
+		{"schedule over 256 KB", "POST", "/v1/schedules", bearerB, overBody, 413, domain.CodeTooLarge, ""},
 	}
 	t.Run("answers", func(t *testing.T) {
 		for _, tc := range cases {

@@ -13,10 +13,12 @@ import (
 	"github.com/stepflow/stepflow/shared/engine"
 )
 
-// MaxBatchBodyBytes bounds POST /v1/jobs/batch's body: well inside
-// Lambda's 6 MB invocation, and so that the answer, which carries each
-// job back, fits its response too.
-const MaxBatchBodyBytes = 1 << 20
+// MaxBatchBodyBytes bounds POST /v1/jobs/batch's body: the bound of one
+// job's spec (domain.MaxJobSpecBytes), so any job POST /v1/jobs takes may
+// also come in a batch, and one batch carries no more than one request
+// may. Its answer carries each job back, each cut to its id and state
+// when the whole would not fit Lambda's response (brief).
+const MaxBatchBodyBytes = domain.MaxJobSpecBytes
 
 // BatchAnswer answers POST /v1/jobs/batch: one item per job asked for, in
 // request order.

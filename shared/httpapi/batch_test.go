@@ -11,6 +11,7 @@ import (
 
 	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
 	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/httpapi"
 )
 
 type batchAnswer struct {
@@ -101,7 +102,7 @@ func TestBatchLimits(t *testing.T) {
 		"jobs not a list": {`{"jobs":{}}`, "jobs", 400, domain.CodeInvalid},
 		"unknown member":  {`{"jobs":[` + passJob + `],"x":1}`, "x", 400, domain.CodeInvalid},
 		"empty body":      {``, "body", 400, domain.CodeInvalid},
-		"too large":       {`{"jobs":[{"steps":[{"id":"a","action":{"type":"pass"}}],"payload":"` + strings.Repeat("x", 1<<20) + `"}]}`, "", 413, domain.CodeTooLarge},
+		"too large":       {`{"jobs":[{"steps":[{"id":"a","action":{"type":"pass"}}],"payload":"` + strings.Repeat("x", httpapi.MaxBatchBodyBytes) + `"}]}`, "", 413, domain.CodeTooLarge},
 	} {
 		res, raw := call(t, h, "POST", "/v1/jobs/batch", "Bearer "+stacktest.KeyA, c.body)
 		requireError(t, res.StatusCode, raw, c.status, c.code, c.field)

@@ -128,14 +128,13 @@ func attemptEnd(j *domain.Job, step string, n int, to domain.StepState) (domain.
 }
 
 func storedAttempt(j *domain.Job, step string, n int) *domain.Attempt {
-	for _, s := range j.Steps {
-		if s.Spec.ID != step {
-			continue
-		}
-		for i := range s.Attempts {
-			if s.Attempts[i].N == n {
-				return &s.Attempts[i]
-			}
+	s, _, err := j.Step(step) // by the job's index: this is asked of every attempt
+	if err != nil {
+		return nil
+	}
+	for i := range s.Attempts {
+		if s.Attempts[i].N == n {
+			return &s.Attempts[i]
 		}
 	}
 	return nil

@@ -164,7 +164,7 @@ func (st *Schedules) saveLocked(s *domain.Schedule) error {
 // Fire saves s and creates run in the job store, both or neither.
 func (st *Schedules) Fire(_ context.Context, s *domain.Schedule, run *domain.Job) error {
 	run.Version = 1
-	jr, err := st.jobs.encode(run)
+	jr, err := st.jobs.encode(run, nil)
 	if err != nil {
 		return err
 	}

@@ -43,7 +43,14 @@ type jobKey struct{ tenant, id string }
 // conditions and indexes read, as in the DynamoDB item. A Save replaces the
 // whole record (quarantine marks included), as PutItem replaces the item.
 type record struct {
+	// doc is the job without its steps and events, which are kept one by
+	// one: a save encodes only the steps whose fingerprint changed and the
+	// events after those kept (a job of thousands of steps would otherwise
+	// be encoded whole on every save).
 	doc           []byte
+	steps         [][]byte
+	fps           []uint64 // each step's domain.Step.Fingerprint, as encoded
+	events        [][]byte
 	state         domain.JobState
 	version       int64
 	queue         string
@@ -98,22 +105,68 @@ func NewStore(opts ...StoreOption) *Store {
 	return s
 }
 
-// encode renders j as its record, refusing one over the size bound with
-// the DynamoDB adapter's error.
-func (s *Store) encode(j *domain.Job) (*record, error) {
-	doc, err := json.Marshal(j)
+// encode renders j as its record over prev, the record stored at the
+// version j was read at (nil for none), refusing a job whose own fields,
+// or one step, pass the size bound with the DynamoDB adapter's error: it
+// keeps a long job apart, a step and the job's own fields in items of
+// their own.
+func (s *Store) encode(j *domain.Job, prev *record) (*record, error) {
+	head := *j
+	head.Steps, head.Events, head.Stored = nil, nil, nil
+	doc, err := json.Marshal(&head)
 	if err != nil {
 		return nil, fmt.Errorf("encode job %s: %w", j.ID, err)
 	}
-	r := &record{doc: doc, state: j.State, version: j.Version, queue: j.Queue, schedule: j.ScheduleID}
+	r := &record{doc: doc, state: j.State, version: j.Version, queue: j.Queue, schedule: j.ScheduleID,
+		steps: make([][]byte, len(j.Steps)), fps: make([]uint64, len(j.Steps))}
 	if j.DueAt != nil {
 		r.due = j.DueAt.UTC().Format(dueLayout)
 	}
+	tooLarge := func(n int) error {
+		return &domain.Error{Code: domain.CodeTooLarge, Message: fmt.Sprintf(
+			"job %s would be %d bytes stored in one item; DynamoDB's limit is %d: keep large outputs elsewhere (S3) and pass references", j.ID, n, s.maxBytes)}
+	}
 	if n := r.size(j.Tenant, j.ID, s.maxBytes); s.maxBytes > 0 && n > s.maxBytes {
-		return nil, &domain.Error{Code: domain.CodeTooLarge, Message: fmt.Sprintf(
-			"job %s would be %d bytes stored; DynamoDB's limit is %d: keep large outputs elsewhere (S3) and pass references", j.ID, n, s.maxBytes)}
+		return nil, tooLarge(n)
+	}
+	for i, st := range j.Steps {
+		r.fps[i] = st.Fingerprint()
+		if prev != nil && i < len(prev.fps) && prev.fps[i] == r.fps[i] {
+			r.steps[i] = prev.steps[i]
+			continue
+		}
+		if r.steps[i], err = json.Marshal(st); err != nil {
+			return nil, fmt.Errorf("encode job %s: %w", j.ID, err)
+		}
+		if n := compressedSize(r.steps[i], s.maxBytes); s.maxBytes > 0 && n > s.maxBytes {
+			return nil, tooLarge(n)
+		}
+	}
+	// Events are only ever appended.
+	r.events = make([][]byte, len(j.Events))
+	kept := 0
+	if prev != nil && len(prev.events) <= len(j.Events) {
+		kept = copy(r.events, prev.events)
+	}
+	for i := kept; i < len(j.Events); i++ {
+		if r.events[i], err = json.Marshal(j.Events[i]); err != nil {
+			return nil, fmt.Errorf("encode job %s: %w", j.ID, err)
+		}
 	}
 	return r, nil
+}
+
+// compressedSize answers len(b), or what it compresses to when that is
+// over limit.
+func compressedSize(b []byte, limit int) int {
+	if limit <= 0 || len(b) <= limit {
+		return len(b)
+	}
+	var buf bytes.Buffer
+	zw, _ := flate.NewWriter(&buf, flate.DefaultCompression)
+	_, _ = zw.Write(b)
+	_ = zw.Close()
+	return buf.Len()
 }
 
 // size answers the record's size as the DynamoDB adapter's item would
@@ -129,21 +182,30 @@ func (r *record) size(tenant, id string, limit int) int {
 	if r.schedule != "" {
 		attrs += len("schedule") + len(r.schedule)
 	}
-	if limit <= 0 || attrs+len(r.doc) <= limit {
-		return attrs + len(r.doc)
-	}
-	var buf bytes.Buffer
-	zw, _ := flate.NewWriter(&buf, flate.DefaultCompression)
-	_, _ = zw.Write(r.doc)
-	_ = zw.Close()
-	return attrs + buf.Len()
+	return attrs + compressedSize(r.doc, limit-attrs)
 }
 
 // decode answers a fresh copy of the stored job.
 func (r *record) decode(tenant, id string) (*domain.Job, error) {
 	var j domain.Job
+	unreadable := func(err error) error {
+		return fmt.Errorf("job %s: %w (decode job: %v)", id, domain.ErrUnreadable, err)
+	}
 	if err := json.Unmarshal(r.doc, &j); err != nil {
-		return nil, fmt.Errorf("job %s: %w (decode job: %v)", id, domain.ErrUnreadable, err)
+		return nil, unreadable(err)
+	}
+	j.Steps = make([]*domain.Step, len(r.steps))
+	for i, b := range r.steps {
+		j.Steps[i] = new(domain.Step)
+		if err := json.Unmarshal(b, j.Steps[i]); err != nil {
+			return nil, unreadable(err)
+		}
+	}
+	j.Events = make([]domain.Event, len(r.events))
+	for i, b := range r.events {
+		if err := json.Unmarshal(b, &j.Events[i]); err != nil {
+			return nil, unreadable(err)
+		}
 	}
 	return &j, nil
 }
@@ -153,7 +215,7 @@ func (r *record) decode(tenant, id string) (*domain.Job, error) {
 // when requestHash matches, else domain.ErrIdempotencyMismatch.
 func (s *Store) Create(_ context.Context, j *domain.Job, requestHash string, now time.Time) (*domain.Job, bool, error) {
 	j.Version = 1
-	r, err := s.encode(j)
+	r, err := s.encode(j, nil)
 	if err != nil {
 		return nil, false, err
 	}
@@ -201,15 +263,21 @@ func (s *Store) Get(_ context.Context, tenant, id string) (*domain.Job, error) {
 // race answers domain.ErrVersionConflict and leaves j's version as it was.
 func (s *Store) Save(_ context.Context, j *domain.Job, loadedEvents int) error {
 	sources := domain.SaveSources(j, loadedEvents)
+	k := jobKey{j.Tenant, j.ID}
+	s.mu.Lock()
+	prev := s.jobs[k]
+	s.mu.Unlock()
+	if prev != nil && prev.version != j.Version {
+		prev = nil // another version: nothing of it is j's to keep
+	}
 	j.Version++
-	r, err := s.encode(j)
+	r, err := s.encode(j, prev)
 	if err != nil {
 		j.Version--
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	k := jobKey{j.Tenant, j.ID}
 	cur, ok := s.jobs[k]
 	if !ok || cur.version != j.Version-1 || len(sources) > 0 && !slices.Contains(sources, cur.state) {
 		j.Version--

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"sync"
 	"time"
@@ -106,8 +105,9 @@ type partStep struct {
 type layout struct {
 	parts     []string
 	eventBase int
-	// base is a hash of each step as its latest part holds it (0: none
-	// does); a step that hashes the same is not written again.
+	// base is the fingerprint of each step as its latest part holds it
+	// (0: none does); a step whose fingerprint is the same is not written
+	// again.
 	base []uint64
 	// ttl is the TTL the parts carry (unix seconds), 0 for none: a
 	// finished job's.
@@ -162,16 +162,9 @@ type sealedPart struct {
 	raw  []byte
 }
 
-// stepHash hashes a step's stored form.
-func stepHash(s *domain.Step) (uint64, error) {
-	b, err := json.Marshal(stepDocOf(*s))
-	if err != nil {
-		return 0, err
-	}
-	h := fnv.New64a()
-	_, _ = h.Write(b)
-	return h.Sum64() | 1, nil // never 0, which means no part holds the step
-}
+// stepHash is a step's fingerprint (domain.Step.Fingerprint), never 0,
+// which means no part holds the step. It is of this process only.
+func stepHash(s *domain.Step) uint64 { return s.Fingerprint() | 1 }
 
 // jobWriteOf renders the write of j over what its parts hold (l, nil for
 // a job with none): the whole job in its item while that stays within
@@ -190,11 +183,7 @@ func jobWriteOf(j *domain.Job, l *layout) (jobWrite, error) {
 	}
 	hashes := make([]uint64, len(j.Steps))
 	for i, s := range j.Steps {
-		h, err := stepHash(s)
-		if err != nil {
-			return jobWrite{}, fmt.Errorf("encode job %s: %w", j.ID, err)
-		}
-		hashes[i] = h
+		hashes[i] = stepHash(s)
 	}
 	var changed []int
 	if l.Apart() && len(j.Steps) >= len(l.base) && len(j.Events) >= l.eventBase {
@@ -378,11 +367,7 @@ func assemble(hd headerDoc, parts [][]byte) (*domain.Job, error) {
 			continue
 		}
 		st := d.step()
-		h, err := stepHash(&st)
-		if err != nil {
-			return nil, err
-		}
-		l.base[i] = h
+		l.base[i] = stepHash(&st)
 	}
 	if len(hd.StepAt) != len(hd.Steps) {
 		return nil, fmt.Errorf("the header places %d steps of %d", len(hd.StepAt), len(hd.Steps))

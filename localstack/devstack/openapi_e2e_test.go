@@ -113,7 +113,7 @@ func TestEveryAnswerIsTheOpenAPIDocuments(t *testing.T) {
 	r.refused("steps", http.MethodPost, "/v1/jobs", keyA, `{"steps":[]}`)
 	r.refused("priority", http.MethodPost, "/v1/jobs", keyA, `{"priority":3,"steps":[{"id":"x","action":{"type":"pass"}}]}`)
 	r.call(http.StatusBadRequest, http.MethodPost, "/v1/jobs", keyA, `{"steps":[{"id":"x","action":{"type":"pass"}},{"id":"x","action":{"type":"pass"}}]}`)
-	r.call(http.StatusRequestEntityTooLarge, http.MethodPost, "/v1/jobs", keyA, `{"payload":"`+strings.Repeat("x", domain.MaxBodyBytes)+`","steps":[{"id":"x","action":{"type":"pass"}}]}`)
+	r.call(http.StatusRequestEntityTooLarge, http.MethodPost, "/v1/jobs", keyA, `{"payload":"`+strings.Repeat("x", domain.MaxJobSpecBytes)+`","steps":[{"id":"x","action":{"type":"pass"}}]}`)
 	r.call(http.StatusUnauthorized, http.MethodPost, "/v1/jobs", "", every)
 
 	// A batch: each job answered on its own, one accepted, one refused.

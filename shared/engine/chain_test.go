@@ -7,11 +7,13 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
+	"github.com/stepflow/stepflow/shared/memory"
 )
 
 // countingStore counts the job reads and writes the engine makes, and
@@ -275,4 +277,31 @@ func TestAChainAtItsInvocationsEndSendsWhatItKept(t *testing.T) {
 	require.Equal(t, "s1", d.Message.Step, "sent, though the invocation was done")
 	require.Equal(t, engine.Executed, b.execute(t, d))
 	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State)
+}
+
+// alwaysLosingStore loses every save's race, as a job whose branches all
+// end together can to one writer.
+type alwaysLosingStore struct{ *memory.Store }
+
+func (s alwaysLosingStore) Save(context.Context, *domain.Job, int) error {
+	return domain.ErrVersionConflict
+}
+
+// A delivery whose lease loses every race comes back in a second or two,
+// not at the ready queue's visibility timeout.
+func TestAContendedDeliveryComesBackSoon(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.submit(t, tenantA, `{"steps":[{"id":"a","action":{"type":"http","url":"https://example.com"}}]}`)
+	d := b.takeOne(t)
+	require.Equal(t, j.ID, d.Message.Job)
+	b.e.Configure(func(c *engine.Config) { c.Store = alwaysLosingStore{b.store} })
+	_, err := b.e.Execute(b.ctx, d)
+	require.ErrorIs(t, err, domain.ErrContended)
+	next, ok := b.queue.NextVisible(b.clock.Now())
+	require.True(t, ok)
+	wait := next.Sub(b.clock.Now())
+	require.GreaterOrEqual(t, wait, time.Second)
+	require.LessOrEqual(t, wait, 2*time.Second, "not the visibility timeout (%s)", builtinLease)
+	b.e.Configure(func(c *engine.Config) { c.Store = b.store })
 }

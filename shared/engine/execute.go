@@ -3,6 +3,7 @@ package engine
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -42,6 +43,15 @@ const (
 func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error) {
 	ch := e.newChain(ctx)
 	res, err := e.execute(ctx, d, nil, ch)
+	if errors.Is(err, domain.ErrContended) && d.Token != "" {
+		// Other writers of the job won every race (branches of one job
+		// ending together): the message comes back in a moment, not at
+		// the queue's visibility timeout, minutes off.
+		wait := contendedRetry + time.Duration(e.jitterRNG().Int64N(int64(contendedRetry)))
+		if qerr := e.cfg.Queue.Extend(ctx, d.Token, wait); qerr != nil {
+			e.cfg.Log.WarnContext(ctx, "a contended message was not shown again soon; it comes back at its visibility timeout", "job", d.Message.Job, "err", qerr)
+		}
+	}
 	if err != nil {
 		return res, err
 	}
@@ -69,6 +79,10 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 	}
 	return res, nil
 }
+
+// contendedRetry is the least a message whose lease lost every race waits
+// before it comes back (up to twice that, jittered).
+const contendedRetry = time.Second
 
 // sendChained sends chained steps that did not run, on the job as it
 // was before the try (its priority and each step's action say where), or

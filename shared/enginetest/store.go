@@ -362,34 +362,42 @@ func storeSaveRace(t *testing.T, f StoreFixture) {
 			}
 			require.NoError(t, err)
 		}
-		version := copies[0].Version
-		errs := make([]error, racers)
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for i := range racers {
-			wg.Go(func() {
-				<-start
-				errs[i] = f.Store.Save(ctx, copies[i], loaded[i])
-			})
-		}
-		close(start)
-		wg.Wait()
-		winner := -1
-		for i, err := range errs {
-			if err == nil {
-				require.Equal(t, -1, winner, "round %d: racers %d and %d both won", round, winner, i)
-				winner = i
-				require.Equal(t, version+1, copies[i].Version)
-				continue
-			}
-			require.ErrorIs(t, err, domain.ErrVersionConflict, "round %d racer %d", round, i)
-			require.Equal(t, version, copies[i].Version, "round %d: a loser's version is unchanged", round)
-		}
-		require.NotEqual(t, -1, winner, "round %d: no racer won", round)
+		winner := saveRace(t, f, copies, loaded, round)
 		stored, err := f.Store.Get(ctx, tenantA, j.ID)
 		require.NoError(t, err)
 		require.Equal(t, copies[winner], stored, "round %d: the store holds the winner's change", round)
 	}
+}
+
+// saveRace saves copies of one version of a job at once and answers the
+// one racer that won; the others lost the race and kept their version.
+func saveRace(t *testing.T, f StoreFixture, copies []*domain.Job, loaded []int, round int) int {
+	t.Helper()
+	version := copies[0].Version
+	errs := make([]error, len(copies))
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range copies {
+		wg.Go(func() {
+			<-start
+			errs[i] = f.Store.Save(context.Background(), copies[i], loaded[i])
+		})
+	}
+	close(start)
+	wg.Wait()
+	winner := -1
+	for i, err := range errs {
+		if err == nil {
+			require.Equal(t, -1, winner, "round %d: racers %d and %d both won", round, winner, i)
+			winner = i
+			require.Equal(t, version+1, copies[i].Version)
+			continue
+		}
+		require.ErrorIs(t, err, domain.ErrVersionConflict, "round %d racer %d", round, i)
+		require.Equal(t, version, copies[i].Version, "round %d: a loser's version is unchanged", round)
+	}
+	require.NotEqual(t, -1, winner, "round %d: no racer won", round)
+	return winner
 }
 
 func storeSaveState(t *testing.T, f StoreFixture) {
@@ -930,29 +938,7 @@ func storeLongJobRace(t *testing.T, f StoreFixture) {
 				s.Redispatches += i + 1
 			}
 		}
-		version := copies[0].Version
-		errs := make([]error, racers)
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for i := range racers {
-			wg.Go(func() {
-				<-start
-				errs[i] = f.Store.Save(ctx, copies[i], loaded[i])
-			})
-		}
-		close(start)
-		wg.Wait()
-		winner := -1
-		for i, err := range errs {
-			if err == nil {
-				require.Equal(t, -1, winner, "round %d: racers %d and %d both won", round, winner, i)
-				winner = i
-				require.Equal(t, version+1, copies[i].Version)
-				continue
-			}
-			require.ErrorIs(t, err, domain.ErrVersionConflict, "round %d racer %d", round, i)
-		}
-		require.NotEqual(t, -1, winner, "round %d: no racer won", round)
+		winner := saveRace(t, f, copies, loaded, round)
 		stored, err := f.Store.Get(ctx, tenantA, j.ID)
 		require.NoError(t, err)
 		sameJob(t, copies[winner], stored, "round %d: the store holds the winner's change", round)

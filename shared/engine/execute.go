@@ -186,12 +186,19 @@ type chain struct {
 	next     []string  // the steps kept, to run in order
 	io       bool      // one kept does I/O
 	job      *domain.Job
+	// dead is how long ago a step must have been made runnable for the
+	// chain that kept it to be over: the longest an invocation runs (this
+	// one's time at its start), at least ChainTime. A chain keeps all a
+	// write makes runnable at once and may run them for longer than
+	// ChainTime; taking its steps up sooner would race it.
+	dead time.Duration
 }
 
 func (e *Engine) newChain(ctx context.Context) *chain {
-	c := &chain{left: cmp.Or(e.cfg.ChainSteps, ChainSteps), until: time.Now().Add(cmp.Or(e.cfg.ChainTime, ChainTime))}
+	c := &chain{left: cmp.Or(e.cfg.ChainSteps, ChainSteps), until: time.Now().Add(cmp.Or(e.cfg.ChainTime, ChainTime)), dead: ChainTime}
 	if dl, ok := ctx.Deadline(); ok {
 		c.deadline = dl.Add(-2 * deadlineMargin)
+		c.dead = max(c.dead, time.Until(dl))
 	}
 	return c
 }
@@ -220,7 +227,8 @@ func (c *chain) keep(ctx context.Context, j *domain.Job, ds []domain.Dispatch) [
 }
 
 // resume takes up the steps of j a chain that died left runnable: those
-// it may run, due since longer than a chain runs, holding no lease. Run
+// it may run, due since longer than an invocation runs (c.dead), holding
+// no lease. Run
 // here they cost what their messages would have; one whose message is
 // only late finds, when it comes, its step done.
 func (c *chain) resume(j *domain.Job, now time.Time) {
@@ -229,7 +237,7 @@ func (c *chain) resume(j *domain.Job, now time.Time) {
 	}
 	var ds []domain.Dispatch
 	for _, s := range j.Steps {
-		if s.Lease == nil && s.ReadyAt != nil && !s.ReadyAt.After(now.Add(-ChainTime)) && j.CanLease(s.ID(), now) == nil {
+		if s.Lease == nil && s.ReadyAt != nil && !s.ReadyAt.After(now.Add(-c.dead)) && j.CanLease(s.ID(), now) == nil {
 			ds = append(ds, domain.Dispatch{Step: s})
 		}
 	}

@@ -164,7 +164,8 @@ func (e *Engine) execute(ctx context.Context, d Delivery, from *domain.Job, ch *
 // goes through the ready queue, where the other tenants' work and higher
 // priorities take their turn (SQS fair queues serve a quiet tenant's
 // messages first). An instant step is one write, a few milliseconds on
-// AWS, so a chain's time is what bounds it.
+// AWS: ChainSteps bounds those; ChainTime bounds when a chain takes a step
+// that does I/O.
 const (
 	ChainSteps = 100
 	ChainTime  = 2 * time.Second
@@ -181,7 +182,7 @@ const (
 // dies leaves it to the sweep as a lost message would (DispatchGrace).
 type chain struct {
 	left     int       // steps it may still run
-	until    time.Time // wall time after which it starts none
+	until    time.Time // wall time after which it takes no step that does I/O
 	deadline time.Time // the invocation's, less what finishing needs; zero: none
 	next     []string  // the steps kept, to run in order
 	io       bool      // one kept does I/O
@@ -210,13 +211,14 @@ func (c *chain) keep(ctx context.Context, j *domain.Job, ds []domain.Dispatch) [
 		return ds
 	}
 	c.job = j
-	if time.Now().After(c.until) {
-		return ds
-	}
+	late := time.Now().After(c.until)
 	var rest []domain.Dispatch
 	for _, d := range ds {
 		pure, ok := c.runs(j, d)
-		if !ok || len(c.next) >= c.left || !pure && c.io {
+		// Past ChainTime an instant step is still kept (up to ChainSteps):
+		// sent, the steps of a fan-out would be as many writers racing on
+		// the job, which is what a chain is for avoiding.
+		if !ok || len(c.next) >= c.left || !pure && (c.io || late) {
 			rest = append(rest, d)
 			continue
 		}

@@ -209,12 +209,18 @@ func jobWriteOf(j *domain.Job, l *layout) (jobWrite, error) {
 			changed[i] = i
 		}
 	}
-	seal := partDoc{Events: mapSlice(j.Events[l.eventBase:], eventDocOf)}
+	return seal(j, l, changed, hashes)
+}
+
+// seal renders the write of j that moves the steps at changed and the
+// events after l's into new parts, leaving the header none of either.
+func seal(j *domain.Job, l *layout, changed []int, hashes []uint64) (jobWrite, error) {
+	sealed := partDoc{Events: mapSlice(j.Events[l.eventBase:], eventDocOf)}
 	for _, i := range changed {
 		d := stepDocOf(*j.Steps[i])
-		seal.Steps = append(seal.Steps, partStep{At: i, Step: &d})
+		sealed.Steps = append(sealed.Steps, partStep{At: i, Step: &d})
 	}
-	docs, err := splitPart(seal)
+	docs, err := splitPart(sealed)
 	if err != nil {
 		return jobWrite{}, fmt.Errorf("seal job %s: %w", j.ID, err)
 	}

@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -82,8 +81,9 @@ func TestCheckReplansAnswersAsEachReplanBuilt(t *testing.T) {
 
 // A spec of as many steps as leave room for a replan, all carrying one
 // whose new step waits on the step before the one it replaces, is
-// checked in well under a second, where building each replan took
-// minutes.
+// accepted, and one such replan that closes a cycle refused. (How fast it
+// is checked is BenchmarkParseBigJob's: building each replan took
+// minutes.)
 func TestManyReplansAreCheckedAtOnce(t *testing.T) {
 	t.Parallel()
 	for _, graph := range []bool{false, true} {
@@ -96,10 +96,8 @@ func TestManyReplansAreCheckedAtOnce(t *testing.T) {
 			steps[i] = fmt.Sprintf(`{"id":"s%d","action":{"type":"fail","class":"replan","message":"m","steps":[{"id":"r%d","action":{"type":"pass"},"depends_on":["s%d"]}]}%s}`, i, i, max(i-1, 0), deps)
 		}
 		steps[0] = strings.Replace(steps[0], `,"depends_on":["s0"]`, "", 1)
-		start := time.Now()
 		_, err := ParseJobSpec([]byte(`{"steps":[` + strings.Join(steps, ",") + `]}`))
 		require.NoError(t, err)
-		require.Less(t, time.Since(start), 5*time.Second)
 
 		// One that closes a cycle is refused as it always was: r1 waits
 		// on s2, which waits on s1, which r1 replaces.

@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -92,6 +94,9 @@ func partsTTL(j *domain.Job) int64 {
 type partDoc struct {
 	Steps  []partStep `json:"steps,omitempty"`
 	Events []eventDoc `json:"events,omitempty"`
+	// Parts makes it an index part: the names of the parts it stands for,
+	// in order (folded out of a header that named too many, foldParts).
+	Parts []string `json:"parts,omitempty"`
 }
 
 type partStep struct {
@@ -103,7 +108,8 @@ type partStep struct {
 // so its next write carries only what differs. It rides on the job
 // (domain.Job.Stored) from the read to the write.
 type layout struct {
-	parts     []string
+	parts     []string // as the header names them: "@<name>" an index part
+	all       []string // every part item, index parts among them
 	eventBase int
 	// base is the fingerprint of each step as its latest part holds it
 	// (0: none does); a step whose fingerprint is the same is not written
@@ -117,12 +123,13 @@ type layout struct {
 // Apart reports that some of the job is kept in parts.
 func (l *layout) Apart() bool { return l != nil && len(l.parts) > 0 }
 
-// names answers the parts' names, none for a whole job.
+// names answers the names of every part item of the job, none for a
+// whole job.
 func (l *layout) names() []string {
 	if l == nil {
 		return nil
 	}
-	return l.parts
+	return l.all
 }
 
 // expiry answers the parts' TTL, 0 for none.
@@ -192,7 +199,7 @@ func jobWriteOf(j *domain.Job, l *layout) (jobWrite, error) {
 				changed = append(changed, i)
 			}
 		}
-		next := &layout{parts: l.parts, eventBase: l.eventBase, base: l.base, ttl: partsTTL(j)}
+		next := &layout{parts: l.parts, all: l.all, eventBase: l.eventBase, base: l.base, ttl: partsTTL(j)}
 		it, z, err := headerItem(j, next, changed)
 		if err != nil {
 			return jobWrite{}, err
@@ -224,30 +231,64 @@ func seal(j *domain.Job, l *layout, changed []int, hashes []uint64) (jobWrite, e
 	if err != nil {
 		return jobWrite{}, fmt.Errorf("seal job %s: %w", j.ID, err)
 	}
-	next := &layout{parts: append([]string(nil), l.parts...), eventBase: len(j.Events), base: make([]uint64, len(j.Steps)), ttl: partsTTL(j)}
+	next := &layout{parts: slices.Clone(l.parts), all: slices.Clone(l.all), eventBase: len(j.Events), base: make([]uint64, len(j.Steps)), ttl: partsTTL(j)}
 	copy(next.base, l.base)
 	for _, i := range changed {
 		next.base[i] = hashes[i]
 	}
 	w := jobWrite{layout: next}
 	for _, doc := range docs {
-		name := rand.Text()[:10] // 50 bits: a job's parts never meet by chance
-		next.parts = append(next.parts, name)
-		it := map[string]ddb.AttributeValue{
-			"pk":  &ddb.AttributeValueMemberS{Value: partsPartition(j.Tenant, j.ID)},
-			"sk":  &ddb.AttributeValueMemberS{Value: name},
-			"doc": &ddb.AttributeValueMemberB{Value: doc.z},
-		}
-		if next.ttl != 0 {
-			it["ttl"] = &ddb.AttributeValueMemberN{Value: strconv.FormatInt(next.ttl, 10)}
-		}
-		w.parts = append(w.parts, sealedPart{name: name, raw: doc.raw, item: it})
+		next.parts = append(next.parts, w.addPart(j, next, doc))
+	}
+	if err := w.foldParts(j, next); err != nil {
+		return jobWrite{}, fmt.Errorf("seal job %s: %w", j.ID, err)
 	}
 	w.item, _, err = headerItem(j, next, nil)
 	if err != nil {
 		return jobWrite{}, err
 	}
 	return w, nil
+}
+
+// addPart adds a part to write, under a fresh name, and answers its name.
+func (w *jobWrite) addPart(j *domain.Job, next *layout, doc partBytes) string {
+	name := rand.Text()[:10] // 50 bits: a job's parts never meet by chance
+	it := map[string]ddb.AttributeValue{
+		"pk":  &ddb.AttributeValueMemberS{Value: partsPartition(j.Tenant, j.ID)},
+		"sk":  &ddb.AttributeValueMemberS{Value: name},
+		"doc": &ddb.AttributeValueMemberB{Value: doc.z},
+	}
+	if next.ttl != 0 {
+		it["ttl"] = &ddb.AttributeValueMemberN{Value: strconv.FormatInt(next.ttl, 10)}
+	}
+	w.parts = append(w.parts, sealedPart{name: name, raw: doc.raw, item: it})
+	next.all = append(next.all, name)
+	return name
+}
+
+// A header names at most maxNamedParts parts: past that, foldParts writes
+// the first foldedParts of its names into an index part, which it names
+// instead ("@<name>"), so the names a header carries do not grow with the
+// job (an index part's names may be index parts too).
+const (
+	maxNamedParts = 24
+	foldedParts   = 16
+)
+
+func (w *jobWrite) foldParts(j *domain.Job, next *layout) error {
+	for len(next.parts) > maxNamedParts {
+		raw, err := json.Marshal(partDoc{Parts: next.parts[:foldedParts]})
+		if err != nil {
+			return err
+		}
+		z, err := deflate(raw)
+		if err != nil {
+			return err
+		}
+		name := w.addPart(j, next, partBytes{raw, z})
+		next.parts = append([]string{"@" + name}, next.parts[foldedParts:]...)
+	}
+	return nil
 }
 
 type partBytes struct{ raw, z []byte }
@@ -340,25 +381,64 @@ func (s *Store) readApart(ctx context.Context, it map[string]ddb.AttributeValue)
 	if err := strictJSON(raw, &hd); err != nil {
 		return nil, fmt.Errorf("decode job header: %w", err)
 	}
-	parts, err := s.readParts(ctx, hd.Tenant, hd.ID, hd.Parts)
+	names, indexes, err := s.expandParts(ctx, hd.Tenant, hd.ID, hd.Parts)
 	if err != nil {
 		return nil, err
 	}
-	return assemble(hd, parts)
+	parts, err := s.readParts(ctx, hd.Tenant, hd.ID, names)
+	if err != nil {
+		return nil, err
+	}
+	j, err := assemble(hd, names, parts)
+	if err != nil {
+		return nil, err
+	}
+	l := j.Stored.(*layout)
+	l.all = append(slices.Clone(names), indexes...)
+	return j, nil
 }
 
-// assemble builds a job from its header and its parts' documents.
-func assemble(hd headerDoc, parts [][]byte) (*domain.Job, error) {
+// expandParts answers the data parts a header's names stand for, in
+// order, reading the index parts among them (foldParts), and those index
+// parts' own names.
+func (s *Store) expandParts(ctx context.Context, tenant, id string, entries []string) (names, indexes []string, err error) {
+	for _, e := range entries {
+		name, index := strings.CutPrefix(e, "@")
+		if !index {
+			names = append(names, name)
+			continue
+		}
+		raw, err := s.readParts(ctx, tenant, id, []string{name})
+		if err != nil {
+			return nil, nil, err
+		}
+		var d partDoc
+		if err := strictJSON(raw[0], &d); err != nil {
+			return nil, nil, fmt.Errorf("decode index part %s: %w", name, err)
+		}
+		n, ix, err := s.expandParts(ctx, tenant, id, d.Parts)
+		if err != nil {
+			return nil, nil, err
+		}
+		names = append(names, n...)
+		indexes = append(append(indexes, name), ix...)
+	}
+	return names, indexes, nil
+}
+
+// assemble builds a job from its header and its data parts' documents
+// (named names).
+func assemble(hd headerDoc, names []string, parts [][]byte) (*domain.Job, error) {
 	steps := make([]*stepDoc, hd.StepCount)
 	var events []eventDoc
 	for k, raw := range parts {
 		var pd partDoc
 		if err := strictJSON(raw, &pd); err != nil {
-			return nil, fmt.Errorf("decode part %s: %w", hd.Parts[k], err)
+			return nil, fmt.Errorf("decode part %s: %w", names[k], err)
 		}
 		for _, ps := range pd.Steps {
 			if ps.At < 0 || ps.At >= hd.StepCount || ps.Step == nil {
-				return nil, fmt.Errorf("part %s holds step %d of %d", hd.Parts[k], ps.At, hd.StepCount)
+				return nil, fmt.Errorf("part %s holds step %d of %d", names[k], ps.At, hd.StepCount)
 			}
 			steps[ps.At] = ps.Step
 		}

@@ -490,7 +490,7 @@ func (s *Store) Save(ctx context.Context, j *domain.Job, loadedEvents int) error
 	if l.Apart() && l.ttl != 0 && w.layout.ttl == 0 {
 		// A finished job moves again (a redrive): its parts lose their
 		// TTL before its header says so.
-		if err := s.setPartsTTL(ctx, j, l.parts, 0); err != nil {
+		if err := s.setPartsTTL(ctx, j, l.names(), 0); err != nil {
 			j.Version--
 			return fmt.Errorf("save job %s: %w", j.ID, err)
 		}

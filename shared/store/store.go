@@ -516,9 +516,11 @@ func (s *Store) Save(ctx context.Context, j *domain.Job, loadedEvents int) error
 		return fmt.Errorf("save job %s: %w", j.ID, err)
 	}
 	keepLayout(j, w.layout)
-	if w.layout.Apart() && w.layout.ttl != 0 && w.layout.ttl != l.expiry() {
+	if w.layout.Apart() && w.layout.ttl != 0 && l.expiry() == 0 {
 		// The job is finished: its parts expire with its item (those this
-		// write sealed were put with the TTL).
+		// write sealed were put with the TTL). A TTL that moves later on
+		// (earlier, once its data is deleted) is not written again: a part
+		// outliving its header by a day costs nothing but storage.
 		if err := s.setPartsTTL(ctx, j, l.names(), w.layout.ttl); err != nil {
 			s.log().Warn("a finished job's parts were not given its TTL; they outlive it", "job", j.ID, "err", err)
 		}

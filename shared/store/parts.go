@@ -183,7 +183,7 @@ func jobWriteOf(j *domain.Job, l *layout) (jobWrite, error) {
 		if err != nil {
 			return jobWrite{}, err
 		}
-		if len(z) <= sealBytes {
+		if len(z) <= sealBytes || !sealPays(j, nil, len(z)) {
 			return jobWrite{item: it}, nil
 		}
 		l = nil
@@ -204,7 +204,7 @@ func jobWriteOf(j *domain.Job, l *layout) (jobWrite, error) {
 		if err != nil {
 			return jobWrite{}, err
 		}
-		if len(z) <= sealBytes {
+		if len(z) <= sealBytes || !sealPays(j, next, len(z)) {
 			return jobWrite{item: it, layout: next}, nil
 		}
 	} else {
@@ -217,6 +217,19 @@ func jobWriteOf(j *domain.Job, l *layout) (jobWrite, error) {
 		}
 	}
 	return seal(j, l, changed, hashes)
+}
+
+// sealPays reports whether sealing a header of size bytes pays: it brings
+// the header within sealBytes, or, for a job whose own fields fill more
+// than that (a payload of some KB), takes sealBytes of steps and events
+// off it; such a job would otherwise seal a part on every write.
+func sealPays(j *domain.Job, l *layout, size int) bool {
+	empty := &layout{eventBase: len(j.Events)}
+	if l != nil {
+		empty.parts, empty.ttl = l.parts, l.ttl
+	}
+	_, z, err := headerItem(j, empty, nil)
+	return err != nil || len(z) <= sealBytes || size-len(z) >= sealBytes
 }
 
 // seal renders the write of j that moves the steps at changed and the

@@ -231,3 +231,23 @@ func TestAMissingPartIsUnreadable(t *testing.T) {
 	require.ErrorIs(t, err, domain.ErrUnreadable)
 	require.ErrorContains(t, err, "missing")
 }
+
+// A job whose own fields fill its header (a payload of some KB kept
+// inline) seals a part only when its steps and events have grown by half
+// a header, not on every write.
+func TestABigPayloadDoesNotSealEveryWrite(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pad := make([]string, 300)
+	for i := range pad {
+		pad[i] = fmt.Sprintf(`"%x"`, uint64(i)*0x9e3779b97f4a7c15) // little that compresses
+	}
+	spec := strings.Replace(lineSpec(20), `{"steps":`, `{"payload":{"pad":[`+strings.Join(pad, ",")+`]},"steps":`, 1)
+	j := b.create(t, tenantA, spec)
+	writes := 0
+	done := b.runLine(t, j, func(*domain.Job) { writes++ })
+	require.Equal(t, domain.JobCompleted, done.State)
+	sealed := len(b.parts(t, done))
+	t.Logf("%d writes, %d parts", writes, sealed)
+	require.Less(t, sealed, writes/4, "a part every few writes at most")
+}

@@ -97,6 +97,11 @@ type Job struct {
 	// from the read that answered it to the write after it (the DynamoDB
 	// store keeps a long job in parts); nil where the store needs none.
 	Stored StoredLayout `json:"-"`
+	// CancelRequested is a cancel asked of the job while other writers
+	// kept winning its races (Store.RequestCancel): no write that has not
+	// seen it succeeds, and the writer that reads it cancels the job
+	// before its own change. It is kept beside the job, not in it.
+	CancelRequested bool `json:"-"`
 }
 
 // StoredLayout is a store's note of how it keeps a job, opaque here.

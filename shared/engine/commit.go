@@ -38,6 +38,12 @@ type change struct {
 	// chain, when set, may keep one of the change's dispatches for this
 	// process to run next instead of sending it (execute.go).
 	chain *chain
+	// contended, when set, is called once, after the change's first lost
+	// race (Cancel marks the job with it).
+	contended func(ctx context.Context)
+	// cancels is set on the change that cancels the job (cancelChange),
+	// which a job marked for cancelling needs no other change before.
+	cancels bool
 }
 
 // effects are what a saved change calls for besides its write.
@@ -88,6 +94,16 @@ func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job
 				return nil, err
 			}
 		}
+		if j.CancelRequested && !j.State.Terminal() && !c.cancels {
+			// Asked to be cancelled while other writers held the job: the
+			// cancel is saved first, then this change is decided on the
+			// cancelled job, as if the cancel had won the race.
+			cancelled, err := e.commit(ctx, tenant, id, j, cancelChange())
+			if err != nil {
+				return cancelled, err
+			}
+			j = cancelled
+		}
 		now := e.now()
 		if c.prepare != nil {
 			if err := c.prepare(ctx, j, now); err != nil {
@@ -105,6 +121,9 @@ func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job
 		fx.dispatch = append(fx.dispatch, e.armAtOnce(j, now)...)
 		err := e.cfg.Store.Save(ctx, j, before.loaded)
 		if errors.Is(err, domain.ErrVersionConflict) {
+			if race == 0 && c.contended != nil {
+				c.contended(ctx)
+			}
 			if !lostRace(ctx, race) {
 				return nil, ctx.Err()
 			}

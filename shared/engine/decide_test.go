@@ -398,3 +398,7 @@ func TestAReplanUnderALostLeaseIsLeaseLost(t *testing.T) {
 	_, err = b.e.Fail(b.ctx, tenantA, zombie[0].LeaseID, engine.Outcome{Class: "replan", Steps: next})
 	require.ErrorIs(t, err, domain.ErrLeaseLost)
 }
+func (s *racedStore) RequestCancel(ctx context.Context, tenant, id string) error {
+	s.g.check("Store.RequestCancel")
+	return s.Store.RequestCancel(ctx, tenant, id)
+}

@@ -604,7 +604,27 @@ func (e *Engine) Cancel(ctx context.Context, tenant, id string) (*domain.Job, er
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
-	j, err := e.commit(ctx, tenant, id, nil, change{decide: func(j *domain.Job, now time.Time, fx *effects) error {
+	c := cancelChange()
+	// A job whose writers keep winning its races (a long chain of built-in
+	// steps writes every few milliseconds) is marked after the first lost
+	// race: no write that has not seen the mark succeeds, and whichever
+	// writer reads it next cancels the job (commit).
+	c.contended = func(ctx context.Context) {
+		if err := e.cfg.Store.RequestCancel(ctx, tenant, id); err != nil {
+			e.cfg.Log.WarnContext(ctx, "cancel not marked on the job; trying again as before", "job", id, "err", err)
+		}
+	}
+	j, err := e.commit(ctx, tenant, id, nil, c)
+	if err != nil {
+		return j, fmt.Errorf("cancel job %s: %w", id, err)
+	}
+	return j, nil
+}
+
+// cancelChange cancels a job, deleting its worker messages still out and
+// giving back its slots.
+func cancelChange() change {
+	return change{cancels: true, decide: func(j *domain.Job, now time.Time, fx *effects) error {
 		for _, s := range j.Steps {
 			if s.Lease != nil && s.Lease.Token != "" && s.Spec.Action.Type == domain.ActionWorker {
 				fx.ack = append(fx.ack, s.Lease.Token) // so no worker is handed the job again
@@ -618,11 +638,7 @@ func (e *Engine) Cancel(ctx context.Context, tenant, id string) (*domain.Job, er
 			return errNoChange
 		}
 		return err
-	}})
-	if err != nil {
-		return j, fmt.Errorf("cancel job %s: %w", id, err)
-	}
-	return j, nil
+	}}
 }
 
 // Clock answers the engine's time (tests move it).

@@ -749,3 +749,59 @@ func TestClaimBeforeTheFirstJobMakesNothing(t *testing.T) {
 	require.Len(t, ls, 1)
 	require.Equal(t, j.ID, ls[0].JobID)
 }
+
+// busyStore is a job store under a writer that saves each job once more
+// between every read of it and the reader's write, as a long chain of
+// built-in steps does, until the job is marked for cancelling.
+type busyStore struct {
+	*memory.Store
+	writes int
+}
+
+func (s *busyStore) Get(ctx context.Context, tenant, id string) (*domain.Job, error) {
+	j, err := s.Store.Get(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	if other, err := s.Store.Get(ctx, tenant, id); err == nil && !other.CancelRequested {
+		if err := s.Store.Save(ctx, other, len(other.Events)); err == nil {
+			s.writes++
+		}
+	}
+	return j, nil
+}
+
+func TestCancelWinsAgainstAWriterThatAlwaysWins(t *testing.T) {
+	t.Parallel()
+	var busy *busyStore
+	b := setup(t, func(c *engine.Config) {
+		busy = &busyStore{Store: c.Store.(*memory.Store)}
+		c.Store = busy
+	})
+	j := b.submit(t, tenantA, workerJob)
+	busy.writes = 0
+
+	got, err := b.e.Cancel(b.ctx, tenantA, j.ID)
+	require.NoError(t, err, "the cancel marks the job after its first lost race, and no writer that did not see the mark wins again")
+	require.Equal(t, domain.JobCancelled, got.State)
+	require.Equal(t, 1, busy.writes, "the other writer won once")
+	stored := b.job(t, tenantA, j.ID)
+	require.Equal(t, domain.JobCancelled, stored.State)
+	require.False(t, stored.CancelRequested)
+}
+
+func TestAWriterThatReadsACancelMarkCancelsFirst(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.submit(t, tenantA, workerJob)
+	l := b.claim(t, tenantA, "gpu")[0]
+	require.NoError(t, b.store.RequestCancel(b.ctx, tenantA, j.ID))
+
+	_, err := b.e.Complete(b.ctx, tenantA, l.LeaseID, json.RawMessage(`{}`))
+	require.ErrorIs(t, err, domain.ErrLeaseLost, "the job was cancelled before the outcome was decided")
+	got := b.job(t, tenantA, j.ID)
+	require.Equal(t, domain.JobCancelled, got.State)
+	require.False(t, got.CancelRequested)
+	require.Equal(t, domain.AttemptCancelled, got.Steps[0].Attempts[0].State)
+	require.Zero(t, b.queue.Len(tenantA, "gpu"), "the worker's message was deleted")
+}

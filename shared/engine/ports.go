@@ -35,6 +35,13 @@ type Store interface {
 	// Due answers unfinished jobs due at or before now, earliest first, at
 	// most limit from each part of the due index (DueJob.Part).
 	Due(ctx context.Context, now time.Time, limit int) ([]DueJob, error)
+	// RequestCancel marks an unfinished job as asked to be cancelled,
+	// without reading it or changing its version: from then on Save
+	// refuses (domain.ErrVersionConflict) any job read before the mark,
+	// so the next writer reads it (domain.Job.CancelRequested) and
+	// cancels the job first. A saved job carries no mark. A finished or
+	// missing job is left as it is, without error.
+	RequestCancel(ctx context.Context, tenant, id string) error
 	// Quarantine takes a job out of the due index, noting why.
 	Quarantine(ctx context.Context, tenant, id, reason string, now time.Time) error
 	// Defer moves a due job to until if its due time is still k.Due.

@@ -39,6 +39,7 @@ var storeChecks = []check[StoreFixture]{
 	{"idempotency key race has one winner", storeIdempotencyRace},
 	{"save is conditional on version", storeSaveConditional},
 	{"racing saves have exactly one winner", storeSaveRace},
+	{"a cancel mark refuses writers that did not see it", storeCancelMark},
 	{"save refuses a change from another state", storeSaveState},
 	{"save refuses a job over the item limit", storeTooLarge},
 	{"a long job is saved step by step and reads back whole", storeLongJob},
@@ -398,6 +399,41 @@ func saveRace(t *testing.T, f StoreFixture, copies []*domain.Job, loaded []int, 
 	}
 	require.NotEqual(t, -1, winner, "round %d: no racer won", round)
 	return winner
+}
+
+func storeCancelMark(t *testing.T, f StoreFixture) {
+	ctx := context.Background()
+	j := create(t, f, tenantA, workerSpec, f.Now)
+	before, n := load(t, f, tenantA, j.ID)
+	require.False(t, before.CancelRequested)
+
+	require.NoError(t, f.Store.RequestCancel(ctx, tenantA, j.ID))
+	require.NoError(t, f.Store.RequestCancel(ctx, tenantA, j.ID), "marking twice is no error")
+	_, err := before.Lease("s", domain.LeaseRequest{Worker: "w", ViaWorker: true, Nonce: "n", Duration: time.Hour}, f.Now)
+	require.NoError(t, err)
+	require.ErrorIs(t, f.Store.Save(ctx, before, n), domain.ErrVersionConflict, "a writer that read the job before the mark loses")
+	require.Equal(t, int64(1), before.Version)
+
+	marked, n := load(t, f, tenantA, j.ID)
+	require.True(t, marked.CancelRequested)
+	require.Equal(t, int64(1), marked.Version, "the mark is no transition")
+	changed, err := marked.Cancel(f.Now)
+	require.NoError(t, err)
+	require.True(t, changed)
+	require.NoError(t, f.Store.Save(ctx, marked, n), "the writer that read the mark saves")
+	require.False(t, marked.CancelRequested)
+	after, _ := load(t, f, tenantA, j.ID)
+	require.False(t, after.CancelRequested, "a saved job carries no mark")
+	require.Equal(t, domain.JobCancelled, after.State)
+
+	// A finished job and a missing one are left as they are.
+	require.NoError(t, f.Store.RequestCancel(ctx, tenantA, j.ID))
+	after, _ = load(t, f, tenantA, j.ID)
+	require.False(t, after.CancelRequested)
+	require.Equal(t, int64(2), after.Version)
+	require.NoError(t, f.Store.RequestCancel(ctx, tenantA, ulid.Make().String()))
+	_, err = f.Store.Get(ctx, tenantB, j.ID)
+	require.ErrorIs(t, err, domain.ErrNotFound)
 }
 
 func storeSaveState(t *testing.T, f StoreFixture) {

@@ -58,6 +58,7 @@ type record struct {
 	due           string // dueLayout; "" when out of the due index
 	quarantined   string // why, once quarantined
 	quarantinedAt time.Time
+	cancel        bool // Store.RequestCancel's mark; a save clears it
 }
 
 type idemRecord struct {
@@ -207,6 +208,7 @@ func (r *record) decode(tenant, id string) (*domain.Job, error) {
 			return nil, unreadable(err)
 		}
 	}
+	j.CancelRequested = r.cancel
 	return &j, nil
 }
 
@@ -279,11 +281,28 @@ func (s *Store) Save(_ context.Context, j *domain.Job, loadedEvents int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur, ok := s.jobs[k]
-	if !ok || cur.version != j.Version-1 || len(sources) > 0 && !slices.Contains(sources, cur.state) {
+	if !ok || cur.version != j.Version-1 || cur.cancel && !j.CancelRequested ||
+		len(sources) > 0 && !slices.Contains(sources, cur.state) {
 		j.Version--
 		return fmt.Errorf("save job %s at version %d: %w", j.ID, j.Version, domain.ErrVersionConflict)
 	}
 	s.jobs[k] = r
+	j.CancelRequested = false
+	return nil
+}
+
+// RequestCancel marks an unfinished job as asked to be cancelled; its
+// version stays.
+func (s *Store) RequestCancel(_ context.Context, tenant, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.jobs[jobKey{tenant, id}]
+	if !ok || r.state.Terminal() || r.cancel {
+		return nil
+	}
+	m := *r
+	m.cancel = true
+	s.jobs[jobKey{tenant, id}] = &m
 	return nil
 }
 

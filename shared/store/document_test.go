@@ -171,6 +171,7 @@ func TestDocumentCoversTheJob(t *testing.T) {
 	t.Parallel()
 	var j domain.Job
 	fillAll(reflect.ValueOf(&j).Elem(), 0)
+	j.CancelRequested = false // an attribute of the item beside the document (cancelAttr)
 	raw, err := encodeDocument(&j)
 	require.NoError(t, err)
 	got, err := decodeDocument(raw, documentVersion, true)

@@ -194,10 +194,48 @@ func (s *Store) decodeJob(it map[string]ddb.AttributeValue) (*domain.Job, error)
 
 // readJob reads a job's item, whole or stored apart.
 func (s *Store) readJob(ctx context.Context, it map[string]ddb.AttributeValue) (*domain.Job, error) {
+	read := s.decodeJob
 	if _, apart := it[headerDocAttr]; apart {
-		return s.readApart(ctx, it)
+		read = func(it map[string]ddb.AttributeValue) (*domain.Job, error) { return s.readApart(ctx, it) }
 	}
-	return s.decodeJob(it)
+	j, err := read(it)
+	if err != nil {
+		return nil, err
+	}
+	_, j.CancelRequested = it[cancelAttr]
+	return j, nil
+}
+
+// cancelAttr is RequestCancel's mark on a job's item. A save puts the
+// whole item, so the write that cancels the job clears it.
+const cancelAttr = "cancel"
+
+// RequestCancel marks an unfinished job as asked to be cancelled: one
+// small update, no read, the version unchanged.
+func (s *Store) RequestCancel(ctx context.Context, tenant, id string) error {
+	var states []expression.OperandBuilder
+	for _, st := range domain.AllJobStates() {
+		if !st.Terminal() {
+			states = append(states, expression.Value(string(st)))
+		}
+	}
+	unfinished := expression.AttributeExists(expression.Name("pk")).And(
+		expression.Name("state").In(states[0], states[1:]...))
+	upd := expression.Set(expression.Name(cancelAttr), expression.Value(true))
+	expr, err := expression.NewBuilder().WithUpdate(upd).WithCondition(unfinished).Build()
+	if err != nil {
+		return fmt.Errorf("request cancel of job %s: %w", id, err)
+	}
+	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &s.table, Key: jobKey(tenant, id),
+		UpdateExpression: expr.Update(), ConditionExpression: expr.Condition(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+	})
+	var ccf *ddb.ConditionalCheckFailedException
+	if err != nil && !errors.As(err, &ccf) {
+		return fmt.Errorf("request cancel of job %s: %w", id, err)
+	}
+	return nil
 }
 
 func (s *Store) log() *slog.Logger {
@@ -459,6 +497,9 @@ func (s *Store) Defer(ctx context.Context, k engine.DueJob, until time.Time) err
 // leaves j's version as it was.
 func (s *Store) Save(ctx context.Context, j *domain.Job, loadedEvents int) error {
 	cond := expression.Name("version").Equal(expression.Value(j.Version))
+	if !j.CancelRequested {
+		cond = cond.And(expression.AttributeNotExists(expression.Name(cancelAttr)))
+	}
 	if src := domain.SaveSources(j, loadedEvents); len(src) > 0 {
 		ops := make([]expression.OperandBuilder, 0, len(src))
 		for _, st := range src {
@@ -516,6 +557,7 @@ func (s *Store) Save(ctx context.Context, j *domain.Job, loadedEvents int) error
 		return fmt.Errorf("save job %s: %w", j.ID, err)
 	}
 	keepLayout(j, w.layout)
+	j.CancelRequested = false
 	if w.layout.Apart() && w.layout.ttl != 0 && l.expiry() == 0 {
 		// The job is finished: its parts expire with its item (those this
 		// write sealed were put with the TTL). A TTL that moves later on

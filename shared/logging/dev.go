@@ -65,11 +65,18 @@ func ChangeLine(at time.Time, c engine.Change) string {
 			parts = append(parts, strings.ReplaceAll(ev.Type, "_", " ")+" ("+oneLine(ev.Detail)+")")
 		}
 	}
+	if len(parts) > maxLineParts {
+		// A cancel of a long job moves thousands of steps at once.
+		parts = append(parts[:maxLineParts-1], fmt.Sprintf("and %d more", len(parts)-maxLineParts+1))
+	}
 	if len(parts) > 0 {
 		b.WriteString(" " + strings.Join(parts, "; "))
 	}
 	return strings.TrimRight(b.String(), " ")
 }
+
+// maxLineParts bounds what one change's line names.
+const maxLineParts = 12
 
 // oneLine keeps a message to one short line.
 func oneLine(s string) string {

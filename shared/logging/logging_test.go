@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"regexp"
 	"strings"
@@ -103,6 +104,15 @@ func TestChangeLine(t *testing.T) {
 	require.Contains(t, line, "(truncated from 300 bytes)); step b CANCELLED (another step failed); job replanned (step a replaced by c)")
 	require.Equal(t, "12:00:01 job 01JOB QUEUED    created by schedule nightly",
 		logging.ChangeLine(at, engine.Change{Job: "01JOB", To: domain.JobQueued, Schedule: "nightly"}))
+
+	// A cancel of a long job names a few steps, and counts the rest.
+	long := engine.Change{Job: "01JOB", From: domain.JobRunning, To: domain.JobCancelled}
+	for i := range 5000 {
+		long.Steps = append(long.Steps, engine.StepChange{Step: fmt.Sprintf("s%04d", i), State: domain.StepCancelled})
+	}
+	line = logging.ChangeLine(at, long)
+	require.True(t, strings.HasSuffix(line, "step s0010 CANCELLED; and 4989 more"), line)
+	require.Less(t, len(line), 400)
 }
 
 // Other records are one line each, the level left out at Info.

@@ -171,8 +171,10 @@ func TestSweepQuarantinesUnreadableJobsAndServesEveryoneElse(t *testing.T) {
 	h := stacktest.New(t, stacktest.WithFaultSQS(faults))
 	ctx := context.Background()
 
-	// Tenant b's job is written but its dispatch is lost.
-	faults.FailNextSends(1, "a")
+	// Tenant b's job is written but its dispatch is lost: the send before
+	// its write fails (so it is written in the due index), and the one
+	// after it.
+	faults.FailNextSends(2, "a")
 	good := h.Submit(t, stacktest.KeyB, map[string]any{"steps": []any{map[string]any{"id": "a", "action": map[string]any{"type": "pass"}}}})
 
 	// More unreadable jobs of tenant a than a sweep takes of a tenant, in

@@ -1240,26 +1240,8 @@ func (j *Job) due() *time.Time {
 	var at time.Time
 	found := false
 	for _, s := range j.Steps {
-		if s.State.Terminal() || s.State == StepWaitingDeps {
-			continue // none of the cases below holds for it: most of a large job
-		}
-		var t time.Time
-		switch {
-		case s.AwaitsArm():
-			t = j.armAt(s) // its message is sent then
-		case s.State.leasable() && s.ReadyAt != nil:
-			t = s.resendAt()
-			if end := j.resourceWaitEnds(s); end != nil && end.Before(t) {
-				t = *end // the sweep fails a wait past its bound
-			}
-		case s.State.leased() && s.Lease != nil:
-			t = s.Lease.ExpiresAt.Add(leaseGrace(s))
-		case s.timerAt() != nil:
-			t = s.timerAt().Add(DispatchGrace)
-		default:
-			continue
-		}
-		if !found || t.Before(at) {
+		t, ok := j.stepDue(s)
+		if ok && (!found || t.Before(at)) {
 			at, found = t, true
 		}
 	}
@@ -1267,6 +1249,53 @@ func (j *Job) due() *time.Time {
 		return nil
 	}
 	return &at
+}
+
+// stepDue answers when the sweep must look at the job for step s, if it
+// must.
+func (j *Job) stepDue(s *Step) (time.Time, bool) {
+	if s.State.Terminal() || s.State == StepWaitingDeps {
+		return time.Time{}, false // none of the cases below holds for it: most of a large job
+	}
+	switch {
+	case s.AwaitsArm():
+		return j.armAt(s), true // its message is sent then
+	case s.State.leasable() && s.ReadyAt != nil:
+		t := s.resendAt()
+		if end := j.resourceWaitEnds(s); end != nil && end.Before(t) {
+			t = *end // the sweep fails a wait past its bound
+		}
+		return t, true
+	case s.State.leased() && s.Lease != nil:
+		return s.Lease.ExpiresAt.Add(leaseGrace(s)), true
+	case s.timerAt() != nil:
+		return s.timerAt().Add(DispatchGrace), true
+	}
+	return time.Time{}, false
+}
+
+// SentBeforeWrite takes a new job out of the due index when ds, its first
+// messages, go out before its first write: a delivery of each is what
+// runs its step, so the sweep has nothing to send again unless one is
+// lost, and each later write puts the job back in the index as it needs.
+// It does so only when nothing else of the job needs the sweep (a timer
+// beyond the queue's reach, a resource wait's bound), and reports
+// whether it did.
+func (j *Job) SentBeforeWrite(ds []Dispatch) bool {
+	sent := make(map[*Step]bool, len(ds))
+	for _, d := range ds {
+		if d.Wake != "" {
+			return false
+		}
+		sent[d.Step] = true
+	}
+	for _, s := range j.Steps {
+		if _, due := j.stepDue(s); due && (!sent[s] || j.resourceWaitEnds(s) != nil) {
+			return false
+		}
+	}
+	j.DueAt = nil
+	return true
 }
 
 // leaseGrace is how long the sweep leaves an expired lease alone. A worker

@@ -75,6 +75,7 @@ const (
 	fired                          // the message was a timer's (a sleep, a wait, a gate), and it fired
 	recorded                       // an instant step: leased and its outcome recorded in the one write
 	unreadable                     // the job cannot be read; it is set aside
+	absent                         // no such job (yet: Submit sends a job's first messages before its write)
 )
 
 // leasePrep is what a lease's prepare did, kept across the decisions of
@@ -149,6 +150,8 @@ func (e *Engine) takeLease(ctx context.Context, d Delivery, l lane, from *domain
 		t.outcome = held
 	case errors.As(err, &notYetErr):
 		t.outcome, t.until = notYet, notYetErr.Until
+	case errors.Is(err, domain.ErrNotFound):
+		t.outcome = absent
 	case isStale(err):
 		t.outcome = stale
 	case errors.Is(err, domain.ErrUnreadable):
@@ -159,7 +162,7 @@ func (e *Engine) takeLease(ctx context.Context, d Delivery, l lane, from *domain
 	case err != nil:
 		return t, fmt.Errorf("lease step %s of job %s: %w", m.Step, m.Job, err)
 	}
-	if t.outcome == held || t.outcome == stale {
+	if t.outcome == held || t.outcome == stale || t.outcome == absent {
 		e.passWake(ctx, m.Tenant, m.Wake) // this message found nothing to do: the next in line may
 	}
 	return t, nil

@@ -31,29 +31,59 @@ const BatchKeyField = "idempotency_key"
 
 // SubmitBatch submits each item as Submit does, independently and in
 // order: a refused item writes nothing and does not stop the others. The
-// first steps of every accepted job are then sent together, in one
-// DispatchJobs, rather than one send per job.
+// first messages of every job that may send them before its write
+// (sendFirst) go out together, in one DispatchJobs, before the writes;
+// those of the others together after them.
 func (e *Engine) SubmitBatch(ctx context.Context, tenant string, items []BatchItem) []BatchResult {
 	out := make([]BatchResult, len(items))
+	jobs := make([]*domain.Job, len(items))
+	var first []JobSends
+	for i, it := range items {
+		j, err := e.build(ctx, tenant, "", it.Body, it.IdemKey, BatchKeyField)
+		if err != nil {
+			out[i] = BatchResult{Err: err}
+			continue
+		}
+		jobs[i] = j
+		if ds := e.sendFirst(j); len(ds) > 0 {
+			e.touchDispatched(ctx, j, ds)
+			first = append(first, JobSends{Job: j, Sends: Route(j, ds)})
+		}
+	}
+	sentFirst := map[*domain.Job]bool{}
+	if len(first) > 0 {
+		if err := e.cfg.Queue.DispatchJobs(ctx, first); err != nil {
+			// Which went out is not known: all are written in the due
+			// index and sent again after (a duplicate finds nothing to do).
+			e.cfg.Log.WarnContext(ctx, "first messages not sent before the writes; they are sent after them", "jobs", len(first), "err", err)
+		} else {
+			for _, js := range first {
+				sentFirst[js.Job] = js.Job.SentBeforeWrite(dispatchesOf(js.Sends))
+			}
+		}
+	}
 	var batch []JobSends
 	queued := map[string]bool{} // one item repeating another's key sends nothing twice
 	var made []creation
 	for i, it := range items {
-		c, err := e.create(ctx, tenant, "", it.Body, it.IdemKey, BatchKeyField)
-		j, ds := c.job, c.dispatches
+		j := jobs[i]
+		if j == nil {
+			continue
+		}
+		c, err := e.write(ctx, j, it.Body, sentFirst[j])
 		if err == nil {
 			made = append(made, c)
 		}
 		if errors.Is(err, domain.ErrIdempotencyMismatch) {
 			err = &domain.Error{Code: domain.CodeIdempotencyMismatch, Field: BatchKeyField, Message: "was already used with a different request body"}
 		}
-		out[i] = BatchResult{Job: j, Created: c.created, Err: err}
-		if err != nil || len(ds) == 0 || queued[j.ID] {
+		out[i] = BatchResult{Job: c.job, Created: c.created, Err: err}
+		if err != nil || len(c.dispatches) == 0 || queued[c.job.ID] {
 			continue
 		}
-		queued[j.ID] = true
-		e.touchDispatched(ctx, j, ds)
-		batch = append(batch, JobSends{Job: j, Sends: Route(j, ds)})
+		queued[c.job.ID] = true
+		e.touchDispatched(ctx, c.job, c.dispatches)
+		batch = append(batch, JobSends{Job: c.job, Sends: Route(c.job, c.dispatches)})
 	}
 	if len(batch) > 0 {
 		if err := e.cfg.Queue.DispatchJobs(ctx, batch); err != nil {
@@ -65,4 +95,12 @@ func (e *Engine) SubmitBatch(ctx context.Context, tenant string, items []BatchIt
 		e.publish(ctx, c.job, c.states)
 	}
 	return out
+}
+
+func dispatchesOf(sends []Send) []domain.Dispatch {
+	ds := make([]domain.Dispatch, len(sends))
+	for i, s := range sends {
+		ds[i] = s.Dispatch
+	}
+	return ds
 }

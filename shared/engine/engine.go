@@ -411,13 +411,47 @@ func (e *Engine) SubmitAs(ctx context.Context, tenant, id string, body []byte) (
 }
 
 func (e *Engine) submit(ctx context.Context, tenant, id string, body []byte, idemKey string) (*domain.Job, bool, error) {
-	c, err := e.create(ctx, tenant, id, body, idemKey, "Idempotency-Key")
+	j, err := e.build(ctx, tenant, id, body, idemKey, "Idempotency-Key")
+	if err != nil {
+		return nil, false, err
+	}
+	sent := false
+	if ds := e.sendFirst(j); len(ds) > 0 {
+		e.touchDispatched(ctx, j, ds)
+		if err := e.cfg.Queue.Dispatch(ctx, j, Route(j, ds)); err != nil {
+			e.cfg.Log.WarnContext(ctx, "first messages not sent before the write; they are sent after it", "job", j.ID, "err", err)
+		} else {
+			sent = j.SentBeforeWrite(ds)
+		}
+	}
+	c, err := e.write(ctx, j, body, sent)
 	if err != nil {
 		return nil, false, err
 	}
 	e.dispatch(ctx, c.job, c.dispatches)
 	e.publish(ctx, c.job, c.states)
 	return c.job, c.created, nil
+}
+
+// sendFirst answers the first messages of a new job that go out before
+// its write, which then leaves it out of the due index (half the write
+// units of a one-step job). Only for steps a delivery of the ready queue
+// runs: one that comes before the write is hidden a moment (Early), and
+// one whose job is never written (the write failed) is dropped after
+// absentWindow. A job with an idempotency key is written first: a replay
+// would leave a message for a job that is never written, and a refused
+// key would have spent it.
+func (e *Engine) sendFirst(j *domain.Job) []domain.Dispatch {
+	if j.IdempotencyKey != "" {
+		return nil
+	}
+	ds := j.Outstanding(e.now())
+	for _, d := range ds {
+		if DestinationOf(j, d.Step).Kind != ToReady {
+			return nil
+		}
+	}
+	return ds
 }
 
 // creation is what create did: the job, whether this request made it,
@@ -431,18 +465,27 @@ type creation struct {
 }
 
 // create is submit without the send and the publish: it validates and
-// writes the job. keyField names the
-// idempotency key in an error (a header, or a member of a batch's item).
+// writes the job. keyField names the idempotency key in an error (a
+// header, or a member of a batch's item).
 func (e *Engine) create(ctx context.Context, tenant, id string, body []byte, idemKey, keyField string) (creation, error) {
-	spec, err := domain.ParseJobSpec(body)
+	j, err := e.build(ctx, tenant, id, body, idemKey, keyField)
 	if err != nil {
 		return creation{}, err
 	}
+	return e.write(ctx, j, body, false)
+}
+
+// build validates a job's body and makes the job, not yet written.
+func (e *Engine) build(ctx context.Context, tenant, id string, body []byte, idemKey, keyField string) (*domain.Job, error) {
+	spec, err := domain.ParseJobSpec(body)
+	if err != nil {
+		return nil, err
+	}
 	if len(idemKey) > 255 {
-		return creation{}, domain.Invalid(keyField, "is %d characters; the limit is 255", len(idemKey))
+		return nil, domain.Invalid(keyField, "is %d characters; the limit is 255", len(idemKey))
 	}
 	if err := e.checkSpec(ctx, tenant, spec, ""); err != nil {
-		return creation{}, err
+		return nil, err
 	}
 	spec.ParkAfter = e.cfg.TimerThreshold
 	spec.Retention = e.cfg.Retention
@@ -456,15 +499,23 @@ func (e *Engine) create(ctx context.Context, tenant, id string, body []byte, ide
 		// leaves this one's copy as garbage the bucket's lifecycle expires.
 		ref, err := e.put(ctx, &dataCache{}, domain.PayloadKey(tenant, id), spec.Payload)
 		if err != nil {
-			return creation{}, err
+			return nil, err
 		}
 		spec.Payload, spec.PayloadRef = nil, &ref
 	}
 	j, err := domain.NewJob(tenant, id, spec, idemKey, now)
 	if err != nil {
-		return creation{}, err
+		return nil, err
 	}
 	e.armAtOnce(j, now) // Outstanding sends them
+	return j, nil
+}
+
+// write writes a job build made. sent says its first messages went out
+// before it (sendFirst); otherwise those the job calls for are answered,
+// to send.
+func (e *Engine) write(ctx context.Context, j *domain.Job, body []byte, sent bool) (creation, error) {
+	now := e.now()
 	j, created, err := e.cfg.Store.Create(ctx, j, requestHash(body), now)
 	if err != nil {
 		return creation{}, err
@@ -476,7 +527,7 @@ func (e *Engine) create(ctx context.Context, tenant, id string, body []byte, ide
 	// A replay of a job that has not started yet dispatches again: the
 	// first request may have died between its write and its send, and a
 	// duplicate message finds nothing to do.
-	if created || !j.Started() {
+	if !sent && (created || !j.Started()) {
 		return creation{j, created, j.Outstanding(e.now()), states}, nil
 	}
 	return creation{j, created, nil, states}, nil

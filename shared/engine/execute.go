@@ -30,6 +30,10 @@ const (
 	// Waiting: the step needs a resource whose slots are all held; it is in
 	// line, and a freed slot sends its message again.
 	Waiting ExecuteResult = "waiting"
+	// Early: the message's job is not written yet. Submit sends a job's
+	// first messages before its write (sendFirst), and one may come first;
+	// it is hidden for a moment and must not be deleted.
+	Early ExecuteResult = "early"
 )
 
 // Execute handles one ready-queue message: it takes the step's lease
@@ -42,6 +46,9 @@ const (
 // failure); the result and the error are the delivered message's.
 func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error) {
 	ch := e.newChain(ctx)
+	if d.Receives >= dueAfterReceives {
+		e.ensureDue(ctx, d.Message)
+	}
 	res, err := e.execute(ctx, d, nil, ch)
 	if errors.Is(err, domain.ErrContended) && d.Token != "" {
 		// Other writers of the job won every race (branches of one job
@@ -141,6 +148,15 @@ func (e *Engine) execute(ctx context.Context, d Delivery, from *domain.Job, ch *
 		return Stale, nil
 	case unreadable:
 		return Stale, nil
+	case absent:
+		if from != nil || !e.mayBeWritten(d) {
+			return Stale, nil // the job expired, or its write never came
+		}
+		wait := absentRetry << min(max(d.Receives-1, 0), 4)
+		if qerr := e.cfg.Queue.Extend(ctx, d.Token, wait); qerr != nil {
+			e.cfg.Log.WarnContext(ctx, "a message early for its job was not hidden; it comes back at its visibility timeout", "job", d.Message.Job, "err", qerr)
+		}
+		return Early, nil
 	case waiting:
 		return Waiting, nil // in line for a slot: a freed one sends it again
 	case fired, ended, recorded:
@@ -308,4 +324,43 @@ func (e *Engine) builtinLease(s *domain.Step) time.Duration {
 func mustStep(j *domain.Job, id string) *domain.Step {
 	s, _, _ := j.Step(id)
 	return s
+}
+
+// A job's first messages may go out before its write (sendFirst): a
+// delivery that finds no job is hidden for absentRetry, doubling with
+// each receive, while its job may still be written. Its fifth receive
+// comes a minute after the send, past any submit's invocation (API
+// Gateway gives one 30 s), so it is dropped then, before the queue's
+// maxReceiveCount (5) would dead-letter it.
+const (
+	absentRetry  = 4 * time.Second
+	absentWindow = time.Minute
+)
+
+// mayBeWritten reports whether the job of a delivery that found none may
+// still be written: its message was sent less than absentWindow ago.
+func (e *Engine) mayBeWritten(d Delivery) bool {
+	return d.Token != "" && !d.SentAt.IsZero() && e.now().Sub(d.SentAt) < absentWindow
+}
+
+// dueAfterReceives is the receive from which a delivery makes sure its job
+// is in the due index before anything else. A job whose first messages
+// went out before its write is not (sendFirst): the message itself is
+// what runs it. A message received this often may be one whose handler
+// dies before its first write, and which the queue will dead-letter; the
+// sweep then sends the step again, as it would a lost message.
+const dueAfterReceives = 3
+
+// ensureDue puts a job in the due index if it is unfinished and not
+// there: one read, and a write only for a job that needs it.
+func (e *Engine) ensureDue(ctx context.Context, m Message) {
+	_, err := e.commit(ctx, m.Tenant, m.Job, nil, change{decide: func(j *domain.Job, now time.Time, fx *effects) error {
+		if j.State.Terminal() || j.DueAt != nil || !j.Resweep() {
+			return errNoChange
+		}
+		return nil
+	}})
+	if err != nil && !isStale(err) {
+		e.cfg.Log.WarnContext(ctx, "a redelivered message's job was not put in the due index", "job", m.Job, "err", err)
+	}
 }

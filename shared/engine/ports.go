@@ -150,6 +150,11 @@ type Message struct {
 type Delivery struct {
 	Message Message
 	Token   string
+	// SentAt is when the message was sent (SQS's SentTimestamp), zero
+	// where unknown; Receives is how many times it was received, this one
+	// included (ApproximateReceiveCount), 0 where unknown.
+	SentAt   time.Time
+	Receives int
 }
 
 // Actions run built-in steps.

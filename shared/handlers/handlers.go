@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -59,12 +61,18 @@ func executeRecord(ctx context.Context, e *engine.Engine, tokens func(queueARN, 
 		e.Log().WarnContext(ctx, "dropped a message that names no step")
 		return nil
 	}
-	res, err := e.Execute(ctx, engine.Delivery{Message: m, Token: tokens(rec.EventSourceARN, rec.ReceiptHandle)})
+	d := engine.Delivery{Message: m, Token: tokens(rec.EventSourceARN, rec.ReceiptHandle)}
+	if ms, err := strconv.ParseInt(rec.Attributes["SentTimestamp"], 10, 64); err == nil {
+		d.SentAt = time.UnixMilli(ms)
+	}
+	d.Receives, _ = strconv.Atoi(rec.Attributes["ApproximateReceiveCount"])
+	res, err := e.Execute(ctx, d)
 	if err != nil {
 		return fmt.Errorf("message %s: %w", rec.MessageId, err)
 	}
-	if res == engine.Held {
-		// Kept, hidden until the holder's lease runs out.
+	if res == engine.Held || res == engine.Early {
+		// Kept, hidden until the holder's lease runs out, or until its job
+		// may be written.
 		return fmt.Errorf("message %s: %w", rec.MessageId, errHeld)
 	}
 	return nil

@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -168,6 +170,34 @@ func TestExecuteRunsSteps(t *testing.T) {
 	require.Empty(t, resp.BatchItemFailures)
 }
 
+// TestExecuteKeepsARecordEarlyForItsJob: a job's first message may come
+// before its write (it is sent first); its record is kept (a batch item
+// failure, hidden a moment) while the job may still be written, and
+// dropped once it may not, by SQS's SentTimestamp.
+func TestExecuteKeepsARecordEarlyForItsJob(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t, noRunner)
+	exec := handlers.Execute(h.Engine, h.ReadyTokens(), quiet)
+	ctx := context.Background()
+	m := engine.Message{Tenant: stacktest.TenantA, Job: "01KB0000000000000000000000", Step: "only"}
+	p1 := h.Resources.Env["STEPFLOW_QUEUE_P1"]
+	fromP1 := func(id string) events.SQSMessage {
+		r := record(t, id, m)
+		r.EventSourceARN = "arn:aws:sqs:us-east-1:000000000000:" + p1[strings.LastIndex(p1, "/")+1:]
+		return r
+	}
+	sent := func(id string, ago time.Duration) events.SQSMessage {
+		r := fromP1(id)
+		r.Attributes["SentTimestamp"] = strconv.FormatInt(h.Clock.Now().Add(-ago).UnixMilli(), 10)
+		return r
+	}
+	resp, err := exec(ctx, events.SQSEvent{Records: []events.SQSMessage{
+		sent("just-sent", time.Second), sent("long-gone", 2*time.Minute), fromP1("no-timestamp"),
+	}})
+	require.NoError(t, err)
+	require.Equal(t, []events.SQSBatchItemFailure{{ItemIdentifier: "just-sent"}}, resp.BatchItemFailures)
+}
+
 // failGetOf answers a fault in the engine's DynamoDB client that fails
 // every GetItem of the job *failPK names, before the request is made.
 func failGetOf(failPK *atomic.Pointer[string]) *awsfault.Fault {
@@ -233,8 +263,9 @@ func TestHeartbeatSample(t *testing.T) {
 	require.Equal(t, engine.SweepReport{}, rep, "a fresh stack has nothing due")
 
 	// A step whose message nobody took for longer than the grace is sent
-	// again.
-	j := submit(t, h, `{"steps":[{"id":"s","action":{"type":"pass"}}]}`)
+	// again (a worker's: a built-in first step's message goes out before
+	// its job's write, which leaves it out of the due index).
+	j := submit(t, h, `{"steps":[{"id":"s","action":{"type":"worker","queue":"q"}}]}`)
 	h.Clock.Advance(domain.DispatchGrace + time.Second)
 	rep, err = beat(ctx, ev)
 	require.NoError(t, err)

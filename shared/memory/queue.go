@@ -36,6 +36,7 @@ type message struct {
 	body      engine.Message
 	q         *fifo
 	visibleAt time.Time
+	sentAt    time.Time
 	receives  int // receives so far; receipt n is the token of the n-th
 }
 
@@ -191,7 +192,7 @@ jobs:
 		for i, d := range js.Sends {
 			delay := (min(max(d.Delay, 0), MaxDelay) + time.Second - 1).Truncate(time.Second)
 			q.nextID++
-			m := &message{id: q.nextID, q: dest[i], visibleAt: now.Add(delay),
+			m := &message{id: q.nextID, q: dest[i], visibleAt: now.Add(delay), sentAt: now,
 				body: engine.Message{Tenant: j.Tenant, Job: j.ID, Step: d.Step.ID(), Wake: d.Wake}}
 			dest[i].msgs = append(dest[i].msgs, m)
 			q.live[m.id] = m
@@ -289,7 +290,7 @@ func (q *Queue) receiveLocked(f *fifo, max int, now time.Time) []engine.Delivery
 		default:
 			m.receives++
 			m.visibleAt = now.Add(f.visibility)
-			out = append(out, engine.Delivery{Message: m.body, Token: token(m.id, m.receives)})
+			out = append(out, engine.Delivery{Message: m.body, Token: token(m.id, m.receives), SentAt: m.sentAt, Receives: m.receives})
 			keep = append(keep, m)
 		}
 	}

@@ -1,0 +1,149 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/stepflow/stepflow/shared/domain"
+	"github.com/stepflow/stepflow/shared/engine"
+	"github.com/stepflow/stepflow/shared/memory"
+)
+
+// slowCreateStore runs before each job's write what a queue poller does
+// meanwhile: a job's first messages go out before its write.
+type slowCreateStore struct {
+	*memory.Store
+	before func()
+	fail   bool
+}
+
+func (s *slowCreateStore) Create(ctx context.Context, j *domain.Job, h string, now time.Time) (*domain.Job, bool, error) {
+	if s.before != nil {
+		s.before()
+	}
+	if s.fail {
+		return nil, false, errors.New("injected: the write failed")
+	}
+	return s.Store.Create(ctx, j, h, now)
+}
+
+func slowCreate(b **bundle) (*slowCreateStore, func(*engine.Config)) {
+	s := &slowCreateStore{}
+	return s, func(c *engine.Config) {
+		s.Store = c.Store.(*memory.Store)
+		c.Store = s
+	}
+}
+
+// A one-step job's message goes out before its write, and the job stays
+// out of the due index: two writes in all, no index entry to add or
+// remove.
+func TestAJobWhoseFirstMessageWentOutFirstIsNotInTheDueIndex(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.submit(t, tenantA, `{"steps":[{"id":"only","action":{"type":"pass"}}]}`)
+	require.Nil(t, j.DueAt)
+	due, err := b.store.Due(b.ctx, b.clock.Now().Add(time.Hour), 100)
+	require.NoError(t, err)
+	require.Empty(t, due)
+	require.Equal(t, engine.Executed, b.execute(t, b.takeOne(t)))
+	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State)
+
+	// Written first, as before: a job with an idempotency key (a replay
+	// would leave a message for a job never written) and one whose first
+	// step is a worker's (a claim is no execute delivery).
+	k, _, err := b.e.Submit(b.ctx, tenantA, []byte(`{"steps":[{"id":"only","action":{"type":"pass"}}]}`), "key-1")
+	require.NoError(t, err)
+	require.NotNil(t, k.DueAt)
+	w := b.submit(t, tenantA, workerJob)
+	require.NotNil(t, w.DueAt)
+}
+
+// A message that comes before its job's write is hidden a moment, and
+// runs the job once it is written.
+func TestAFirstMessageThatComesBeforeItsJobWaitsForIt(t *testing.T) {
+	t.Parallel()
+	var b *bundle
+	s, opt := slowCreate(&b)
+	b = setup(t, opt)
+	var early engine.ExecuteResult
+	s.before = func() {
+		d := b.takeOne(t)
+		require.Equal(t, 1, d.Receives)
+		early = b.execute(t, d)
+	}
+	j := b.submit(t, tenantA, `{"steps":[{"id":"only","action":{"type":"pass"}}]}`)
+	require.Equal(t, engine.Early, early)
+	require.Empty(t, b.queue.TakeReady(10), "hidden for a moment")
+
+	b.clock.Advance(4 * time.Second)
+	require.Equal(t, engine.Executed, b.execute(t, b.takeOne(t)))
+	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State)
+}
+
+// A job whose write failed after its first message went out: the request
+// fails, and the message is dropped a minute after it was sent, on its
+// fifth receive, before the queue would dead-letter it.
+func TestAFirstMessageWhoseJobIsNeverWrittenIsDropped(t *testing.T) {
+	t.Parallel()
+	var b *bundle
+	s, opt := slowCreate(&b)
+	b = setup(t, opt)
+	s.fail = true
+	_, _, err := b.e.Submit(b.ctx, tenantA, []byte(`{"steps":[{"id":"only","action":{"type":"pass"}}]}`), "")
+	require.Error(t, err)
+
+	var got []engine.ExecuteResult
+	for b.queue.Len("", "") > 0 {
+		b.clock.Advance(time.Second)
+		if ds := b.queue.TakeReady(10); len(ds) > 0 {
+			got = append(got, b.execute(t, ds[0]))
+		}
+	}
+	require.Equal(t, []engine.ExecuteResult{engine.Early, engine.Early, engine.Early, engine.Early, engine.Stale}, got)
+	require.Empty(t, b.queue.DeadLetters())
+}
+
+// failingLeaseStore refuses every write of a job that leases a step: an
+// execute that dies before its first write, on every delivery.
+type failingLeaseStore struct{ *memory.Store }
+
+func (s *failingLeaseStore) Save(ctx context.Context, j *domain.Job, loaded int) error {
+	for _, st := range j.Steps {
+		if st.Lease != nil || st.State.Terminal() {
+			return errors.New("injected: the execute died before its write")
+		}
+	}
+	return s.Store.Save(ctx, j, loaded)
+}
+
+// A message received for the third time puts its job in the due index
+// before anything else: if its handler keeps dying before its first
+// write, the queue dead-letters the message, and the sweep sends the step
+// again, as it would a lost message.
+func TestARedeliveredFirstMessagePutsItsJobInTheDueIndex(t *testing.T) {
+	t.Parallel()
+	var fs *failingLeaseStore
+	b := setup(t, func(c *engine.Config) {
+		fs = &failingLeaseStore{Store: c.Store.(*memory.Store)}
+		c.Store = fs
+	})
+	j := b.submit(t, tenantA, `{"steps":[{"id":"only","action":{"type":"pass"}}]}`)
+	for receive := 1; receive <= 3; receive++ {
+		d := b.takeOne(t)
+		require.Equal(t, receive, d.Receives)
+		_, err := b.e.Execute(b.ctx, d)
+		require.Error(t, err, "the message comes back")
+		if receive < 3 {
+			require.Nil(t, b.job(t, tenantA, j.ID).DueAt)
+		}
+		b.clock.Advance(builtinLease)
+	}
+	got := b.job(t, tenantA, j.ID)
+	require.NotNil(t, got.DueAt, "in the due index")
+	require.Equal(t, 1, b.sweep(t).Due)
+}

@@ -147,3 +147,33 @@ func TestARedeliveredFirstMessagePutsItsJobInTheDueIndex(t *testing.T) {
 	require.NotNil(t, got.DueAt, "in the due index")
 	require.Equal(t, 1, b.sweep(t).Due)
 }
+
+// The sweep sends a long timer that came within reach before its write,
+// which takes the job out of the due index; when that send fails, the
+// job is written in the index and the message sent after, as before.
+func TestALongTimerIsArmedBeforeTheSweepsWrite(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	wake := b.clock.Now().Add(2 * time.Hour)
+	armAt := wake.Add(-domain.DefaultTimerThreshold)
+	spec := `{"steps":[{"id":"nap","action":{"type":"sleep","seconds":7200}}]}`
+	first := b.submit(t, tenantA, spec)
+	second := b.submit(t, tenantA, spec)
+	require.Equal(t, armAt, *first.DueAt)
+
+	b.clock.Advance(armAt.Sub(b.clock.Now()))
+	b.lossy.drop.Store(1) // the first job's send before its write
+	require.Equal(t, engine.SweepReport{Due: 2}, b.sweep(t))
+	require.Equal(t, 2, b.queue.Len("", ""), "each timer sent once")
+	sentFirst, sentAfter := b.job(t, tenantA, second.ID), b.job(t, tenantA, first.ID)
+	if sentFirst.DueAt != nil {
+		sentFirst, sentAfter = sentAfter, sentFirst // the sweep's order
+	}
+	require.Nil(t, sentFirst.DueAt, "out of the due index")
+	require.Equal(t, wake.Add(domain.DispatchGrace), *sentAfter.DueAt, "due if its message never comes")
+
+	b.clock.Advance(wake.Sub(b.clock.Now()))
+	require.Equal(t, []engine.ExecuteResult{engine.Executed, engine.Executed}, b.drain(t))
+	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, first.ID).State)
+	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, second.ID).State)
+}

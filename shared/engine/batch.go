@@ -45,9 +45,9 @@ func (e *Engine) SubmitBatch(ctx context.Context, tenant string, items []BatchIt
 			continue
 		}
 		jobs[i] = j
-		if ds := e.sendFirst(j); len(ds) > 0 {
+		if ds := e.sendFirst(j); len(ds) > 0 && j.SentBeforeWrite(ds) {
 			e.touchDispatched(ctx, j, ds)
-			first = append(first, JobSends{Job: j, Sends: Route(j, ds)})
+			first = append(first, JobSends{Job: j, Sends: carrying(j, Route(j, ds))})
 		}
 	}
 	sentFirst := map[*domain.Job]bool{}
@@ -56,9 +56,12 @@ func (e *Engine) SubmitBatch(ctx context.Context, tenant string, items []BatchIt
 			// Which went out is not known: all are written in the due
 			// index and sent again after (a duplicate finds nothing to do).
 			e.cfg.Log.WarnContext(ctx, "first messages not sent before the writes; they are sent after them", "jobs", len(first), "err", err)
+			for _, js := range first {
+				js.Job.Resweep()
+			}
 		} else {
 			for _, js := range first {
-				sentFirst[js.Job] = js.Job.SentBeforeWrite(dispatchesOf(js.Sends))
+				sentFirst[js.Job] = true
 			}
 		}
 	}
@@ -95,12 +98,4 @@ func (e *Engine) SubmitBatch(ctx context.Context, tenant string, items []BatchIt
 		e.publish(ctx, c.job, c.states)
 	}
 	return out
-}
-
-func dispatchesOf(sends []Send) []domain.Dispatch {
-	ds := make([]domain.Dispatch, len(sends))
-	for i, s := range sends {
-		ds[i] = s.Dispatch
-	}
-	return ds
 }

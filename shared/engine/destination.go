@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync/atomic"
 	"time"
@@ -48,6 +49,10 @@ func DestinationOf(j *domain.Job, s *domain.Step) Destination {
 type Send struct {
 	domain.Dispatch
 	To Destination
+	// Doc is the job as its first write stores it, carried so that the
+	// delivery takes its lease without reading the job (sendFirst); nil
+	// for every other message.
+	Doc json.RawMessage
 }
 
 // Route answers j's dispatches, each with its destination.

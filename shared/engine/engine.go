@@ -416,12 +416,13 @@ func (e *Engine) submit(ctx context.Context, tenant, id string, body []byte, ide
 		return nil, false, err
 	}
 	sent := false
-	if ds := e.sendFirst(j); len(ds) > 0 {
+	if ds := e.sendFirst(j); len(ds) > 0 && j.SentBeforeWrite(ds) {
 		e.touchDispatched(ctx, j, ds)
-		if err := e.cfg.Queue.Dispatch(ctx, j, Route(j, ds)); err != nil {
+		if err := e.cfg.Queue.Dispatch(ctx, j, carrying(j, Route(j, ds))); err != nil {
 			e.cfg.Log.WarnContext(ctx, "first messages not sent before the write; they are sent after it", "job", j.ID, "err", err)
+			j.Resweep() // back in the due index
 		} else {
-			sent = j.SentBeforeWrite(ds)
+			sent = true
 		}
 	}
 	c, err := e.write(ctx, j, body, sent)
@@ -431,6 +432,40 @@ func (e *Engine) submit(ctx context.Context, tenant, id string, body []byte, ide
 	e.dispatch(ctx, c.job, c.dispatches)
 	e.publish(ctx, c.job, c.states)
 	return c.job, c.created, nil
+}
+
+// maxCarriedDoc bounds the job a first message carries: a one-step job's
+// is some hundreds of bytes, and SQS bills a message by 64 KB.
+const maxCarriedDoc = 2048
+
+// carrying gives sends the job as its first write will store it (version
+// 1), when it is small: their deliveries take the lease on it without a
+// read, and a job that has moved on meanwhile (or is not written yet)
+// fails that write's condition and is read.
+func carrying(j *domain.Job, sends []Send) []Send {
+	c := *j
+	c.Version = 1
+	doc, err := json.Marshal(&c)
+	if err != nil || len(doc) > maxCarriedDoc {
+		return sends
+	}
+	for i := range sends {
+		sends[i].Doc = doc
+	}
+	return sends
+}
+
+// carriedJob answers the job a delivered message carries, if it is the
+// message's own; nil otherwise.
+func carriedJob(m Message) *domain.Job {
+	if len(m.Doc) == 0 {
+		return nil
+	}
+	var j domain.Job
+	if err := json.Unmarshal(m.Doc, &j); err != nil || j.Tenant != m.Tenant || j.ID != m.Job || j.Version != 1 {
+		return nil
+	}
+	return &j
 }
 
 // sendFirst answers the first messages of a new job that go out before

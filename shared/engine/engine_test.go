@@ -238,7 +238,13 @@ func TestPassJobCompletes(t *testing.T) {
 	require.Equal(t, domain.JobQueued, j.State)
 
 	d := b.takeOne(t)
+	carried := d.Message.Doc
+	d.Message.Doc = nil
 	require.Equal(t, engine.Message{Tenant: tenantA, Job: j.ID, Step: "hello"}, d.Message)
+	var doc domain.Job
+	require.NoError(t, json.Unmarshal(carried, &doc))
+	require.Equal(t, j, &doc, "the message carries the job as written")
+	d.Message.Doc = carried
 	require.Equal(t, engine.Executed, b.execute(t, d))
 
 	got := b.job(t, tenantA, j.ID)

@@ -117,6 +117,10 @@ func (e *Engine) sendChained(ctx context.Context, tenant, id string, j *domain.J
 // execute is Execute of one delivery, on from when set (the job as this
 // process saved it).
 func (e *Engine) execute(ctx context.Context, d Delivery, from *domain.Job, ch *chain) (ExecuteResult, error) {
+	delivered := from == nil // not a step a chain kept
+	if delivered && d.Receives <= 1 {
+		from = carriedJob(d.Message) // a first message: its lease needs no read
+	}
 	t, err := e.takeLease(ctx, d, readyLane, from, nil, ch)
 	if err != nil {
 		return "", err
@@ -138,7 +142,7 @@ func (e *Engine) execute(ctx context.Context, d Delivery, from *domain.Job, ch *
 		}
 		return Deferred, nil
 	case stale:
-		if from == nil {
+		if delivered {
 			// A message that comes back to find its step done may be the
 			// delivery of a chain that died (its invocation crashed or
 			// timed out): the steps that chain would have run are taken up
@@ -149,7 +153,7 @@ func (e *Engine) execute(ctx context.Context, d Delivery, from *domain.Job, ch *
 	case unreadable:
 		return Stale, nil
 	case absent:
-		if from != nil || !e.mayBeWritten(d) {
+		if !delivered || !e.mayBeWritten(d) {
 			return Stale, nil // the job expired, or its write never came
 		}
 		wait := absentRetry << min(max(d.Receives-1, 0), 4)

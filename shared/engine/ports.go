@@ -143,6 +143,8 @@ type Message struct {
 	Step   string `json:"step"`
 	// Wake: a freed slot of this resource woke the step.
 	Wake string `json:"wake,omitempty"`
+	// Doc is the job as its first write stores it (Send.Doc).
+	Doc json.RawMessage `json:"doc,omitempty"`
 }
 
 // Delivery is a message as taken from a queue, with the token that

@@ -177,3 +177,22 @@ func TestALongTimerIsArmedBeforeTheSweepsWrite(t *testing.T) {
 	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, first.ID).State)
 	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, second.ID).State)
 }
+
+// A first message carries its job as written: its delivery needs no
+// read. Once the job has moved on (cancelled here), the write on the
+// carried job fails its condition, the job is read, and nothing runs.
+func TestACarriedJobThatMovedOnIsRead(t *testing.T) {
+	t.Parallel()
+	b, st := counted(t)
+	j := b.submit(t, tenantA, `{"steps":[{"id":"only","action":{"type":"pass"}}]}`)
+	_, err := b.e.Cancel(b.ctx, tenantA, j.ID)
+	require.NoError(t, err)
+	d := b.takeOne(t)
+	require.NotEmpty(t, d.Message.Doc)
+	gets := st.gets.Load()
+	require.Equal(t, engine.Stale, b.execute(t, d))
+	require.EqualValues(t, 1, st.gets.Load()-gets, "read once its write lost")
+	got := b.job(t, tenantA, j.ID)
+	require.Equal(t, domain.JobCancelled, got.State)
+	require.Equal(t, domain.StepCancelled, got.Steps[0].State)
+}

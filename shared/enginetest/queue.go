@@ -3,7 +3,6 @@ package enginetest
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -375,7 +374,7 @@ func queueReady(t *testing.T, f QueueFixture) {
 	dispatch(t, f, r, 2*time.Second)
 	require.Empty(t, f.TakeReady(t, 10))
 	f.Advance(2 * time.Second)
-	require.True(t, slices.Equal([]engine.Message{messageOf(r)}, messages(readyN(t, f, 1))))
+	require.Equal(t, []engine.Message{messageOf(r)}, messages(readyN(t, f, 1)))
 }
 
 // queueDestination: the adapter sends where the engine's destination

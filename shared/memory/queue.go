@@ -193,7 +193,7 @@ jobs:
 			delay := (min(max(d.Delay, 0), MaxDelay) + time.Second - 1).Truncate(time.Second)
 			q.nextID++
 			m := &message{id: q.nextID, q: dest[i], visibleAt: now.Add(delay), sentAt: now,
-				body: engine.Message{Tenant: j.Tenant, Job: j.ID, Step: d.Step.ID(), Wake: d.Wake}}
+				body: engine.Message{Tenant: j.Tenant, Job: j.ID, Step: d.Step.ID(), Wake: d.Wake, Doc: d.Doc}}
 			dest[i].msgs = append(dest[i].msgs, m)
 			q.live[m.id] = m
 		}

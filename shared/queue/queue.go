@@ -302,7 +302,7 @@ jobs:
 				errs = append(errs, fmt.Errorf("dispatch job %s step %s: %w", j.ID, d.Step.ID(), err))
 				continue jobs // nothing of this job is sent
 			}
-			body, _ := json.Marshal(engine.Message{Tenant: j.Tenant, Job: j.ID, Step: d.Step.ID(), Wake: d.Wake})
+			body, _ := json.Marshal(engine.Message{Tenant: j.Tenant, Job: j.ID, Step: d.Step.ID(), Wake: d.Wake, Doc: d.Doc})
 			if d.Delay > q.cfg.TimerThreshold && q.timers != nil {
 				if err := q.startTimer(ctx, j, d.Dispatch, url, string(body)); err != nil {
 					errs = append(errs, err)

@@ -216,6 +216,29 @@ func TestALostRaceLeavesNoPart(t *testing.T) {
 	}
 }
 
+// A write of a job without its layout (the job a first message carries,
+// as built, which cannot know how its write stored it) never replaces a
+// header: it loses as a race would, and the job is read.
+func TestAWholeWriteNeverReplacesAHeader(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	j := b.create(t, tenantA, lineSpec(min(60, domain.MaxSteps)))
+	require.NotEmpty(t, b.parts(t, j), "stored apart from its first write")
+	loaded, n := b.load(t, tenantA, j.ID)
+	raw, err := json.Marshal(loaded)
+	require.NoError(t, err)
+	var carried domain.Job
+	require.NoError(t, json.Unmarshal(raw, &carried))
+	carried.Steps[0].Redispatches++
+	require.ErrorIs(t, b.st.Save(ctx, &carried, n), domain.ErrVersionConflict)
+	again, _ := b.load(t, tenantA, j.ID)
+	require.Equal(t, loaded.Version, again.Version)
+	require.Zero(t, again.Steps[0].Redispatches)
+	loaded.Steps[0].Redispatches++
+	require.NoError(t, b.st.Save(ctx, loaded, n), "with its layout, it saves")
+}
+
 // A part a header names that is missing from the table, on a job not
 // expired, is damage: the job answers ErrUnreadable.
 func TestAMissingPartIsUnreadable(t *testing.T) {

@@ -500,6 +500,11 @@ func (s *Store) Save(ctx context.Context, j *domain.Job, loadedEvents int) error
 	if !j.CancelRequested {
 		cond = cond.And(expression.AttributeNotExists(expression.Name(cancelAttr)))
 	}
+	if !layoutOf(j).Apart() {
+		// A job read whole, or carried by its first message (which cannot
+		// know how its first write stored it): never over a header.
+		cond = cond.And(expression.AttributeNotExists(expression.Name(headerDocAttr)))
+	}
 	if src := domain.SaveSources(j, loadedEvents); len(src) > 0 {
 		ops := make([]expression.OperandBuilder, 0, len(src))
 		for _, st := range src {

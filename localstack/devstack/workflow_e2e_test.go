@@ -21,7 +21,8 @@ import (
 // within the threshold, and it wakes the step on time.
 func TestLongSleepIsSentByTheSweep(t *testing.T) {
 	t.Parallel()
-	h := stacktest.New(t, func(o *devstack.Options) { o.TimerThreshold = 2 * time.Second })
+	faults := &stacktest.FaultSQS{}
+	h := stacktest.New(t, stacktest.WithFaultSQS(faults), func(o *devstack.Options) { o.TimerThreshold = 2 * time.Second })
 	require.Empty(t, h.Resources.Env["STEPFLOW_TIMER_STATE_MACHINE"], "no timer state machine by default")
 	j := h.Submit(t, keyA, map[string]any{"steps": []any{
 		map[string]any{"id": "nap", "action": map[string]any{"type": "sleep", "seconds": 5}},
@@ -32,7 +33,9 @@ func TestLongSleepIsSentByTheSweep(t *testing.T) {
 	require.Zero(t, h.Sweep(t).Due, "not within reach yet")
 
 	h.Clock.Advance(3 * time.Second) // the wake time is within the threshold
+	sent := faults.Sent.Load()
 	require.Equal(t, 1, h.Sweep(t).Due)
+	require.Equal(t, sent+1, faults.Sent.Load(), "one message")
 	require.Zero(t, h.Sweep(t).Due, "sent once: the next sweep finds nothing due")
 
 	j = h.AwaitState(t, keyA, j.ID, domain.JobCompleted)

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/stepflow/stepflow/shared/domain"
 )
@@ -26,6 +27,11 @@ type BatchResult struct {
 	Err     error
 }
 
+// batchFirstDelay holds back the first messages a batch sends before its
+// writes, so that they come after all of them: sent at once, most came
+// before their job was written, and waited out an early delivery's 4 s.
+const batchFirstDelay = time.Second
+
 // BatchKeyField names an item's idempotency key in its errors.
 const BatchKeyField = "idempotency_key"
 
@@ -47,6 +53,9 @@ func (e *Engine) SubmitBatch(ctx context.Context, tenant string, items []BatchIt
 		jobs[i] = j
 		if ds := e.sendFirst(j); len(ds) > 0 && j.SentBeforeWrite(ds) {
 			e.touchDispatched(ctx, j, ds)
+			for i := range ds {
+				ds[i].Delay = max(ds[i].Delay, batchFirstDelay)
+			}
 			first = append(first, JobSends{Job: j, Sends: carrying(j, Route(j, ds))})
 		}
 	}

@@ -196,3 +196,49 @@ func TestACarriedJobThatMovedOnIsRead(t *testing.T) {
 	require.Equal(t, domain.JobCancelled, got.State)
 	require.Equal(t, domain.StepCancelled, got.Steps[0].State)
 }
+
+// A sweep that comes after a long timer's instant (its tenant's jobs
+// were many) fires the timer itself; it sends no message for it first,
+// which would only find the timer fired.
+func TestALateSweepFiresALongTimerWithoutArmingIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	wake := b.clock.Now().Add(2 * time.Hour)
+	j := b.submit(t, tenantA, `{"steps":[{"id":"nap","action":{"type":"sleep","seconds":7200}},{"id":"after","action":{"type":"pass"}}]}`)
+	b.clock.Advance(wake.Sub(b.clock.Now()) + time.Second)
+	require.Equal(t, 1, b.sweep(t).Due)
+	ds := b.queue.TakeReady(10)
+	require.Len(t, ds, 1, "the next step's message alone")
+	require.Equal(t, "after", ds[0].Message.Step)
+	require.Equal(t, engine.Executed, b.execute(t, ds[0]))
+	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State)
+}
+
+// A batch's first messages go out before its writes, held back a second
+// so that they come after all of them: each then runs its job without a
+// read, and the batch's jobs are out of the due index.
+func TestABatchSendsFirstAndItsMessagesComeAfterItsWrites(t *testing.T) {
+	t.Parallel()
+	b, st := counted(t)
+	items := make([]engine.BatchItem, 10)
+	for i := range items {
+		items[i] = engine.BatchItem{Body: []byte(`{"steps":[{"id":"only","action":{"type":"pass"}}]}`)}
+	}
+	res := b.e.SubmitBatch(b.ctx, tenantA, items)
+	for _, r := range res {
+		require.NoError(t, r.Err)
+		require.Nil(t, r.Job.DueAt)
+	}
+	require.Empty(t, b.queue.TakeReady(10), "held back a second")
+	b.clock.Advance(time.Second)
+	gets := st.gets.Load()
+	got := b.drain(t)
+	require.Len(t, got, 10)
+	for _, r := range got {
+		require.Equal(t, engine.Executed, r)
+	}
+	require.EqualValues(t, 0, st.gets.Load()-gets, "each message carries its job")
+	for _, r := range res {
+		require.Equal(t, domain.JobCompleted, b.job(t, tenantA, r.Job.ID).State)
+	}
+}

@@ -272,7 +272,9 @@ func (a armedFirst) has(d domain.Dispatch, now time.Time) bool {
 func (e *Engine) armFirst(ctx context.Context, j *domain.Job, now time.Time, armed armedFirst) {
 	var ds []domain.Dispatch
 	for _, d := range j.ToArm(now) {
-		if !armed.has(d, now) && DestinationOf(j, d.Step).Kind == ToReady {
+		// One whose instant has come is not: the decision fires a timer
+		// that is due itself (FireDue), and a message would find it fired.
+		if d.Delay > 0 && !armed.has(d, now) && DestinationOf(j, d.Step).Kind == ToReady {
 			ds = append(ds, d)
 		}
 	}

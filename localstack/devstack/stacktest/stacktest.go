@@ -281,6 +281,7 @@ type FaultSQS struct {
 	failStep  string
 	failSends int
 	Failed    atomic.Int32
+	Sent      atomic.Int32 // messages sent through it
 }
 
 // FailNextSends makes the next n SendMessageBatch calls that dispatch step
@@ -311,7 +312,11 @@ func (f *FaultSQS) sendMessageBatch(_ context.Context, in any, send func() (any,
 		f.Failed.Add(1)
 		return nil, fmt.Errorf("injected fault: process died before SendMessageBatch")
 	}
-	return send()
+	out, err := send()
+	if err == nil {
+		f.Sent.Add(int32(len(batch.Entries)))
+	}
+	return out, err
 }
 
 // WithFaultSQS installs f in the engine's SQS client.

@@ -198,8 +198,9 @@ func TestACarriedJobThatMovedOnIsRead(t *testing.T) {
 }
 
 // A sweep that comes after a long timer's instant (its tenant's jobs
-// were many) fires the timer itself; it sends no message for it first,
-// which would only find the timer fired.
+// were many) fires the timer itself, sending no message for it (which
+// would only find it fired); the next step's message goes out before the
+// sweep's write, which leaves the job out of the due index.
 func TestALateSweepFiresALongTimerWithoutArmingIt(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -207,6 +208,7 @@ func TestALateSweepFiresALongTimerWithoutArmingIt(t *testing.T) {
 	j := b.submit(t, tenantA, `{"steps":[{"id":"nap","action":{"type":"sleep","seconds":7200}},{"id":"after","action":{"type":"pass"}}]}`)
 	b.clock.Advance(wake.Sub(b.clock.Now()) + time.Second)
 	require.Equal(t, 1, b.sweep(t).Due)
+	require.Nil(t, b.job(t, tenantA, j.ID).DueAt)
 	ds := b.queue.TakeReady(10)
 	require.Len(t, ds, 1, "the next step's message alone")
 	require.Equal(t, "after", ds[0].Message.Step)

@@ -75,6 +75,22 @@ func (j *Job) Arm(now time.Time) []Dispatch { return j.arm(now, j.timerThreshold
 // that holds a long delay itself (a Step Functions timer).
 func (j *Job) ArmAll(now time.Time) []Dispatch { return j.arm(now, math.MaxInt64) }
 
+// ToArm answers the messages Arm would send at now, changing nothing: for
+// a sweep that sends them before its write (SentBeforeWrite).
+func (j *Job) ToArm(now time.Time) []Dispatch {
+	if j.State.Terminal() {
+		return nil
+	}
+	var out []Dispatch
+	reach := j.timerThreshold()
+	for _, s := range j.Steps {
+		if s.AwaitsArm() && s.Unsent.Sub(now) <= reach {
+			out = append(out, Dispatch{Step: s, Delay: max(s.Unsent.Sub(now), 0)})
+		}
+	}
+	return out
+}
+
 func (j *Job) arm(now time.Time, reach time.Duration) []Dispatch {
 	if j.State.Terminal() {
 		return nil

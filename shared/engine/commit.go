@@ -44,22 +44,6 @@ type change struct {
 	// cancels is set on the change that cancels the job (cancelChange),
 	// which a job marked for cancelling needs no other change before.
 	cancels bool
-	// sendFirst, when set, sends the change's dispatches to the ready
-	// queues before its write, which then leaves the job out of the due
-	// index if nothing else of it needs the sweep (the sweep's changes:
-	// a long timer armed, a timer fired, a lost message sent again). It
-	// notes what went out, so a change decided again after a lost race
-	// sends none twice.
-	sendFirst sentFirst
-}
-
-// sentFirst is what a change sent before its write: each step's message,
-// by the instant it is for.
-type sentFirst map[string]time.Time
-
-func (s sentFirst) has(d domain.Dispatch, now time.Time) bool {
-	at, ok := s[d.Step.ID()]
-	return ok && at.Equal(now.Add(d.Delay))
 }
 
 // effects are what a saved change calls for besides its write.
@@ -135,9 +119,6 @@ func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job
 			return j, err
 		}
 		fx.dispatch = append(fx.dispatch, e.armAtOnce(j, now)...)
-		if c.sendFirst != nil {
-			e.sendBeforeSave(ctx, j, now, &fx, c.sendFirst)
-		}
 		err := e.cfg.Store.Save(ctx, j, before.loaded)
 		if errors.Is(err, domain.ErrVersionConflict) {
 			if race == 0 && c.contended != nil {
@@ -162,46 +143,6 @@ func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job
 		return j, nil
 	}
 	return nil, fmt.Errorf("job %s: gave up after %d lost races: %w: %w", id, maxRaces, domain.ErrContended, domain.ErrVersionConflict)
-}
-
-// sendBeforeSave sends a decided change's dispatches to the ready queues
-// before its write (change.sendFirst) and takes them out of its effects;
-// a failed send leaves them to be sent after the write, with the job in
-// the due index as the decision left it. When every step that needs the
-// sweep is one of those sent, the job leaves the due index
-// (domain.Job.SentBeforeWrite): the messages run it.
-func (e *Engine) sendBeforeSave(ctx context.Context, j *domain.Job, now time.Time, fx *effects, sent sentFirst) {
-	var first, after []domain.Dispatch
-	for _, d := range fx.dispatch {
-		if d.Wake == "" && DestinationOf(j, d.Step).Kind == ToReady {
-			first = append(first, d)
-		} else {
-			after = append(after, d)
-		}
-	}
-	var send []domain.Dispatch
-	for _, d := range first {
-		if !sent.has(d, now) {
-			send = append(send, d)
-		}
-	}
-	if len(send) > 0 {
-		e.touchDispatched(ctx, j, send)
-		if err := e.cfg.Queue.Dispatch(ctx, j, Route(j, send)); err != nil {
-			e.cfg.Log.WarnContext(ctx, "messages not sent before the write; they are sent after it", "job", j.ID, "err", err)
-			return
-		}
-		for _, d := range send {
-			sent[d.Step.ID()] = now.Add(d.Delay)
-		}
-	}
-	if len(first) == 0 {
-		return
-	}
-	fx.dispatch = after
-	if len(after) == 0 && j.DueAt != nil {
-		j.SentBeforeWrite(first)
-	}
 }
 
 // armAtOnce sends a job's messages that are too far off for an SQS delay

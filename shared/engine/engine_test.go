@@ -587,9 +587,7 @@ func TestLostDispatchIsResentBySweep(t *testing.T) {
 func TestSweepReDispatchesLessOftenEachTime(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	// Each send is tried before the write and again after it: the
-	// submit's two and the next two re-sends' four are lost.
-	b.lossy.drop.Store(6)
+	b.lossy.drop.Store(4) // the submit's two sends (before and after its write) and the next two re-sends are lost
 	j := b.submit(t, tenantA, `{"steps":[{"id":"only","action":{"type":"pass"}}]}`)
 	b.clock.Advance(domain.DispatchGrace)
 	require.Equal(t, 1, b.sweep(t).Redispatched)

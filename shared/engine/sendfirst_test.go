@@ -198,9 +198,8 @@ func TestACarriedJobThatMovedOnIsRead(t *testing.T) {
 }
 
 // A sweep that comes after a long timer's instant (its tenant's jobs
-// were many) fires the timer itself, sending no message for it (which
-// would only find it fired); the next step's message goes out before the
-// sweep's write, which leaves the job out of the due index.
+// were many) fires the timer itself; it sends no message for it first,
+// which would only find the timer fired.
 func TestALateSweepFiresALongTimerWithoutArmingIt(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -208,7 +207,6 @@ func TestALateSweepFiresALongTimerWithoutArmingIt(t *testing.T) {
 	j := b.submit(t, tenantA, `{"steps":[{"id":"nap","action":{"type":"sleep","seconds":7200}},{"id":"after","action":{"type":"pass"}}]}`)
 	b.clock.Advance(wake.Sub(b.clock.Now()) + time.Second)
 	require.Equal(t, 1, b.sweep(t).Due)
-	require.Nil(t, b.job(t, tenantA, j.ID).DueAt)
 	ds := b.queue.TakeReady(10)
 	require.Len(t, ds, 1, "the next step's message alone")
 	require.Equal(t, "after", ds[0].Message.Step)
@@ -243,4 +241,49 @@ func TestABatchSendsFirstAndItsMessagesComeAfterItsWrites(t *testing.T) {
 	for _, r := range res {
 		require.Equal(t, domain.JobCompleted, b.job(t, tenantA, r.Job.ID).State)
 	}
+}
+
+// eagerStore runs every visible ready message before each save, as an
+// executor that receives a message sent before a write may run it before
+// that write lands.
+type eagerStore struct {
+	*memory.Store
+	run func()
+}
+
+func (s *eagerStore) Save(ctx context.Context, j *domain.Job, loaded int) error {
+	if s.run != nil {
+		run := s.run
+		s.run = nil // not within its own saves
+		run()
+		s.run = run
+	}
+	return s.Store.Save(ctx, j, loaded)
+}
+
+// Only a message whose step the job already holds runnable, or a timer,
+// goes out before the write that sends it: a step the write itself makes
+// runnable (here the step after a timer a late sweep fires) would be
+// found not yet runnable by a delivery that came first, and dropped.
+func TestASweepSendsAStepItMakesRunnableAfterItsWrite(t *testing.T) {
+	t.Parallel()
+	var es *eagerStore
+	b := setup(t, func(c *engine.Config) {
+		es = &eagerStore{Store: c.Store.(*memory.Store)}
+		c.Store = es
+	})
+	wake := b.clock.Now().Add(2 * time.Hour)
+	j := b.submit(t, tenantA, `{"steps":[{"id":"nap","action":{"type":"sleep","seconds":7200}},{"id":"after","action":{"type":"pass"}}]}`)
+	b.clock.Advance(wake.Sub(b.clock.Now()) + time.Second)
+	var early []engine.ExecuteResult
+	es.run = func() {
+		for _, d := range b.queue.TakeReady(10) {
+			early = append(early, b.execute(t, d))
+		}
+	}
+	require.Equal(t, 1, b.sweep(t).Due)
+	es.run = nil
+	require.Empty(t, early, "nothing was sent before the sweep's write")
+	require.Equal(t, []engine.ExecuteResult{engine.Executed}, b.drain(t))
+	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State)
 }

@@ -225,16 +225,20 @@ func (e *Engine) sweepJob(ctx context.Context, tenant, id string, rep *SweepRepo
 	}()
 	reclaimed, redispatched := 0, 0
 	deleted := false
+	armed := armedFirst{}
 	_, err = e.commit(ctx, tenant, id, nil, change{
 		prepare: func(ctx context.Context, j *domain.Job, now time.Time) error {
-			return e.deleteDueData(ctx, j, now)
+			if err := e.deleteDueData(ctx, j, now); err != nil {
+				return err
+			}
+			e.armFirst(ctx, j, now, armed)
+			return nil
 		},
 		decide: func(j *domain.Job, now time.Time, fx *effects) error {
 			var err error
-			reclaimed, redispatched, deleted, err = sweepDecide(j, now, fx)
+			reclaimed, redispatched, deleted, err = sweepDecide(j, now, fx, armed)
 			return err
 		},
-		sendFirst: sentFirst{},
 	})
 	if err != nil {
 		if isStale(err) {
@@ -248,6 +252,43 @@ func (e *Engine) sweepJob(ctx context.Context, tenant, id string, rep *SweepRepo
 		rep.DataDeleted++
 	}
 	return nil
+}
+
+// armedFirst is what a sweep's change sent of a job's long timers before
+// its write: each step's message, by the instant it is for.
+type armedFirst map[string]time.Time
+
+func (a armedFirst) has(d domain.Dispatch, now time.Time) bool {
+	at, ok := a[d.Step.ID()]
+	return ok && at.Equal(now.Add(d.Delay))
+}
+
+// armFirst sends the long timers of j that came within reach before the
+// sweep's write, which then takes the job out of the due index when
+// nothing else of it needs the sweep (domain.Job.SentBeforeWrite): one
+// index entry removed rather than moved (one write unit, not two). A
+// failed send leaves them to be sent after the write, as any other. A
+// change decided again after a lost race sends none twice.
+func (e *Engine) armFirst(ctx context.Context, j *domain.Job, now time.Time, armed armedFirst) {
+	var ds []domain.Dispatch
+	for _, d := range j.ToArm(now) {
+		// One whose instant has come is not: the decision fires a timer
+		// that is due itself (FireDue), and a message would find it fired.
+		if d.Delay > 0 && !armed.has(d, now) && DestinationOf(j, d.Step).Kind == ToReady {
+			ds = append(ds, d)
+		}
+	}
+	if len(ds) == 0 {
+		return
+	}
+	e.touchDispatched(ctx, j, ds)
+	if err := e.cfg.Queue.Dispatch(ctx, j, Route(j, ds)); err != nil {
+		e.cfg.Log.WarnContext(ctx, "long timers not sent before the sweep's write; they are sent after it", "job", j.ID, "err", err)
+		return
+	}
+	for _, d := range ds {
+		armed[d.Step.ID()] = now.Add(d.Delay)
+	}
 }
 
 // deleteDueData deletes a finished job's stored data once it is due to
@@ -274,7 +315,7 @@ func (e *Engine) deleteDueData(ctx context.Context, j *domain.Job, now time.Time
 // (domain.Job.Arm), expired leases reclaimed (their slots given back once
 // saved), steps whose message was lost sent again, a stalled job failed.
 // errNoChange when nothing is due (the index was behind the item).
-func sweepDecide(j *domain.Job, now time.Time, fx *effects) (reclaimed, redispatched int, deleted bool, err error) {
+func sweepDecide(j *domain.Job, now time.Time, fx *effects, armed armedFirst) (reclaimed, redispatched int, deleted bool, err error) {
 	if j.State.Terminal() {
 		switch {
 		case j.DataDue(now):
@@ -296,7 +337,14 @@ func sweepDecide(j *domain.Job, now time.Time, fx *effects) (reclaimed, redispat
 	// Messages too far off for an SQS delay when they were decided are
 	// sent now that they are within reach: the job moves on in the due
 	// index to their instants, so the next sweep sends none again.
-	fx.dispatch = append(fx.dispatch, j.Arm(now)...)
+	var sent []domain.Dispatch // sent before the write (armFirst)
+	for _, d := range j.Arm(now) {
+		if armed.has(d, now) {
+			sent = append(sent, d)
+		} else {
+			fx.dispatch = append(fx.dispatch, d)
+		}
+	}
 	for _, s := range j.Steps {
 		redispatch, reclaim := j.NeedsSweep(s, now)
 		switch {
@@ -328,7 +376,10 @@ func sweepDecide(j *domain.Job, now time.Time, fx *effects) (reclaimed, redispat
 		return 0, 0, false, err
 	}
 	moved := j.Resweep()
-	if len(fx.dispatch) == 0 && reclaimed == 0 && expired == 0 && !moved && !stalled {
+	if len(sent) > 0 && j.DueAt != nil && j.SentBeforeWrite(sent) {
+		moved = true // out of the due index: the armed messages run the job
+	}
+	if len(sent) == 0 && len(fx.dispatch) == 0 && reclaimed == 0 && expired == 0 && !moved && !stalled {
 		return 0, 0, false, errNoChange
 	}
 	return reclaimed, redispatched, false, nil

@@ -1,6 +1,7 @@
 package enginetest
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -906,7 +907,9 @@ func sameJob(t *testing.T, want, got *domain.Job, msgAndArgs ...any) {
 	require.NoError(t, err)
 	g, err := json.Marshal(got)
 	require.NoError(t, err)
-	require.JSONEq(t, string(w), string(g), msgAndArgs...)
+	if !bytes.Equal(w, g) { // the same job encodes the same; JSONEq's diff says where not
+		require.JSONEq(t, string(w), string(g), msgAndArgs...)
+	}
 }
 
 // storeLongJob runs a long job through the store a transition at a time,
@@ -914,12 +917,12 @@ func sameJob(t *testing.T, want, got *domain.Job, msgAndArgs ...any) {
 // first step to its last event.
 func storeLongJob(t *testing.T, f StoreFixture) {
 	ctx := context.Background()
-	n := min(120, domain.MaxSteps)
+	n := min(100, domain.MaxSteps) // past 24 parts: the header folds some into an index part
 	j := create(t, f, tenantA, longSpec(n), f.Now)
 	now := f.Now
+	loaded, events := load(t, f, tenantA, j.ID)
 	for i := range n {
 		id := fmt.Sprintf("step-%04d", i)
-		loaded, events := load(t, f, tenantA, j.ID)
 		now = now.Add(time.Second)
 		l, err := loaded.Lease(id, domain.LeaseRequest{Nonce: fmt.Sprint(i), Duration: time.Minute}, now)
 		require.NoError(t, err, id)
@@ -929,6 +932,7 @@ func storeLongJob(t *testing.T, f StoreFixture) {
 		_, err = loaded.Complete(id, l.ID, json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)), now)
 		require.NoError(t, err, id)
 		require.NoError(t, f.Store.Save(ctx, loaded, events), id)
+		events = len(loaded.Events)
 		stored, err := f.Store.Get(ctx, tenantA, j.ID)
 		require.NoError(t, err, id)
 		sameJob(t, loaded, stored, "after %s", id)

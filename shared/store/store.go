@@ -222,9 +222,18 @@ func (s *Store) RequestCancel(ctx context.Context, tenant, id string) error {
 	unfinished := expression.AttributeExists(expression.Name("pk")).And(
 		expression.Name("state").In(states[0], states[1:]...))
 	upd := expression.Set(expression.Name(cancelAttr), expression.Value(true))
-	expr, err := expression.NewBuilder().WithUpdate(upd).WithCondition(unfinished).Build()
-	if err != nil {
+	if err := s.updateJobIf(ctx, tenant, id, upd, unfinished); err != nil {
 		return fmt.Errorf("request cancel of job %s: %w", id, err)
+	}
+	return nil
+}
+
+// updateJobIf updates a job's item without reading it, if cond holds; a
+// condition that fails is no error (the job moved on, or is gone).
+func (s *Store) updateJobIf(ctx context.Context, tenant, id string, upd expression.UpdateBuilder, cond expression.ConditionBuilder) error {
+	expr, err := expression.NewBuilder().WithUpdate(upd).WithCondition(cond).Build()
+	if err != nil {
+		return err
 	}
 	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &s.table, Key: jobKey(tenant, id),
@@ -233,7 +242,7 @@ func (s *Store) RequestCancel(ctx context.Context, tenant, id string) error {
 	})
 	var ccf *ddb.ConditionalCheckFailedException
 	if err != nil && !errors.As(err, &ccf) {
-		return fmt.Errorf("request cancel of job %s: %w", id, err)
+		return err
 	}
 	return nil
 }
@@ -449,17 +458,7 @@ func (s *Store) Quarantine(ctx context.Context, tenant, id, reason string, now t
 	upd := expression.Set(expression.Name("quarantined"), expression.Value(domain.Truncate(reason, 1024))).
 		Set(expression.Name("quarantined_at"), expression.Value(now.UTC().Format(time.RFC3339Nano))).
 		Remove(expression.Name("gsi2pk")).Remove(expression.Name("gsi2sk"))
-	expr, err := expression.NewBuilder().WithUpdate(upd).WithCondition(expression.AttributeExists(expression.Name("pk"))).Build()
-	if err != nil {
-		return fmt.Errorf("quarantine job %s: %w", id, err)
-	}
-	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: &s.table, Key: jobKey(tenant, id),
-		UpdateExpression: expr.Update(), ConditionExpression: expr.Condition(),
-		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-	})
-	var ccf *ddb.ConditionalCheckFailedException
-	if err != nil && !errors.As(err, &ccf) {
+	if err := s.updateJobIf(ctx, tenant, id, upd, expression.AttributeExists(expression.Name("pk"))); err != nil {
 		return fmt.Errorf("quarantine job %s: %w", id, err)
 	}
 	return nil
@@ -474,17 +473,7 @@ func (s *Store) Defer(ctx context.Context, k engine.DueJob, until time.Time) err
 	}
 	cond := expression.Name("gsi2sk").Equal(expression.Value(k.Due))
 	upd := expression.Set(expression.Name("gsi2sk"), expression.Value(until.UTC().Format(dueLayout)))
-	expr, err := expression.NewBuilder().WithUpdate(upd).WithCondition(cond).Build()
-	if err != nil {
-		return fmt.Errorf("defer job %s: %w", k.ID, err)
-	}
-	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: &s.table, Key: jobKey(k.Tenant, k.ID),
-		UpdateExpression: expr.Update(), ConditionExpression: expr.Condition(),
-		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
-	})
-	var ccf *ddb.ConditionalCheckFailedException
-	if err != nil && !errors.As(err, &ccf) {
+	if err := s.updateJobIf(ctx, k.Tenant, k.ID, upd, cond); err != nil {
 		return fmt.Errorf("defer job %s: %w", k.ID, err)
 	}
 	return nil

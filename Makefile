@@ -22,11 +22,8 @@ dev:
 # quicker. -p 3: the stack tests spend much of their time waiting on moto,
 # so a third package in flight uses cores that would otherwise idle.
 E2E := ./localstack/devstack ./localstack/chaos ./cmd/stepflow-local
-# go vet runs beside the race phase, whose packages mostly wait on moto.
-test:
-	$(GO) vet ./... & vet=$$!; \
-	$(GO) test -race -count=1 -p 3 -ldflags=-w $$($(GO) list ./... | grep -v -e /examples/ $(patsubst ./%,-e '/%$$',$(E2E))); race=$$?; \
-	wait $$vet || { echo "go vet failed"; exit 1; }; exit $$race
+test: vet
+	$(GO) test -race -count=1 -p 3 -ldflags=-w $$($(GO) list ./... | grep -v -e /examples/ $(patsubst ./%,-e '/%$$',$(E2E)))
 	$(GO) test -count=1 -p 3 -ldflags=-w $(E2E) ./examples/...
 	$(GO) test -run='^$$' -fuzz='^FuzzParseJobSpec$$' -fuzztime=$(FUZZ_SPEC) ./shared/domain
 	$(GO) test -run='^$$' -fuzz='^FuzzTransitions$$' -fuzztime=$(FUZZ_TRANSITIONS) ./shared/domain
@@ -41,7 +38,7 @@ test:
 # transitions input is a whole job's random walk, replayed).
 FUZZ_SPEC ?= 100000x
 FUZZ_TRANSITIONS ?= 4000x
-FUZZ_API ?= 2000x
+FUZZ_API ?= 5000x
 
 ## chaos: many seeded fault-injection runs (CHAOS_FLAGS="--runs 50 --seed 100" for others) and 1000 atomicity rounds
 CHAOS_FLAGS ?= --runs 20 --seed 1

@@ -50,6 +50,7 @@ type ledger struct {
 	checks []*Check
 	byName map[string]*Check
 	bad    map[Category]map[string]bool
+	unread map[string]error // jobs whose read at the check failed, and why
 }
 
 func newLedger() *ledger {
@@ -161,7 +162,7 @@ func (l *ledger) judgeSubmits(subs []*submission, listed map[string]bool, listEr
 func (l *ledger) judgeJob(key string, e row, s *submission, j *domain.Job, late []string) {
 	const stored, finished, end = "every job submitted is stored", "every job finished within the bound", "every job ends as its plan and the faults imply"
 	if j == nil {
-		l.judge(stored, Lost, key, "not stored")
+		l.judge(stored, Lost, key, fmt.Sprintf("not stored (read: %v)", l.unread[s.id]))
 		return
 	}
 	l.judge(stored, Lost, key)

@@ -364,16 +364,21 @@ func (r *run) count(ctx context.Context, url string) (int, string) {
 func (r *run) check(ctx context.Context, res *Result) *ledger {
 	l := newLedger()
 	stored := map[string]*domain.Job{}
+	unread := map[string]error{} // a job whose read failed: "not stored" says why
 	res.States = map[domain.JobState]int{}
 	for _, s := range r.subs {
 		if s.id == "" {
 			continue
 		}
-		if j, err := r.raw.Get(ctx, Tenant, s.id); err == nil {
-			stored[s.id] = j
-			res.States[j.State]++
+		j, err := r.raw.Get(ctx, Tenant, s.id)
+		if err != nil {
+			unread[s.id] = err
+			continue
 		}
+		stored[s.id] = j
+		res.States[j.State]++
 	}
+	l.unread = unread
 	listed, listErr := listTenant(ctx, r.raw, Tenant)
 	l.judgeSubmits(r.subs, listed, listErr, stored, r.w.late) // the workers have stopped
 	for _, name := range slices.Sorted(maps.Keys(r.queues)) {

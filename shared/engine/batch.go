@@ -53,8 +53,8 @@ func (e *Engine) SubmitBatch(ctx context.Context, tenant string, items []BatchIt
 		jobs[i] = j
 		if ds := e.sendFirst(j); len(ds) > 0 && j.SentBeforeWrite(ds) {
 			e.touchDispatched(ctx, j, ds)
-			for i := range ds {
-				ds[i].Delay = max(ds[i].Delay, batchFirstDelay)
+			for k := range ds {
+				ds[k].Delay = max(ds[k].Delay, batchFirstDelay)
 			}
 			first = append(first, JobSends{Job: j, Sends: carrying(j, Route(j, ds))})
 		}

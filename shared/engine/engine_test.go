@@ -65,6 +65,15 @@ func setup(t testing.TB, opts ...func(*engine.Config)) *bundle {
 	return b
 }
 
+// withStore has the engine use, over the bundle's memory store, the
+// store wrap makes of it (a fault layer), and keeps that in *s.
+func withStore[S engine.Store](s *S, wrap func(*memory.Store) S) func(*engine.Config) {
+	return func(c *engine.Config) {
+		*s = wrap(c.Store.(*memory.Store))
+		c.Store = *s
+	}
+}
+
 // checkEveryJob requires of every job the test made that its events
 // replay to its stored state.
 func (b *bundle) checkEveryJob(t testing.TB) {
@@ -780,10 +789,7 @@ func (s *busyStore) Get(ctx context.Context, tenant, id string) (*domain.Job, er
 func TestCancelWinsAgainstAWriterThatAlwaysWins(t *testing.T) {
 	t.Parallel()
 	var busy *busyStore
-	b := setup(t, func(c *engine.Config) {
-		busy = &busyStore{Store: c.Store.(*memory.Store)}
-		c.Store = busy
-	})
+	b := setup(t, withStore(&busy, func(m *memory.Store) *busyStore { return &busyStore{Store: m} }))
 	j := b.submit(t, tenantA, workerJob)
 	busy.writes = 0
 

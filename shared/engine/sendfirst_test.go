@@ -31,14 +31,6 @@ func (s *slowCreateStore) Create(ctx context.Context, j *domain.Job, h string, n
 	return s.Store.Create(ctx, j, h, now)
 }
 
-func slowCreate(b **bundle) (*slowCreateStore, func(*engine.Config)) {
-	s := &slowCreateStore{}
-	return s, func(c *engine.Config) {
-		s.Store = c.Store.(*memory.Store)
-		c.Store = s
-	}
-}
-
 // A one-step job's message goes out before its write, and the job stays
 // out of the due index: two writes in all, no index entry to add or
 // remove.
@@ -67,9 +59,8 @@ func TestAJobWhoseFirstMessageWentOutFirstIsNotInTheDueIndex(t *testing.T) {
 // runs the job once it is written.
 func TestAFirstMessageThatComesBeforeItsJobWaitsForIt(t *testing.T) {
 	t.Parallel()
-	var b *bundle
-	s, opt := slowCreate(&b)
-	b = setup(t, opt)
+	var s *slowCreateStore
+	b := setup(t, withStore(&s, func(m *memory.Store) *slowCreateStore { return &slowCreateStore{Store: m} }))
 	var early engine.ExecuteResult
 	s.before = func() {
 		d := b.takeOne(t)
@@ -90,9 +81,8 @@ func TestAFirstMessageThatComesBeforeItsJobWaitsForIt(t *testing.T) {
 // fifth receive, before the queue would dead-letter it.
 func TestAFirstMessageWhoseJobIsNeverWrittenIsDropped(t *testing.T) {
 	t.Parallel()
-	var b *bundle
-	s, opt := slowCreate(&b)
-	b = setup(t, opt)
+	var s *slowCreateStore
+	b := setup(t, withStore(&s, func(m *memory.Store) *slowCreateStore { return &slowCreateStore{Store: m} }))
 	s.fail = true
 	_, _, err := b.e.Submit(b.ctx, tenantA, []byte(`{"steps":[{"id":"only","action":{"type":"pass"}}]}`), "")
 	require.Error(t, err)
@@ -128,10 +118,7 @@ func (s *failingLeaseStore) Save(ctx context.Context, j *domain.Job, loaded int)
 func TestARedeliveredFirstMessagePutsItsJobInTheDueIndex(t *testing.T) {
 	t.Parallel()
 	var fs *failingLeaseStore
-	b := setup(t, func(c *engine.Config) {
-		fs = &failingLeaseStore{Store: c.Store.(*memory.Store)}
-		c.Store = fs
-	})
+	b := setup(t, withStore(&fs, func(m *memory.Store) *failingLeaseStore { return &failingLeaseStore{Store: m} }))
 	j := b.submit(t, tenantA, `{"steps":[{"id":"only","action":{"type":"pass"}}]}`)
 	for receive := 1; receive <= 3; receive++ {
 		d := b.takeOne(t)
@@ -268,10 +255,7 @@ func (s *eagerStore) Save(ctx context.Context, j *domain.Job, loaded int) error 
 func TestASweepSendsAStepItMakesRunnableAfterItsWrite(t *testing.T) {
 	t.Parallel()
 	var es *eagerStore
-	b := setup(t, func(c *engine.Config) {
-		es = &eagerStore{Store: c.Store.(*memory.Store)}
-		c.Store = es
-	})
+	b := setup(t, withStore(&es, func(m *memory.Store) *eagerStore { return &eagerStore{Store: m} }))
 	wake := b.clock.Now().Add(2 * time.Hour)
 	j := b.submit(t, tenantA, `{"steps":[{"id":"nap","action":{"type":"sleep","seconds":7200}},{"id":"after","action":{"type":"pass"}}]}`)
 	b.clock.Advance(wake.Sub(b.clock.Now()) + time.Second)

@@ -102,6 +102,13 @@ type Job struct {
 	// seen it succeeds, and the writer that reads it cancels the job
 	// before its own change. It is kept beside the job, not in it.
 	CancelRequested bool `json:"-"`
+	// Marks are attempts' outcomes recorded beside the job, by key, while
+	// other writers kept winning its races (Store.MarkOutcome); MarksMade
+	// is how many marks the stored job had been given when read. No write
+	// that has not read every mark succeeds, and the writer that reads
+	// them applies them with its own change: one write for many outcomes.
+	Marks     map[string][]byte `json:"-"`
+	MarksMade int64             `json:"-"`
 }
 
 // StoredLayout is a store's note of how it keeps a job, opaque here.

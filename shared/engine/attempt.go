@@ -422,6 +422,13 @@ func (e *Engine) finish(ctx context.Context, tenant string, o attemptOutcome, fr
 			fx.dispatch, err = applyOutcome(j, stepID, o.leaseID, p.output, p.ref, p.failure, now, rng)
 			return err
 		},
+		mark: func() (string, []byte, bool) {
+			if !p.kept && !p.prepared {
+				return "", nil, false
+			}
+			rec, ok := markOf(o.leaseID, p.output, p.ref, p.failure, e.now())
+			return o.leaseID, rec, ok
+		},
 		chain: chain,
 	})
 	if f := unstorable(err, o.failure); f != nil {
@@ -441,7 +448,8 @@ func (e *Engine) finish(ctx context.Context, tenant string, o attemptOutcome, fr
 
 // outcomePrep is an outcome as prepare made it ready to apply.
 type outcomePrep struct {
-	prepared bool
+	prepared bool // a failure, under the lease it names
+	kept     bool // a success, its output kept, under the lease it names
 	output   json.RawMessage
 	ref      *domain.DataRef
 	failure  *domain.Failure
@@ -464,6 +472,7 @@ func (e *Engine) prepareOutcome(ctx context.Context, p *outcomePrep, j *domain.J
 		}
 		p.failure = nil
 		p.output, p.ref, err = e.keepOutput(ctx, &p.cache, j, s.ID(), ref.Attempt, o.output)
+		p.kept = err == nil
 		return err
 	}
 	if p.prepared || s.Lease == nil || s.Lease.ID != o.leaseID {

@@ -44,6 +44,11 @@ type change struct {
 	// cancels is set on the change that cancels the job (cancelChange),
 	// which a job marked for cancelling needs no other change before.
 	cancels bool
+	// mark, when set, answers the outcome mark to record beside the job
+	// after the change's first lost race (finish's, once its outcome is
+	// prepared; ok false for none): the next writer of the job applies it
+	// with its own change (marks.go).
+	mark func() (key string, rec []byte, ok bool)
 }
 
 // effects are what a saved change calls for besides its write.
@@ -105,24 +110,32 @@ func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job
 			j = cancelled
 		}
 		now := e.now()
+		before := observeBefore(j)
+		// Outcomes marked beside the job are applied first, on the job as
+		// read, and saved with this change (or alone, if it makes none).
+		var marked effects
+		applied := len(j.Marks) > 0 && e.decideOnly(j, now, &marked, e.applyMarks) == nil
 		if c.prepare != nil {
 			if err := c.prepare(ctx, j, now); err != nil {
 				return j, err
 			}
 		}
-		before := observeBefore(j)
 		var fx effects
-		if err := e.decideOnly(j, now, &fx, c.decide); err != nil {
+		if err := e.decideOnly(j, now, &fx, c.decide); err != nil && !(applied && errors.Is(err, errNoChange)) {
 			if errors.Is(err, errNoChange) {
 				return j, nil
 			}
 			return j, err
 		}
+		fx = marked.then(fx)
 		fx.dispatch = append(fx.dispatch, e.armAtOnce(j, now)...)
 		err := e.cfg.Store.Save(ctx, j, before.loaded)
 		if errors.Is(err, domain.ErrVersionConflict) {
 			if race == 0 && c.contended != nil {
 				c.contended(ctx)
+			}
+			if race == 0 && c.mark != nil {
+				e.markOutcome(ctx, tenant, id, c.mark)
 			}
 			if !lostRace(ctx, race) {
 				return nil, ctx.Err()

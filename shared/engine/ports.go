@@ -42,6 +42,13 @@ type Store interface {
 	// cancels the job first. A saved job carries no mark. A finished or
 	// missing job is left as it is, without error.
 	RequestCancel(ctx context.Context, tenant, id string) error
+	// MarkOutcome records rec beside an unfinished job under key, without
+	// reading it or changing its version: from then on Save refuses
+	// (domain.ErrVersionConflict) any job read before the mark, so the
+	// next writer reads it (domain.Job.Marks) and applies it. A saved job
+	// carries no mark. A key already marked, a finished job or a missing
+	// one is left as it is, without error.
+	MarkOutcome(ctx context.Context, tenant, id, key string, rec []byte) error
 	// Quarantine takes a job out of the due index, noting why.
 	Quarantine(ctx context.Context, tenant, id, reason string, now time.Time) error
 	// Defer moves a due job to until if its due time is still k.Due.

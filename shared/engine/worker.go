@@ -195,6 +195,12 @@ func (c *claim) claimOne(ctx context.Context, d Delivery) {
 	cl, err := e.claimOne(ctx, c.tenant, c.r.Worker, d, &c.settle, skipped)
 	if err != nil {
 		skipped(err)
+		if errors.Is(err, domain.ErrContended) {
+			// Other writers held the job (a wide fan-out's branches): the
+			// message is shown again in about a second, not at the end of
+			// the receive's visibility, for the next claim to take.
+			c.settle.hide(d.Token, e.now().Add(contendedRetry+time.Duration(e.jitterRNG().Int64N(int64(contendedRetry)))), skipped)
+		}
 		return
 	}
 	if cl != nil {

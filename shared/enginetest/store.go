@@ -41,6 +41,7 @@ var storeChecks = []check[StoreFixture]{
 	{"save is conditional on version", storeSaveConditional},
 	{"racing saves have exactly one winner", storeSaveRace},
 	{"a cancel mark refuses writers that did not see it", storeCancelMark},
+	{"outcome marks refuse writers that did not read them all", storeOutcomeMarks},
 	{"save refuses a change from another state", storeSaveState},
 	{"save refuses a job over the item limit", storeTooLarge},
 	{"a long job is saved step by step and reads back whole", storeLongJob},
@@ -435,6 +436,55 @@ func storeCancelMark(t *testing.T, f StoreFixture) {
 	require.NoError(t, f.Store.RequestCancel(ctx, tenantA, ulid.Make().String()))
 	_, err = f.Store.Get(ctx, tenantB, j.ID)
 	require.ErrorIs(t, err, domain.ErrNotFound)
+}
+
+func storeOutcomeMarks(t *testing.T, f StoreFixture) {
+	ctx := context.Background()
+	j := create(t, f, tenantA, workerSpec, f.Now)
+	before, n := load(t, f, tenantA, j.ID)
+	require.Empty(t, before.Marks)
+	require.Zero(t, before.MarksMade)
+
+	const first, second = "01ABC.0.1.aa", "01ABC.1.1.bb" // lease ids: the dots are no path
+	require.NoError(t, f.Store.MarkOutcome(ctx, tenantA, j.ID, first, []byte(`{"n":1}`)))
+	require.NoError(t, f.Store.MarkOutcome(ctx, tenantA, j.ID, first, []byte(`{"n":2}`)), "a key marked again is no error")
+	_, err := before.Lease("s", domain.LeaseRequest{Worker: "w", ViaWorker: true, Nonce: "n", Duration: time.Hour}, f.Now)
+	require.NoError(t, err)
+	require.ErrorIs(t, f.Store.Save(ctx, before, n), domain.ErrVersionConflict, "a writer that read the job before the mark loses")
+	require.Equal(t, int64(1), before.Version)
+
+	marked, n := load(t, f, tenantA, j.ID)
+	require.Equal(t, map[string][]byte{first: []byte(`{"n":1}`)}, marked.Marks, "the first mark under a key stays")
+	require.Equal(t, int64(1), marked.MarksMade)
+	require.Equal(t, int64(1), marked.Version, "a mark is no transition")
+	require.NoError(t, f.Store.MarkOutcome(ctx, tenantA, j.ID, second, []byte(`{"n":3}`)))
+	_, err = marked.Lease("s", domain.LeaseRequest{Worker: "w", ViaWorker: true, Nonce: "n", Duration: time.Hour}, f.Now)
+	require.NoError(t, err)
+	require.ErrorIs(t, f.Store.Save(ctx, marked, n), domain.ErrVersionConflict, "a writer that missed a later mark loses")
+
+	both, n := load(t, f, tenantA, j.ID)
+	require.Len(t, both.Marks, 2)
+	require.Equal(t, int64(2), both.MarksMade)
+	_, err = both.Lease("s", domain.LeaseRequest{Worker: "w", ViaWorker: true, Nonce: "n", Duration: time.Hour}, f.Now)
+	require.NoError(t, err)
+	require.NoError(t, f.Store.Save(ctx, both, n), "the writer that read every mark saves")
+	require.Empty(t, both.Marks)
+	after, n := load(t, f, tenantA, j.ID)
+	require.Empty(t, after.Marks, "a saved job carries no mark")
+	require.Zero(t, after.MarksMade)
+	require.Equal(t, int64(2), after.Version)
+
+	// A finished job and a missing one are left as they are.
+	_, err = after.Cancel(f.Now)
+	require.NoError(t, err)
+	require.NoError(t, f.Store.Save(ctx, after, n))
+	require.NoError(t, f.Store.MarkOutcome(ctx, tenantA, j.ID, "late", []byte(`{}`)))
+	done, _ := load(t, f, tenantA, j.ID)
+	require.Empty(t, done.Marks)
+	require.NoError(t, f.Store.MarkOutcome(ctx, tenantA, ulid.Make().String(), first, []byte(`{}`)))
+	require.NoError(t, f.Store.MarkOutcome(ctx, tenantB, j.ID, first, []byte(`{}`)))
+	_, err = f.Store.Get(ctx, tenantB, j.ID)
+	require.ErrorIs(t, err, domain.ErrNotFound, "a mark across tenants makes no job")
 }
 
 func storeSaveState(t *testing.T, f StoreFixture) {

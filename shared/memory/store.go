@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,7 +59,9 @@ type record struct {
 	due           string // dueLayout; "" when out of the due index
 	quarantined   string // why, once quarantined
 	quarantinedAt time.Time
-	cancel        bool // Store.RequestCancel's mark; a save clears it
+	cancel        bool              // Store.RequestCancel's mark; a save clears it
+	marks         map[string][]byte // Store.MarkOutcome's; a save clears them
+	marksMade     int64
 }
 
 type idemRecord struct {
@@ -209,6 +212,7 @@ func (r *record) decode(tenant, id string) (*domain.Job, error) {
 		}
 	}
 	j.CancelRequested = r.cancel
+	j.Marks, j.MarksMade = maps.Clone(r.marks), r.marksMade
 	return &j, nil
 }
 
@@ -281,13 +285,35 @@ func (s *Store) Save(_ context.Context, j *domain.Job, loadedEvents int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur, ok := s.jobs[k]
-	if !ok || cur.version != j.Version-1 || cur.cancel && !j.CancelRequested ||
+	if !ok || cur.version != j.Version-1 || cur.cancel && !j.CancelRequested || cur.marksMade != j.MarksMade ||
 		len(sources) > 0 && !slices.Contains(sources, cur.state) {
 		j.Version--
 		return fmt.Errorf("save job %s at version %d: %w", j.ID, j.Version, domain.ErrVersionConflict)
 	}
 	s.jobs[k] = r
-	j.CancelRequested = false
+	j.CancelRequested, j.Marks, j.MarksMade = false, nil, 0
+	return nil
+}
+
+// MarkOutcome records rec beside an unfinished job under key; its version
+// stays.
+func (s *Store) MarkOutcome(_ context.Context, tenant, id, key string, rec []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.jobs[jobKey{tenant, id}]
+	if !ok || r.state.Terminal() {
+		return nil
+	}
+	if _, made := r.marks[key]; made {
+		return nil
+	}
+	m := *r
+	m.marks = maps.Clone(r.marks)
+	if m.marks == nil {
+		m.marks = map[string][]byte{}
+	}
+	m.marks[key], m.marksMade = slices.Clone(rec), r.marksMade+1
+	s.jobs[jobKey{tenant, id}] = &m
 	return nil
 }
 

@@ -203,7 +203,48 @@ func (s *Store) readJob(ctx context.Context, it map[string]ddb.AttributeValue) (
 		return nil, err
 	}
 	_, j.CancelRequested = it[cancelAttr]
+	if n, ok := it[marksAttr].(*ddb.AttributeValueMemberN); ok {
+		j.MarksMade, _ = strconv.ParseInt(n.Value, 10, 64)
+		j.Marks = map[string][]byte{}
+		for name, v := range it {
+			if b, ok := v.(*ddb.AttributeValueMemberB); ok && strings.HasPrefix(name, markPrefix) {
+				j.Marks[strings.TrimPrefix(name, markPrefix)] = b.Value
+			}
+		}
+	}
 	return j, nil
+}
+
+// MarkOutcome's marks on a job's item: each under markPrefix and its key,
+// and marksAttr counting those made. A save puts the whole item, so the
+// write that applies them clears them.
+const (
+	markPrefix = "om_"
+	marksAttr  = "marks"
+)
+
+// MarkOutcome records rec beside an unfinished job under key: one small
+// update, no read, the version unchanged.
+func (s *Store) MarkOutcome(ctx context.Context, tenant, id, key string, rec []byte) error {
+	name := expression.NameNoDotSplit(markPrefix + key) // a lease id's dots are no path
+	cond := unfinishedJob().And(expression.AttributeNotExists(name))
+	upd := expression.Set(name, expression.Value(rec)).Add(expression.Name(marksAttr), expression.Value(1))
+	if err := s.updateJobIf(ctx, tenant, id, upd, cond); err != nil {
+		return fmt.Errorf("mark an outcome of job %s: %w", id, err)
+	}
+	return nil
+}
+
+// unfinishedJob holds for a job's item in a state not terminal.
+func unfinishedJob() expression.ConditionBuilder {
+	var states []expression.OperandBuilder
+	for _, st := range domain.AllJobStates() {
+		if !st.Terminal() {
+			states = append(states, expression.Value(string(st)))
+		}
+	}
+	return expression.AttributeExists(expression.Name("pk")).And(
+		expression.Name("state").In(states[0], states[1:]...))
 }
 
 // cancelAttr is RequestCancel's mark on a job's item. A save puts the
@@ -213,16 +254,8 @@ const cancelAttr = "cancel"
 // RequestCancel marks an unfinished job as asked to be cancelled: one
 // small update, no read, the version unchanged.
 func (s *Store) RequestCancel(ctx context.Context, tenant, id string) error {
-	var states []expression.OperandBuilder
-	for _, st := range domain.AllJobStates() {
-		if !st.Terminal() {
-			states = append(states, expression.Value(string(st)))
-		}
-	}
-	unfinished := expression.AttributeExists(expression.Name("pk")).And(
-		expression.Name("state").In(states[0], states[1:]...))
 	upd := expression.Set(expression.Name(cancelAttr), expression.Value(true))
-	if err := s.updateJobIf(ctx, tenant, id, upd, unfinished); err != nil {
+	if err := s.updateJobIf(ctx, tenant, id, upd, unfinishedJob()); err != nil {
 		return fmt.Errorf("request cancel of job %s: %w", id, err)
 	}
 	return nil
@@ -489,6 +522,11 @@ func (s *Store) Save(ctx context.Context, j *domain.Job, loadedEvents int) error
 	if !j.CancelRequested {
 		cond = cond.And(expression.AttributeNotExists(expression.Name(cancelAttr)))
 	}
+	if j.MarksMade == 0 {
+		cond = cond.And(expression.AttributeNotExists(expression.Name(marksAttr)))
+	} else {
+		cond = cond.And(expression.Name(marksAttr).Equal(expression.Value(j.MarksMade)))
+	}
 	if !layoutOf(j).Apart() {
 		// A job read whole, or carried by its first message (which cannot
 		// know how its first write stored it): never over a header.
@@ -551,7 +589,7 @@ func (s *Store) Save(ctx context.Context, j *domain.Job, loadedEvents int) error
 		return fmt.Errorf("save job %s: %w", j.ID, err)
 	}
 	keepLayout(j, w.layout)
-	j.CancelRequested = false
+	j.CancelRequested, j.Marks, j.MarksMade = false, nil, 0
 	if w.layout.Apart() && w.layout.ttl != 0 && l.expiry() == 0 {
 		// The job is finished: its parts expire with its item (those this
 		// write sealed were put with the TTL). A TTL that moves later on

@@ -168,6 +168,61 @@ func (e *Engine) takeLease(ctx context.Context, d Delivery, l lane, from *domain
 	return t, nil
 }
 
+// takeLeases takes leases on the steps several deliveries of one job name,
+// in one change: a claim that receives many branches of a fan-out leases
+// them in one write instead of racing itself and their completions on the
+// job once per branch. Each is decided as takeLease decides it. An error
+// means nothing was written: errGroupRefused when a delivery's decision
+// refused (a live lease, not due, a step not executed here), and the
+// caller then takes them one by one, which answers each its own way.
+func (e *Engine) takeLeases(ctx context.Context, ds []Delivery, l lane, settle *settlements) ([]taken, error) {
+	m := ds[0].Message
+	ns, ps, ts := make([]string, len(ds)), make([]leasePrep, len(ds)), make([]taken, len(ds))
+	for i := range ds {
+		ns[i] = nonce()
+	}
+	j, err := e.commit(ctx, m.Tenant, m.Job, nil, change{
+		prepare: func(ctx context.Context, j *domain.Job, now time.Time) error {
+			for i, d := range ds {
+				if err := e.prepareLease(ctx, &ps[i], j, d.Message.Step, ns[i], l, now); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		decide: func(j *domain.Job, now time.Time, fx *effects) error {
+			for i, d := range ds {
+				ts[i] = taken{}
+				s, _, err := j.Step(d.Message.Step)
+				if err != nil || !domain.Executed(s.Spec.Action.Type) {
+					return errGroupRefused
+				}
+				if err := e.decideLease(j, d.Message.Step, ns[i], l, d.Token, &ps[i], now, fx, &ts[i]); err != nil {
+					return errGroupRefused
+				}
+			}
+			return nil
+		},
+		settle: settle,
+	})
+	for i := range ds {
+		var keep slot
+		if err == nil && ts[i].outcome == leased && ts[i].on != nil {
+			keep = slot{ts[i].on.ID, ts[i].lease.ID}
+		}
+		ps[i].giveBack(ctx, e, m.Tenant, keep)
+		ts[i].job = j
+		if err == nil && ts[i].outcome == stale {
+			e.passWake(ctx, m.Tenant, ds[i].Message.Wake)
+		}
+	}
+	return ts, err
+}
+
+// errGroupRefused ends a decision of takeLeases that one of its deliveries
+// refused.
+var errGroupRefused = errors.New("a delivery of the group was refused")
+
 // prepareLease does the I/O a lease on step stepID of j needs, when the
 // step could be leased now (or once an expired lease is reclaimed): a
 // slot of a resource it requires, taken for the lease's id, and its input.

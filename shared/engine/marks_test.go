@@ -160,3 +160,36 @@ func TestManyBranchesEndingTogetherAllRecord(t *testing.T) {
 	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State)
 	b.checkEveryJob(t)
 }
+
+// savesStore counts the job writes it passes on.
+type savesStore struct {
+	*memory.Store
+	saves int
+}
+
+func (s *savesStore) Save(ctx context.Context, j *domain.Job, loaded int) error {
+	s.saves++
+	return s.Store.Save(ctx, j, loaded)
+}
+
+func TestAClaimLeasesTheBranchesOfOneJobInOneWrite(t *testing.T) {
+	t.Parallel()
+	var counted *savesStore
+	b := setup(t, withStore(&counted, func(m *memory.Store) *savesStore { return &savesStore{Store: m} }))
+	j := b.submit(t, tenantA, twoBranches)
+	counted.saves = 0
+	ls := b.claim(t, tenantA, "gpu")
+	require.Len(t, ls, 2)
+	require.Equal(t, 1, counted.saves, "both leases in one write")
+	require.NotEqual(t, ls[0].StepID, ls[1].StepID)
+	got := b.job(t, tenantA, j.ID)
+	require.Equal(t, domain.StepRunning, got.Steps[0].State)
+	require.Equal(t, domain.StepRunning, got.Steps[1].State)
+	for _, l := range ls {
+		_, err := b.e.Complete(b.ctx, tenantA, l.LeaseID, json.RawMessage(`{}`))
+		require.NoError(t, err)
+	}
+	b.drain(t)
+	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State)
+	b.checkEveryJob(t)
+}

@@ -3,6 +3,8 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,6 +55,14 @@ func TestAJobWhoseFirstMessageWentOutFirstIsNotInTheDueIndex(t *testing.T) {
 	require.NotNil(t, k.DueAt)
 	w := b.submit(t, tenantA, workerJob)
 	require.NotNil(t, w.DueAt)
+	// And a job too large for its message to carry: its write takes
+	// longer than its message takes to come.
+	var steps []string
+	for i := range 40 {
+		steps = append(steps, fmt.Sprintf(`{"id":"step-%02d","action":{"type":"pass"}}`, i))
+	}
+	large := b.submit(t, tenantA, `{"steps":[`+strings.Join(steps, ",")+`]}`)
+	require.NotNil(t, large.DueAt)
 }
 
 // A message that comes before its job's write is hidden a moment, and

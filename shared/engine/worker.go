@@ -93,9 +93,7 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 		if err != nil || ds == nil {
 			return c.out, err
 		}
-		for _, d := range ds {
-			c.claimOne(ctx, d)
-		}
+		c.claimAll(ctx, ds)
 		c.settle.make(ctx, e)
 		if len(ds) == 0 && len(c.out) == 0 && !c.looked && time.Until(c.deadline) > 0 {
 			if err := c.hold(ctx); err != nil {
@@ -179,6 +177,54 @@ func (c *claim) take(ctx context.Context) ([]Delivery, error) {
 	return ds, err
 }
 
+// claimAll leases what the deliveries name: those of one job together,
+// in one write (takeLeases), each alone when that was refused.
+func (c *claim) claimAll(ctx context.Context, ds []Delivery) {
+	byJob := map[string][]Delivery{}
+	var order []string
+	for _, d := range ds {
+		k := d.Message.Tenant + "/" + d.Message.Job
+		if _, seen := byJob[k]; !seen {
+			order = append(order, k)
+		}
+		byJob[k] = append(byJob[k], d)
+	}
+	for _, k := range order {
+		group := byJob[k]
+		if len(group) > 1 && group[0].Message.Tenant == c.tenant {
+			ts, err := c.e.takeLeases(ctx, group, workerLane(c.r.Worker), &c.settle)
+			for i, d := range group {
+				skipped := func(err error) {
+					c.e.cfg.Log.WarnContext(ctx, "claim skipped a message", "job", d.Message.Job, "step", d.Message.Step, "err", err)
+				}
+				switch {
+				case err == nil:
+					if cl := c.e.settleTaken(d, ts[i], &c.settle, skipped); cl != nil {
+						c.out = append(c.out, *cl)
+					}
+				case errors.Is(err, domain.ErrContended):
+					c.skipContended(d, err, skipped)
+				}
+			}
+			if err == nil || errors.Is(err, domain.ErrContended) {
+				continue
+			}
+		}
+		for _, d := range group {
+			c.claimOne(ctx, d)
+		}
+	}
+}
+
+// skipContended leaves a delivery whose job other writers held through
+// every race (a wide fan-out's branches): its message is shown again in
+// about a second, not at the end of the receive's visibility, for the
+// next claim to take.
+func (c *claim) skipContended(d Delivery, err error, skipped func(error)) {
+	skipped(err)
+	c.settle.hide(d.Token, c.e.now().Add(contendedRetry+time.Duration(c.e.jitterRNG().Int64N(int64(contendedRetry)))), skipped)
+}
+
 // claimOne leases what one delivery names, adding it to the claim's out.
 func (c *claim) claimOne(ctx context.Context, d Delivery) {
 	e := c.e
@@ -193,14 +239,12 @@ func (c *claim) claimOne(ctx context.Context, d Delivery) {
 		e.cfg.Log.WarnContext(ctx, "claim skipped a message", "job", d.Message.Job, "step", d.Message.Step, "err", err)
 	}
 	cl, err := e.claimOne(ctx, c.tenant, c.r.Worker, d, &c.settle, skipped)
+	if errors.Is(err, domain.ErrContended) {
+		c.skipContended(d, err, skipped)
+		return
+	}
 	if err != nil {
 		skipped(err)
-		if errors.Is(err, domain.ErrContended) {
-			// Other writers held the job (a wide fan-out's branches): the
-			// message is shown again in about a second, not at the end of
-			// the receive's visibility, for the next claim to take.
-			c.settle.hide(d.Token, e.now().Add(contendedRetry+time.Duration(e.jitterRNG().Int64N(int64(contendedRetry)))), skipped)
-		}
 		return
 	}
 	if cl != nil {
@@ -234,19 +278,25 @@ func (e *Engine) claimOne(ctx context.Context, tenant, worker string, d Delivery
 	if err != nil {
 		return nil, err
 	}
+	return e.settleTaken(d, t, settle, skipped), nil
+}
+
+// settleTaken settles a claimed delivery's message as its take left it,
+// answering the lease the worker gets, if any.
+func (e *Engine) settleTaken(d Delivery, t taken, settle *settlements, skipped func(error)) *ClaimedLease {
 	switch t.outcome {
 	case held:
 		settle.hide(d.Token, e.now().Add(t.hideFor), skipped)
-		return nil, nil
+		return nil
 	case notYet:
 		settle.hide(d.Token, t.until, skipped)
-		return nil, nil
+		return nil
 	case leased:
 	default:
 		// Nothing to run (stale, set aside, in line for a slot, ended at
 		// once): a freed slot or the sweep sends it again if it must run.
 		settle.ack(d.Token, skipped)
-		return nil, nil
+		return nil
 	}
 	j, lease := t.job, t.lease
 	s, _, _ := j.Step(d.Message.Step)
@@ -258,7 +308,7 @@ func (e *Engine) claimOne(ctx context.Context, tenant, worker string, d Delivery
 	if r := t.on; r != nil {
 		cl.Resource = &ClaimedResource{ID: r.ID, Capabilities: r.Capabilities, Labels: r.Labels}
 	}
-	return cl, nil
+	return cl
 }
 
 // ClaimedResource is the resource a claimed lease holds a slot of.

@@ -208,8 +208,20 @@ func planOne(r *rand.Rand, seed uint64, i int) JobPlan {
 		w := step("work", "worker", "queue", queue(), "lease_seconds", 1+r.IntN(2))
 		w["retry"] = fixedRetry(3+r.IntN(3), 100+100*r.IntN(3))
 		steps = append(steps, w)
-		if r.IntN(3) == 0 {
+		switch r.IntN(6) {
+		case 0, 1:
 			steps = []map[string]any{pass("prep"), w, pass("post")}
+		case 2, 3:
+			// A fan-out: its branches end together, so their outcomes race
+			// on the job (outcome marks) and a claim may lease two at once.
+			q := w["action"].(map[string]any)["queue"]
+			steps = []map[string]any{w}
+			for _, id := range []string{"work-b", "work-c", "work-d"} {
+				b := step(id, "worker", "queue", q, "lease_seconds", w["action"].(map[string]any)["lease_seconds"])
+				b["retry"] = w["retry"]
+				steps = append(steps, b)
+			}
+			steps = append(steps, with(pass("join"), "depends_on", []string{"work", "work-b", "work-c", "work-d"}))
 		}
 	case "approval":
 		// Opened at submit; with a deadline of 2 to 4 s (the chaos stack's

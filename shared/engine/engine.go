@@ -438,6 +438,15 @@ func (e *Engine) submit(ctx context.Context, tenant, id string, body []byte, ide
 // is some hundreds of bytes, and SQS bills a message by 64 KB.
 const maxCarriedDoc = 2048
 
+// maxSentFirstDoc bounds the jobs sent before their write (sendFirst), by
+// their JSON. Measured on make dev, a first message sent first came before
+// its job's write and waited for it (hidden 4 s) for 9 five-step jobs of
+// 20 and every 40- and 100-step job; looking again for 375 ms first
+// (absentPause) left none waiting up to ten steps, but a 100-step job
+// still started 2 s later than written first. Past this size the two
+// write units sending first saves are a small part of the job's cost.
+const maxSentFirstDoc = 8 << 10
+
 // carrying gives sends the job as its first write will store it (version
 // 1), when it is small: their deliveries take the lease on it without a
 // read, and a job that has moved on meanwhile (or is not written yet)
@@ -475,15 +484,14 @@ func carriedJob(m Message) *domain.Job {
 // one whose job is never written (the write failed) is dropped after
 // absentWindow. A job with an idempotency key is written first: a replay
 // would leave a message for a job that is never written, and a refused
-// key would have spent it. So is a job too large for its message to carry
-// (maxCarriedDoc): its write takes longer than its message takes to come,
-// and an early delivery waits seconds (a 100-step fan-out started 4 s
-// late on make dev).
+// key would have spent it. So is a large job (maxSentFirstDoc): its write
+// (header and parts) takes longer than its message takes to come, and an
+// early delivery waits seconds.
 func (e *Engine) sendFirst(j *domain.Job) []domain.Dispatch {
 	if j.IdempotencyKey != "" {
 		return nil
 	}
-	if doc, err := json.Marshal(j); err != nil || len(doc) > maxCarriedDoc {
+	if doc, err := json.Marshal(j); err != nil || len(doc) > maxSentFirstDoc {
 		return nil
 	}
 	ds := j.Outstanding(e.now())

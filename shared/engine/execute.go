@@ -122,6 +122,16 @@ func (e *Engine) execute(ctx context.Context, d Delivery, from *domain.Job, ch *
 		from = carriedJob(d.Message) // a first message: its lease needs no read
 	}
 	t, err := e.takeLease(ctx, d, readyLane, from, nil, ch)
+	for pause := absentPause; err == nil && t.outcome == absent && delivered && d.Receives <= 1 && pause <= absentPauseMax && e.mayBeWritten(d); pause *= 2 {
+		// A first message sent before its job's write (sendFirst) mostly
+		// comes while that write is in flight: a moment's wait finds the
+		// job, where hiding the message (below) would start it seconds
+		// late.
+		if !Sleep(ctx, pause) {
+			break
+		}
+		t, err = e.takeLease(ctx, d, readyLane, nil, nil, ch)
+	}
 	if err != nil {
 		return "", err
 	}
@@ -339,6 +349,14 @@ func mustStep(j *domain.Job, id string) *domain.Step {
 const (
 	absentRetry  = 4 * time.Second
 	absentWindow = time.Minute
+)
+
+// A first delivery that finds no job looks again after absentPause,
+// doubling up to absentPauseMax (375 ms in all: four reads), before it
+// hides its message.
+const (
+	absentPause    = 25 * time.Millisecond
+	absentPauseMax = 200 * time.Millisecond
 )
 
 // mayBeWritten reports whether the job of a delivery that found none may

@@ -86,6 +86,42 @@ func TestAFirstMessageThatComesBeforeItsJobWaitsForIt(t *testing.T) {
 	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State)
 }
 
+// missedStore tells when a read finds no job.
+type missedStore struct {
+	slowCreateStore
+	missed chan struct{}
+}
+
+func (s *missedStore) Get(ctx context.Context, tenant, id string) (*domain.Job, error) {
+	j, err := s.slowCreateStore.Get(ctx, tenant, id)
+	if errors.Is(err, domain.ErrNotFound) {
+		select {
+		case s.missed <- struct{}{}:
+		default:
+		}
+	}
+	return j, err
+}
+
+// A first message that comes while its job's write is in flight looks
+// again a moment later, and runs the job then rather than seconds later.
+func TestAFirstMessageLooksAgainForAJobBeingWritten(t *testing.T) {
+	t.Parallel()
+	var s *missedStore
+	b := setup(t, withStore(&s, func(m *memory.Store) *missedStore {
+		return &missedStore{slowCreateStore: slowCreateStore{Store: m}, missed: make(chan struct{}, 1)}
+	}))
+	got := make(chan engine.ExecuteResult, 1)
+	s.before = func() {
+		d := b.takeOne(t)
+		go func() { got <- b.execute(t, d) }()
+		<-s.missed // it found no job: the write goes on now
+	}
+	j := b.submit(t, tenantA, `{"payload":{"big":"`+strings.Repeat("x", 3000)+`"},"steps":[{"id":"only","action":{"type":"pass"}}]}`)
+	require.Equal(t, engine.Executed, <-got, "not early: the job was written while it looked again")
+	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State)
+}
+
 // A job whose write failed after its first message went out: the request
 // fails, and the message is dropped a minute after it was sent, on its
 // fifth receive, before the queue would dead-letter it.

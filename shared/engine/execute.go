@@ -122,11 +122,13 @@ func (e *Engine) execute(ctx context.Context, d Delivery, from *domain.Job, ch *
 		from = carriedJob(d.Message) // a first message: its lease needs no read
 	}
 	t, err := e.takeLease(ctx, d, readyLane, from, nil, ch)
-	for pause := absentPause; err == nil && t.outcome == absent && delivered && d.Receives <= 1 && pause <= absentPauseMax && e.mayBeWritten(d); pause *= 2 {
+	prompt := !d.SentAt.IsZero() && e.now().Sub(d.SentAt) < batchFirstDelay
+	for pause := absentPause; err == nil && t.outcome == absent && delivered && d.Receives <= 1 && prompt && e.mayBeWritten(d) && pause <= absentPauseMax; pause *= 2 {
 		// A first message sent before its job's write (sendFirst) mostly
 		// comes while that write is in flight: a moment's wait finds the
 		// job, where hiding the message (below) would start it seconds
-		// late.
+		// late. Not a batch's, held back until its writes should be done:
+		// one that comes before them waits for a batch of writes.
 		if !Sleep(ctx, pause) {
 			break
 		}
@@ -351,9 +353,10 @@ const (
 	absentWindow = time.Minute
 )
 
-// A first delivery that finds no job looks again after absentPause,
-// doubling up to absentPauseMax (375 ms in all: four reads), before it
-// hides its message.
+// A first delivery that finds no job, received within batchFirstDelay
+// of its send, looks again after absentPause, doubling up to
+// absentPauseMax (375 ms in all: four reads), before it hides its
+// message.
 const (
 	absentPause    = 25 * time.Millisecond
 	absentPauseMax = 200 * time.Millisecond

@@ -20,35 +20,30 @@ const twoBranches = `{"steps":[
 	{"id":"right","action":{"type":"worker","queue":"gpu","lease_seconds":60}},
 	{"id":"join","depends_on":["left","right"],"action":{"type":"pass"}}]}`
 
-// markingStore lets another writer win every race of a job until the job
-// carries a mark, as a writer of the engine would (it reads the mark and
-// applies it: here it stands aside).
-type markingStore struct {
-	*memory.Store
-	on     bool
-	writes int
-}
-
-func (s *markingStore) Get(ctx context.Context, tenant, id string) (*domain.Job, error) {
-	j, err := s.Store.Get(ctx, tenant, id)
-	if err != nil {
-		return nil, err
+// twoBranches submits a twoBranches job and claims both its leases.
+func (b *bundle) twoBranches(t *testing.T) (j *domain.Job, left, right engine.ClaimedLease) {
+	j = b.submit(t, tenantA, twoBranches)
+	ls := b.claim(t, tenantA, "gpu")
+	require.Len(t, ls, 2)
+	left, right = ls[0], ls[1]
+	if left.StepID != "left" {
+		left, right = right, left
 	}
-	if other, err := s.Store.Get(ctx, tenant, id); s.on && err == nil && len(other.Marks) == 0 && !other.State.Terminal() {
-		if err := s.Store.Save(ctx, other, len(other.Events)); err == nil {
-			s.writes++
-		}
-	}
-	return j, nil
+	return j, left, right
 }
 
 func TestAnOutcomeThatLosesARaceIsMarkedAndApplied(t *testing.T) {
 	t.Parallel()
-	var busy *markingStore
-	b := setup(t, withStore(&busy, func(m *memory.Store) *markingStore { return &markingStore{Store: m} }))
+	var busy *busyStore
+	b := setup(t, withStore(&busy, func(m *memory.Store) *busyStore {
+		return &busyStore{Store: m, aside: func(*domain.Job) bool { return true }}
+	}))
 	j := b.submit(t, tenantA, workerJob)
 	l := b.claim(t, tenantA, "gpu")[0]
-	busy.on = true
+	// From now on another writer wins every race until the job carries a
+	// mark, as a writer of the engine would (it reads the mark and
+	// applies it: here it stands aside).
+	busy.aside, busy.writes = func(j *domain.Job) bool { return len(j.Marks) > 0 || j.State.Terminal() }, 0
 
 	res, err := b.e.Complete(b.ctx, tenantA, l.LeaseID, json.RawMessage(`{"ok":1}`))
 	require.NoError(t, err, "without the mark every race is lost: 503 contended")
@@ -65,13 +60,7 @@ func TestAnOutcomeThatLosesARaceIsMarkedAndApplied(t *testing.T) {
 func TestAMarkIsAppliedByTheNextWriterOfItsJob(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	j := b.submit(t, tenantA, twoBranches)
-	ls := b.claim(t, tenantA, "gpu")
-	require.Len(t, ls, 2)
-	left, right := ls[0], ls[1]
-	if left.StepID != "left" {
-		left, right = right, left
-	}
+	j, left, right := b.twoBranches(t)
 	require.NoError(t, b.store.MarkOutcome(b.ctx, tenantA, j.ID, left.LeaseID, engine.SuccessMark(left.LeaseID, json.RawMessage(`{"side":"l"}`), b.clock.Now())))
 
 	_, err := b.e.Complete(b.ctx, tenantA, right.LeaseID, json.RawMessage(`{"side":"r"}`))
@@ -97,26 +86,14 @@ func TestAMarkIsAppliedByTheNextWriterOfItsJob(t *testing.T) {
 func TestAMarkWhoseLeaseRanOutIsDropped(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	j := b.submit(t, tenantA, twoBranches)
-	ls := b.claim(t, tenantA, "gpu")
-	require.Len(t, ls, 2)
-	left, right := ls[0], ls[1]
-	if left.StepID != "left" {
-		left, right = right, left
-	}
+	j, left, right := b.twoBranches(t)
 	require.NoError(t, b.store.MarkOutcome(b.ctx, tenantA, j.ID, left.LeaseID, engine.SuccessMark(left.LeaseID, json.RawMessage(`{}`), b.clock.Now())))
 	_, err := b.e.Heartbeat(b.ctx, tenantA, right.LeaseID, 0)
 	require.NoError(t, err, "a heartbeat is a write of the job: it applies the mark")
 	require.Equal(t, domain.StepSucceeded, b.job(t, tenantA, j.ID).Steps[0].State)
 
 	// A mark applied after its lease ran out records nothing; its maker hears 409.
-	j2 := b.submit(t, tenantA, twoBranches)
-	ls = b.claim(t, tenantA, "gpu")
-	require.Len(t, ls, 2)
-	left, right = ls[0], ls[1]
-	if left.StepID != "left" {
-		left, right = right, left
-	}
+	j2, left, right := b.twoBranches(t)
 	require.NoError(t, b.store.MarkOutcome(b.ctx, tenantA, j2.ID, left.LeaseID, engine.SuccessMark(left.LeaseID, json.RawMessage(`{}`), b.clock.Now())))
 	b.clock.Advance(61 * 1e9)
 	_, err = b.e.Complete(b.ctx, tenantA, right.LeaseID, json.RawMessage(`{}`))

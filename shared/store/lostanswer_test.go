@@ -2,11 +2,16 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/stretchr/testify/require"
@@ -66,4 +71,68 @@ func TestASaveWhoseAnswerWasLostIsItsOwn(t *testing.T) {
 	stale, _ := b.load(t, tenantA, j.ID)
 	require.NoError(t, b.st.Save(ctx, other, n))
 	require.ErrorIs(t, st.Save(ctx, stale, n), domain.ErrVersionConflict)
+}
+
+// TestPartsOfAWriteBuiltOnAfterItsAnswerWasLostStay: a header write that
+// was applied, whose answer was lost, and on which another writer built
+// before the SDK's retry, fails its condition on the other's header. The
+// parts it put are named by that header (it was built on them): Save must
+// not delete them, or the job can never be read again.
+func TestPartsOfAWriteBuiltOnAfterItsAnswerWasLostStay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	j := b.create(t, tenantA, lineSpec(60))
+	var header, armed bool
+	var other func()
+	// Retried at once (and with no retry quota): the test is about what
+	// the retry meets.
+	retryAtOnce := func(o *dynamodb.Options) {
+		o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
+			so.Backoff = retry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return 0, nil })
+			so.RateLimiter = ratelimit.None
+		})
+	}
+	st := store.New(dynamodb.New(b.db.Options(), retryAtOnce, func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			if err := s.Initialize.Add(middleware.InitializeMiddlewareFunc("isHeader", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+				p, ok := in.Parameters.(*dynamodb.PutItemInput)
+				header = ok && p.Item["hdoc"] != nil
+				return next.HandleInitialize(ctx, in)
+			}), middleware.Before); err != nil {
+				return err
+			}
+			return s.Finalize.Insert(middleware.FinalizeMiddlewareFunc("buildOnLostAnswer", func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+				out, md, err := next.HandleFinalize(ctx, in)
+				if header && armed && err == nil {
+					armed = false
+					other() // another writer builds on the write just applied
+					return middleware.FinalizeOutput{}, md, &smithyhttp.RequestSendError{Err: &net.OpError{Op: "read", Net: "tcp", Err: errors.New("i/o timeout")}}
+				}
+				return out, md, err
+			}), "Retry", middleware.After)
+		})
+	}), b.table)
+
+	sealed := len(b.parts(t, j))
+	for i := range 60 {
+		loaded, n := b.load(t, tenantA, j.ID)
+		id := loaded.Steps[i].ID()
+		now := b.now.Add(time.Duration(i+1) * time.Second)
+		l, err := loaded.Lease(id, domain.LeaseRequest{Nonce: id, Duration: time.Minute}, now)
+		require.NoError(t, err)
+		other = func() {
+			theirs, n := b.load(t, tenantA, j.ID)
+			_, err := theirs.Complete(id, l.ID, json.RawMessage(`{}`), now)
+			require.NoError(t, err, "the other writer reads this write")
+			require.NoError(t, b.st.Save(ctx, theirs, n))
+		}
+		armed = true
+		require.ErrorIs(t, st.Save(ctx, loaded, n), domain.ErrVersionConflict, "step %d: the retry met the other's header", i)
+	}
+	require.Greater(t, len(b.parts(t, j)), sealed, "some of those writes put parts")
+	got, err := store.New(b.db, b.table).Get(ctx, tenantA, j.ID) // one that kept no part
+	require.NoError(t, err, "every part a header names is there")
+	require.Equal(t, domain.JobCompleted, got.State)
+	require.NoError(t, domain.CheckReplay(got))
 }

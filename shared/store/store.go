@@ -42,6 +42,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
@@ -572,18 +573,26 @@ func (s *Store) Save(ctx context.Context, j *domain.Job, loadedEvents int) error
 		j.Version--
 		return fmt.Errorf("save job %s: %w", j.ID, err)
 	}
+	var attempts int
 	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: &s.table, Item: it,
 		ConditionExpression:                 expr.Condition(),
 		ExpressionAttributeNames:            expr.Names(),
 		ExpressionAttributeValues:           expr.Values(),
 		ReturnValuesOnConditionCheckFailure: ddb.ReturnValuesOnConditionCheckFailureAllOld,
-	})
+	}, countAttempts(&attempts))
 	if err != nil && !ownWrite(err, token) {
 		j.Version--
 		var ccf *ddb.ConditionalCheckFailedException
 		if errors.As(err, &ccf) {
-			s.dropParts(ctx, j, w)
+			// Refused at its only attempt, the header was not written, so
+			// no header names the parts this write put. After a retry the
+			// refusal may be of our own write, landed and then built on
+			// by another writer (whose header names our parts): they are
+			// left, a KB of storage each, rather than taken from under it.
+			if attempts <= 1 {
+				s.dropParts(ctx, j, w)
+			}
 			return fmt.Errorf("save job %s at version %d: %w", j.ID, j.Version, domain.ErrVersionConflict)
 		}
 		return fmt.Errorf("save job %s: %w", j.ID, err)
@@ -628,6 +637,20 @@ func withWriteToken(it map[string]ddb.AttributeValue) string {
 
 // ownWrite answers whether err is a failed condition against the write
 // that carried token: the write was applied.
+// countAttempts counts the attempts of one call that went on to be sent
+// (the SDK's retryer runs the Finalize step once per attempt).
+func countAttempts(n *int) func(*dynamodb.Options) {
+	return func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(st *middleware.Stack) error {
+			return st.Finalize.Add(middleware.FinalizeMiddlewareFunc("stepflow.CountAttempts",
+				func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+					*n++
+					return next.HandleFinalize(ctx, in)
+				}), middleware.After)
+		})
+	}
+}
+
 func ownWrite(err error, token string) bool {
 	var ccf *ddb.ConditionalCheckFailedException
 	if !errors.As(err, &ccf) {

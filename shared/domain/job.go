@@ -1289,6 +1289,16 @@ func (j *Job) stepDue(s *Step) (time.Time, bool) {
 // beyond the queue's reach, a resource wait's bound), and reports
 // whether it did.
 func (j *Job) SentBeforeWrite(ds []Dispatch) bool {
+	if !j.DueOnlyFor(ds) {
+		return false
+	}
+	j.DueAt = nil
+	return true
+}
+
+// DueOnlyFor reports whether ds, messages in flight, cover everything of
+// the job the sweep would otherwise look at.
+func (j *Job) DueOnlyFor(ds []Dispatch) bool {
 	sent := make(map[*Step]bool, len(ds))
 	for _, d := range ds {
 		if d.Wake != "" {
@@ -1301,8 +1311,15 @@ func (j *Job) SentBeforeWrite(ds []Dispatch) bool {
 			return false
 		}
 	}
-	j.DueAt = nil
 	return true
+}
+
+// Stranded reports whether something of an unfinished job needs the
+// sweep though the job is not in the due index: steps a chain carried
+// (the engine's execute, which kept them out of the index while its
+// delivered message would bring them back) and did not run.
+func (j *Job) Stranded() bool {
+	return !j.State.Terminal() && j.DueAt == nil && j.due() != nil
 }
 
 // leaseGrace is how long the sweep leaves an expired lease alone. A worker

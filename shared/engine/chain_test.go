@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -244,13 +245,107 @@ func TestTheMessageOfAChainThatDiedResumesIt(t *testing.T) {
 	require.Equal(t, []domain.StepState{domain.StepSucceeded, domain.StepPending, domain.StepWaitingDeps}, stepStates(got))
 	require.Empty(t, b.queue.TakeReady(10), "no message for s1: the chain was to run it")
 
-	// Its message comes back (SQS hands it out again at its visibility
-	// timeout).
+	// The chain carried s1 out of the due index: only the message brings
+	// it back.
+	require.Nil(t, got.DueAt)
+	require.True(t, got.Stranded())
+	due, err := b.store.Due(b.ctx, b.clock.Now().Add(time.Hour), 100)
+	require.NoError(t, err)
+	require.Empty(t, due)
+
+	// Its message comes back (SQS hands it out again at the visibility
+	// the chain gave it), and takes s1 up at once.
 	require.NoError(t, b.queue.Release(b.ctx, d.Token))
 	again := b.takeOne(t)
-	b.clock.Advance(engine.ChainTime)
 	require.Equal(t, engine.Stale, b.execute(t, again), "its own step is done")
 	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State, "the rest ran")
+}
+
+// dueSpy records, for each write of a job, whether it put the job in the
+// due index, and how long the engine hid each delivery for.
+type dueSpy struct {
+	engine.Store
+	mu      sync.Mutex
+	indexed []bool
+}
+
+func (s *dueSpy) Save(ctx context.Context, j *domain.Job, loaded int) error {
+	s.mu.Lock()
+	s.indexed = append(s.indexed, j.DueAt != nil)
+	s.mu.Unlock()
+	return s.Store.Save(ctx, j, loaded)
+}
+
+type hideSpy struct {
+	engine.Queue
+	mu    sync.Mutex
+	hides []time.Duration
+}
+
+func (q *hideSpy) Extend(ctx context.Context, token string, d time.Duration) error {
+	q.mu.Lock()
+	q.hides = append(q.hides, d)
+	q.mu.Unlock()
+	return q.Queue.Extend(ctx, token, d)
+}
+
+// A chain's steps are carried by its delivered message, hidden once for
+// CarryVisibility, not by the due index: a five-step job run by one
+// delivery is never in the index (no index write as it starts, none as it
+// ends). A delivery no message carries (no token) keeps them in it.
+func TestAChainCarriesItsStepsOutOfTheDueIndex(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	st, q := &dueSpy{Store: b.store}, &hideSpy{Queue: b.queue}
+	b.e.Configure(func(c *engine.Config) { c.Store, c.Queue = st, q })
+	j := b.submit(t, tenantA, passSteps(5))
+	require.Equal(t, engine.Executed, b.execute(t, b.takeOne(t)))
+	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State)
+	require.Equal(t, []bool{false, false, false, false, false}, st.indexed, "no write indexed the job")
+	require.Equal(t, []time.Duration{engine.CarryVisibility}, q.hides, "its message hidden once")
+
+	st.indexed, q.hides = nil, nil
+	k := b.submit(t, tenantA, passSteps(3))
+	d := b.takeOne(t)
+	token := d.Token
+	d.Token = ""
+	res, err := b.e.Execute(b.ctx, d)
+	require.NoError(t, err)
+	require.Equal(t, engine.Executed, res)
+	require.NoError(t, b.queue.Ack(b.ctx, token))
+	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, k.ID).State)
+	require.Equal(t, []bool{true, true, false}, st.indexed, "with no message to carry them, the steps are indexed until the job ends")
+	require.Empty(t, q.hides)
+}
+
+// failingSends refuses every send, as an unreachable queue would.
+type failingSends struct{ engine.Queue }
+
+func (q failingSends) Dispatch(context.Context, *domain.Job, []engine.Send) error {
+	return fmt.Errorf("injected: queue unreachable")
+}
+
+// A carried step that neither runs (its write fails) nor goes out (the
+// queue is unreachable) keeps the delivered message: the delivery answers
+// an error, so the message comes back and runs the rest.
+func TestACarriedStepThatIsNeitherRunNorSentKeepsItsMessage(t *testing.T) {
+	t.Parallel()
+	b, st := counted(t)
+	j := b.submit(t, tenantA, passSteps(3))
+	st.failSave = st.saves.Load() + 2 // the second step's write
+	queue := b.queue
+	b.e.Configure(func(c *engine.Config) { c.Queue = failingSends{c.Queue} })
+	d := b.takeOne(t)
+	_, err := b.e.Execute(b.ctx, d)
+	require.Error(t, err, "the message must come back")
+	got := b.job(t, tenantA, j.ID)
+	require.Equal(t, []domain.StepState{domain.StepSucceeded, domain.StepPending, domain.StepWaitingDeps}, stepStates(got))
+	require.True(t, got.Stranded())
+
+	b.e.Configure(func(c *engine.Config) { c.Queue = contextQueue{queue} })
+	require.NoError(t, queue.Release(b.ctx, d.Token))
+	require.Equal(t, engine.Stale, b.execute(t, b.takeOne(t)))
+	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State)
 }
 
 // An invocation that reaches its end right after a write still sends what

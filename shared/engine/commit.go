@@ -129,6 +129,12 @@ func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job
 		}
 		fx = marked.then(fx)
 		fx.dispatch = append(fx.dispatch, e.armAtOnce(j, now)...)
+		// Steps this process's chain runs next are carried by its
+		// delivered message, not the due index: a job that needs the
+		// sweep for nothing else stays out of it (no index write now, and
+		// none when it ends).
+		plan := c.chain.plan(j, fx.dispatch)
+		carried := plan.carriesAll() && j.DueOnlyFor(fx.dispatch) && c.chain.carries(ctx, e) && j.SentBeforeWrite(fx.dispatch)
 		err := e.cfg.Store.Save(ctx, j, before.loaded)
 		if errors.Is(err, domain.ErrVersionConflict) {
 			if race == 0 && c.contended != nil {
@@ -150,8 +156,14 @@ func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job
 		// sweep), within a bound of their own.
 		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 		states := e.observe(ectx, j, before)
-		e.apply(ectx, j, fx, c.settle, c.chain)
+		e.apply(ectx, j, fx, c.settle, c.chain, plan)
 		e.publish(ectx, j, states)
+		if carried && c.chain.carriedLate() {
+			// The delivered message may be back and gone: the index, not
+			// it, must bring the carried steps back.
+			e.ensureDue(ectx, Message{Tenant: tenant, Job: id})
+			c.chain.job = nil
+		}
 		cancel()
 		return j, nil
 	}
@@ -181,7 +193,7 @@ func (e *Engine) decideOnly(j *domain.Job, now time.Time, fx *effects, decide fu
 // returned: the change is saved, a message not deleted is dropped when it
 // next comes, a slot not given back comes back when its lease expires, and
 // the sweep sends an overdue step again.
-func (e *Engine) apply(ctx context.Context, j *domain.Job, fx effects, settle *settlements, chain *chain) {
+func (e *Engine) apply(ctx context.Context, j *domain.Job, fx effects, settle *settlements, chain *chain, plan chainPlan) {
 	ackFailed := func(err error) {
 		e.cfg.Log.WarnContext(ctx, "a finished lease's message was not deleted; it is dropped when next received", "job", j.ID, "err", err)
 	}
@@ -207,19 +219,22 @@ func (e *Engine) apply(ctx context.Context, j *domain.Job, fx effects, settle *s
 	for _, r := range fx.release {
 		e.releaseSlot(ctx, j.Tenant, r.resource, r.key)
 	}
-	e.dispatch(ctx, j, chain.keep(ctx, j, fx.dispatch))
+	e.dispatch(ctx, j, chain.take(j, plan))
 }
 
-// dispatch sends steps a saved change calls for. A failed send is logged,
-// not returned: the job is saved, and the sweep re-sends overdue steps.
-func (e *Engine) dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispatch) {
+// dispatch sends steps a saved change calls for, and reports whether they
+// went out. A failed send is logged, not returned: the job is saved, and
+// the sweep re-sends overdue steps.
+func (e *Engine) dispatch(ctx context.Context, j *domain.Job, ds []domain.Dispatch) bool {
 	if len(ds) == 0 {
-		return
+		return true
 	}
 	e.touchDispatched(ctx, j, ds)
 	if err := e.cfg.Queue.Dispatch(ctx, j, Route(j, ds)); err != nil {
 		e.cfg.Log.WarnContext(ctx, "dispatch failed; the sweep will re-send", "job", j.ID, "err", err)
+		return false
 	}
+	return true
 }
 
 // loadedJob is what observers of a change need of the job as it was

@@ -46,6 +46,7 @@ const (
 // failure); the result and the error are the delivered message's.
 func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error) {
 	ch := e.newChain(ctx)
+	ch.token = d.Token
 	if d.Receives >= dueAfterReceives {
 		e.ensureDue(ctx, d.Message)
 	}
@@ -62,13 +63,17 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 	if err != nil {
 		return res, err
 	}
+	// unsent: chained steps that neither ran nor went out. If the chain
+	// carried steps out of the due index, the delivered message must come
+	// back for them (stranded): it is not deleted.
+	unsent := false
 	for len(ch.next) > 0 {
 		step := ch.next[0]
 		ch.next = ch.next[1:]
 		if ctx.Err() != nil {
 			// The invocation is ending: what the chain kept is sent, in
 			// one dispatch.
-			e.sendChained(ctx, d.Message.Tenant, d.Message.Job, ch.job, append([]string{step}, ch.next...))
+			unsent = !e.sendChained(ctx, d.Message.Tenant, d.Message.Job, ch.job, append([]string{step}, ch.next...)) || unsent
 			break
 		}
 		// The job as the last change saved it; a change that failed leaves
@@ -81,8 +86,11 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 			// have without the chain (and if that is lost, the sweep
 			// sends it after DispatchGrace).
 			e.cfg.Log.WarnContext(ctx, "a chained step did not run here; it is sent", "job", d.Message.Job, "step", step, "err", err)
-			e.sendChained(ctx, d.Message.Tenant, d.Message.Job, from, []string{step})
+			unsent = !e.sendChained(ctx, d.Message.Tenant, d.Message.Job, from, []string{step}) || unsent
 		}
+	}
+	if unsent && ch.carried() {
+		return res, fmt.Errorf("job %s: chained steps carried out of the due index were not sent; the message comes back for them", d.Message.Job)
 	}
 	return res, nil
 }
@@ -93,16 +101,17 @@ const contendedRetry = time.Second
 
 // sendChained sends chained steps that did not run, on the job as it
 // was before the try (its priority and each step's action say where), or
-// as read now. An invocation at its end still sends them (within
-// publishTimeout), rather than leave them to the sweep.
-func (e *Engine) sendChained(ctx context.Context, tenant, id string, j *domain.Job, steps []string) {
+// as read now, and reports whether they went out. An invocation at its
+// end still sends them (within publishTimeout), rather than leave them to
+// the sweep or the delivered message.
+func (e *Engine) sendChained(ctx context.Context, tenant, id string, j *domain.Job, steps []string) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
 	if j == nil {
 		var err error
 		if j, err = e.cfg.Store.Get(ctx, tenant, id); err != nil {
-			e.cfg.Log.WarnContext(ctx, "chained steps were not sent; the sweep sends them", "job", id, "steps", steps, "err", err)
-			return
+			e.cfg.Log.WarnContext(ctx, "chained steps were not sent; the sweep or their message brings them back", "job", id, "steps", steps, "err", err)
+			return false
 		}
 	}
 	var ds []domain.Dispatch
@@ -111,7 +120,7 @@ func (e *Engine) sendChained(ctx context.Context, tenant, id string, j *domain.J
 			ds = append(ds, domain.Dispatch{Step: s})
 		}
 	}
-	e.dispatch(ctx, j, ds)
+	return e.dispatch(ctx, j, ds)
 }
 
 // execute is Execute of one delivery, on from when set (the job as this
@@ -158,8 +167,11 @@ func (e *Engine) execute(ctx context.Context, d Delivery, from *domain.Job, ch *
 			// A message that comes back to find its step done may be the
 			// delivery of a chain that died (its invocation crashed or
 			// timed out): the steps that chain would have run are taken up
-			// again (resume), rather than left to the sweep.
-			ch.resume(t.job, e.now())
+			// again (resume), rather than left to the sweep. Those it
+			// carried out of the due index (stranded) only this message
+			// brings back, and it comes back only once that chain is past
+			// carrying: they are taken up whenever they were made ready.
+			ch.resume(t.job, e.now(), d.Receives > 1 && t.job.Stranded())
 		}
 		return Stale, nil
 	case unreadable:
@@ -213,7 +225,15 @@ const (
 // unchanged: a step is saved runnable before it runs, and a process that
 // dies leaves it to the sweep as a lost message would (DispatchGrace).
 type chain struct {
-	left     int       // steps it may still run
+	// token is the delivered message's. A write whose dispatches the
+	// chain all keeps may leave the job out of the due index (carries):
+	// that message, hidden for carryVisibility, brings the steps back if
+	// this invocation dies, as the sweep would, sooner and with no index
+	// write.
+	token       string
+	hiddenAt    time.Time // when the message was last hidden for carrying; zero: not yet
+	carryFailed bool
+	left        int       // steps it may still run
 	until    time.Time // wall time after which it takes no step that does I/O
 	deadline time.Time // the invocation's, less what finishing needs; zero: none
 	next     []string  // the steps kept, to run in order
@@ -236,49 +256,127 @@ func (e *Engine) newChain(ctx context.Context) *chain {
 	return c
 }
 
-// keep notes j as saved, takes those of ds the chain runs, and answers
-// the rest to send.
-func (c *chain) keep(ctx context.Context, j *domain.Job, ds []domain.Dispatch) []domain.Dispatch {
+// chainPlan is which of a change's dispatches the chain keeps, decided
+// before the change is saved (a write carrying them leaves the job out of
+// the due index) and taken after.
+type chainPlan struct {
+	kept []string // step ids, in order
+	io   bool     // the chain then holds a step that does I/O
+	rest []domain.Dispatch
+}
+
+// carriesAll reports whether the chain keeps every dispatch of the plan.
+func (p chainPlan) carriesAll() bool { return len(p.kept) > 0 && len(p.rest) == 0 }
+
+// plan answers which of ds the chain would keep, on j as it is to be
+// saved, and the rest to send.
+func (c *chain) plan(j *domain.Job, ds []domain.Dispatch) chainPlan {
 	if c == nil {
-		return ds
+		return chainPlan{rest: ds}
 	}
-	c.job = j
 	late := time.Now().After(c.until)
-	var rest []domain.Dispatch
+	p := chainPlan{io: c.io}
 	for _, d := range ds {
 		pure, ok := c.runs(j, d)
 		// Past ChainTime an instant step is still kept (up to ChainSteps):
 		// sent, the steps of a fan-out would be as many writers racing on
 		// the job, which is what a chain is for avoiding.
-		if !ok || len(c.next) >= c.left || !pure && (c.io || late) {
-			rest = append(rest, d)
+		if !ok || len(c.next)+len(p.kept) >= c.left || !pure && (p.io || late) {
+			p.rest = append(p.rest, d)
 			continue
 		}
-		c.next = append(c.next, d.Step.ID())
-		c.io = c.io || !pure
+		p.kept = append(p.kept, d.Step.ID())
+		p.io = p.io || !pure
 	}
-	return rest
+	return p
+}
+
+// take notes j as saved, takes the steps p keeps, and answers the rest to
+// send.
+func (c *chain) take(j *domain.Job, p chainPlan) []domain.Dispatch {
+	if c == nil {
+		return p.rest
+	}
+	c.job = j
+	c.next = append(c.next, p.kept...)
+	c.io = p.io
+	return p.rest
+}
+
+// keep notes j as saved, takes those of ds the chain runs, and answers
+// the rest to send.
+func (c *chain) keep(j *domain.Job, ds []domain.Dispatch) []domain.Dispatch {
+	return c.take(j, c.plan(j, ds))
+}
+
+// carryVisibility is how long a chain hides its delivered message while
+// it carries steps out of the due index; it hides it again for as long
+// once carryWindow has passed since it last did (a chain slowed by a busy
+// table: on AWS a chain's writes take milliseconds, and one hide does). A
+// chain that dies leaves its steps to that message, which comes back
+// within carryVisibility; a write that lands carryVisibility/2 after the
+// last hide (slow, retried) puts its job back in the index, since the
+// message may be back and gone.
+const (
+	carryVisibility = 10 * time.Second
+	carryWindow     = 3 * time.Second
+)
+
+// carries reports whether a write the chain keeps every dispatch of may
+// leave its job out of the due index, hiding the delivered message for
+// carryVisibility when it has not, or not lately. A chain starts carrying
+// only within ChainTime of its start.
+func (c *chain) carries(ctx context.Context, e *Engine) bool {
+	if c == nil || c.token == "" || c.carryFailed {
+		return false
+	}
+	now := time.Now()
+	if c.hiddenAt.IsZero() && now.After(c.until) {
+		return false
+	}
+	if c.hiddenAt.IsZero() || now.Sub(c.hiddenAt) >= carryWindow {
+		if err := e.cfg.Queue.Extend(ctx, c.token, carryVisibility); err != nil {
+			c.carryFailed = true
+			e.cfg.Log.WarnContext(ctx, "a chain's message was not hidden to carry its steps; they stay in the due index", "err", err)
+			return false
+		}
+		c.hiddenAt = now
+	}
+	return true
+}
+
+// carried reports whether the chain carried steps out of the due index.
+func (c *chain) carried() bool { return c != nil && !c.hiddenAt.IsZero() }
+
+// carriedLate reports whether a carried write landed so late that the
+// delivered message may already be back (and gone).
+func (c *chain) carriedLate() bool {
+	return c.carried() && time.Since(c.hiddenAt) >= carryVisibility/2
 }
 
 // resume takes up the steps of j a chain that died left runnable: those
-// it may run, due since longer than an invocation runs (c.dead), holding
-// no lease. Run
-// here they cost what their messages would have; one whose message is
-// only late finds, when it comes, its step done.
-func (c *chain) resume(j *domain.Job, now time.Time) {
+// it may run, due since longer than an invocation runs (c.dead), or
+// since any time when the chain carried them (stranded), holding no
+// lease. Run here they cost what their messages would have; one whose
+// message is only late finds, when it comes, its step done.
+func (c *chain) resume(j *domain.Job, now time.Time, stranded bool) {
 	if j == nil || j.State.Terminal() {
 		return
 	}
+	dead := c.dead
+	if stranded {
+		dead = 0
+	}
 	var ds []domain.Dispatch
 	for _, s := range j.Steps {
-		if s.Lease == nil && s.ReadyAt != nil && !s.ReadyAt.After(now.Add(-c.dead)) && j.CanLease(s.ID(), now) == nil {
+		if s.Lease == nil && s.ReadyAt != nil && !s.ReadyAt.After(now.Add(-dead)) && j.CanLease(s.ID(), now) == nil {
 			ds = append(ds, domain.Dispatch{Step: s})
 		}
 	}
 	if len(ds) == 0 {
 		return
 	}
-	c.keep(context.Background(), j, ds)
+	c.keep(j, ds)
 	c.job = nil // read again: the job as this delivery found it may be behind
 }
 

@@ -1,4 +1,5 @@
 package store
 
-// Inflate reads a stored document's bytes, for tests that look at raw items.
-var Inflate = inflate
+// InflateAttr reads the document an item holds in an attribute, for tests
+// that look at raw items.
+var InflateAttr = inflateAttr

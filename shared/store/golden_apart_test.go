@@ -130,9 +130,19 @@ func TestGoldenApartItemsWrite(t *testing.T) {
 		require.NoError(t, json.Unmarshal(g.want, &j), g.name)
 		w, err := jobWriteOf(&j, nil)
 		require.NoError(t, err, g.name)
+		if len(w.parts) == 0 {
+			// Compressed with a dictionary (compress.go), the job fits
+			// one item now: it is written whole, and reads as itself.
+			got, err := (&Store{}).decodeJob(w.item)
+			require.NoError(t, err, g.name)
+			raw, err := json.Marshal(got)
+			require.NoError(t, err, g.name)
+			require.JSONEq(t, string(g.want), string(raw), g.name)
+			continue
+		}
 		require.Len(t, w.parts, len(g.parts), g.name)
 		header := func(it map[string]ddb.AttributeValue) headerDoc {
-			raw, err := inflate(it[headerDocAttr].(*ddb.AttributeValueMemberB).Value)
+			raw, err := inflateAttr(it, headerDocAttr)
 			require.NoError(t, err, g.name)
 			var d headerDoc
 			require.NoError(t, strictJSON(raw, &d), g.name)
@@ -141,9 +151,9 @@ func TestGoldenApartItemsWrite(t *testing.T) {
 		}
 		require.Equal(t, header(g.item), header(w.item), g.name)
 		for k, p := range w.parts {
-			want, err := inflate(g.parts[k]["doc"].(*ddb.AttributeValueMemberB).Value)
+			want, err := inflateAttr(g.parts[k], "doc")
 			require.NoError(t, err, g.name)
-			got, err := inflate(p.item["doc"].(*ddb.AttributeValueMemberB).Value)
+			got, err := inflateAttr(p.item, "doc")
 			require.NoError(t, err, g.name)
 			require.Equal(t, string(want), string(got), "%s: part %d", g.name, k)
 		}

@@ -271,6 +271,7 @@ func (w *jobWrite) addPart(j *domain.Job, next *layout, doc partBytes) string {
 		"sk":  &ddb.AttributeValueMemberS{Value: name},
 		"doc": &ddb.AttributeValueMemberB{Value: doc.z},
 	}
+	withDict(it)
 	if next.ttl != 0 {
 		it["ttl"] = &ddb.AttributeValueMemberN{Value: strconv.FormatInt(next.ttl, 10)}
 	}
@@ -294,7 +295,7 @@ func (w *jobWrite) foldParts(j *domain.Job, next *layout) error {
 		if err != nil {
 			return err
 		}
-		z, err := deflate(raw)
+		z, err := deflateWith(raw, writeDict)
 		if err != nil {
 			return err
 		}
@@ -313,7 +314,7 @@ func splitPart(d partDoc) ([]partBytes, error) {
 	if err != nil {
 		return nil, err
 	}
-	z, err := deflate(raw)
+	z, err := deflateWith(raw, writeDict)
 	if err != nil {
 		return nil, err
 	}
@@ -360,7 +361,7 @@ func headerItem(j *domain.Job, l *layout, changed []int) (map[string]ddb.Attribu
 	if err != nil {
 		return nil, nil, fmt.Errorf("encode job %s: %w", j.ID, err)
 	}
-	z, err := deflate(raw)
+	z, err := deflateWith(raw, writeDict)
 	if err != nil {
 		return nil, nil, fmt.Errorf("compress job %s: %w", j.ID, err)
 	}
@@ -382,13 +383,9 @@ func (s *Store) putParts(ctx context.Context, j *domain.Job, w jobWrite) error {
 // readApart reads a job stored apart from its header item: its parts
 // from the cache, or the table, and the job assembled from them.
 func (s *Store) readApart(ctx context.Context, it map[string]ddb.AttributeValue) (*domain.Job, error) {
-	z, ok := it[headerDocAttr].(*ddb.AttributeValueMemberB)
-	if !ok {
-		return nil, errors.New("decode job: header has no document")
-	}
-	raw, err := inflate(z.Value)
+	raw, err := inflateAttr(it, headerDocAttr)
 	if err != nil {
-		return nil, fmt.Errorf("decode job: inflate: %w", err)
+		return nil, fmt.Errorf("decode job header: inflate: %w", err)
 	}
 	var hd headerDoc
 	if err := strictJSON(raw, &hd); err != nil {
@@ -532,15 +529,14 @@ func (s *Store) readParts(ctx context.Context, tenant, id string, names []string
 			}
 			for _, it := range res.Responses[s.table] {
 				sk, _ := it["sk"].(*ddb.AttributeValueMemberS)
-				z, _ := it["doc"].(*ddb.AttributeValueMemberB)
-				if sk == nil || z == nil {
+				if sk == nil {
 					continue
 				}
 				k, ok := at[sk.Value]
 				if !ok {
 					continue
 				}
-				raw, err := inflate(z.Value)
+				raw, err := inflateAttr(it, "doc")
 				if err != nil {
 					return nil, fmt.Errorf("part %s of job %s: inflate: %w", sk.Value, id, err)
 				}

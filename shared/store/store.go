@@ -24,14 +24,11 @@
 package store
 
 import (
-	"bytes"
-	"compress/flate"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -130,7 +127,7 @@ func wholeItem(j *domain.Job) (map[string]ddb.AttributeValue, []byte, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("encode job %s: %w", j.ID, err)
 	}
-	z, err := deflate(doc)
+	z, err := deflateWith(doc, writeDict)
 	if err != nil {
 		return nil, nil, fmt.Errorf("compress job %s: %w", j.ID, err)
 	}
@@ -146,6 +143,7 @@ func itemOf(j *domain.Job, doc string, z []byte, v int) map[string]ddb.Attribute
 	it["queue"] = &ddb.AttributeValueMemberS{Value: j.Queue}
 	it[doc] = &ddb.AttributeValueMemberB{Value: z}
 	it[docVersionAttr] = &ddb.AttributeValueMemberN{Value: strconv.Itoa(v)}
+	withDict(it)
 	if j.DueAt != nil {
 		it["gsi2pk"] = &ddb.AttributeValueMemberS{Value: dueShard(j.ID)}
 		it["gsi2sk"] = &ddb.AttributeValueMemberS{Value: j.DueAt.UTC().Format(dueLayout)}
@@ -165,11 +163,7 @@ func itemOf(j *domain.Job, doc string, z []byte, v int) map[string]ddb.Attribute
 // quarantine every job a newer build wrote, on a rollback. The golden
 // items' test reads strictly, so no build writes a field it cannot read.
 func (s *Store) decodeJob(it map[string]ddb.AttributeValue) (*domain.Job, error) {
-	doc, ok := it["doc"].(*ddb.AttributeValueMemberB)
-	if !ok {
-		return nil, errors.New("decode job: item has no doc")
-	}
-	raw, err := inflate(doc.Value)
+	raw, err := inflateAttr(it, "doc")
 	if err != nil {
 		return nil, fmt.Errorf("decode job: inflate: %w", err)
 	}
@@ -287,21 +281,6 @@ func (s *Store) log() *slog.Logger {
 	}
 	return slog.Default()
 }
-
-// deflate compresses a stored document (a job's, a schedule's).
-func deflate(doc []byte) ([]byte, error) {
-	var buf bytes.Buffer
-	zw, _ := flate.NewWriter(&buf, flate.DefaultCompression) // fails only for a bad level
-	if _, err := zw.Write(doc); err != nil {
-		return nil, err
-	}
-	if err := zw.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
-
-func inflate(z []byte) ([]byte, error) { return io.ReadAll(flate.NewReader(bytes.NewReader(z))) }
 
 // Create writes a new job. With an idempotency key the job and the key's
 // record are written in one transaction; when the key is taken, the job it

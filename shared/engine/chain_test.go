@@ -400,3 +400,36 @@ func TestAContendedDeliveryComesBackSoon(t *testing.T) {
 	require.LessOrEqual(t, wait, 2*time.Second, "not the visibility timeout (%s)", builtinLease)
 	b.e.Configure(func(c *engine.Config) { c.Store = b.store })
 }
+
+// A copy of a message handed out while its first delivery's chain
+// carries the job's steps (SQS delivers a message twice now and then)
+// finds its step done and the job out of the due index: it keeps the
+// message (hidden, not deleted) rather than take from the chain what
+// brings its steps back, so when the chain then dies the message still
+// comes back and runs them.
+func TestACopyOfACarryingChainsMessageKeepsIt(t *testing.T) {
+	t.Parallel()
+	b, st := counted(t)
+	j := b.submit(t, tenantA, passSteps(3))
+	d := b.takeOne(t)
+	first := st.saves.Load() + 1
+	var copyRes engine.ExecuteResult
+	st.afterSave = func(n int64) {
+		if n == first { // s0 recorded, s1 carried: the copy comes now
+			var err error
+			copyRes, err = b.e.Execute(b.ctx, d)
+			require.NoError(t, err)
+			st.crashSave = st.saves.Load() + 1 // then the chain dies before s1's write
+		}
+	}
+	require.Panics(t, func() { _, _ = b.e.Execute(b.ctx, d) })
+	require.Equal(t, engine.Held, copyRes, "the copy kept the message")
+	got := b.job(t, tenantA, j.ID)
+	require.True(t, got.Stranded())
+
+	require.NoError(t, b.queue.Release(b.ctx, d.Token))
+	again := b.takeOne(t)
+	require.Equal(t, 2, again.Receives)
+	require.Equal(t, engine.Stale, b.execute(t, again))
+	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State, "the message came back and ran the rest")
+}

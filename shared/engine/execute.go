@@ -46,7 +46,13 @@ const (
 // failure); the result and the error are the delivered message's.
 func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error) {
 	ch := e.newChain(ctx)
-	ch.token = d.Token
+	if d.Receives <= 1 {
+		// Only a first delivery carries steps on its message: one that
+		// came back may be taking up what a chain carried, and must leave
+		// what it does in the due index (the message it holds may be
+		// deleted by the chain that hid it).
+		ch.token = d.Token
+	}
 	if d.Receives >= dueAfterReceives {
 		e.ensureDue(ctx, d.Message)
 	}
@@ -164,6 +170,18 @@ func (e *Engine) execute(ctx context.Context, d Delivery, from *domain.Job, ch *
 		return Deferred, nil
 	case stale:
 		if delivered {
+			stranded := t.job != nil && t.job.Stranded()
+			if stranded && d.Receives <= 1 && d.Token != "" {
+				// A copy of a message whose first delivery runs a chain
+				// that carries the job's steps (SQS hands a message out
+				// twice now and then): deleted, it would leave nothing to
+				// bring them back if that chain died. It is hidden and
+				// kept, and comes back to find the job moved on.
+				if qerr := e.cfg.Queue.Extend(ctx, d.Token, carryVisibility); qerr != nil {
+					e.cfg.Log.WarnContext(ctx, "a copy of a carrying chain's message was not hidden; it comes back at its visibility timeout", "job", d.Message.Job, "err", qerr)
+				}
+				return Held, nil
+			}
 			// A message that comes back to find its step done may be the
 			// delivery of a chain that died (its invocation crashed or
 			// timed out): the steps that chain would have run are taken up
@@ -171,7 +189,7 @@ func (e *Engine) execute(ctx context.Context, d Delivery, from *domain.Job, ch *
 			// carried out of the due index (stranded) only this message
 			// brings back, and it comes back only once that chain is past
 			// carrying: they are taken up whenever they were made ready.
-			ch.resume(t.job, e.now(), d.Receives > 1 && t.job.Stranded())
+			ch.resume(t.job, e.now(), d.Receives > 1 && stranded)
 		}
 		return Stale, nil
 	case unreadable:

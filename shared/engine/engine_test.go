@@ -109,6 +109,10 @@ var p0First = engine.PriorityOrder(1)
 type lossyQueue struct {
 	*memory.Queue
 	drop atomic.Int32
+	// dropBatch, when set, loses the DispatchJobs call of that number
+	// (from 1), and drop then counts single dispatches only; batches
+	// counts the calls.
+	dropBatch, batches atomic.Int32
 }
 
 func (q *lossyQueue) Dispatch(ctx context.Context, j *domain.Job, ds []engine.Send) error {
@@ -120,6 +124,12 @@ func (q *lossyQueue) Dispatch(ctx context.Context, j *domain.Job, ds []engine.Se
 }
 
 func (q *lossyQueue) DispatchJobs(ctx context.Context, batch []engine.JobSends) error {
+	if n, drop := q.batches.Add(1), q.dropBatch.Load(); drop != 0 {
+		if n == drop {
+			return errors.New("injected: process died before the send")
+		}
+		return q.Queue.DispatchJobs(ctx, batch) // drop counts single dispatches then
+	}
 	if q.drop.Add(-1) >= 0 {
 		return errors.New("injected: process died before the send")
 	}

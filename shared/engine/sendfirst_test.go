@@ -190,25 +190,41 @@ func TestALongTimerIsArmedBeforeTheSweepsWrite(t *testing.T) {
 	wake := b.clock.Now().Add(2 * time.Hour)
 	armAt := wake.Add(-domain.DefaultTimerThreshold)
 	spec := `{"steps":[{"id":"nap","action":{"type":"sleep","seconds":7200}}]}`
-	first := b.submit(t, tenantA, spec)
-	second := b.submit(t, tenantA, spec)
-	require.Equal(t, armAt, *first.DueAt)
-
-	b.clock.Advance(armAt.Sub(b.clock.Now()))
-	b.lossy.drop.Store(1) // the first job's send before its write
-	require.Equal(t, engine.SweepReport{Due: 2}, b.sweep(t))
-	require.Equal(t, 2, b.queue.Len("", ""), "each timer sent once")
-	sentFirst, sentAfter := b.job(t, tenantA, second.ID), b.job(t, tenantA, first.ID)
-	if sentFirst.DueAt != nil {
-		sentFirst, sentAfter = sentAfter, sentFirst // the sweep's order
+	var jobs []*domain.Job
+	for range 12 {
+		jobs = append(jobs, b.submit(t, tenantA, spec))
 	}
-	require.Nil(t, sentFirst.DueAt, "out of the due index")
-	require.Equal(t, wake.Add(domain.DispatchGrace), *sentAfter.DueAt, "due if its message never comes")
+	require.Equal(t, armAt, *jobs[0].DueAt)
+
+	// The sweep reads ten due jobs before it writes any, and sends their
+	// timers together: one batch of sends for ten jobs, then the other
+	// two, whose batch is lost (the process died before its send). Each
+	// of those two is sent again before its own write, and the first of
+	// those sends is lost too: that one goes after its write.
+	b.clock.Advance(armAt.Sub(b.clock.Now()))
+	batches := b.lossy.batches.Load()
+	b.lossy.dropBatch.Store(batches + 2)
+	b.lossy.drop.Store(1)
+	require.Equal(t, engine.SweepReport{Due: 12}, b.sweep(t))
+	require.EqualValues(t, 2, b.lossy.batches.Load()-batches, "two batches of sends for twelve jobs")
+	require.Equal(t, 12, b.queue.Len("", ""), "each timer sent once")
+	var out, in int
+	for _, j := range jobs {
+		got := b.job(t, tenantA, j.ID)
+		if got.DueAt == nil {
+			out++ // sent before its write: out of the due index
+			continue
+		}
+		in++
+		require.Equal(t, wake.Add(domain.DispatchGrace), *got.DueAt, "sent after its write: due if its message never comes")
+	}
+	require.Equal(t, []int{11, 1}, []int{out, in})
 
 	b.clock.Advance(wake.Sub(b.clock.Now()))
-	require.Equal(t, []engine.ExecuteResult{engine.Executed, engine.Executed}, b.drain(t))
-	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, first.ID).State)
-	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, second.ID).State)
+	require.Len(t, b.drain(t), 12)
+	for _, j := range jobs {
+		require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State)
+	}
 }
 
 // A first message carries its job as written: its delivery needs no

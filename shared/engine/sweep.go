@@ -95,12 +95,20 @@ func (e *Engine) Sweep(ctx context.Context) (SweepReport, error) {
 	rep.Due = len(keys)
 	end := e.sweepEnd(ctx, start)
 	take, left := sweepTurns(keys, SweepTenantQuota)
-	for i, k := range take {
-		if ctx.Err() != nil || !e.now().Before(end) {
+	over := func() bool { return ctx.Err() != nil || !e.now().Before(end) }
+	for i := 0; i < len(take); {
+		if over() {
 			left = append(slices.Clip(take[i:]), left...) // their turns came first
 			break
 		}
-		e.sweepKey(ctx, k, &rep)
+		read, armed := e.armGroup(ctx, take[i:min(i+armGroup, len(take))], end)
+		for g := range read {
+			if g > 0 && over() {
+				break // read, perhaps sent: the next run reads them again
+			}
+			e.sweepKey(ctx, take[i], read[g], armed[g], &rep)
+			i++
+		}
 	}
 	rep.Left = len(left)
 	rep.Postponed = e.postpone(ctx, keys, left, end)
@@ -159,9 +167,74 @@ func sweepTurns(keys []DueJob, quota int) (take, left []DueJob) {
 	return take, left
 }
 
-// sweepKey moves on one due job, or sets it aside.
-func (e *Engine) sweepKey(ctx context.Context, k DueJob, rep *SweepReport) {
-	err := e.sweepJob(ctx, k.Tenant, k.ID, rep)
+// armGroup is how many due jobs a sweep reads before it writes any: the
+// long timers that came within reach among them are sent together (one
+// SendMessageBatch for up to ten), not one request a job.
+const armGroup = 10
+
+// armGroup reads the jobs of group, the first at least, and the next
+// while reading has taken less than half the time left before end (their
+// writes take as long), and sends, together, the long timers of each that
+// came within reach, before any of their writes (armFirst). It answers
+// each job read (nil: not read; sweepJob reads it) and what was sent of
+// it.
+func (e *Engine) armGroup(ctx context.Context, group []DueJob, end time.Time) ([]*domain.Job, []armedFirst) {
+	var read []*domain.Job
+	var armed []armedFirst
+	now := e.now()
+	var batch []JobSends
+	var ds [][]domain.Dispatch
+	var of []int
+	for g, k := range group {
+		if g > 0 && (ctx.Err() != nil || !e.now().Add(e.now().Sub(now)).Before(end)) {
+			break
+		}
+		read, armed = append(read, nil), append(armed, armedFirst{})
+		j, d := e.readToArm(ctx, k, now, armed[g])
+		read[g] = j
+		if len(d) > 0 {
+			e.touchDispatched(ctx, j, d)
+			batch = append(batch, JobSends{Job: j, Sends: Route(j, d)})
+			ds, of = append(ds, d), append(of, g)
+		}
+	}
+	if len(batch) == 0 {
+		return read, armed
+	}
+	if err := e.cfg.Queue.DispatchJobs(ctx, batch); err != nil {
+		// Which went out is not known: each job's write sends its own
+		// after it (a duplicate finds nothing to do).
+		e.cfg.Log.WarnContext(ctx, "long timers not sent before the sweep's writes; they are sent after them", "jobs", len(batch), "err", err)
+		return read, armed
+	}
+	for b, d := range ds {
+		for _, x := range d {
+			armed[of[b]][x.Step.ID()] = now.Add(x.Delay)
+		}
+	}
+	return read, armed
+}
+
+// readToArm reads a due job and answers the long timers to send before
+// its write. A job that cannot be read, or whose reading panics (a bug),
+// is answered nil: sweepJob reads it again, and sets it aside, saying why.
+func (e *Engine) readToArm(ctx context.Context, k DueJob, now time.Time, armed armedFirst) (j *domain.Job, ds []domain.Dispatch) {
+	defer func() {
+		if recover() != nil {
+			j, ds = nil, nil
+		}
+	}()
+	j, err := e.cfg.Store.Get(ctx, k.Tenant, k.ID)
+	if err != nil {
+		return nil, nil
+	}
+	return j, toArmFirst(j, now, armed)
+}
+
+// sweepKey moves on one due job (from: as armGroup read it, or nil), or
+// sets it aside.
+func (e *Engine) sweepKey(ctx context.Context, k DueJob, from *domain.Job, armed armedFirst, rep *SweepReport) {
+	err := e.sweepJob(ctx, k.Tenant, k.ID, from, armed, rep)
 	switch {
 	case err == nil:
 	case errors.Is(err, domain.ErrUnreadable):
@@ -217,7 +290,7 @@ func (e *Engine) postpone(ctx context.Context, keys, left []DueJob, end time.Tim
 
 var errPanic = errors.New("panic")
 
-func (e *Engine) sweepJob(ctx context.Context, tenant, id string, rep *SweepReport) (err error) {
+func (e *Engine) sweepJob(ctx context.Context, tenant, id string, from *domain.Job, armed armedFirst, rep *SweepReport) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("sweep job %s: %w: %v", id, errPanic, p)
@@ -225,8 +298,10 @@ func (e *Engine) sweepJob(ctx context.Context, tenant, id string, rep *SweepRepo
 	}()
 	reclaimed, redispatched := 0, 0
 	deleted := false
-	armed := armedFirst{}
-	_, err = e.commit(ctx, tenant, id, nil, change{
+	if armed == nil {
+		armed = armedFirst{}
+	}
+	_, err = e.commit(ctx, tenant, id, from, change{
 		prepare: func(ctx context.Context, j *domain.Job, now time.Time) error {
 			if err := e.deleteDueData(ctx, j, now); err != nil {
 				return err
@@ -270,14 +345,7 @@ func (a armedFirst) has(d domain.Dispatch, now time.Time) bool {
 // failed send leaves them to be sent after the write, as any other. A
 // change decided again after a lost race sends none twice.
 func (e *Engine) armFirst(ctx context.Context, j *domain.Job, now time.Time, armed armedFirst) {
-	var ds []domain.Dispatch
-	for _, d := range j.ToArm(now) {
-		// One whose instant has come is not: the decision fires a timer
-		// that is due itself (FireDue), and a message would find it fired.
-		if d.Delay > 0 && !armed.has(d, now) && DestinationOf(j, d.Step).Kind == ToReady {
-			ds = append(ds, d)
-		}
-	}
+	ds := toArmFirst(j, now, armed)
 	if len(ds) == 0 {
 		return
 	}
@@ -289,6 +357,20 @@ func (e *Engine) armFirst(ctx context.Context, j *domain.Job, now time.Time, arm
 	for _, d := range ds {
 		armed[d.Step.ID()] = now.Add(d.Delay)
 	}
+}
+
+// toArmFirst answers the long timers of j a sweep sends before its write:
+// those within reach at now, not sent already, for the ready queues.
+func toArmFirst(j *domain.Job, now time.Time, armed armedFirst) []domain.Dispatch {
+	var ds []domain.Dispatch
+	for _, d := range j.ToArm(now) {
+		// One whose instant has come is not: the decision fires a timer
+		// that is due itself (FireDue), and a message would find it fired.
+		if d.Delay > 0 && !armed.has(d, now) && DestinationOf(j, d.Step).Kind == ToReady {
+			ds = append(ds, d)
+		}
+	}
+	return ds
 }
 
 // deleteDueData deletes a finished job's stored data once it is due to

@@ -49,7 +49,7 @@ chaos:
 vet:
 	$(GO) vet ./...
 
-## bench: throughput, latency, every AWS request and its price vs the floor and Step Functions; writes docs/benchmarks.md (not part of test)
+## bench: throughput, latency, every AWS request and its price vs the floor and Step Functions; writes docs/benchmarks.md (not part of test). BENCH_FLAGS="--only five-step,timer" runs and prices just those workloads
 bench:
 	$(GO) run ./cmd/stepflow-bench $(BENCH_FLAGS)
 

@@ -61,6 +61,9 @@ type options struct {
 	rest                       []int
 	out, chart, prices         string
 	skipBuild                  bool
+	// only, when set, runs just the workloads whose names contain one of
+	// these, and prints their cost; docs/benchmarks.md is not written.
+	only []string
 	// largeOutput is what the large-output workload's workers complete
 	// with; noBlobs keeps every output in the job's item (no S3), to
 	// measure what large data cost before it went to S3.
@@ -102,6 +105,7 @@ func main() {
 	f.StringVar(&o.chart, "chart", "docs/benchmarks.png", "chart")
 	f.StringVar(&o.prices, "prices", "docs/costs.md", "price table")
 	f.BoolVar(&o.skipBuild, "skip-build", false, "do not build the Lambda bootstraps to measure their size")
+	f.StringSliceVar(&o.only, "only", nil, "run only the workloads whose names contain one of these (e.g. --only five-step,timer) and print what each cost; writes no report")
 	f.IntVar(&o.largeOutput, "large-output", 32*1024, "bytes each step of the large-output worker workload completes with (incompressible)")
 	f.BoolVar(&o.noBlobs, "no-blobs", false, "keep every payload and output in the job's item, no S3 (the cost before large data went to S3)")
 	f.StringVar(&o.poller, "poller", "both", "how the event source mapping receives: batching (up to ten a receive), aws (one a receive, as Lambda's pollers at low load), both (batching, and the single-step workload again AWS-like)")
@@ -344,6 +348,9 @@ func run(ctx context.Context, o options) error {
 			map[string]any{"id": "after", "action": map[string]any{"type": "pass"}},
 		}, "payload": map[string]any{"n": 1}}},
 	} {
+		if !o.runs(w.name) {
+			continue
+		}
 		modes := []bool{o.poller == "aws"}
 		if o.poller == "both" && i == 0 {
 			modes = append(modes, true)
@@ -362,6 +369,10 @@ func run(ctx context.Context, o options) error {
 			}
 			results = append(results, r)
 		}
+	}
+	if len(o.only) > 0 {
+		fmt.Print(renderOnly(results, prices))
+		return nil
 	}
 	fmt.Fprintln(os.Stderr, "bench: floor ...")
 	floor, err := runFloor(ctx, st, o.jobs, o.concurrency)
@@ -406,6 +417,19 @@ func run(ctx context.Context, o options) error {
 	fmt.Printf("bench: %.0f jobs/s = %.2f of floor, %.1f requests/job, $%.2f per million jobs all-in but Lambda duration and logs (floor $%.2f; Step Functions Standard $%.2f)\n",
 		single.jobsPerSec(), single.jobsPerSec()/floor.jobsPerSec(), reqs, single.bill(prices).Total(), prices.Bill(costmeter.Floor(1, 1)).Total(), std)
 	return nil
+}
+
+// runs reports whether the workload named name is run (--only).
+func (o options) runs(name string) bool {
+	if len(o.only) == 0 {
+		return true
+	}
+	for _, s := range o.only {
+		if strings.Contains(name, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // submitBatch is how many jobs of a workload one request submits: ten

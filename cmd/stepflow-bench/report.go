@@ -18,6 +18,20 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float
 
 func msf(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
 
+// renderOnly is the short report of --only: each workload's time and
+// what it cost, line by line of the bill.
+func renderOnly(results []result, p costmeter.Prices) string {
+	var b strings.Builder
+	b.WriteString("| workload | jobs | enqueue to done p50 | WRU/job | RRU/job | SQS requests/job | DynamoDB | SQS | Lambda requests | API Gateway | timers | storage | total $ per million | beside: Lambda duration |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range results {
+		bill, n := r.bill(p), float64(r.Jobs)
+		fmt.Fprintf(&b, "| %s | %d | %s | %.2f | %.2f | %.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f |\n", r.Name, r.Jobs, ms(percentile(r.ToDone, .5)),
+			r.Units.WRU/n, r.Units.RRU/n, float64(r.count("sqs."))/n,
+			bill.DynamoDB, bill.SQS, bill.LambdaRequests, bill.APIGateway, bill.Timers, bill.Storage, bill.Total(), bill.LambdaDuration)
+	}
+	return b.String()
+}
+
 func render(results []result, floor result, sweeps []sweepPoint, exp expiryPoint, lat chainLatency, sizes map[string]int64, p costmeter.Prices, o options) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# stepflow benchmarks\n\nWritten by `make bench` on %s: the local stack (moto behind its serialising proxy) on this machine, %d submitting clients, %d external workers.\n"+

@@ -67,17 +67,7 @@ func inflateWith(z []byte, dict int) ([]byte, error) {
 }
 
 // itemDict answers the dictionary an item's document is compressed with.
-func itemDict(it map[string]ddb.AttributeValue) (int, error) {
-	a, ok := it[dictAttr]
-	if !ok {
-		return 0, nil
-	}
-	n, isN := a.(*ddb.AttributeValueMemberN)
-	if !isN {
-		return 0, fmt.Errorf("attribute %s is a %T, not a number", dictAttr, a)
-	}
-	return strconv.Atoi(n.Value)
-}
+func itemDict(it map[string]ddb.AttributeValue) (int, error) { return intAttr(it, dictAttr, 0) }
 
 // inflateAttr reads the document an item holds in attribute attr.
 func inflateAttr(it map[string]ddb.AttributeValue, attr string) ([]byte, error) {

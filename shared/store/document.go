@@ -251,17 +251,22 @@ func (d *jobDoc) canonicalSpellings() {
 // documentVersionOf answers the version of an item's document: 1 without
 // the attribute.
 func documentVersionOf(it map[string]ddb.AttributeValue) (int, error) {
-	a, ok := it[docVersionAttr]
+	return intAttr(it, docVersionAttr, 1)
+}
+
+// intAttr answers an item's number attribute name, or absent without it.
+func intAttr(it map[string]ddb.AttributeValue, name string, absent int) (int, error) {
+	a, ok := it[name]
 	if !ok {
-		return 1, nil
+		return absent, nil
 	}
 	n, isN := a.(*ddb.AttributeValueMemberN)
 	if !isN {
-		return 0, fmt.Errorf("attribute %s is a %T, not a number", docVersionAttr, a)
+		return 0, fmt.Errorf("attribute %s is a %T, not a number", name, a)
 	}
 	v, err := strconv.Atoi(n.Value)
 	if err != nil {
-		return 0, fmt.Errorf("attribute %s: %w", docVersionAttr, err)
+		return 0, fmt.Errorf("attribute %s: %w", name, err)
 	}
 	return v, nil
 }

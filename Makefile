@@ -25,9 +25,9 @@ E2E := ./localstack/devstack ./localstack/chaos ./cmd/stepflow-local
 test: vet
 	$(GO) test -race -count=1 -p 3 -ldflags=-w $$($(GO) list ./... | grep -v -e /examples/ $(patsubst ./%,-e '/%$$',$(E2E)))
 	$(GO) test -count=1 -p 3 -ldflags=-w $(E2E) ./examples/...
-	$(GO) test -run='^$$' -fuzz='^FuzzParseJobSpec$$' -fuzztime=$(FUZZ_SPEC) ./shared/domain
-	$(GO) test -run='^$$' -fuzz='^FuzzTransitions$$' -fuzztime=$(FUZZ_TRANSITIONS) ./shared/domain
-	$(GO) test -run='^$$' -fuzz='^FuzzAPIGatewayEvent$$' -fuzztime=$(FUZZ_API) ./shared/httpapi
+	$(GO) test -run='^$$' -fuzz='^FuzzParseJobSpec$$' -fuzztime=$(FUZZ_SPEC) -fuzzminimizetime=$(FUZZ_MINIMIZE) ./shared/domain
+	$(GO) test -run='^$$' -fuzz='^FuzzTransitions$$' -fuzztime=$(FUZZ_TRANSITIONS) -fuzzminimizetime=$(FUZZ_MINIMIZE) ./shared/domain
+	$(GO) test -run='^$$' -fuzz='^FuzzAPIGatewayEvent$$' -fuzztime=$(FUZZ_API) -fuzzminimizetime=$(FUZZ_MINIMIZE) ./shared/httpapi
 	$(GO) run ./cmd/stepflow-chaos --runs 2 --seed 1
 	cfn-lint template.yaml
 
@@ -36,6 +36,10 @@ test: vet
 # ("context deadline exceeded", no crasher) on a busy machine
 # (go.dev/issue/75804, fixed in Go 1.27). Each is 5 to 15 s here (a
 # transitions input is a whole job's random walk, replayed).
+# A new interesting input is minimized before the run goes on, for up to
+# 60 s by default: CI's FuzzTransitions once stood still 57 s doing so.
+# A count bounds it (and a failure's minimizing) as the budgets are.
+FUZZ_MINIMIZE ?= 200x
 FUZZ_SPEC ?= 100000x
 FUZZ_TRANSITIONS ?= 4000x
 FUZZ_API ?= 5000x

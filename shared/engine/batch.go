@@ -30,41 +30,7 @@ type BatchResult struct {
 // batchFirstDelay holds back the first messages a batch sends before its
 // writes, so that they come after all of them: sent at once, most came
 // before their job was written, and waited out an early delivery's 4 s.
-// A batch's writes are one after another, and take longer on a busy
-// table: the messages are held back twice as long as this process's
-// recent batches took to write as many jobs (batchWrite), up to
-// maxBatchFirstDelay. An early delivery costs a read, a hide, another
-// receive, and from its third one, a write that puts its job in the due
-// index.
-const (
-	batchFirstDelay    = time.Second
-	maxBatchFirstDelay = 10 * time.Second
-)
-
-// batchDelay answers how long to hold back the first messages of a batch
-// of n jobs.
-func (e *Engine) batchDelay(n int) time.Duration {
-	return min(max(batchFirstDelay, 2*time.Duration(n)*time.Duration(e.batchWrite.Load())), maxBatchFirstDelay)
-}
-
-// noteBatchWrites folds the time a batch took to write n jobs into
-// batchWrite.
-func (e *Engine) noteBatchWrites(took time.Duration, n int) {
-	if n == 0 {
-		return
-	}
-	per := int64(took) / int64(n)
-	for {
-		old := e.batchWrite.Load()
-		next := per
-		if old != 0 {
-			next = (4*old + per) / 5
-		}
-		if e.batchWrite.CompareAndSwap(old, next) {
-			return
-		}
-	}
-}
+const batchFirstDelay = time.Second
 
 // BatchKeyField names an item's idempotency key in its errors.
 const BatchKeyField = "idempotency_key"
@@ -77,7 +43,6 @@ const BatchKeyField = "idempotency_key"
 func (e *Engine) SubmitBatch(ctx context.Context, tenant string, items []BatchItem) []BatchResult {
 	out := make([]BatchResult, len(items))
 	jobs := make([]*domain.Job, len(items))
-	delay := e.batchDelay(len(items))
 	var first []JobSends
 	for i, it := range items {
 		j, err := e.build(ctx, tenant, "", it.Body, it.IdemKey, BatchKeyField)
@@ -89,7 +54,7 @@ func (e *Engine) SubmitBatch(ctx context.Context, tenant string, items []BatchIt
 		if ds := e.sendFirst(j); len(ds) > 0 && j.SentBeforeWrite(ds) {
 			e.touchDispatched(ctx, j, ds)
 			for k := range ds {
-				ds[k].Delay = max(ds[k].Delay, delay)
+				ds[k].Delay = max(ds[k].Delay, batchFirstDelay)
 			}
 			first = append(first, JobSends{Job: j, Sends: carrying(j, Route(j, ds))})
 		}
@@ -112,7 +77,6 @@ func (e *Engine) SubmitBatch(ctx context.Context, tenant string, items []BatchIt
 	var batch []JobSends
 	queued := map[string]bool{} // one item repeating another's key sends nothing twice
 	var made []creation
-	writing := time.Now()
 	for i, it := range items {
 		j := jobs[i]
 		if j == nil {
@@ -133,7 +97,6 @@ func (e *Engine) SubmitBatch(ctx context.Context, tenant string, items []BatchIt
 		e.touchDispatched(ctx, c.job, c.dispatches)
 		batch = append(batch, JobSends{Job: c.job, Sends: Route(c.job, c.dispatches)})
 	}
-	e.noteBatchWrites(time.Since(writing), len(made))
 	if len(batch) > 0 {
 		if err := e.cfg.Queue.DispatchJobs(ctx, batch); err != nil {
 			e.cfg.Log.WarnContext(ctx, "dispatch failed; the sweep will re-send", "jobs", len(batch), "err", err)

@@ -112,9 +112,6 @@ type Engine struct {
 	touched     sync.Map    // tenant NUL queue -> when this process last recorded its use
 	takes       sync.Map    // tenant NUL queue -> *atomic.Int64, this process's takes from it (destination.go)
 	fullTenants fullTenants // longpoll.go
-	// batchWrite is how long a batch submission's writes took a job,
-	// lately (ns, an exponentially weighted mean; batch.go).
-	batchWrite atomic.Int64
 
 	rngMu sync.Mutex
 	rng   *mrand.Rand

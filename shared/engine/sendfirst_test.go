@@ -333,32 +333,3 @@ func TestASweepSendsAStepItMakesRunnableAfterItsWrite(t *testing.T) {
 	require.Equal(t, []engine.ExecuteResult{engine.Executed}, b.drain(t))
 	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State)
 }
-
-// A batch whose writes are slow (a busy table) holds the first messages
-// of the batches after it back for longer: twice as long as writing as
-// many jobs took, so that they still come after their writes.
-func TestABatchHoldsItsMessagesBackAsLongAsItsWritesTake(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	const perWrite = 120 * time.Millisecond
-	slow := &slowCreateStore{Store: b.store, before: func() { time.Sleep(perWrite) }} // the table's slowness, not a wait for anything
-	b.e.Configure(func(c *engine.Config) { c.Store = slow })
-	items := make([]engine.BatchItem, 10)
-	for i := range items {
-		items[i] = engine.BatchItem{Body: []byte(`{"steps":[{"id":"only","action":{"type":"pass"}}]}`)}
-	}
-	for _, r := range b.e.SubmitBatch(b.ctx, tenantA, items) {
-		require.NoError(t, r.Err)
-	}
-	b.clock.Advance(time.Second)
-	require.Len(t, b.drain(t), 10, "the first batch's messages: held back a second")
-
-	slow.before = nil
-	for _, r := range b.e.SubmitBatch(b.ctx, tenantA, items) {
-		require.NoError(t, r.Err)
-	}
-	b.clock.Advance(time.Second)
-	require.Empty(t, b.queue.TakeReady(10), "held back longer than a second: the last batch took 1.2 s to write")
-	b.clock.Advance(10 * time.Second) // the most a batch holds back
-	require.Len(t, b.drain(t), 10)
-}

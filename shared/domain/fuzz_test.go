@@ -416,7 +416,7 @@ func (w *walker) signal(_ int, _ *domain.Step, arg int) (string, error) {
 }
 
 func (w *walker) fireTimers(int, *domain.Step, int) (string, error) {
-	_, _, err := w.j.FireDue(w.now)
+	_, _, err := w.j.FireDue(w.now, nil)
 	return "timers", err
 }
 

@@ -182,15 +182,16 @@ func (j *Job) Fire(stepID string, now time.Time) ([]Dispatch, error) {
 
 // FireDue fires every timer of the job that is past due at now: the
 // sweep's safety net for a timer message that never came, and the end of
-// a resource wait past its bound. It answers what
-// to send and how many timers it fired.
-func (j *Job) FireDue(now time.Time) ([]Dispatch, int, error) {
+// a resource wait past its bound, but for the steps sent answers true for
+// (nil: none). It answers what to send and how many timers it fired.
+func (j *Job) FireDue(now time.Time, sent func(*Step) bool) ([]Dispatch, int, error) {
 	var out []Dispatch
 	n := 0
 	for _, s := range j.Steps {
 		// A step that fails the job cancels the others, so their timers
-		// are gone from then on.
-		if t := s.timerAt(); t == nil || now.Before(*t) || j.State.Terminal() {
+		// are gone from then on. One whose message the sweep has just sent
+		// (sent) is fired by that message.
+		if t := s.timerAt(); t == nil || now.Before(*t) || j.State.Terminal() || sent != nil && sent(s) {
 			continue
 		}
 		ds, err := j.Fire(s.ID(), now)

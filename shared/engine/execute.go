@@ -252,11 +252,11 @@ type chain struct {
 	hiddenAt    time.Time // when the message was last hidden for carrying; zero: not yet
 	carryFailed bool
 	left        int       // steps it may still run
-	until    time.Time // wall time after which it takes no step that does I/O
-	deadline time.Time // the invocation's, less what finishing needs; zero: none
-	next     []string  // the steps kept, to run in order
-	io       bool      // one kept does I/O
-	job      *domain.Job
+	until       time.Time // wall time after which it takes no step that does I/O
+	deadline    time.Time // the invocation's, less what finishing needs; zero: none
+	next        []string  // the steps kept, to run in order
+	io          bool      // one kept does I/O
+	job         *domain.Job
 	// dead is how long ago a step must have been made runnable for the
 	// chain that kept it to be over: the longest an invocation runs (this
 	// one's time at its start), at least ChainTime. A chain keeps all a

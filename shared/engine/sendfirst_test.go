@@ -247,18 +247,23 @@ func TestACarriedJobThatMovedOnIsRead(t *testing.T) {
 }
 
 // A sweep that comes after a long timer's instant (its tenant's jobs
-// were many) fires the timer itself; it sends no message for it first,
-// which would only find the timer fired.
-func TestALateSweepFiresALongTimerWithoutArmingIt(t *testing.T) {
+// were many) sends the timer's message for at once, before its write, as
+// one in time would have, rather than firing the timer itself: the write
+// takes the job out of the due index (one unit) instead of moving it
+// there (two), and the message fires the timer and runs what follows.
+func TestALateSweepSendsALongTimersMessageForAtOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	wake := b.clock.Now().Add(2 * time.Hour)
 	j := b.submit(t, tenantA, `{"steps":[{"id":"nap","action":{"type":"sleep","seconds":7200}},{"id":"after","action":{"type":"pass"}}]}`)
 	b.clock.Advance(wake.Sub(b.clock.Now()) + time.Second)
 	require.Equal(t, 1, b.sweep(t).Due)
+	got := b.job(t, tenantA, j.ID)
+	require.Equal(t, domain.StepWaiting, got.Steps[0].State, "not fired by the sweep")
+	require.Nil(t, got.DueAt, "out of the due index: its message runs it")
 	ds := b.queue.TakeReady(10)
-	require.Len(t, ds, 1, "the next step's message alone")
-	require.Equal(t, "after", ds[0].Message.Step)
+	require.Len(t, ds, 1, "the timer's message alone")
+	require.Equal(t, "nap", ds[0].Message.Step)
 	require.Equal(t, engine.Executed, b.execute(t, ds[0]))
 	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State)
 }
@@ -310,11 +315,11 @@ func (s *eagerStore) Save(ctx context.Context, j *domain.Job, loaded int) error 
 	return s.Store.Save(ctx, j, loaded)
 }
 
-// Only a message whose step the job already holds runnable, or a timer,
-// goes out before the write that sends it: a step the write itself makes
-// runnable (here the step after a timer a late sweep fires) would be
-// found not yet runnable by a delivery that came first, and dropped.
-func TestASweepSendsAStepItMakesRunnableAfterItsWrite(t *testing.T) {
+// A late timer's message, sent before the sweep's write, may run before
+// that write lands: it fires the timer and runs what follows, and the
+// sweep's write, refused, finds the job finished and does nothing more.
+// Nothing runs twice.
+func TestALateTimersMessageMayRunBeforeTheSweepsWrite(t *testing.T) {
 	t.Parallel()
 	var es *eagerStore
 	b := setup(t, withStore(&es, func(m *memory.Store) *eagerStore { return &eagerStore{Store: m} }))
@@ -329,7 +334,9 @@ func TestASweepSendsAStepItMakesRunnableAfterItsWrite(t *testing.T) {
 	}
 	require.Equal(t, 1, b.sweep(t).Due)
 	es.run = nil
-	require.Empty(t, early, "nothing was sent before the sweep's write")
-	require.Equal(t, []engine.ExecuteResult{engine.Executed}, b.drain(t))
-	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State)
+	require.Equal(t, []engine.ExecuteResult{engine.Executed}, early, "the timer's message ran before the sweep's write")
+	require.Empty(t, b.drain(t), "and nothing is left to run")
+	got := b.job(t, tenantA, j.ID)
+	require.Equal(t, domain.JobCompleted, got.State)
+	require.NoError(t, domain.CheckReplay(got))
 }

@@ -335,7 +335,13 @@ type armedFirst map[string]time.Time
 
 func (a armedFirst) has(d domain.Dispatch, now time.Time) bool {
 	at, ok := a[d.Step.ID()]
-	return ok && at.Equal(now.Add(d.Delay))
+	if !ok {
+		return false
+	}
+	if d.Delay <= 0 {
+		return !at.After(now) // sent late, for at once
+	}
+	return at.Equal(now.Add(d.Delay))
 }
 
 // armFirst sends the long timers of j that came within reach before the
@@ -364,9 +370,12 @@ func (e *Engine) armFirst(ctx context.Context, j *domain.Job, now time.Time, arm
 func toArmFirst(j *domain.Job, now time.Time, armed armedFirst) []domain.Dispatch {
 	var ds []domain.Dispatch
 	for _, d := range j.ToArm(now) {
-		// One whose instant has come is not: the decision fires a timer
-		// that is due itself (FireDue), and a message would find it fired.
-		if d.Delay > 0 && !armed.has(d, now) && DestinationOf(j, d.Step).Kind == ToReady {
+		// One whose instant has come is sent too, for at once: its message
+		// fires it as the message sent in time would have (the decision
+		// leaves it to the message), and the job leaves the due index
+		// rather than moving in it. Sent late, the timers of a tenant's
+		// burst cost what timers sent in time do.
+		if !armed.has(d, now) && DestinationOf(j, d.Step).Kind == ToReady {
 			ds = append(ds, d)
 		}
 	}
@@ -411,7 +420,7 @@ func sweepDecide(j *domain.Job, now time.Time, fx *effects, armed armedFirst) (r
 	// Timers whose message never came fire first (a sleep's end, a gate's
 	// or a wait's deadline): one that fails the job leaves nothing else of
 	// it for the sweep.
-	fired, expired, err := j.FireDue(now)
+	fired, expired, err := j.FireDue(now, func(s *domain.Step) bool { _, ok := armed[s.ID()]; return ok })
 	if err != nil {
 		return 0, 0, false, err
 	}

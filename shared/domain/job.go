@@ -1292,9 +1292,13 @@ func (j *Job) SentBeforeWrite(ds []Dispatch) bool {
 	if !j.DueOnlyFor(ds) {
 		return false
 	}
-	j.DueAt = nil
+	j.LeaveDueIndex()
 	return true
 }
+
+// LeaveDueIndex takes the job out of the due index, for a caller that
+// found what needs the sweep covered by messages in flight (DueOnlyFor).
+func (j *Job) LeaveDueIndex() { j.DueAt = nil }
 
 // DueOnlyFor reports whether ds, messages in flight, cover everything of
 // the job the sweep would otherwise look at.

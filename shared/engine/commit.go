@@ -134,7 +134,10 @@ func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job
 		// sweep for nothing else stays out of it (no index write now, and
 		// none when it ends).
 		plan := c.chain.plan(j, fx.dispatch)
-		carried := plan.carriesAll() && j.DueOnlyFor(fx.dispatch) && c.chain.carries(ctx, e) && j.SentBeforeWrite(fx.dispatch)
+		carried := plan.carriesAll() && j.DueOnlyFor(fx.dispatch) && c.chain.carries(ctx, e)
+		if carried {
+			j.LeaveDueIndex()
+		}
 		err := e.cfg.Store.Save(ctx, j, before.loaded)
 		if errors.Is(err, domain.ErrVersionConflict) {
 			if race == 0 && c.contended != nil {

@@ -183,19 +183,17 @@ func (e *Engine) armGroup(ctx context.Context, group []DueJob, end time.Time) ([
 	var armed []armedFirst
 	now := e.now()
 	var batch []JobSends
-	var ds [][]domain.Dispatch
-	var of []int
+	toSend := map[int][]domain.Dispatch{} // by place in group
 	for g, k := range group {
-		if g > 0 && (ctx.Err() != nil || !e.now().Add(e.now().Sub(now)).Before(end)) {
+		if t := e.now(); g > 0 && (ctx.Err() != nil || !t.Add(t.Sub(now)).Before(end)) {
 			break
 		}
-		read, armed = append(read, nil), append(armed, armedFirst{})
-		j, d := e.readToArm(ctx, k, now, armed[g])
-		read[g] = j
+		j, d := e.readToArm(ctx, k, now, armedFirst{})
+		read, armed = append(read, j), append(armed, armedFirst{})
 		if len(d) > 0 {
 			e.touchDispatched(ctx, j, d)
 			batch = append(batch, JobSends{Job: j, Sends: Route(j, d)})
-			ds, of = append(ds, d), append(of, g)
+			toSend[g] = d
 		}
 	}
 	if len(batch) == 0 {
@@ -207,9 +205,9 @@ func (e *Engine) armGroup(ctx context.Context, group []DueJob, end time.Time) ([
 		e.cfg.Log.WarnContext(ctx, "long timers not sent before the sweep's writes; they are sent after them", "jobs", len(batch), "err", err)
 		return read, armed
 	}
-	for b, d := range ds {
+	for g, d := range toSend {
 		for _, x := range d {
-			armed[of[b]][x.Step.ID()] = now.Add(x.Delay)
+			armed[g][x.Step.ID()] = now.Add(x.Delay)
 		}
 	}
 	return read, armed

@@ -35,6 +35,8 @@ import (
 
 	"github.com/stepflow/stepflow/localstack/costmeter"
 	"github.com/stepflow/stepflow/localstack/devstack"
+	"github.com/stepflow/stepflow/sdk/client"
+	"github.com/stepflow/stepflow/sdk/worker"
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/logging"
 	"github.com/stepflow/stepflow/shared/store"
@@ -655,42 +657,41 @@ func started(j *domain.Job) time.Time {
 	return *j.EndedAt
 }
 
+// worker runs one of the bench's external workers until stop: the SDK's
+// worker, as a user would run it (claims of up to ten, outcomes reported
+// in batches), answering each step at once.
 func (b *bench) worker(ctx context.Context, name string, stop <-chan struct{}) {
-	for {
-		select {
-		case <-stop:
-			return
-		default:
+	c, err := client.New(client.Config{BaseURL: b.url, APIKey: benchKey, HTTPClient: b.http})
+	if err != nil {
+		b.log.Warn("worker not started", "err", err)
+		return
+	}
+	w, err := worker.New(c, worker.Options{Queue: "bench", Concurrency: 10, Name: name, ClaimWait: time.Second, Log: b.log}, func(_ context.Context, t *worker.Task) (any, error) {
+		if strings.HasPrefix(t.StepID, "large") {
+			return largeOutput(b.o.largeOutput), nil
 		}
-		var c struct {
-			Leases []struct {
-				LeaseID string `json:"lease_id"`
-				StepID  string `json:"step_id"`
-			} `json:"leases"`
-		}
-		req, _ := json.Marshal(map[string]any{"queue": "bench", "max": 10, "wait_seconds": 1, "worker": name})
-		if err := b.call(ctx, http.MethodPost, "/v1/claim", req, &c); err != nil {
-			b.log.Warn("claim failed", "err", err)
-			continue
-		}
-		for _, l := range c.Leases {
-			out := []byte(`{"output":{"ok":true}}`)
-			if strings.HasPrefix(l.StepID, "large") {
-				out = largeOutput(b.o.largeOutput)
-			}
-			if err := b.call(ctx, http.MethodPost, "/v1/leases/"+l.LeaseID+"/complete", out, nil); err != nil {
-				b.log.Warn("complete failed", "err", err)
-			}
-		}
+		return map[string]bool{"ok": true}, nil
+	})
+	if err != nil {
+		b.log.Warn("worker not started", "err", err)
+		return
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	go func() {
+		<-stop
+		cancel()
+	}()
+	if err := w.Run(runCtx); err != nil {
+		b.log.Warn("worker stopped", "err", err)
 	}
 }
 
-// largeOutput is a complete body whose output is n bytes of base64: as
+// largeOutput is an output of n bytes of JSON string, base64: as
 // incompressible as JSON gets.
-func largeOutput(n int) []byte {
+func largeOutput(n int) json.RawMessage {
 	raw := make([]byte, max(n-2, 0)*3/4)
 	_, _ = rand.Read(raw)
-	return []byte(`{"output":"` + base64.StdEncoding.EncodeToString(raw) + `"}`)
+	return json.RawMessage(`"` + base64.StdEncoding.EncodeToString(raw) + `"`)
 }
 
 func (b *bench) call(ctx context.Context, method, path string, body []byte, out any) error {

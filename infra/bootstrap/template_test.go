@@ -70,6 +70,7 @@ func TestParseRealTemplate(t *testing.T) {
 	require.Equal(t, 30, claim.Timeout)
 	require.Equal(t, []Route{
 		{"POST", "/v1/claim"},
+		{"POST", "/v1/leases/batch"},
 		{"POST", "/v1/leases/{lease}/complete"},
 		{"POST", "/v1/leases/{lease}/fail"},
 		{"POST", "/v1/leases/{lease}/heartbeat"},

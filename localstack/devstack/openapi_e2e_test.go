@@ -229,6 +229,18 @@ func TestEveryAnswerIsTheOpenAPIDocuments(t *testing.T) {
 	r.call(http.StatusOK, http.MethodPost, "/v1/leases/"+claimed.Leases[0].LeaseID+"/fail", keyA, `{"class":"retryable","message":"busy","retry_after_seconds":3600}`)
 	r.call(http.StatusOK, http.MethodGet, "/v1/jobs/"+worked, keyA, nil)
 
+	// Outcomes reported together: a success, a failure and a refused one.
+	r.submit(`{"steps":[{"id":"a","action":{"type":"worker","queue":"many"}}]}`)
+	r.submit(`{"steps":[{"id":"b","action":{"type":"worker","queue":"many"}}]}`)
+	var many struct{ Leases []wire.ClaimedLease }
+	for len(many.Leases) < 2 {
+		var more struct{ Leases []wire.ClaimedLease }
+		r.decode(r.call(http.StatusOK, http.MethodPost, "/v1/claim", keyA, `{"queue":"many","max":2,"wait_seconds":5}`), &more)
+		many.Leases = append(many.Leases, more.Leases...)
+	}
+	r.refused("outcomes", http.MethodPost, "/v1/leases/batch", keyA, `{"outcomes":[]}`)
+	r.call(http.StatusOK, http.MethodPost, "/v1/leases/batch", keyA, `{"outcomes":[{"lease_id":"`+many.Leases[0].LeaseID+`","output":{"n":1}},{"lease_id":"`+many.Leases[1].LeaseID+`","class":"fatal","message":"no"},{"lease_id":"forged","output":1}]}`)
+
 	// Schedules: made, made again, conflicting, listed, paged, paused,
 	// resumed, deleted.
 	sched := `{"id":"nightly","cron":"0 3 * * *","time_zone":"Europe/Berlin","overlap":"allow","job":{"steps":[{"id":"a","action":{"type":"pass"}}]}}`

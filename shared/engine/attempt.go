@@ -440,12 +440,19 @@ type attemptOutcome struct {
 // cannot hold fails the attempt as fatal instead, and answers CodeTooLarge.
 // from, the job as this process saved it with the lease, saves a read.
 func (e *Engine) finish(ctx context.Context, tenant string, o attemptOutcome, from *domain.Job, chain *chain) (OutcomeResult, error) {
+	_, res, err := e.finishOn(ctx, tenant, o, from, chain, nil)
+	return res, err
+}
+
+// finishOn is finish answering the job as saved too (nil on an error),
+// its message's deletion gathered in settle when one is given.
+func (e *Engine) finishOn(ctx context.Context, tenant string, o attemptOutcome, from *domain.Job, chain *chain, settle *settlements) (*domain.Job, OutcomeResult, error) {
 	ref, err := domain.ParseLeaseID(o.leaseID)
 	if err == nil {
 		err = checkID(ref.JobID)
 	}
 	if err != nil {
-		return OutcomeResult{}, err
+		return nil, OutcomeResult{}, err
 	}
 	var p outcomePrep
 	var stepID string
@@ -484,21 +491,22 @@ func (e *Engine) finish(ctx context.Context, tenant string, o attemptOutcome, fr
 			rec, ok := markOf(o.leaseID, p.output, p.ref, p.failure, e.now())
 			return o.leaseID, rec, ok
 		},
-		chain: chain,
+		chain:  chain,
+		settle: settle,
 	})
 	if f := unstorable(err, o.failure); f != nil {
 		// The attempt ends now, as a fatal failure; its runner still hears
 		// that its outcome was too large.
-		if _, ferr := e.finish(ctx, tenant, attemptOutcome{leaseID: o.leaseID, failure: f}, nil, nil); ferr != nil {
-			return OutcomeResult{}, fmt.Errorf("lease %s: recording a fatal failure instead of an outcome too large (%v): %w", o.leaseID, err, ferr)
+		if _, _, ferr := e.finishOn(ctx, tenant, attemptOutcome{leaseID: o.leaseID, failure: f}, nil, nil, settle); ferr != nil {
+			return nil, OutcomeResult{}, fmt.Errorf("lease %s: recording a fatal failure instead of an outcome too large (%v): %w", o.leaseID, err, ferr)
 		}
-		return OutcomeResult{}, &domain.Error{Code: domain.CodeTooLarge, Message: fmt.Sprintf("lease %s: %v; the attempt was failed as fatal", o.leaseID, err)}
+		return nil, OutcomeResult{}, &domain.Error{Code: domain.CodeTooLarge, Message: fmt.Sprintf("lease %s: %v; the attempt was failed as fatal", o.leaseID, err)}
 	}
 	if err != nil {
-		return OutcomeResult{}, fmt.Errorf("lease %s: %w", o.leaseID, err)
+		return nil, OutcomeResult{}, fmt.Errorf("lease %s: %w", o.leaseID, err)
 	}
 	s, _, _ := j.Step(stepID)
-	return OutcomeResult{JobID: j.ID, StepID: stepID, StepState: s.State, JobState: j.State}, nil
+	return j, OutcomeResult{JobID: j.ID, StepID: stepID, StepState: s.State, JobState: j.State}, nil
 }
 
 // outcomePrep is an outcome as prepare made it ready to apply.

@@ -469,38 +469,57 @@ type OutcomeResult struct {
 // inline limit goes to the blob store, up to MaxOutputBytes; without one,
 // outputs are bound by the job's item.
 func (e *Engine) Complete(ctx context.Context, tenant, leaseID string, output json.RawMessage) (OutcomeResult, error) {
+	o, err := e.success(leaseID, output)
+	if err != nil {
+		return OutcomeResult{}, err
+	}
+	return e.finish(ctx, tenant, o, nil, nil)
+}
+
+// success checks a worker's success before anything is stored.
+func (e *Engine) success(leaseID string, output json.RawMessage) (attemptOutcome, error) {
 	limit := domain.MaxBodyBytes
 	if e.cfg.Blobs != nil {
 		limit = MaxOutputBytes
 	}
 	if len(output) > limit {
-		return OutcomeResult{}, &domain.Error{Code: domain.CodeTooLarge, Message: fmt.Sprintf("output is %d bytes; the limit is %d", len(output), limit)}
+		return attemptOutcome{}, &domain.Error{Code: domain.CodeTooLarge, Message: fmt.Sprintf("output is %d bytes; the limit is %d", len(output), limit)}
 	}
-	return e.finish(ctx, tenant, attemptOutcome{leaseID: leaseID, output: output}, nil, nil)
+	return attemptOutcome{leaseID: leaseID, output: output}, nil
 }
 
 // Fail records a worker's failure under its lease; its class decides the
 // step's fate.
 func (e *Engine) Fail(ctx context.Context, tenant, leaseID string, o Outcome) (OutcomeResult, error) {
-	class, err := domain.ParseFailureClass("class", o.Class)
+	a, err := failureOf(leaseID, o)
 	if err != nil {
 		return OutcomeResult{}, err
 	}
+	return e.finish(ctx, tenant, a, nil, nil)
+}
+
+// failureOf checks a worker's failure, naming its fields as the API does,
+// before anything is stored.
+func failureOf(leaseID string, o Outcome) (attemptOutcome, error) {
+	class, err := domain.ParseFailureClass("class", o.Class)
+	if err != nil {
+		return attemptOutcome{}, err
+	}
 	if o.RetryAfterSeconds < 0 || o.RetryAfterSeconds > 7*24*3600 {
-		return OutcomeResult{}, domain.Invalid("retry_after_seconds", "must be between 0 and %d", 7*24*3600)
+		return attemptOutcome{}, domain.Invalid("retry_after_seconds", "must be between 0 and %d", 7*24*3600)
 	}
 	if o.Prompt != "" && class != domain.ClassNeedsUser {
-		return OutcomeResult{}, domain.Invalid("prompt", "applies to class needs_user only, not %s", class)
+		return attemptOutcome{}, domain.Invalid("prompt", "applies to class needs_user only, not %s", class)
 	}
 	if o.Steps != nil && class != domain.ClassReplan {
-		return OutcomeResult{}, domain.Invalid("steps", "applies to class replan only, not %s", class)
+		return attemptOutcome{}, domain.Invalid("steps", "applies to class replan only, not %s", class)
 	}
 	msg := o.Message
 	if msg == "" {
 		msg = cmp.Or(o.Prompt, "worker reported "+string(class))
 	}
 	f := &domain.Failure{Class: class, Message: msg, Prompt: o.Prompt, Steps: o.Steps, RetryAfter: time.Duration(o.RetryAfterSeconds) * time.Second}
-	return e.finish(ctx, tenant, attemptOutcome{leaseID: leaseID, failure: f}, nil, nil)
+	return attemptOutcome{leaseID: leaseID, failure: f}, nil
 }
 
 // prepareReplan validates the steps a worker's replan brings against the

@@ -119,6 +119,7 @@ var routes = []route{
 	{key: "POST /v1/leases/{lease}/heartbeat", owner: ClaimFunction, serve: (*API).heartbeat},
 	{key: "POST /v1/leases/{lease}/complete", owner: ClaimFunction, serve: (*API).complete},
 	{key: "POST /v1/leases/{lease}/fail", owner: ClaimFunction, serve: (*API).failLease},
+	{key: "POST /v1/leases/batch", owner: ClaimFunction, serve: (*API).outcomes},
 }
 
 // routeOf finds a route by its key.

@@ -108,7 +108,13 @@ func (a *API) submitBatch(ctx context.Context, tenant string, r *request) (int, 
 // batchError is item i's answer for err, its field named within the
 // batch (jobs[3].steps[0].id).
 func (a *API) batchError(r *request, i int, err error) BatchItem {
-	item := fmt.Sprintf("jobs[%d]", i)
+	status, detail := a.errorDetail(r.ev, withinBatch(err, fmt.Sprintf("jobs[%d]", i)))
+	return BatchItem{Index: i, Status: status, Error: &detail}
+}
+
+// withinBatch names err's field within a batch's item (jobs[3] and its
+// steps[0].id make jobs[3].steps[0].id).
+func withinBatch(err error, item string) error {
 	var de *domain.Error
 	if errors.As(err, &de) && de.Code != domain.CodeInternal {
 		field := item
@@ -117,8 +123,7 @@ func (a *API) batchError(r *request, i int, err error) BatchItem {
 		}
 		err = &domain.Error{Code: de.Code, Field: field, Message: de.Message, RetryAfter: de.RetryAfter}
 	}
-	status, detail := a.errorDetail(r.ev, err)
-	return BatchItem{Index: i, Status: status, Error: &detail}
+	return err
 }
 
 // cutIdempotencyKey answers a batch's item without its idempotency_key

@@ -78,6 +78,19 @@ type Outcome struct {
 	Steps []domain.StepSpec `json:"steps,omitempty"`
 }
 
+// LeaseOutcome is one item of POST /v1/leases/batch: the lease it
+// reports under, and the body /complete (output) or /fail (class and the
+// rest) would take.
+type LeaseOutcome struct {
+	LeaseID           string            `json:"lease_id"`
+	Output            json.RawMessage   `json:"output,omitempty"`
+	Class             string            `json:"class,omitempty"`
+	Message           string            `json:"message,omitempty"`
+	RetryAfterSeconds int               `json:"retry_after_seconds,omitempty"`
+	Prompt            string            `json:"prompt,omitempty"`
+	Steps             []domain.StepSpec `json:"steps,omitempty"`
+}
+
 // OutcomeResult answers an outcome: where the step and job went.
 type OutcomeResult struct {
 	JobID     string           `json:"job_id"`

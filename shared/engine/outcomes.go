@@ -69,10 +69,11 @@ func (e *Engine) Outcomes(ctx context.Context, tenant string, batch []LeaseOutco
 		byJob[job] = append(byJob[job], i)
 	}
 	var (
-		mu     sync.Mutex
-		settle settlements
-		wg     sync.WaitGroup
-		slots  = make(chan struct{}, outcomeJobs)
+		mu      sync.Mutex
+		settle  settlements
+		wg      sync.WaitGroup
+		slots   = make(chan struct{}, outcomeJobs)
+		crashed any // a panic of one job's goroutine, the invocation's own
 	)
 	for _, job := range order {
 		wg.Add(1)
@@ -80,6 +81,15 @@ func (e *Engine) Outcomes(ctx context.Context, tenant string, batch []LeaseOutco
 		go func(idx []int) {
 			defer wg.Done()
 			defer func() { <-slots }()
+			defer func() {
+				if p := recover(); p != nil {
+					mu.Lock()
+					if crashed == nil {
+						crashed = p
+					}
+					mu.Unlock()
+				}
+			}()
 			var mine settlements
 			var from *domain.Job
 			for _, i := range idx {
@@ -94,6 +104,12 @@ func (e *Engine) Outcomes(ctx context.Context, tenant string, batch []LeaseOutco
 		}(byJob[job])
 	}
 	wg.Wait()
+	if crashed != nil {
+		// The invocation dies as it would have on the goroutine that
+		// panicked: its undeleted messages come back and find their
+		// outcomes recorded.
+		panic(crashed)
+	}
 	settle.make(ctx, e)
 	return out
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/stepflow/stepflow/localstack/runner"
 	"github.com/stepflow/stepflow/shared/actions"
 	"github.com/stepflow/stepflow/shared/blobstore"
+	"github.com/stepflow/stepflow/shared/actions/lambdaclient"
 	"github.com/stepflow/stepflow/shared/config"
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
@@ -372,7 +373,7 @@ func (s *Stack) wire(ctx context.Context, o Options, cfg aws.Config) (func(conte
 		return nil, fmt.Errorf("stack %s: %w", o.StackName, err)
 	}
 	// The engine's clients are its own, with the options' middleware.
-	ec := config.EngineConfig(settings, config.ClientsFrom(cfg, o.APIOptions...), o.Log)
+	ec := config.EngineConfig(settings, config.ClientsFrom(cfg, o.APIOptions...).WithLambda(lambdaclient.FromConfig, settings.LambdaEndpoint), o.Log)
 	ec.Now = o.Now // nil: the wall clock
 	if o.MetricsOutput != nil {
 		ec.Metrics = metrics.NewEMF(o.MetricsOutput, settings.MetricsNamespace)

@@ -8,9 +8,9 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	lambdatypes "github.com/aws/aws-sdk-go-v2/service/lambda/types"
 
+	"github.com/stepflow/stepflow/shared/actions"
 	"github.com/stepflow/stepflow/shared/domain"
 )
 
@@ -39,14 +39,14 @@ func (e *Env) HandleFunction(name string, fn Function) {
 // functions registered with HandleFunction.
 type functions struct{ fns map[string]Function }
 
-func (f *functions) Invoke(ctx context.Context, in *lambda.InvokeInput, _ ...func(*lambda.Options)) (*lambda.InvokeOutput, error) {
-	ref, _ := domain.ParseLambdaFunction(aws.ToString(in.FunctionName))
+func (f *functions) Invoke(ctx context.Context, in actions.LambdaRequest) (actions.LambdaResponse, error) {
+	ref, _ := domain.ParseLambdaFunction(in.Function)
 	name := ref.Name
 	fn := f.fns[name]
 	if fn == nil {
-		return nil, &lambdatypes.ResourceNotFoundException{Message: aws.String("Function not found: " + name + " (stepflowtest: register it with env.HandleFunction)")}
+		return actions.LambdaResponse{}, &lambdatypes.ResourceNotFoundException{Message: aws.String("Function not found: " + name + " (stepflowtest: register it with env.HandleFunction)")}
 	}
-	lc := &lambdacontext.LambdaContext{InvokedFunctionArn: aws.ToString(in.FunctionName)}
+	lc := &lambdacontext.LambdaContext{InvokedFunctionArn: in.Function}
 	if raw, err := base64.StdEncoding.DecodeString(aws.ToString(in.ClientContext)); err == nil && len(raw) > 0 {
 		_ = json.Unmarshal(raw, &lc.ClientContext)
 	}
@@ -54,14 +54,14 @@ func (f *functions) Invoke(ctx context.Context, in *lambda.InvokeInput, _ ...fun
 	if err != nil {
 		// As aws-lambda-go reports a returned error.
 		payload, _ := json.Marshal(map[string]string{"errorType": errorType(err), "errorMessage": err.Error()})
-		return &lambda.InvokeOutput{StatusCode: 200, FunctionError: aws.String("Unhandled"), Payload: payload}, nil
+		return actions.LambdaResponse{FunctionError: "Unhandled", Payload: payload}, nil
 	}
 	payload, err := json.Marshal(out)
 	if err != nil {
 		payload, _ = json.Marshal(map[string]string{"errorType": "MarshalError", "errorMessage": err.Error()})
-		return &lambda.InvokeOutput{StatusCode: 200, FunctionError: aws.String("Unhandled"), Payload: payload}, nil
+		return actions.LambdaResponse{FunctionError: "Unhandled", Payload: payload}, nil
 	}
-	return &lambda.InvokeOutput{StatusCode: 200, Payload: payload}, nil
+	return actions.LambdaResponse{Payload: payload}, nil
 }
 
 // errorType names an error's type as aws-lambda-go does: without the

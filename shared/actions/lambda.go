@@ -7,14 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
 
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
-	lambdatypes "github.com/aws/aws-sdk-go-v2/service/lambda/types"
 	"github.com/aws/smithy-go"
 
 	"github.com/stepflow/stepflow/shared/domain"
@@ -43,10 +40,29 @@ const (
 // refused.
 type LambdaHome struct{ Partition, Region, Account string }
 
-// LambdaInvoker is what the lambda action needs of Lambda: the SDK
-// client's Invoke, so *lambda.Client fits.
+// LambdaInvoker is what the lambda action needs of Lambda: one
+// synchronous invoke (package lambdaclient is the adapter over the SDK's
+// client; only the execute function links it, as only it runs steps).
+// Its error is the SDK's, which classifyLambdaErr reads.
 type LambdaInvoker interface {
-	Invoke(ctx context.Context, params *lambda.InvokeInput, optFns ...func(*lambda.Options)) (*lambda.InvokeOutput, error)
+	Invoke(ctx context.Context, r LambdaRequest) (LambdaResponse, error)
+}
+
+// LambdaRequest is one invoke: RequestResponse, with one request only (an
+// SDK retry after a lost answer would run the function again unseen; the
+// step's retry policy is the only retry loop).
+type LambdaRequest struct {
+	Function, Qualifier string
+	Payload             []byte
+	// ClientContext is the base64 client context (clientContext).
+	ClientContext *string
+}
+
+// LambdaResponse is a function's answer: its payload, and its function
+// error ("Unhandled", "Handled"; "" for none).
+type LambdaResponse struct {
+	Payload       []byte
+	FunctionError string
 }
 
 // ParseLambdaAllow reads STEPFLOW_LAMBDA_ALLOW: the prefixes, blanks
@@ -131,27 +147,12 @@ func (r *Runner) invokeLambda(ctx context.Context, c engine.ActionCall) (json.Ra
 	if err := r.CheckFunction(a.Function); err != nil {
 		return nil, &domain.Failure{Class: domain.ClassFatal, Message: target + " refused: " + err.Error()}
 	}
-	in := &lambda.InvokeInput{
-		FunctionName:   &a.Function,
-		InvocationType: lambdatypes.InvocationTypeRequestResponse,
-		Payload:        c.Input,
-		ClientContext:  clientContext(c.IdempotencyKey, c.Tenant),
-	}
-	if a.Qualifier != "" {
-		in.Qualifier = &a.Qualifier
-	}
-	// One request per attempt: the step's retry policy is the only retry
-	// loop, and an SDK retry after a lost answer would run the function again
-	// unseen.
-	out, err := r.Lambda.Invoke(ctx, in, func(o *lambda.Options) {
-		o.RetryMaxAttempts = 1
-		o.HTTPClient = bufferedRequestBody{o.HTTPClient}
-	})
+	out, err := r.Lambda.Invoke(ctx, LambdaRequest{Function: a.Function, Qualifier: a.Qualifier, Payload: c.Input, ClientContext: clientContext(c.IdempotencyKey, c.Tenant)})
 	if err != nil {
 		return nil, classifyLambdaErr(target, err)
 	}
-	if out.FunctionError != nil {
-		return nil, &domain.Failure{Class: domain.ClassRetryable, Message: fmt.Sprintf("%s: function error (%s): %s", target, *out.FunctionError, functionErrorText(out.Payload))}
+	if out.FunctionError != "" {
+		return nil, &domain.Failure{Class: domain.ClassRetryable, Message: fmt.Sprintf("%s: function error (%s): %s", target, out.FunctionError, functionErrorText(out.Payload))}
 	}
 	switch body := out.Payload; {
 	case len(body) > MaxOutputBytes:
@@ -241,30 +242,9 @@ func classifyLambdaErr(target string, err error) *domain.Failure {
 	f := &domain.Failure{Class: domain.ClassFatal, Message: target + ": " + what}
 	if status == http.StatusTooManyRequests || status >= 500 || (ae != nil && retryableLambdaCodes[ae.ErrorCode()]) {
 		f.Class = domain.ClassRetryable
-		var tm *lambdatypes.TooManyRequestsException
-		if errors.As(err, &tm) && tm.RetryAfterSeconds != nil {
-			f.RetryAfter = retryAfter(*tm.RetryAfterSeconds, time.Now())
+		if re != nil && re.Response != nil {
+			f.RetryAfter = retryAfter(re.Response.Header.Get("Retry-After"), time.Now())
 		}
 	}
 	return f
-}
-
-// bufferedRequestBody hands the transport a request body of its own. The
-// SDK closes the body it built as soon as the response headers arrive; when
-// the transport is still finishing the request write at that moment, the
-// close fails the write and the transport closes the connection under the
-// response being read (aws/aws-sdk-go-v2#2737). The SDK retries that, but
-// an invoke must not be retried unseen, so the race must not happen.
-type bufferedRequestBody struct{ next lambda.HTTPClient }
-
-func (b bufferedRequestBody) Do(req *http.Request) (*http.Response, error) {
-	if req.Body != nil && req.Body != http.NoBody {
-		data, err := io.ReadAll(req.Body)
-		if err != nil {
-			return nil, fmt.Errorf("buffer the invoke payload: %w", err)
-		}
-		req.Body = io.NopCloser(bytes.NewReader(data))
-		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
-	}
-	return b.next.Do(req)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepflow/stepflow/shared/actions"
+	"github.com/stepflow/stepflow/shared/actions/lambdaclient"
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
 )
@@ -92,7 +93,7 @@ func newLambdaSetup(t *testing.T) *lambdaSetup {
 	})
 	s.srv = httptest.NewServer(mux)
 	t.Cleanup(s.srv.Close)
-	s.runner = &actions.Runner{Lambda: lambdaClient(s.srv.URL)}
+	s.runner = &actions.Runner{Lambda: lambdaclient.New(lambdaClient(s.srv.URL))}
 	return s
 }
 
@@ -186,7 +187,7 @@ func TestLambdaActionWithoutAnswer(t *testing.T) {
 	// No answer at all (connection refused) is class network.
 	closed := httptest.NewServer(http.NotFoundHandler())
 	closed.Close()
-	r := &actions.Runner{Lambda: lambdaClient(closed.URL)}
+	r := &actions.Runner{Lambda: lambdaclient.New(lambdaClient(closed.URL))}
 	_, f = r.Run(context.Background(), engine.ActionCall{Spec: domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionLambda, LambdaAction: domain.LambdaAction{Function: "echo"}}}, Input: json.RawMessage(`{}`)})
 	require.Equal(t, domain.ClassNetwork, f.Class)
 	require.Contains(t, f.Message, "lambda echo: no answer")

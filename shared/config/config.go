@@ -20,7 +20,6 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -298,9 +297,34 @@ type Clients struct {
 	DynamoDB      store.API
 	SQS           queue.API
 	StepFunctions queue.TimerAPI
-	Lambda        *lambda.Client // the lambda action's
-	S3            *s3.Client
-	EventBridge   *eventbridge.Client
+	// Lambda is the lambda action's client; nil but in the functions that
+	// run steps (WithLambda).
+	Lambda      actions.LambdaInvoker
+	S3          *s3.Client
+	EventBridge *eventbridge.Client
+
+	cfg aws.Config // the clients': WithLambda's, and the stack's region
+}
+
+// LambdaClient makes the lambda action's client from an AWS config, at
+// endpoint when it is set (lambdaclient.FromConfig). It is passed in by
+// the mains that run steps, so the other functions link no Lambda client.
+type LambdaClient func(cfg aws.Config, endpoint string) actions.LambdaInvoker
+
+// WithLambda answers c with the lambda action's client made by make from
+// the clients' AWS config, at endpoint when set (STEPFLOW_LAMBDA_ENDPOINT).
+func (c Clients) WithLambda(make LambdaClient, endpoint string) Clients {
+	c.Lambda = make(c.cfg, endpoint)
+	return c
+}
+
+// Option changes the clients FromLambdaEnv wires the engine over.
+type Option func(Settings, *Clients)
+
+// LambdaActions has the engine run the lambda action through the client
+// make makes: the execute function's option.
+func LambdaActions(make LambdaClient) Option {
+	return func(s Settings, c *Clients) { *c = c.WithLambda(make, s.LambdaEndpoint) }
 }
 
 // NewClients builds SDK clients from the default chain (environment,
@@ -319,8 +343,8 @@ func NewClients(ctx context.Context) (Clients, aws.Config, error) {
 // stack's fault layer and cost meter go here).
 func ClientsFrom(cfg aws.Config, apiOptions ...func(*middleware.Stack) error) Clients {
 	cfg.APIOptions = append(slices.Clip(cfg.APIOptions), apiOptions...)
-	return Clients{DynamoDB: dynamodb.NewFromConfig(cfg), SQS: sqs.NewFromConfig(cfg), StepFunctions: sfn.NewFromConfig(cfg), Lambda: lambda.NewFromConfig(cfg),
-		S3: s3.NewFromConfig(cfg, blobstore.Options(cfg.BaseEndpoint != nil)), EventBridge: eventbridge.NewFromConfig(cfg)}
+	return Clients{DynamoDB: dynamodb.NewFromConfig(cfg), SQS: sqs.NewFromConfig(cfg), StepFunctions: sfn.NewFromConfig(cfg),
+		S3: s3.NewFromConfig(cfg, blobstore.Options(cfg.BaseEndpoint != nil)), EventBridge: eventbridge.NewFromConfig(cfg), cfg: cfg}
 }
 
 // Engine wires an engine over the clients.
@@ -345,15 +369,11 @@ func EngineConfig(s Settings, c Clients, log *slog.Logger) engine.Config {
 			log.Error("ignoring "+netguard.EnvAllow+": the http action reaches public addresses only", "err", err)
 		}
 	}
-	runner := &actions.Runner{Guard: guard, LambdaAllow: actions.ParseLambdaAllow(s.LambdaAllow),
-		LambdaHome: actions.LambdaHome{Partition: s.Partition, Account: s.Account}}
-	if c.Lambda != nil {
-		runner.Lambda = c.Lambda
-		runner.LambdaHome.Region = c.Lambda.Options().Region // the region its invokes go to
-		if s.LambdaEndpoint != "" {
-			runner.Lambda = lambda.New(c.Lambda.Options(), func(o *lambda.Options) { o.BaseEndpoint = aws.String(s.LambdaEndpoint) })
-		}
-	}
+	// The region the clients (a lambda step's invoke among them) go to is
+	// the stack's: every function checks a lambda step's ARN against it at
+	// submit, though only the execute function invokes.
+	runner := &actions.Runner{Guard: guard, LambdaAllow: actions.ParseLambdaAllow(s.LambdaAllow), Lambda: c.Lambda,
+		LambdaHome: actions.LambdaHome{Partition: s.Partition, Region: c.cfg.Region, Account: s.Account}}
 	cfg := engine.Config{
 		Store: st, Queue: q, Runner: runner, Log: log, BuiltinLease: s.Lease, TimerService: q.TimerService(),
 		P0Tenants: engine.ParseTenantList(s.P0Tenants), TimerThreshold: s.TimerThreshold, ResourceWait: s.ResourceWait,
@@ -387,7 +407,7 @@ func (a App) ReadyTokens() func(queueARN, receipt string) string {
 // environment, clients from the default chain, a JSON logger at the
 // function's ApplicationLogLevel (logging.LambdaLevel: INFO by default,
 // which leaves out the line per job change; warnings and errors are kept).
-func FromLambdaEnv(ctx context.Context) (App, error) {
+func FromLambdaEnv(ctx context.Context, opts ...Option) (App, error) {
 	log := logging.JSON(os.Stderr, logging.LambdaLevel(os.Getenv))
 	s, err := FromEnv(os.Getenv)
 	if err != nil {
@@ -396,6 +416,9 @@ func FromLambdaEnv(ctx context.Context) (App, error) {
 	c, _, err := NewClients(ctx)
 	if err != nil {
 		return App{Log: log}, err
+	}
+	for _, o := range opts {
+		o(s, &c)
 	}
 	cfg := EngineConfig(s, c, log)
 	if s.MetricsNamespace != "" {
@@ -409,8 +432,8 @@ func FromLambdaEnv(ctx context.Context) (App, error) {
 
 // MustFromLambdaEnv is FromLambdaEnv for a function's main: a function that
 // cannot be wired stops at once, its error in the log.
-func MustFromLambdaEnv() App {
-	app, err := FromLambdaEnv(context.Background())
+func MustFromLambdaEnv(opts ...Option) App {
+	app, err := FromLambdaEnv(context.Background(), opts...)
 	if err != nil {
 		app.Log.Error("function not wired", "err", err)
 		os.Exit(1)

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stepflow/stepflow/shared/actions/lambdaclient"
 	"github.com/stepflow/stepflow/shared/config"
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
@@ -58,7 +59,7 @@ func TestEngineWiresTheLambdaClient(t *testing.T) {
 	s, err := config.FromEnv(lambdaEnv(map[string]string{"STEPFLOW_LAMBDA_ENDPOINT": srv.URL, "STEPFLOW_LAMBDA_ALLOW": "stepflow-fn-",
 		"STEPFLOW_AWS_ACCOUNT": "123456789012", "STEPFLOW_AWS_PARTITION": "aws"}))
 	require.NoError(t, err)
-	r := config.EngineConfig(s, config.ClientsFrom(cfg), nil).Runner
+	r := config.EngineConfig(s, config.ClientsFrom(cfg).WithLambda(lambdaclient.FromConfig, s.LambdaEndpoint), nil).Runner
 
 	out, f := r.Run(context.Background(), engine.ActionCall{
 		Spec:  domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionLambda, LambdaAction: domain.LambdaAction{Function: "stepflow-fn-echo"}}, TimeoutSeconds: 5},

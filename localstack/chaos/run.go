@@ -232,18 +232,77 @@ func (s *submission) send(ctx context.Context, c *client, deadline time.Time) {
 	}
 }
 
+// sendBatched submits the planned job as POST /v1/jobs/batch's one item,
+// its key the item's idempotency_key, again while the batch or its item
+// answers a 5xx or nothing, and notes every job id answered.
+func (s *submission) sendBatched(ctx context.Context, c *client, deadline time.Time) {
+	var item map[string]json.RawMessage
+	if err := json.Unmarshal(s.plan.Body, &item); err != nil {
+		panic(fmt.Sprintf("chaos: plan %d's body is no object: %v", s.plan.N, err))
+	}
+	item["idempotency_key"], _ = json.Marshal(s.plan.Key)
+	body, _ := json.Marshal(map[string]any{"jobs": []any{item}})
+	wait := 50 * time.Millisecond
+	for {
+		a := unbatchJob(c.once(ctx, http.MethodPost, "/v1/jobs/batch", body))
+		var j struct {
+			ID string `json:"id"`
+		}
+		if a.ok() && json.Unmarshal(a.body, &j) == nil && j.ID != "" {
+			s.ids[j.ID]++
+			s.id = cmp.Or(s.id, j.ID)
+		}
+		if !a.retryable() || ctx.Err() != nil || !time.Now().Add(wait).Before(deadline) {
+			return
+		}
+		sleep(ctx, wait)
+		wait = min(wait*2, time.Second)
+	}
+}
+
+// unbatchJob answers a batch of one job as POST /v1/jobs would have: its
+// item's status, with its job or its error.
+func unbatchJob(a answer) answer {
+	if !a.ok() {
+		return a
+	}
+	var res struct {
+		Jobs []struct {
+			Status int             `json:"status"`
+			Job    json.RawMessage `json:"job"`
+			Error  json.RawMessage `json:"error"`
+		} `json:"jobs"`
+	}
+	if err := json.Unmarshal(a.body, &res); err != nil || len(res.Jobs) != 1 {
+		return answer{status: a.status, body: a.body, err: fmt.Errorf("a batch of one answered %s", truncate(a.body, 160))}
+	}
+	it := res.Jobs[0]
+	if len(it.Error) > 0 {
+		return answer{status: it.Status, body: []byte(`{"error":` + string(it.Error) + `}`)}
+	}
+	return answer{status: it.Status, body: it.Job}
+}
+
+// batched says whether job n goes by POST /v1/jobs/batch rather than POST
+// /v1/jobs: every third, by its number (no draw from the seeded streams).
+func batchedJob(n int) bool { return n%3 == 1 }
+
 // submit submits job n (twice for every fifth, as a client that lost the
 // first answer would: the same job must answer), after its body that must
 // be refused if it has one (replan-fail's), then sets its racer going
-// (race.go).
+// (race.go). Every third goes by the batch route.
 func (r *run) submit(ctx context.Context, n int, deadline time.Time) {
 	s := r.subs[n]
 	if s.plan.Refused != nil {
 		r.c.retry(ctx, deadline, http.MethodPost, "/v1/jobs", s.plan.Refused)
 	}
-	s.send(ctx, r.c, deadline)
+	send := s.send
+	if batchedJob(n) {
+		send = s.sendBatched
+	}
+	send(ctx, r.c, deadline)
 	if s.id != "" && n%5 == 0 {
-		s.send(ctx, r.c, deadline)
+		send(ctx, r.c, deadline)
 	}
 	r.racers.Go(func() { r.race(ctx, s, deadline) })
 }

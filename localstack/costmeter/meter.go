@@ -229,6 +229,28 @@ func (m *Meter) meter(input, output any, applied bool) Units {
 				u.WRU += 2
 			}
 		}
+	case *dynamodb.BatchWriteItemInput:
+		// Each put at its units, those it left unprocessed unbilled.
+		left := map[string]bool{}
+		if out, ok := output.(*dynamodb.BatchWriteItemOutput); ok {
+			for _, reqs := range out.UnprocessedItems {
+				for _, r := range reqs {
+					if r.PutRequest != nil {
+						left[key(r.PutRequest.Item)] = true
+					}
+				}
+			}
+		}
+		for _, reqs := range in.RequestItems {
+			for _, r := range reqs {
+				switch {
+				case r.PutRequest != nil && !left[key(r.PutRequest.Item)]:
+					u.WRU += m.put(r.PutRequest.Item, 1, applied)
+				case r.DeleteRequest != nil:
+					u.WRU++
+				}
+			}
+		}
 	case *dynamodb.UpdateItemInput:
 		// An update of a small item (the counters) is one unit.
 		u.WRU = 1

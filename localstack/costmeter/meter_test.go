@@ -69,6 +69,18 @@ func TestUnitsFollowTheItems(t *testing.T) {
 	require.Equal(t, costmeter.Units{WRU: 3, RRU: 1}, m.Units())
 	require.Equal(t, costmeter.Tagged{Units: costmeter.Units{WRU: 1}, Requests: map[string]int64{"DynamoDB.PutItem": 1}}, m.Tagged("lease"))
 	require.Equal(t, costmeter.Tagged{Requests: map[string]int64{}}, m.Tagged("other"))
+
+	// A batch of creates: each item its units, each due entry one more.
+	var batch []*domain.Job
+	for range 3 {
+		b, err := domain.NewJob(stacktest.TenantA, ulid.Make().String(), spec, "", now)
+		require.NoError(t, err)
+		batch = append(batch, b)
+	}
+	for _, err := range st.CreateAll(ctx, batch, now) {
+		require.NoError(t, err)
+	}
+	require.Equal(t, costmeter.Units{WRU: 9, RRU: 1}, m.Units(), "three small items and their due entries")
 }
 
 // TestBillsEachAttemptThatReachedTheService: the meter sits below the

@@ -74,6 +74,22 @@ func (e *Engine) SubmitBatch(ctx context.Context, tenant string, items []BatchIt
 			}
 		}
 	}
+	// The jobs without a key are written together (one BatchWriteItem on
+	// DynamoDB, where each alone is a request): their first messages,
+	// held back a second, then come after their writes on a busy table
+	// too. A job with a key is written alone, as its key's record is.
+	var plain []*domain.Job
+	for _, j := range jobs {
+		if j != nil && j.IdempotencyKey == "" {
+			plain = append(plain, j)
+		}
+	}
+	createErr := map[*domain.Job]error{}
+	if len(plain) > 1 {
+		for k, err := range e.cfg.Store.CreateAll(ctx, plain, e.now()) {
+			createErr[plain[k]] = err
+		}
+	}
 	var batch []JobSends
 	queued := map[string]bool{} // one item repeating another's key sends nothing twice
 	var made []creation
@@ -82,7 +98,13 @@ func (e *Engine) SubmitBatch(ctx context.Context, tenant string, items []BatchIt
 		if j == nil {
 			continue
 		}
-		c, err := e.write(ctx, j, it.Body, sentFirst[j])
+		var c creation
+		var err error
+		if cerr, ok := createErr[j]; !ok {
+			c, err = e.write(ctx, j, it.Body, sentFirst[j])
+		} else if err = cerr; err == nil {
+			c = e.written(ctx, j, true, sentFirst[j])
+		}
 		if err == nil {
 			made = append(made, c)
 		}

@@ -564,11 +564,17 @@ func (e *Engine) build(ctx context.Context, tenant, id string, body []byte, idem
 // before it (sendFirst); otherwise those the job calls for are answered,
 // to send.
 func (e *Engine) write(ctx context.Context, j *domain.Job, body []byte, sent bool) (creation, error) {
-	now := e.now()
-	j, created, err := e.cfg.Store.Create(ctx, j, requestHash(body), now)
+	j, created, err := e.cfg.Store.Create(ctx, j, requestHash(body), e.now())
 	if err != nil {
 		return creation{}, err
 	}
+	return e.written(ctx, j, created, sent), nil
+}
+
+// written is write's creation once the store answered: the job observed
+// when made now, and the dispatches its first steps call for unless they
+// were sent before the write.
+func (e *Engine) written(ctx context.Context, j *domain.Job, created, sent bool) creation {
 	var states []JobStateChange
 	if created {
 		states = e.observeCreated(ctx, j)
@@ -577,9 +583,9 @@ func (e *Engine) write(ctx context.Context, j *domain.Job, body []byte, sent boo
 	// first request may have died between its write and its send, and a
 	// duplicate message finds nothing to do.
 	if !sent && (created || !j.Started()) {
-		return creation{j, created, j.Outstanding(e.now()), states}, nil
+		return creation{j, created, j.Outstanding(e.now()), states}
 	}
-	return creation{j, created, nil, states}, nil
+	return creation{j, created, nil, states}
 }
 
 // checkSpec refuses, before anything is written, what a valid spec may

@@ -23,6 +23,11 @@ type Store interface {
 	// job is answered instead (created false) when requestHash matches,
 	// else domain.ErrIdempotencyMismatch.
 	Create(ctx context.Context, j *domain.Job, requestHash string, now time.Time) (*domain.Job, bool, error)
+	// CreateAll writes new jobs without an idempotency key as Create does
+	// each, in as few requests as the store can, answering each one's
+	// error in order; a job refused writes nothing (a job with a key is
+	// refused: it goes by Create).
+	CreateAll(ctx context.Context, jobs []*domain.Job, now time.Time) []error
 	// Get answers a job of tenant, domain.ErrNotFound, or
 	// domain.ErrUnreadable for a stored job that cannot be decoded.
 	Get(ctx context.Context, tenant, id string) (*domain.Job, error)

@@ -34,6 +34,7 @@ const (
 
 var storeChecks = []check[StoreFixture]{
 	{"create then get answers a fresh copy", storeCreateGet},
+	{"create all writes each job as create would", storeCreateAll},
 	{"a waiting step's timer survives", storeTimers},
 	{"another tenant's job is not found", storeTenantIsolation},
 	{"idempotency key", storeIdempotency},
@@ -159,6 +160,38 @@ func storeCreateGet(t *testing.T, f StoreFixture) {
 	require.NoError(t, err)
 	require.Equal(t, third, again)
 	require.Equal(t, "tok-1", again.Steps[0].Lease.Token)
+}
+
+// storeCreateAll: a batch's jobs, more than one request of them, a long
+// one among them (stored apart), are each stored as Create would store
+// them; a job with an idempotency key is refused and writes nothing.
+func storeCreateAll(t *testing.T, f StoreFixture) {
+	ctx := context.Background()
+	var jobs []*domain.Job
+	for i := range 30 {
+		spec := passSpec
+		if i == 7 {
+			spec = longSpec(min(60, domain.MaxSteps))
+		}
+		jobs = append(jobs, newJob(t, tenantA, spec, "", f.Now))
+	}
+	keyed := newJob(t, tenantA, passSpec, "batch-key", f.Now)
+	jobs = append(jobs, keyed)
+	errs := f.Store.CreateAll(ctx, jobs, f.Now)
+	require.Len(t, errs, len(jobs))
+	for i, j := range jobs[:30] {
+		require.NoError(t, errs[i], "job %d", i)
+		require.Equal(t, int64(1), j.Version)
+		got, n := load(t, f, tenantA, j.ID)
+		sameJob(t, j, got, "job %d", i)
+		// It moves on as a created job does.
+		_, err := got.Lease(got.Steps[0].ID(), domain.LeaseRequest{Nonce: "n", Duration: time.Minute}, f.Now)
+		require.NoError(t, err)
+		require.NoError(t, f.Store.Save(ctx, got, n), "job %d", i)
+	}
+	require.Error(t, errs[30], "a job with an idempotency key goes by Create")
+	_, err := f.Store.Get(ctx, tenantA, keyed.ID)
+	require.ErrorIs(t, err, domain.ErrNotFound)
 }
 
 // storeTimers: the steps nothing runs keep how they wait (a wake time, a

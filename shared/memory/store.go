@@ -219,6 +219,20 @@ func (r *record) decode(tenant, id string) (*domain.Job, error) {
 // Create writes a new job at version 1. With an idempotency key, a key
 // recorded within the last 24 hours answers its job instead (created false)
 // when requestHash matches, else domain.ErrIdempotencyMismatch.
+// CreateAll creates each job, none with an idempotency key, as Create
+// does.
+func (s *Store) CreateAll(ctx context.Context, jobs []*domain.Job, now time.Time) []error {
+	errs := make([]error, len(jobs))
+	for i, j := range jobs {
+		if j.IdempotencyKey != "" {
+			errs[i] = fmt.Errorf("create job %s: CreateAll takes no job with an idempotency key", j.ID)
+			continue
+		}
+		_, _, errs[i] = s.Create(ctx, j, "", now)
+	}
+	return errs
+}
+
 func (s *Store) Create(_ context.Context, j *domain.Job, requestHash string, now time.Time) (*domain.Job, bool, error) {
 	j.Version = 1
 	r, err := s.encode(j, nil)

@@ -21,6 +21,41 @@ import (
 	"github.com/stepflow/stepflow/shared/store"
 )
 
+// loseBatchAnswers answers the first n BatchWriteItem attempts, applied,
+// with a read timeout, as loseAnswers does PutItem's.
+func loseBatchAnswers(n int64) func(*middleware.Stack) error {
+	var lost atomic.Int64
+	return func(s *middleware.Stack) error {
+		return s.Finalize.Insert(middleware.FinalizeMiddlewareFunc("loseBatchAnswers", func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+			out, md, err := next.HandleFinalize(ctx, in)
+			if _, op := awsfault.Call(ctx); op == "BatchWriteItem" && err == nil && lost.Add(1) <= n {
+				return middleware.FinalizeOutput{}, md, &smithyhttp.RequestSendError{Err: &net.OpError{Op: "read", Net: "tcp", Err: errors.New("i/o timeout")}}
+			}
+			return out, md, err
+		}), "Retry", middleware.After)
+	}
+}
+
+// TestABatchOfCreatesWhoseAnswerWasLostIsItsOwn: a BatchWriteItem that was
+// applied but whose answer was lost is not retried as it is (it could put
+// a job back over a change already made to it); each of its jobs is
+// created alone, meets its own write and answers created.
+func TestABatchOfCreatesWhoseAnswerWasLostIsItsOwn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var jobs []*domain.Job
+	for range 3 {
+		jobs = append(jobs, newJob(t, tenantA, simpleSpec, "", b.now))
+	}
+	st := store.New(b.client(loseBatchAnswers(1)), b.table)
+	for i, err := range st.CreateAll(ctx, jobs, b.now) {
+		require.NoError(t, err, "job %d: its own batch write", i)
+		got, _ := b.load(t, tenantA, jobs[i].ID)
+		require.Equal(t, int64(1), got.Version)
+	}
+}
+
 // loseAnswers lets the first n PutItem attempts reach DynamoDB and then
 // answers each with a read timeout, as a connection lost after the write
 // was applied: it sits right after the SDK's Retry middleware, so the SDK

@@ -55,6 +55,7 @@ type API interface {
 	Query(context.Context, *dynamodb.QueryInput, ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
 	TransactWriteItems(context.Context, *dynamodb.TransactWriteItemsInput, ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
 	BatchGetItem(context.Context, *dynamodb.BatchGetItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
+	BatchWriteItem(context.Context, *dynamodb.BatchWriteItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error)
 }
 
 // Index names and shard counts; template.yaml declares the same indexes.
@@ -310,14 +311,8 @@ func (s *Store) Create(ctx context.Context, j *domain.Job, requestHash string, n
 		return j, true, nil
 	}
 	if j.IdempotencyKey == "" && len(w.parts) == 0 {
-		_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{
-			TableName: &s.table, Item: it,
-			ConditionExpression:                 jobCond.Condition(),
-			ExpressionAttributeNames:            jobCond.Names(),
-			ReturnValuesOnConditionCheckFailure: ddb.ReturnValuesOnConditionCheckFailureAllOld,
-		})
-		if err != nil && !ownWrite(err, token) {
-			return nil, false, fmt.Errorf("create job %s: %w", j.ID, err)
+		if err := s.putNew(ctx, j, it, token); err != nil {
+			return nil, false, err
 		}
 		return created()
 	}
@@ -592,6 +587,97 @@ func (s *Store) Save(ctx context.Context, j *domain.Job, loadedEvents int) error
 
 func tooLarge(j *domain.Job, n int) error {
 	return &domain.Error{Code: domain.CodeTooLarge, Message: fmt.Sprintf("job %s would be %d bytes stored in its own item; DynamoDB's limit is %d: keep large payloads and signals elsewhere (S3) and pass references", j.ID, n, MaxItemBytes)}
+}
+
+// putNew writes a new job's item (carrying token) if no item has its key:
+// one whose answer was lost and whose retry finds it is the job's own.
+func (s *Store) putNew(ctx context.Context, j *domain.Job, it map[string]ddb.AttributeValue, token string) error {
+	notExists, err := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name("pk"))).Build()
+	if err != nil {
+		return fmt.Errorf("create job %s: %w", j.ID, err)
+	}
+	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: &s.table, Item: it,
+		ConditionExpression:                 notExists.Condition(),
+		ExpressionAttributeNames:            notExists.Names(),
+		ReturnValuesOnConditionCheckFailure: ddb.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if err != nil && !ownWrite(err, token) {
+		return fmt.Errorf("create job %s: %w", j.ID, err)
+	}
+	return nil
+}
+
+// maxBatchWrite is DynamoDB's bound on the items of one BatchWriteItem.
+const maxBatchWrite = 25
+
+// CreateAll writes new jobs without an idempotency key, a batch
+// submission's, as Create would, but those stored in one item together:
+// one BatchWriteItem per 25, where Create is one request each. A batch
+// write has no condition, which a new job's fresh id does not need; it is
+// sent once (an SDK retry after a lost answer could put a job back over a
+// change already made to it), and a job it did not write, or whose answer
+// was lost, is then created alone, conditionally, under the same write
+// token (so one the batch did write is known as its own).
+func (s *Store) CreateAll(ctx context.Context, jobs []*domain.Job, now time.Time) []error {
+	errs := make([]error, len(jobs))
+	type pending struct {
+		at    int
+		w     jobWrite
+		token string
+	}
+	var batch []pending
+	for i, j := range jobs {
+		if j.IdempotencyKey != "" {
+			errs[i] = fmt.Errorf("create job %s: CreateAll takes no job with an idempotency key", j.ID)
+			continue
+		}
+		j.Version = 1
+		w, err := jobWriteOf(j, nil)
+		if err == nil && len(w.parts) == 0 && ItemSize(w.item) <= MaxItemBytes {
+			batch = append(batch, pending{at: i, w: w, token: withWriteToken(w.item)})
+			continue
+		}
+		_, _, errs[i] = s.Create(ctx, j, "", now) // alone: parts, or what refuses it
+	}
+	for len(batch) > 0 {
+		chunk := batch[:min(len(batch), maxBatchWrite)]
+		batch = batch[len(chunk):]
+		reqs := make([]ddb.WriteRequest, len(chunk))
+		for k, p := range chunk {
+			reqs[k] = ddb.WriteRequest{PutRequest: &ddb.PutRequest{Item: p.w.item}}
+		}
+		out, err := s.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]ddb.WriteRequest{s.table: reqs}},
+			func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 })
+		unwritten := map[string]bool{}
+		if err == nil {
+			for _, r := range out.UnprocessedItems[s.table] {
+				if r.PutRequest != nil {
+					unwritten[key(r.PutRequest.Item)] = true
+				}
+			}
+		}
+		for _, p := range chunk {
+			j := jobs[p.at]
+			if err != nil || unwritten[key(p.w.item)] {
+				if errs[p.at] = s.putNew(ctx, j, p.w.item, p.token); errs[p.at] != nil {
+					continue
+				}
+			}
+			keepLayout(j, p.w.layout)
+		}
+	}
+	return errs
+}
+
+// key is an item's primary key, as text.
+func key(it map[string]ddb.AttributeValue) string {
+	pk, _ := it["pk"].(*ddb.AttributeValueMemberS)
+	sk, _ := it["sk"].(*ddb.AttributeValueMemberS)
+	if pk == nil || sk == nil {
+		return ""
+	}
+	return pk.Value + "|" + sk.Value
 }
 
 // maxTransactItems is DynamoDB's bound on the items of one transaction.

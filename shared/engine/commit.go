@@ -90,6 +90,8 @@ var errNoChange = errors.New("no change")
 // effects. A decision answering errNoChange answers the job as loaded,
 // without a write and without effects.
 func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job, c change) (*domain.Job, error) {
+	ctx, done := takeTurn(ctx, tenant, id)
+	defer done()
 	for race := range maxRaces {
 		j := from
 		from = nil

@@ -24,6 +24,9 @@ import (
 // tokens makes the queue's token of a record (config.App.ReadyTokens).
 func Execute(e *engine.Engine, tokens func(queueARN, receipt string) string, log *slog.Logger) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
 	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+		// The batch's deliveries of one job take turns at its changes
+		// rather than race on its item.
+		ctx = engine.WithJobTurns(ctx, engine.NewJobTurns())
 		var mu sync.Mutex
 		var resp events.SQSEventResponse
 		var wg sync.WaitGroup

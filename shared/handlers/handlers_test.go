@@ -15,6 +15,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go/middleware"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/stretchr/testify/require"
 
@@ -168,6 +169,45 @@ func TestExecuteRunsSteps(t *testing.T) {
 	}})
 	require.NoError(t, err)
 	require.Empty(t, resp.BatchItemFailures)
+}
+
+// A batch holding the branches of one job (a fan-out's, sent together)
+// runs them at once, but their changes of the job take turns: none loses
+// a write to another, and the last one's change runs the fan-in.
+func TestExecuteBatchOfOneJobsBranchesTakesTurns(t *testing.T) {
+	t.Parallel()
+	var refused atomic.Int64
+	countRefusals := func(st *middleware.Stack) error {
+		return st.Deserialize.Add(middleware.DeserializeMiddlewareFunc("countRefusals", func(ctx context.Context, in middleware.DeserializeInput, next middleware.DeserializeHandler) (middleware.DeserializeOutput, middleware.Metadata, error) {
+			out, md, err := next.HandleDeserialize(ctx, in)
+			var ccf *ddb.ConditionalCheckFailedException
+			if errors.As(err, &ccf) {
+				refused.Add(1)
+			}
+			return out, md, err
+		}), middleware.Before)
+	}
+	h := stacktest.New(t, noRunner, stacktest.WithAPIOptions(countRefusals))
+	exec := handlers.Execute(h.Engine, h.ReadyTokens(), quiet)
+	var steps, ids []string
+	for i := range 10 {
+		ids = append(ids, `"b`+strconv.Itoa(i)+`"`)
+		steps = append(steps, `{"id":"b`+strconv.Itoa(i)+`","action":{"type":"pass"}}`)
+	}
+	steps = append(steps, `{"id":"join","depends_on":[`+strings.Join(ids, ",")+`],"action":{"type":"pass"}}`)
+	j := submit(t, h, `{"steps":[`+strings.Join(steps, ",")+`]}`)
+	var recs []events.SQSMessage
+	for i := range 10 {
+		recs = append(recs, record(t, "m"+strconv.Itoa(i), engine.Message{Tenant: stacktest.TenantA, Job: j.ID, Step: "b" + strconv.Itoa(i)}))
+	}
+	before := refused.Load()
+	resp, err := exec(context.Background(), events.SQSEvent{Records: recs})
+	require.NoError(t, err)
+	require.Empty(t, resp.BatchItemFailures)
+	require.Equal(t, before, refused.Load(), "no change of the job lost a write to another")
+	got := get(t, h, j.ID)
+	require.Equal(t, domain.JobCompleted, got.State)
+	require.NoError(t, domain.CheckReplay(got))
 }
 
 // TestExecuteKeepsARecordEarlyForItsJob: a job's first message may come

@@ -208,10 +208,16 @@ func (e *Engine) execute(ctx context.Context, d Delivery, from *domain.Job, ch *
 	case fired, ended, recorded:
 		return Executed, nil
 	}
+	return e.runLeased(ctx, d, t, t.job, ch)
+}
+
+// runLeased runs the step a delivery leased (t) and records its outcome;
+// from, when set, is the job as the lease saved it.
+func (e *Engine) runLeased(ctx context.Context, d Delivery, t taken, from *domain.Job, ch *chain) (ExecuteResult, error) {
 	s, _, _ := t.job.Step(d.Message.Step)
 	o := e.run(ctx, ActionCall{Spec: s.Spec, Input: t.input.inline, IdempotencyKey: t.job.IdempotencyToken(s), Tenant: t.job.Tenant})
 	o.leaseID = t.lease.ID
-	_, err = e.finish(ctx, d.Message.Tenant, o, t.job, ch)
+	_, err := e.finish(ctx, d.Message.Tenant, o, from, ch)
 	switch {
 	case err == nil, domain.CodeOf(err) == domain.CodeTooLarge:
 		return Executed, nil // recorded (an outcome too large to keep, as a fatal failure)

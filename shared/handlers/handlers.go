@@ -29,18 +29,56 @@ func Execute(e *engine.Engine, tokens func(queueARN, receipt string) string, log
 		ctx = engine.WithJobTurns(ctx, engine.NewJobTurns())
 		var mu sync.Mutex
 		var resp events.SQSEventResponse
+		failed := func(rec events.SQSMessage, err error) {
+			if err == nil {
+				return
+			}
+			if !errors.Is(err, errHeld) {
+				log.Warn("message will be redelivered", "message_id", rec.MessageId, "err", err)
+			}
+			mu.Lock()
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
+			mu.Unlock()
+		}
+		// First deliveries of one job (a fan-out's branches, sent
+		// together) are leased together, in one write; the rest alone.
+		byJob := map[string][]int{}
+		ds := make([]engine.Delivery, len(ev.Records))
+		var alone []int
+		for i, rec := range ev.Records {
+			d, ok := delivery(ctx, e, tokens, rec)
+			switch {
+			case !ok:
+				continue // dropped
+			case d.Receives <= 1 && d.Message.Wake == "":
+				k := d.Message.Tenant + "/" + d.Message.Job
+				byJob[k] = append(byJob[k], i)
+			default:
+				alone = append(alone, i)
+			}
+			ds[i] = d
+		}
 		var wg sync.WaitGroup
-		for _, rec := range ev.Records {
+		for _, group := range byJob {
+			if len(group) == 1 {
+				alone = append(alone, group[0])
+				continue
+			}
 			wg.Go(func() {
-				if err := executeRecord(ctx, e, tokens, rec); err != nil {
-					if !errors.Is(err, errHeld) {
-						log.Warn("message will be redelivered", "message_id", rec.MessageId, "err", err)
+				errs, ok := executeTogether(ctx, e, ev.Records, ds, group)
+				if !ok {
+					for _, i := range group {
+						wg.Go(func() { failed(ev.Records[i], executeRecord(ctx, e, ev.Records[i], ds[i])) })
 					}
-					mu.Lock()
-					resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
-					mu.Unlock()
+					return
+				}
+				for k, i := range group {
+					failed(ev.Records[i], errs[k])
 				}
 			})
+		}
+		for _, i := range alone {
+			wg.Go(func() { failed(ev.Records[i], executeRecord(ctx, e, ev.Records[i], ds[i])) })
 		}
 		wg.Wait()
 		return resp, nil
@@ -49,7 +87,23 @@ func Execute(e *engine.Engine, tokens func(queueARN, receipt string) string, log
 
 var errHeld = errors.New("step is held by a live lease")
 
-func executeRecord(ctx context.Context, e *engine.Engine, tokens func(queueARN, receipt string) string, rec events.SQSMessage) (err error) {
+// delivery reads a record as the engine's delivery; ok false for a body
+// that names no stepflow step, which redelivering cannot help: dropped.
+func delivery(ctx context.Context, e *engine.Engine, tokens func(queueARN, receipt string) string, rec events.SQSMessage) (engine.Delivery, bool) {
+	var m engine.Message
+	if err := json.Unmarshal([]byte(rec.Body), &m); err != nil || m.Job == "" || m.Tenant == "" || m.Step == "" {
+		e.Log().WarnContext(logging.With(ctx, slog.String("message_id", rec.MessageId)), "dropped a message that names no step")
+		return engine.Delivery{}, false
+	}
+	d := engine.Delivery{Message: m, Token: tokens(rec.EventSourceARN, rec.ReceiptHandle)}
+	if ms, err := strconv.ParseInt(rec.Attributes["SentTimestamp"], 10, 64); err == nil {
+		d.SentAt = time.UnixMilli(ms)
+	}
+	d.Receives, _ = strconv.Atoi(rec.Attributes["ApproximateReceiveCount"])
+	return d, true
+}
+
+func executeRecord(ctx context.Context, e *engine.Engine, rec events.SQSMessage, d engine.Delivery) (err error) {
 	// A panic on one record's goroutine would kill the whole runtime; this
 	// record comes back instead, and the others are unaffected.
 	defer func() {
@@ -58,18 +112,12 @@ func executeRecord(ctx context.Context, e *engine.Engine, tokens func(queueARN, 
 		}
 	}()
 	ctx = logging.With(ctx, slog.String("message_id", rec.MessageId))
-	var m engine.Message
-	if err := json.Unmarshal([]byte(rec.Body), &m); err != nil || m.Job == "" || m.Tenant == "" || m.Step == "" {
-		// Not a stepflow message: redelivering it cannot help; drop it.
-		e.Log().WarnContext(ctx, "dropped a message that names no step")
-		return nil
-	}
-	d := engine.Delivery{Message: m, Token: tokens(rec.EventSourceARN, rec.ReceiptHandle)}
-	if ms, err := strconv.ParseInt(rec.Attributes["SentTimestamp"], 10, 64); err == nil {
-		d.SentAt = time.UnixMilli(ms)
-	}
-	d.Receives, _ = strconv.Atoi(rec.Attributes["ApproximateReceiveCount"])
 	res, err := e.Execute(ctx, d)
+	return recordResult(rec, res, err)
+}
+
+// recordResult is a record's error for what executing it answered.
+func recordResult(rec events.SQSMessage, res engine.ExecuteResult, err error) error {
 	if err != nil {
 		return fmt.Errorf("message %s: %w", rec.MessageId, err)
 	}
@@ -79,6 +127,34 @@ func executeRecord(ctx context.Context, e *engine.Engine, tokens func(queueARN, 
 		return fmt.Errorf("message %s: %w", rec.MessageId, errHeld)
 	}
 	return nil
+}
+
+// executeTogether runs a group of records of one job together
+// (engine.ExecuteTogether), answering each record's error; ok false when
+// the engine did nothing with them. A panic comes back as every record's
+// error, as one record's does alone.
+func executeTogether(ctx context.Context, e *engine.Engine, recs []events.SQSMessage, ds []engine.Delivery, group []int) (errs []error, ok bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			errs, ok = make([]error, len(group)), true
+			for k, i := range group {
+				errs[k] = fmt.Errorf("message %s: panic: %v", recs[i].MessageId, p)
+			}
+		}
+	}()
+	gds := make([]engine.Delivery, len(group))
+	for k, i := range group {
+		gds[k] = ds[i]
+	}
+	res, rerrs, ok := e.ExecuteTogether(ctx, gds)
+	if !ok {
+		return nil, false
+	}
+	errs = make([]error, len(group))
+	for k, i := range group {
+		errs[k] = recordResult(recs[i], res[k], rerrs[k])
+	}
+	return errs, true
 }
 
 // Heartbeat is the EventBridge schedule's handler: one sweep.

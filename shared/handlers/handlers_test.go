@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -171,40 +172,105 @@ func TestExecuteRunsSteps(t *testing.T) {
 	require.Empty(t, resp.BatchItemFailures)
 }
 
-// A batch holding the branches of one job (a fan-out's, sent together)
-// runs them at once, but their changes of the job take turns: none loses
-// a write to another, and the last one's change runs the fan-in.
-func TestExecuteBatchOfOneJobsBranchesTakesTurns(t *testing.T) {
-	t.Parallel()
-	var refused atomic.Int64
-	countRefusals := func(st *middleware.Stack) error {
-		return st.Deserialize.Add(middleware.DeserializeMiddlewareFunc("countRefusals", func(ctx context.Context, in middleware.DeserializeInput, next middleware.DeserializeHandler) (middleware.DeserializeOutput, middleware.Metadata, error) {
-			out, md, err := next.HandleDeserialize(ctx, in)
-			var ccf *ddb.ConditionalCheckFailedException
-			if errors.As(err, &ccf) {
-				refused.Add(1)
-			}
-			return out, md, err
-		}), middleware.Before)
-	}
-	h := stacktest.New(t, noRunner, stacktest.WithAPIOptions(countRefusals))
-	exec := handlers.Execute(h.Engine, h.ReadyTokens(), quiet)
+// countCalls counts the DynamoDB calls that answered, by operation, and
+// the writes refused by their condition.
+type countCalls struct {
+	mu      sync.Mutex
+	ops     map[string]int
+	refused atomic.Int64
+}
+
+func (c *countCalls) middleware(st *middleware.Stack) error {
+	return st.Deserialize.Add(middleware.DeserializeMiddlewareFunc("countCalls", func(ctx context.Context, in middleware.DeserializeInput, next middleware.DeserializeHandler) (middleware.DeserializeOutput, middleware.Metadata, error) {
+		out, md, err := next.HandleDeserialize(ctx, in)
+		var ccf *ddb.ConditionalCheckFailedException
+		if errors.As(err, &ccf) {
+			c.refused.Add(1)
+		}
+		if service, op := awsfault.Call(ctx); service == "DynamoDB" && err == nil {
+			c.mu.Lock()
+			c.ops[op]++
+			c.mu.Unlock()
+		}
+		return out, md, err
+	}), middleware.Before)
+}
+
+func (c *countCalls) take() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ops := c.ops
+	c.ops = map[string]int{}
+	return ops
+}
+
+// fanOut submits a job of n pass branches and their fan-in, and answers
+// a record of each branch's message, received receives times.
+func fanOut(t *testing.T, h *stacktest.Harness, n, receives int) (*domain.Job, []events.SQSMessage) {
+	t.Helper()
 	var steps, ids []string
-	for i := range 10 {
+	for i := range n {
 		ids = append(ids, `"b`+strconv.Itoa(i)+`"`)
 		steps = append(steps, `{"id":"b`+strconv.Itoa(i)+`","action":{"type":"pass"}}`)
 	}
 	steps = append(steps, `{"id":"join","depends_on":[`+strings.Join(ids, ",")+`],"action":{"type":"pass"}}`)
 	j := submit(t, h, `{"steps":[`+strings.Join(steps, ",")+`]}`)
 	var recs []events.SQSMessage
-	for i := range 10 {
-		recs = append(recs, record(t, "m"+strconv.Itoa(i), engine.Message{Tenant: stacktest.TenantA, Job: j.ID, Step: "b" + strconv.Itoa(i)}))
+	for i := range n {
+		r := record(t, j.ID+"-m"+strconv.Itoa(i), engine.Message{Tenant: stacktest.TenantA, Job: j.ID, Step: "b" + strconv.Itoa(i)})
+		r.Attributes["ApproximateReceiveCount"] = strconv.Itoa(receives)
+		recs = append(recs, r)
 	}
-	before := refused.Load()
+	return j, recs
+}
+
+// A batch holding the first deliveries of one job's branches (a
+// fan-out's, sent together) leases and records them in one write, where
+// each alone is one; the fan-in they make runnable is sent.
+func TestExecuteRunsABatchOfOneJobsBranchesInOneWrite(t *testing.T) {
+	t.Parallel()
+	calls := &countCalls{ops: map[string]int{}}
+	h := stacktest.New(t, noRunner, stacktest.WithAPIOptions(calls.middleware))
+	exec := handlers.Execute(h.Engine, h.ReadyTokens(), quiet)
+	j, recs := fanOut(t, h, 10, 1)
+	calls.take()
 	resp, err := exec(context.Background(), events.SQSEvent{Records: recs})
 	require.NoError(t, err)
 	require.Empty(t, resp.BatchItemFailures)
-	require.Equal(t, before, refused.Load(), "no change of the job lost a write to another")
+	ops := calls.take()
+	require.Equal(t, 1, ops["PutItem"]+ops["TransactWriteItems"], "one write for the ten branches: %v", ops)
+	require.Equal(t, 1, ops["GetItem"], "one read: %v", ops)
+	got := get(t, h, j.ID)
+	for _, s := range got.Steps[:10] {
+		require.Equal(t, domain.StepSucceeded, s.State)
+	}
+	require.Equal(t, domain.StepPending, got.Steps[10].State, "the fan-in is sent, not run here")
+
+	resp, err = exec(context.Background(), events.SQSEvent{Records: []events.SQSMessage{
+		record(t, "join", engine.Message{Tenant: stacktest.TenantA, Job: j.ID, Step: "join"}),
+	}})
+	require.NoError(t, err)
+	require.Empty(t, resp.BatchItemFailures)
+	got = get(t, h, j.ID)
+	require.Equal(t, domain.JobCompleted, got.State)
+	require.NoError(t, domain.CheckReplay(got))
+}
+
+// Deliveries of one job that are not taken together (here each came
+// back, so each may be a dead chain's) run at once, but their changes of
+// the job take turns: none loses a write to another, and the last one's
+// change runs the fan-in.
+func TestExecuteBatchOfOneJobsBranchesTakesTurns(t *testing.T) {
+	t.Parallel()
+	calls := &countCalls{ops: map[string]int{}}
+	h := stacktest.New(t, noRunner, stacktest.WithAPIOptions(calls.middleware))
+	exec := handlers.Execute(h.Engine, h.ReadyTokens(), quiet)
+	j, recs := fanOut(t, h, 10, 2)
+	before := calls.refused.Load()
+	resp, err := exec(context.Background(), events.SQSEvent{Records: recs})
+	require.NoError(t, err)
+	require.Empty(t, resp.BatchItemFailures)
+	require.Equal(t, before, calls.refused.Load(), "no change of the job lost a write to another")
 	got := get(t, h, j.ID)
 	require.Equal(t, domain.JobCompleted, got.State)
 	require.NoError(t, domain.CheckReplay(got))

@@ -1,0 +1,69 @@
+package engine
+
+import (
+	"context"
+	"sync"
+)
+
+// ExecuteTogether handles first deliveries of one job that came in one
+// batch (a fan-out's branches, sent together) as one change: their steps
+// are leased in one write (takeLeases), an instant step's outcome
+// recorded in it too, where each alone is a write; the others then run at
+// once, each recording its outcome as Execute does. ok is false when it
+// did nothing (a delivery it does not take together, or a decision or the
+// write refused): the caller executes each alone, which answers each its
+// own way. The steps the write makes runnable are sent, not chained.
+func (e *Engine) ExecuteTogether(ctx context.Context, ds []Delivery) (res []ExecuteResult, errs []error, ok bool) {
+	if len(ds) < 2 {
+		return nil, nil, false
+	}
+	m := ds[0].Message
+	seen := map[string]bool{}
+	for _, d := range ds {
+		// A delivery that came back may be a dead chain's (Execute takes
+		// up what it carried); a wake passes a slot on: each goes alone.
+		if d.Message.Tenant != m.Tenant || d.Message.Job != m.Job || d.Receives > 1 || d.Message.Wake != "" || seen[d.Message.Step] {
+			return nil, nil, false
+		}
+		seen[d.Message.Step] = true
+	}
+	ts, err := e.takeLeases(ctx, ds, readyLane, nil)
+	if err != nil {
+		return nil, nil, false // nothing was written
+	}
+	res, errs = make([]ExecuteResult, len(ds)), make([]error, len(ds))
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		crashed any // a panic of one run's goroutine, the invocation's own
+	)
+	for i, t := range ts {
+		switch t.outcome {
+		case leased:
+			wg.Go(func() {
+				defer func() {
+					if p := recover(); p != nil {
+						mu.Lock()
+						if crashed == nil {
+							crashed = p
+						}
+						mu.Unlock()
+					}
+				}()
+				// Each reads the job: the one the lease saved is shared.
+				res[i], errs[i] = e.runLeased(ctx, ds[i], t, nil, nil)
+			})
+		case waiting:
+			res[i] = Waiting
+		case stale:
+			res[i] = Stale
+		default: // recorded, ended
+			res[i] = Executed
+		}
+	}
+	wg.Wait()
+	if crashed != nil {
+		panic(crashed) // the invocation dies as it would have on that goroutine
+	}
+	return res, errs, true
+}

@@ -260,28 +260,8 @@ func (s *submission) sendBatched(ctx context.Context, c *client, deadline time.T
 	}
 }
 
-// unbatchJob answers a batch of one job as POST /v1/jobs would have: its
-// item's status, with its job or its error.
-func unbatchJob(a answer) answer {
-	if !a.ok() {
-		return a
-	}
-	var res struct {
-		Jobs []struct {
-			Status int             `json:"status"`
-			Job    json.RawMessage `json:"job"`
-			Error  json.RawMessage `json:"error"`
-		} `json:"jobs"`
-	}
-	if err := json.Unmarshal(a.body, &res); err != nil || len(res.Jobs) != 1 {
-		return answer{status: a.status, body: a.body, err: fmt.Errorf("a batch of one answered %s", truncate(a.body, 160))}
-	}
-	it := res.Jobs[0]
-	if len(it.Error) > 0 {
-		return answer{status: it.Status, body: []byte(`{"error":` + string(it.Error) + `}`)}
-	}
-	return answer{status: it.Status, body: it.Job}
-}
+// unbatchJob answers a batch of one job as POST /v1/jobs would have.
+func unbatchJob(a answer) answer { return unbatchOne(a, "jobs", "job") }
 
 // batched says whether job n goes by POST /v1/jobs/batch rather than POST
 // /v1/jobs: every third, by its number (no draw from the seeded streams).

@@ -275,25 +275,28 @@ func batchOf(leaseID string, body []byte) []byte {
 	return raw
 }
 
-// unbatch answers a batch of one as /complete or /fail would have: its
-// item's status, with its result or its error.
-func unbatch(a answer) answer {
+// unbatch answers a batch of one outcome as /complete or /fail would
+// have.
+func unbatch(a answer) answer { return unbatchOne(a, "outcomes", "result") }
+
+// unbatchOne answers a batch of one (its items under list, each with its
+// status and its value under value, or its error) as the single route
+// would have answered it: the item's status, with its value or its error.
+func unbatchOne(a answer, list, value string) answer {
 	if !a.ok() {
 		return a
 	}
-	var res struct {
-		Outcomes []struct {
-			Status int             `json:"status"`
-			Result json.RawMessage `json:"result"`
-			Error  json.RawMessage `json:"error"`
-		} `json:"outcomes"`
-	}
-	if err := json.Unmarshal(a.body, &res); err != nil || len(res.Outcomes) != 1 {
+	var res map[string][]map[string]json.RawMessage
+	if err := json.Unmarshal(a.body, &res); err != nil || len(res[list]) != 1 {
 		return answer{status: a.status, body: a.body, err: fmt.Errorf("a batch of one answered %s", truncate(a.body, 160))}
 	}
-	it := res.Outcomes[0]
-	if len(it.Error) > 0 {
-		return answer{status: it.Status, body: []byte(`{"error":` + string(it.Error) + `}`)}
+	it := res[list][0]
+	var status int
+	if err := json.Unmarshal(it["status"], &status); err != nil {
+		return answer{status: a.status, body: a.body, err: fmt.Errorf("a batch of one answered no status: %s", truncate(a.body, 160))}
 	}
-	return answer{status: it.Status, body: it.Result}
+	if e := it["error"]; len(e) > 0 {
+		return answer{status: status, body: []byte(`{"error":` + string(e) + `}`)}
+	}
+	return answer{status: status, body: it[value]}
 }

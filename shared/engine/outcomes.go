@@ -73,7 +73,7 @@ func (e *Engine) Outcomes(ctx context.Context, tenant string, batch []LeaseOutco
 		settle  settlements
 		wg      sync.WaitGroup
 		slots   = make(chan struct{}, outcomeJobs)
-		crashed any // a panic of one job's goroutine, the invocation's own
+		crashed crash
 	)
 	for _, job := range order {
 		wg.Add(1)
@@ -81,15 +81,7 @@ func (e *Engine) Outcomes(ctx context.Context, tenant string, batch []LeaseOutco
 		go func(idx []int) {
 			defer wg.Done()
 			defer func() { <-slots }()
-			defer func() {
-				if p := recover(); p != nil {
-					mu.Lock()
-					if crashed == nil {
-						crashed = p
-					}
-					mu.Unlock()
-				}
-			}()
+			defer crashed.catch()
 			var mine settlements
 			var from *domain.Job
 			for _, i := range idx {
@@ -104,12 +96,35 @@ func (e *Engine) Outcomes(ctx context.Context, tenant string, batch []LeaseOutco
 		}(byJob[job])
 	}
 	wg.Wait()
-	if crashed != nil {
-		// The invocation dies as it would have on the goroutine that
-		// panicked: its undeleted messages come back and find their
-		// outcomes recorded.
-		panic(crashed)
-	}
+	// Its undeleted messages come back and find their outcomes recorded.
+	crashed.rethrow()
 	settle.make(ctx, e)
 	return out
+}
+
+// crash keeps the first panic of the goroutines an invocation starts for
+// one request, to raise it again on the invocation's own: the invocation
+// dies as it would have on the goroutine that panicked (on Lambda a panic
+// anywhere ends the process; the local stack recovers only the handler's).
+type crash struct {
+	mu    sync.Mutex
+	first any
+}
+
+// catch recovers a goroutine's panic: deferred first thing in it.
+func (c *crash) catch() {
+	if p := recover(); p != nil {
+		c.mu.Lock()
+		if c.first == nil {
+			c.first = p
+		}
+		c.mu.Unlock()
+	}
+}
+
+// rethrow raises the panic caught, if any, once the goroutines are done.
+func (c *crash) rethrow() {
+	if c.first != nil {
+		panic(c.first)
+	}
 }

@@ -34,22 +34,13 @@ func (e *Engine) ExecuteTogether(ctx context.Context, ds []Delivery) (res []Exec
 	res, errs = make([]ExecuteResult, len(ds)), make([]error, len(ds))
 	var (
 		wg      sync.WaitGroup
-		mu      sync.Mutex
-		crashed any // a panic of one run's goroutine, the invocation's own
+		crashed crash
 	)
 	for i, t := range ts {
 		switch t.outcome {
 		case leased:
 			wg.Go(func() {
-				defer func() {
-					if p := recover(); p != nil {
-						mu.Lock()
-						if crashed == nil {
-							crashed = p
-						}
-						mu.Unlock()
-					}
-				}()
+				defer crashed.catch()
 				// Each reads the job: the one the lease saved is shared.
 				res[i], errs[i] = e.runLeased(ctx, ds[i], t, nil, nil)
 			})
@@ -62,8 +53,6 @@ func (e *Engine) ExecuteTogether(ctx context.Context, ds []Delivery) (res []Exec
 		}
 	}
 	wg.Wait()
-	if crashed != nil {
-		panic(crashed) // the invocation dies as it would have on that goroutine
-	}
+	crashed.rethrow()
 	return res, errs, true
 }

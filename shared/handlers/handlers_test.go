@@ -204,6 +204,15 @@ func (c *countCalls) take() map[string]int {
 	return ops
 }
 
+// counted is a stack nothing polls, its DynamoDB calls counted, and the
+// execute function's handler over it.
+func counted(t *testing.T) (*stacktest.Harness, *countCalls, func(context.Context, events.SQSEvent) (events.SQSEventResponse, error)) {
+	t.Helper()
+	calls := &countCalls{ops: map[string]int{}}
+	h := stacktest.New(t, noRunner, stacktest.WithAPIOptions(calls.middleware))
+	return h, calls, handlers.Execute(h.Engine, h.ReadyTokens(), quiet)
+}
+
 // fanOut submits a job of n pass branches and their fan-in, and answers
 // a record of each branch's message, received receives times.
 func fanOut(t *testing.T, h *stacktest.Harness, n, receives int) (*domain.Job, []events.SQSMessage) {
@@ -229,9 +238,7 @@ func fanOut(t *testing.T, h *stacktest.Harness, n, receives int) (*domain.Job, [
 // each alone is one; the fan-in they make runnable is sent.
 func TestExecuteRunsABatchOfOneJobsBranchesInOneWrite(t *testing.T) {
 	t.Parallel()
-	calls := &countCalls{ops: map[string]int{}}
-	h := stacktest.New(t, noRunner, stacktest.WithAPIOptions(calls.middleware))
-	exec := handlers.Execute(h.Engine, h.ReadyTokens(), quiet)
+	h, calls, exec := counted(t)
 	j, recs := fanOut(t, h, 10, 1)
 	calls.take()
 	resp, err := exec(context.Background(), events.SQSEvent{Records: recs})
@@ -262,9 +269,7 @@ func TestExecuteRunsABatchOfOneJobsBranchesInOneWrite(t *testing.T) {
 // change runs the fan-in.
 func TestExecuteBatchOfOneJobsBranchesTakesTurns(t *testing.T) {
 	t.Parallel()
-	calls := &countCalls{ops: map[string]int{}}
-	h := stacktest.New(t, noRunner, stacktest.WithAPIOptions(calls.middleware))
-	exec := handlers.Execute(h.Engine, h.ReadyTokens(), quiet)
+	h, calls, exec := counted(t)
 	j, recs := fanOut(t, h, 10, 2)
 	before := calls.refused.Load()
 	resp, err := exec(context.Background(), events.SQSEvent{Records: recs})

@@ -21,21 +21,6 @@ import (
 	"github.com/stepflow/stepflow/shared/store"
 )
 
-// loseBatchAnswers answers the first n BatchWriteItem attempts, applied,
-// with a read timeout, as loseAnswers does PutItem's.
-func loseBatchAnswers(n int64) func(*middleware.Stack) error {
-	var lost atomic.Int64
-	return func(s *middleware.Stack) error {
-		return s.Finalize.Insert(middleware.FinalizeMiddlewareFunc("loseBatchAnswers", func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
-			out, md, err := next.HandleFinalize(ctx, in)
-			if _, op := awsfault.Call(ctx); op == "BatchWriteItem" && err == nil && lost.Add(1) <= n {
-				return middleware.FinalizeOutput{}, md, &smithyhttp.RequestSendError{Err: &net.OpError{Op: "read", Net: "tcp", Err: errors.New("i/o timeout")}}
-			}
-			return out, md, err
-		}), "Retry", middleware.After)
-	}
-}
-
 // TestABatchOfCreatesWhoseAnswerWasLostIsItsOwn: a BatchWriteItem that was
 // applied but whose answer was lost is not retried as it is (it could put
 // a job back over a change already made to it); each of its jobs is
@@ -48,7 +33,7 @@ func TestABatchOfCreatesWhoseAnswerWasLostIsItsOwn(t *testing.T) {
 	for range 3 {
 		jobs = append(jobs, newJob(t, tenantA, simpleSpec, "", b.now))
 	}
-	st := store.New(b.client(loseBatchAnswers(1)), b.table)
+	st := store.New(b.client(loseAnswersOf("BatchWriteItem", 1)), b.table)
 	for i, err := range st.CreateAll(ctx, jobs, b.now) {
 		require.NoError(t, err, "job %d: its own batch write", i)
 		got, _ := b.load(t, tenantA, jobs[i].ID)
@@ -60,12 +45,15 @@ func TestABatchOfCreatesWhoseAnswerWasLostIsItsOwn(t *testing.T) {
 // answers each with a read timeout, as a connection lost after the write
 // was applied: it sits right after the SDK's Retry middleware, so the SDK
 // retries the write as it would on AWS.
-func loseAnswers(n int64) func(*middleware.Stack) error {
+func loseAnswers(n int64) func(*middleware.Stack) error { return loseAnswersOf("PutItem", n) }
+
+// loseAnswersOf is loseAnswers of operation op's attempts.
+func loseAnswersOf(op string, n int64) func(*middleware.Stack) error {
 	var lost atomic.Int64
 	return func(s *middleware.Stack) error {
 		return s.Finalize.Insert(middleware.FinalizeMiddlewareFunc("loseAnswers", func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
 			out, md, err := next.HandleFinalize(ctx, in)
-			if _, op := awsfault.Call(ctx); op == "PutItem" && err == nil && lost.Add(1) <= n {
+			if _, called := awsfault.Call(ctx); called == op && err == nil && lost.Add(1) <= n {
 				return middleware.FinalizeOutput{}, md, &smithyhttp.RequestSendError{Err: &net.OpError{Op: "read", Net: "tcp", Err: errors.New("i/o timeout")}}
 			}
 			return out, md, err

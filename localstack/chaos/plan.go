@@ -178,11 +178,19 @@ func planOne(r *rand.Rand, seed uint64, i int) JobPlan {
 		for s := range 3 + 2*btoi(kind == "pass5") {
 			steps = append(steps, pass(fmt.Sprintf("s%d", s+1)))
 		}
-		if kind == "pass5" && i%2 == 1 {
+		switch {
+		case kind == "pass5" && i%4 == 1:
 			// A fan-out of built-in branches, sent together at the submit:
 			// an execute batch leases those it holds in one write
 			// (ExecuteTogether). By the job's number: no draw.
 			steps[4] = with(pass("join"), "depends_on", []string{"s1", "s2", "s3", "s4"})
+		case kind == "pass5" && i%4 == 3:
+			// Branches one write makes runnable together: the chain
+			// records them in one write (runTogether).
+			for _, b := range []int{1, 2, 3} {
+				steps[b] = with(steps[b], "depends_on", []string{"s1"})
+			}
+			steps[4] = with(pass("join"), "depends_on", []string{"s2", "s3", "s4"})
 		}
 	case "long":
 		// Long enough to be kept apart (a header and parts, sealed as it

@@ -176,12 +176,18 @@ func (e *Engine) takeLease(ctx context.Context, d Delivery, l lane, from *domain
 // refused (a live lease, not due, a step not executed here), and the
 // caller then takes them one by one, which answers each its own way.
 func (e *Engine) takeLeases(ctx context.Context, ds []Delivery, l lane, settle *settlements) ([]taken, error) {
+	return e.takeLeasesOn(ctx, ds, l, settle, nil, nil)
+}
+
+// takeLeasesOn is takeLeases on from when set (the job as this process
+// saved it), with a chain that may keep what the write makes runnable.
+func (e *Engine) takeLeasesOn(ctx context.Context, ds []Delivery, l lane, settle *settlements, from *domain.Job, chain *chain) ([]taken, error) {
 	m := ds[0].Message
 	ns, ps, ts := make([]string, len(ds)), make([]leasePrep, len(ds)), make([]taken, len(ds))
 	for i := range ds {
 		ns[i] = nonce()
 	}
-	j, err := e.commit(ctx, m.Tenant, m.Job, nil, change{
+	j, err := e.commit(ctx, m.Tenant, m.Job, from, change{
 		prepare: func(ctx context.Context, j *domain.Job, now time.Time) error {
 			for i, d := range ds {
 				if err := e.prepareLease(ctx, &ps[i], j, d.Message.Step, ns[i], l, now); err != nil {
@@ -204,6 +210,7 @@ func (e *Engine) takeLeases(ctx context.Context, ds []Delivery, l lane, settle *
 			return nil
 		},
 		settle: settle,
+		chain:  chain,
 	})
 	for i := range ds {
 		var keep slot

@@ -184,9 +184,9 @@ func TestAChainRunsOnlyBuiltInStepsDueNow(t *testing.T) {
 }
 
 // A fan-out of instant steps and its fan-in run in the invocation that
-// ran the step before them, one write each, rather than as parallel
-// writers racing on the job; a branch that does I/O is sent, so those run
-// in parallel elsewhere.
+// ran the step before them, the branches in one write (runTogether),
+// rather than as parallel writers racing on the job; a branch that does
+// I/O is sent, so those run in parallel elsewhere.
 func TestAFanOutOfInstantStepsRunsInOneInvocation(t *testing.T) {
 	t.Parallel()
 	b, st := counted(t)
@@ -202,7 +202,7 @@ func TestAFanOutOfInstantStepsRunsInOneInvocation(t *testing.T) {
 	gets, saves := st.gets.Load(), st.saves.Load()
 	require.Equal(t, engine.Executed, b.execute(t, b.takeOne(t)))
 	require.EqualValues(t, 1, st.gets.Load()-gets)
-	require.EqualValues(t, width+2, st.saves.Load()-saves, "one write a step, no lost race")
+	require.EqualValues(t, 3, st.saves.Load()-saves, "the root, the branches together, the fan-in: no lost race")
 	require.Empty(t, b.queue.TakeReady(10))
 	got := b.job(t, tenantA, j.ID)
 	require.Equal(t, domain.JobCompleted, got.State)

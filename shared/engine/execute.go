@@ -86,6 +86,16 @@ func (e *Engine) Execute(ctx context.Context, d Delivery) (ExecuteResult, error)
 		// none, and the next step reads it.
 		from := ch.job
 		ch.job = nil
+		if k := ch.instantAfter(from, step); k > 0 {
+			// A fan-out's branches one write made runnable together: one
+			// write for all, not one each.
+			if e.runTogether(ctx, d.Message, append([]string{step}, ch.next[:k]...), from, ch) {
+				ch.next = ch.next[k:]
+				ch.left -= k + 1
+				continue
+			}
+			from = nil // a refused group leaves the job as it decided it: read it again
+		}
 		ch.left--
 		if _, err := e.execute(ctx, Delivery{Message: Message{Tenant: d.Message.Tenant, Job: d.Message.Job, Step: step}}, from, ch); err != nil {
 			// The step stays runnable: its message goes out as it would
@@ -402,6 +412,57 @@ func (c *chain) resume(j *domain.Job, now time.Time, stranded bool) {
 	}
 	c.keep(j, ds)
 	c.job = nil // read again: the job as this delivery found it may be behind
+}
+
+// instantAfter answers how many of the steps the chain keeps after step
+// are, with it, instant steps of j (pure actions needing no slot), run
+// together in one write (runTogether); 0 when step is not one or j is
+// not known.
+func (c *chain) instantAfter(j *domain.Job, step string) int {
+	instant := func(id string) bool {
+		s, _, err := j.Step(id)
+		if err != nil || s.Spec.Requires != nil {
+			return false
+		}
+		kind, _ := domain.LookupAction(s.Spec.Action.Type)
+		_, pure := kind.(domain.PureAction)
+		return pure
+	}
+	if j == nil || !instant(step) {
+		return 0
+	}
+	k := 0
+	for k < len(c.next) && instant(c.next[k]) {
+		k++
+	}
+	return k
+}
+
+// runTogether leases and records the instant steps a chain kept in one
+// change on from (takeLeasesOn), the chain keeping what that write makes
+// runnable; a step that turns out not instant (its failure replans) is
+// run and recorded after, as the chain runs any. false when the change
+// was refused, and nothing was written.
+func (e *Engine) runTogether(ctx context.Context, m Message, steps []string, from *domain.Job, ch *chain) bool {
+	ds := make([]Delivery, len(steps))
+	for i, step := range steps {
+		ds[i] = Delivery{Message: Message{Tenant: m.Tenant, Job: m.Job, Step: step}}
+	}
+	ts, err := e.takeLeasesOn(ctx, ds, readyLane, nil, from, ch)
+	if err != nil {
+		return false
+	}
+	for i, t := range ts {
+		if t.outcome != leased {
+			continue
+		}
+		if _, err := e.runLeased(ctx, ds[i], t, nil, ch); err != nil {
+			// Leased and not recorded: its lease runs out and the sweep
+			// reclaims it, as for a process that died.
+			e.cfg.Log.WarnContext(ctx, "a chained step's outcome was not recorded; its lease runs out", "job", m.Job, "step", ds[i].Message.Step, "err", err)
+		}
+	}
+	return true
 }
 
 // runs reports whether the chain may run d's step itself, and whether

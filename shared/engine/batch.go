@@ -117,7 +117,7 @@ func (e *Engine) SubmitBatch(ctx context.Context, tenant string, items []BatchIt
 		}
 		queued[c.job.ID] = true
 		e.touchDispatched(ctx, c.job, c.dispatches)
-		batch = append(batch, JobSends{Job: c.job, Sends: Route(c.job, c.dispatches)})
+		batch = append(batch, JobSends{Job: c.job, Sends: newSends(c)})
 	}
 	if len(batch) > 0 {
 		if err := e.cfg.Queue.DispatchJobs(ctx, batch); err != nil {

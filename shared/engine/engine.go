@@ -429,9 +429,34 @@ func (e *Engine) submit(ctx context.Context, tenant, id string, body []byte, ide
 	if err != nil {
 		return nil, false, err
 	}
-	e.dispatch(ctx, c.job, c.dispatches)
+	e.dispatchNew(ctx, c)
 	e.publish(ctx, c.job, c.states)
 	return c.job, c.created, nil
+}
+
+// dispatchNew sends the steps a submit's write calls for. The messages of
+// a job the write made carry it as written (newSends), as those sent
+// before a write do.
+func (e *Engine) dispatchNew(ctx context.Context, c creation) {
+	if len(c.dispatches) == 0 {
+		return
+	}
+	e.touchDispatched(ctx, c.job, c.dispatches)
+	if err := e.cfg.Queue.Dispatch(ctx, c.job, newSends(c)); err != nil {
+		e.cfg.Log.WarnContext(ctx, "dispatch failed; the sweep will re-send", "job", c.job.ID, "err", err)
+	}
+}
+
+// newSends routes a creation's dispatches; those of a job the write made
+// carry it (carrying), so the claim or the execute that takes one leases
+// its step without reading the job: the write is version 1, and a job
+// that moved on since refuses the lease's write, which then reads it.
+func newSends(c creation) []Send {
+	sends := Route(c.job, c.dispatches)
+	if c.created && c.job.Version == 1 {
+		sends = carrying(c.job, sends)
+	}
+	return sends
 }
 
 // maxCarriedDoc bounds the job a first message carries: a one-step job's

@@ -83,3 +83,26 @@ func TestOutcomesOfOneJobAreRecordedOnOneRead(t *testing.T) {
 	b.drain(t)
 	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State)
 }
+
+// A new job's worker message carries the job as written: its first claim
+// leases without reading it. A job that moved on since (here cancelled)
+// refuses that lease's write; the claim then reads it and drops the
+// message.
+func TestAClaimOfANewJobsMessageLeasesWithoutARead(t *testing.T) {
+	t.Parallel()
+	b, st := counted(t)
+	j := b.submit(t, tenantA, workerJob)
+	gets := st.gets.Load()
+	ls := b.claim(t, tenantA, "gpu")
+	require.Len(t, ls, 1)
+	require.Equal(t, j.ID, ls[0].JobID)
+	require.Equal(t, gets, st.gets.Load(), "no read for the lease")
+	require.Equal(t, ls[0].LeaseID, b.job(t, tenantA, j.ID).Steps[0].Lease.ID, "the lease is written")
+
+	other := b.submit(t, tenantA, workerJob)
+	_, err := b.e.Cancel(b.ctx, tenantA, other.ID)
+	require.NoError(t, err)
+	require.Empty(t, b.claim(t, tenantA, "gpu"), "the cancelled job's message leases nothing")
+	require.Equal(t, domain.JobCancelled, b.job(t, tenantA, other.ID).State)
+	require.Equal(t, 1, b.queue.Len(tenantA, "gpu"), "and is dropped: the one left is the leased step's")
+}

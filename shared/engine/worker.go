@@ -274,7 +274,11 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 // the lease's hide among them, are gathered in settle (a settle that
 // fails calls skipped, as the claim's own error would be logged).
 func (e *Engine) claimOne(ctx context.Context, tenant, worker string, d Delivery, settle *settlements, skipped func(error)) (*ClaimedLease, error) {
-	t, err := e.takeLease(ctx, d, workerLane(worker), nil, settle, nil)
+	var from *domain.Job
+	if d.Receives <= 1 {
+		from = carriedJob(d.Message) // a new job's message: its lease needs no read
+	}
+	t, err := e.takeLease(ctx, d, workerLane(worker), from, settle, nil)
 	if err != nil {
 		return nil, err
 	}

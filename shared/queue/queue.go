@@ -542,6 +542,9 @@ func (q *Queue) ensureLane(ctx context.Context, tenant, name string, p int) (str
 func (q *Queue) receive(ctx context.Context, tenant, name, url string, max int, wait time.Duration) ([]engine.Delivery, error) {
 	out, err := q.api.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 		QueueUrl: &url, MaxNumberOfMessages: int32(max), WaitTimeSeconds: int32(wait / time.Second),
+		// How often it was received: a first receive of a new job's
+		// message may lease on the job it carries, without a read.
+		MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameApproximateReceiveCount},
 	})
 	if missing := (*sqstypes.QueueDoesNotExist)(nil); errors.As(err, &missing) {
 		q.forget(url)
@@ -553,6 +556,7 @@ func (q *Queue) receive(ctx context.Context, tenant, name, url string, max int, 
 	res := make([]engine.Delivery, 0, len(out.Messages))
 	for _, m := range out.Messages {
 		d := engine.Delivery{Token: Token(url, aws.ToString(m.ReceiptHandle))}
+		d.Receives, _ = strconv.Atoi(m.Attributes[string(sqstypes.MessageSystemAttributeNameApproximateReceiveCount)])
 		if err := json.Unmarshal([]byte(aws.ToString(m.Body)), &d.Message); err != nil || d.Message.Job == "" {
 			// Not a dispatch: drop it rather than hand it out again and again.
 			_ = q.Ack(ctx, d.Token)

@@ -64,6 +64,9 @@ func (r *reporter) report(ctx context.Context, o client.LeaseOutcome) (*client.O
 	if !alone && o.Failure == nil {
 		b, err := json.Marshal(o.Output)
 		alone = err != nil || len(b) > maxBatchedOutput
+		if err == nil {
+			p.o.Output = json.RawMessage(b) // sent as encoded here, not encoded again
+		}
 	}
 	r.mu.Lock()
 	r.running--

@@ -27,7 +27,9 @@ func (e *Engine) ExecuteTogether(ctx context.Context, ds []Delivery) (res []Exec
 		}
 		seen[d.Message.Step] = true
 	}
-	ts, err := e.takeLeases(ctx, ds, readyLane, nil)
+	// A new job's message carries it as written: the write needs no read
+	// (a job that moved on refuses it, and is read).
+	ts, err := e.takeLeasesOn(ctx, ds, readyLane, nil, carriedJob(m), nil)
 	if err != nil {
 		return nil, nil, false // nothing was written
 	}

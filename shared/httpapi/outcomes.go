@@ -84,9 +84,8 @@ func leaseOutcome(raw json.RawMessage) (engine.LeaseOutcome, error) {
 	if len(w.Output) > 0 {
 		return engine.LeaseOutcome{}, domain.Invalid("output", "belongs to a success; a failure (with class) takes none")
 	}
-	return engine.LeaseOutcome{LeaseID: w.LeaseID, Failure: &engine.Outcome{
-		Class: w.Class, Message: w.Message, RetryAfterSeconds: w.RetryAfterSeconds, Prompt: w.Prompt, Steps: w.Steps,
-	}}, nil
+	f := failure(w.Outcome)
+	return engine.LeaseOutcome{LeaseID: w.LeaseID, Failure: &f}, nil
 }
 
 // outcomeError is item i's answer for err, its field named within the

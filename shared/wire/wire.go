@@ -82,13 +82,8 @@ type Outcome struct {
 // reports under, and the body /complete (output) or /fail (class and the
 // rest) would take.
 type LeaseOutcome struct {
-	LeaseID           string            `json:"lease_id"`
-	Output            json.RawMessage   `json:"output,omitempty"`
-	Class             string            `json:"class,omitempty"`
-	Message           string            `json:"message,omitempty"`
-	RetryAfterSeconds int               `json:"retry_after_seconds,omitempty"`
-	Prompt            string            `json:"prompt,omitempty"`
-	Steps             []domain.StepSpec `json:"steps,omitempty"`
+	LeaseID string `json:"lease_id"`
+	Outcome
 }
 
 // OutcomeResult answers an outcome: where the step and job went.

@@ -13,6 +13,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -86,6 +87,10 @@ type options struct {
 	// logLevel is the level the functions log at on AWS, the template's
 	// LogLevel default.
 	logLevel string
+	// parameters give template parameters other values (--only runs
+	// alone: the report is of the defaults), to price a setting such as
+	// ReadyBatchingWindowSeconds.
+	parameters map[string]string
 }
 
 func main() {
@@ -110,6 +115,7 @@ func main() {
 	f.StringSliceVar(&o.only, "only", nil, "run only the workloads whose names contain one of these (e.g. --only five-step,timer) and print what each cost; writes no report")
 	f.IntVar(&o.largeOutput, "large-output", 32*1024, "bytes each step of the large-output worker workload completes with (incompressible)")
 	f.BoolVar(&o.noBlobs, "no-blobs", false, "keep every payload and output in the job's item, no S3 (the cost before large data went to S3)")
+	f.StringToStringVar(&o.parameters, "parameter", nil, "a template parameter's value other than its default, as a deploy's override (e.g. --parameter ReadyBatchingWindowSeconds=1); only with --only")
 	f.StringVar(&o.poller, "poller", "both", "how the event source mapping receives: batching (up to ten a receive), aws (one a receive, as Lambda's pollers at low load), both (batching, and the single-step workload again AWS-like)")
 	if err := cmd.Execute(); err != nil {
 		os.Exit(1)
@@ -263,6 +269,9 @@ func run(ctx context.Context, o options) error {
 	if o.poller != "batching" && o.poller != "aws" && o.poller != "both" {
 		return fmt.Errorf("--poller %q: want batching, aws or both", o.poller)
 	}
+	if len(o.parameters) > 0 && len(o.only) == 0 {
+		return errors.New("--parameter needs --only: docs/benchmarks.md reports the template's defaults")
+	}
 	tmplPath, err := devstack.FindTemplate()
 	if err != nil {
 		return err
@@ -284,8 +293,9 @@ func run(ctx context.Context, o options) error {
 		env = map[string]string{"STEPFLOW_DATA_BUCKET": ""}
 	}
 	st, err := devstack.Start(ctx, devstack.Options{
-		Env:     env,
-		APIKeys: map[string]string{benchKey: benchTenant}, Log: fnLog,
+		Env:        env,
+		Parameters: o.parameters,
+		APIKeys:    map[string]string{benchKey: benchTenant}, Log: fnLog,
 		// The bench serves the functions itself, with its meters around
 		// them (serve).
 		NoRunner: true,

@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"fmt"
 	"slices"
+	"strconv"
 )
 
 // Conditions, as CloudFormation evaluates them from the parameters' values
@@ -24,8 +25,17 @@ func (t *Template) SetParameter(name, value string) error {
 	if allowed, ok := p["AllowedValues"].([]any); ok && !slices.Contains(allowed, any(value)) {
 		return fmt.Errorf("parameter %s: %q is not one of its AllowedValues %v", name, value, allowed)
 	}
-	t.params[name] = value
-	return nil
+	if p["Type"] == "Number" {
+		// As the template's own Default of a Number parameter reads.
+		n, err := strconv.Atoi(value)
+		if err != nil {
+			return fmt.Errorf("parameter %s: %q is not a Number", name, value)
+		}
+		t.params[name] = n
+	} else {
+		t.params[name] = value
+	}
+	return t.parseFunctions()
 }
 
 // condition evaluates the template's condition name.

@@ -111,14 +111,24 @@ func Parse(path string) (*Template, error) {
 		t.globalFn, _ = globals["Function"].(map[string]any)
 	}
 
+	if err := t.parseFunctions(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// parseFunctions reads the template's functions as its parameters stand
+// (again after SetParameter: a mapping's batching window may name one).
+func (t *Template) parseFunctions() error {
+	t.functions = nil
 	for _, id := range t.ids(typeFunction) {
 		fn, err := t.parseFunction(id)
 		if err != nil {
-			return nil, fmt.Errorf("parse template %s: function %s: %w", path, id, err)
+			return fmt.Errorf("parse template %s: function %s: %w", t.Path, id, err)
 		}
 		t.functions = append(t.functions, fn)
 	}
-	return t, nil
+	return nil
 }
 
 // ids lists the logical ids of the template's resources of one type that

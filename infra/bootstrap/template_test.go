@@ -397,6 +397,12 @@ Resources:
 	fns := tpl.Functions()
 	require.Len(t, fns, 1)
 	require.Equal(t, []SQSSource{{QueueLogicalID: "Q", BatchSize: 10, BatchingWindow: 7 * time.Second}}, fns[0].SQS)
+
+	// An override, as a deploy's (devstack's Parameters), reaches the mapping.
+	require.NoError(t, tpl.SetParameter("Window", "1"))
+	require.Equal(t, time.Second, tpl.Functions()[0].SQS[0].BatchingWindow)
+	require.ErrorContains(t, tpl.SetParameter("Window", "soon"), `parameter Window: "soon" is not a Number`)
+	require.Equal(t, time.Second, tpl.Functions()[0].SQS[0].BatchingWindow)
 }
 
 func TestParseEventsAndDefaults(t *testing.T) {

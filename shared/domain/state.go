@@ -7,7 +7,8 @@ package domain
 import "strings"
 
 // StepState is the canonical state of one step (the step machine's thirteen
-// states, plus CANCELLED, TIMED_OUT and WAITING; docs/model.md#step-states).
+// states, plus CANCELLED, TIMED_OUT, WAITING and SKIPPED;
+// docs/model.md#step-states).
 type StepState string
 
 const (
@@ -29,6 +30,10 @@ const (
 	// StepWaiting: a sleep or wait step holds its job until its time comes
 	// or its signal arrives; nothing runs it.
 	StepWaiting StepState = "WAITING"
+	// StepSkipped: the step's condition (when) was false when its
+	// dependencies were done, so it ended without running; what depends on
+	// it goes on (docs/model.md#conditions).
+	StepSkipped StepState = "SKIPPED"
 )
 
 // AllStepStates lists every step state, in lifecycle order.
@@ -37,14 +42,19 @@ func AllStepStates() []StepState {
 		StepPending, StepWaitingDeps, StepLeased, StepRunning, StepSucceeded,
 		StepFailedRetryable, StepRetrying, StepFailedResource, StepSwitchingResource,
 		StepFailedFatal, StepFailed, StepNeedsUser, StepLeaseTimeout, StepCancelled, StepTimedOut, StepWaiting,
+		StepSkipped,
 	}
 }
 
 // Terminal reports whether s ends the step within a run of its job: only a
 // redrive of the failed job reopens a FAILED or CANCELLED step.
 func (s StepState) Terminal() bool {
-	return s == StepSucceeded || s == StepFailed || s == StepCancelled
+	return s == StepSucceeded || s == StepFailed || s == StepCancelled || s == StepSkipped
 }
+
+// Done reports whether s lets what depends on the step go on: it
+// succeeded, or its condition skipped it.
+func (s StepState) Done() bool { return s == StepSucceeded || s == StepSkipped }
 
 // EventType is the event a step transition into s appends: step_<state>.
 func (s StepState) EventType() string { return "step_" + strings.ToLower(string(s)) }

@@ -32,6 +32,7 @@ const (
 	StepEvWait           StepEvent = "wait"            // a sleep or wait step starts waiting
 	StepEvWake           StepEvent = "wake"            // its time came, or its signal arrived
 	StepEvRedrive        StepEvent = "redrive"         // the failed job runs again from this step
+	StepEvSkip           StepEvent = "skip"            // its condition (when) was false: it ends without running
 	// StepEvResourceWaitExpired: no resource slot came within the step's
 	// resource_wait_seconds (a failure of class resource with no attempt).
 	StepEvResourceWaitExpired StepEvent = "resource_wait_expired"
@@ -50,6 +51,7 @@ type Transition[S ~string, E ~string] struct {
 var stepTransitions = []Transition[StepState, StepEvent]{
 	{StepEvWaitDeps, []StepState{StepPending}, StepWaitingDeps},
 	{StepEvDepsMet, []StepState{StepWaitingDeps}, StepPending},
+	{StepEvSkip, []StepState{StepPending, StepWaitingDeps}, StepSkipped},
 	{StepEvLease, []StepState{StepPending, StepWaitingDeps, StepSwitchingResource}, StepLeased},
 	{StepEvStart, []StepState{StepLeased, StepRetrying, StepNeedsUser}, StepRunning},
 	{StepEvSucceed, []StepState{StepRunning}, StepSucceeded},
@@ -58,7 +60,9 @@ var stepTransitions = []Transition[StepState, StepEvent]{
 	{StepEvFailResource, []StepState{StepRunning}, StepFailedResource},
 	{StepEvResourceWaitExpired, []StepState{StepPending, StepRetrying, StepSwitchingResource}, StepFailedResource},
 	{StepEvSwitchResource, []StepState{StepFailedResource}, StepSwitchingResource},
-	{StepEvFailFatal, []StepState{StepRunning, StepFailedResource}, StepFailedFatal},
+	// From PENDING: its condition could not be decided (it names what its
+	// dependency's output lacks, say); the step fails without running.
+	{StepEvFailFatal, []StepState{StepRunning, StepFailedResource, StepPending}, StepFailedFatal},
 	{StepEvFail, []StepState{StepFailedFatal, StepFailedRetryable, StepTimedOut, StepLeaseTimeout}, StepFailed},
 	{StepEvNeedsUser, []StepState{StepRunning, StepPending}, StepNeedsUser},
 	{StepEvApprove, []StepState{StepNeedsUser}, StepSucceeded},

@@ -18,7 +18,7 @@ var allStepEvents = []StepEvent{
 	StepEvRetry, StepEvFailResource, StepEvSwitchResource, StepEvFailFatal, StepEvFail,
 	StepEvNeedsUser, StepEvApprove, StepEvReject, StepEvLeaseTimeout, StepEvRequeue,
 	StepEvTimeOut, StepEvCancel, StepEvResume, StepEvWait, StepEvWake, StepEvRedrive,
-	StepEvResourceWaitExpired,
+	StepEvResourceWaitExpired, StepEvSkip,
 }
 
 // allJobEvents is every JobEvent constant, written out by hand.
@@ -486,7 +486,7 @@ func TestStepEventTypes(t *testing.T) {
 
 func TestStateListsAreComplete(t *testing.T) {
 	t.Parallel()
-	require.Len(t, AllStepStates(), 16)
+	require.Len(t, AllStepStates(), 17)
 	require.Len(t, AllJobStates(), 8)
 	require.Len(t, AllAttemptStates(), 6)
 	for _, lists := range [][]string{

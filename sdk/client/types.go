@@ -58,6 +58,10 @@ type StepSpec struct {
 	// resource (the stack's default when zero); past it the step fails
 	// with class resource.
 	ResourceWaitSeconds int `json:"resource_wait_seconds,omitempty"`
+	// When is a condition in CEL over payload and the steps this one
+	// depends on (steps.<id>.output, steps.<id>.state): false skips the
+	// step (state SKIPPED) and what depends on it goes on.
+	When string `json:"when,omitempty"`
 }
 
 // Action is a step's action: "type" and that type's own parameters (see
@@ -193,6 +197,7 @@ type Step struct {
 	WakeAt        *time.Time      `json:"wake_at,omitempty"`
 	Parked        bool            `json:"parked,omitempty"`
 	ReplacedBy    []string        `json:"replaced_by,omitempty"`
+	When          string          `json:"when,omitempty"` // its condition; SKIPPED when it was false
 	Requires      *Requirements   `json:"requires,omitempty"`
 	Avoid         []string        `json:"avoid,omitempty"`
 	ResourceWait  *ResourceWait   `json:"resource_wait,omitempty"`

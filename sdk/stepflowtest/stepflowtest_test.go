@@ -223,6 +223,24 @@ func TestDAG(t *testing.T) {
 	require.Equal(t, b.t0, b.env.Now(), "all of it at one instant")
 }
 
+// A condition on a worker's verdict: the harness skips the branch it
+// rules out, in memory, as the stack does.
+func TestConditionSkipsABranch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.handle("critic", func(context.Context, *stepflowtest.Task) (any, error) { return map[string]string{"verdict": "revise"}, nil })
+	b.handle("writer", func(_ context.Context, task *stepflowtest.Task) (any, error) { return "rewritten", nil })
+	j := b.env.Submit(`{"payload":{},"steps":[
+		{"id":"critic","action":{"type":"worker","queue":"critic"}},
+		{"id":"ship","action":{"type":"worker","queue":"writer"},"depends_on":["critic"],"when":"steps.critic.output.verdict == 'approve'"},
+		{"id":"revise","action":{"type":"worker","queue":"writer"},"depends_on":["critic"],"when":"steps.critic.output.verdict == 'revise'"}]}`)
+	got := b.env.AwaitState(j.ID, domain.JobCompleted)
+	require.Equal(t, domain.StepSkipped, got.Steps[1].State)
+	require.Equal(t, domain.StepSucceeded, got.Steps[2].State)
+	require.Len(t, b.tasks, 2, "the skipped step never ran")
+	require.Equal(t, "revise", b.tasks[1].StepID)
+}
+
 func TestHTTPStepAgainstATestServer(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int32

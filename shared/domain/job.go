@@ -329,12 +329,12 @@ func NewJob(tenant, id string, spec *JobSpec, idemKey string, now time.Time) (*J
 		if len(j.deps(i)) > 0 {
 			continue
 		}
-		if j.RunAt != nil {
+		if run, err := j.condition(i); j.RunAt != nil && err == nil && run {
 			s.ReadyAt = j.RunAt // it opens, or is leased, when its message comes at run_at
 			j.holdUnsent(s, *j.RunAt, now)
 			continue
 		}
-		if _, err := j.ready(s, now); err != nil {
+		if _, err := j.open(i, now); err != nil {
 			return nil, err
 		}
 	}
@@ -387,10 +387,11 @@ func (j *Job) waitsOn(k, i int) bool {
 	return slices.Contains(j.Steps[k].Spec.DependsOn, id) && j.positions()[id] == i
 }
 
-// depsMet reports whether every step step i waits for has succeeded.
+// depsMet reports whether every step step i waits for is done (it
+// succeeded, or its condition skipped it).
 func (j *Job) depsMet(i int) bool {
 	for _, k := range j.deps(i) {
-		if j.Steps[k].State != StepSucceeded {
+		if !j.Steps[k].State.Done() {
 			return false
 		}
 	}
@@ -717,16 +718,45 @@ func (j *Job) releaseAfter(i int, now time.Time) ([]Dispatch, error) {
 		if n.State != StepWaitingDeps || !j.waitsOn(k, i) || !j.depsMet(k) {
 			continue
 		}
-		if err := j.stepTo(n, StepEvDepsMet, now, ""); err != nil {
-			return nil, err
-		}
-		d, err := j.ready(n, now)
+		d, err := j.open(k, now)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, d...)
 	}
 	return out, nil
+}
+
+// open starts step i, whose dependencies are done, as its condition
+// says: it runs (ready); it is skipped, and what waits only on it and on
+// steps done goes on; or, when its condition cannot be decided, it fails
+// without running. It answers what to dispatch.
+func (j *Job) open(i int, now time.Time) ([]Dispatch, error) {
+	s := j.Steps[i]
+	run, err := j.condition(i)
+	if err == nil && !run {
+		if err := j.stepTo(s, StepEvSkip, now, "when is false"); err != nil {
+			return nil, err
+		}
+		// In a job of steps in order the next step runs on what this one
+		// would have: the skipped step passes its input on.
+		s.OutputIsInput = !j.Graph
+		return j.releaseAfter(i, now)
+	}
+	if s.State == StepWaitingDeps {
+		if err := j.stepTo(s, StepEvDepsMet, now, ""); err != nil {
+			return nil, err
+		}
+	}
+	if err != nil {
+		msg := Truncate("when: "+err.Error(), MaxErrorMessageBytes)
+		s.Error = &StepError{Class: ClassFatal, Message: msg}
+		if err := j.stepTo(s, StepEvFailFatal, now, msg); err != nil {
+			return nil, err
+		}
+		return nil, j.stepTo(s, StepEvFail, now, msg)
+	}
+	return j.ready(s, now)
 }
 
 // Failure is an attempt's failed outcome.
@@ -1224,7 +1254,7 @@ func (t *stepTally) add(s *Step) {
 	case StepPending, StepSwitchingResource, StepFailedRetryable, StepFailedResource, StepLeaseTimeout, StepTimedOut, StepFailedFatal:
 		t.runnable = true
 	}
-	if s.State != StepSucceeded {
+	if !s.State.Done() {
 		t.notDone++
 	}
 }

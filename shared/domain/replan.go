@@ -291,7 +291,7 @@ func (j *Job) replan(s *Step, steps []StepSpec, now time.Time) ([]Dispatch, erro
 			}
 			continue
 		}
-		ds, err := j.ready(n, now)
+		ds, err := j.open(i, now)
 		if err != nil {
 			return nil, err
 		}
@@ -335,7 +335,7 @@ func (j *Job) Redrive(now time.Time) ([]Dispatch, error) {
 			}
 			continue
 		}
-		ds, err := j.ready(s, now)
+		ds, err := j.open(i, now)
 		if err != nil {
 			return nil, err
 		}

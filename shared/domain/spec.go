@@ -118,6 +118,9 @@ type StepSpec struct {
 	// resource it requires (the job's default when zero): past it the
 	// step fails with class resource.
 	ResourceWaitSeconds int `json:"resource_wait_seconds,omitempty"`
+	// When is the step's condition, a CEL expression over the payload and
+	// its dependencies' outputs (condition.go): false skips the step.
+	When string `json:"when,omitempty"`
 }
 
 // ActionSpec is a step's action: its type and that type's parameters,
@@ -239,6 +242,9 @@ func (s *JobSpec) Validate() error {
 	if err := s.validateDeps(seen); err != nil {
 		return err
 	}
+	if err := s.checkConditions(); err != nil {
+		return err
+	}
 	// A replan a fail step carries is checked now, against the job as it
 	// will stand when it happens (and so on down a replan's own replans),
 	// rather than when it runs.
@@ -263,6 +269,31 @@ func (s *JobSpec) validateDeps(index map[string]int) error {
 	return nil
 }
 
+// checkConditions checks each step's condition against the steps it
+// depends on (the step before it, in a job of steps in order).
+func (s *JobSpec) checkConditions() error {
+	dag := s.DAG()
+	for i, st := range s.Steps {
+		if st.When == "" {
+			continue
+		}
+		deps := st.DependsOn
+		if !dag {
+			deps = []string{}
+			if i > 0 {
+				deps = []string{s.Steps[i-1].ID}
+			}
+		}
+		if deps == nil {
+			deps = []string{}
+		}
+		if err := checkCondition(fmt.Sprintf("steps[%d].when", i), st.When, deps); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // DAG reports whether the steps declare their dependencies; if none does,
 // they run in order, each on the one before it.
 func (s *JobSpec) DAG() bool {
@@ -275,6 +306,13 @@ func (s *JobSpec) DAG() bool {
 }
 
 func (st *StepSpec) validate(field, jobQueue string) error {
+	if st.When != "" {
+		// What it may name is checked with the job's dependencies
+		// (checkConditions; a replan's steps where they join the job).
+		if err := checkCondition(field+".when", st.When, nil); err != nil {
+			return err
+		}
+	}
 	a := &st.Action
 	af := field + ".action"
 	if err := actionTypes.checkApplies(a, af); err != nil {

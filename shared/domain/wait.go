@@ -369,7 +369,7 @@ func (j *Job) waitsFor(name string) int {
 		return nil
 	}
 	for _, s := range j.Steps {
-		if s.State == StepSucceeded || s.ReplacedBy != nil {
+		if s.State.Done() || s.ReplacedBy != nil {
 			continue
 		}
 		_ = count("", &s.Spec)

@@ -54,6 +54,7 @@ type StepView struct {
 	WakeAt      *time.Time        `json:"wake_at,omitempty"`    // when a sleeping step wakes
 	Parked      bool              `json:"parked,omitempty"`     // it waits beyond the timer threshold, or for ever
 	ReplacedBy  []string          `json:"replaced_by,omitempty"`
+	When        string            `json:"when,omitempty"` // its condition
 	// Requires is what a resource must have for the step; Avoid the
 	// resources (or workers) that failed it with class resource, never
 	// chosen for it again; ResourceWait the resources it waits on for a slot.
@@ -107,7 +108,7 @@ func jobView(j *domain.Job) JobView {
 			ID: s.ID(), Action: s.Spec.Action.Type, State: s.State, Attempt: s.Attempt, MaxAttempts: s.Spec.Retry.MaxAttempts,
 			Output: s.Output, Error: s.Error, Attempts: make([]AttemptView, 0, len(s.Attempts)),
 			DependsOn: s.Spec.DependsOn, Prompt: s.Prompt, UserInput: s.UserInput, Decision: s.Decision,
-			Signal: s.Spec.Action.Signal, ReplacedBy: s.ReplacedBy,
+			Signal: s.Spec.Action.Signal, ReplacedBy: s.ReplacedBy, When: s.Spec.When,
 			Requires: s.Spec.Requires, Avoid: s.Avoid, ResourceWait: s.ResourceWait, TimeoutSecs: s.Spec.TimeoutSeconds,
 			OutputRef: s.OutputRef, OutputIsInput: s.OutputIsInput,
 		}

@@ -125,6 +125,7 @@ type stepSpecDoc struct {
 	TimeoutSeconds      int               `json:"timeout_seconds,omitempty"`
 	Requires            *requirementsDoc  `json:"requires,omitempty"`
 	ResourceWaitSeconds int               `json:"resource_wait_seconds,omitempty"`
+	When                string            `json:"when,omitempty"`
 }
 
 type retryDoc struct {
@@ -405,7 +406,7 @@ func stepSpecDocOf(s domain.StepSpec) stepSpecDoc {
 		Requires: mapPtr(s.Requires, func(r domain.Requirements) requirementsDoc {
 			return requirementsDoc{Capabilities: r.Capabilities, Labels: r.Labels}
 		}),
-		ResourceWaitSeconds: s.ResourceWaitSeconds,
+		ResourceWaitSeconds: s.ResourceWaitSeconds, When: s.When,
 	}
 }
 
@@ -416,7 +417,7 @@ func (d stepSpecDoc) spec() domain.StepSpec {
 		Requires: mapPtr(d.Requires, func(r requirementsDoc) domain.Requirements {
 			return domain.Requirements{Capabilities: r.Capabilities, Labels: r.Labels}
 		}),
-		ResourceWaitSeconds: d.ResourceWaitSeconds,
+		ResourceWaitSeconds: d.ResourceWaitSeconds, When: d.When,
 	}
 }
 

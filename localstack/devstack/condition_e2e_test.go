@@ -59,3 +59,32 @@ func TestABadConditionIsRefusedAtSubmit(t *testing.T) {
 	h.JSON(t, http.StatusOK, http.MethodGet, "/v1/jobs", keyA, nil, &list)
 	require.Empty(t, list.Jobs)
 }
+
+// A worker is handed the input its step's expression makes, and the step
+// keeps what its output expression makes of the worker's result; an
+// output expression that cannot be evaluated fails its attempt, saying
+// why.
+func TestShapedInputsAndOutputs(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t)
+	j := h.Submit(t, keyA, map[string]any{"payload": map[string]any{"site": "a.example", "n": 2}, "steps": []any{
+		map[string]any{"id": "fetch", "action": map[string]any{"type": "pass"}, "input": "{'url': 'https://' + payload.site}"},
+		map[string]any{"id": "judge", "action": map[string]any{"type": "worker", "queue": "judges"}, "depends_on": []string{"fetch"},
+			"input": "{'url': steps.fetch.output.url, 'twice': payload.n * 2.0}", "output": "{'verdict': output.review.verdict}"},
+	}})
+	leases := claim(t, h, keyA, "judges", "w1", 1, 5)
+	require.Len(t, leases, 1)
+	require.JSONEq(t, `{"url":"https://a.example","twice":4}`, string(leases[0].Input))
+	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+leases[0].LeaseID+"/complete", keyA,
+		map[string]any{"output": map[string]any{"review": map[string]any{"verdict": "ok", "text": "long"}}}, nil)
+	j = h.AwaitState(t, keyA, j.ID, domain.JobCompleted)
+	require.JSONEq(t, `{"url":"https://a.example"}`, string(j.Steps[0].Output))
+	require.JSONEq(t, `{"verdict":"ok"}`, string(j.Steps[1].Output))
+
+	bad := h.Submit(t, keyA, map[string]any{"steps": []any{
+		map[string]any{"id": "a", "action": map[string]any{"type": "pass"}, "output": "output.missing.deeper"},
+	}})
+	bad = h.AwaitState(t, keyA, bad.ID, domain.JobFailed)
+	require.Equal(t, domain.StepFailed, bad.Steps[0].State)
+	require.Equal(t, "output: no such key: missing", bad.Steps[0].Error.Message)
+}

@@ -62,6 +62,11 @@ type StepSpec struct {
 	// depends on (steps.<id>.output, steps.<id>.state): false skips the
 	// step (state SKIPPED) and what depends on it goes on.
 	When string `json:"when,omitempty"`
+	// Input is a CEL expression (over payload and steps, as When reads
+	// them) whose value the step runs on; Output one over output, the
+	// attempt's result, whose value the step keeps. Executed actions only.
+	Input  string `json:"input,omitempty"`
+	Output string `json:"output,omitempty"`
 }
 
 // Action is a step's action: "type" and that type's own parameters (see

@@ -228,7 +228,9 @@ func TestDAG(t *testing.T) {
 func TestConditionSkipsABranch(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.handle("critic", func(context.Context, *stepflowtest.Task) (any, error) { return map[string]string{"verdict": "revise"}, nil })
+	b.handle("critic", func(context.Context, *stepflowtest.Task) (any, error) {
+		return map[string]string{"verdict": "revise"}, nil
+	})
 	b.handle("writer", func(_ context.Context, task *stepflowtest.Task) (any, error) { return "rewritten", nil })
 	j := b.env.Submit(`{"payload":{},"steps":[
 		{"id":"critic","action":{"type":"worker","queue":"critic"}},

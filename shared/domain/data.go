@@ -95,6 +95,9 @@ type Data struct {
 	dag  *dagData        // or {"payload": ..., "deps": {...}}
 	user json.RawMessage // or a person's answer added to base
 	base *Data
+	// or what a step's input expression makes of its payload and
+	// dependencies (shape.go)
+	shape *shapedData
 }
 
 type dagData struct {
@@ -126,6 +129,11 @@ func (d Data) walk(fn func(*DataRef)) {
 		}
 	case d.base != nil:
 		d.base.walk(fn)
+	case d.shape != nil:
+		d.shape.payload.walk(fn)
+		for _, v := range d.shape.deps {
+			v.walk(fn)
+		}
 	}
 }
 
@@ -146,6 +154,12 @@ func (d Data) Size() int {
 		return n
 	case d.base != nil:
 		return d.base.Size() + len(d.user) + 32
+	case d.shape != nil:
+		n := d.shape.payload.Size()
+		for _, v := range d.shape.deps {
+			n += v.Size()
+		}
+		return n
 	}
 	return len(d.raw)
 }
@@ -181,6 +195,8 @@ func (d Data) Compose(fetched map[string][]byte) (json.RawMessage, error) {
 			return nil, err
 		}
 		return withUserInput(in, d.user), nil
+	case d.shape != nil:
+		return d.shape.compose(fetched)
 	}
 	return d.raw, nil
 }
@@ -203,6 +219,19 @@ func (j *Job) payloadData() Data {
 
 func (j *Job) baseInputData(i int) Data {
 	deps := j.deps(i)
+	if src := j.Steps[i].Spec.Input; src != "" {
+		sh := &shapedData{src: src, payload: j.payloadData(), deps: map[string]Data{}, states: map[string]StepState{}}
+		for _, k := range deps {
+			id := j.Steps[k].ID()
+			sh.states[id] = j.Steps[k].State
+			if j.Steps[k].State == StepSucceeded {
+				if out, ok := j.OutputData(k); ok {
+					sh.deps[id] = out
+				}
+			}
+		}
+		return Data{shape: sh}
+	}
 	switch {
 	case len(deps) == 0:
 		return j.payloadData()

@@ -121,6 +121,10 @@ type StepSpec struct {
 	// When is the step's condition, a CEL expression over the payload and
 	// its dependencies' outputs (condition.go): false skips the step.
 	When string `json:"when,omitempty"`
+	// Input and Output shape what the step runs on and what it keeps
+	// (shape.go): CEL expressions, for executed actions.
+	Input  string `json:"input,omitempty"`
+	Output string `json:"output,omitempty"`
 }
 
 // ActionSpec is a step's action: its type and that type's parameters,
@@ -269,14 +273,11 @@ func (s *JobSpec) validateDeps(index map[string]int) error {
 	return nil
 }
 
-// checkConditions checks each step's condition against the steps it
-// depends on (the step before it, in a job of steps in order).
+// checkConditions checks each step's condition and input against the
+// steps it depends on (the step before it, in a job of steps in order).
 func (s *JobSpec) checkConditions() error {
 	dag := s.DAG()
 	for i, st := range s.Steps {
-		if st.When == "" {
-			continue
-		}
 		deps := st.DependsOn
 		if !dag {
 			deps = []string{}
@@ -287,8 +288,15 @@ func (s *JobSpec) checkConditions() error {
 		if deps == nil {
 			deps = []string{}
 		}
-		if err := checkCondition(fmt.Sprintf("steps[%d].when", i), st.When, deps); err != nil {
-			return err
+		if st.When != "" {
+			if err := checkCondition(fmt.Sprintf("steps[%d].when", i), st.When, deps); err != nil {
+				return err
+			}
+		}
+		if st.Input != "" {
+			if err := checkShape(fmt.Sprintf("steps[%d].input", i), st.Input, deps, false); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -310,6 +318,16 @@ func (st *StepSpec) validate(field, jobQueue string) error {
 		// What it may name is checked with the job's dependencies
 		// (checkConditions; a replan's steps where they join the job).
 		if err := checkCondition(field+".when", st.When, nil); err != nil {
+			return err
+		}
+	}
+	if st.Input != "" {
+		if err := checkShape(field+".input", st.Input, nil, false); err != nil {
+			return err
+		}
+	}
+	if st.Output != "" {
+		if err := checkShape(field+".output", st.Output, nil, true); err != nil {
 			return err
 		}
 	}
@@ -356,6 +374,8 @@ func (st *StepSpec) refuseAttemptFields(field string, kind ActionKind) error {
 	}{
 		{"retry", st.Retry != nil},
 		{"requires", st.Requires != nil},
+		{"input", st.Input != ""},
+		{"output", st.Output != ""},
 		{"resource_wait_seconds", st.ResourceWaitSeconds != 0},
 	} {
 		if f.set {

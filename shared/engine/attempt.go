@@ -290,6 +290,9 @@ func (e *Engine) runInstant(ctx context.Context, p *leasePrep, j *domain.Job, s 
 	if f != nil && (len(f.Steps) > 0 || f.Class == domain.ClassResource) {
 		return nil
 	}
+	if f == nil {
+		f = shapeOutput(s, &out)
+	}
 	var ref *domain.DataRef
 	if f == nil {
 		var err error
@@ -541,7 +544,12 @@ func (e *Engine) prepareOutcome(ctx context.Context, p *outcomePrep, j *domain.J
 			return nil // refused by the decision: nothing is stored for it
 		}
 		p.failure = nil
-		p.output, p.ref, err = e.keepOutput(ctx, &p.cache, j, s.ID(), ref.Attempt, o.output)
+		out := o.output
+		if f := shapeOutput(s, &out); f != nil {
+			p.failure, p.prepared = f, true // it cannot be kept: the attempt fails
+			return nil
+		}
+		p.output, p.ref, err = e.keepOutput(ctx, &p.cache, j, s.ID(), ref.Attempt, out)
 		p.kept = err == nil
 		return err
 	}
@@ -560,6 +568,18 @@ func (e *Engine) prepareOutcome(ctx context.Context, p *outcomePrep, j *domain.J
 		}
 	}
 	p.failure, p.prepared = &f, true
+	return nil
+}
+
+// shapeOutput makes *out what step s keeps of it (its output
+// expression), or answers the fatal failure the attempt ends with when
+// that cannot be evaluated.
+func shapeOutput(s *domain.Step, out *json.RawMessage) *domain.Failure {
+	shaped, err := domain.ShapeOutput(s, *out)
+	if err != nil {
+		return &domain.Failure{Class: domain.ClassFatal, Message: domain.Truncate(err.Error(), domain.MaxErrorMessageBytes)}
+	}
+	*out = shaped
 	return nil
 }
 

@@ -101,6 +101,14 @@ func (e *Engine) keepOutput(ctx context.Context, c *dataCache, j *domain.Job, st
 // against its reference. A *dataError says it can never be made; any other
 // error may pass.
 func (e *Engine) compose(ctx context.Context, c *dataCache, d domain.Data) (json.RawMessage, error) {
+	raw, err := e.composeData(ctx, c, d)
+	if se := (*domain.ShapeError)(nil); errors.As(err, &se) {
+		return nil, &dataError{msg: se.Error()} // the same data makes the same error
+	}
+	return raw, err
+}
+
+func (e *Engine) composeData(ctx context.Context, c *dataCache, d domain.Data) (json.RawMessage, error) {
 	refs := d.Refs()
 	if len(refs) == 0 {
 		return d.Compose(nil)

@@ -126,6 +126,8 @@ type stepSpecDoc struct {
 	Requires            *requirementsDoc  `json:"requires,omitempty"`
 	ResourceWaitSeconds int               `json:"resource_wait_seconds,omitempty"`
 	When                string            `json:"when,omitempty"`
+	Input               string            `json:"input,omitempty"`
+	Output              string            `json:"output,omitempty"`
 }
 
 type retryDoc struct {
@@ -406,7 +408,7 @@ func stepSpecDocOf(s domain.StepSpec) stepSpecDoc {
 		Requires: mapPtr(s.Requires, func(r domain.Requirements) requirementsDoc {
 			return requirementsDoc{Capabilities: r.Capabilities, Labels: r.Labels}
 		}),
-		ResourceWaitSeconds: s.ResourceWaitSeconds, When: s.When,
+		ResourceWaitSeconds: s.ResourceWaitSeconds, When: s.When, Input: s.Input, Output: s.Output,
 	}
 }
 
@@ -417,7 +419,7 @@ func (d stepSpecDoc) spec() domain.StepSpec {
 		Requires: mapPtr(d.Requires, func(r requirementsDoc) domain.Requirements {
 			return domain.Requirements{Capabilities: r.Capabilities, Labels: r.Labels}
 		}),
-		ResourceWaitSeconds: d.ResourceWaitSeconds, When: d.When,
+		ResourceWaitSeconds: d.ResourceWaitSeconds, When: d.When, Input: d.Input, Output: d.Output,
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/stepflow/stepflow/api"
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/httpapi"
+	"github.com/stepflow/stepflow/shared/views"
 )
 
 // spec is api/openapi.yaml as GET /v1/openapi.json answers it, decoded.
@@ -115,8 +116,8 @@ func TestOpenAPIKeylessOperationsAreTheKeylessRoutes(t *testing.T) {
 	require.Equal(t, httpapi.KeylessRoutes(), open)
 }
 
-// The document's enums are the domain's: a state, class, action or error
-// code added there and not here fails.
+// The document's enums are the domain's and the views': a state, word,
+// class, action or error code added there and not here fails.
 func TestOpenAPIEnumsAreTheDomains(t *testing.T) {
 	t.Parallel()
 	schemas := loadSpec(t).Components.Schemas
@@ -159,6 +160,12 @@ func TestOpenAPIEnumsAreTheDomains(t *testing.T) {
 		"ErrorCode":    codes,
 		"Backoff":      {domain.BackoffExponential, domain.BackoffLinear, domain.BackoffFixed},
 		"Overlap":      {string(domain.OverlapSkip), string(domain.OverlapAllow)},
+		// The views' words, job and step.
+		"TaskState":      views.JobWords(views.Task),
+		"FormalState":    views.JobWords(views.Formal),
+		"GatedState":     views.JobWords(views.Gated),
+		"TaskStepState":  views.StepWords(views.Task),
+		"GatedStepState": views.StepWords(views.Gated),
 	} {
 		require.ElementsMatch(t, want, schemas[name].Enum, "components.schemas.%s.enum", name)
 	}

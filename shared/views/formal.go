@@ -44,7 +44,8 @@ var formal = vocabulary{
 		}
 		return nil
 	},
-	project: func(j *domain.Job) any { return formalDoc(j) },
+	stepWord: formalStepWord,
+	project:  func(j *domain.Job) any { return formalDoc(j) },
 	summarize: func(j *domain.Job) any {
 		return FormalSummary{ID: j.ID, View: Formal, State: formalWord(j.State), DerivedState: derivedFormal(j.Events), Queue: j.Queue, ScheduleID: j.ScheduleID}
 	},
@@ -98,7 +99,7 @@ func formalWord(s domain.JobState) string {
 
 // formalStepWord names a step state with the formal machine's words (it
 // has no step machine: the word of the job state the step would put its
-// job in).
+// job in). A skipped step lets its job complete as a succeeded one does.
 func formalStepWord(s domain.StepState) string {
 	switch s {
 	case domain.StepPending, domain.StepWaitingDeps, domain.StepSwitchingResource, domain.StepLeaseTimeout:
@@ -109,7 +110,7 @@ func formalStepWord(s domain.StepState) string {
 		return "Waiting"
 	case domain.StepRetrying, domain.StepFailedRetryable, domain.StepTimedOut:
 		return "Retrying"
-	case domain.StepSucceeded:
+	case domain.StepSucceeded, domain.StepSkipped:
 		return "Completed"
 	case domain.StepFailed, domain.StepFailedFatal, domain.StepFailedResource:
 		return "Failed"

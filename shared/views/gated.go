@@ -3,6 +3,7 @@ package views
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/stepflow/stepflow/shared/domain"
@@ -32,7 +33,9 @@ var gated = vocabulary{
 				},
 			},
 			{
-				Vocabulary: Gated, Level: "step", States: states,
+				// SKIPPED: a word the run system's steps lack, as the task
+				// view's failed is one its tasks lack.
+				Vocabulary: Gated, Level: "step", States: append(slices.Clip(states), "SKIPPED"),
 				Allowed: pairs(
 					[]string{"PENDING", "RUNNING", "WAITING_APPROVAL", "CANCELED"},
 					[]string{"RUNNING", "SUCCEEDED", "PENDING", "FAILED", "CANCELED"},
@@ -42,7 +45,7 @@ var gated = vocabulary{
 					[]string{"WAITING_APPROVAL", "FAILED", "PENDING", "RUNNING"},
 					[]string{"FAILED", "PENDING"},
 					[]string{"CANCELED", "PENDING"},
-					[]string{"PENDING", "FAILED"},
+					[]string{"PENDING", "FAILED", "SKIPPED"},
 				),
 				Why: map[Pair]string{
 					{"RUNNING", "WAITING_APPROVAL"}: "a worker's outcome asks a person (class needs_user); a sleep or a wait step also reads WAITING_APPROVAL",
@@ -50,11 +53,13 @@ var gated = vocabulary{
 					{"WAITING_APPROVAL", "PENDING"}: "a person answered a needs_user step (resume): it runs again under a new lease",
 					{"FAILED", "PENDING"}:           "redrive reopens the failed step",
 					{"CANCELED", "PENDING"}:         "redrive reopens the steps the failure cancelled",
-					{"PENDING", "FAILED"}:           "no resource slot came within the step's resource_wait_seconds: it fails with class resource before it ever runs",
+					{"PENDING", "FAILED"}:           "no resource slot came within the step's resource_wait_seconds (class resource), or its condition (when) could not be evaluated (PENDING -> FAILED_FATAL -> FAILED): it fails before it ever runs",
+					{"PENDING", "SKIPPED"}:          "its condition (when) was false when its dependencies were done: it ends without running, and what depends on it goes on",
 					{"WAITING_APPROVAL", "RUNNING"}: "the canonical step table keeps the agent platform's NEEDS_USER -> RUNNING",
 				},
 				Never: map[Pair]string{
 					{"WAITING_APPROVAL", "RUNNING"}: "a person's resume makes the step PENDING; it runs only under a new lease",
+					{"PENDING", "SKIPPED"}:          notYet,
 				},
 			},
 		}
@@ -70,7 +75,8 @@ var gated = vocabulary{
 		}
 		return nil
 	},
-	project: func(j *domain.Job) any { return gatedDoc(j) },
+	stepWord: gatedStepWord,
+	project:  func(j *domain.Job) any { return gatedDoc(j) },
 	summarize: func(j *domain.Job) any {
 		return GatedSummary{ID: j.ID, View: Gated, State: gatedJobWordOf(j), Queue: j.Queue, ScheduleID: j.ScheduleID}
 	},
@@ -152,6 +158,8 @@ func gatedStepWord(s domain.StepState) string {
 		return "FAILED"
 	case domain.StepCancelled:
 		return "CANCELED"
+	case domain.StepSkipped:
+		return "SKIPPED"
 	}
 	return ""
 }

@@ -67,7 +67,8 @@ var task = vocabulary{
 		}
 		return consistentRuns(j, h)
 	},
-	project: func(j *domain.Job) any { return taskDoc(j) },
+	stepWord: taskStepWord,
+	project:  func(j *domain.Job) any { return taskDoc(j) },
 	summarize: func(j *domain.Job) any {
 		return TaskSummary{ID: j.ID, View: Task, State: taskJobWord(j.State), Priority: domain.Priority(j.Priority).Label(), Queue: j.Queue, ScheduleID: j.ScheduleID}
 	},
@@ -96,7 +97,8 @@ func taskJobWord(s domain.JobState) string {
 // taskStepWord names a step state in the task's words: a step waiting
 // for the one before it is blocked (the quality platform's unmet
 // dependency), as is one backing off or waiting on a person, a signal or
-// a time.
+// a time. A skipped step never ran, so it is not done: it reads skipped,
+// a word the task machine lacks as it lacks failed.
 func taskStepWord(s domain.StepState) string {
 	switch s {
 	case domain.StepPending, domain.StepSwitchingResource, domain.StepLeaseTimeout:
@@ -111,6 +113,8 @@ func taskStepWord(s domain.StepState) string {
 		return "failed"
 	case domain.StepCancelled:
 		return "cancelled"
+	case domain.StepSkipped:
+		return "skipped"
 	}
 	return ""
 }

@@ -209,9 +209,26 @@ func JobWords(view string) []string {
 	return v.tables()[0].States
 }
 
+// StepWords answers the words a view's documents name steps with, in
+// canonical step order, each once: what its steps[].state may be.
+func StepWords(view string) []string {
+	v, err := lookup(view)
+	if err != nil || v.stepWord == nil {
+		return nil
+	}
+	var out []string
+	for _, s := range domain.AllStepStates() {
+		if w := v.stepWord(s); w != "" && !slices.Contains(out, w) {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
 // vocabulary is one lifecycle's reading of the canonical model.
 type vocabulary struct {
 	tables     func() []Table
+	stepWord   func(domain.StepState) string // how its documents name a step state; nil: it has no steps
 	moves      func(j *domain.Job, h *history) []Move
 	consistent func(j *domain.Job, h *history) error
 	project    func(j *domain.Job) any  // the job's document; nil: the view has none of its own

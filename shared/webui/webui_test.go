@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/webui"
 )
 
@@ -80,5 +81,26 @@ func TestScriptsNeverWriteHTML(t *testing.T) {
 		for _, sink := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("} {
 			require.NotContains(t, string(f.Body), sink, name)
 		}
+	}
+}
+
+// Every job, step and attempt state has its colour: a state added to the
+// domain and not here would show uncoloured.
+func TestEveryStateHasAColour(t *testing.T) {
+	t.Parallel()
+	css, ok := webui.Asset("style.css")
+	require.True(t, ok)
+	var states []string
+	for _, s := range domain.AllJobStates() {
+		states = append(states, string(s))
+	}
+	for _, s := range domain.AllStepStates() {
+		states = append(states, string(s))
+	}
+	for _, s := range domain.AllAttemptStates() {
+		states = append(states, string(s))
+	}
+	for _, s := range states {
+		require.Regexp(t, `\.st-`+strings.ToLower(s)+`\b[^{]*\{[^}]*--c:`, string(css.Body), "%s has no colour", s)
 	}
 }

@@ -92,7 +92,7 @@ export function drawDag(steps, onSelect) {
       const from = pos.get(d);
       const x1 = from.x + W, y1 = from.y + H / 2, x2 = to.x, y2 = to.y + H / 2;
       const mx = (x1 + x2) / 2;
-      const done = byId.get(d).state === 'SUCCEEDED';
+      const done = ['SUCCEEDED', 'SKIPPED'].includes(byId.get(d).state); // either lets what depends on it go on
       svg.append(s('path', {
         class: ['edge', done && 'done'],
         d: `M ${x1} ${y1} C ${mx} ${y1}, ${mx} ${y2}, ${x2 - 2} ${y2}`,

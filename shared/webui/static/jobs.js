@@ -7,7 +7,7 @@ import { dur, h, json, pill, timeEl, ulidTime } from './dom.js';
 
 export const JOB_STATES = ['QUEUED', 'RUNNING', 'WAITING', 'PARKED', 'RETRYING', 'COMPLETED', 'FAILED', 'CANCELLED'];
 const TERMINAL = new Set(['COMPLETED', 'FAILED', 'CANCELLED']);
-const STEP_DONE = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED']);
+const STEP_DONE = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED', 'SKIPPED']);
 const PAGE = 25;
 
 function listHref(f) {

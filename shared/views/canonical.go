@@ -13,9 +13,6 @@ var canonical = vocabulary{
 			{string(domain.StepLeased), string(domain.StepLeaseTimeout)}:    "a lease is taken and started in one write: a stored step is never LEASED",
 			{string(domain.StepNeedsUser), string(domain.StepRunning)}:      "a person's resume makes the step PENDING; it runs only under a new lease",
 			{string(domain.StepFailedRetryable), string(domain.StepFailed)}: "a retryable failure with no attempt left goes FAILED_FATAL -> FAILED, as the agent platform's retry does with its retries spent",
-			{string(domain.StepPending), string(domain.StepSkipped)}:        notYet,
-			{string(domain.StepWaitingDeps), string(domain.StepSkipped)}:    notYet,
-			{string(domain.StepPending), string(domain.StepFailedFatal)}:    notYet,
 		}
 		// A cancel is a change of its own: it finds steps at rest, never in
 		// a state a step passes through inside one change.
@@ -43,12 +40,6 @@ var canonical = vocabulary{
 	// No project or summarize: the API answers a canonical job in its own documents.
 	filter: wordFilter(func(s domain.JobState) string { return string(s) }),
 }
-
-// notYet is why the tables list the moves a step's condition (when) makes
-// among those never made: nothing evaluates conditions yet. Once
-// something does, the lifecycle test sees them made and fails until
-// they leave Never.
-const notYet = "not made yet: nothing evaluates a step's condition (when) before conditions are built (docs/model.md#conditions)"
 
 // canonicalJobNever: moves of the job table the engine never writes.
 var canonicalJobNever = map[Pair]string{}

@@ -59,7 +59,6 @@ var gated = vocabulary{
 				},
 				Never: map[Pair]string{
 					{"WAITING_APPROVAL", "RUNNING"}: "a person's resume makes the step PENDING; it runs only under a new lease",
-					{"PENDING", "SKIPPED"}:          notYet,
 				},
 			},
 		}

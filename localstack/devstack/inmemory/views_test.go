@@ -165,6 +165,16 @@ func (l *lifecycles) moves() {
 	l.post(id, "/steps/g/approve", map[string]any{"by": "ana"})
 	l.h.AwaitState(l.t, keyA, id, domain.JobCompleted)
 
+	// Conditions: one false at submit (PENDING -> SKIPPED), one false once
+	// its dependency is done (WAITING_DEPS -> SKIPPED), and one that cannot
+	// be decided (PENDING -> FAILED_FATAL -> FAILED).
+	l.submit(map[string]any{"id": "s", "action": map[string]any{"type": "pass"}, "when": "has(payload.n)"})
+	id = l.submit(worker("c", "q9"),
+		map[string]any{"id": "yes", "action": map[string]any{"type": "pass"}, "depends_on": []string{"c"}, "when": "steps.c.output == 'no'"},
+		map[string]any{"id": "no", "action": map[string]any{"type": "pass"}, "depends_on": []string{"c"}, "when": "steps.c.output.missing"})
+	l.end(l.take("q9", "w1"), nil)
+	l.h.AwaitState(l.t, keyA, id, domain.JobFailed)
+
 	// Resources: spent attempts fail a resource failure for good.
 	l.submit(worker("r", "q5", "attempts", "1"))
 	l.end(l.take("q5", "w1"), resource)

@@ -100,13 +100,17 @@ func run(ctx context.Context, cfg config) error {
 			search,
 			agentStep("draft", "plan"),
 			agentStep("buy", "search", "draft"),
-			{ID: "report", Action: client.Pass(), DependsOn: []string{"buy"}},
+			// The critic's verdict on what was bought picks what follows:
+			// a report, or rework (a condition each; the other is SKIPPED).
+			agentStep("review", "buy"),
+			{ID: "report", Action: client.Pass(), DependsOn: []string{"review"}, When: "steps.review.output.verdict == 'publish'"},
+			{ID: "rework", Action: client.Worker(queue, 30), DependsOn: []string{"review"}, When: "steps.review.output.verdict == 'rework'"},
 		},
 	})
 	if err != nil {
 		return fmt.Errorf("submit the plan: %w", err)
 	}
-	say("planned job %s: plan -> {search, draft} -> buy -> report", j.ID)
+	say("planned job %s: plan -> {search, draft} -> buy -> review -> report or rework", j.ID)
 
 	// A person confirms the purchase the critic asked about.
 	j, err = await(ctx, c, j.ID, "buy to need a person", func(j *client.Job) bool { return stepState(j, "buy") == "NEEDS_USER" })
@@ -177,6 +181,9 @@ func critic(say func(string, ...any)) worker.Handler {
 			}
 			decide("accept", "confirmed by "+in.UserInput.By)
 			return map[string]any{"bought": "market report", "confirmed_by": in.UserInput.By}, nil
+		case t.StepID == "review":
+			decide("accept", "verdict publish")
+			return map[string]any{"verdict": "publish"}, nil
 		}
 		decide("accept", "looks right")
 		return map[string]any{"step": t.StepID, "resource": strings.TrimPrefix(on, " on ")}, nil
@@ -224,9 +231,10 @@ func check(j *client.Job, hist map[string][]string) error {
 		want(slices.Equal(s.ReplacedBy, []string{"outline", "write"}), "draft should be replaced by outline and write: %v", s.ReplacedBy)
 	}
 	want(has("buy", "NEEDS_USER", "SUCCEEDED"), "buy did not wait for a person: %v", hist["buy"])
-	for _, id := range []string{"plan", "search", "outline", "write", "buy", "report"} {
+	for _, id := range []string{"plan", "search", "outline", "write", "buy", "review", "report"} {
 		want(stepState(j, id) == "SUCCEEDED", "step %s is %s, not SUCCEEDED", id, stepState(j, id))
 	}
+	want(slices.Equal(hist["rework"], []string{"WAITING_DEPS", "SKIPPED"}), "rework should be skipped by the verdict without running: %v", hist["rework"])
 	return errors.Join(errs...)
 }
 

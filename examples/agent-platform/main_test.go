@@ -23,6 +23,7 @@ func TestAgentPlatform(t *testing.T) {
 		"critic: search#1 on browser-", "-> switch_resource",
 		"critic: draft#1 -> retry", "critic: draft#2 -> replan",
 		"critic: buy#1 -> needs_user", `person: asked "Buy the $12 market report?"`, "critic: buy#2 -> accept (confirmed by ada)",
+		"critic: review#1 -> accept (verdict publish)", "rework   WAITING_DEPS -> SKIPPED",
 	} {
 		require.Contains(t, out.String(), line)
 	}

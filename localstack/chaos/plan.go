@@ -179,6 +179,12 @@ func planOne(r *rand.Rand, seed uint64, i int) JobPlan {
 			steps = append(steps, pass(fmt.Sprintf("s%d", s+1)))
 		}
 		switch {
+		case kind == "pass3" && i%3 == 2:
+			// A condition (s2 is skipped for an odd job number) and a
+			// shaped input and output, decided in the writes the faults
+			// meet. By the job's number: no draw.
+			steps[1] = with(steps[1], "when", "int(payload.n) % 2 == 0")
+			steps[2] = with(with(steps[2], "input", "{'n': payload.n, 'seed': payload.seed}"), "output", "{'kept': output.n}")
 		case kind == "pass5" && i%4 == 1:
 			// A fan-out of built-in branches, sent together at the submit:
 			// an execute batch leases those it holds in one write

@@ -61,11 +61,17 @@ func compileCondition(src string) (cel.Program, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	return compileIn(env, src, true)
+}
+
+// compileIn compiles src in env, bounded in cost, and answers the step ids
+// it names; boolean: it must be true or false (a condition).
+func compileIn(env *cel.Env, src string, boolean bool) (cel.Program, []string, error) {
 	ast, iss := env.Compile(src)
 	if iss.Err() != nil {
 		return nil, nil, errors.New(strings.ReplaceAll(iss.Err().Error(), "\n", " "))
 	}
-	if t := ast.OutputType(); !t.IsExactType(types.BoolType) && !t.IsExactType(types.DynType) {
+	if t := ast.OutputType(); boolean && !t.IsExactType(types.BoolType) && !t.IsExactType(types.DynType) {
 		return nil, nil, fmt.Errorf("is of type %s; a condition must be true or false", t)
 	}
 	prg, err := env.Program(ast, cel.CostLimit(conditionCostLimit), cel.InterruptCheckFrequency(100))
@@ -105,15 +111,25 @@ func namedSteps(a *celast.AST) []string {
 // is true or false, and names only steps in deps (nil: any, for a
 // replan's steps, whose dependencies are checked against the job later).
 func checkCondition(field, src string, deps []string) error {
-	if len(src) > MaxConditionBytes {
-		return Invalid(field, "is %d bytes; the limit is %d", len(src), MaxConditionBytes)
-	}
 	if strings.TrimSpace(src) == "" {
 		return Invalid(field, "is empty; leave it out to run the step always, or write a CEL expression such as payload.mode == \"full\"")
 	}
-	_, named, err := compileCondition(src)
+	return checkExpression(field, src, deps, "a condition", "a condition", func(src string) ([]string, error) {
+		_, named, err := compileCondition(src)
+		return named, err
+	})
+}
+
+// checkExpression checks an expression of a step at field: its size, that
+// compile takes it (else it is not kind), and that it names only steps in
+// deps (nil: any), as what.
+func checkExpression(field, src string, deps []string, kind, what string, compile func(string) ([]string, error)) error {
+	if len(src) > MaxConditionBytes {
+		return Invalid(field, "is %d bytes; the limit is %d", len(src), MaxConditionBytes)
+	}
+	named, err := compile(src)
 	if err != nil {
-		return Invalid(field, "is not a condition: %v", err)
+		return Invalid(field, "is not %s: %v", kind, err)
 	}
 	if deps == nil {
 		return nil
@@ -121,9 +137,9 @@ func checkCondition(field, src string, deps []string) error {
 	for _, id := range named {
 		if !containsString(deps, id) {
 			if len(deps) == 0 {
-				return Invalid(field, "names steps.%s, but the step depends on no step: a condition reads only payload and the steps it depends on", id)
+				return Invalid(field, "names steps.%s, but the step depends on no step: %s reads only payload and the steps it depends on", id, what)
 			}
-			return Invalid(field, "names steps.%s, which the step does not depend on (it depends on %s): a condition reads only payload and the steps it depends on", id, strings.Join(deps, ", "))
+			return Invalid(field, "names steps.%s, which the step does not depend on (it depends on %s): %s reads only payload and the steps it depends on", id, strings.Join(deps, ", "), what)
 		}
 	}
 	return nil

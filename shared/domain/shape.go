@@ -2,10 +2,8 @@ package domain
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"reflect"
-	"strings"
 	"sync"
 
 	"cel.dev/cel-go/cel"
@@ -39,46 +37,30 @@ var outputEnv = sync.OnceValues(func() (*cel.Env, error) {
 	)
 })
 
-// compileShape compiles a shaping expression in env; names answers the
-// step ids it names with a constant.
-func compileShape(env *cel.Env, src string) (cel.Program, []string, error) {
-	ast, iss := env.Compile(src)
-	if iss.Err() != nil {
-		return nil, nil, errors.New(strings.ReplaceAll(iss.Err().Error(), "\n", " "))
-	}
-	prg, err := env.Program(ast, cel.CostLimit(conditionCostLimit), cel.InterruptCheckFrequency(100))
-	if err != nil {
-		return nil, nil, err
-	}
-	return prg, namedSteps(ast.NativeRep()), nil
-}
-
 // checkShape checks a shaping expression at field; deps, for an input,
 // are the steps it may name (nil: any, a replan's steps).
 func checkShape(field, src string, deps []string, output bool) error {
-	if len(src) > MaxConditionBytes {
-		return Invalid(field, "is %d bytes; the limit is %d", len(src), MaxConditionBytes)
-	}
-	env, err := conditionEnv()
+	what := "an input"
 	if output {
-		env, err = outputEnv()
+		what = "an output"
 	}
-	if err != nil {
-		return err
-	}
-	_, named, err := compileShape(env, src)
-	if err != nil {
-		return Invalid(field, "is not an expression: %v", err)
-	}
-	if deps == nil {
-		return nil
-	}
-	for _, id := range named {
-		if !containsString(deps, id) {
-			return Invalid(field, "names steps.%s, which the step does not depend on: an input reads only payload and the steps it depends on", id)
+	return checkExpression(field, src, deps, "an expression", what, func(src string) ([]string, error) {
+		env, err := shapeEnv(output)
+		if err != nil {
+			return nil, err
 		}
+		_, named, err := compileIn(env, src, false)
+		return named, err
+	})
+}
+
+// shapeEnv answers the environment an input (payload, steps) or an
+// output (output) expression is compiled in.
+func shapeEnv(output bool) (*cel.Env, error) {
+	if output {
+		return outputEnv()
 	}
-	return nil
+	return conditionEnv()
 }
 
 // shapeProgram answers the compiled expression src, kept once compiled.
@@ -90,14 +72,11 @@ func shapeProgram(src string, output bool) (cel.Program, error) {
 	if prg, ok := conditionPrograms.Get(key); ok {
 		return prg, nil
 	}
-	env, err := conditionEnv()
-	if output {
-		env, err = outputEnv()
-	}
+	env, err := shapeEnv(output)
 	if err != nil {
 		return nil, err
 	}
-	prg, _, err := compileShape(env, src)
+	prg, _, err := compileIn(env, src, false)
 	if err != nil {
 		return nil, err
 	}

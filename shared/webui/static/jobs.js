@@ -284,6 +284,7 @@ export function jobView({ signal, main }, id) {
     const row = (k, v) => (v === undefined || v === null || v === '' || (Array.isArray(v) && !v.length) ? null : [h('dt', null, k), h('dd', null, v)]);
     const facts = [
       row('depends on', st.depends_on && st.depends_on.join(', ')),
+      row('when', st.when && h('code', {}, st.when)), // its condition: false skipped it
       row('asks', st.prompt),
       row('waits for signal', st.signal),
       row('wakes', st.wake_at && timeEl(st.wake_at)),

@@ -168,6 +168,28 @@ steps:
 	require.Contains(t, r.stderr, "404")
 }
 
+// A YAML spec's condition: get shows the step it skipped, never run, with
+// the condition that skipped it.
+func TestGetShowsASkippedStep(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	spec := b.write(t, "cond.yaml", `
+payload: {mode: quick}
+steps:
+  - id: fetch
+    action: {type: pass}
+  - id: deep
+    action: {type: pass}
+    when: payload.mode == "full"
+`, 0o644)
+	r := b.run(t, "submit", "-f", spec, "--watch")
+	require.Equal(t, exitOK, r.code, "%s %s", r.stdout, r.stderr)
+	id := strings.Fields(r.stdout)[1]
+	r = b.run(t, "get", id)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Regexp(t, `deep\s+pass\s+SKIPPED\s+-\s+skipped: when payload.mode == "full" was false`, r.stdout)
+}
+
 func TestGatesResourcesSchedulesAndHealth(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -267,7 +267,11 @@ func (a *app) printJob(j *client.Job) error {
 	fmt.Fprintln(a.stdout)
 	var rows [][]string
 	for _, s := range j.Steps {
-		rows = append(rows, []string{s.ID, s.Action, s.State, fmt.Sprintf("%d/%d", s.Attempt, s.MaxAttempts), stepNote(&s)})
+		attempt := fmt.Sprintf("%d/%d", s.Attempt, s.MaxAttempts)
+		if s.State == "SKIPPED" {
+			attempt = "-" // it never ran, nor will
+		}
+		rows = append(rows, []string{s.ID, s.Action, s.State, attempt, stepNote(&s)})
 	}
 	return a.table([]string{"STEP", "ACTION", "STATE", "ATTEMPT", "NOTE"}, rows)
 }
@@ -275,6 +279,8 @@ func (a *app) printJob(j *client.Job) error {
 // stepNote says the one thing most worth knowing of a step now.
 func stepNote(s *client.Step) string {
 	switch {
+	case s.State == "SKIPPED":
+		return short("skipped: when "+s.When+" was false", 70)
 	case s.Error != nil:
 		return short(s.Error.Class+": "+s.Error.Message, 70)
 	case s.Prompt != "":

@@ -3,6 +3,7 @@ package devstack_test
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -87,4 +88,32 @@ func TestShapedInputsAndOutputs(t *testing.T) {
 	bad = h.AwaitState(t, keyA, bad.ID, domain.JobFailed)
 	require.Equal(t, domain.StepFailed, bad.Steps[0].State)
 	require.Equal(t, "output: no such key: missing", bad.Steps[0].Error.Message)
+}
+
+// A condition reads what the job keeps in S3 as well: a payload and a
+// worker's output over the inline limit are fetched for the decision.
+func TestAConditionReadsLargeData(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t)
+	long := strings.Repeat("x", 20<<10)
+	j := h.Submit(t, keyA, map[string]any{"payload": map[string]any{"mode": "full", "notes": long}, "steps": []any{
+		map[string]any{"id": "critic", "action": map[string]any{"type": "worker", "queue": "big"}, "when": "payload.mode == 'full'"},
+		map[string]any{"id": "ship", "action": map[string]any{"type": "pass"}, "depends_on": []string{"critic"}, "when": "steps.critic.output.verdict == 'approve'"},
+		map[string]any{"id": "revise", "action": map[string]any{"type": "pass"}, "depends_on": []string{"critic"}, "when": "steps.critic.output.verdict != 'approve'"},
+	}})
+	leases := claim(t, h, keyA, "big", "w1", 1, 5)
+	require.Len(t, leases, 1, "the condition on the stored payload held")
+	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+leases[0].LeaseID+"/complete", keyA,
+		map[string]any{"output": map[string]any{"verdict": "approve", "text": long}}, nil)
+	j = h.AwaitState(t, keyA, j.ID, domain.JobCompleted)
+	require.Equal(t, domain.StepSucceeded, j.Steps[1].State)
+	require.Equal(t, domain.StepSkipped, j.Steps[2].State)
+	var got struct {
+		Steps []struct {
+			ID        string          `json:"id"`
+			OutputRef *domain.DataRef `json:"output_ref"`
+		} `json:"steps"`
+	}
+	h.JSON(t, http.StatusOK, http.MethodGet, "/v1/jobs/"+j.ID, keyA, nil, &got)
+	require.NotNil(t, got.Steps[0].OutputRef, "the critic's output is kept in S3")
 }

@@ -154,9 +154,34 @@ func containsString(ss []string, s string) bool {
 	return false
 }
 
-// errConditionData: a condition cannot read what the job keeps in the
-// blob store.
-var errConditionData = errors.New("is stored apart (over the inline limit), and a condition reads only what the job holds inline")
+// NeedDataError is a decision that needs data the job keeps in the blob
+// store (a condition reading a large output): the engine fetches it into
+// Job.Fetched, outside the decision, and decides again on the job read
+// again.
+type NeedDataError struct{ Refs []DataRef }
+
+func (e *NeedDataError) Error() string {
+	return fmt.Sprintf("a condition needs %d stored values fetched first", len(e.Refs))
+}
+
+// storedValue answers data the job keeps in the blob store, as the engine
+// fetched it for this decision: ok false with the references it needs.
+func (j *Job) storedValue(d Data) (json.RawMessage, error) {
+	refs := d.Refs()
+	var need []DataRef
+	for _, r := range refs {
+		if why, bad := j.Unfetchable[r.Key]; bad {
+			return nil, errors.New(why)
+		}
+		if _, ok := j.Fetched[r.Key]; !ok {
+			need = append(need, r)
+		}
+	}
+	if len(need) > 0 {
+		return nil, &NeedDataError{Refs: need}
+	}
+	return d.Compose(j.Fetched)
+}
 
 // condition decides step i's condition on the job as it stands: whether
 // the step runs. A step without one runs.
@@ -190,10 +215,11 @@ func (j *Job) condition(i int) (bool, error) {
 
 // conditionVars answers what step i's condition reads.
 func (j *Job) conditionVars(i int) (map[string]any, error) {
-	if j.PayloadRef != nil {
-		return nil, fmt.Errorf("payload %w", errConditionData)
+	p, err := j.storedValue(j.payloadData())
+	if err != nil {
+		return nil, err
 	}
-	payload, err := jsonValue(j.Payload)
+	payload, err := jsonValue(p)
 	if err != nil {
 		return nil, fmt.Errorf("payload: %w", err)
 	}
@@ -204,12 +230,9 @@ func (j *Job) conditionVars(i int) (map[string]any, error) {
 		if d.State == StepSucceeded {
 			out, ok := j.OutputData(k)
 			if ok {
-				if len(out.Refs()) > 0 {
-					return nil, fmt.Errorf("the output of step %s %w", d.ID(), errConditionData)
-				}
-				raw, err := out.Compose(nil)
+				raw, err := j.storedValue(out)
 				if err != nil {
-					return nil, fmt.Errorf("the output of step %s: %w", d.ID(), err)
+					return nil, err
 				}
 				if view["output"], err = jsonValue(raw); err != nil {
 					return nil, fmt.Errorf("the output of step %s: %w", d.ID(), err)

@@ -135,3 +135,40 @@ func TestAConditionIsBoundedInCost(t *testing.T) {
 	require.Equal(t, StepFailed, j.Steps[0].State)
 	require.Contains(t, j.Steps[0].Error.Message, "cost")
 }
+
+// A condition on an output kept in the blob store asks for it
+// (NeedDataError) rather than decide without it; given it (Fetched) it
+// decides, and told it can never be had (Unfetchable) it fails the step
+// saying why.
+func TestAConditionOnStoredDataAsksForIt(t *testing.T) {
+	t.Parallel()
+	body := `{"payload":{},"steps":[
+		{"id":"a","action":{"type":"worker"}},
+		{"id":"b","action":{"type":"worker"},"depends_on":["a"],"when":"steps.a.output.go"}]}`
+	ref := NewDataRef("t/j/a/1", []byte(`{"go":false}`))
+	leased := func() (*Job, *Lease) {
+		j := newJob(t, body)
+		return j, mustLease(t, j, "a", viaWorker("w", "a1"), t0)
+	}
+
+	j, l := leased()
+	_, err := j.CompleteRef("a", l.ID, ref, at(time.Second))
+	var need *NeedDataError
+	require.True(t, errors.As(err, &need), "%v", err)
+	require.Equal(t, []DataRef{ref}, need.Refs)
+
+	j, l = leased()
+	j.Fetched = map[string][]byte{ref.Key: []byte(`{"go":false}`)}
+	_, err = j.CompleteRef("a", l.ID, ref, at(time.Second))
+	require.NoError(t, err)
+	replayOK(t, j)
+	require.Equal(t, StepSkipped, j.Steps[1].State)
+	require.Equal(t, JobCompleted, j.State)
+
+	j, l = leased()
+	j.Unfetchable = map[string]string{ref.Key: "its data t/j/a/1 is gone"}
+	_, err = j.CompleteRef("a", l.ID, ref, at(time.Second))
+	require.NoError(t, err)
+	require.Equal(t, StepFailed, j.Steps[1].State)
+	require.Equal(t, "when: its data t/j/a/1 is gone", j.Steps[1].Error.Message)
+}

@@ -3,6 +3,7 @@ package domain
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -109,6 +110,12 @@ type Job struct {
 	// them applies them with its own change: one write for many outcomes.
 	Marks     map[string][]byte `json:"-"`
 	MarksMade int64             `json:"-"`
+	// Fetched is data the job keeps in the blob store, by key, fetched by
+	// the engine for a decision that asked for it (NeedDataError: a
+	// condition reading a large output); Unfetchable says, by key, why
+	// some can never be (gone, corrupt, too large). Neither is stored.
+	Fetched     map[string][]byte `json:"-"`
+	Unfetchable map[string]string `json:"-"`
 }
 
 // StoredLayout is a store's note of how it keeps a job, opaque here.
@@ -312,6 +319,10 @@ func NewJob(tenant, id string, spec *JobSpec, idemKey string, now time.Time) (*J
 	}
 	if err := j.jobTo(JobEvCreated, now, ""); err != nil {
 		return nil, err
+	}
+	if j.PayloadRef != nil && spec.PayloadStored != nil {
+		j.Fetched = map[string][]byte{j.PayloadRef.Key: spec.PayloadStored}
+		defer func() { j.Fetched = nil }()
 	}
 	for i := range spec.Steps {
 		j.Steps = append(j.Steps, &Step{Spec: spec.Steps[i], State: StepPending})
@@ -734,6 +745,9 @@ func (j *Job) releaseAfter(i int, now time.Time) ([]Dispatch, error) {
 func (j *Job) open(i int, now time.Time) ([]Dispatch, error) {
 	s := j.Steps[i]
 	run, err := j.condition(i)
+	if need := (*NeedDataError)(nil); errors.As(err, &need) {
+		return nil, err // the engine fetches it and decides again
+	}
 	if err == nil && !run {
 		if err := j.stepTo(s, StepEvSkip, now, "when is false"); err != nil {
 			return nil, err

@@ -101,6 +101,9 @@ type JobSpec struct {
 	// PayloadRef is set by the engine, not the client: the payload kept in
 	// the blob store (Payload is then nil).
 	PayloadRef *DataRef `json:"-"`
+	// PayloadStored is the payload PayloadRef names, as the engine stored
+	// it, for the conditions NewJob decides at submit.
+	PayloadStored []byte `json:"-"`
 }
 
 // StepSpec is one step of a submission: what every step has, and its

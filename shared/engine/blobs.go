@@ -62,8 +62,9 @@ func (e *dataError) Error() string { return e.msg }
 // dataCache is what one change fetched and stored, kept across the races
 // it decides again, so a lost race repeats no transfer.
 type dataCache struct {
-	fetched map[string][]byte
-	stored  map[string]domain.DataRef
+	fetched     map[string][]byte
+	stored      map[string]domain.DataRef
+	unfetchable map[string]string // by key: why it can never be fetched
 }
 
 // put writes data under key (once per change) and answers its reference.
@@ -116,29 +117,65 @@ func (e *Engine) composeData(ctx context.Context, c *dataCache, d domain.Data) (
 	if n := d.Size(); n > MaxComposedInputBytes {
 		return nil, &dataError{msg: fmt.Sprintf("it is %d bytes composed; the limit is %d: fan in fewer large outputs, or pass references", n, MaxComposedInputBytes)}
 	}
+	for _, r := range refs {
+		if err := e.fetch(ctx, c, r); err != nil {
+			return nil, err
+		}
+	}
+	return d.Compose(c.fetched)
+}
+
+// fetch gets r's data into c, checked against r, once per change. A
+// *dataError says it can never be had; any other error may pass.
+func (e *Engine) fetch(ctx context.Context, c *dataCache, r domain.DataRef) error {
+	if _, ok := c.fetched[r.Key]; ok {
+		return nil
+	}
 	if e.cfg.Blobs == nil {
-		return nil, &dataError{msg: "it references data in a blob store, and none is configured (STEPFLOW_DATA_BUCKET)"}
+		return &dataError{msg: "it references data in a blob store, and none is configured (STEPFLOW_DATA_BUCKET)"}
+	}
+	b, err := e.cfg.Blobs.Get(ctx, r.Key)
+	switch {
+	case errors.Is(err, domain.ErrNotFound):
+		return &dataError{msg: fmt.Sprintf("its data %s is gone", r.Key), gone: true}
+	case err != nil:
+		return fmt.Errorf("fetch data %s: %w", r.Key, err)
+	}
+	if err := r.Verify(b); err != nil {
+		return &dataError{msg: "its data is corrupt: " + err.Error()}
 	}
 	if c.fetched == nil {
 		c.fetched = map[string][]byte{}
 	}
-	for _, r := range refs {
-		if _, ok := c.fetched[r.Key]; ok {
-			continue
-		}
-		b, err := e.cfg.Blobs.Get(ctx, r.Key)
-		switch {
-		case errors.Is(err, domain.ErrNotFound):
-			return nil, &dataError{msg: fmt.Sprintf("its data %s is gone", r.Key), gone: true}
-		case err != nil:
-			return nil, fmt.Errorf("fetch data %s: %w", r.Key, err)
-		}
-		if err := r.Verify(b); err != nil {
-			return nil, &dataError{msg: "its data is corrupt: " + err.Error()}
-		}
-		c.fetched[r.Key] = b
+	c.fetched[r.Key] = b
+	return nil
+}
+
+// fetchForDecision fetches the stored data a decision asked for
+// (domain.NeedDataError) into c: what can never be had goes in c.unfetchable
+// with why, for the decision to fail its step saying so.
+func (e *Engine) fetchForDecision(ctx context.Context, c *dataCache, refs []domain.DataRef) error {
+	total := 0
+	for _, b := range c.fetched {
+		total += len(b)
 	}
-	return d.Compose(c.fetched)
+	for _, r := range refs {
+		var err error
+		if total += r.Size; total > MaxComposedInputBytes {
+			err = &dataError{msg: fmt.Sprintf("the data it reads is over %d bytes", MaxComposedInputBytes)}
+		} else {
+			err = e.fetch(ctx, c, r)
+		}
+		if de := (*dataError)(nil); errors.As(err, &de) {
+			if c.unfetchable == nil {
+				c.unfetchable = map[string]string{}
+			}
+			c.unfetchable[r.Key] = de.msg
+		} else if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // failUnreadableInput fails a just-leased attempt whose input can never be

@@ -92,6 +92,8 @@ var errNoChange = errors.New("no change")
 func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job, c change) (*domain.Job, error) {
 	ctx, done := takeTurn(ctx, tenant, id)
 	defer done()
+	var data dataCache // stored data a decision asked for (NeedDataError)
+	fetches := 0
 	for race := range maxRaces {
 		j := from
 		from = nil
@@ -101,6 +103,7 @@ func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job
 				return nil, err
 			}
 		}
+		j.Fetched, j.Unfetchable = data.fetched, data.unfetchable
 		if j.CancelRequested && !j.State.Terminal() && !c.cancels {
 			// Asked to be cancelled while other writers held the job: the
 			// cancel is saved first, then this change is decided on the
@@ -116,7 +119,17 @@ func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job
 		// Outcomes marked beside the job are applied first, on the job as
 		// read, and saved with this change (or alone, if it makes none).
 		var marked effects
-		applied := len(j.Marks) > 0 && e.decideOnly(j, now, &marked, e.applyMarks) == nil
+		applied := false
+		if len(j.Marks) > 0 {
+			err := e.decideOnly(j, now, &marked, e.applyMarks)
+			if retry, ferr := e.fetchAsked(ctx, err, &data, &fetches); retry || ferr != nil {
+				if ferr != nil {
+					return nil, ferr
+				}
+				continue
+			}
+			applied = err == nil
+		}
 		if c.prepare != nil {
 			if err := c.prepare(ctx, j, now); err != nil {
 				return j, err
@@ -126,6 +139,12 @@ func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job
 		if err := e.decideOnly(j, now, &fx, c.decide); err != nil && !(applied && errors.Is(err, errNoChange)) {
 			if errors.Is(err, errNoChange) {
 				return j, nil
+			}
+			if retry, ferr := e.fetchAsked(ctx, err, &data, &fetches); retry || ferr != nil {
+				if ferr != nil {
+					return nil, ferr
+				}
+				continue
 			}
 			return j, err
 		}
@@ -173,6 +192,18 @@ func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job
 		return j, nil
 	}
 	return nil, fmt.Errorf("job %s: gave up after %d lost races: %w: %w", id, maxRaces, domain.ErrContended, domain.ErrVersionConflict)
+}
+
+// fetchAsked fetches the stored data a decision's err asked for
+// (domain.NeedDataError) into data, and reports whether to decide again,
+// on the job read again: the decision half made is dropped.
+func (e *Engine) fetchAsked(ctx context.Context, err error, data *dataCache, fetches *int) (bool, error) {
+	need := (*domain.NeedDataError)(nil)
+	if !errors.As(err, &need) || *fetches >= maxRaces {
+		return false, nil
+	}
+	*fetches++
+	return true, e.fetchForDecision(ctx, data, need.Refs)
 }
 
 // armAtOnce sends a job's messages that are too far off for an SQS delay

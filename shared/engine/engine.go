@@ -575,7 +575,7 @@ func (e *Engine) build(ctx context.Context, tenant, id string, body []byte, idem
 		if err != nil {
 			return nil, err
 		}
-		spec.Payload, spec.PayloadRef = nil, &ref
+		spec.Payload, spec.PayloadRef, spec.PayloadStored = nil, &ref, spec.Payload
 	}
 	j, err := domain.NewJob(tenant, id, spec, idemKey, now)
 	if err != nil {

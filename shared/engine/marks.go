@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"time"
 
@@ -94,6 +95,9 @@ func (e *Engine) applyMarks(j *domain.Job, now time.Time, fx *effects) error {
 			continue
 		}
 		ds, err := applyOutcome(j, s.ID(), m.Lease, m.Output, m.Ref, m.Failure, now, rng)
+		if need := (*domain.NeedDataError)(nil); errors.As(err, &need) {
+			return err // half applied: the change fetches it and decides again
+		}
 		if err != nil {
 			continue
 		}

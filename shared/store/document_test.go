@@ -175,8 +175,11 @@ func TestDocumentCoversTheJob(t *testing.T) {
 	t.Parallel()
 	var j domain.Job
 	j.Marks = map[string][]byte{} // attributes of the item beside the document (markPrefix), as are
+	// what a decision had fetched for it, never stored:
+	j.Fetched, j.Unfetchable = map[string][]byte{}, map[string]string{}
 	fillAll(reflect.ValueOf(&j).Elem(), 0)
 	j.CancelRequested, j.Marks, j.MarksMade = false, nil, 0 // cancelAttr and marksAttr
+	j.Fetched, j.Unfetchable = nil, nil
 	raw, err := encodeDocument(&j)
 	require.NoError(t, err)
 	got, err := decodeDocument(raw, documentVersion, true)

@@ -4,7 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 
@@ -99,12 +100,7 @@ func namedSteps(a *celast.AST) []string {
 			}
 		}
 	}
-	out := make([]string, 0, len(seen))
-	for s := range seen {
-		out = append(out, s)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(seen))
 }
 
 // checkCondition checks the condition of the step at field: it compiles,
@@ -135,7 +131,7 @@ func checkExpression(field, src string, deps []string, kind, what string, compil
 		return nil
 	}
 	for _, id := range named {
-		if !containsString(deps, id) {
+		if !slices.Contains(deps, id) {
 			if len(deps) == 0 {
 				return Invalid(field, "names steps.%s, but the step depends on no step: %s reads only payload and the steps it depends on", id, what)
 			}
@@ -143,15 +139,6 @@ func checkExpression(field, src string, deps []string, kind, what string, compil
 		}
 	}
 	return nil
-}
-
-func containsString(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // NeedDataError is a decision that needs data the job keeps in the blob
@@ -164,12 +151,12 @@ func (e *NeedDataError) Error() string {
 	return fmt.Sprintf("a condition needs %d stored values fetched first", len(e.Refs))
 }
 
-// storedValue answers data the job keeps in the blob store, as the engine
-// fetched it for this decision: ok false with the references it needs.
+// storedValue answers d whole, taking what it references from the data
+// the engine fetched for this decision; a *NeedDataError names what it
+// has not fetched yet.
 func (j *Job) storedValue(d Data) (json.RawMessage, error) {
-	refs := d.Refs()
 	var need []DataRef
-	for _, r := range refs {
+	for _, r := range d.Refs() {
 		if why, bad := j.Unfetchable[r.Key]; bad {
 			return nil, errors.New(why)
 		}
@@ -213,33 +200,43 @@ func (j *Job) condition(i int) (bool, error) {
 	return b, nil
 }
 
-// conditionVars answers what step i's condition reads.
+// conditionVars answers what step i's condition reads. What it needs of
+// the blob store is asked for at once (one *NeedDataError), so the change
+// fetches it in one round.
 func (j *Job) conditionVars(i int) (map[string]any, error) {
-	p, err := j.storedValue(j.payloadData())
+	var need NeedDataError
+	value := func(d Data, what string) (any, error) {
+		raw, err := j.storedValue(d)
+		if more := (*NeedDataError)(nil); errors.As(err, &more) {
+			need.Refs = append(need.Refs, more.Refs...)
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		v, err := jsonValue(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		return v, nil
+	}
+	payload, err := value(j.payloadData(), "payload")
 	if err != nil {
 		return nil, err
-	}
-	payload, err := jsonValue(p)
-	if err != nil {
-		return nil, fmt.Errorf("payload: %w", err)
 	}
 	steps := map[string]any{}
 	for _, k := range j.deps(i) {
 		d := j.Steps[k]
 		view := map[string]any{"state": string(d.State), "output": nil}
-		if d.State == StepSucceeded {
-			out, ok := j.OutputData(k)
-			if ok {
-				raw, err := j.storedValue(out)
-				if err != nil {
-					return nil, err
-				}
-				if view["output"], err = jsonValue(raw); err != nil {
-					return nil, fmt.Errorf("the output of step %s: %w", d.ID(), err)
-				}
+		if out, ok := j.OutputData(k); ok && d.State == StepSucceeded {
+			if view["output"], err = value(out, "the output of step "+d.ID()); err != nil {
+				return nil, err
 			}
 		}
 		steps[d.ID()] = view
+	}
+	if len(need.Refs) > 0 {
+		return nil, &need
 	}
 	return map[string]any{"payload": payload, "steps": steps}, nil
 }

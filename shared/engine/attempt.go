@@ -381,14 +381,17 @@ func (e *Engine) decideLease(j *domain.Job, stepID, n string, l lane, token stri
 	}
 	if p.bad != nil {
 		t.outcome = ended // its slot is given back with those not kept
-		fx.dispatch, err = failUnreadableInput(j, stepID, lease.ID, p.bad, now)
+		ds, err := failUnreadableInput(j, stepID, lease.ID, p.bad, now)
+		fx.dispatch = append(fx.dispatch, ds...)
 		return err
 	}
 	if p.instant.key == key {
 		// Leased and recorded at once: the slot the lease took goes back
-		// with those not kept.
+		// with those not kept. Several leases share the change (takeLeases):
+		// what each releases adds to what the others did.
 		t.outcome, t.lease = recorded, lease
-		fx.dispatch, err = applyOutcome(j, stepID, lease.ID, p.instant.output, p.instant.ref, p.instant.failure, now, e.jitterRNG())
+		ds, err := applyOutcome(j, stepID, lease.ID, p.instant.output, p.instant.ref, p.instant.failure, now, e.jitterRNG())
+		fx.dispatch = append(fx.dispatch, ds...)
 		return err
 	}
 	if l.viaWorker {

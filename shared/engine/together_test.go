@@ -49,3 +49,27 @@ func TestExecuteTogether(t *testing.T) {
 	require.Equal(t, domain.StepSucceeded, got.Steps[1].State)
 	require.NoError(t, domain.CheckReplay(got))
 }
+
+// What each step of a group releases is sent: two branches leased and
+// recorded in one write each release the step after them (a dispatch of
+// one overwrote the other's, which then waited a minute for the sweep).
+func TestExecuteTogetherSendsWhatEachStepReleases(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.submit(t, tenantA, `{"steps":[
+		{"id":"a","action":{"type":"pass"}},
+		{"id":"b","action":{"type":"pass"}},
+		{"id":"a2","depends_on":["a"],"action":{"type":"pass"}},
+		{"id":"b2","depends_on":["b"],"action":{"type":"pass"}}]}`)
+	ds := b.queue.TakeReady(10)
+	require.Len(t, ds, 2)
+	_, _, ok := b.e.ExecuteTogether(b.ctx, ds)
+	require.True(t, ok)
+	var next []string
+	for _, d := range b.queue.TakeReady(10) {
+		next = append(next, d.Message.Step)
+		b.execute(t, d)
+	}
+	require.ElementsMatch(t, []string{"a2", "b2"}, next)
+	require.Equal(t, domain.JobCompleted, b.job(t, tenantA, j.ID).State)
+}

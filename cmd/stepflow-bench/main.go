@@ -355,6 +355,9 @@ func run(ctx context.Context, o options) error {
 		{"100-step pass", max(o.jobs/50, 2), 100, map[string]any{"steps": passChain(100), "payload": map[string]any{"n": 1}}},
 		{"1,000-step pass", 2, 1000, map[string]any{"steps": passChain(1000), "payload": map[string]any{"n": 1}}},
 		{"5,000-step pass", 1, 5000, map[string]any{"steps": passChain(5000), "payload": map[string]any{"n": 1}}},
+		{"map: 1,000 pass items", 1, 1001, map[string]any{"steps": []any{
+			map[string]any{"id": "each", "action": map[string]any{"type": "map", "items": "payload.items", "step": map[string]any{"action": map[string]any{"type": "pass"}, "output": "output.item * 2.0"}}},
+		}, "payload": map[string]any{"items": mapItems(1000)}}},
 		{"timer: 5 s sleep past the threshold, then pass", o.jobs / 10, 2, map[string]any{"steps": []any{
 			map[string]any{"id": "nap", "action": map[string]any{"type": "sleep", "seconds": 5}},
 			map[string]any{"id": "after", "action": map[string]any{"type": "pass"}},
@@ -847,3 +850,12 @@ func bootstrapSizes(ctx context.Context) (map[string]int64, error) {
 }
 
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
+
+// mapItems answers n items for the map workload to run a step each on.
+func mapItems(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}

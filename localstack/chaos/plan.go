@@ -190,6 +190,12 @@ func planOne(r *rand.Rand, seed uint64, i int) JobPlan {
 			// an execute batch leases those it holds in one write
 			// (ExecuteTogether). By the job's number: no draw.
 			steps[4] = with(pass("join"), "depends_on", []string{"s1", "s2", "s3", "s4"})
+		case kind == "pass5" && i%4 == 2:
+			// A map of six items, two at a time, between pass steps: its
+			// children's writes meet the faults, and its output feeds s5.
+			payload["items"] = []int{1, 2, 3, 4, 5, 6}
+			steps[2] = step("s3", "map", "items", "payload.items", "max_concurrency", 2,
+				"step", map[string]any{"action": map[string]any{"type": "pass"}, "output": "output.item"})
 		case kind == "pass5" && i%4 == 3:
 			// Branches one write makes runnable together: the chain
 			// records them in one write (runTogether).

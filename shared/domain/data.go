@@ -98,6 +98,16 @@ type Data struct {
 	// or what a step's input expression makes of its payload and
 	// dependencies (shape.go)
 	shape *shapedData
+	// or a map's child's {"item", "index", "input"}, or a map's output,
+	// the list of its children's (action_map.go)
+	child *childData
+	list  []Data
+}
+
+type childData struct {
+	item  json.RawMessage
+	index int
+	input Data
 }
 
 type dagData struct {
@@ -134,6 +144,12 @@ func (d Data) walk(fn func(*DataRef)) {
 		for _, v := range d.shape.deps {
 			v.walk(fn)
 		}
+	case d.child != nil:
+		d.child.input.walk(fn)
+	case d.list != nil:
+		for _, v := range d.list {
+			v.walk(fn)
+		}
 	}
 }
 
@@ -158,6 +174,14 @@ func (d Data) Size() int {
 		n := d.shape.payload.Size()
 		for _, v := range d.shape.deps {
 			n += v.Size()
+		}
+		return n
+	case d.child != nil:
+		return len(d.child.item) + 32 + d.child.input.Size()
+	case d.list != nil:
+		n := 2
+		for _, v := range d.list {
+			n += v.Size() + 1
 		}
 		return n
 	}
@@ -197,8 +221,35 @@ func (d Data) Compose(fetched map[string][]byte) (json.RawMessage, error) {
 		return withUserInput(in, d.user), nil
 	case d.shape != nil:
 		return d.shape.compose(fetched)
+	case d.child != nil:
+		in, err := d.child.input.Compose(fetched)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(struct {
+			Item  json.RawMessage `json:"item"`
+			Index int             `json:"index"`
+			Input json.RawMessage `json:"input"`
+		}{d.child.item, d.child.index, orNull(in)})
+	case d.list != nil:
+		outs := make([]json.RawMessage, len(d.list))
+		for i, v := range d.list {
+			raw, err := v.Compose(fetched)
+			if err != nil {
+				return nil, err
+			}
+			outs[i] = orNull(raw)
+		}
+		return json.Marshal(outs)
 	}
 	return d.raw, nil
+}
+
+func orNull(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 {
+		return json.RawMessage(`null`)
+	}
+	return raw
 }
 
 // InputData answers what step i runs on (Input, with references kept).
@@ -218,6 +269,11 @@ func (j *Job) payloadData() Data {
 }
 
 func (j *Job) baseInputData(i int) Data {
+	if s := j.Steps[i]; s.MapOf != "" {
+		if _, m, err := j.Step(s.MapOf); err == nil {
+			return Data{child: &childData{item: s.Item, index: s.Index, input: j.InputData(m)}}
+		}
+	}
 	deps := j.deps(i)
 	if src := j.Steps[i].Spec.Input; src != "" {
 		sh := &shapedData{src: src, payload: j.payloadData(), deps: map[string]Data{}, states: map[string]StepState{}}
@@ -252,6 +308,18 @@ func (j *Job) baseInputData(i int) Data {
 func (j *Job) OutputData(k int) (Data, bool) {
 	s := j.Steps[k]
 	switch {
+	case s.OutputIsChildren:
+		kids := j.mapChildren(k)
+		list := make([]Data, len(kids))
+		for n, c := range kids {
+			if j.Steps[c].State == StepSucceeded {
+				list[n], _ = j.OutputData(c)
+			}
+		}
+		if list == nil {
+			list = []Data{}
+		}
+		return Data{list: list}, true
 	case s.OutputRef != nil:
 		return Data{ref: s.OutputRef}, true
 	case s.OutputIsInput:

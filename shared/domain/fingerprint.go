@@ -86,6 +86,12 @@ func (s *Step) Fingerprint() uint64 {
 	}
 	h.dataRef(s.OutputRef)
 	h.bool(s.OutputIsInput)
+	h.str(s.MapOf)
+	h.bytes(s.Item)
+	h.int(int64(s.Index))
+	h.bool(s.Expanded)
+	h.int(int64(s.Children))
+	h.bool(s.OutputIsChildren)
 	return h.h.Sum64()
 }
 

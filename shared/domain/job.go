@@ -116,6 +116,9 @@ type Job struct {
 	// some can never be (gone, corrupt, too large). Neither is stored.
 	Fetched     map[string][]byte `json:"-"`
 	Unfetchable map[string]string `json:"-"`
+	// Released is what a change released beside what its call answered
+	// (a map's progress, settled after every change): TakeReleased.
+	Released []Dispatch `json:"-"`
 }
 
 // StoredLayout is a store's note of how it keeps a job, opaque here.
@@ -175,6 +178,17 @@ type Step struct {
 	// in the blob store and is composed when read (a sleep's): one of the
 	// three forms of an output, with Output and OutputRef.
 	OutputIsInput bool `json:"output_is_input,omitempty"`
+	// A map's child (action_map.go): the map it belongs to, its item and
+	// the item's index.
+	MapOf string          `json:"map_of,omitempty"`
+	Item  json.RawMessage `json:"item,omitempty"`
+	Index int             `json:"index,omitempty"`
+	// A map: Expanded once its items made its Children (added after every
+	// step it had); OutputIsChildren once it succeeded, its output being
+	// the list of theirs, composed when read.
+	Expanded         bool `json:"expanded,omitempty"`
+	Children         int  `json:"children,omitempty"`
+	OutputIsChildren bool `json:"output_is_children,omitempty"`
 }
 
 // ResourceWait says which resources a step waits on for a slot (none when
@@ -352,6 +366,7 @@ func NewJob(tenant, id string, spec *JobSpec, idemKey string, now time.Time) (*J
 	if err := j.settle(now); err != nil {
 		return nil, err
 	}
+	j.Released = nil // the first messages are what Outstanding answers
 	return j, nil
 }
 
@@ -371,7 +386,7 @@ func (j *Job) Step(id string) (*Step, int, error) {
 // deps answers the positions of the steps step i waits for: those it
 // depends_on in a DAG, else the step before it.
 func (j *Job) deps(i int) []int {
-	if !j.Graph {
+	if !j.Graph && j.Steps[i].MapOf == "" { // a map's child names its own
 		if i == 0 {
 			return nil
 		}
@@ -391,7 +406,7 @@ func (j *Job) deps(i int) []int {
 // without building deps(k): every completion asks it of every waiting
 // step.
 func (j *Job) waitsOn(k, i int) bool {
-	if !j.Graph {
+	if !j.Graph && j.Steps[k].MapOf == "" {
 		return k == i+1
 	}
 	id := j.Steps[i].Spec.ID
@@ -402,11 +417,17 @@ func (j *Job) waitsOn(k, i int) bool {
 // succeeded, or its condition skipped it).
 func (j *Job) depsMet(i int) bool {
 	for _, k := range j.deps(i) {
-		if !j.Steps[k].State.Done() {
+		if !j.doneFor(j.Steps[k]) {
 			return false
 		}
 	}
 	return true
+}
+
+// doneFor reports whether what depends on s may go on: s is done, or is
+// a failed child of a map that tolerates its failure.
+func (j *Job) doneFor(s *Step) bool {
+	return s.State.Done() || s.State == StepFailed && s.MapOf != "" && j.tolerated(s)
 }
 
 // Input answers what step i runs on. In order: the job's payload for the
@@ -1155,6 +1176,9 @@ func (j *Job) settle(now time.Time) error { return j.settleVia(now, false) }
 func (j *Job) settleVia(now time.Time, viaWorker bool) error {
 	j.UpdatedAt = now
 	if !j.State.Terminal() {
+		if err := j.progressMaps(now); err != nil {
+			return err
+		}
 		want := j.impliedState()
 		detail := "another step failed"
 		if want == JobFailed {
@@ -1225,6 +1249,9 @@ func (j *Job) impliedState() JobState {
 	for _, s := range j.Steps {
 		if s.ReplacedBy != nil {
 			continue
+		}
+		if s.State == StepFailed && s.MapOf != "" {
+			continue // a child's failure is its map's to judge (progressMaps)
 		}
 		if s.State == StepFailed {
 			return JobFailed

@@ -145,6 +145,7 @@ type ActionSpec struct {
 	ApprovalAction
 	WaitAction
 	LambdaAction
+	MapAction
 	ActionDeadline
 }
 

@@ -128,7 +128,7 @@ func (j *Job) stalled() string {
 		}
 		var on []string
 		for _, k := range j.deps(i) {
-			if d := j.Steps[k]; !d.State.Done() {
+			if d := j.Steps[k]; !j.doneFor(d) {
 				on = append(on, fmt.Sprintf("%s (%s)", d.ID(), d.State))
 			}
 		}

@@ -149,6 +149,7 @@ func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job
 			return j, err
 		}
 		fx = marked.then(fx)
+		fx.dispatch = append(fx.dispatch, j.TakeReleased()...) // a map's progress (settle)
 		fx.dispatch = append(fx.dispatch, e.armAtOnce(j, now)...)
 		// Steps this process's chain runs next are carried by its
 		// delivered message, not the due index: a job that needs the

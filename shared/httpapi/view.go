@@ -71,6 +71,13 @@ type StepView struct {
 	// is the step's input (a sleep's), which that route composes.
 	OutputRef     *domain.DataRef `json:"output_ref,omitempty"`
 	OutputIsInput bool            `json:"output_is_input,omitempty"`
+	// A map's child names its map and its item's index; a map, how many
+	// children it made, and once it succeeded that its output is theirs
+	// (GET .../steps/{map}/output answers the list).
+	MapOf            string `json:"map_of,omitempty"`
+	Index            *int   `json:"index,omitempty"`
+	Children         int    `json:"children,omitempty"`
+	OutputIsChildren bool   `json:"output_is_children,omitempty"`
 }
 
 // AttemptView is one attempt; the lease id it ran under stays with its
@@ -111,6 +118,10 @@ func jobView(j *domain.Job) JobView {
 			Signal: s.Spec.Action.Signal, ReplacedBy: s.ReplacedBy, When: s.Spec.When,
 			Requires: s.Spec.Requires, Avoid: s.Avoid, ResourceWait: s.ResourceWait, TimeoutSecs: s.Spec.TimeoutSeconds,
 			OutputRef: s.OutputRef, OutputIsInput: s.OutputIsInput,
+			MapOf: s.MapOf, Children: s.Children, OutputIsChildren: s.OutputIsChildren,
+		}
+		if s.MapOf != "" {
+			sv.Index = &s.Index
 		}
 		if t := s.Timer; t != nil {
 			sv.Deadline, sv.WakeAt, sv.Parked = t.Deadline, t.WakeAt, t.Parked

@@ -85,28 +85,34 @@ type signalDoc struct {
 }
 
 type stepDoc struct {
-	Spec          stepSpecDoc      `json:"spec"`
-	State         string           `json:"state"`
-	Attempt       int              `json:"attempt"`
-	Lease         *leaseDoc        `json:"lease,omitempty"`
-	ReadyAt       *time.Time       `json:"ready_at,omitempty"`
-	Unsent        *time.Time       `json:"unsent,omitempty"` // version 3
-	Redispatches  int              `json:"redispatches,omitempty"`
-	Output        json.RawMessage  `json:"output,omitempty"`
-	Error         *errorDoc        `json:"error,omitempty"`
-	Attempts      []attemptDoc     `json:"attempts,omitempty"`
-	Avoid         []string         `json:"avoid,omitempty"`
-	Prompt        string           `json:"prompt,omitempty"`
-	UserInput     json.RawMessage  `json:"user_input,omitempty"`
-	Deadline      *time.Time       `json:"deadline,omitempty"`
-	Decision      *decisionDoc     `json:"decision,omitempty"`
-	WakeAt        *time.Time       `json:"wake_at,omitempty"`
-	AttemptBase   int              `json:"attempt_base,omitempty"`
-	Parked        bool             `json:"parked,omitempty"`
-	ReplacedBy    []string         `json:"replaced_by,omitempty"`
-	ResourceWait  *resourceWaitDoc `json:"resource_wait,omitempty"`
-	OutputRef     *dataRefDoc      `json:"output_ref,omitempty"`
-	OutputIsInput bool             `json:"output_is_input,omitempty"`
+	Spec             stepSpecDoc      `json:"spec"`
+	State            string           `json:"state"`
+	Attempt          int              `json:"attempt"`
+	Lease            *leaseDoc        `json:"lease,omitempty"`
+	ReadyAt          *time.Time       `json:"ready_at,omitempty"`
+	Unsent           *time.Time       `json:"unsent,omitempty"` // version 3
+	Redispatches     int              `json:"redispatches,omitempty"`
+	Output           json.RawMessage  `json:"output,omitempty"`
+	Error            *errorDoc        `json:"error,omitempty"`
+	Attempts         []attemptDoc     `json:"attempts,omitempty"`
+	Avoid            []string         `json:"avoid,omitempty"`
+	Prompt           string           `json:"prompt,omitempty"`
+	UserInput        json.RawMessage  `json:"user_input,omitempty"`
+	Deadline         *time.Time       `json:"deadline,omitempty"`
+	Decision         *decisionDoc     `json:"decision,omitempty"`
+	WakeAt           *time.Time       `json:"wake_at,omitempty"`
+	AttemptBase      int              `json:"attempt_base,omitempty"`
+	Parked           bool             `json:"parked,omitempty"`
+	ReplacedBy       []string         `json:"replaced_by,omitempty"`
+	ResourceWait     *resourceWaitDoc `json:"resource_wait,omitempty"`
+	OutputRef        *dataRefDoc      `json:"output_ref,omitempty"`
+	OutputIsInput    bool             `json:"output_is_input,omitempty"`
+	MapOf            string           `json:"map_of,omitempty"`
+	Item             json.RawMessage  `json:"item,omitempty"`
+	Index            int              `json:"index,omitempty"`
+	Expanded         bool             `json:"expanded,omitempty"`
+	Children         int              `json:"children,omitempty"`
+	OutputIsChildren bool             `json:"output_is_children,omitempty"`
 }
 
 type stepSpecDoc struct {
@@ -366,6 +372,7 @@ func stepDocOf(s domain.Step) stepDoc {
 			return resourceWaitDoc{Since: w.Since, On: w.On, Until: w.Until}
 		}),
 		OutputRef: mapPtr(s.OutputRef, dataRefDocOf), OutputIsInput: s.OutputIsInput,
+		MapOf: s.MapOf, Item: s.Item, Index: s.Index, Expanded: s.Expanded, Children: s.Children, OutputIsChildren: s.OutputIsChildren,
 	}
 	// The step's timer is stored flat, as when its fields were the step's own.
 	if t := s.Timer; t != nil {
@@ -394,6 +401,7 @@ func (d *stepDoc) step() domain.Step {
 			return domain.ResourceWait{Since: w.Since, On: w.On, Until: w.Until}
 		}),
 		OutputRef: mapPtr(d.OutputRef, dataRefDoc.ref), OutputIsInput: d.OutputIsInput,
+		MapOf: d.MapOf, Item: d.Item, Index: d.Index, Expanded: d.Expanded, Children: d.Children, OutputIsChildren: d.OutputIsChildren,
 	}
 	if d.WakeAt != nil || d.Deadline != nil || d.Parked {
 		s.Timer = &domain.Timer{WakeAt: d.WakeAt, Deadline: d.Deadline, Parked: d.Parked}

@@ -177,9 +177,10 @@ func TestDocumentCoversTheJob(t *testing.T) {
 	j.Marks = map[string][]byte{} // attributes of the item beside the document (markPrefix), as are
 	// what a decision had fetched for it, never stored:
 	j.Fetched, j.Unfetchable = map[string][]byte{}, map[string]string{}
+	j.Released = []domain.Dispatch{}
 	fillAll(reflect.ValueOf(&j).Elem(), 0)
 	j.CancelRequested, j.Marks, j.MarksMade = false, nil, 0 // cancelAttr and marksAttr
-	j.Fetched, j.Unfetchable = nil, nil
+	j.Fetched, j.Unfetchable, j.Released = nil, nil, nil
 	raw, err := encodeDocument(&j)
 	require.NoError(t, err)
 	got, err := decodeDocument(raw, documentVersion, true)

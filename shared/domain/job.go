@@ -821,6 +821,11 @@ func (j *Job) Fail(stepID, leaseID string, f Failure, now time.Time, rng *rand.R
 }
 
 func (j *Job) fail(s *Step, f Failure, now time.Time, rng *rand.Rand) ([]Dispatch, error) {
+	if f.Class == ClassReplan && s.MapOf != "" {
+		// A map's items are alike: one is not replaced by other steps.
+		f.Message += "; a map's item is not replanned (replan the job's own steps)"
+		f.Steps = nil
+	}
 	if f.Class == ClassReplan {
 		if err := j.CheckReplan(s.ID(), f.Steps, "steps"); err != nil {
 			// A worker's replan was checked before (400), a fail action's

@@ -147,3 +147,19 @@ func TestInstantItemsRunAtOnce(t *testing.T) {
 	require.Equal(t, StepWaitingDeps, j.Steps[0].State)
 	require.Equal(t, 3, running(j, "m"))
 }
+
+// A map's item is not replanned: its replan is a final failure, counted
+// against the map's tolerance.
+func TestAMapItemIsNotReplanned(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, `{"payload":{"xs":[1,2]},"steps":[
+		{"id":"m","action":{"type":"map","items":"payload.xs","step":{"action":{"type":"worker"}}}}]}`)
+	l := mustLease(t, j, "m[0]", viaWorker("w", "0"), t0)
+	_, err := j.Fail("m[0]", l.ID, Failure{Class: ClassReplan, Message: "split it", Steps: []StepSpec{{ID: "x", Action: ActionSpec{Type: "pass"}}}}, at(time.Second), rand.New(rand.NewPCG(1, 2)))
+	require.NoError(t, err)
+	replayOK(t, j)
+	require.Len(t, j.Steps, 3, "no step added")
+	require.Equal(t, StepFailed, j.Steps[1].State)
+	require.Contains(t, j.Steps[1].Error.Message, "a map's item is not replanned")
+	require.Equal(t, JobFailed, j.State)
+}

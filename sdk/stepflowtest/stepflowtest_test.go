@@ -243,6 +243,26 @@ func TestConditionSkipsABranch(t *testing.T) {
 	require.Equal(t, "revise", b.tasks[1].StepID)
 }
 
+// A map over the payload: the harness runs its items, in memory, as the
+// stack does, and the map's output is theirs in order.
+func TestMapRunsEachItem(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.handle("fetch", func(_ context.Context, task *stepflowtest.Task) (any, error) {
+		var in struct{ Item string }
+		if err := json.Unmarshal(task.Input, &in); err != nil {
+			return nil, stepflowtest.Fail("fatal", err.Error())
+		}
+		return "got " + in.Item, nil
+	})
+	j := b.env.Submit(`{"payload":{"urls":["a","b","c"]},"steps":[
+		{"id":"each","action":{"type":"map","items":"payload.urls","max_concurrency":2,"step":{"action":{"type":"worker","queue":"fetch"}}}},
+		{"id":"after","action":{"type":"pass"}}]}`)
+	got := b.env.AwaitState(j.ID, domain.JobCompleted)
+	require.JSONEq(t, `["got a","got b","got c"]`, string(got.Steps[1].Output))
+	require.Len(t, b.tasks, 3)
+}
+
 func TestHTTPStepAgainstATestServer(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int32

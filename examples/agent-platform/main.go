@@ -93,13 +93,19 @@ func run(ctx context.Context, cfg config) error {
 	}
 	search := agentStep("search", "plan")
 	search.Requires = &client.Requirements{Capabilities: []string{"browser"}, Labels: map[string]string{"pool": pool}}
+	// The planner's subtasks: a map runs the agent on each, two at a time.
+	research := client.StepSpec{ID: "research", DependsOn: []string{"plan"}, Action: client.Action{
+		"type": "map", "items": "payload.subtasks", "max_concurrency": 2,
+		"step": map[string]any{"action": client.Worker(queue, 30), "retry": map[string]any{"max_attempts": 3, "initial_delay_ms": delay}},
+	}}
 	j, err := c.Submit(ctx, client.JobRequest{
-		Payload: map[string]string{"goal": "a market report on solar panels"},
+		Payload: map[string]any{"goal": "a market report on solar panels", "subtasks": []string{"prices", "reviews", "suppliers"}},
 		Steps: []client.StepSpec{
 			{ID: "plan", Action: client.Pass()},
 			search,
 			agentStep("draft", "plan"),
-			agentStep("buy", "search", "draft"),
+			research,
+			agentStep("buy", "search", "draft", "research"),
 			// The critic's verdict on what was bought picks what follows:
 			// a report, or rework (a condition each; the other is SKIPPED).
 			agentStep("review", "buy"),
@@ -110,7 +116,7 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return fmt.Errorf("submit the plan: %w", err)
 	}
-	say("planned job %s: plan -> {search, draft} -> buy -> review -> report or rework", j.ID)
+	say("planned job %s: plan -> {search, draft, research over 3 subtasks} -> buy -> review -> report or rework", j.ID)
 
 	// A person confirms the purchase the critic asked about.
 	j, err = await(ctx, c, j.ID, "buy to need a person", func(j *client.Job) bool { return stepState(j, "buy") == "NEEDS_USER" })
@@ -231,7 +237,10 @@ func check(j *client.Job, hist map[string][]string) error {
 		want(slices.Equal(s.ReplacedBy, []string{"outline", "write"}), "draft should be replaced by outline and write: %v", s.ReplacedBy)
 	}
 	want(has("buy", "NEEDS_USER", "SUCCEEDED"), "buy did not wait for a person: %v", hist["buy"])
-	for _, id := range []string{"plan", "search", "outline", "write", "buy", "review", "report"} {
+	if s, ok := j.Step("research"); want(ok, "no step research") {
+		want(s.Children == 3 && s.OutputIsChildren, "research should run an item per subtask: %+v", s)
+	}
+	for _, id := range []string{"plan", "search", "outline", "write", "research", "research[0]", "research[1]", "research[2]", "buy", "review", "report"} {
 		want(stepState(j, id) == "SUCCEEDED", "step %s is %s, not SUCCEEDED", id, stepState(j, id))
 	}
 	want(slices.Equal(hist["rework"], []string{"WAITING_DEPS", "SKIPPED"}), "rework should be skipped by the verdict without running: %v", hist["rework"])

@@ -24,6 +24,7 @@ func TestAgentPlatform(t *testing.T) {
 		"critic: draft#1 -> retry", "critic: draft#2 -> replan",
 		"critic: buy#1 -> needs_user", `person: asked "Buy the $12 market report?"`, "critic: buy#2 -> accept (confirmed by ada)",
 		"critic: review#1 -> accept (verdict publish)", "rework   WAITING_DEPS -> SKIPPED",
+		"critic: research[0]#1 -> accept", "critic: research[2]#1 -> accept", "research[2] WAITING_DEPS -> PENDING -> LEASED",
 	} {
 		require.Contains(t, out.String(), line)
 	}

@@ -203,9 +203,15 @@ type Step struct {
 	Parked        bool            `json:"parked,omitempty"`
 	ReplacedBy    []string        `json:"replaced_by,omitempty"`
 	When          string          `json:"when,omitempty"` // its condition; SKIPPED when it was false
-	Requires      *Requirements   `json:"requires,omitempty"`
-	Avoid         []string        `json:"avoid,omitempty"`
-	ResourceWait  *ResourceWait   `json:"resource_wait,omitempty"`
+	// A map's child names its map and its item's index; a map, how many
+	// children it made, and once it succeeded that its output is theirs.
+	MapOf            string        `json:"map_of,omitempty"`
+	Index            *int          `json:"index,omitempty"`
+	Children         int           `json:"children,omitempty"`
+	OutputIsChildren bool          `json:"output_is_children,omitempty"`
+	Requires         *Requirements `json:"requires,omitempty"`
+	Avoid            []string      `json:"avoid,omitempty"`
+	ResourceWait     *ResourceWait `json:"resource_wait,omitempty"`
 	// ResourceWaitSeconds is the bound in force on a wait for a slot.
 	ResourceWaitSeconds int          `json:"resource_wait_seconds,omitempty"`
 	Retry               *RetryPolicy `json:"retry,omitempty"`

@@ -190,6 +190,33 @@ steps:
 	require.Regexp(t, `deep\s+pass\s+SKIPPED\s+-\s+skipped: when payload.mode == "full" was false`, r.stdout)
 }
 
+// watch shows a map's items as its progress, and get counts them on the
+// map's row rather than listing each.
+func TestWatchAndGetShowAMapsProgress(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	spec := b.write(t, "map.yaml", `
+payload: {xs: [1, 2, 3, 4, 5, 6]}
+steps:
+  - id: each
+    action:
+      type: map
+      items: payload.xs
+      max_concurrency: 2
+      step: {action: {type: fail, class: fatal}}
+      tolerated_failures: 10
+`, 0o644)
+	r := b.run(t, "submit", "-f", spec, "--watch")
+	require.Equal(t, exitOK, r.code, "%s %s", r.stdout, r.stderr)
+	require.Contains(t, r.stdout, "map_progress")
+	require.Contains(t, r.stdout, "each  6 of 6 items ended, 6 failed")
+	require.NotContains(t, r.stdout, "each[3]", "no item's events one by one")
+	id := strings.Fields(r.stdout)[1]
+	r = b.run(t, "get", id)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Regexp(t, `each\s+map\s+SUCCEEDED\s+-\s+6 items: 6 FAILED`, r.stdout)
+}
+
 func TestGatesResourcesSchedulesAndHealth(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -266,7 +268,27 @@ func (a *app) printJob(j *client.Job) error {
 	}
 	fmt.Fprintln(a.stdout)
 	var rows [][]string
+	items := map[string]map[string]int{} // a map's items by state
 	for _, s := range j.Steps {
+		if s.MapOf != "" {
+			if items[s.MapOf] == nil {
+				items[s.MapOf] = map[string]int{}
+			}
+			items[s.MapOf][s.State]++
+		}
+	}
+	for _, s := range j.Steps {
+		if s.MapOf != "" {
+			continue // counted on its map's row
+		}
+		if byState := items[s.ID]; byState != nil {
+			var parts []string
+			for _, st := range slices.Sorted(maps.Keys(byState)) {
+				parts = append(parts, fmt.Sprintf("%d %s", byState[st], st))
+			}
+			rows = append(rows, []string{s.ID, s.Action, s.State, "-", short(fmt.Sprintf("%d items: %s", s.Children, strings.Join(parts, ", ")), 70)})
+			continue
+		}
 		attempt := fmt.Sprintf("%d/%d", s.Attempt, s.MaxAttempts)
 		if s.State == "SKIPPED" {
 			attempt = "-" // it never ran, nor will
@@ -425,6 +447,7 @@ const watchWait = 20 * time.Second
 // second.
 func (a *app) watch(ctx context.Context, c *client.Client, id string) error {
 	seq := 0
+	maps := mapProgress{}
 	for {
 		start := time.Now()
 		l, err := c.Events(ctx, id, client.EventsOptions{After: seq, Wait: watchWait})
@@ -434,12 +457,17 @@ func (a *app) watch(ctx context.Context, c *client.Client, id string) error {
 		ended := false
 		for _, e := range l.Events {
 			seq = max(seq, e.Seq)
+			if maps.item(e) && a.output != "json" {
+				continue // a map's items show as its progress, below
+			}
 			a.printEvent(e)
+			maps.start(e)
 			switch e.Type {
 			case "job_completed", "job_failed", "job_cancelled":
 				ended = true
 			}
 		}
+		maps.print(a)
 		if ended {
 			j, err := c.Job(ctx, id)
 			if err != nil {
@@ -467,6 +495,62 @@ func (a *app) watch(ctx context.Context, c *client.Client, id string) error {
 				case <-time.After(rest):
 				}
 			}
+		}
+	}
+}
+
+// mapProgress follows a watched job's maps: an item's events are not
+// printed one by one (a map may have 10,000), but as a line a map per
+// poll, with how many items have ended.
+type mapProgress map[string]*mapCount
+
+type mapCount struct {
+	items, ended, failed int
+	changed              bool
+}
+
+// start notes a map's item count from its step_waiting_deps ("N items").
+func (m mapProgress) start(e client.Event) {
+	var n int
+	if e.Type == "step_waiting_deps" && e.Step != "" {
+		if _, err := fmt.Sscanf(e.Detail, "%d items", &n); err == nil && n > 0 {
+			m[e.Step] = &mapCount{items: n}
+		}
+	}
+}
+
+// item reports whether e is an item's event of a map being followed, and
+// counts it when it ends the item.
+func (m mapProgress) item(e client.Event) bool {
+	i := strings.LastIndexByte(e.Step, '[')
+	if i <= 0 || !strings.HasSuffix(e.Step, "]") {
+		return false
+	}
+	c, ok := m[e.Step[:i]]
+	if !ok {
+		return false
+	}
+	switch e.Type {
+	case "step_succeeded", "step_cancelled", "step_skipped":
+		c.ended++
+		c.changed = true
+	case "step_failed":
+		c.ended++
+		c.failed++
+		c.changed = true
+	}
+	return true
+}
+
+func (m mapProgress) print(a *app) {
+	for _, id := range slices.Sorted(maps.Keys(m)) {
+		if c := m[id]; c.changed {
+			c.changed = false
+			line := fmt.Sprintf("%s  %-22s  %s  %d of %d items ended", time.Now().Format("15:04:05"), "map_progress", id, c.ended, c.items)
+			if c.failed > 0 {
+				line += fmt.Sprintf(", %d failed", c.failed)
+			}
+			fmt.Fprintln(a.stdout, line)
 		}
 	}
 }

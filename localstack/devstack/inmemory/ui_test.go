@@ -387,3 +387,44 @@ func TestUILinkWithAnotherKeyAsksFirst(t *testing.T) {
 	b.do(chromedp.WaitEnabled(chromedp.CSS(`#key-switch`)), chromedp.Click(chromedp.CSS(`#key-switch`)), chromedp.WaitVisible(chromedp.CSS(`#jobs`)))
 	require.Equal(t, stacktest.KeyB, kept())
 }
+
+// A map is one node of the graph and one card, counting its items by
+// state, with the items on demand; a skipped step is grey.
+func TestUIShowsAMapAsOneNode(t *testing.T) {
+	t.Parallel()
+	b := newBrowser(t)
+	h := stacktest.NewInMemory(t)
+	j := h.Submit(t, keyA, map[string]any{"payload": map[string]any{"pages": []string{"a", "b", "c", "d", "e", "f"}}, "steps": []any{
+		map[string]any{"id": "each", "action": map[string]any{"type": "map", "items": "payload.pages", "max_concurrency": 2,
+			"step": map[string]any{"action": map[string]any{"type": "worker", "queue": "uimap"}}}},
+		map[string]any{"id": "publish", "action": map[string]any{"type": "pass"}, "depends_on": []string{"each"}, "when": "size(steps.each.output) > 10"},
+		map[string]any{"id": "after", "action": map[string]any{"type": "pass"}, "depends_on": []string{"publish"}},
+	}})
+	var leases struct{ Leases []struct{ LeaseID string `json:"lease_id"` } }
+	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/claim", keyA, map[string]any{"queue": "uimap", "max": 10, "wait_seconds": 1, "worker": "w"}, &leases)
+	require.Len(t, leases.Leases, 2, "two at a time")
+	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+leases.Leases[0].LeaseID+"/complete", keyA, map[string]any{"output": "done"}, nil)
+
+	b.do(chromedp.Navigate(h.URL+"/ui#key="+keyA), chromedp.WaitVisible(chromedp.CSS(`tr[data-job="`+j.ID+`"]`)))
+	b.do(chromedp.Navigate(h.URL+"/ui#/jobs/"+j.ID), chromedp.WaitVisible(chromedp.CSS(`.map-items[data-map="each"]`)))
+	require.Equal(t, "3", b.eval(`String(document.querySelectorAll('svg.dag .node').length)`), "the map's items are no nodes of the graph")
+	require.Equal(t, "0", b.eval(`String(document.querySelectorAll('article.step[data-step^="each["]').length)`), "nor cards of their own")
+	b.awaitText(`.map-items[data-map="each"] .counts`, "6 items:")
+	require.Equal(t, "1 1 1 3", b.eval(`['SUCCEEDED','RUNNING','PENDING','WAITING_DEPS'].map((s) => { const c = document.querySelector('.map-items .count[data-count="' + s + '"]'); return c ? c.textContent.trim().split(' ')[0] : '0'; }).join(' ')`))
+	b.do(chromedp.Click(chromedp.CSS(`.map-items summary`)), chromedp.WaitVisible(chromedp.CSS(`tr[data-item="each[5]"]`)))
+	b.shot("map.png")
+
+	// The rest done: the map's output has 6 items, so publish is skipped.
+	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+leases.Leases[1].LeaseID+"/complete", keyA, map[string]any{"output": "done"}, nil)
+	for done := 2; done < 6; {
+		h.JSON(t, http.StatusOK, http.MethodPost, "/v1/claim", keyA, map[string]any{"queue": "uimap", "max": 10, "wait_seconds": 1, "worker": "w"}, &leases)
+		for _, l := range leases.Leases {
+			h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+l.LeaseID+"/complete", keyA, map[string]any{"output": "done"}, nil)
+			done++
+		}
+	}
+	h.AwaitState(t, keyA, j.ID, domain.JobCompleted)
+	b.awaitText(`[data-step-state="publish"]`, "SKIPPED")
+	b.awaitText(`.map-items[data-map="each"] .counts`, "6 items: 6 SUCCEEDED")
+	b.requireCleanConsole()
+}

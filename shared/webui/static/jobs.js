@@ -200,8 +200,17 @@ export function jobView({ signal, main }, id) {
     state.replaceChildren(pill(j.state));
     renderFacts();
     renderActions();
-    graph.replaceChildren(drawDag(j.steps, select));
-    steps.replaceChildren(...j.steps.map(renderStep));
+    // A map's items are drawn as one node, its own, with their counts:
+    // a map may have 10,000.
+    const items = new Map();
+    const top = j.steps.filter((st) => {
+      if (!st.map_of) return true;
+      if (!items.has(st.map_of)) items.set(st.map_of, []);
+      items.get(st.map_of).push(st);
+      return false;
+    });
+    graph.replaceChildren(drawDag(top, select));
+    steps.replaceChildren(...top.map((st) => renderStep(st, items.get(st.id))));
     payload.replaceChildren(h('summary', null, 'payload'), json(j.payload));
   }
 
@@ -271,7 +280,26 @@ export function jobView({ signal, main }, id) {
     }, name, body, sid, button);
   }
 
-  function renderStep(st) {
+  // mapItems shows a map's items: how many are in each state, and each
+  // (the first 500) on demand.
+  function mapItems(st, kids) {
+    const counts = new Map();
+    for (const k of kids) counts.set(k.state, (counts.get(k.state) || 0) + 1);
+    const shown = kids.slice(0, 500);
+    return h('div', { class: 'map-items', 'data-map': st.id },
+      h('p', { class: 'counts' }, `${kids.length} items: `,
+        [...counts.entries()].map(([state, n]) => h('span', { class: 'count', 'data-count': state }, `${n} `, pill(state), ' '))),
+      h('details', null, h('summary', null, kids.length > shown.length ? `the first ${shown.length} items` : 'items'),
+        h('table', { class: 'list' },
+          h('thead', null, h('tr', null, ['item', 'state', 'attempt', 'output or error'].map((c) => h('th', null, c)))),
+          h('tbody', null, shown.map((k) => h('tr', { 'data-item': k.id },
+            h('td', { class: 'mono' }, k.id),
+            h('td', null, pill(k.state)),
+            h('td', null, k.attempt ? String(k.attempt) : ''),
+            h('td', { class: 'wrap mono' }, k.error ? `${k.error.class}: ${k.error.message}` : k.output !== undefined ? JSON.stringify(k.output).slice(0, 120) : '')))))));
+  }
+
+  function renderStep(st, kids) {
     const base = `${id}/${st.id}`;
     const error = h('p', { class: 'error', role: 'alert' });
     error.hidden = true;
@@ -350,6 +378,7 @@ export function jobView({ signal, main }, id) {
         h('span', { class: 'muted' }, st.action),
         st.attempts && st.attempts.length ? h('span', { class: 'muted' }, `attempt ${st.attempt}${st.max_attempts ? ' of ' + st.max_attempts : ''}`) : null),
       facts.length ? h('dl', { class: 'facts' }, facts) : null,
+      kids ? mapItems(st, kids) : null,
       forms,
       error,
       attempts,

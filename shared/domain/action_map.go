@@ -359,12 +359,18 @@ func (j *Job) progressMaps(now time.Time) error {
 			}
 			continue
 		}
+		lanes := max(s.Spec.Action.MaxConcurrency, 1)
 		for _, k := range j.mapChildren(i) {
 			c := j.Steps[k]
 			if c.State != StepFailed {
 				continue
 			}
-			ds, err := j.releaseAfter(k, now)
+			// Its lane's next item, the one step that waits on it.
+			next, ok := j.positions()[childID(s.ID(), c.Index+lanes)]
+			if !ok || j.Steps[next].State != StepWaitingDeps || !j.depsMet(next) {
+				continue
+			}
+			ds, err := j.open(next, now)
 			if err != nil {
 				return err
 			}

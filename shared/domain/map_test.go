@@ -11,6 +11,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// runItem leases a step as a worker and completes it with out at now.
+func runItem(t *testing.T, j *Job, id, out string, now time.Time) {
+	t.Helper()
+	l := mustLease(t, j, id, viaWorker("w", id), now)
+	_, err := j.Complete(id, l.ID, json.RawMessage(out), now)
+	require.NoError(t, err)
+}
+
 func running(j *Job, mapID string) (n int) {
 	for _, s := range j.Steps {
 		if s.MapOf == mapID && (s.State.leasable() || s.State.leased()) {
@@ -39,9 +47,7 @@ func TestAMapRunsAChildPerItemWithinItsConcurrency(t *testing.T) {
 	for n := range 5 {
 		id := fmt.Sprintf("each[%d]", n)
 		now = now.Add(time.Second)
-		l := mustLease(t, j, id, viaWorker("w", id), now)
-		_, err := j.Complete(id, l.ID, json.RawMessage(fmt.Sprintf(`"out-%d"`, n)), now)
-		require.NoError(t, err)
+		runItem(t, j, id, fmt.Sprintf(`"out-%d"`, n), now)
 		replayOK(t, j)
 		require.LessOrEqual(t, running(j, "each"), 2)
 	}
@@ -57,11 +63,9 @@ func TestAMapFailsPastItsToleranceAndRedriveRunsTheRest(t *testing.T) {
 	t.Parallel()
 	j := newJob(t, `{"payload":{"xs":[1,2,3,4]},"steps":[
 		{"id":"m","action":{"type":"map","items":"payload.xs","max_concurrency":2,"step":{"action":{"type":"worker"},"retry":{"max_attempts":1}}}}]}`)
-	l0 := mustLease(t, j, "m[0]", viaWorker("w", "0"), t0)
-	_, err := j.Complete("m[0]", l0.ID, json.RawMessage(`0`), at(time.Second))
-	require.NoError(t, err)
+	runItem(t, j, "m[0]", `0`, at(time.Second))
 	l1 := mustLease(t, j, "m[1]", viaWorker("w", "1"), at(time.Second))
-	_, err = j.Fail("m[1]", l1.ID, Failure{Class: ClassFatal, Message: "bad item"}, at(2*time.Second), rand.New(rand.NewPCG(1, 2)))
+	_, err := j.Fail("m[1]", l1.ID, Failure{Class: ClassFatal, Message: "bad item"}, at(2*time.Second), rand.New(rand.NewPCG(1, 2)))
 	require.NoError(t, err)
 	replayOK(t, j)
 	require.Equal(t, StepFailed, j.Steps[0].State)
@@ -79,9 +83,7 @@ func TestAMapFailsPastItsToleranceAndRedriveRunsTheRest(t *testing.T) {
 		id := fmt.Sprintf("m[%d]", n)
 		require.LessOrEqual(t, running(j, "m"), 2)
 		now = now.Add(time.Second)
-		l := mustLease(t, j, id, viaWorker("w", id+"r"), now)
-		_, err := j.Complete(id, l.ID, json.RawMessage(`1`), now)
-		require.NoError(t, err)
+		runItem(t, j, id, `1`, now)
 	}
 	replayOK(t, j)
 	require.Equal(t, JobCompleted, j.State)
@@ -99,10 +101,7 @@ func TestAMapToleratesFailures(t *testing.T) {
 	require.Equal(t, StepPending, j.Steps[2].State, "its lane goes on")
 	require.Len(t, j.TakeReleased(), 1)
 	for n, id := range []string{"m[1]", "m[2]"} {
-		now := at(time.Duration(2+n) * time.Second)
-		l := mustLease(t, j, id, viaWorker("w", id), now)
-		_, err := j.Complete(id, l.ID, json.RawMessage(`"ok"`), now)
-		require.NoError(t, err)
+		runItem(t, j, id, `"ok"`, at(time.Duration(2+n)*time.Second))
 	}
 	replayOK(t, j)
 	require.Equal(t, JobCompleted, j.State)

@@ -15,8 +15,10 @@ const (
 	MaxMapItems          = 10000
 	DefaultMapConcurrent = 20
 	MaxMapConcurrent     = 1000
-	// MaxMapItemBytes bounds one item, which its child holds inline.
-	MaxMapItemBytes = DefaultInlineLimit
+	// MaxMapItemBytes bounds one item, which its child holds inline, and
+	// MaxMapItemsBytes all of a map's: they are part of its job's item.
+	MaxMapItemBytes  = DefaultInlineLimit
+	MaxMapItemsBytes = 1 << 20
 )
 
 // MapAction is the map action type's parameters. A map step, when its
@@ -248,10 +250,15 @@ func (j *Job) mapItems(i int) ([]json.RawMessage, error) {
 	if len(j.Steps)+len(items) > MaxSteps+MaxMapItems {
 		return nil, fmt.Errorf("would give the job %d steps; the limit is %d", len(j.Steps)+len(items), MaxSteps+MaxMapItems)
 	}
+	total := 0
 	for n, it := range items {
 		if len(it) > MaxMapItemBytes {
 			return nil, fmt.Errorf("item %d is %d bytes; the limit is %d (pass a reference, such as a URL, instead)", n, len(it), MaxMapItemBytes)
 		}
+		total += len(it)
+	}
+	if total > MaxMapItemsBytes {
+		return nil, fmt.Errorf("are %d bytes in all; the limit is %d (pass references, such as URLs, instead)", total, MaxMapItemsBytes)
 	}
 	return items, nil
 }

@@ -162,3 +162,19 @@ func TestAMapItemIsNotReplanned(t *testing.T) {
 	require.Contains(t, j.Steps[1].Error.Message, "a map's item is not replanned")
 	require.Equal(t, JobFailed, j.State)
 }
+
+// A map's items are bounded, each and in all: they are held in its job.
+func TestAMapsItemsAreBounded(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ payload, says string }{
+		{`{"xs":["` + strings.Repeat("x", 9000) + `"]}`, "items: item 0 is 9002 bytes; the limit is 8192"},
+		{`{"xs":[` + strings.Repeat(`"`+strings.Repeat("x", 8000)+`",`, 140) + `"x"]}`, "items: are 1120283 bytes in all; the limit is 1048576"},
+		{`{"xs":{"a":1}}`, "items: is {\"a\":1}, not a list"},
+	} {
+		j := newJob(t, `{"payload":`+c.payload+`,"steps":[{"id":"m","action":{"type":"map","items":"payload.xs","step":{"action":{"type":"worker"}}}}]}`)
+		replayOK(t, j)
+		require.Equal(t, JobFailed, j.State)
+		require.Contains(t, j.Steps[0].Error.Message, c.says)
+		require.Len(t, j.Steps, 1, "no item was made")
+	}
+}

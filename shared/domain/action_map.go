@@ -159,40 +159,41 @@ func (MapAction) timedOut(ActionSpec) string { return "map timed out" }
 // runs as a step of its own.
 const maxInstantItemOutput = 512
 
-// instantItems runs map step i's items at once when they are instant (a
-// pure action: pass, or fail) and each keeps a small output: ok, with
-// their outputs. Run in the map's own write, they are leased and recorded
-// there, one write for all, as a chain records instant steps together;
-// nothing runs long enough for max_concurrency to bound. Otherwise ok is
-// false and the items run as steps in lanes.
+// instantItems runs map step i's items at once when they are instant:
+// pass items whose output expression keeps at most maxInstantItemOutput
+// bytes of each (without one, a pass item's output holds the map's whole
+// input). ok, with their outputs. Run in the map's own write, they are
+// leased and recorded there, one write for all, as a chain records
+// instant steps together; nothing runs long enough for max_concurrency to
+// bound. Otherwise ok is false and the items run as steps in lanes. The
+// map's input is decoded once and shared by every item's evaluation, not
+// marshalled into each.
 func (j *Job) instantItems(i int, items []json.RawMessage) ([]json.RawMessage, bool, error) {
 	st := j.Steps[i].Spec.Action.Step
-	kind, _ := LookupAction(st.Action.Type)
-	pure, ok := kind.(PureAction)
-	if !ok {
+	if st.Action.Type != ActionPass || st.Output == "" {
 		return nil, false, nil
 	}
 	in, err := j.storedValue(j.InputData(i))
 	if err != nil {
 		return nil, false, err // a NeedDataError: fetched, then decided again
 	}
+	input, err := jsonValue(in)
+	if err != nil {
+		return nil, false, nil
+	}
+	prg, err := shapeProgram(st.Output, true)
+	if err != nil {
+		return nil, false, nil
+	}
 	outs := make([]json.RawMessage, len(items))
-	probe := &Step{Spec: StepSpec{Output: st.Output}}
 	for n, item := range items {
-		raw, err := json.Marshal(struct {
-			Item  json.RawMessage `json:"item"`
-			Index int             `json:"index"`
-			Input json.RawMessage `json:"input"`
-		}{item, n, orNull(in)})
+		v, err := jsonValue(item)
 		if err != nil {
 			return nil, false, nil
 		}
-		out, f := pure.Run(st.Action, raw)
-		if f != nil {
-			return nil, false, nil // a failure takes its step's way (retries, tolerance)
-		}
-		if out, err = ShapeOutput(probe, out); err != nil || len(out) > maxInstantItemOutput {
-			return nil, false, nil
+		out, err := evalJSON(prg, map[string]any{"output": map[string]any{"item": v, "index": n, "input": input}})
+		if err != nil || len(out) > maxInstantItemOutput {
+			return nil, false, nil // its step fails or keeps its output as any step does
 		}
 		outs[n] = out
 	}
@@ -210,17 +211,33 @@ func (j *Job) runInstantItems(s *Step, items, outs []json.RawMessage, now time.T
 		j.Steps = append(j.Steps, &Step{Spec: spec, State: StepPending, MapOf: s.ID(), Item: item, Index: n})
 	}
 	s.Children = len(j.Steps) - first
+	j.settleLater = true
 	for n := range items {
 		id := childID(s.ID(), n)
 		l, err := j.Lease(id, LeaseRequest{Nonce: "map", Duration: time.Minute}, now)
-		if err != nil {
-			return err
+		if err == nil {
+			_, err = j.Complete(id, l.ID, outs[n], now)
 		}
-		if _, err := j.Complete(id, l.ID, outs[n], now); err != nil {
+		if err != nil {
+			j.settleLater = false
 			return err
 		}
 	}
-	return nil
+	j.settleLater = false
+	return j.settle(now)
+}
+
+// releaseLane releases item s's lane's next item, if it waits only on s.
+func (j *Job) releaseLane(s *Step, now time.Time) ([]Dispatch, error) {
+	m, _, err := j.Step(s.MapOf)
+	if err != nil {
+		return nil, nil
+	}
+	next, ok := j.positions()[childID(m.ID(), s.Index+max(m.Spec.Action.MaxConcurrency, 1))]
+	if !ok || j.Steps[next].State != StepWaitingDeps || !j.depsMet(next) {
+		return nil, nil
+	}
+	return j.open(next, now)
 }
 
 func childID(mapID string, n int) string { return fmt.Sprintf("%s[%d]", mapID, n) }
@@ -366,18 +383,12 @@ func (j *Job) progressMaps(now time.Time) error {
 			}
 			continue
 		}
-		lanes := max(s.Spec.Action.MaxConcurrency, 1)
 		for _, k := range j.mapChildren(i) {
 			c := j.Steps[k]
 			if c.State != StepFailed {
 				continue
 			}
-			// Its lane's next item, the one step that waits on it.
-			next, ok := j.positions()[childID(s.ID(), c.Index+lanes)]
-			if !ok || j.Steps[next].State != StepWaitingDeps || !j.depsMet(next) {
-				continue
-			}
-			ds, err := j.open(next, now)
+			ds, err := j.releaseLane(c, now)
 			if err != nil {
 				return err
 			}

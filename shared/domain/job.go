@@ -119,6 +119,9 @@ type Job struct {
 	// Released is what a change released beside what its call answered
 	// (a map's progress, settled after every change): TakeReleased.
 	Released []Dispatch `json:"-"`
+	// settleLater holds settle off while a map's instant items are
+	// recorded, each one's settling being the next one's work.
+	settleLater bool
 }
 
 // StoredLayout is a store's note of how it keeps a job, opaque here.
@@ -745,6 +748,9 @@ func (j *Job) complete(stepID, leaseID string, output json.RawMessage, ref *Data
 // releaseAfter releases every step waiting only on step i (and others
 // already done), at once: fan-out and fan-in. It answers what to dispatch.
 func (j *Job) releaseAfter(i int, now time.Time) ([]Dispatch, error) {
+	if s := j.Steps[i]; s.MapOf != "" {
+		return j.releaseLane(s, now) // nothing but its lane's next item waits on an item
+	}
 	var out []Dispatch
 	for k, n := range j.Steps {
 		if n.State != StepWaitingDeps || !j.waitsOn(k, i) || !j.depsMet(k) {
@@ -1179,6 +1185,9 @@ func Truncate(s string, limit int) string {
 func (j *Job) settle(now time.Time) error { return j.settleVia(now, false) }
 
 func (j *Job) settleVia(now time.Time, viaWorker bool) error {
+	if j.settleLater {
+		return nil // a map's instant items: settled once, after the last
+	}
 	j.UpdatedAt = now
 	if !j.State.Terminal() {
 		if err := j.progressMaps(now); err != nil {

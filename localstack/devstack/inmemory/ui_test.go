@@ -400,10 +400,9 @@ func TestUIShowsAMapAsOneNode(t *testing.T) {
 		map[string]any{"id": "publish", "action": map[string]any{"type": "pass"}, "depends_on": []string{"each"}, "when": "size(steps.each.output) > 10"},
 		map[string]any{"id": "after", "action": map[string]any{"type": "pass"}, "depends_on": []string{"publish"}},
 	}})
-	var leases struct{ Leases []struct{ LeaseID string `json:"lease_id"` } }
-	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/claim", keyA, map[string]any{"queue": "uimap", "max": 10, "wait_seconds": 1, "worker": "w"}, &leases)
-	require.Len(t, leases.Leases, 2, "two at a time")
-	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+leases.Leases[0].LeaseID+"/complete", keyA, map[string]any{"output": "done"}, nil)
+	leases := claim(t, h, keyA, "uimap", "w", 10, 1)
+	require.Len(t, leases, 2, "two at a time")
+	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+leases[0].LeaseID+"/complete", keyA, map[string]any{"output": "done"}, nil)
 
 	b.do(chromedp.Navigate(h.URL+"/ui#key="+keyA), chromedp.WaitVisible(chromedp.CSS(`tr[data-job="`+j.ID+`"]`)))
 	b.do(chromedp.Navigate(h.URL+"/ui#/jobs/"+j.ID), chromedp.WaitVisible(chromedp.CSS(`.map-items[data-map="each"]`)))
@@ -415,10 +414,9 @@ func TestUIShowsAMapAsOneNode(t *testing.T) {
 	b.shot("map.png")
 
 	// The rest done: the map's output has 6 items, so publish is skipped.
-	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+leases.Leases[1].LeaseID+"/complete", keyA, map[string]any{"output": "done"}, nil)
+	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+leases[1].LeaseID+"/complete", keyA, map[string]any{"output": "done"}, nil)
 	for done := 2; done < 6; {
-		h.JSON(t, http.StatusOK, http.MethodPost, "/v1/claim", keyA, map[string]any{"queue": "uimap", "max": 10, "wait_seconds": 1, "worker": "w"}, &leases)
-		for _, l := range leases.Leases {
+		for _, l := range claim(t, h, keyA, "uimap", "w", 10, 1) {
 			h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+l.LeaseID+"/complete", keyA, map[string]any{"output": "done"}, nil)
 			done++
 		}

@@ -100,14 +100,7 @@ func (MapAction) start(j *Job, s *Step, now time.Time) ([]Dispatch, error) {
 		return nil, err
 	}
 	if err != nil {
-		msg := Truncate("items: "+err.Error(), MaxErrorMessageBytes)
-		s.Error = &StepError{Class: ClassFatal, Message: msg}
-		for _, ev := range []StepEvent{StepEvFailFatal, StepEvFail} {
-			if err := j.stepTo(s, ev, now, msg); err != nil {
-				return nil, err
-			}
-		}
-		return nil, nil
+		return nil, j.failUnrun(s, "items: "+err.Error(), now)
 	}
 	s.Expanded = true
 	if len(items) == 0 {
@@ -116,26 +109,15 @@ func (MapAction) start(j *Job, s *Step, now time.Time) ([]Dispatch, error) {
 	if err := j.stepTo(s, StepEvWaitDeps, now, fmt.Sprintf("%d items", len(items))); err != nil {
 		return nil, err
 	}
-	a := s.Spec.Action
 	if outs, ok, err := j.instantItems(i, items); err != nil || ok {
 		if err != nil {
 			return nil, err
 		}
 		return nil, j.runInstantItems(s, items, outs, now)
 	}
-	k := a.MaxConcurrency
-	if k < 1 {
-		k = DefaultMapConcurrent
-	}
-	first := len(j.Steps)
+	k := s.Spec.Action.lanes()
 	var out []Dispatch
-	for n, item := range items {
-		spec := StepSpec{ID: childID(s.ID(), n), Action: a.Step.Action, Retry: a.Step.Retry, TimeoutSeconds: a.Step.TimeoutSeconds, Output: a.Step.Output}
-		if n >= k {
-			spec.DependsOn = []string{childID(s.ID(), n-k)}
-		}
-		c := &Step{Spec: spec, State: StepPending, MapOf: s.ID(), Item: item, Index: n}
-		j.Steps = append(j.Steps, c)
+	for n, c := range j.addItems(s, items, k) {
 		if n >= k {
 			if err := j.stepTo(c, StepEvWaitDeps, now, ""); err != nil {
 				return nil, err
@@ -148,8 +130,27 @@ func (MapAction) start(j *Job, s *Step, now time.Time) ([]Dispatch, error) {
 		}
 		out = append(out, ds...)
 	}
-	s.Children = len(j.Steps) - first
 	return out, nil
+}
+
+// lanes is how many of a map's items run at once.
+func (a MapAction) lanes() int { return max(a.MaxConcurrency, 1) }
+
+// addItems adds map step s's children, one per item, PENDING; with lanes,
+// each after the item lanes before it.
+func (j *Job) addItems(s *Step, items []json.RawMessage, lanes int) []*Step {
+	a := s.Spec.Action
+	out := make([]*Step, len(items))
+	for n, item := range items {
+		spec := StepSpec{ID: childID(s.ID(), n), Action: a.Step.Action, Retry: a.Step.Retry, TimeoutSeconds: a.Step.TimeoutSeconds, Output: a.Step.Output}
+		if lanes > 0 && n >= lanes {
+			spec.DependsOn = []string{childID(s.ID(), n-lanes)}
+		}
+		out[n] = &Step{Spec: spec, State: StepPending, MapOf: s.ID(), Item: item, Index: n}
+	}
+	j.Steps = append(j.Steps, out...)
+	s.Children = len(items)
+	return out
 }
 
 func (MapAction) timedOut(ActionSpec) string { return "map timed out" }
@@ -204,13 +205,7 @@ func (j *Job) instantItems(i int, items []json.RawMessage) ([]json.RawMessage, b
 // once with its output; the map then finishes in the same change
 // (progressMaps).
 func (j *Job) runInstantItems(s *Step, items, outs []json.RawMessage, now time.Time) error {
-	a := s.Spec.Action
-	first := len(j.Steps)
-	for n, item := range items {
-		spec := StepSpec{ID: childID(s.ID(), n), Action: a.Step.Action, Retry: a.Step.Retry, TimeoutSeconds: a.Step.TimeoutSeconds, Output: a.Step.Output}
-		j.Steps = append(j.Steps, &Step{Spec: spec, State: StepPending, MapOf: s.ID(), Item: item, Index: n})
-	}
-	s.Children = len(j.Steps) - first
+	j.addItems(s, items, 0) // nothing waits: each is recorded below
 	j.settleLater = true
 	for n := range items {
 		id := childID(s.ID(), n)
@@ -233,7 +228,7 @@ func (j *Job) releaseLane(s *Step, now time.Time) ([]Dispatch, error) {
 	if err != nil {
 		return nil, nil
 	}
-	next, ok := j.positions()[childID(m.ID(), s.Index+max(m.Spec.Action.MaxConcurrency, 1))]
+	next, ok := j.positions()[childID(m.ID(), s.Index+m.Spec.Action.lanes())]
 	if !ok || j.Steps[next].State != StepWaitingDeps || !j.depsMet(next) {
 		return nil, nil
 	}
@@ -353,18 +348,7 @@ func (j *Job) finishMap(i int, now time.Time) ([]Dispatch, error) {
 func (j *Job) failMap(i int, now time.Time) error {
 	s := j.Steps[i]
 	_, failed, first := j.mapTally(i)
-	msg := fmt.Sprintf("%d of %d items failed (tolerated %d); %s: %s", failed, s.Children, *s.Spec.Action.ToleratedFailures, first.ID(), first.Error.Message)
-	s.Error = &StepError{Class: ClassFatal, Message: Truncate(msg, MaxErrorMessageBytes)}
-	evs := []StepEvent{StepEvFailFatal, StepEvFail}
-	if s.State == StepWaitingDeps {
-		evs = append([]StepEvent{StepEvDepsMet}, evs...)
-	}
-	for _, ev := range evs {
-		if err := j.stepTo(s, ev, now, msg); err != nil {
-			return err
-		}
-	}
-	return nil
+	return j.failUnrun(s, fmt.Sprintf("%d of %d items failed (tolerated %d); %s: %s", failed, s.Children, *s.Spec.Action.ToleratedFailures, first.ID(), first.Error.Message), now)
 }
 
 // progressMaps moves every expanded map on after a change: a map past its

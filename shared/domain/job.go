@@ -784,20 +784,33 @@ func (j *Job) open(i int, now time.Time) ([]Dispatch, error) {
 		s.OutputIsInput = !j.Graph
 		return j.releaseAfter(i, now)
 	}
+	if err != nil {
+		return nil, j.failUnrun(s, "when: "+err.Error(), now)
+	}
 	if s.State == StepWaitingDeps {
 		if err := j.stepTo(s, StepEvDepsMet, now, ""); err != nil {
 			return nil, err
 		}
 	}
-	if err != nil {
-		msg := Truncate("when: "+err.Error(), MaxErrorMessageBytes)
-		s.Error = &StepError{Class: ClassFatal, Message: msg}
-		if err := j.stepTo(s, StepEvFailFatal, now, msg); err != nil {
-			return nil, err
-		}
-		return nil, j.stepTo(s, StepEvFail, now, msg)
-	}
 	return j.ready(s, now)
+}
+
+// failUnrun fails a step that never ran (its condition, a map's items or
+// its items' failures): fatal, with no attempt, PENDING (after deps_met
+// when it waited) -> FAILED_FATAL -> FAILED.
+func (j *Job) failUnrun(s *Step, msg string, now time.Time) error {
+	msg = Truncate(msg, MaxErrorMessageBytes)
+	s.Error = &StepError{Class: ClassFatal, Message: msg}
+	evs := []StepEvent{StepEvFailFatal, StepEvFail}
+	if s.State == StepWaitingDeps {
+		evs = append([]StepEvent{StepEvDepsMet}, evs...)
+	}
+	for _, ev := range evs {
+		if err := j.stepTo(s, ev, now, msg); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Failure is an attempt's failed outcome.

@@ -80,6 +80,7 @@ type ListJobsOptions struct {
 	State    JobState
 	Queue    string
 	Schedule string // a schedule's runs
+	Parent   string // a job's child jobs (its job steps')
 	Limit    int    // 1-100 a page (default 50)
 	Cursor   string
 }
@@ -95,6 +96,7 @@ func (c *Client) ListJobs(ctx context.Context, o ListJobsOptions) (*JobPage, err
 	set("state", string(o.State))
 	set("queue", o.Queue)
 	set("schedule", o.Schedule)
+	set("parent", o.Parent)
 	set("cursor", o.Cursor)
 	if o.Limit > 0 {
 		q.Set("limit", strconv.Itoa(o.Limit))

@@ -161,12 +161,23 @@ type Job struct {
 	// Error says why a FAILED job failed: its failed step's error, or why
 	// no step of it could ever run again.
 	Error *StepError `json:"error,omitempty"`
+	// Parent is the step whose attempt made this child job; Children the
+	// child jobs this job's steps made, oldest first.
+	Parent   *ParentRef `json:"parent,omitempty"`
+	Children []string   `json:"children,omitempty"`
 	// SignalOutcome is set in the answer to Signal only: what became of
 	// the signal sent.
 	SignalOutcome *SignalOutcome `json:"signal,omitempty"`
 	// Replayed: Submit's Idempotency-Key named a job submitted before,
 	// which this is (200, not 201).
 	Replayed bool `json:"-"`
+}
+
+// ParentRef links a child job to the attempt of a job step that made it.
+type ParentRef struct {
+	Job     string `json:"job"`
+	Step    string `json:"step"`
+	Attempt int    `json:"attempt"`
 }
 
 // Step finds a step by id.
@@ -209,6 +220,7 @@ type Step struct {
 	Index            *int          `json:"index,omitempty"`
 	Children         int           `json:"children,omitempty"`
 	OutputIsChildren bool          `json:"output_is_children,omitempty"`
+	Child            string        `json:"child,omitempty"` // a job step: the child job its running attempt waits on
 	Requires         *Requirements `json:"requires,omitempty"`
 	Avoid            []string      `json:"avoid,omitempty"`
 	ResourceWait     *ResourceWait `json:"resource_wait,omitempty"`
@@ -235,6 +247,7 @@ type Attempt struct {
 	Error     *StepError      `json:"error,omitempty"`
 	Output    json.RawMessage `json:"output,omitempty"`
 	OutputRef *DataRef        `json:"output_ref,omitempty"`
+	Child     string          `json:"child,omitempty"` // the child job it made (a job step's)
 }
 
 // LeaseInfo shows who holds a step.

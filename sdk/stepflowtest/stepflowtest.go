@@ -398,7 +398,8 @@ func (e *Env) Advance(d time.Duration) {
 // AwaitState runs the job until it is in state, moving the clock from one
 // due instant to the next, and answers it. state is one the job rests in
 // between runs (QUEUED, RETRYING, WAITING, PARKED, or a final one): a
-// step runs within one instant here, so its job is never seen RUNNING.
+// step runs within one instant here, so its job is never seen RUNNING
+// (but a job step's, while its child job runs).
 // It fails the test, showing the
 // job's steps and events, when the job ends in another state, or when
 // nothing would move it there within the horizon (a gate no one approves,

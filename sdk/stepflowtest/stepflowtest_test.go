@@ -263,6 +263,33 @@ func TestMapRunsEachItem(t *testing.T) {
 	require.Len(t, b.tasks, 3)
 }
 
+func TestAChildJobRunsAndCancelReachesIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.handle("score", func(_ context.Context, task *stepflowtest.Task) (any, error) {
+		var in struct{ Doc string }
+		if err := json.Unmarshal(task.Input, &in); err != nil {
+			return nil, stepflowtest.Fail("fatal", err.Error())
+		}
+		return map[string]any{"score": len(in.Doc)}, nil
+	})
+	j := b.env.Submit(`{"payload":{"doc":"hello"},"steps":[
+		{"id":"sub","action":{"type":"job","spec":{"steps":[{"id":"s","action":{"type":"worker","queue":"score"}}]}}},
+		{"id":"after","action":{"type":"pass"}}]}`)
+	got := b.env.AwaitState(j.ID, domain.JobCompleted)
+	require.JSONEq(t, `{"score":5}`, string(got.Steps[0].Output), "the child's result is the step's output")
+	require.Len(t, got.Children(), 1)
+	child := b.env.AwaitState(got.Children()[0], domain.JobCompleted)
+	require.Equal(t, j.ID, child.Parent.Job)
+
+	// A child nobody works on runs until its parent is cancelled.
+	p := b.env.Submit(`{"steps":[{"id":"sub","action":{"type":"job","spec":{"steps":[{"id":"s","action":{"type":"worker","queue":"idle"}}]}}}]}`)
+	running := b.env.AwaitState(p.ID, domain.JobRunning) // its step waits on its child
+	require.Len(t, running.Children(), 1)
+	b.env.Cancel(p.ID)
+	b.env.AwaitState(running.Children()[0], domain.JobCancelled)
+}
+
 func TestHTTPStepAgainstATestServer(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int32

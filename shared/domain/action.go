@@ -28,6 +28,9 @@ const (
 	ExecutorBuiltIn
 	// ExecutorWorker: an external worker claims it from its queue.
 	ExecutorWorker
+	// ExecutorEngine: the engine runs it itself when its step is leased
+	// from the ready queue (a child job, which it makes and then waits on).
+	ExecutorEngine
 )
 
 // ActionKind is one action type. Its value is the zero value of its

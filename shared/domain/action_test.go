@@ -28,7 +28,7 @@ func TestEveryActionTypeIsRegisteredWhole(t *testing.T) {
 		case ExecutorNone:
 			require.True(t, waits, "%s: nothing runs it, so it must start waiting on its own (waitingAction)", k.Name())
 			require.False(t, Executed(k.Name()), k.Name())
-		case ExecutorBuiltIn, ExecutorWorker:
+		case ExecutorBuiltIn, ExecutorWorker, ExecutorEngine:
 			require.False(t, waits, "%s is run, so it does not wait", k.Name())
 			require.True(t, Executed(k.Name()), k.Name())
 		default:

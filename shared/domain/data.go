@@ -102,6 +102,8 @@ type Data struct {
 	// the list of its children's (action_map.go)
 	child *childData
 	list  []Data
+	// or an object of data by name (a job's result: ResultData)
+	object map[string]Data
 }
 
 type childData struct {
@@ -150,6 +152,10 @@ func (d Data) walk(fn func(*DataRef)) {
 		for _, v := range d.list {
 			v.walk(fn)
 		}
+	case d.object != nil:
+		for _, v := range d.object {
+			v.walk(fn)
+		}
 	}
 }
 
@@ -182,6 +188,12 @@ func (d Data) Size() int {
 		n := 2
 		for _, v := range d.list {
 			n += v.Size() + 1
+		}
+		return n
+	case d.object != nil:
+		n := 2
+		for k, v := range d.object {
+			n += len(k) + 4 + v.Size()
 		}
 		return n
 	}
@@ -239,6 +251,16 @@ func (d Data) Compose(fetched map[string][]byte) (json.RawMessage, error) {
 				return nil, err
 			}
 			outs[i] = orNull(raw)
+		}
+		return json.Marshal(outs)
+	case d.object != nil:
+		outs := make(map[string]json.RawMessage, len(d.object))
+		for k, v := range d.object {
+			raw, err := v.Compose(fetched)
+			if err != nil {
+				return nil, err
+			}
+			outs[k] = orNull(raw)
 		}
 		return json.Marshal(outs)
 	}

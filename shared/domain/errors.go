@@ -57,6 +57,9 @@ var (
 	ErrLeaseLost           = &Error{Code: CodeLeaseLost, Message: "lease lost: it expired or was taken over"}
 	ErrIdempotencyMismatch = &Error{Code: CodeIdempotencyMismatch, Message: "Idempotency-Key was already used with a different request body"}
 	ErrUnauthorized        = &Error{Code: CodeUnauthorized, Message: "missing or unknown API key"}
+	// ErrExists is a job created under an id a stored job has: a child
+	// job made again (its id is derived from its parent's attempt).
+	ErrExists = &Error{Code: CodeConflict, Message: "a job of this id exists"}
 	// ErrUnreadable is a stored job that cannot be decoded: the sweep and
 	// the handlers set it aside (quarantine) instead of failing on it again
 	// and again.

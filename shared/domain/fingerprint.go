@@ -52,6 +52,7 @@ func (s *Step) Fingerprint() uint64 {
 		h.stepError(a.Error)
 		h.bytes(a.Output)
 		h.dataRef(a.OutputRef)
+		h.str(a.Child)
 	}
 	h.strs(s.Avoid)
 	h.str(s.Prompt)
@@ -92,6 +93,14 @@ func (s *Step) Fingerprint() uint64 {
 	h.bool(s.Expanded)
 	h.int(int64(s.Children))
 	h.bool(s.OutputIsChildren)
+	if c := s.Child; c != nil {
+		h.int(1)
+		h.str(c.ID)
+		h.time(c.CheckAt)
+		h.int(int64(c.Checks))
+	} else {
+		h.int(0)
+	}
 	return h.h.Sum64()
 }
 

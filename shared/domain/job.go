@@ -119,6 +119,15 @@ type Job struct {
 	// Released is what a change released beside what its call answered
 	// (a map's progress, settled after every change): TakeReleased.
 	Released []Dispatch `json:"-"`
+	// Parent links a child job to the step whose attempt made it
+	// (action_job.go); nil for any other job.
+	Parent *ParentRef `json:"parent,omitempty"`
+	// Orphans are child jobs whose attempt ended without them (a timeout,
+	// a cancel): each is cancelled after the write that orphaned it, and
+	// by the sweep, which forgets it once it has ended.
+	Orphans []string `json:"orphans,omitempty"`
+	// orphaned are those this change orphaned (TakeOrphaned).
+	orphaned []string
 	// settleLater holds settle off while a map's instant items are
 	// recorded, each one's settling being the next one's work.
 	settleLater bool
@@ -192,6 +201,9 @@ type Step struct {
 	Expanded         bool `json:"expanded,omitempty"`
 	Children         int  `json:"children,omitempty"`
 	OutputIsChildren bool `json:"output_is_children,omitempty"`
+	// Child is the child job a job step's live attempt waits on
+	// (action_job.go).
+	Child *ChildRun `json:"child,omitempty"`
 }
 
 // ResourceWait says which resources a step waits on for a slot (none when
@@ -290,6 +302,8 @@ type Attempt struct {
 	Error      *StepError      `json:"error,omitempty"`
 	Output     json.RawMessage `json:"output,omitempty"`
 	OutputRef  *DataRef        `json:"output_ref,omitempty"` // the output kept in the blob store
+	// Child is the child job the attempt made (a job step's).
+	Child string `json:"child,omitempty"`
 }
 
 // Event is one entry of a job's log. Type is a job event (job_created ...)
@@ -523,6 +537,11 @@ func (j *Job) Lease(stepID string, req LeaseRequest, now time.Time) (*Lease, err
 		Token:     req.Token,
 		Resource:  req.Resource,
 	}
+	if s.Spec.Action.Type == ActionJob {
+		// Its lease is its child's run: timeout_seconds, else a year.
+		d := lease.ExpiresAt
+		lease.Deadline = &d
+	}
 	if t := s.Spec.TimeoutSeconds; t > 0 && s.Spec.Action.Type == ActionWorker {
 		d := now.Add(time.Duration(t) * time.Second)
 		lease.Deadline = &d
@@ -543,6 +562,9 @@ func (j *Job) Lease(stepID string, req LeaseRequest, now time.Time) (*Lease, err
 	s.Redispatches = 0
 	s.ResourceWait = nil
 	s.Attempts = append(s.Attempts, Attempt{N: s.Attempt, State: AttemptRunning, Lease: lease.ID, Worker: req.Worker, Resource: req.Resource, StartedAt: &now})
+	if s.Spec.Action.Type == ActionJob {
+		j.startChild(s, lease, now)
+	}
 	if err := j.settleVia(now, req.ViaWorker); err != nil {
 		return nil, err
 	}
@@ -650,6 +672,9 @@ func (j *Job) reclaim(s *Step, now time.Time) ([]Dispatch, error) {
 }
 
 func timeoutMessage(s *Step) string {
+	if s.Spec.TimeoutSeconds == 0 {
+		return "ran for a year, the longest a step without timeout_seconds may"
+	}
 	return fmt.Sprintf("ran past timeout_seconds (%d)", s.Spec.TimeoutSeconds)
 }
 
@@ -1126,6 +1151,7 @@ func (j *Job) Resweep() bool {
 }
 
 func (j *Job) endAttempt(s *Step, state AttemptState, serr *StepError, output json.RawMessage, now time.Time) {
+	j.orphan(s) // a child job it still waits on ends with it
 	if n := len(s.Attempts); n > 0 && !s.Attempts[n-1].State.Terminal() {
 		a := &s.Attempts[n-1]
 		a.State, a.Error, a.Output, a.EndedAt = state, serr, output, &now
@@ -1336,6 +1362,9 @@ func (t *stepTally) add(s *Step) {
 // job is due only to have its stored data deleted, when it expires.
 func (j *Job) due() *time.Time {
 	if j.State.Terminal() {
+		if at, ok := j.orphansDue(); ok {
+			return &at
+		}
 		if j.StoresData() && j.DataDeletedAt == nil {
 			return j.ExpiresAt
 		}
@@ -1349,6 +1378,9 @@ func (j *Job) due() *time.Time {
 		if ok && (!found || t.Before(at)) {
 			at, found = t, true
 		}
+	}
+	if t, ok := j.orphansDue(); ok && (!found || t.Before(at)) {
+		at, found = t, true
 	}
 	if !found {
 		return nil
@@ -1371,6 +1403,8 @@ func (j *Job) stepDue(s *Step) (time.Time, bool) {
 			t = *end // the sweep fails a wait past its bound
 		}
 		return t, true
+	case s.State.leased() && s.Lease != nil && s.Child != nil:
+		return minTime(s.Child.CheckAt, s.Lease.ExpiresAt), true // a child job's look, or its timeout
 	case s.State.leased() && s.Lease != nil:
 		return s.Lease.ExpiresAt.Add(leaseGrace(s)), true
 	case s.timerAt() != nil:

@@ -146,6 +146,7 @@ type ActionSpec struct {
 	WaitAction
 	LambdaAction
 	MapAction
+	JobAction
 	ActionDeadline
 }
 

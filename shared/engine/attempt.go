@@ -35,6 +35,9 @@ var readyLane = lane{}
 func workerLane(worker string) lane { return lane{worker: worker, viaWorker: true} }
 
 func (l lane) duration(e *Engine, s *domain.Step) time.Duration {
+	if s.Spec.Action.Type == domain.ActionJob {
+		return childLease(s)
+	}
 	if l.viaWorker {
 		return time.Duration(s.Spec.Action.LeaseSeconds) * time.Second
 	}
@@ -74,6 +77,7 @@ const (
 	ended                          // the change ended the attempt at once (its input can never be had)
 	fired                          // the message was a timer's (a sleep, a wait, a gate), and it fired
 	recorded                       // an instant step: leased and its outcome recorded in the one write
+	started                        // a job step: leased, and its child job made after the write
 	unreadable                     // the job cannot be read; it is set aside
 	absent                         // no such job (yet: Submit sends a job's first messages before its write)
 )
@@ -385,6 +389,13 @@ func (e *Engine) decideLease(j *domain.Job, stepID, n string, l lane, token stri
 		fx.dispatch = append(fx.dispatch, ds...)
 		return err
 	}
+	if s.Child != nil {
+		// A job step: the write names its child, made after it; the
+		// child's end records the outcome (child.go).
+		t.outcome, t.lease = started, lease
+		fx.start = append(fx.start, childStart{step: stepID, input: p.input.inline})
+		return nil
+	}
 	if p.instant.key == key {
 		// Leased and recorded at once: the slot the lease took goes back
 		// with those not kept. Several leases share the change (takeLeases):
@@ -443,6 +454,8 @@ type attemptOutcome struct {
 	leaseID string
 	output  json.RawMessage // a success's
 	failure *domain.Failure // nil: a success
+	// child is the child job whose end this is (a job step's attempt).
+	child string
 }
 
 // finish records an attempt's outcome under its lease, in one change: the
@@ -493,6 +506,9 @@ func (e *Engine) finishOn(ctx context.Context, tenant string, o attemptOutcome, 
 			}
 			if s.Lease != nil && s.Lease.ID == o.leaseID {
 				fx.endLease(s.Lease)
+			}
+			if o.child != "" {
+				j.ChildEnded(stepID, o.child) // ended by its child: not cancelled
 			}
 			fx.dispatch, err = applyOutcome(j, stepID, o.leaseID, p.output, p.ref, p.failure, now, rng)
 			return err

@@ -57,6 +57,8 @@ type effects struct {
 	hide     []hidden          // messages to hide until a lease ends
 	release  []slot            // resource slots to give back
 	dispatch []domain.Dispatch // steps to send
+	start    []childStart      // child jobs to make (child.go)
+	cancel   []string          // orphaned child jobs to cancel
 }
 
 // hidden is a message kept from redelivery until a lease runs out.
@@ -150,6 +152,7 @@ func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job
 		}
 		fx = marked.then(fx)
 		fx.dispatch = append(fx.dispatch, j.TakeReleased()...) // a map's progress (settle)
+		fx.cancel = append(fx.cancel, j.TakeOrphaned()...)
 		fx.dispatch = append(fx.dispatch, e.armAtOnce(j, now)...)
 		// Steps this process's chain runs next are carried by its
 		// delivered message, not the due index: a job that needs the
@@ -183,6 +186,7 @@ func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job
 		states := e.observe(ectx, j, before)
 		e.apply(ectx, j, fx, c.settle, c.chain, plan)
 		e.publish(ectx, j, states)
+		e.relate(ectx, j, fx, before.state)
 		if carried && c.chain.carriedLate() {
 			// The delivered message may be back and gone: the index, not
 			// it, must bring the carried steps back.

@@ -561,6 +561,13 @@ func (e *Engine) build(ctx context.Context, tenant, id string, body []byte, idem
 	if err := e.checkSpec(ctx, tenant, spec, ""); err != nil {
 		return nil, err
 	}
+	return e.newJob(ctx, tenant, id, spec, idemKey)
+}
+
+// newJob makes a job of a checked spec, not yet written: its payload kept
+// in the blob store when large, its long timers sent at once when the
+// queue holds them.
+func (e *Engine) newJob(ctx context.Context, tenant, id string, spec *domain.JobSpec, idemKey string) (*domain.Job, error) {
 	spec.ParkAfter = e.cfg.TimerThreshold
 	spec.Retention = e.cfg.Retention
 	spec.ResourceWait = e.cfg.ResourceWait
@@ -619,7 +626,7 @@ func (e *Engine) written(ctx context.Context, j *domain.Job, created, sent bool)
 // tenant's bound (made now, so a claim never has to). prefix names the
 // fields of a spec nested in another body ("job.").
 func (e *Engine) checkSpec(ctx context.Context, tenant string, spec *domain.JobSpec, prefix string) error {
-	if err := e.checkTargets(spec.Steps, prefix+"steps"); err != nil {
+	if err := e.checkTargets(spec.Steps, prefix+"steps", spec.Queue); err != nil {
 		return err
 	}
 	if spec.RunAt != nil && spec.RunAt.Sub(e.now()) > domain.MaxWaitSeconds*time.Second {
@@ -628,7 +635,7 @@ func (e *Engine) checkSpec(ctx context.Context, tenant string, spec *domain.JobS
 	if *spec.Priority == 0 && e.cfg.P0Tenants != nil && !e.cfg.P0Tenants[tenant] {
 		return domain.Invalid(prefix+"priority", "tenant %s may not submit priority 0 (P0); use 1 or 2, or ask an operator to add it to STEPFLOW_P0_TENANTS", tenant)
 	}
-	return e.ensureWorkerQueues(ctx, tenant, spec.Steps, prefix+"steps")
+	return e.ensureWorkerQueues(ctx, tenant, spec.Steps, prefix+"steps", spec.Queue)
 }
 
 // noteCreated counts a new job in its tenant's counters: it may start
@@ -663,12 +670,13 @@ func ParseTenantList(v string) map[string]bool {
 // checkTargets refuses, before anything is written, a step (or one a
 // replan would add) whose action may never reach its target: an http url
 // the network guard never lets through, a lambda function the stack may
-// not invoke.
-func (e *Engine) checkTargets(steps []domain.StepSpec, field string) error {
+// not invoke; those of its maps' items and child jobs too, queue being
+// the job's.
+func (e *Engine) checkTargets(steps []domain.StepSpec, field, queue string) error {
 	if e.cfg.Runner == nil {
 		return nil
 	}
-	return domain.WalkSteps(steps, field, func(f string, st *domain.StepSpec) error {
+	return domain.WalkJobSteps(steps, field, queue, func(f string, st *domain.StepSpec) error {
 		if param, err := e.cfg.Runner.CheckAction(st.Action); err != nil {
 			return domain.Invalid(f+".action."+param, "%s", err.Error())
 		}
@@ -725,6 +733,9 @@ func checkID(id string) error {
 
 // List pages through tenant's jobs.
 func (e *Engine) List(ctx context.Context, tenant string, f ListFilter) ([]JobSummary, string, error) {
+	if f.Parent != "" {
+		return e.listChildren(ctx, tenant, f)
+	}
 	return e.cfg.Store.List(ctx, tenant, f)
 }
 

@@ -164,6 +164,11 @@ func (e *Engine) execute(ctx context.Context, d Delivery, from *domain.Job, ch *
 	}
 	switch t.outcome {
 	case held:
+		if t.job != nil && mustStep(t.job, d.Message.Step) != nil && mustStep(t.job, d.Message.Step).Child != nil {
+			// A copy of a job step's message: its child runs, and the
+			// sweep, not this message, looks after it.
+			return Stale, nil
+		}
 		if d.Token != "" {
 			if qerr := e.cfg.Queue.Extend(ctx, d.Token, t.hideFor); qerr != nil {
 				e.cfg.Log.WarnContext(ctx, "held message not hidden; it comes back at its visibility timeout", "job", d.Message.Job, "err", qerr)
@@ -215,7 +220,7 @@ func (e *Engine) execute(ctx context.Context, d Delivery, from *domain.Job, ch *
 		return Early, nil
 	case waiting:
 		return Waiting, nil // in line for a slot: a freed one sends it again
-	case fired, ended, recorded:
+	case fired, ended, recorded, started:
 		return Executed, nil
 	}
 	return e.runLeased(ctx, d, t, t.job, ch)

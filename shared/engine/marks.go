@@ -118,5 +118,7 @@ func (fx effects) then(next effects) effects {
 		hide:     append(fx.hide, next.hide...),
 		release:  append(fx.release, next.release...),
 		dispatch: append(fx.dispatch, next.dispatch...),
+		start:    append(fx.start, next.start...),
+		cancel:   append(fx.cancel, next.cancel...),
 	}
 }

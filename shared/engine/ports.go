@@ -202,6 +202,8 @@ type ListFilter struct {
 	Cursor string // from the previous page
 
 	Schedule string // the runs of this schedule; "" for any job
+	// Parent: the child jobs of this job (domain.ActionJob); "" for any.
+	Parent string
 	// Jobs: answer each job whole (JobSummary.Job), for a listing in a
 	// view's words. DynamoDB bills a query by the items it reads, not by
 	// the attributes it answers, so this costs no more read units.

@@ -131,10 +131,10 @@ func (e *Engine) touchDispatched(ctx context.Context, j *domain.Job, ds []domain
 // create a queue. The queues are counted first and made only if all fit:
 // a refused request makes none (the field named is the first step whose
 // queue is past the bound).
-func (e *Engine) ensureWorkerQueues(ctx context.Context, tenant string, steps []domain.StepSpec, field string) error {
+func (e *Engine) ensureWorkerQueues(ctx context.Context, tenant string, steps []domain.StepSpec, field, queue string) error {
 	var names []string
 	fieldOf := map[string]string{}
-	_ = domain.WalkSteps(steps, field, func(f string, st *domain.StepSpec) error {
+	_ = domain.WalkJobSteps(steps, field, queue, func(f string, st *domain.StepSpec) error {
 		q := st.Action.Queue
 		if st.Action.Type != domain.ActionWorker {
 			return nil

@@ -299,6 +299,13 @@ func (e *Engine) sweepJob(ctx context.Context, tenant, id string, from *domain.J
 	if armed == nil {
 		armed = armedFirst{}
 	}
+	var k kin
+	if from != nil {
+		var moved bool
+		if k, moved = e.sweepKin(ctx, from); moved {
+			from = nil // written meanwhile: read again
+		}
+	}
 	_, err = e.commit(ctx, tenant, id, from, change{
 		prepare: func(ctx context.Context, j *domain.Job, now time.Time) error {
 			if err := e.deleteDueData(ctx, j, now); err != nil {
@@ -309,7 +316,7 @@ func (e *Engine) sweepJob(ctx context.Context, tenant, id string, from *domain.J
 		},
 		decide: func(j *domain.Job, now time.Time, fx *effects) error {
 			var err error
-			reclaimed, redispatched, deleted, err = sweepDecide(j, now, fx, armed)
+			reclaimed, redispatched, deleted, err = sweepDecide(j, now, fx, armed, k)
 			return err
 		},
 	})
@@ -404,13 +411,17 @@ func (e *Engine) deleteDueData(ctx context.Context, j *domain.Job, now time.Time
 // (domain.Job.Arm), expired leases reclaimed (their slots given back once
 // saved), steps whose message was lost sent again, a stalled job failed.
 // errNoChange when nothing is due (the index was behind the item).
-func sweepDecide(j *domain.Job, now time.Time, fx *effects, armed armedFirst) (reclaimed, redispatched int, deleted bool, err error) {
+func sweepDecide(j *domain.Job, now time.Time, fx *effects, armed armedFirst, k kin) (reclaimed, redispatched int, deleted bool, err error) {
+	related, err := k.apply(j, now) // children looked at, orphans gone
+	if err != nil {
+		return 0, 0, false, err
+	}
 	if j.State.Terminal() {
 		switch {
 		case j.DataDue(now):
 			j.DataDeleted(now)
 			return 0, 0, true, nil
-		case !j.Resweep():
+		case !j.Resweep() && !related:
 			return 0, 0, false, errNoChange
 		}
 		return 0, 0, false, nil
@@ -468,7 +479,7 @@ func sweepDecide(j *domain.Job, now time.Time, fx *effects, armed armedFirst) (r
 	if len(sent) > 0 && j.DueAt != nil && j.SentBeforeWrite(sent) {
 		moved = true // out of the due index: the armed messages run the job
 	}
-	if len(sent) == 0 && len(fx.dispatch) == 0 && reclaimed == 0 && expired == 0 && !moved && !stalled {
+	if len(sent) == 0 && len(fx.dispatch) == 0 && reclaimed == 0 && expired == 0 && !moved && !stalled && !related {
 		return 0, 0, false, errNoChange
 	}
 	return reclaimed, redispatched, false, nil

@@ -538,8 +538,8 @@ func (e *Engine) prepareReplan(ctx context.Context, tenant string, j *domain.Job
 	if err := j.CheckReplan(stepID, steps, "steps"); err != nil {
 		return nil, err
 	}
-	if err := e.checkTargets(steps, "steps"); err != nil {
+	if err := e.checkTargets(steps, "steps", j.Queue); err != nil {
 		return nil, err
 	}
-	return steps, e.ensureWorkerQueues(ctx, tenant, steps, "steps")
+	return steps, e.ensureWorkerQueues(ctx, tenant, steps, "steps", j.Queue)
 }

@@ -130,6 +130,13 @@ func storeCreateGet(t *testing.T, f StoreFixture) {
 	require.Equal(t, j.ID, got.ID)
 	require.Equal(t, int64(1), j.Version, "Create sets version 1")
 
+	// A job made again under its id (a child job's start retried) is
+	// refused as existing, and the stored one stays as it is.
+	dup := newJob(t, tenantA, `{"steps": [{"id": "other", "action": {"type": "pass"}}]}`, "", f.Now)
+	dup.ID = j.ID
+	_, _, err = f.Store.Create(ctx, dup, "", f.Now)
+	require.ErrorIs(t, err, domain.ErrExists)
+
 	first, err := f.Store.Get(ctx, tenantA, j.ID)
 	require.NoError(t, err)
 	require.JSONEq(t, string(j.Payload), string(first.Payload))

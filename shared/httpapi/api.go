@@ -749,6 +749,9 @@ func listFilter(q map[string]string) (engine.ListFilter, string, func(*domain.Jo
 	if f.Schedule != "" && !domain.ValidScheduleID(f.Schedule) {
 		return f, "", nil, domain.Invalid("schedule", "%.70q is not a schedule id", f.Schedule)
 	}
+	if f.Parent = q["parent"]; f.Parent != "" && !domain.ValidJobID(f.Parent) {
+		return f, "", nil, domain.Invalid("parent", "%.70q is not a job id", f.Parent)
+	}
 	view, err := views.ParseView(q["view"])
 	if err != nil {
 		return f, view, nil, err

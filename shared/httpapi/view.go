@@ -31,6 +31,19 @@ type JobView struct {
 	// Error says why a FAILED job failed: its failed step's error, or why
 	// no step of it could ever run again.
 	Error *domain.StepError `json:"error,omitempty"`
+	// Parent is the step whose attempt made this child job; Children are
+	// the child jobs this job's steps made, oldest first
+	// (GET /v1/jobs?parent= lists them).
+	Parent   *ParentView `json:"parent,omitempty"`
+	Children []string    `json:"children,omitempty"`
+}
+
+// ParentView links a child job to the attempt that made it (its lease
+// stays with the engine).
+type ParentView struct {
+	Job     string `json:"job"`
+	Step    string `json:"step"`
+	Attempt int    `json:"attempt"`
 }
 
 // StepView is one step with its attempts.
@@ -78,6 +91,8 @@ type StepView struct {
 	Index            *int   `json:"index,omitempty"`
 	Children         int    `json:"children,omitempty"`
 	OutputIsChildren bool   `json:"output_is_children,omitempty"`
+	// Child is the child job a job step's running attempt waits on.
+	Child string `json:"child,omitempty"`
 }
 
 // AttemptView is one attempt; the lease id it ran under stays with its
@@ -92,6 +107,7 @@ type AttemptView struct {
 	Error     *domain.StepError   `json:"error,omitempty"`
 	Output    json.RawMessage     `json:"output,omitempty"`
 	OutputRef *domain.DataRef     `json:"output_ref,omitempty"`
+	Child     string              `json:"child,omitempty"` // the child job it made (a job step's)
 }
 
 // LeaseView shows who holds a step. The lease id is the holder's fencing
@@ -109,6 +125,10 @@ func jobView(j *domain.Job) JobView {
 		ID: j.ID, View: views.Canonical, State: j.State, Queue: j.Queue, Priority: j.Priority, Payload: j.Payload,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, EndedAt: j.EndedAt, ExpiresAt: j.ExpiresAt, RunAt: j.RunAt, Steps: make([]StepView, 0, len(j.Steps)),
 		Signals: j.Signals, ScheduleID: j.ScheduleID, PayloadRef: j.PayloadRef, Error: j.Error,
+		Children: j.Children(),
+	}
+	if p := j.Parent; p != nil {
+		v.Parent = &ParentView{Job: p.Job, Step: p.Step, Attempt: p.Attempt}
 	}
 	for _, s := range j.Steps {
 		sv := StepView{
@@ -133,10 +153,13 @@ func jobView(j *domain.Job) JobView {
 			sv.ResourceWaitSeconds = int(j.ResourceWaitBound(s) / time.Second)
 		}
 		for _, a := range s.Attempts {
-			sv.Attempts = append(sv.Attempts, AttemptView{N: a.N, State: a.State, Worker: a.Worker, Resource: a.Resource, StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: a.Error, Output: a.Output, OutputRef: a.OutputRef})
+			sv.Attempts = append(sv.Attempts, AttemptView{N: a.N, State: a.State, Worker: a.Worker, Resource: a.Resource, StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: a.Error, Output: a.Output, OutputRef: a.OutputRef, Child: a.Child})
 		}
 		if s.State == domain.StepRetrying || s.State == domain.StepPending && j.RunAt != nil {
 			sv.NextRunAt = s.ReadyAt // after the backoff, or at run_at
+		}
+		if s.Child != nil {
+			sv.Child = s.Child.ID
 		}
 		if s.Lease != nil {
 			sv.Lease = &LeaseView{Attempt: s.Lease.Attempt, Worker: s.Lease.Worker, Resource: s.Lease.Resource, ExpiresAt: s.Lease.ExpiresAt, Deadline: s.Lease.Deadline}

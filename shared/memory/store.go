@@ -243,7 +243,7 @@ func (s *Store) Create(_ context.Context, j *domain.Job, requestHash string, now
 	defer s.mu.Unlock()
 	k := jobKey{j.Tenant, j.ID}
 	if _, taken := s.jobs[k]; taken {
-		return nil, false, fmt.Errorf("create job %s: the id is taken", j.ID)
+		return nil, false, fmt.Errorf("create job %s: %w", j.ID, domain.ErrExists)
 	}
 	if j.IdempotencyKey != "" {
 		ik := jobKey{j.Tenant, j.IdempotencyKey}

@@ -67,6 +67,21 @@ type jobDoc struct {
 	PayloadRef          *dataRefDoc     `json:"payload_ref,omitempty"`
 	ResourceWaitSeconds int             `json:"resource_wait_seconds,omitempty"`
 	Error               *errorDoc       `json:"error,omitempty"`
+	Parent              *parentDoc      `json:"parent,omitempty"`
+	Orphans             []string        `json:"orphans,omitempty"`
+}
+
+type parentDoc struct {
+	Job     string `json:"job"`
+	Step    string `json:"step"`
+	Attempt int    `json:"attempt"`
+	Lease   string `json:"lease"`
+}
+
+type childRunDoc struct {
+	ID      string    `json:"id"`
+	CheckAt time.Time `json:"check_at"`
+	Checks  int       `json:"checks,omitempty"`
 }
 
 type retentionDoc struct {
@@ -113,6 +128,7 @@ type stepDoc struct {
 	Expanded         bool             `json:"expanded,omitempty"`
 	Children         int              `json:"children,omitempty"`
 	OutputIsChildren bool             `json:"output_is_children,omitempty"`
+	Child            *childRunDoc     `json:"child,omitempty"`
 }
 
 type stepSpecDoc struct {
@@ -191,6 +207,7 @@ type attemptDoc struct {
 	Error      *errorDoc       `json:"error,omitempty"`
 	Output     json.RawMessage `json:"output,omitempty"`
 	OutputRef  *dataRefDoc     `json:"output_ref,omitempty"`
+	Child      string          `json:"child,omitempty"`
 }
 
 type eventDoc struct {
@@ -324,6 +341,10 @@ func jobDocOf(j *domain.Job) jobDoc {
 		}),
 		ScheduleID: j.ScheduleID, PayloadRef: mapPtr(j.PayloadRef, dataRefDocOf),
 		ResourceWaitSeconds: j.ResourceWaitSeconds, Error: mapPtr(j.Error, errorDocOf),
+		Parent: mapPtr(j.Parent, func(p domain.ParentRef) parentDoc {
+			return parentDoc{Job: p.Job, Step: p.Step, Attempt: p.Attempt, Lease: p.Lease}
+		}),
+		Orphans: j.Orphans,
 	}
 }
 
@@ -349,6 +370,10 @@ func (d *jobDoc) job() *domain.Job {
 		}),
 		ScheduleID: d.ScheduleID, PayloadRef: mapPtr(d.PayloadRef, dataRefDoc.ref),
 		ResourceWaitSeconds: d.ResourceWaitSeconds, Error: mapPtr(d.Error, errorDoc.stepError),
+		Parent: mapPtr(d.Parent, func(p parentDoc) domain.ParentRef {
+			return domain.ParentRef{Job: p.Job, Step: p.Step, Attempt: p.Attempt, Lease: p.Lease}
+		}),
+		Orphans: d.Orphans,
 	}
 }
 
@@ -361,7 +386,7 @@ func stepDocOf(s domain.Step) stepDoc {
 		ReadyAt: s.ReadyAt, Unsent: s.Unsent, Redispatches: s.Redispatches, Output: s.Output, Error: mapPtr(s.Error, errorDocOf),
 		Attempts: mapSlice(s.Attempts, func(a domain.Attempt) attemptDoc {
 			return attemptDoc{N: a.N, State: string(a.State), Lease: a.Lease, LeaseUntil: a.LeaseUntil, Worker: a.Worker, Resource: a.Resource,
-				StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: mapPtr(a.Error, errorDocOf), Output: a.Output, OutputRef: mapPtr(a.OutputRef, dataRefDocOf)}
+				StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: mapPtr(a.Error, errorDocOf), Output: a.Output, OutputRef: mapPtr(a.OutputRef, dataRefDocOf), Child: a.Child}
 		}),
 		Avoid: s.Avoid, Prompt: s.Prompt, UserInput: s.UserInput,
 		Decision: mapPtr(s.Decision, func(d domain.Decision) decisionDoc {
@@ -373,6 +398,9 @@ func stepDocOf(s domain.Step) stepDoc {
 		}),
 		OutputRef: mapPtr(s.OutputRef, dataRefDocOf), OutputIsInput: s.OutputIsInput,
 		MapOf: s.MapOf, Item: s.Item, Index: s.Index, Expanded: s.Expanded, Children: s.Children, OutputIsChildren: s.OutputIsChildren,
+		Child: mapPtr(s.Child, func(c domain.ChildRun) childRunDoc {
+			return childRunDoc{ID: c.ID, CheckAt: c.CheckAt, Checks: c.Checks}
+		}),
 	}
 	// The step's timer is stored flat, as when its fields were the step's own.
 	if t := s.Timer; t != nil {
@@ -390,7 +418,7 @@ func (d *stepDoc) step() domain.Step {
 		ReadyAt: d.ReadyAt, Unsent: d.Unsent, Redispatches: d.Redispatches, Output: d.Output, Error: mapPtr(d.Error, errorDoc.stepError),
 		Attempts: mapSlice(d.Attempts, func(a attemptDoc) domain.Attempt {
 			return domain.Attempt{N: a.N, State: domain.AttemptState(a.State), Lease: a.Lease, LeaseUntil: a.LeaseUntil, Worker: a.Worker, Resource: a.Resource,
-				StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: mapPtr(a.Error, errorDoc.stepError), Output: a.Output, OutputRef: mapPtr(a.OutputRef, dataRefDoc.ref)}
+				StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: mapPtr(a.Error, errorDoc.stepError), Output: a.Output, OutputRef: mapPtr(a.OutputRef, dataRefDoc.ref), Child: a.Child}
 		}),
 		Avoid: d.Avoid, Prompt: d.Prompt, UserInput: d.UserInput,
 		Decision: mapPtr(d.Decision, func(x decisionDoc) domain.Decision {
@@ -402,6 +430,9 @@ func (d *stepDoc) step() domain.Step {
 		}),
 		OutputRef: mapPtr(d.OutputRef, dataRefDoc.ref), OutputIsInput: d.OutputIsInput,
 		MapOf: d.MapOf, Item: d.Item, Index: d.Index, Expanded: d.Expanded, Children: d.Children, OutputIsChildren: d.OutputIsChildren,
+		Child: mapPtr(d.Child, func(c childRunDoc) domain.ChildRun {
+			return domain.ChildRun{ID: c.ID, CheckAt: c.CheckAt, Checks: c.Checks}
+		}),
 	}
 	if d.WakeAt != nil || d.Deadline != nil || d.Parked {
 		s.Timer = &domain.Timer{WakeAt: d.WakeAt, Deadline: d.Deadline, Parked: d.Parked}

@@ -366,6 +366,9 @@ func (s *Store) Create(ctx context.Context, j *domain.Job, requestHash string, n
 		}
 		break
 	}
+	if conditionFailed(tce, 0) {
+		return nil, false, fmt.Errorf("create job %s: %w", j.ID, domain.ErrExists)
+	}
 	if j.IdempotencyKey == "" || !conditionFailed(tce, 1) {
 		return nil, false, fmt.Errorf("create job %s: %w", j.ID, err)
 	}
@@ -602,10 +605,14 @@ func (s *Store) putNew(ctx context.Context, j *domain.Job, it map[string]ddb.Att
 		ExpressionAttributeNames:            notExists.Names(),
 		ReturnValuesOnConditionCheckFailure: ddb.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if err != nil && !ownWrite(err, token) {
-		return fmt.Errorf("create job %s: %w", j.ID, err)
+	var ccf *ddb.ConditionalCheckFailedException
+	switch {
+	case err == nil, ownWrite(err, token):
+		return nil
+	case errors.As(err, &ccf):
+		return fmt.Errorf("create job %s: %w", j.ID, domain.ErrExists)
 	}
-	return nil
+	return fmt.Errorf("create job %s: %w", j.ID, err)
 }
 
 // maxBatchWrite is DynamoDB's bound on the items of one BatchWriteItem.

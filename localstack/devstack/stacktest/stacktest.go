@@ -199,7 +199,14 @@ type Job struct {
 		Output   json.RawMessage  `json:"output"`
 		Error    *domain.StepError
 		Attempts []domain.Attempt `json:"attempts"`
+		Child    string           `json:"child"`
 	} `json:"steps"`
+	Parent *struct {
+		Job     string `json:"job"`
+		Step    string `json:"step"`
+		Attempt int    `json:"attempt"`
+	} `json:"parent"`
+	Children []string `json:"children"`
 }
 
 // Submit posts a job for key and answers it.

@@ -162,7 +162,7 @@ type Job struct {
 	// no step of it could ever run again.
 	Error *StepError `json:"error,omitempty"`
 	// Parent is the step whose attempt made this child job; Children the
-	// child jobs this job's steps made, oldest first.
+	// child jobs this job's steps made, in step and attempt order.
 	Parent   *ParentRef `json:"parent,omitempty"`
 	Children []string   `json:"children,omitempty"`
 	// SignalOutcome is set in the answer to Signal only: what became of

@@ -200,7 +200,8 @@ func (j *Job) orphansDue() (time.Time, bool) {
 	return j.UpdatedAt.Add(DispatchGrace), true
 }
 
-// Children lists the child jobs the job's steps made, oldest first.
+// Children lists the child jobs the job's steps made, in the order of
+// their steps and attempts (a map's items' in item order).
 func (j *Job) Children() []string {
 	var out []string
 	for _, s := range j.Steps {
@@ -210,7 +211,6 @@ func (j *Job) Children() []string {
 			}
 		}
 	}
-	slices.Sort(out) // ULIDs: in the order they were made
 	return out
 }
 

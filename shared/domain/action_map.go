@@ -64,7 +64,7 @@ func (MapAction) Validate(a *ActionSpec, c ActionCheck) error {
 	child := StepSpec{ID: "item", Action: a.Step.Action, Retry: a.Step.Retry, TimeoutSeconds: a.Step.TimeoutSeconds, Output: a.Step.Output}
 	kind, known := LookupAction(child.Action.Type)
 	if known && kind.Executor() == ExecutorNone {
-		return Invalid(c.Field+".step.action.type", "is %q, which nothing runs: a map's items run an executed action (pass, fail, http, lambda, worker)", child.Action.Type)
+		return Invalid(c.Field+".step.action.type", "is %q, which nothing runs: a map's items run an executed action (pass, fail, http, lambda, worker, job)", child.Action.Type)
 	}
 	if err := child.validate(c.Field+".step", c.JobQueue); err != nil {
 		return err

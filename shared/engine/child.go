@@ -229,8 +229,8 @@ func (k kin) apply(j *domain.Job, now time.Time) (bool, error) {
 	return changed, nil
 }
 
-// listChildren answers the child jobs of f.Parent, newest first, as List
-// pages jobs: one read of the parent, and one of each child it answers
+// listChildren answers the child jobs of f.Parent, last first (the
+// reverse of domain.Job.Children), as List pages jobs: one read of the parent, and one of each child it answers
 // (at most a page's worth more when a filter drops some).
 func (e *Engine) listChildren(ctx context.Context, tenant string, f ListFilter) ([]JobSummary, string, error) {
 	parent, err := e.Get(ctx, tenant, f.Parent)
@@ -243,13 +243,18 @@ func (e *Engine) listChildren(ctx context.Context, tenant string, f ListFilter) 
 	}
 	ids := parent.Children()
 	slices.Reverse(ids)
+	if after != "" {
+		// The page after the child the cursor names.
+		k := slices.Index(ids, after)
+		if k < 0 {
+			return nil, "", domain.Invalid("cursor", "is not a cursor this listing returned")
+		}
+		ids = ids[k+1:]
+	}
 	limit := int(max(f.Limit, 1))
 	var out []JobSummary
 	reads, last := 0, ""
 	for _, id := range ids {
-		if after != "" && id >= after {
-			continue
-		}
 		if len(out) == limit || reads == 2*limit {
 			return out, EncodeCursor(tenant, last), nil
 		}

@@ -226,3 +226,35 @@ func (s *childLosingStore) Save(ctx context.Context, j *domain.Job, loaded int) 
 	}
 	return s.Store.Save(ctx, j, loaded)
 }
+
+func TestAMapsItemsMayBeChildJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := b.submit(t, tenantA, `{"payload": {"xs": [1, 2, 3]}, "steps": [{"id": "each", "action": {"type": "map", "items": "payload.xs", "max_concurrency": 2,
+		"step": {"action": {"type": "job", "spec": {"steps": [{"id": "a", "action": {"type": "pass"}, "output": "{'n': output.item}"}]}}}}}]}`)
+	b.drain(t)
+	got := b.job(t, tenantA, j.ID)
+	require.Equal(t, domain.JobCompleted, got.State)
+	out, err := b.e.Output(b.ctx, tenantA, j.ID, "each", func(json.RawMessage) bool { return true })
+	require.NoError(t, err)
+	require.JSONEq(t, `[{"n": 1}, {"n": 2}, {"n": 3}]`, string(out.Data))
+	require.Len(t, got.Children(), 3)
+	child := b.job(t, tenantA, got.Children()[1])
+	require.Equal(t, "each[1]", child.Parent.Step, "in item order")
+
+	// Listed last first, a page at a time.
+	var listed []string
+	cursor := ""
+	for {
+		page, next, err := b.e.List(b.ctx, tenantA, engine.ListFilter{Parent: j.ID, Limit: 2, Cursor: cursor})
+		require.NoError(t, err)
+		for _, js := range page {
+			listed = append(listed, js.ID)
+		}
+		if cursor = next; cursor == "" {
+			break
+		}
+	}
+	kids := got.Children()
+	require.Equal(t, []string{kids[2], kids[1], kids[0]}, listed)
+}

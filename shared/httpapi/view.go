@@ -32,7 +32,7 @@ type JobView struct {
 	// no step of it could ever run again.
 	Error *domain.StepError `json:"error,omitempty"`
 	// Parent is the step whose attempt made this child job; Children are
-	// the child jobs this job's steps made, oldest first
+	// the child jobs this job's steps made, in step and attempt order
 	// (GET /v1/jobs?parent= lists them).
 	Parent   *ParentView `json:"parent,omitempty"`
 	Children []string    `json:"children,omitempty"`

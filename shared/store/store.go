@@ -319,7 +319,8 @@ func (s *Store) Create(ctx context.Context, j *domain.Job, requestHash string, n
 	// A job created with its parts is one transaction, so no part
 	// outlives a creation that did not happen (a key already taken).
 	in := &dynamodb.TransactWriteItemsInput{TransactItems: []ddb.TransactWriteItem{
-		{Put: &ddb.Put{TableName: &s.table, Item: it, ConditionExpression: jobCond.Condition(), ExpressionAttributeNames: jobCond.Names()}},
+		{Put: &ddb.Put{TableName: &s.table, Item: it, ConditionExpression: jobCond.Condition(), ExpressionAttributeNames: jobCond.Names(),
+			ReturnValuesOnConditionCheckFailure: ddb.ReturnValuesOnConditionCheckFailureAllOld}},
 	}}
 	idemPK := "I#" + j.Tenant + "#" + j.IdempotencyKey
 	if j.IdempotencyKey != "" {
@@ -366,10 +367,13 @@ func (s *Store) Create(ctx context.Context, j *domain.Job, requestHash string, n
 		}
 		break
 	}
-	if conditionFailed(tce, 0) {
-		return nil, false, fmt.Errorf("create job %s: %w", j.ID, domain.ErrExists)
+	if conditionFailed(tce, 0) && ownItem(tce.CancellationReasons[0].Item, token) {
+		return created() // an SDK retry of a write that took: the job is this one
 	}
 	if j.IdempotencyKey == "" || !conditionFailed(tce, 1) {
+		if conditionFailed(tce, 0) {
+			return nil, false, fmt.Errorf("create job %s: %w", j.ID, domain.ErrExists)
+		}
 		return nil, false, fmt.Errorf("create job %s: %w", j.ID, err)
 	}
 	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
@@ -728,7 +732,13 @@ func ownWrite(err error, token string) bool {
 	if !errors.As(err, &ccf) {
 		return false
 	}
-	w, ok := ccf.Item[writeTokenAttr].(*ddb.AttributeValueMemberS)
+	return ownItem(ccf.Item, token)
+}
+
+// ownItem reports whether item, as a refused condition found it, was
+// written under token (by an earlier try of the same write).
+func ownItem(item map[string]ddb.AttributeValue, token string) bool {
+	w, ok := item[writeTokenAttr].(*ddb.AttributeValueMemberS)
 	return ok && w.Value == token
 }
 

@@ -136,7 +136,7 @@ func (s *submission) key() string { return fmt.Sprintf("job %s (%s)", s.id, s.pl
 
 // judgeSubmits holds the run's submits to their answers, each job to the
 // invariants and its row, and the tenant's listing to the submits.
-func (l *ledger) judgeSubmits(subs []*submission, listed map[string]bool, listErr error, stored map[string]*domain.Job, late map[string][]string) {
+func (l *ledger) judgeSubmits(subs []*submission, listed map[string]bool, listErr error, stored, others map[string]*domain.Job, late map[string][]string) {
 	const submitted = "every submit answered a job"
 	answered := map[string]bool{}
 	for i, s := range subs {
@@ -153,9 +153,42 @@ func (l *ledger) judgeSubmits(subs []*submission, listed map[string]bool, listEr
 		l.judge("every job answered 2xx is listed", Lost, key, wrong(listErr != nil || !listed[s.id], fmt.Sprintf("not listed (%v)", listErr))...)
 		l.judgeJob(key, rows[s.plan.Kind], s, stored[s.id], late[s.id])
 	}
+	const beyond = "no job beyond those submitted and their steps' child jobs, one an attempt"
 	for _, id := range slices.Sorted(maps.Keys(listed)) {
-		l.judge("no job beyond those submitted", Duplicated, "job "+id, wrong(!answered[id], "stored, but no submit answered it")...)
+		if answered[id] {
+			l.judge(beyond, Duplicated, "job "+id)
+			continue
+		}
+		c := others[id]
+		l.judge(beyond, Duplicated, "job "+id, wrong(c == nil || !madeBy(c, stored), "stored, but no submit answered it and no attempt of a submitted job's step made it")...)
+		if c == nil {
+			continue
+		}
+		key := "child job " + id
+		for _, inv := range invariants {
+			l.judge(inv.name, inv.cat, key, inv.check(c, late[id])...)
+		}
+		l.judge("every child job finished", Lost, key, wrong(!c.State.Terminal(), fmt.Sprintf("is %s; steps %s", c.State, stepStates(c)))...)
 	}
+}
+
+// madeBy reports whether child job c is the one an attempt of its
+// parent's step names: the parent was submitted, and its attempt made c
+// (a child's id is derived from its parent's attempt, so one per attempt).
+func madeBy(c *domain.Job, stored map[string]*domain.Job) bool {
+	if c.Parent == nil || stored[c.Parent.Job] == nil {
+		return false
+	}
+	s, _, err := stored[c.Parent.Job].Step(c.Parent.Step)
+	if err != nil {
+		return false
+	}
+	for _, a := range s.Attempts {
+		if a.N == c.Parent.Attempt {
+			return a.Child == c.ID
+		}
+	}
+	return false
 }
 
 // judgeJob holds a planned job to the invariants and to its row.

@@ -179,6 +179,12 @@ func planOne(r *rand.Rand, seed uint64, i int) JobPlan {
 			steps = append(steps, pass(fmt.Sprintf("s%d", s+1)))
 		}
 		switch {
+		case kind == "pass3" && i%3 == 1:
+			// A child job of two pass steps in the middle: made after the
+			// write that leases its step, telling its parent its end, each
+			// write meeting the faults (the sweep makes or tells what a
+			// lost one did not). By the job's number: no draw.
+			steps[1] = step("s2", "job", "spec", map[string]any{"steps": []map[string]any{pass("c1"), pass("c2")}})
 		case kind == "pass3" && i%3 == 2:
 			// A condition (s2 is skipped for an odd job number) and a
 			// shaped input and output, decided in the writes the faults

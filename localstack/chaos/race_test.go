@@ -352,11 +352,27 @@ func TestReplanAndFloodRows(t *testing.T) {
 	require.Equal(t, 1, l.byName["no job stores a dependency cycle"].Failed)
 	// replan-fail's, accepted at submit, stores a job no submit answered.
 	l = newLedger()
-	l.judgeSubmits(nil, map[string]bool{"01ACCEPTED": true}, nil, nil, nil)
+	l.judgeSubmits(nil, map[string]bool{"01ACCEPTED": true}, nil, nil, nil, nil)
 	require.Equal(t, 1, l.failed(Duplicated), "no job beyond those submitted")
+	// A child job its parent's attempt names is no stray; one it does not
+	// name (a second child of that attempt) is.
+	parent := newJob(t, `{"steps":[{"id":"sub","action":{"type":"job","spec":{"steps":[{"id":"c","action":{"type":"pass"}}]}}}]}`)
+	_, err := parent.Lease("sub", domain.LeaseRequest{Nonce: "n", Duration: time.Minute}, t0)
+	require.NoError(t, err)
+	kid := newJob(t, `{"steps":[{"id":"c","action":{"type":"pass"}}]}`)
+	kid.ID = parent.Steps[0].Child.ID
+	kid.Parent = &domain.ParentRef{Job: parent.ID, Step: "sub", Attempt: 1}
+	stray := *kid
+	stray.ID = "01STRAY"
+	l = newLedger()
+	l.judgeSubmits(nil, map[string]bool{kid.ID: true, stray.ID: true}, nil, map[string]*domain.Job{parent.ID: parent},
+		map[string]*domain.Job{kid.ID: kid, stray.ID: &stray}, nil)
+	require.Equal(t, 1, l.failed(Duplicated), "the stray only")
+	require.Equal(t, []string{"job 01STRAY: stored, but no submit answered it and no attempt of a submitted job's step made it"},
+		l.byName["no job beyond those submitted and their steps' child jobs, one an attempt"].Examples)
 
 	j := newJob(t, `{"steps":[{"id":"ready","action":{"type":"wait","signal":"ready"}},{"id":"wait","action":{"type":"wait","signal":"go"}}]}`)
-	_, _, err := j.Signal(domain.SignalRequest{Name: SignalName, ID: "flood-own", Payload: json.RawMessage(`{"own":true}`)}, t0)
+	_, _, err = j.Signal(domain.SignalRequest{Name: SignalName, ID: "flood-own", Payload: json.RawMessage(`{"own":true}`)}, t0)
 	require.NoError(t, err)
 	_, _, err = j.Signal(domain.SignalRequest{Name: "ready"}, t0)
 	require.NoError(t, err)
@@ -380,7 +396,7 @@ func TestARedriveAnswered409ThoughItRanFailsTheRun(t *testing.T) {
 		s := &submission{plan: JobPlan{Kind: "redrive", Race: &RacePlan{Redrives: 1}}, id: j.ID, ids: map[string]int{j.ID: 1}, finished: true,
 			calls: calls(call{Op: "redrive", Round: 1, Statuses: statuses})}
 		l := newLedger()
-		l.judgeSubmits([]*submission{s}, map[string]bool{j.ID: true}, nil, map[string]*domain.Job{j.ID: j}, nil)
+		l.judgeSubmits([]*submission{s}, map[string]bool{j.ID: true}, nil, map[string]*domain.Job{j.ID: j}, nil, nil)
 		return &Result{Checks: l.checks, Lost: l.failed(Lost), Duplicated: l.failed(Duplicated), Mismatched: l.failed(Mismatched)}
 	}
 	require.True(t, judge(http.StatusOK).Passed(), "answered 200: as it ran")

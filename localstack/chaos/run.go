@@ -419,7 +419,17 @@ func (r *run) check(ctx context.Context, res *Result) *ledger {
 	}
 	l.unread = unread
 	listed, listErr := listTenant(ctx, r.raw, Tenant)
-	l.judgeSubmits(r.subs, listed, listErr, stored, r.w.late) // the workers have stopped
+	// Jobs no submit made: child jobs (of job steps), held to their parents.
+	others := map[string]*domain.Job{}
+	for id := range listed {
+		if _, ok := stored[id]; ok {
+			continue
+		}
+		if j, err := r.raw.Get(ctx, Tenant, id); err == nil {
+			others[id] = j
+		}
+	}
+	l.judgeSubmits(r.subs, listed, listErr, stored, others, r.w.late) // the workers have stopped
 	for _, name := range slices.Sorted(maps.Keys(r.queues)) {
 		l.judge("no message left in flight (per queue)", Mismatched, name, one(r.queues[name])...)
 	}

@@ -217,6 +217,70 @@ steps:
 	require.Regexp(t, `each\s+map\s+SUCCEEDED\s+-\s+6 items: 6 FAILED`, r.stdout)
 }
 
+// A job step's child job: get shows it on the parent's step row and
+// among the parent's children, the child shows its parent, and list
+// --parent lists the parent's children.
+func TestGetAndListShowAChildJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	spec := b.write(t, "parent.yaml", `
+payload: {order: 7}
+steps:
+  - id: sub
+    action:
+      type: job
+      spec:
+        steps:
+          - id: inner
+            action: {type: pass}
+  - id: after
+    action: {type: pass}
+`, 0o644)
+	r := b.run(t, "submit", "-f", spec, "--watch")
+	require.Equal(t, exitOK, r.code, "%s %s", r.stdout, r.stderr)
+	id := strings.Fields(r.stdout)[1]
+	parent, err := b.c.Job(b.ctx, id)
+	require.NoError(t, err)
+	require.Len(t, parent.Children, 1, "%+v", parent)
+	child := parent.Children[0]
+
+	r = b.run(t, "get", id)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Regexp(t, `(?m)^children\s+`+child+`$`, r.stdout)
+	require.Regexp(t, `sub\s+job\s+SUCCEEDED\s+1/\d+\s+child `+child, r.stdout)
+	require.NotContains(t, r.stdout, "parent ", "a job no step made has no parent")
+
+	r = b.run(t, "get", child)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "parent   "+id+" (step sub, attempt 1)")
+	require.Contains(t, r.stdout, "COMPLETED")
+	require.NotContains(t, r.stdout, "children")
+
+	r = b.run(t, "list", "--parent", id, "-o", "json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var page client.JobPage
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &page))
+	require.Len(t, page.Jobs, 1, "the parent's one child, not the parent")
+	require.Equal(t, child, page.Jobs[0].ID)
+	r = b.run(t, "list", "--parent", id)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Regexp(t, child+`\s+COMPLETED`, r.stdout)
+	require.NotContains(t, r.stdout, id)
+	r = b.run(t, "list", "--parent", child, "-o", "json")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &page))
+	require.Empty(t, page.Jobs, "a child with no job steps has no children")
+}
+
+// Many children: the header names the first few, counts them all, and
+// says how to list them.
+func TestGetNamesTheFirstFewOfManyChildren(t *testing.T) {
+	j := &client.Job{ID: "P", Children: []string{"A", "B"}}
+	require.Equal(t, "A, B", children(j))
+	j.Children = []string{"A", "B", "C", "D", "E", "F", "G"}
+	require.Equal(t, "7: A, B, C, D, E, … (stepflow list --parent P)", children(j))
+}
+
 func TestGatesResourcesSchedulesAndHealth(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -263,6 +263,12 @@ func (a *app) printJob(j *client.Job) error {
 	if j.ScheduleID != "" {
 		fmt.Fprintf(a.stdout, "schedule %s\n", j.ScheduleID)
 	}
+	if p := j.Parent; p != nil {
+		fmt.Fprintf(a.stdout, "parent   %s (step %s, attempt %d)\n", p.Job, p.Step, p.Attempt)
+	}
+	if len(j.Children) > 0 {
+		fmt.Fprintf(a.stdout, "children %s\n", children(j))
+	}
 	if j.Error != nil {
 		fmt.Fprintf(a.stdout, "error    %s: %s\n", j.Error.Class, j.Error.Message)
 	}
@@ -293,9 +299,54 @@ func (a *app) printJob(j *client.Job) error {
 		if s.State == "SKIPPED" {
 			attempt = "-" // it never ran, nor will
 		}
-		rows = append(rows, []string{s.ID, s.Action, s.State, attempt, stepNote(&s)})
+		note := stepNote(&s)
+		if child := stepChild(&s); child != "" {
+			note = childNote(&s, child, note)
+		}
+		rows = append(rows, []string{s.ID, s.Action, s.State, attempt, note})
 	}
 	return a.table([]string{"STEP", "ACTION", "STATE", "ATTEMPT", "NOTE"}, rows)
+}
+
+// shownChildren is how many of a job's children get names its header
+// names; past it, their count and `list --parent` lists them all.
+const shownChildren = 5
+
+// children names a job's child jobs, in step order: each, or when there
+// are many the first few and how to list them all.
+func children(j *client.Job) string {
+	if len(j.Children) <= shownChildren {
+		return strings.Join(j.Children, ", ")
+	}
+	return fmt.Sprintf("%d: %s, … (stepflow list --parent %s)", len(j.Children), strings.Join(j.Children[:shownChildren], ", "), j.ID)
+}
+
+// stepChild answers the child job of a job step: the one its running
+// attempt waits on, else the one its latest attempt made.
+func stepChild(s *client.Step) string {
+	if s.Child != "" {
+		return s.Child
+	}
+	for i := len(s.Attempts) - 1; i >= 0; i-- {
+		if c := s.Attempts[i].Child; c != "" {
+			return c
+		}
+	}
+	return ""
+}
+
+// childNote is a job step's note: its child job first, then what else
+// is worth knowing of it (its error or output; not the lease the engine
+// holds while the child runs).
+func childNote(s *client.Step, child, note string) string {
+	out := "child " + child
+	if s.Lease != nil && s.Error == nil {
+		return out
+	}
+	if note != "" {
+		out += "; " + note
+	}
+	return out
 }
 
 // stepNote says the one thing most worth knowing of a step now.
@@ -376,6 +427,7 @@ func listCmd(a *app) *cobra.Command {
 	f.StringVar(&state, "state", "", "only jobs in this state (QUEUED, RUNNING, WAITING, PARKED, RETRYING, COMPLETED, FAILED, CANCELLED)")
 	f.StringVar(&o.Queue, "queue", "", "only jobs of this queue")
 	f.StringVar(&o.Schedule, "schedule", "", "only the runs of this schedule")
+	f.StringVar(&o.Parent, "parent", "", "only the child jobs of this job (its job steps')")
 	f.IntVar(&o.Limit, "limit", 0, "jobs a page, 1-100 (default 50)")
 	f.StringVar(&o.Cursor, "cursor", "", "go on from a page's next cursor")
 	f.BoolVar(&all, "all", false, "every page")

@@ -426,3 +426,64 @@ func TestUIShowsAMapAsOneNode(t *testing.T) {
 	b.awaitText(`.map-items[data-map="each"] .counts`, "6 items: 6 SUCCEEDED")
 	b.requireCleanConsole()
 }
+
+// A job step links its child job, on its node and its card; the parent
+// links its children, and the child its parent and the step that made it.
+func TestUILinksAChildJobAndItsParent(t *testing.T) {
+	t.Parallel()
+	b := newBrowser(t)
+	h := stacktest.NewInMemory(t)
+	j := h.Submit(t, keyA, map[string]any{"payload": map[string]any{"order": 7}, "steps": []any{
+		map[string]any{"id": "sub", "action": map[string]any{"type": "job", "spec": map[string]any{
+			"steps": []any{map[string]any{"id": "inner", "action": map[string]any{"type": "pass"}}}}}},
+		map[string]any{"id": "ship", "action": map[string]any{"type": "pass"}},
+	}})
+	h.AwaitState(t, keyA, j.ID, domain.JobCompleted)
+	parent := h.Get(t, keyA, j.ID)
+	require.Len(t, parent.Children, 1)
+	child := parent.Children[0]
+	require.Equal(t, domain.JobCompleted, h.Get(t, keyA, child).State)
+
+	// The parent's page: its child among its facts, on the job step's node
+	// of the graph, on its card and on the attempt that made it.
+	b.do(chromedp.Navigate(h.URL+"/ui#key="+keyA), chromedp.WaitVisible(chromedp.CSS(`tr[data-job="`+j.ID+`"]`)))
+	b.do(chromedp.Navigate(h.URL+"/ui#/jobs/"+j.ID), chromedp.WaitVisible(chromedp.CSS(`#job-children a[data-job="`+child+`"]`)))
+	require.Equal(t, "#/jobs/"+child, b.eval(`document.querySelector('#job-children a[data-job="`+child+`"]').getAttribute('href')`))
+	require.Equal(t, "0", b.eval(`String(document.querySelectorAll('#job-parent').length)`), "a job no step made has no parent")
+	require.Equal(t, "1", b.eval(`String(document.querySelectorAll('svg.dag .node[data-step="sub"] a.child-link[data-child="`+child+`"]').length)`))
+	require.Equal(t, "0", b.eval(`String(document.querySelectorAll('svg.dag .node[data-step="ship"] a.child-link').length)`), "only a job step has a child")
+	require.Equal(t, child, b.text(`article[data-step="sub"] .facts a.child-link`))
+	require.Equal(t, child, b.text(`article[data-step="sub"] a[data-attempt-child="1"]`))
+	b.shot("job-parent.png")
+
+	// The graph's link opens the child, whose page links its parent and the
+	// step that made it.
+	b.do(chromedp.Click(chromedp.CSS(`svg.dag .node[data-step="sub"] a.child-link`)),
+		chromedp.WaitVisible(chromedp.CSS(`#job-parent a[data-job="`+j.ID+`"]`)))
+	loc, err := chromedp.Run(b.ctx, chromedp.Location())
+	require.NoError(t, err)
+	require.Equal(t, h.URL+"/ui#/jobs/"+child, loc)
+	require.Contains(t, b.text(`h1`), child)
+	require.Equal(t, j.ID+" step sub, attempt 1", b.text(`#job-parent`))
+	require.Equal(t, "0", b.eval(`String(document.querySelectorAll('#job-children').length)`), "the child made no child")
+	b.shot("job-child.png")
+
+	// At a phone's width the links wrap inside the page.
+	b.do(chromedp.EmulateViewport(360, 800))
+	require.Equal(t, "true", b.eval(`String(document.querySelector('#job-parent').getBoundingClientRect().right <= innerWidth)`))
+	b.shot("job-child-narrow.png")
+	b.do(chromedp.EmulateViewport(1280, 900))
+
+	// The parent's step link opens the parent's page at that step's card.
+	b.do(chromedp.Click(chromedp.CSS(`#job-parent a[data-step="sub"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#job-children a[data-job="`+child+`"]`)))
+	loc, err = chromedp.Run(b.ctx, chromedp.Location())
+	require.NoError(t, err)
+	require.Equal(t, h.URL+"/ui#/jobs/"+j.ID+"?step=sub", loc)
+
+	// The jobs list of a parent's children: the child alone.
+	b.do(chromedp.Navigate(h.URL+"/ui#/jobs?parent="+j.ID), chromedp.WaitVisible(chromedp.CSS(`tr[data-job="`+child+`"]`)))
+	require.Equal(t, "1", b.eval(`String(document.querySelectorAll('#jobs tr[data-job]').length)`))
+	require.Contains(t, b.text(`#jobs-parent`), j.ID)
+	b.requireCleanConsole()
+}

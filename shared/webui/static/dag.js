@@ -1,6 +1,6 @@
 // Draws a job's steps as a graph, left to right, coloured by state.
 
-import { s, stateClass } from './dom.js';
+import { jobHref, s, stateClass, stepChild } from './dom.js';
 
 const W = 168; // node width
 const H = 46; // node height
@@ -69,6 +69,15 @@ function clip(text, n) {
   return text.length > n ? text.slice(0, n - 1) + '…' : text;
 }
 
+// childLink links a job step's node to its child job, at the node's top
+// right (its id clipped shorter); following it selects no step.
+function childLink(id) {
+  const keep = (e) => e.stopPropagation(); // the node's click and Enter select its card
+  return s('a', { class: 'child-link', href: jobHref(id), 'data-child': id, onclick: keep, onkeydown: keep },
+    s('title', null, `child job ${id}`),
+    s('text', { x: W - 10, y: 19, 'text-anchor': 'end' }, 'child ↗'));
+}
+
 // drawDag answers an <svg> of the steps; onSelect(stepId) on a click.
 export function drawDag(steps, onSelect) {
   const { deps, pos, width, height } = layout(steps);
@@ -104,6 +113,7 @@ export function drawDag(steps, onSelect) {
     const p = pos.get(st.id);
     const sub = [st.state, st.action, st.replaced_by && st.replaced_by.length ? 'replaced' : '']
       .filter(Boolean).join(' · ');
+    const child = stepChild(st);
     const g = s('g', {
       class: ['node', stateClass(st.state)],
       transform: `translate(${p.x} ${p.y})`,
@@ -115,8 +125,9 @@ export function drawDag(steps, onSelect) {
     },
     s('title', null, `${st.id}: ${st.state} (${st.action}), attempt ${st.attempt}`),
     s('rect', { width: W, height: H, rx: 7 }),
-    s('text', { x: 10, y: 19, class: 'id' }, clip(st.id, 20)),
-    s('text', { x: 10, y: 36, class: 'sub' }, clip(sub, 26)));
+    s('text', { x: 10, y: 19, class: 'id' }, clip(st.id, child ? 12 : 20)),
+    s('text', { x: 10, y: 36, class: 'sub' }, clip(sub, 26)),
+    child && childLink(child));
     svg.append(g);
   }
   return svg;

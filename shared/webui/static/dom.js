@@ -94,3 +94,17 @@ export function dur(fromIso, toIso) {
   if (ms < 60000) return `${(ms / 1000).toFixed(1)} s`;
   return `${Math.floor(ms / 60000)} m ${Math.round((ms % 60000) / 1000)} s`;
 }
+
+// jobHref is the address of a job's page; with a step, the page scrolls
+// to that step's card.
+export function jobHref(id, step) {
+  return `#/jobs/${encodeURIComponent(id)}` + (step ? `?step=${encodeURIComponent(step)}` : '');
+}
+
+// stepChild answers a job step's child job: the one its running attempt
+// waits on, else the one its latest attempt made ('' for any other step).
+export function stepChild(st) {
+  if (st.child) return st.child;
+  for (const a of [...(st.attempts || [])].reverse()) if (a.child) return a.child;
+  return '';
+}

@@ -3,18 +3,25 @@
 import { ApiError, get, jobPath, post } from './api.js';
 import { act, failed, hideBanner, onHealth, poller, sleep, whenVisible } from './core.js';
 import { drawDag } from './dag.js';
-import { dur, h, json, pill, timeEl, ulidTime } from './dom.js';
+import { dur, h, jobHref, json, pill, stepChild, timeEl, ulidTime } from './dom.js';
 
 export const JOB_STATES = ['QUEUED', 'RUNNING', 'WAITING', 'PARKED', 'RETRYING', 'COMPLETED', 'FAILED', 'CANCELLED'];
 const TERMINAL = new Set(['COMPLETED', 'FAILED', 'CANCELLED']);
 const STEP_DONE = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED', 'SKIPPED']);
 const PAGE = 25;
+const FILTERS = ['state', 'queue', 'schedule', 'parent'];
+const SHOWN_CHILDREN = 10; // a job's page names this many children; the list has them all
 
 function listHref(f) {
   const q = new URLSearchParams();
-  for (const k of ['state', 'queue', 'schedule']) if (f[k]) q.set(k, f[k]);
+  for (const k of FILTERS) if (f[k]) q.set(k, f[k]);
   const qs = q.toString();
   return '#/jobs' + (qs ? '?' + qs : '');
+}
+
+// jobLink links a job's page, its id the text.
+function jobLink(id, attrs) {
+  return h('a', { class: 'job-link mono', href: jobHref(id), ...attrs }, id);
 }
 
 // ---------------------------------------------------------------- the list
@@ -24,6 +31,7 @@ export function jobsView({ signal, params, main }) {
     state: (params.get('state') || '').toUpperCase(),
     queue: params.get('queue') || '',
     schedule: params.get('schedule') || '',
+    parent: params.get('parent') || '', // a job's children (GET /v1/jobs?parent=)
   };
   const cursors = ['']; // the cursor of each page seen, newest page first
   let page = 0;
@@ -59,7 +67,7 @@ export function jobsView({ signal, params, main }) {
     },
   }, h('label', null, 'queue ', queue), h('label', null, 'schedule ', schedule),
   h('button', { type: 'submit' }, 'Filter'),
-  (filter.queue || filter.schedule || filter.state) && h('a', { href: '#/jobs', class: 'clear' }, 'clear filters'));
+  (filter.queue || filter.schedule || filter.state || filter.parent) && h('a', { href: '#/jobs', class: 'clear' }, 'clear filters'));
 
   const tbody = h('tbody');
   const newer = h('button', { type: 'button', onclick: () => { page--; kick(); } }, '← newer');
@@ -71,6 +79,8 @@ export function jobsView({ signal, params, main }) {
     h('h1', null, 'Jobs'),
     tiles,
     h('div', { class: 'toolbar' }, chips, form),
+    filter.parent && h('p', { class: 'scope', id: 'jobs-parent' }, 'Child jobs of ', jobLink(filter.parent), ' ',
+      h('a', { href: listHref({ ...filter, parent: '' }), class: 'clear' }, 'all jobs')),
     h('table', { class: 'list', id: 'jobs' },
       h('thead', null, h('tr', null, h('th', null, 'job'), h('th', null, 'state'), h('th', null, 'queue'), h('th', null, 'schedule'), h('th', null, 'submitted'))),
       tbody),
@@ -79,7 +89,7 @@ export function jobsView({ signal, params, main }) {
 
   const kick = poller(signal, 5000, async () => {
     const q = new URLSearchParams({ limit: String(PAGE) });
-    for (const k of ['state', 'queue', 'schedule']) if (filter[k]) q.set(k, filter[k]);
+    for (const k of FILTERS) if (filter[k]) q.set(k, filter[k]);
     if (cursors[page]) q.set('cursor', cursors[page]);
     const at = page;
     const answer = await get('v1/jobs?' + q, { signal });
@@ -87,7 +97,7 @@ export function jobsView({ signal, params, main }) {
     next = answer.next_cursor || '';
     const rows = (answer.jobs || []).map((j) =>
       h('tr', { 'data-job': j.id },
-        h('td', null, h('a', { class: 'job-link mono', href: `#/jobs/${encodeURIComponent(j.id)}` }, j.id)),
+        h('td', null, jobLink(j.id)),
         h('td', null, pill(j.state)),
         h('td', null, h('a', { href: listHref({ ...filter, queue: j.queue }) }, j.queue)),
         h('td', null, j.schedule_id ? h('a', { href: listHref({ ...filter, schedule: j.schedule_id }) }, j.schedule_id) : ''),
@@ -149,7 +159,7 @@ function confirmButton(label, attrs, run) {
   return b;
 }
 
-export function jobView({ signal, main }, id) {
+export function jobView({ signal, params, main }, id) {
   let job = null;
   let shown = '';
   const events = [];
@@ -227,8 +237,24 @@ export function jobView({ signal, main }, id) {
       j.ended_at && row('took', dur(j.created_at, j.ended_at)),
       j.expires_at && row('kept until', timeEl(j.expires_at)),
       j.schedule_id && row('schedule', h('a', { href: listHref({ schedule: j.schedule_id }) }, j.schedule_id)),
+      j.parent && row('parent', h('span', { id: 'job-parent' },
+        jobLink(j.parent.job, { 'data-job': j.parent.job }), ' step ',
+        h('a', { class: 'mono', href: jobHref(j.parent.job, j.parent.step), 'data-step': j.parent.step }, j.parent.step),
+        `, attempt ${j.parent.attempt}`)),
+      j.children && j.children.length && row(j.children.length === 1 ? 'child job' : `child jobs (${j.children.length})`, renderChildren(j)),
       j.signals && j.signals.length && row('signals', j.signals.map((sg) => sg.name).join(', ')),
     ].flat().filter(Boolean));
+  }
+
+  // renderChildren links a job's children, in step order: the first few,
+  // and the list of them all when there are more.
+  function renderChildren(j) {
+    const shown = j.children.slice(0, SHOWN_CHILDREN);
+    const links = shown.flatMap((c, i) => [i ? ', ' : '', jobLink(c, { 'data-job': c })]);
+    return h('span', { id: 'job-children' }, links,
+      j.children.length > shown.length
+        ? [' … ', h('a', { href: listHref({ parent: j.id }), class: 'all-children' }, `all ${j.children.length}`)]
+        : null);
   }
 
   function renderActions() {
@@ -310,7 +336,9 @@ export function jobView({ signal, main }, id) {
       kick();
     };
     const row = (k, v) => (v === undefined || v === null || v === '' || (Array.isArray(v) && !v.length) ? null : [h('dt', null, k), h('dd', null, v)]);
+    const child = stepChild(st);
     const facts = [
+      row('child job', child && jobLink(child, { class: 'job-link mono child-link', 'data-child': child })),
       row('depends on', st.depends_on && st.depends_on.join(', ')),
       row('when', st.when && h('code', {}, st.when)), // its condition: false skipped it
       row('asks', st.prompt),
@@ -319,7 +347,8 @@ export function jobView({ signal, main }, id) {
       row('next run', st.next_run_at && timeEl(st.next_run_at)),
       row('deadline', st.deadline && timeEl(st.deadline)),
       row('parked', st.parked ? 'yes: no timer runs until its time is near' : ''),
-      row('lease', st.lease && [`attempt ${st.lease.attempt}`, st.lease.worker && ` by ${st.lease.worker}`, st.lease.resource && ` on ${st.lease.resource}`, ', expires ', timeEl(st.lease.expires_at)]),
+      // A job step's lease, while its child runs, is the engine's: its child is the news.
+      row('lease', st.lease && !st.child ? [`attempt ${st.lease.attempt}`, st.lease.worker && ` by ${st.lease.worker}`, st.lease.resource && ` on ${st.lease.resource}`, ', expires ', timeEl(st.lease.expires_at)] : null),
       row('requires', st.requires && JSON.stringify(st.requires)),
       row('waits for a slot on', st.resource_wait && st.resource_wait.on.join(', ')),
       row('avoids', st.avoid && st.avoid.join(', ')),
@@ -358,14 +387,16 @@ export function jobView({ signal, main }, id) {
       }, input, resume));
     }
 
+    const made = st.attempts && st.attempts.some((a) => a.child); // a job step's: each attempt its child
     const attempts = st.attempts && st.attempts.length
       ? h('table', { class: 'list attempts' },
-        h('thead', null, h('tr', null, ['#', 'state', 'worker', 'resource', 'started', 'took', 'error'].map((c) => h('th', null, c)))),
+        h('thead', null, h('tr', null, ['#', 'state', made ? 'child job' : ['worker', 'resource'], 'started', 'took', 'error'].flat().map((c) => h('th', null, c)))),
         h('tbody', null, st.attempts.map((a) => h('tr', null,
           h('td', null, a.n),
           h('td', null, pill(a.state)),
-          h('td', null, a.worker || ''),
-          h('td', null, a.resource || ''),
+          made ? h('td', null, a.child ? jobLink(a.child, { 'data-attempt-child': a.n }) : '') : [
+            h('td', null, a.worker || ''),
+            h('td', null, a.resource || '')],
           h('td', null, timeEl(a.started_at)),
           h('td', null, a.started_at ? dur(a.started_at, a.ended_at) + (a.ended_at ? '' : ' so far') : ''),
           h('td', { class: 'wrap' }, a.error ? `${a.error.class}: ${a.error.message}` : '')))))
@@ -412,6 +443,7 @@ export function jobView({ signal, main }, id) {
   (async () => {
     try {
       show(await get(jobPath(id), { signal }));
+      if (params && params.get('step')) select(params.get('step')); // a link to one step of the job
     } catch (err) {
       if (failed(err)) {
         hideBanner();

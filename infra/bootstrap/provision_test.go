@@ -120,6 +120,7 @@ func TestProvisionRealTemplate(t *testing.T) {
 		"STEPFLOW_AWS_PARTITION":                    "aws",
 		"STEPFLOW_RETENTION_COMPLETED_DAYS":         "30",
 		"STEPFLOW_RETENTION_FAILED_DAYS":            "14",
+		"STEPFLOW_SFN_ALLOW":                        "stepflow-sm-",
 		"STEPFLOW_RETENTION_CANCELLED_DAYS":         "7",
 		"STEPFLOW_DATA_BUCKET":                      "stepflow-databucket",
 		"AWS_ENDPOINT_URL":                          "", // declared for sam local invoke --env-vars; empty on AWS

@@ -189,6 +189,9 @@ func TestTemplateTimerPermissions(t *testing.T) {
 		starts := func(condition string) []any {
 			var out []any
 			for _, st := range statements(f.LogicalID, condition) {
+				if stateMachineAction(st.resources) {
+					continue // the stepfunctions action's rights: TestTemplateStateMachineActionPermissions
+				}
 				for _, a := range st.actions {
 					if strings.HasPrefix(a.(string), "states:") {
 						require.Equal(t, []any{"states:StartExecution"}, st.actions, f.LogicalID)
@@ -200,6 +203,60 @@ func TestTemplateTimerPermissions(t *testing.T) {
 		}
 		require.Equal(t, []any{timer}, starts("StepFunctionsTimers"), f.LogicalID)
 		require.Empty(t, starts(""), "%s: no right to start a timer unless LongTimers is StepFunctions", f.LogicalID)
+	}
+}
+
+// stateMachineAction reports whether resources are the stepfunctions
+// action's: state machines and executions under StateMachineActionPrefix.
+func stateMachineAction(resources []any) bool {
+	for _, r := range resources {
+		m, _ := r.(map[string]any)
+		sub, _ := m["Fn::Sub"].(string)
+		if !strings.Contains(sub, ":states:") || !strings.Contains(sub, "${StateMachineActionPrefix}*") {
+			return false
+		}
+	}
+	return len(resources) > 0
+}
+
+// The stepfunctions action's rights reach only the stack's state machines
+// under StateMachineActionPrefix and their executions: the execute and
+// heartbeat functions start, look at and stop them; the API's function
+// only stops them (a cancel); no other function has any.
+func TestTemplateStateMachineActionPermissions(t *testing.T) {
+	t.Parallel()
+	tpl, err := Parse(realTemplate)
+	require.NoError(t, err)
+	want := map[string][]string{
+		"ExecuteFunction":   {"states:DescribeExecution", "states:StartExecution", "states:StopExecution"},
+		"HeartbeatFunction": {"states:DescribeExecution", "states:StartExecution", "states:StopExecution"},
+		"EnqueueFunction":   {"states:DescribeExecution", "states:StopExecution"},
+	}
+	for _, f := range tpl.Functions() {
+		var got []string
+		policies, _ := tpl.Resources[f.LogicalID].Properties["Policies"].([]any)
+		for _, p := range policies {
+			for _, raw := range p.(map[string]any)["Statement"].([]any) {
+				st, _ := raw.(map[string]any)
+				res, ok := st["Resource"].([]any)
+				if !ok {
+					res = []any{st["Resource"]}
+				}
+				if !stateMachineAction(res) {
+					continue
+				}
+				require.Equal(t, "Allow", st["Effect"])
+				for _, a := range st["Action"].([]any) {
+					got = append(got, a.(string))
+				}
+				for _, r := range res {
+					sub := r.(map[string]any)["Fn::Sub"].(string)
+					require.True(t, strings.HasPrefix(sub, "arn:${AWS::Partition}:states:${AWS::Region}:${AWS::AccountId}:"), "%s: the stack's own account and region: %s", f.LogicalID, sub)
+				}
+			}
+		}
+		slices.Sort(got)
+		require.Equal(t, want[f.LogicalID], got, f.LogicalID)
 	}
 }
 

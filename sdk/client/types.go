@@ -220,7 +220,8 @@ type Step struct {
 	Index            *int          `json:"index,omitempty"`
 	Children         int           `json:"children,omitempty"`
 	OutputIsChildren bool          `json:"output_is_children,omitempty"`
-	Child            string        `json:"child,omitempty"` // a job step: the child job its running attempt waits on
+	Child            string        `json:"child,omitempty"`     // a job step: the child job its running attempt waits on
+	Execution        string        `json:"execution,omitempty"` // a stepfunctions step: the execution its running attempt waits on
 	Requires         *Requirements `json:"requires,omitempty"`
 	Avoid            []string      `json:"avoid,omitempty"`
 	ResourceWait     *ResourceWait `json:"resource_wait,omitempty"`
@@ -247,7 +248,8 @@ type Attempt struct {
 	Error     *StepError      `json:"error,omitempty"`
 	Output    json.RawMessage `json:"output,omitempty"`
 	OutputRef *DataRef        `json:"output_ref,omitempty"`
-	Child     string          `json:"child,omitempty"` // the child job it made (a job step's)
+	Child     string          `json:"child,omitempty"`     // the child job it made (a job step's)
+	Execution string          `json:"execution,omitempty"` // the execution it started (a stepfunctions step's)
 }
 
 // LeaseInfo shows who holds a step.

@@ -34,6 +34,7 @@ import (
 	"github.com/stepflow/stepflow/shared/metrics"
 	"github.com/stepflow/stepflow/shared/netguard"
 	"github.com/stepflow/stepflow/shared/queue"
+	"github.com/stepflow/stepflow/shared/statemachines"
 	"github.com/stepflow/stepflow/shared/store"
 )
 
@@ -91,6 +92,10 @@ type Settings struct {
 	// AWS::Partition): a lambda step's ARN must name them, and the AWS
 	// config's region. Unset, a step may name its function by name only.
 	Account, Partition string
+	// SFNAllow is STEPFLOW_SFN_ALLOW: the name prefixes of the state
+	// machines a stepfunctions step may run (statemachines.DefaultAllow
+	// when empty).
+	SFNAllow string
 	// DataBucket is STEPFLOW_DATA_BUCKET (optional): the S3 bucket that
 	// keeps payloads and outputs over InlineLimit. Without it everything
 	// stays in the job's item.
@@ -169,6 +174,7 @@ func FromEnv(getenv func(string) string) (Settings, error) {
 	s.MetricsNamespace = getenv("STEPFLOW_METRICS_NAMESPACE")
 	s.LambdaAllow = getenv(actions.EnvLambdaAllow)
 	s.Account, s.Partition = getenv(actions.EnvAccount), getenv(actions.EnvPartition)
+	s.SFNAllow = getenv(statemachines.EnvAllow)
 	if s.Account != "" && !accountPattern.MatchString(s.Account) {
 		return s, fmt.Errorf("environment variable %s must be a 12-digit AWS account id, not %q", actions.EnvAccount, s.Account)
 	}
@@ -297,6 +303,9 @@ type Clients struct {
 	DynamoDB      store.API
 	SQS           queue.API
 	StepFunctions queue.TimerAPI
+	// StateMachines runs the stepfunctions action's executions; nil runs
+	// none (such a step is refused at submit).
+	StateMachines statemachines.Client
 	// Lambda is the lambda action's client; nil but in the functions that
 	// run steps (WithLambda).
 	Lambda      actions.LambdaInvoker
@@ -343,7 +352,8 @@ func NewClients(ctx context.Context) (Clients, aws.Config, error) {
 // stack's fault layer and cost meter go here).
 func ClientsFrom(cfg aws.Config, apiOptions ...func(*middleware.Stack) error) Clients {
 	cfg.APIOptions = append(slices.Clip(cfg.APIOptions), apiOptions...)
-	return Clients{DynamoDB: dynamodb.NewFromConfig(cfg), SQS: sqs.NewFromConfig(cfg), StepFunctions: sfn.NewFromConfig(cfg),
+	states := sfn.NewFromConfig(cfg)
+	return Clients{DynamoDB: dynamodb.NewFromConfig(cfg), SQS: sqs.NewFromConfig(cfg), StepFunctions: states, StateMachines: states,
 		S3: s3.NewFromConfig(cfg, blobstore.Options(cfg.BaseEndpoint != nil)), EventBridge: eventbridge.NewFromConfig(cfg), cfg: cfg}
 }
 
@@ -382,6 +392,10 @@ func EngineConfig(s Settings, c Clients, log *slog.Logger) engine.Config {
 	}
 	if s.DataBucket != "" && c.S3 != nil {
 		cfg.Blobs = blobstore.New(c.S3, s.DataBucket)
+	}
+	if c.StateMachines != nil {
+		cfg.StateMachines = statemachines.New(c.StateMachines, statemachines.Home{Partition: s.Partition, Region: c.cfg.Region, Account: s.Account},
+			statemachines.ParseAllow(s.SFNAllow))
 	}
 	if s.EventBus != "" && c.EventBridge != nil {
 		cfg.Publisher, cfg.JobStateEvents = eventbus.New(c.EventBridge, s.EventBus), s.JobStateEvents

@@ -90,7 +90,8 @@ func nestedError(field string, err error) error {
 	return &out
 }
 
-// ChildRun is the child job a job step's attempt waits on.
+// ChildRun is the run a job step's attempt waits on (its child job), or a
+// stepfunctions step's (its execution, by name).
 type ChildRun struct {
 	ID string `json:"id"`
 	// CheckAt is when the sweep looks at the child, should its end not be
@@ -150,8 +151,8 @@ func (j *Job) orphan(s *Step) {
 	if s.Child == nil {
 		return
 	}
-	j.Orphans = append(j.Orphans, s.Child.ID)
-	j.orphaned = append(j.orphaned, s.Child.ID)
+	j.Orphans = append(j.Orphans, orphanOf(s))
+	j.orphaned = append(j.orphaned, orphanOf(s))
 	s.Child = nil
 }
 
@@ -205,6 +206,9 @@ func (j *Job) orphansDue() (time.Time, bool) {
 func (j *Job) Children() []string {
 	var out []string
 	for _, s := range j.Steps {
+		if s.Spec.Action.Type != ActionJob {
+			continue
+		}
 		for _, a := range s.Attempts {
 			if a.Child != "" {
 				out = append(out, a.Child)

@@ -537,7 +537,7 @@ func (j *Job) Lease(stepID string, req LeaseRequest, now time.Time) (*Lease, err
 		Token:     req.Token,
 		Resource:  req.Resource,
 	}
-	if s.Spec.Action.Type == ActionJob {
+	if s.Spec.Action.Type == ActionJob || s.Spec.Action.Type == ActionStepFunctions {
 		// Its lease is its child's run: timeout_seconds, else a year.
 		d := lease.ExpiresAt
 		lease.Deadline = &d
@@ -562,8 +562,11 @@ func (j *Job) Lease(stepID string, req LeaseRequest, now time.Time) (*Lease, err
 	s.Redispatches = 0
 	s.ResourceWait = nil
 	s.Attempts = append(s.Attempts, Attempt{N: s.Attempt, State: AttemptRunning, Lease: lease.ID, Worker: req.Worker, Resource: req.Resource, StartedAt: &now})
-	if s.Spec.Action.Type == ActionJob {
+	switch s.Spec.Action.Type {
+	case ActionJob:
 		j.startChild(s, lease, now)
+	case ActionStepFunctions:
+		j.startExecution(s, lease, now)
 	}
 	if err := j.settleVia(now, req.ViaWorker); err != nil {
 		return nil, err

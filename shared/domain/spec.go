@@ -147,6 +147,7 @@ type ActionSpec struct {
 	LambdaAction
 	MapAction
 	JobAction
+	StepFunctionsAction
 	ActionDeadline
 }
 

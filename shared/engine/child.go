@@ -44,6 +44,10 @@ func childLease(s *domain.Step) time.Duration {
 // tells its parent. from is the job's state before the change.
 func (e *Engine) relate(ctx context.Context, j *domain.Job, fx effects, from domain.JobState) {
 	for _, c := range fx.start {
+		if s := mustStep(j, c.step); s != nil && s.Spec.Action.Type == domain.ActionStepFunctions {
+			e.startExecution(ctx, j, c)
+			continue
+		}
 		e.startChild(ctx, j, c)
 	}
 	for _, id := range fx.cancel {
@@ -149,6 +153,9 @@ func (e *Engine) childOutcome(ctx context.Context, child *domain.Job) (attemptOu
 // cancelChild cancels an orphaned child job, and reports whether it has
 // ended (or was never made, or expired).
 func (e *Engine) cancelChild(ctx context.Context, tenant, id string) bool {
+	if sm, name, ok := domain.OrphanedExecution(id); ok {
+		return e.stopExecution(ctx, sm, name)
+	}
 	_, err := e.Cancel(ctx, tenant, id)
 	var ite *domain.IllegalTransitionError
 	if err == nil || errors.Is(err, domain.ErrNotFound) || errors.As(err, &ite) {
@@ -174,6 +181,15 @@ func (e *Engine) sweepKin(ctx context.Context, j *domain.Job) (k kin, moved bool
 	now := e.now()
 	for i, s := range j.Steps {
 		if !s.ChildDue(now) {
+			continue
+		}
+		if s.Spec.Action.Type == domain.ActionStepFunctions {
+			switch looked, ended := e.sweepExecution(ctx, j, i); {
+			case ended:
+				moved = true
+			case looked:
+				k.looked = append(k.looked, s.ID())
+			}
 			continue
 		}
 		child, err := e.cfg.Store.Get(ctx, j.Tenant, s.Child.ID)

@@ -39,6 +39,9 @@ type Config struct {
 	Resources Resources
 	Queue     Queue
 	Runner    Actions
+	// StateMachines runs stepfunctions steps' executions; nil fails such a
+	// step, saying so.
+	StateMachines StateMachines
 	Now       Clock
 	Log       *slog.Logger
 	// BuiltinLease is the longest the execute function holds a step: the
@@ -673,10 +676,19 @@ func ParseTenantList(v string) map[string]bool {
 // not invoke; those of its maps' items and child jobs too, queue being
 // the job's.
 func (e *Engine) checkTargets(steps []domain.StepSpec, field, queue string) error {
-	if e.cfg.Runner == nil {
-		return nil
-	}
 	return domain.WalkJobSteps(steps, field, queue, func(f string, st *domain.StepSpec) error {
+		if st.Action.Type == domain.ActionStepFunctions {
+			if e.cfg.StateMachines == nil {
+				return domain.Invalid(f+".action.state_machine", "this stack runs no Step Functions executions (it has no Step Functions client)")
+			}
+			if err := e.cfg.StateMachines.Check(st.Action.StateMachine); err != nil {
+				return domain.Invalid(f+".action.state_machine", "%s", err.Error())
+			}
+			return nil
+		}
+		if e.cfg.Runner == nil {
+			return nil
+		}
 		if param, err := e.cfg.Runner.CheckAction(st.Action); err != nil {
 			return domain.Invalid(f+".action."+param, "%s", err.Error())
 		}

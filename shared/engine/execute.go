@@ -220,7 +220,12 @@ func (e *Engine) execute(ctx context.Context, d Delivery, from *domain.Job, ch *
 		return Early, nil
 	case waiting:
 		return Waiting, nil // in line for a slot: a freed one sends it again
-	case fired, ended, recorded, started:
+	case started:
+		if s := mustStep(t.job, d.Message.Step); s != nil && s.Spec.Action.Type == domain.ActionStepFunctions {
+			e.awaitExecution(ctx, t, d.Message.Step)
+		}
+		return Executed, nil
+	case fired, ended, recorded:
 		return Executed, nil
 	}
 	return e.runLeased(ctx, d, t, t.job, ch)

@@ -183,6 +183,38 @@ type Actions interface {
 	CheckAction(a domain.ActionSpec) (param string, err error)
 }
 
+// StateMachines runs the executions of stepfunctions steps: a state
+// machine named by its name or ARN (domain.ParseStateMachine), an
+// execution by its name (domain.ExecutionName).
+type StateMachines interface {
+	// Start starts execution name of stateMachine on input; one of that
+	// name already started is no error. One that can never start answers
+	// a domain error of code invalid (the step fails); any other error
+	// is passing (the sweep starts it).
+	Start(ctx context.Context, stateMachine, name string, input json.RawMessage) error
+	// Describe answers an execution's state; domain.ErrNotFound when
+	// there is none of that name.
+	Describe(ctx context.Context, stateMachine, name string) (Execution, error)
+	// Stop stops a running execution; one ended or never started is no
+	// error.
+	Stop(ctx context.Context, stateMachine, name, cause string) error
+	// Check answers why a step may never run stateMachine (another
+	// account's, or a name outside the allowed prefixes), at submit.
+	Check(stateMachine string) error
+}
+
+// Execution is a Step Functions execution as Describe finds it.
+type Execution struct {
+	Status string // RUNNING, SUCCEEDED, FAILED, TIMED_OUT, ABORTED, PENDING_REDRIVE
+	Output json.RawMessage
+	Error  string
+	Cause  string
+}
+
+// Ended reports whether the execution ended (a PENDING_REDRIVE one
+// failed, and waits on a redrive no stepflow step makes).
+func (x Execution) Ended() bool { return x.Status != "RUNNING" }
+
 // ActionCall is one attempt of a built-in step.
 type ActionCall struct {
 	Spec           domain.StepSpec

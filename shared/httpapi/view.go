@@ -91,8 +91,11 @@ type StepView struct {
 	Index            *int   `json:"index,omitempty"`
 	Children         int    `json:"children,omitempty"`
 	OutputIsChildren bool   `json:"output_is_children,omitempty"`
-	// Child is the child job a job step's running attempt waits on.
-	Child string `json:"child,omitempty"`
+	// Child is the child job a job step's running attempt waits on;
+	// Execution the Step Functions execution a stepfunctions step's does
+	// (its name).
+	Child     string `json:"child,omitempty"`
+	Execution string `json:"execution,omitempty"`
 }
 
 // AttemptView is one attempt; the lease id it ran under stays with its
@@ -107,7 +110,8 @@ type AttemptView struct {
 	Error     *domain.StepError   `json:"error,omitempty"`
 	Output    json.RawMessage     `json:"output,omitempty"`
 	OutputRef *domain.DataRef     `json:"output_ref,omitempty"`
-	Child     string              `json:"child,omitempty"` // the child job it made (a job step's)
+	Child     string              `json:"child,omitempty"`     // the child job it made (a job step's)
+	Execution string              `json:"execution,omitempty"` // the execution it started (a stepfunctions step's)
 }
 
 // LeaseView shows who holds a step. The lease id is the holder's fencing
@@ -152,13 +156,21 @@ func jobView(j *domain.Job) JobView {
 		if s.Spec.Requires != nil {
 			sv.ResourceWaitSeconds = int(j.ResourceWaitBound(s) / time.Second)
 		}
+		sfn := s.Spec.Action.Type == domain.ActionStepFunctions
 		for _, a := range s.Attempts {
-			sv.Attempts = append(sv.Attempts, AttemptView{N: a.N, State: a.State, Worker: a.Worker, Resource: a.Resource, StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: a.Error, Output: a.Output, OutputRef: a.OutputRef, Child: a.Child})
+			av := AttemptView{N: a.N, State: a.State, Worker: a.Worker, Resource: a.Resource, StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: a.Error, Output: a.Output, OutputRef: a.OutputRef, Child: a.Child}
+			if sfn {
+				av.Child, av.Execution = "", a.Child
+			}
+			sv.Attempts = append(sv.Attempts, av)
 		}
 		if s.State == domain.StepRetrying || s.State == domain.StepPending && j.RunAt != nil {
 			sv.NextRunAt = s.ReadyAt // after the backoff, or at run_at
 		}
-		if s.Child != nil {
+		switch {
+		case s.Child != nil && sfn:
+			sv.Execution = s.Child.ID
+		case s.Child != nil:
 			sv.Child = s.Child.ID
 		}
 		if s.Lease != nil {

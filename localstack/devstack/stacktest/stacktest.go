@@ -193,13 +193,14 @@ type Job struct {
 	ID    string          `json:"id"`
 	State domain.JobState `json:"state"`
 	Steps []struct {
-		ID       string           `json:"id"`
-		State    domain.StepState `json:"state"`
-		Attempt  int              `json:"attempt"`
-		Output   json.RawMessage  `json:"output"`
-		Error    *domain.StepError
-		Attempts []domain.Attempt `json:"attempts"`
-		Child    string           `json:"child"`
+		ID        string           `json:"id"`
+		State     domain.StepState `json:"state"`
+		Attempt   int              `json:"attempt"`
+		Output    json.RawMessage  `json:"output"`
+		Error     *domain.StepError
+		Attempts  []domain.Attempt `json:"attempts"`
+		Child     string           `json:"child"`
+		Execution string           `json:"execution"`
 	} `json:"steps"`
 	Parent *struct {
 		Job     string `json:"job"`

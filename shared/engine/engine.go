@@ -42,8 +42,8 @@ type Config struct {
 	// StateMachines runs stepfunctions steps' executions; nil fails such a
 	// step, saying so.
 	StateMachines StateMachines
-	Now       Clock
-	Log       *slog.Logger
+	Now           Clock
+	Log           *slog.Logger
 	// BuiltinLease is the longest the execute function holds a step: the
 	// ready queues' visibility timeout, after which SQS hands the message out
 	// again. A step's own lease is shorter (builtinLease).

@@ -101,3 +101,23 @@ func TestCancellingAJobStopsItsExecution(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond, "the execution is stopped")
 	h.CheckReplay(t, tenantA, j.ID)
 }
+
+// An execution the execute function does not wait out is looked at by
+// the sweep, which records its end.
+func TestTheSweepRecordsAnExecutionsEnd(t *testing.T) {
+	t.Parallel()
+	h := stacktest.New(t, func(o *devstack.Options) {
+		o.Env = map[string]string{"STEPFLOW_SFN_WAIT_SECONDS": "0"} // left to the sweep at once
+	})
+	name := "stepflow-sm-swept-" + strings.ToLower(strings.ReplaceAll(h.Name, "_", "-"))
+	stateMachine(t, name, `{"StartAt": "Done", "States": {"Done": {"Type": "Pass", "Result": {"swept": true}, "End": true}}}`)
+	j := h.Submit(t, keyA, map[string]any{"steps": []any{
+		map[string]any{"id": "s", "action": map[string]any{"type": "stepfunctions", "state_machine": name}}}})
+	h.Await(t, keyA, j.ID, "its execution started", func(j stacktest.Job) bool { return j.Steps[0].Execution != "" })
+	require.Equal(t, domain.JobRunning, h.Get(t, keyA, j.ID).State, "nothing waits for it")
+
+	h.Clock.Advance(domain.DispatchGrace)
+	h.Sweep(t)
+	j = h.AwaitState(t, keyA, j.ID, domain.JobCompleted)
+	require.JSONEq(t, `{"swept": true}`, string(j.Steps[0].Output))
+}

@@ -96,6 +96,11 @@ type Settings struct {
 	// machines a stepfunctions step may run (statemachines.DefaultAllow
 	// when empty).
 	SFNAllow string
+	// SFNWait is STEPFLOW_SFN_WAIT_SECONDS: how long the execute function
+	// waits for an execution it started before leaving it to the sweep
+	// (engine.ExecutionWait when unset).
+	SFNWait    time.Duration
+	SFNWaitSet bool
 	// DataBucket is STEPFLOW_DATA_BUCKET (optional): the S3 bucket that
 	// keeps payloads and outputs over InlineLimit. Without it everything
 	// stays in the job's item.
@@ -226,6 +231,8 @@ var numberVars = []numberVar{
 var numberVarsAfterEvents = []numberVar{
 	{"STEPFLOW_INLINE_LIMIT", false, 1, domain.MaxInlineJobBytes / 2, fmt.Sprintf("a number of bytes from 1 to %d", domain.MaxInlineJobBytes/2),
 		func(s *Settings, n int) { s.InlineLimit = n }},
+	{"STEPFLOW_SFN_WAIT_SECONDS", false, 0, 60, "a number of seconds from 0 (do not wait) to 60",
+		func(s *Settings, n int) { s.SFNWait = seconds(n); s.SFNWaitSet = true }},
 }
 
 // readNumbers reads vars into s, answering the first that is out of bounds
@@ -389,6 +396,12 @@ func EngineConfig(s Settings, c Clients, log *slog.Logger) engine.Config {
 		P0Tenants: engine.ParseTenantList(s.P0Tenants), TimerThreshold: s.TimerThreshold, ResourceWait: s.ResourceWait,
 		Retention: s.Retention, WorkerQueueIdle: s.WorkerQueueIdle, Schedules: store.NewSchedules(c.DynamoDB, s.Table),
 		InlineLimit: s.InlineLimit, Thresholds: s.Health, MaxLongPolls: s.MaxLongPolls,
+	}
+	if s.SFNWaitSet {
+		cfg.ExecutionWait = s.SFNWait
+		if s.SFNWait == 0 {
+			cfg.ExecutionWait = -1 // none
+		}
 	}
 	if s.DataBucket != "" && c.S3 != nil {
 		cfg.Blobs = blobstore.New(c.S3, s.DataBucket)

@@ -35,7 +35,7 @@ var readyLane = lane{}
 func workerLane(worker string) lane { return lane{worker: worker, viaWorker: true} }
 
 func (l lane) duration(e *Engine, s *domain.Step) time.Duration {
-	if s.Spec.Action.Type == domain.ActionJob {
+	if t := s.Spec.Action.Type; t == domain.ActionJob || t == domain.ActionStepFunctions {
 		return childLease(s)
 	}
 	if l.viaWorker {

@@ -40,8 +40,10 @@ type Config struct {
 	Queue     Queue
 	Runner    Actions
 	// StateMachines runs stepfunctions steps' executions; nil fails such a
-	// step, saying so.
+	// step, saying so. ExecutionWait is how long the execute function waits
+	// for one it started (ExecutionWait when zero, none when negative).
 	StateMachines StateMachines
+	ExecutionWait time.Duration
 	Now           Clock
 	Log           *slog.Logger
 	// BuiltinLease is the longest the execute function holds a step: the

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -74,7 +75,11 @@ func (e *Engine) awaitExecution(ctx context.Context, t taken, stepID string) {
 	if s == nil || s.Child == nil || e.cfg.StateMachines == nil {
 		return
 	}
-	until := time.Now().Add(ExecutionWait)
+	wait := cmp.Or(e.cfg.ExecutionWait, ExecutionWait)
+	if wait < 0 {
+		return
+	}
+	until := time.Now().Add(wait)
 	if dl, ok := ctx.Deadline(); ok && dl.Add(-deadlineMargin).Before(until) {
 		until = dl.Add(-deadlineMargin)
 	}

@@ -3,7 +3,11 @@
 
 import { ApiError } from './api.js';
 import { h } from './dom.js';
-import { dump, load } from './js-yaml.js';
+import { CORE_SCHEMA, dump, load } from './js-yaml.js';
+
+// YAML is read in its core schema (YAML 1.2's): plain JSON values, no
+// timestamps turned into dates, no merge keys.
+const yamlOptions = { schema: CORE_SCHEMA };
 
 // pathSegments splits an API field path (steps[0].action.queue) into
 // member names and indices: ['steps', 0, 'action', 'queue'].
@@ -163,7 +167,7 @@ export function locate(text, format, field) {
 // the API would, naming the body and the line at fault.
 export function parse(text, format) {
   try {
-    return format === 'yaml' ? load(text) : JSON.parse(text);
+    return format === 'yaml' ? load(text, yamlOptions) : JSON.parse(text);
   } catch (err) {
     let line = 0;
     let message = err.message;
@@ -182,7 +186,7 @@ export function parse(text, format) {
 }
 
 export function render(value, format) {
-  return format === 'yaml' ? dump(value, { lineWidth: -1, noRefs: true }) : JSON.stringify(value, null, 2) + '\n';
+  return format === 'yaml' ? dump(value, { ...yamlOptions, lineWidth: -1, noRefs: true }) : JSON.stringify(value, null, 2) + '\n';
 }
 
 // specEditor answers an editor of a JSON value: { el, value(), set(v),

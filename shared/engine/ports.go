@@ -236,6 +236,11 @@ type ListFilter struct {
 	Schedule string // the runs of this schedule; "" for any job
 	// Parent: the child jobs of this job (domain.ActionJob); "" for any.
 	Parent string
+	// IDFrom and IDBelow bound the listing by job id, IDFrom <= id <
+	// IDBelow ("" for no bound). A ULID begins with its time, so an id
+	// prefix and a span of creation times are both ranges of ids, which a
+	// store reads as a range of its sort key, not by filtering.
+	IDFrom, IDBelow string
 	// Jobs: answer each job whole (JobSummary.Job), for a listing in a
 	// view's words. DynamoDB bills a query by the items it reads, not by
 	// the attributes it answers, so this costs no more read units.

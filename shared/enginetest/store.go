@@ -55,6 +55,7 @@ var storeChecks = []check[StoreFixture]{
 	{"list pages newest first", storeListPaging},
 	{"list filters by state and queue", storeListFilters},
 	{"list refuses foreign or garbage cursors", storeListCursor},
+	{"list reads a range of ids: a prefix, a span of times", storeListIDRange},
 	{"api keys", storeKeys},
 	{"stats sum 24 hours", storeStats},
 	{"run time sums 24 hours", storeRunTime},
@@ -789,6 +790,8 @@ func listAll(t *testing.T, f StoreFixture, tenant string, lf engine.ListFilter) 
 			if lf.Queue != "" {
 				require.Equal(t, lf.Queue, s.Queue, "job %s", s.ID)
 			}
+			require.False(t, lf.IDFrom != "" && s.ID < lf.IDFrom || lf.IDBelow != "" && s.ID >= lf.IDBelow,
+				"job %s is outside [%s, %s)", s.ID, lf.IDFrom, lf.IDBelow)
 			ids = append(ids, s.ID)
 		}
 		if cur == "" {
@@ -913,6 +916,85 @@ func storeListCursor(t *testing.T, f StoreFixture) {
 		require.Equal(t, domain.CodeInvalid, de.Code, name)
 		require.Equal(t, "cursor", de.Field, name)
 	}
+}
+
+// storeListIDRange: IDFrom and IDBelow bound a listing by id, alone,
+// together and with other filters, and it pages as any listing does. Job
+// ids are ULIDs, so a range of ids is an id prefix or a span of creation
+// times: the jobs here are made at hours apart.
+func storeListIDRange(t *testing.T, f StoreFixture) {
+	ctx := context.Background()
+	hour := func(n int) time.Time { return f.Now.Add(time.Duration(n) * time.Hour) }
+	// timeID is the first 10 characters of a ULID made at `at`: its time.
+	timeID := func(at time.Time) string { return ulid.MustNew(ulid.Timestamp(at), nil).String()[:10] }
+	createAt := func(tenant string, at time.Time) *domain.Job {
+		s, err := domain.ParseJobSpec([]byte(passSpec))
+		require.NoError(t, err)
+		j, err := domain.NewJob(tenant, ulid.MustNew(ulid.Timestamp(at), ulid.DefaultEntropy()).String(), s, "", f.Now)
+		require.NoError(t, err)
+		got, created, err := f.Store.Create(ctx, j, "", f.Now)
+		require.NoError(t, err)
+		require.True(t, created)
+		return got
+	}
+	byHour := map[int][]*domain.Job{}
+	for _, n := range []int{-3, -2, -1, 0} {
+		for range 3 {
+			byHour[n] = append(byHour[n], createAt(tenantA, hour(n)))
+		}
+		createAt(tenantB, hour(n)) // in every range, and never listed
+	}
+	at := func(hours ...int) []string {
+		var jobs []*domain.Job
+		for _, n := range hours {
+			jobs = append(jobs, byHour[n]...)
+		}
+		return newestFirst(jobs)
+	}
+
+	// A span of times, paged a job at a time, two, and whole.
+	span := engine.ListFilter{IDFrom: timeID(hour(-2)), IDBelow: timeID(hour(0))}
+	for _, limit := range []int32{1, 2, 100} {
+		span.Limit = limit
+		require.Equal(t, at(-1, -2), listAll(t, f, tenantA, span), "limit %d", limit)
+	}
+	require.Equal(t, at(0, -1), listAll(t, f, tenantA, engine.ListFilter{IDFrom: timeID(hour(-1)), Limit: 2}), "from alone")
+	require.Equal(t, at(-3), listAll(t, f, tenantA, engine.ListFilter{IDBelow: timeID(hour(-2)), Limit: 2}), "below alone")
+	require.Equal(t, at(0, -1, -2, -3), listAll(t, f, tenantA, engine.ListFilter{IDFrom: timeID(hour(-4)), IDBelow: timeID(hour(1)), Limit: 5}), "a span holding them all")
+
+	// An id's prefix (a range up to the next prefix): its time's, which the
+	// jobs of its hour share, down to the whole id.
+	one := byHour[-2][1]
+	prefix := func(n int) engine.ListFilter {
+		p := one.ID[:n]
+		return engine.ListFilter{IDFrom: p, IDBelow: p[:n-1] + string(p[n-1]+1), Limit: 1}
+	}
+	require.Equal(t, at(-2), listAll(t, f, tenantA, prefix(9)))
+	require.Equal(t, at(-2), listAll(t, f, tenantA, prefix(10)))
+	require.Equal(t, []string{one.ID}, listAll(t, f, tenantA, prefix(26)))
+
+	// Empty ranges answer no job and no cursor.
+	for name, lf := range map[string]engine.ListFilter{
+		"from past below":  {IDFrom: timeID(hour(0)), IDBelow: timeID(hour(-2))},
+		"from at below":    {IDFrom: timeID(hour(-1)), IDBelow: timeID(hour(-1))},
+		"after the last":   {IDFrom: timeID(hour(1))},
+		"before the first": {IDBelow: timeID(hour(-3))},
+	} {
+		lf.Limit = 5
+		page, cur, err := f.Store.List(ctx, tenantA, lf)
+		require.NoError(t, err, name)
+		require.Empty(t, page, name)
+		require.Empty(t, cur, name)
+	}
+
+	// With a state filter.
+	cancelled := byHour[-1][2]
+	loaded, n := load(t, f, tenantA, cancelled.ID)
+	_, err := loaded.Cancel(f.Now)
+	require.NoError(t, err)
+	require.NoError(t, f.Store.Save(ctx, loaded, n))
+	require.Equal(t, []string{cancelled.ID}, listAll(t, f, tenantA, engine.ListFilter{State: domain.JobCancelled, IDFrom: timeID(hour(-2)), IDBelow: timeID(hour(0)), Limit: 1}))
+	require.Empty(t, listAll(t, f, tenantA, engine.ListFilter{State: domain.JobCancelled, IDFrom: timeID(hour(0)), Limit: 1}))
 }
 
 func storeKeys(t *testing.T, f StoreFixture) {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/oklog/ulid/v2"
 
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
@@ -780,8 +781,62 @@ func listFilter(q map[string]string) (engine.ListFilter, string, func(*domain.Jo
 		}
 		f.Limit = int32(n)
 	}
+	if err := listIDRange(q, &f); err != nil {
+		return f, view, nil, err
+	}
 	f.Jobs = view != views.Canonical
 	return f, view, keep, nil
+}
+
+// ulidDigits are the characters of a job id (a ULID, Crockford's base 32,
+// as the engine writes it), in the order ids sort.
+const ulidDigits = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+// listIDRange reads the listing's id filters into f as one range of ids
+// (engine.ListFilter.IDFrom, IDBelow): id_prefix is the ids from the
+// prefix up to the next prefix, and since a ULID's first 10 characters are
+// its time in milliseconds, created_after and created_before bound it too.
+func listIDRange(q map[string]string, f *engine.ListFilter) error {
+	narrow := func(from, below string) {
+		f.IDFrom = max(f.IDFrom, from)
+		if below != "" && (f.IDBelow == "" || below < f.IDBelow) {
+			f.IDBelow = below
+		}
+	}
+	for _, name := range []string{"id_prefix", "created_after", "created_before"} {
+		v := q[name]
+		if v == "" {
+			continue
+		}
+		if f.Parent != "" {
+			// A job's children are listed from the job, in step order, not
+			// read as a range of ids.
+			return domain.Invalid(name, "cannot be given with parent")
+		}
+		if name == "id_prefix" {
+			p := strings.ToUpper(v)
+			if len(p) > ulid.EncodedSize || strings.Trim(p, ulidDigits) != "" {
+				return domain.Invalid(name, "%.40q is not the start of a job id: 1 to 26 of 0-9 and A-Z but I, L, O and U", v)
+			}
+			narrow(p, p[:len(p)-1]+string(p[len(p)-1]+1))
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil || at.Before(time.Unix(0, 0)) {
+			return domain.Invalid(name, "%.40q is not an RFC 3339 time from 1970 on, such as 2025-06-01T09:30:00Z", v)
+		}
+		// An id holds its time in whole milliseconds, so the time given is
+		// taken to its millisecond: spans that meet share no job.
+		var u ulid.ULID
+		_ = u.SetTime(uint64(at.UnixMilli())) // fails past the year 10889 only; RFC 3339 stops at 9999
+		id := u.String()[:10]
+		if name == "created_after" {
+			narrow(id, "")
+		} else {
+			narrow("", id)
+		}
+	}
+	return nil
 }
 
 // summaries renders a page of jobs in view. keep may drop jobs of the

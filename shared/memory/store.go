@@ -362,7 +362,8 @@ func (s *Store) List(_ context.Context, tenant string, f engine.ListFilter) ([]e
 	for k, r := range s.jobs {
 		if k.tenant != tenant || before != "" && k.id >= before ||
 			f.State != "" && r.state != f.State || len(f.States) > 0 && !slices.Contains(f.States, r.state) ||
-			f.Queue != "" && r.queue != f.Queue || f.Schedule != "" && r.schedule != f.Schedule {
+			f.Queue != "" && r.queue != f.Queue || f.Schedule != "" && r.schedule != f.Schedule ||
+			f.IDFrom != "" && k.id < f.IDFrom || f.IDBelow != "" && k.id >= f.IDBelow {
 			continue
 		}
 		js := engine.JobSummary{ID: k.id, State: r.state, Queue: r.queue, Schedule: r.schedule}

@@ -19,20 +19,25 @@ import (
 const maxShardPages = 3
 
 // List pages through a tenant's jobs, newest first: it queries each of the
-// tenant's partitions for jobs older than the cursor (DynamoDB applies the
-// filter as it reads) and merges them. The answer is complete down to its
-// last job, and the cursor resumes right after it.
+// tenant's partitions for jobs older than the cursor and in the filter's id
+// range (DynamoDB applies the rest of the filter as it reads) and merges
+// them. The answer is complete down to its last job, and the cursor
+// resumes right after it.
 func (s *Store) List(ctx context.Context, tenant string, f engine.ListFilter) ([]engine.JobSummary, string, error) {
 	before, err := engine.DecodeCursor(f.Cursor, tenant)
 	if err != nil {
 		return nil, "", err
+	}
+	from, below, ok := idRange(f, before)
+	if !ok {
+		return nil, "", nil // no id is in the range: nothing to read
 	}
 	var all []engine.JobSummary
 	// boundary is the highest id at which some partition stopped reading
 	// with jobs left: below it, that partition's jobs are unknown yet.
 	boundary := ""
 	for shard := range uint32(ListShards) {
-		found, stoppedAt, err := s.listShard(ctx, tenant, shard, before, f)
+		found, stoppedAt, err := s.listShard(ctx, tenant, shard, from, below, f)
 		if err != nil {
 			return nil, "", err
 		}
@@ -59,13 +64,43 @@ func (s *Store) List(ctx context.Context, tenant string, f engine.ListFilter) ([
 	}
 }
 
-// listShard reads one partition newest first from before, until it has
-// f.Limit matching jobs, runs out, or has read maxShardPages pages. It
-// answers the id it stopped at when jobs are left unread.
-func (s *Store) listShard(ctx context.Context, tenant string, shard uint32, before string, f engine.ListFilter) ([]engine.JobSummary, string, error) {
+// idRange answers the ids a listing reads, from <= id < below ("" for no
+// bound): the filter's range, below the cursor's id. ok is false when no
+// id is in it.
+func idRange(f engine.ListFilter, before string) (from, below string, ok bool) {
+	from, below = f.IDFrom, f.IDBelow
+	if before != "" && (below == "" || before < below) {
+		below = before
+	}
+	if from != "" && below != "" && from > lastBelow(below) {
+		return "", "", false
+	}
+	return from, below, true
+}
+
+// lastBelow answers the greatest job id below id, as far as a key
+// condition needs: id with its last character lowered and "~" after it.
+// Job ids are ULIDs, whose characters all sort before "~", so for them
+// sk <= lastBelow(id) is sk < id. (A query takes one condition on the
+// sort key, and BETWEEN's bounds are inclusive.)
+func lastBelow(id string) string {
+	return id[:len(id)-1] + string(id[len(id)-1]-1) + "~"
+}
+
+// listShard reads one partition newest first from below down to from
+// (idRange), until it has f.Limit matching jobs, runs out, or has read
+// maxShardPages pages. It answers the id it stopped at when jobs are
+// left unread.
+func (s *Store) listShard(ctx context.Context, tenant string, shard uint32, from, below string, f engine.ListFilter) ([]engine.JobSummary, string, error) {
 	kc := expression.Key("pk").Equal(expression.Value(jobPartition(tenant, shard)))
-	if before != "" {
-		kc = kc.And(expression.Key("sk").LessThan(expression.Value(before)))
+	// The range is a key condition: DynamoDB reads only the ids in it.
+	switch {
+	case from != "" && below != "":
+		kc = kc.And(expression.Key("sk").Between(expression.Value(from), expression.Value(lastBelow(below))))
+	case from != "":
+		kc = kc.And(expression.Key("sk").GreaterThanEqual(expression.Value(from)))
+	case below != "":
+		kc = kc.And(expression.Key("sk").LessThan(expression.Value(below)))
 	}
 	proj := expression.NamesList(expression.Name("sk"), expression.Name("state"), expression.Name("queue"), expression.Name("schedule"))
 	if f.Jobs {

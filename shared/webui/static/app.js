@@ -5,7 +5,8 @@ import { ApiError, forgetKey, get, getKey, setKey, takeKeyFromFragment, tenantOf
 import { hideBanner, setSignIn, startHealth, stopHealth } from './core.js';
 import { h } from './dom.js';
 import { jobsView, jobView } from './jobs.js';
-import { healthView, resourcesView, schedulesView } from './others.js';
+import { newJobView, resourceFormView, scheduleFormView } from './forms.js';
+import { healthView, queuesView, resourcesView, schedulesView } from './others.js';
 
 const main = document.getElementById('main');
 const nav = document.getElementById('nav');
@@ -132,16 +133,29 @@ function route() {
   markNav(view);
   main.replaceChildren();
   const ctx = { signal: ctl.signal, params, main };
+  // A resource or schedule is edited at #/<view>/<id>/edit, so that no
+  // id (not even "new") is taken from them.
+  const edit = parts[2] === 'edit' ? decodeURIComponent(parts[1]) : '';
   switch (view) {
     case 'jobs':
       if (parts[1]) jobView(ctx, decodeURIComponent(parts[1]));
       else jobsView(ctx);
       break;
+    case 'new':
+      newJobView(ctx);
+      break;
     case 'resources':
-      resourcesView(ctx);
+      if (parts[1] === 'new') resourceFormView(ctx);
+      else if (edit) resourceFormView(ctx, edit);
+      else resourcesView(ctx);
       break;
     case 'schedules':
-      schedulesView(ctx);
+      if (parts[1] === 'new') scheduleFormView(ctx);
+      else if (edit) scheduleFormView(ctx, edit);
+      else schedulesView(ctx);
+      break;
+    case 'queues':
+      queuesView(ctx);
       break;
     case 'health':
       healthView(ctx);

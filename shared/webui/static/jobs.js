@@ -9,7 +9,7 @@ export const JOB_STATES = ['QUEUED', 'RUNNING', 'WAITING', 'PARKED', 'RETRYING',
 const TERMINAL = new Set(['COMPLETED', 'FAILED', 'CANCELLED']);
 const STEP_DONE = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED', 'SKIPPED']);
 const PAGE = 25;
-const FILTERS = ['state', 'queue', 'schedule', 'parent'];
+const FILTERS = ['state', 'queue', 'schedule', 'parent', 'id_prefix', 'created_after', 'created_before'];
 const SHOWN_CHILDREN = 10; // a job's page names this many children; the list has them all
 
 function listHref(f) {
@@ -17,6 +17,22 @@ function listHref(f) {
   for (const k of FILTERS) if (f[k]) q.set(k, f[k]);
   const qs = q.toString();
   return '#/jobs' + (qs ? '?' + qs : '');
+}
+
+// localInput answers an RFC 3339 time as a datetime-local input shows it,
+// in the browser's zone ('' for none or garbage).
+function localInput(iso) {
+  const d = new Date(iso || '');
+  if (!iso || isNaN(d)) return '';
+  const p = (n) => String(n).padStart(2, '0');
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+}
+
+// rfc3339 answers a datetime-local input's value (the browser's zone) as
+// the API takes a time.
+function rfc3339(local) {
+  const d = new Date(local);
+  return local && !isNaN(d) ? d.toISOString() : '';
 }
 
 // jobLink links a job's page, its id the text.
@@ -32,6 +48,10 @@ export function jobsView({ signal, params, main }) {
     queue: params.get('queue') || '',
     schedule: params.get('schedule') || '',
     parent: params.get('parent') || '', // a job's children (GET /v1/jobs?parent=)
+    // A search: ids are ULIDs, so the API reads these as one range of ids.
+    id_prefix: (params.get('id_prefix') || '').trim(),
+    created_after: params.get('created_after') || '',
+    created_before: params.get('created_before') || '',
   };
   const cursors = ['']; // the cursor of each page seen, newest page first
   let page = 0;
@@ -57,17 +77,35 @@ export function jobsView({ signal, params, main }) {
     h('a', { class: ['chip', !filter.state && 'on'], href: listHref({ ...filter, state: '' }) }, 'all'),
     JOB_STATES.map((st) => h('a', { class: ['chip', filter.state === st && 'on'], href: listHref({ ...filter, state: st }), 'data-state': st }, st.toLowerCase())));
 
-  const queue = h('input', { name: 'queue', value: filter.queue, placeholder: 'any queue', 'aria-label': 'queue' });
-  const schedule = h('input', { name: 'schedule', value: filter.schedule, placeholder: 'any schedule', 'aria-label': 'schedule' });
+  const inputs = {
+    queue: h('input', { name: 'queue', value: filter.queue, placeholder: 'any queue', 'aria-label': 'queue' }),
+    schedule: h('input', { name: 'schedule', value: filter.schedule, placeholder: 'any schedule', 'aria-label': 'schedule' }),
+    id_prefix: h('input', { name: 'id_prefix', value: filter.id_prefix, placeholder: '01J…', 'aria-label': 'id starts with', spellcheck: 'false', autocomplete: 'off', class: 'mono' }),
+    created_after: h('input', { type: 'datetime-local', step: 1, name: 'created_after', value: localInput(filter.created_after), 'aria-label': 'created after' }),
+    created_before: h('input', { type: 'datetime-local', step: 1, name: 'created_before', value: localInput(filter.created_before), 'aria-label': 'created before' }),
+  };
+  const searchError = h('p', { class: 'error', id: 'jobs-error', role: 'alert' });
+  searchError.hidden = true;
+  const filtered = FILTERS.some((k) => filter[k]);
   const form = h('form', {
-    class: 'filters',
+    class: 'filters', id: 'job-filters',
     onsubmit: (e) => {
       e.preventDefault();
-      location.hash = listHref({ ...filter, queue: queue.value.trim(), schedule: schedule.value.trim() });
+      location.hash = listHref({
+        ...filter,
+        queue: inputs.queue.value.trim(),
+        schedule: inputs.schedule.value.trim(),
+        id_prefix: inputs.id_prefix.value.trim(),
+        created_after: rfc3339(inputs.created_after.value),
+        created_before: rfc3339(inputs.created_before.value),
+      });
     },
-  }, h('label', null, 'queue ', queue), h('label', null, 'schedule ', schedule),
-  h('button', { type: 'submit' }, 'Filter'),
-  (filter.queue || filter.schedule || filter.state || filter.parent) && h('a', { href: '#/jobs', class: 'clear' }, 'clear filters'));
+  }, h('label', null, 'queue ', inputs.queue), h('label', null, 'schedule ', inputs.schedule),
+  h('label', null, 'id starts with ', inputs.id_prefix),
+  h('label', null, 'created after ', inputs.created_after),
+  h('label', null, 'before ', inputs.created_before),
+  h('button', { type: 'submit' }, 'Search'),
+  filtered && h('a', { href: '#/jobs', class: 'clear' }, 'clear filters'));
 
   const tbody = h('tbody');
   const newer = h('button', { type: 'button', onclick: () => { page--; kick(); } }, '← newer');
@@ -76,14 +114,15 @@ export function jobsView({ signal, params, main }) {
   const pager = h('div', { class: 'pager' }, newer, where, older);
 
   main.append(
-    h('h1', null, 'Jobs'),
+    h('div', { class: 'titled' }, h('h1', null, 'Jobs'), h('a', { class: 'button primary', href: '#/new', id: 'new-job-link' }, 'New job')),
     tiles,
     h('div', { class: 'toolbar' }, chips, form),
+    searchError,
     filter.parent && h('p', { class: 'scope', id: 'jobs-parent' }, 'Child jobs of ', jobLink(filter.parent), ' ',
       h('a', { href: listHref({ ...filter, parent: '' }), class: 'clear' }, 'all jobs')),
-    h('table', { class: 'list', id: 'jobs' },
+    h('div', { class: 'scroll' }, h('table', { class: 'list', id: 'jobs' },
       h('thead', null, h('tr', null, h('th', null, 'job'), h('th', null, 'state'), h('th', null, 'queue'), h('th', null, 'schedule'), h('th', null, 'submitted'))),
-      tbody),
+      tbody)),
     pager,
   );
 
@@ -92,7 +131,19 @@ export function jobsView({ signal, params, main }) {
     for (const k of FILTERS) if (filter[k]) q.set(k, filter[k]);
     if (cursors[page]) q.set('cursor', cursors[page]);
     const at = page;
-    const answer = await get('v1/jobs?' + q, { signal });
+    let answer;
+    try {
+      answer = await get('v1/jobs?' + q, { signal });
+    } catch (err) {
+      if (!(err instanceof ApiError && err.status === 400)) throw err;
+      // A filter the API refused (a search's bad value): said at its input.
+      searchError.textContent = err.describe();
+      searchError.hidden = false;
+      if (inputs[err.field]) inputs[err.field].setAttribute('aria-invalid', 'true');
+      tbody.replaceChildren(h('tr', null, h('td', { colspan: 5, class: 'empty' }, 'No jobs: the API refused the filter.')));
+      pager.hidden = true;
+      return;
+    }
     if (at !== page) return; // the page changed meanwhile: its own load follows
     next = answer.next_cursor || '';
     const rows = (answer.jobs || []).map((j) =>
@@ -316,13 +367,13 @@ export function jobView({ signal, params, main }, id) {
       h('p', { class: 'counts' }, `${kids.length} items: `,
         [...counts.entries()].map(([state, n]) => h('span', { class: 'count', 'data-count': state }, `${n} `, pill(state), ' '))),
       h('details', null, h('summary', null, kids.length > shown.length ? `the first ${shown.length} items` : 'items'),
-        h('table', { class: 'list' },
+        h('div', { class: 'scroll' }, h('table', { class: 'list' },
           h('thead', null, h('tr', null, ['item', 'state', 'attempt', 'output or error'].map((c) => h('th', null, c)))),
           h('tbody', null, shown.map((k) => h('tr', { 'data-item': k.id },
             h('td', { class: 'mono' }, k.id),
             h('td', null, pill(k.state)),
             h('td', null, k.attempt ? String(k.attempt) : ''),
-            h('td', { class: 'wrap mono' }, k.error ? `${k.error.class}: ${k.error.message}` : k.output !== undefined ? JSON.stringify(k.output).slice(0, 120) : '')))))));
+            h('td', { class: 'wrap mono' }, k.error ? `${k.error.class}: ${k.error.message}` : k.output !== undefined ? JSON.stringify(k.output).slice(0, 120) : ''))))))));
   }
 
   function renderStep(st, kids) {
@@ -389,7 +440,7 @@ export function jobView({ signal, params, main }, id) {
 
     const made = st.attempts && st.attempts.some((a) => a.child); // a job step's: each attempt its child
     const attempts = st.attempts && st.attempts.length
-      ? h('table', { class: 'list attempts' },
+      ? h('div', { class: 'scroll' }, h('table', { class: 'list attempts' },
         h('thead', null, h('tr', null, ['#', 'state', made ? 'child job' : ['worker', 'resource'], 'started', 'took', 'error'].flat().map((c) => h('th', null, c)))),
         h('tbody', null, st.attempts.map((a) => h('tr', null,
           h('td', null, a.n),
@@ -399,7 +450,7 @@ export function jobView({ signal, params, main }, id) {
             h('td', null, a.resource || '')],
           h('td', null, timeEl(a.started_at)),
           h('td', null, a.started_at ? dur(a.started_at, a.ended_at) + (a.ended_at ? '' : ' so far') : ''),
-          h('td', { class: 'wrap' }, a.error ? `${a.error.class}: ${a.error.message}` : '')))))
+          h('td', { class: 'wrap' }, a.error ? `${a.error.class}: ${a.error.message}` : ''))))))
       : null;
 
     return h('article', { class: 'card step', 'data-step': st.id, id: `step-${st.id}` },

@@ -1,4 +1,4 @@
-// Resources, schedules and health.
+// Resources, schedules, queues and health.
 
 import { get, post } from './api.js';
 import { act, onHealth, poller } from './core.js';
@@ -8,8 +8,16 @@ function jobLink(id) {
   return h('a', { class: 'mono', href: `#/jobs/${encodeURIComponent(id)}` }, id);
 }
 
+// table answers a list table in a box that scrolls sideways when the
+// table is wider than the screen, so the page never does.
 function table(id, headers, body) {
-  return h('table', { class: 'list', id }, h('thead', null, h('tr', null, headers.map((c) => h('th', null, c)))), body);
+  return h('div', { class: 'scroll' },
+    h('table', { class: 'list', id }, h('thead', null, h('tr', null, headers.map((c) => h('th', null, c)))), body));
+}
+
+// titled answers a page's title with an action beside it.
+function titled(title, ...actions) {
+  return h('div', { class: 'titled' }, h('h1', null, title), ...actions);
 }
 
 function empty(tbody, cols, text) {
@@ -21,12 +29,12 @@ function empty(tbody, cols, text) {
 export function resourcesView({ signal, main }) {
   const tbody = h('tbody');
   main.append(
-    h('h1', null, 'Resources'),
-    h('p', { class: 'muted' }, 'Slots steps take with their leases (PUT /v1/resources/{id} makes one).'),
-    table('resources', ['resource', 'capabilities', 'labels', 'in use', 'holders', 'waiting'], tbody));
+    titled('Resources', h('a', { class: 'button primary', href: '#/resources/new', id: 'new-resource' }, 'New resource')),
+    h('p', { class: 'muted' }, 'Slots steps take with their leases.'),
+    table('resources', ['resource', 'capabilities', 'labels', 'in use', 'holders', 'waiting', ''], tbody));
   poller(signal, 5000, async () => {
     const { resources } = await get('v1/resources', { signal });
-    if (!resources.length) return empty(tbody, 6, 'No resources.');
+    if (!resources.length) return empty(tbody, 7, 'No resources.');
     tbody.replaceChildren(...resources.map((r) => h('tr', { 'data-resource': r.id },
       h('td', { class: 'mono' }, r.id),
       h('td', null, (r.capabilities || []).map((c) => h('span', { class: 'tag' }, c))),
@@ -37,7 +45,8 @@ export function resourcesView({ signal, main }) {
       h('td', null, r.holders.length ? h('ul', { class: 'plain' }, r.holders.map((x) =>
         h('li', null, jobLink(x.job_id), ` ${x.step_id}, since `, timeEl(x.since), ', expires ', timeEl(x.expires_at)))) : h('span', { class: 'muted' }, 'none')),
       h('td', null, r.waiting && r.waiting.length ? h('ul', { class: 'plain' }, r.waiting.map((w) =>
-        h('li', null, jobLink(w.job), ` ${w.step}, since `, timeEl(w.since)))) : h('span', { class: 'muted' }, 'none')))));
+        h('li', null, jobLink(w.job), ` ${w.step}, since `, timeEl(w.since)))) : h('span', { class: 'muted' }, 'none')),
+      h('td', null, h('a', { class: 'button', href: `#/resources/${encodeURIComponent(r.id)}/edit`, 'data-action': 'edit' }, 'Edit')))));
   });
 }
 
@@ -54,7 +63,7 @@ export function schedulesView({ signal, main }) {
   const older = h('button', { type: 'button', onclick: () => { cursors[page + 1] = next; page++; kick(); } }, 'next →');
   const pager = h('div', { class: 'pager' }, newer, older);
   main.append(
-    h('h1', null, 'Schedules'),
+    titled('Schedules', h('a', { class: 'button primary', href: '#/schedules/new', id: 'new-schedule' }, 'New schedule')),
     error,
     table('schedules', ['schedule', 'when', 'overlap', 'state', 'next tick', 'last run', 'runs', 'skipped', ''], tbody),
     pager);
@@ -83,8 +92,29 @@ export function schedulesView({ signal, main }) {
         h('td', null, sc.last_job_id ? [jobLink(sc.last_job_id), ' ', timeEl(sc.last_run_at)] : h('span', { class: 'muted' }, 'none yet')),
         h('td', { class: 'num' }, sc.runs),
         h('td', { class: 'num' }, sc.skipped),
-        h('td', null, toggle));
+        h('td', { class: 'row-actions' }, toggle, h('a', { class: 'button', href: `#/schedules/${encodeURIComponent(sc.id)}/edit`, 'data-action': 'edit' }, 'Edit')));
     }));
+  });
+}
+
+// ---------------------------------------------------------------- queues
+
+export function queuesView({ signal, main }) {
+  const tbody = h('tbody');
+  main.append(
+    h('h1', null, 'Queues'),
+    h('p', { class: 'muted' }, 'The worker queues jobs have named, and the steps in each: visible (a claim can take them), in flight (taken), delayed (a retry\'s backoff).'),
+    table('queues', ['queue', 'visible', 'in flight', 'delayed', 'by priority', 'last named'], tbody));
+  poller(signal, 5000, async () => {
+    const { queues } = await get('v1/queues', { signal });
+    if (!queues.length) return empty(tbody, 6, 'No worker queues.');
+    tbody.replaceChildren(...queues.map((q) => h('tr', { 'data-queue': q.name },
+      h('td', null, h('a', { class: 'mono', href: `#/jobs?queue=${encodeURIComponent(q.name)}`, title: 'its jobs' }, q.name)),
+      h('td', { class: 'num' }, q.visible),
+      h('td', { class: 'num' }, q.in_flight),
+      h('td', { class: 'num' }, q.delayed),
+      h('td', null, (q.lanes || []).map((l) => h('span', { class: 'tag' }, `P${l.priority}: ${l.visible}/${l.in_flight}/${l.delayed}`))),
+      h('td', null, timeEl(q.last_used)))));
   });
 }
 

@@ -355,6 +355,10 @@ func run(ctx context.Context, o options) error {
 		{"100-step pass", max(o.jobs/50, 2), 100, map[string]any{"steps": passChain(100), "payload": map[string]any{"n": 1}}},
 		{"1,000-step pass", 2, 1000, map[string]any{"steps": passChain(1000), "payload": map[string]any{"n": 1}}},
 		{"5,000-step pass", 1, 5000, map[string]any{"steps": passChain(5000), "payload": map[string]any{"n": 1}}},
+		{"child job: a step runs a one-step child, then a pass step", o.jobs / 5, 2, map[string]any{"steps": []any{
+			map[string]any{"id": "sub", "action": map[string]any{"type": "job", "spec": map[string]any{"steps": []any{map[string]any{"id": "a", "action": map[string]any{"type": "pass"}}}}}},
+			map[string]any{"id": "after", "action": map[string]any{"type": "pass"}},
+		}, "payload": map[string]any{"n": 1}}},
 		{"map: 1,000 pass items", 1, 1001, map[string]any{"steps": []any{
 			map[string]any{"id": "each", "action": map[string]any{"type": "map", "items": "payload.items", "step": map[string]any{"action": map[string]any{"type": "pass"}, "output": "output.item * 2.0"}}},
 		}, "payload": map[string]any{"items": mapItems(1000)}}},

@@ -129,7 +129,7 @@ func (t Toolchain) NotFound(tools ...string) error {
 // installs Requirements into it with pip; out receives their output. It
 // fails when there is no python3, when the virtualenv cannot be made, or
 // when pip cannot install them (most often: its index is out of reach),
-// and notes the failure (FailedSince) until an install succeeds.
+// and notes the failure (LastFailure) until an install succeeds.
 func (t Toolchain) Install(ctx context.Context, out io.Writer) error {
 	err := t.install(ctx, out)
 	note := filepath.Join(t.Root, failedFile)
@@ -167,14 +167,16 @@ func (t Toolchain) install(ctx context.Context, out io.Writer) error {
 	return nil
 }
 
-// FailedSince answers when the last Install failed, if it did and none
-// has succeeded since.
-func (t Toolchain) FailedSince() (time.Time, bool) {
-	fi, err := os.Stat(filepath.Join(t.Root, failedFile))
+// LastFailure answers when the last Install failed and why, if it did and
+// none has succeeded since.
+func (t Toolchain) LastFailure() (at time.Time, why string, failed bool) {
+	path := filepath.Join(t.Root, failedFile)
+	fi, err := os.Stat(path)
 	if err != nil {
-		return time.Time{}, false
+		return time.Time{}, "", false
 	}
-	return fi.ModTime(), true
+	b, _ := os.ReadFile(path)
+	return fi.ModTime(), strings.TrimSpace(string(b)), true
 }
 
 // lookPath finds an executable on Path alone (not in the virtualenv).

@@ -94,7 +94,7 @@ func TestInstallMakesTheVirtualenvAndPipInstallsThePinnedVersions(t *testing.T) 
 	require.NoError(t, err)
 	require.Contains(t, string(args), "-m pip install")
 	require.Contains(t, string(args), "moto[server]=="+toolchain.MotoVersion+" cfn-lint=="+toolchain.CfnLintVersion)
-	_, failed := tc.FailedSince()
+	_, _, failed := tc.LastFailure()
 	require.False(t, failed)
 }
 
@@ -109,15 +109,16 @@ func TestInstallFailsWhenPipCannotReachItsIndex(t *testing.T) {
 	require.ErrorContains(t, err, "pip could not install moto[server]=="+toolchain.MotoVersion)
 	require.Contains(t, out.String(), "Could not find a version", "pip's own output goes to out")
 	require.Equal(t, []string{toolchain.MotoServer}, tc.Missing(toolchain.MotoServer))
-	_, failed := tc.FailedSince()
+	_, why, failed := tc.LastFailure()
 	require.True(t, failed, "the failure is noted, so make dev does not wait on pip at every start")
+	require.Equal(t, err.Error(), why)
 
 	// Once pip can reach its index, an install succeeds over the
 	// virtualenv the failed one made, and the note goes.
 	script(t, filepath.Join(tc.VenvBin(), "python"), pipInstalls)
 	require.NoError(t, tc.Install(context.Background(), &out))
 	require.Empty(t, tc.Missing(toolchain.MotoServer, toolchain.CfnLint))
-	_, failed = tc.FailedSince()
+	_, _, failed = tc.LastFailure()
 	require.False(t, failed)
 }
 

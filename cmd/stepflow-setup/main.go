@@ -21,11 +21,6 @@ import (
 	"github.com/stepflow/stepflow/localstack/toolchain"
 )
 
-// retryAfter is how long -for-test trusts a failed install: pip failing
-// again at once would only make every `make test` slower on a machine
-// without its index. `make setup` always tries.
-const retryAfter = time.Hour
-
 // logFile keeps pip's output of -for-test's install.
 var logFile = filepath.Join(".stepflow", "setup.log")
 
@@ -72,7 +67,7 @@ func forTests(ctx context.Context, tc toolchain.Toolchain, missing []string, std
 			strings.Join(missing, " and "), toolchain.VenvDir, why, toolchain.SetupCommand)
 		return 1
 	}
-	if at, why, failed := tc.LastFailure(); failed && time.Since(at) < retryAfter {
+	if at, why, failed := tc.LastFailure(); failed && time.Since(at) < toolchain.RetryAfter {
 		return fail(fmt.Sprintf("at %s (%s)", at.Format("15:04"), why))
 	}
 	path := filepath.Join(tc.Root, logFile)

@@ -44,6 +44,12 @@ var PipCommand = `pip install "moto[server]==` + MotoVersion + `" "cfn-lint==` +
 // VenvDir is the project's virtualenv, relative to its root.
 var VenvDir = filepath.Join(".stepflow", "venv")
 
+// RetryAfter is how long a failed Install is trusted by the commands that
+// install on their own (`make dev`, `make test`): pip failing again at
+// once would only slow each of them down on a machine without its index.
+// `make setup` always tries.
+const RetryAfter = time.Hour
+
 // failedFile notes when pip last failed, so that `make dev` on a machine
 // pip cannot serve starts at once rather than waiting on pip every time.
 var failedFile = filepath.Join(".stepflow", "setup-failed")

@@ -47,7 +47,7 @@ func chooseMode(ctx context.Context, setting, endpoint string, tc toolchain.Tool
 		return devMode{why: p}, nil
 	}
 	if at, why, failed := tc.LastFailure(); failed && setting == "" && time.Since(at) < toolchain.RetryAfter {
-		return devMode{embedded: true, why: fmt.Sprintf("moto_server is not installed, and installing it failed at %s (%s)", at.Format("15:04"), why)}, nil
+		return devMode{embedded: true, why: fmt.Sprintf("moto_server is not installed, and installing it failed at %s: %s", at.Format("15:04"), why)}, nil
 	}
 	fmt.Fprintf(out, "moto_server is not on PATH or in %s: installing %s there with pip (make setup; output in %s)\n", toolchain.VenvDir, strings.Join(toolchain.Requirements, " "), setupLog)
 	logPath := filepath.Join(tc.Root, setupLog)
@@ -63,7 +63,7 @@ func chooseMode(ctx context.Context, setting, endpoint string, tc toolchain.Tool
 		if setting == "emulator" {
 			return devMode{}, fmt.Errorf("STEPFLOW_DEV_MODE=emulator: %w (pip's output in %s)", err, setupLog)
 		}
-		return devMode{embedded: true, why: "moto_server is not installed, and installing it failed (" + err.Error() + ")"}, nil
+		return devMode{embedded: true, why: "moto_server is not installed, and installing it failed: " + err.Error()}, nil
 	}
 	p, _ := tc.Find(toolchain.MotoServer)
 	return devMode{why: p + ", installed now"}, nil
@@ -76,7 +76,7 @@ func modeLines(m devMode) string {
 		return "  mode       emulator: the AWS emulator " + m.why + "\n"
 	}
 	return "  mode       embedded: no AWS emulator; the same engine and handlers over in-memory adapters, in this process\n" +
-		"             (" + m.why + ")\n" +
+		"             why: " + m.why + "\n" +
 		"             for the emulator: " + toolchain.SetupCommand + " (or " + toolchain.PipCommand + "), then make dev again\n"
 }
 

@@ -59,7 +59,7 @@ mkdir -p "$3/bin" && cat > "$3/bin/python" <<'EOF'
 #!/bin/sh
 `+pip+`
 EOF
-chmod +x "$3/bin/python"
+chmod +x "$3/bin/python" && echo '#!/bin/sh' > "$3/bin/pip"
 `), 0o755))
 }
 
@@ -82,7 +82,7 @@ func TestDevChoosesItsMode(t *testing.T) {
 	m, err := chooseMode(ctx, "", "", tc, &out)
 	require.NoError(t, err)
 	require.True(t, m.embedded)
-	require.Contains(t, m.why, "installing it failed (pip could not install")
+	require.Contains(t, m.why, "installing it failed: pip could not install")
 	require.Contains(t, out.String(), "installing moto[server]=="+toolchain.MotoVersion)
 	out.Reset()
 	m, err = chooseMode(ctx, "", "", tc, &out)
@@ -120,7 +120,7 @@ func TestBannerNamesTheMode(t *testing.T) {
 	require.Equal(t, "  mode       emulator: the AWS emulator /usr/bin/moto_server\n", modeLines(devMode{why: "/usr/bin/moto_server"}))
 	lines := modeLines(devMode{embedded: true, why: "moto_server is not installed"})
 	require.True(t, strings.HasPrefix(lines, "  mode       embedded: no AWS emulator"), lines)
-	require.Contains(t, lines, "(moto_server is not installed)")
+	require.Contains(t, lines, "why: moto_server is not installed\n")
 	require.Contains(t, lines, "for the emulator: make setup (or pip install \"moto[server]=="+toolchain.MotoVersion)
 }
 

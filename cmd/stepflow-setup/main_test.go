@@ -84,7 +84,7 @@ func TestMakeTestsCheckInstallsWhatIsMissing(t *testing.T) {
 #!/bin/sh
 for tool in moto_server cfn-lint; do echo '#!/bin/sh' > "$(dirname "$0")/$tool"; chmod +x "$(dirname "$0")/$tool"; done
 EOF
-chmod +x "$3/bin/python"
+chmod +x "$3/bin/python" && echo '#!/bin/sh' > "$3/bin/pip"
 `)
 	tc := toolchain.Toolchain{Root: t.TempDir(), Path: bin}
 	code, stdout, stderr := runSetup(t, tc, "-for-test")

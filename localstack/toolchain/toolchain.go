@@ -150,7 +150,9 @@ func (t Toolchain) Install(ctx context.Context, out io.Writer) error {
 
 func (t Toolchain) install(ctx context.Context, out io.Writer) error {
 	python := filepath.Join(t.VenvBin(), "python")
-	if !isFile(python) {
+	// pip is the last thing venv makes: a virtualenv without it is one a
+	// failed venv left (python3 without ensurepip), and is made again.
+	if !isFile(filepath.Join(t.VenvBin(), "pip")) {
 		sys, ok := t.lookPath("python3")
 		if !ok {
 			return errors.New("python3 is not on PATH, so pip cannot install moto")

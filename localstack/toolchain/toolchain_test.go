@@ -43,7 +43,7 @@ mkdir -p "$3/bin" && cat > "$3/bin/python" <<'EOF'
 #!/bin/sh
 `+venvPython+`
 EOF
-chmod +x "$3/bin/python"
+chmod +x "$3/bin/python" && echo '#!/bin/sh' > "$3/bin/pip"
 `)
 }
 
@@ -128,10 +128,20 @@ func TestInstallNeedsPython3(t *testing.T) {
 	require.ErrorContains(t, tc.Install(context.Background(), &strings.Builder{}), "python3 is not on PATH")
 }
 
+// A python3 without ensurepip (Debian's, without python3-venv) makes half
+// a virtualenv and fails: Install says what to install, and makes it again
+// next time.
 func TestInstallSaysWhenTheVirtualenvCannotBeMade(t *testing.T) {
 	t.Parallel()
 	bin := fakeBin(t)
-	script(t, filepath.Join(bin, "python3"), "echo 'ensurepip is not available' >&2; exit 1\n")
+	script(t, filepath.Join(bin, "python3"), `mkdir -p "$3/bin" && echo '#!/bin/sh' > "$3/bin/python" && chmod +x "$3/bin/python"
+echo 'The virtual environment was not created successfully because ensurepip is not available.' >&2; exit 1
+`)
 	tc := toolchain.Toolchain{Root: t.TempDir(), Path: bin}
 	require.ErrorContains(t, tc.Install(context.Background(), &strings.Builder{}), "apt install python3-venv")
+
+	require.NoError(t, os.Remove(filepath.Join(bin, "python3")))
+	fakePython3(t, bin, pipInstalls)
+	require.NoError(t, tc.Install(context.Background(), &strings.Builder{}))
+	require.Empty(t, tc.Missing(toolchain.MotoServer, toolchain.CfnLint))
 }

@@ -216,7 +216,7 @@ func TestDevEmbeddedKeepsJobsAcrossARestart(t *testing.T) {
 	addr := freeAddr(t)
 	base := "http://" + addr
 	state := filepath.Join(dir, "state.json")
-	env := []string{"STEPFLOW_DEV_MODE=embedded", "STEPFLOW_ADDR=" + addr, "STEPFLOW_DEV_STATE=" + state, "XDG_STATE_HOME=" + filepath.Join(dir, "xdg")}
+	env := []string{"STEPFLOW_DEV_MODE=embedded", "STEPFLOW_API_KEYS=dev:dev-key", "STEPFLOW_ADDR=" + addr, "STEPFLOW_DEV_STATE=" + state, "XDG_STATE_HOME=" + filepath.Join(dir, "xdg")}
 
 	first := startDev(t, dir, env)
 	banner := first.output()

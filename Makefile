@@ -3,11 +3,29 @@ SHELL := /bin/bash
 GO    ?= go
 FUNCTIONS := enqueue claim execute heartbeat
 
-.PHONY: dev test vet lint build invoke clean bench chaos
+# moto_server and cfn-lint are found on PATH, else in the project's own
+# virtualenv, where make setup (and make dev and make test, when they lack
+# them) installs them.
+export PATH := $(PATH):$(CURDIR)/.stepflow/venv/bin
 
-## dev: serve the HTTP API on STEPFLOW_ADDR (127.0.0.1:3000) over a local AWS emulator; stays in the foreground
+.PHONY: dev setup tools test vet lint build invoke clean bench chaos
+
+## dev: serve the HTTP API on STEPFLOW_ADDR (127.0.0.1:3000) over a local AWS emulator (installed with pip if missing), or
+## without one, embedded (STEPFLOW_DEV_MODE=embedded forces it); stays in the foreground
 dev:
 	$(GO) run ./cmd/stepflow-local dev
+
+# Built rather than go run, which adds a line of its own to a failure's.
+SETUP := .stepflow/bin/stepflow-setup
+
+## setup: install moto_server and cfn-lint into .stepflow/venv with pip, unless they are on PATH
+setup:
+	@$(GO) build -o $(SETUP) ./cmd/stepflow-setup && $(SETUP)
+
+# tools: what make test needs beyond Go, installed if missing; else it
+# fails at once with one line saying what to run.
+tools:
+	@$(GO) build -o $(SETUP) ./cmd/stepflow-setup && $(SETUP) -for-test
 
 ## test: go vet, every test with the race detector (each binary starts its own moto; the atomicity test
 ## races 200 rounds, make chaos 1000) but the end-to-end packages' (E2E) and the examples' (programs driving
@@ -22,7 +40,7 @@ dev:
 # quicker. -p 3: the stack tests spend much of their time waiting on moto,
 # so a third package in flight uses cores that would otherwise idle.
 E2E := ./localstack/devstack ./localstack/chaos ./cmd/stepflow-local
-test: vet
+test: tools vet
 	$(GO) test -race -count=1 -p 3 -ldflags=-w $$($(GO) list ./... | grep -v -e /examples/ $(patsubst ./%,-e '/%$$',$(E2E)))
 	$(GO) test -count=1 -p 3 -ldflags=-w $(E2E) ./examples/...
 	$(GO) test -run='^$$' -fuzz='^FuzzParseJobSpec$$' -fuzztime=$(FUZZ_SPEC) -fuzzminimizetime=$(FUZZ_MINIMIZE) ./shared/domain

@@ -1,8 +1,10 @@
 // Command stepflow-local runs stepflow on one machine: `dev` starts the
 // emulator, the resources of template.yaml and the runner that plays API
-// Gateway, SQS event source mappings and the schedule; `invoke` runs one
-// function's handler on one event against a running dev stack, as `sam
-// local invoke` would.
+// Gateway, SQS event source mappings and the schedule, or, with no
+// emulator to be had, the same engine and handlers embedded over
+// in-memory adapters (localstack/embedded); `invoke` runs one function's
+// handler on one event against a running dev stack, as `sam local invoke`
+// would.
 package main
 
 import (
@@ -27,6 +29,8 @@ import (
 
 	"github.com/stepflow/stepflow/localstack/devstack"
 	"github.com/stepflow/stepflow/localstack/devstate"
+	"github.com/stepflow/stepflow/localstack/embedded"
+	"github.com/stepflow/stepflow/localstack/toolchain"
 	"github.com/stepflow/stepflow/shared/config"
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/logging"
@@ -34,7 +38,7 @@ import (
 )
 
 func main() {
-	root := &cobra.Command{Use: "stepflow-local", Short: "Run stepflow on this machine against a local AWS emulator", SilenceUsage: true}
+	root := &cobra.Command{Use: "stepflow-local", Short: "Run stepflow on this machine against a local AWS emulator, or embedded without one", SilenceUsage: true}
 	root.AddCommand(devCmd(), invokeCmd(), apiKeyCmd())
 	if err := root.Execute(); err != nil {
 		os.Exit(1)
@@ -149,7 +153,14 @@ func devCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "dev",
 		Short: "Serve the HTTP API and run the stack in the foreground (Ctrl-C stops it)",
-		Long: `Environment:
+		Long: `It runs over moto_server, found on PATH or in .stepflow/venv, and installed there with
+pip when it is in neither (make setup does just that). When pip cannot install it, it runs
+embedded: the same engine, handlers and routes over in-memory adapters in this process, the
+state kept in .stepflow/embedded-<port>.json. The banner says which mode runs.
+
+Environment:
+  STEPFLOW_DEV_MODE     emulator or embedded: run so, or fail (emulator when moto cannot be had);
+                        unset: the emulator when moto is installed or pip installs it, else embedded
   STEPFLOW_ADDR         HTTP API address (default 127.0.0.1:3000)
   AWS_ENDPOINT_URL      use this running emulator (e.g. LocalStack) instead of starting moto;
                         its DynamoDB requests are serialised by the same proxy; a moto
@@ -186,6 +197,9 @@ func devCmd() *cobra.Command {
                         restored at start into the emulator's empty table, saved on stop
                         (Ctrl-C, SIGTERM, SIGHUP; not after kill -9). Without it the state
                         lives in the emulator's memory and stopping drops every job.
+                        Embedded, the state is always kept, in this file or by default in
+                        .stepflow/embedded-<port>.json, written as it changes and on stop;
+                        each mode refuses the other's file.
 
 It writes .stepflow/env.json, the functions' environment in the format of
 sam local invoke --env-vars, and keeps the sample job the events in events/
@@ -218,11 +232,6 @@ Invoke API as stepflow-fn-<name> (and <name>); lambda steps call them there.`,
 				return err
 			}
 			addr := env("STEPFLOW_ADDR", "127.0.0.1:3000")
-			motoLog, err := os.Create(filepath.Join(".stepflow", "moto-"+strings.ReplaceAll(addr, ":", "_")+".log"))
-			if err != nil {
-				return err
-			}
-			defer motoLog.Close()
 			// The functions' EMF records, as CloudWatch Logs would get them.
 			metricsPath := filepath.Join(".stepflow", "metrics-"+strings.ReplaceAll(addr, ":", "_")+".log")
 			metricsLog, err := os.Create(metricsPath)
@@ -230,6 +239,22 @@ Invoke API as stepflow-fn-<name> (and <name>); lambda steps call them there.`,
 				return err
 			}
 			defer metricsLog.Close()
+			mode, err := chooseMode(ctx, os.Getenv("STEPFLOW_DEV_MODE"), os.Getenv("AWS_ENDPOINT_URL"), toolchain.New(), os.Stderr)
+			if err != nil {
+				return err
+			}
+			if mode.embedded {
+				return runEmbedded(ctx, mode, embedded.Options{
+					Addr: addr, APIKeys: keys, ScheduleEvery: every, MachineInvocations: invocations, Region: env("AWS_REGION", "us-east-1"), Log: log,
+					MetricsOutput: metricsLog, HTTPAllow: os.Getenv("STEPFLOW_HTTP_ALLOW"), Env: passedSettings(),
+					LambdaDirs: []string{"examples/functions"}, LambdaOutput: os.Stderr, SampleJob: true, StatePath: os.Getenv("STEPFLOW_DEV_STATE"),
+				}, log)
+			}
+			motoLog, err := os.Create(filepath.Join(".stepflow", "moto-"+strings.ReplaceAll(addr, ":", "_")+".log"))
+			if err != nil {
+				return err
+			}
+			defer motoLog.Close()
 			st, err := devstack.Start(ctx, devstack.Options{
 				Addr: addr, EndpointURL: os.Getenv("AWS_ENDPOINT_URL"), StackName: os.Getenv("STEPFLOW_STACK"),
 				APIKeys: keys, ScheduleEvery: every, MachineInvocations: invocations, Region: env("AWS_REGION", "us-east-1"), Log: log, MotoLog: motoLog, MetricsOutput: metricsLog,
@@ -264,7 +289,7 @@ Invoke API as stepflow-fn-<name> (and <name>); lambda steps call them there.`,
 			}
 			fmt.Fprintf(os.Stderr, `
 stepflow is running
-  HTTP API   %s
+%s  HTTP API   %s
   web UI     %s/ui#key=%s
   emulator   %s (DynamoDB serialised by proxy at %s)
   stack      %s (resources from template.yaml)
@@ -280,7 +305,7 @@ stepflow is running
        -d '{"steps":[{"id":"hello","action":{"type":"pass"}}],"payload":{"hi":1}}'
 
 Ctrl-C stops it.
-`, st.URL, st.URL, firstKey(keys), emu, st.Endpoint, st.Name, st.Lambda.URL, strings.Join(st.Lambda.Names(), ", "), strings.Join(tenants, ", "),
+`, modeLines(mode), st.URL, st.URL, firstKey(keys), emu, st.Endpoint, st.Name, st.Lambda.URL, strings.Join(st.Lambda.Names(), ", "), strings.Join(tenants, ", "),
 				stateLine(st, os.Getenv("STEPFLOW_DEV_STATE")), sf, metricsPath, envVarsFile, envVarsFile, devstack.SampleJobID, st.URL, firstKey(keys))
 			<-ctx.Done()
 			fmt.Fprintln(os.Stderr, "stopping")
@@ -329,6 +354,9 @@ func invokeCmd() *cobra.Command {
 			state, err := devstate.Read(sf)
 			if err != nil {
 				return fmt.Errorf("no dev stack is running at %s (start one with `make dev`): %w", addr, err)
+			}
+			if state.Mode == devstate.ModeEmbedded {
+				return fmt.Errorf("the dev stack at %s runs embedded, with no AWS emulator: invoke needs the emulator (%s, then make dev again)", addr, toolchain.SetupCommand)
 			}
 			event, err := os.ReadFile(args[1])
 			if err != nil {

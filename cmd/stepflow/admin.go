@@ -91,6 +91,9 @@ func (a *app) target(ctx context.Context, o adminFlags) (*target, error) {
 	if err != nil {
 		return nil, err
 	}
+	if st.Mode == devstate.ModeEmbedded {
+		return nil, fmt.Errorf("make dev at %s runs embedded, with no AWS emulator, so there is no table or queue to act on: name API keys when starting it (STEPFLOW_API_KEYS=tenant:key make dev), or get the emulator with make setup and start make dev again", st.URL)
+	}
 	opts = append(opts, awsconfig.WithRegion(cmp.Or(o.region, st.Region, "us-east-1")),
 		awsconfig.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("test", "test", "")),
 		awsconfig.WithBaseEndpoint(st.Endpoint))

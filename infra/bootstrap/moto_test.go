@@ -19,6 +19,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/stretchr/testify/require"
+
+	"github.com/stepflow/stepflow/localstack/toolchain"
 )
 
 // startMoto runs a private moto_server for one test and returns its endpoint.
@@ -28,8 +30,9 @@ import (
 // definition on CreateStateMachine (the other stores any string).
 func startMoto(t *testing.T) string {
 	t.Helper()
-	bin, err := exec.LookPath("moto_server")
-	require.NoError(t, err, "moto_server is not on PATH: install it (pip install \"moto[server]\"); CI always has it")
+	tc := toolchain.New()
+	bin, ok := tc.Find(toolchain.MotoServer)
+	require.True(t, ok, "%v; CI always has it", tc.NotFound(toolchain.MotoServer))
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	port := l.Addr().(*net.TCPAddr).Port

@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepflow/stepflow/localstack/emulator"
+	"github.com/stepflow/stepflow/localstack/toolchain"
 )
 
 // TestShortRun runs one small seed against moto: every check must hold. Zombie and skewed workers are
@@ -19,8 +19,9 @@ func TestShortRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts moto; skipped with -short")
 	}
-	_, err := exec.LookPath("moto_server")
-	require.NoError(t, err, "moto_server is not on PATH: install it (pip install \"moto[server]\"); CI always has it")
+	tc := toolchain.New()
+	_, ok := tc.Find(toolchain.MotoServer)
+	require.True(t, ok, "%v; CI always has it", tc.NotFound(toolchain.MotoServer))
 	t.Parallel()
 	ctx := context.Background()
 	em, err := emulator.Start(ctx, "127.0.0.1:0", nil)

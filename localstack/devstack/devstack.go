@@ -355,9 +355,13 @@ func (s *Stack) setEnv(ctx context.Context, o Options) error {
 		res.Env["STEPFLOW_HEARTBEAT_SECONDS"] = fmt.Sprint(int(max((o.ScheduleEvery+time.Second-1)/time.Second, 1)))
 	}
 	if len(o.LambdaDirs) > 0 {
-		if err := s.startLambda(ctx, o); err != nil {
+		// The functions reach the emulator as the stack's own functions do.
+		svc, err := ServeLambda(ctx, o, res.Env, map[string]string{"AWS_ENDPOINT_URL": s.Endpoint, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"})
+		if err != nil {
 			return err
 		}
+		s.Lambda = svc
+		res.Env["STEPFLOW_LAMBDA_ENDPOINT"] = svc.URL // validated by FromEnv
 	}
 	for k, v := range o.Env {
 		res.Env[k] = v // validated by FromEnv
@@ -386,20 +390,28 @@ func (s *Stack) wire(ctx context.Context, o Options, cfg aws.Config) (func(conte
 			return nil, err
 		}
 	}
+	s.Handlers, s.API = NewHandlers(s.Engine, o.Log, queue.ReadyTokens(settings.ReadyQueues))
+	return handlers.Heartbeat(s.Engine), nil
+}
+
+// NewHandlers makes each function's handler over eng as its main wires it
+// (functions/), by logical id, and an API with every route (Stack.API).
+// tokens makes the ready queues' token of a record the execute function
+// gets (queue.ReadyTokens).
+func NewHandlers(eng *engine.Engine, log *slog.Logger, tokens func(queueARN, receipt string) string) (runner.Handlers, *httpapi.API) {
 	newAPI := func(fns ...httpapi.Function) *httpapi.API {
-		a := httpapi.New(s.Engine, o.Log, fns...)
+		a := httpapi.New(eng, log, fns...)
 		a.MetricsText = prometheus.Exposition // as functions/enqueue wires it
 		return a
 	}
-	s.API = newAPI()
-	heartbeat := handlers.Heartbeat(s.Engine)
-	s.Handlers = runner.Handlers{
+	heartbeat := handlers.Heartbeat(eng)
+	return runner.Handlers{
 		HTTP: map[string]func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error){
 			"EnqueueFunction": newAPI(httpapi.EnqueueFunction).Handle,
 			"ClaimFunction":   newAPI(httpapi.ClaimFunction).Handle,
 		},
 		SQS: map[string]func(context.Context, events.SQSEvent) (events.SQSEventResponse, error){
-			"ExecuteFunction": handlers.Execute(s.Engine, queue.ReadyTokens(settings.ReadyQueues), o.Log),
+			"ExecuteFunction": handlers.Execute(eng, tokens, log),
 		},
 		Schedule: map[string]func(context.Context, events.EventBridgeEvent) error{
 			"HeartbeatFunction": func(ctx context.Context, ev events.EventBridgeEvent) error {
@@ -407,8 +419,7 @@ func (s *Stack) wire(ctx context.Context, o Options, cfg aws.Config) (func(conte
 				return err
 			},
 		},
-	}
-	return heartbeat, nil
+	}, newAPI()
 }
 
 // run serves the API on ln and polls the queues, as the runner plays API
@@ -467,10 +478,13 @@ func (s *Stack) Close() {
 	}
 }
 
-// startLambda serves o.LambdaDirs' functions as Lambda would, under the
-// names template.yaml gives them, and points the lambda action there. The
-// functions reach the emulator as the stack's own functions do.
-func (s *Stack) startLambda(ctx context.Context, o Options) error {
+// ServeLambda serves o.LambdaDirs' functions (relative to
+// o.TemplatePath's directory) as Lambda would, under the names the
+// functions' environment env lets a lambda step call
+// (STEPFLOW_LAMBDA_ALLOW), in its account; each runs with awsEnv added to
+// its environment. Point the lambda action at its URL
+// (STEPFLOW_LAMBDA_ENDPOINT).
+func ServeLambda(ctx context.Context, o Options, env, awsEnv map[string]string) (*lambdaemu.Service, error) {
 	root := filepath.Dir(o.TemplatePath)
 	dirs := make([]string, len(o.LambdaDirs))
 	for i, d := range o.LambdaDirs {
@@ -479,18 +493,11 @@ func (s *Stack) startLambda(ctx context.Context, o Options) error {
 		}
 		dirs[i] = d
 	}
-	svc, err := lambdaemu.Start(ctx, "127.0.0.1:0", lambdaemu.Options{
-		Dirs: dirs, Prefixes: actions.ParseLambdaAllow(s.Resources.Env[actions.EnvLambdaAllow]), Region: o.Region,
-		Account: s.Resources.Env[actions.EnvAccount], // the emulator's, as the stack's functions know it
-		Env:     map[string]string{"AWS_ENDPOINT_URL": s.Endpoint, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"},
-		Output:  o.LambdaOutput, Log: o.Log,
+	return lambdaemu.Start(ctx, "127.0.0.1:0", lambdaemu.Options{
+		Dirs: dirs, Prefixes: actions.ParseLambdaAllow(env[actions.EnvLambdaAllow]), Region: o.Region,
+		Account: env[actions.EnvAccount], // the emulator's, as the stack's functions know it
+		Env:     awsEnv, Output: o.LambdaOutput, Log: o.Log,
 	})
-	if err != nil {
-		return err
-	}
-	s.Lambda = svc
-	s.Resources.Env["STEPFLOW_LAMBDA_ENDPOINT"] = svc.URL // validated by FromEnv
-	return nil
 }
 
 // FindTemplate finds template.yaml in the working directory or above it,

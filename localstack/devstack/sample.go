@@ -3,6 +3,8 @@ package devstack
 import (
 	"context"
 	"fmt"
+
+	"github.com/stepflow/stepflow/shared/engine"
 )
 
 // The sample job `make dev` keeps under the dev tenant, so the sample
@@ -21,7 +23,12 @@ const (
 // restored state, a second start on one emulator) and dispatches its step,
 // as a submission would: the runner then runs it to COMPLETED.
 func (s *Stack) SeedSampleJob(ctx context.Context) (created bool, err error) {
-	_, created, err = s.Engine.SubmitAs(ctx, SampleTenant, SampleJobID, []byte(sampleJobSpec))
+	return SeedSampleJob(ctx, s.Engine)
+}
+
+// SeedSampleJob makes the sample job on eng, as Stack.SeedSampleJob does.
+func SeedSampleJob(ctx context.Context, eng *engine.Engine) (created bool, err error) {
+	_, created, err = eng.SubmitAs(ctx, SampleTenant, SampleJobID, []byte(sampleJobSpec))
 	if err != nil {
 		return false, fmt.Errorf("sample job: %w", err)
 	}

@@ -35,6 +35,9 @@ type StateCounts struct {
 }
 
 type stateFile struct {
+	// Format names the embedded dev stack's file (localstack/embedded),
+	// which is of another kind: this one has none.
+	Format  string                  `json:"format,omitempty"`
 	SavedAt time.Time               `json:"saved_at"`
 	Table   string                  `json:"table"` // the table it was saved from, for the reader
 	Items   []map[string]stateValue `json:"items"` // DynamoDB JSON, as `aws dynamodb scan` prints items
@@ -212,25 +215,32 @@ func (s *Stack) SaveState(ctx context.Context, path string) (StateCounts, error)
 	if err != nil {
 		return StateCounts{}, fmt.Errorf("save state: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := WriteFileAtomic(path, raw); err != nil {
 		return StateCounts{}, fmt.Errorf("save state: %w", err)
+	}
+	return StateCounts{Items: len(f.Items), Objects: len(f.Objects)}, nil
+}
+
+// WriteFileAtomic writes raw to path through a temporary file beside it,
+// so a failed write, or a process killed while writing, leaves the file
+// before it whole.
+func WriteFileAtomic(path string, raw []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*")
 	if err != nil {
-		return StateCounts{}, fmt.Errorf("save state: %w", err)
+		return err
 	}
 	defer os.Remove(tmp.Name()) // gone once renamed
 	if _, err := tmp.Write(raw); err != nil {
 		tmp.Close()
-		return StateCounts{}, fmt.Errorf("save state: %w", err)
+		return err
 	}
 	if err := tmp.Close(); err != nil {
-		return StateCounts{}, fmt.Errorf("save state: %w", err)
+		return err
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return StateCounts{}, fmt.Errorf("save state: %w", err)
-	}
-	return StateCounts{Items: len(f.Items), Objects: len(f.Objects)}, nil
+	return os.Rename(tmp.Name(), path)
 }
 
 // ErrStateNotRestored: the table already holds items (an emulator that
@@ -250,6 +260,10 @@ func (s *Stack) RestoreState(ctx context.Context, path string) (StateCounts, err
 	var f stateFile
 	if err := json.Unmarshal(raw, &f); err != nil {
 		return StateCounts{}, fmt.Errorf("restore state: %s: %w", path, err)
+	}
+	if f.Format != "" {
+		// Restored into nothing and then saved over, it would be lost.
+		return StateCounts{}, fmt.Errorf("restore state: %s holds the state of make dev's embedded mode (%s), not the emulator's: name another file in STEPFLOW_DEV_STATE, or run embedded (STEPFLOW_DEV_MODE=embedded)", path, f.Format)
 	}
 	// Limit 1: one item read says whether the table is empty (dev tool only).
 	out, err := s.DynamoDB.Scan(ctx, &dynamodb.ScanInput{TableName: aws.String(s.table()), Limit: aws.Int32(1)})

@@ -17,10 +17,15 @@ import (
 	"path/filepath"
 )
 
+// ModeEmbedded is State.Mode of a dev stack that runs with no emulator
+// (localstack/embedded): it has no table or queues to act on.
+const ModeEmbedded = "embedded"
+
 // State is what a dev stack leaves.
 type State struct {
-	URL      string            `json:"url"`      // the HTTP API
-	Endpoint string            `json:"endpoint"` // the AWS endpoint (the emulator's proxy)
+	Mode     string            `json:"mode,omitempty"` // ModeEmbedded, or empty: over the emulator
+	URL      string            `json:"url"`            // the HTTP API
+	Endpoint string            `json:"endpoint"`       // the AWS endpoint (the emulator's proxy)
 	Region   string            `json:"region"`
 	Stack    string            `json:"stack"`
 	Env      map[string]string `json:"env"` // the functions' environment: STEPFLOW_TABLE, STEPFLOW_QUEUE_P0...

@@ -33,10 +33,13 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/stepflow/stepflow/localstack/toolchain"
 )
 
 // Emulator is a serialising proxy in front of an emulator: a moto server
@@ -54,13 +57,15 @@ type Emulator struct {
 	ln     net.Listener
 }
 
-// Start launches `moto_server` on a free loopback port and a serialising
+// Start launches `moto_server` (from PATH, else the project's virtualenv:
+// localstack/toolchain) on a free loopback port and a serialising
 // proxy in front of it on addr ("127.0.0.1:0" for any free port). moto's
 // output goes to logFile when it is not nil.
 func Start(ctx context.Context, addr string, logFile *os.File) (*Emulator, error) {
-	bin, err := exec.LookPath("moto_server")
-	if err != nil {
-		return nil, fmt.Errorf("moto_server is not on PATH (pip install \"moto[server]\"), or set AWS_ENDPOINT_URL to a running emulator: %w", err)
+	tc := toolchain.New()
+	bin, ok := tc.Find(toolchain.MotoServer)
+	if !ok {
+		return nil, fmt.Errorf("%w; or set AWS_ENDPOINT_URL to a running emulator", tc.NotFound(toolchain.MotoServer))
 	}
 	port, err := freePort()
 	if err != nil {
@@ -96,9 +101,12 @@ var motoPatch string
 // motoCommand runs moto_server's own Python with motopatch.py, which fixes
 // moto's failure to start an execution while another of the same state
 // machine runs (see the script), when that Python imports moto; else
-// moto_server as it is, whose timers then go one at a time.
+// moto_server as it is, whose timers then go one at a time. The Python
+// beside moto_server comes first: a virtualenv's (make setup) is the one
+// that imports its moto.
 func motoCommand(motoServer string, args ...string) *exec.Cmd {
-	for _, py := range []string{"python3", "python"} {
+	dir := filepath.Dir(motoServer)
+	for _, py := range []string{filepath.Join(dir, "python3"), filepath.Join(dir, "python"), "python3", "python"} {
 		if bin, err := exec.LookPath(py); err == nil && exec.Command(bin, "-c", "import moto.server, moto.stepfunctions.models").Run() == nil {
 			return exec.Command(bin, append([]string{"-c", motoPatch}, args...)...)
 		}

@@ -21,9 +21,10 @@ var _ engine.Blobs = (*Blobs)(nil)
 // store's clock: short, as S3's presigned URLs are (so a test sees a large
 // input handed over by reference, not inline), and refused once expired.
 type Blobs struct {
-	mu   sync.Mutex
-	now  func() time.Time
-	data map[string][]byte
+	mu      sync.Mutex
+	now     func() time.Time
+	data    map[string][]byte
+	changes changes // snapshot.go
 }
 
 // NewBlobs answers an empty store on clock now.
@@ -36,6 +37,7 @@ func (b *Blobs) Put(_ context.Context, key string, data []byte) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.data[key] = slices.Clone(data)
+	b.changes.add()
 	return nil
 }
 
@@ -91,6 +93,7 @@ func (b *Blobs) Delete(key string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.data, key)
+	b.changes.add()
 }
 
 // DeletePrefix deletes every key under prefix.
@@ -103,6 +106,9 @@ func (b *Blobs) DeletePrefix(_ context.Context, prefix string) (int, error) {
 			delete(b.data, k)
 			n++
 		}
+	}
+	if n > 0 {
+		b.changes.add()
 	}
 	return n, nil
 }

@@ -2,8 +2,10 @@
 // (engine.Store) and a Queue (engine.Queue) that keep the contract the
 // DynamoDB and SQS adapters keep (shared/enginetest runs one suite against
 // both pairs), driven by a Clock the test moves. They make the engine's
-// tests take milliseconds and need no emulator; they are not for
-// production (nothing is persisted).
+// tests take milliseconds and need no emulator. They are not for
+// production: nothing is persisted but what a process writes of their
+// Snapshot and gives back to Restore, as the embedded dev stack
+// (localstack/embedded) does to keep a restart from losing its jobs.
 //
 // What they model and what they do not:
 //

@@ -76,6 +76,10 @@ type Queue struct {
 	// lanes are a worker queue's P0 and P2 messages (its P1 ones are in
 	// workers), made when a job of that priority first names the queue.
 	lanes map[laneKey]*fifo
+	// forgotten: every message id up to it that is not live was deleted
+	// before a Restore, which keeps no list of them (snapshot.go).
+	forgotten int64
+	changes   changes
 }
 
 type laneKey struct {
@@ -155,9 +159,15 @@ func (q *Queue) ensureLocked(tenant, name string) (*fifo, error) {
 		return nil, &domain.Error{Code: domain.CodeInvalid, Message: fmt.Sprintf(
 			"tenant %s already has %d worker queues, the limit; use one of them or raise STEPFLOW_MAX_WORKER_QUEUES", tenant, n)}
 	}
-	f := &fifo{name: "worker " + tenant + "/" + name, visibility: q.workerVis, maxReceives: q.workerMax}
+	return q.makeLocked(k), nil
+}
+
+// makeLocked makes worker queue k, whatever the bound.
+func (q *Queue) makeLocked(k workerKey) *fifo {
+	f := &fifo{name: "worker " + k.tenant + "/" + k.name, visibility: q.workerVis, maxReceives: q.workerMax}
 	q.workers[k] = f
-	return f, nil
+	q.changes.add()
+	return f
 }
 
 // Dispatch sends one message per send, visible after its delay (rounded
@@ -196,6 +206,7 @@ jobs:
 				body: engine.Message{Tenant: j.Tenant, Job: j.ID, Step: d.Step.ID(), Wake: d.Wake, Doc: d.Doc}}
 			dest[i].msgs = append(dest[i].msgs, m)
 			q.live[m.id] = m
+			q.changes.add()
 		}
 	}
 	return errors.Join(errs...)
@@ -215,14 +226,19 @@ func (q *Queue) listLocked(tenant string, to engine.Destination) (*fifo, error) 
 	if err != nil || to.Lane == domain.DefaultPriority {
 		return f, err
 	}
-	k := laneKey{workerKey{tenant, to.Queue}, to.Lane}
+	return q.laneLocked(laneKey{workerKey{tenant, to.Queue}, to.Lane}, f), nil
+}
+
+// laneLocked answers lane k of worker queue f, made if missing.
+func (q *Queue) laneLocked(k laneKey, f *fifo) *fifo {
 	if q.lanes == nil {
 		q.lanes = map[laneKey]*fifo{}
 	}
 	if q.lanes[k] == nil {
-		q.lanes[k] = &fifo{name: f.name + " P" + strconv.Itoa(to.Lane), visibility: q.workerVis, maxReceives: q.workerMax}
+		q.lanes[k] = &fifo{name: f.name + " P" + strconv.Itoa(k.priority), visibility: q.workerVis, maxReceives: q.workerMax}
+		q.changes.add()
 	}
-	return q.lanes[k], nil
+	return q.lanes[k]
 }
 
 // Take answers up to max (1 to MaxReceive) visible messages of tenant's
@@ -287,9 +303,11 @@ func (q *Queue) receiveLocked(f *fifo, max int, now time.Time) []engine.Delivery
 			q.dead = append(q.dead, m.body)
 			delete(q.live, m.id)
 			q.deleted[m.id] = true
+			q.changes.add()
 		default:
 			m.receives++
 			m.visibleAt = now.Add(f.visibility)
+			q.changes.add()
 			out = append(out, engine.Delivery{Message: m.body, Token: token(m.id, m.receives), SentAt: m.sentAt, Receives: m.receives})
 			keep = append(keep, m)
 		}
@@ -315,7 +333,7 @@ func (q *Queue) lookup(tok string) (m *message, deleted bool, err error) {
 	if err1 != nil || err2 != nil || receipt < 1 {
 		return nil, false, fmt.Errorf("delivery token %.40q is not this queue's", tok)
 	}
-	if q.deleted[id] {
+	if q.deleted[id] || id <= q.forgotten && q.live[id] == nil {
 		return nil, true, nil
 	}
 	m = q.live[id]
@@ -338,6 +356,7 @@ func (q *Queue) Extend(_ context.Context, tok string, d time.Duration) error {
 		return fmt.Errorf("change visibility: delivery %.40q was deleted", tok)
 	}
 	m.visibleAt = q.now().Add(min(max(d.Round(time.Second), 0), MaxVisibility))
+	q.changes.add()
 	return nil
 }
 
@@ -361,6 +380,7 @@ func (q *Queue) Ack(_ context.Context, tok string) error {
 	}
 	delete(q.live, m.id)
 	q.deleted[m.id] = true
+	q.changes.add()
 	return nil
 }
 

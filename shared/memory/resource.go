@@ -80,6 +80,7 @@ func (s *Store) SaveResource(_ context.Context, r *domain.Resource) error {
 		s.resources = map[jobKey][]byte{}
 	}
 	s.resources[k] = b
+	s.changes.add()
 	return nil
 }
 
@@ -95,6 +96,7 @@ func (s *Store) DeleteResource(_ context.Context, tenant, id string, version int
 		return fmt.Errorf("delete resource %s: %w", id, domain.ErrVersionConflict)
 	}
 	delete(s.resources, jobKey{tenant, id})
+	s.changes.add()
 	return nil
 }
 
@@ -118,5 +120,6 @@ func (s *Store) ExtendHolder(_ context.Context, tenant, id, key string, until ti
 		return err
 	}
 	s.resources[jobKey{tenant, id}] = b
+	s.changes.add()
 	return nil
 }

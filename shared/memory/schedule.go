@@ -28,9 +28,10 @@ type scheduleRecord struct {
 // job store it was made with, under both stores' locks, so a Fire is as
 // atomic here as the DynamoDB transaction.
 type Schedules struct {
-	jobs *Store
-	mu   sync.Mutex
-	m    map[jobKey]*scheduleRecord // tenant, schedule id
+	jobs    *Store
+	mu      sync.Mutex
+	m       map[jobKey]*scheduleRecord // tenant, schedule id
+	changes changes                    // snapshot.go
 }
 
 // NewSchedules answers an empty schedule store whose runs go to jobs.
@@ -72,6 +73,7 @@ func (st *Schedules) Create(_ context.Context, s *domain.Schedule) error {
 		return fmt.Errorf("create schedule %s: %w", s.ID, engine.ErrScheduleExists)
 	}
 	st.m[k] = r
+	st.changes.add()
 	return nil
 }
 
@@ -135,6 +137,7 @@ func (st *Schedules) Delete(_ context.Context, tenant, id string) error {
 		return fmt.Errorf("schedule %s: %w", id, domain.ErrNotFound)
 	}
 	delete(st.m, k)
+	st.changes.add()
 	return nil
 }
 
@@ -158,6 +161,7 @@ func (st *Schedules) saveLocked(s *domain.Schedule) error {
 		return err
 	}
 	st.m[k] = r
+	st.changes.add()
 	return nil
 }
 
@@ -179,6 +183,7 @@ func (st *Schedules) Fire(_ context.Context, s *domain.Schedule, run *domain.Job
 		return err
 	}
 	st.jobs.jobs[jobKey{run.Tenant, run.ID}] = jr
+	st.jobs.changes.add()
 	return nil
 }
 

@@ -87,7 +87,8 @@ type Store struct {
 	resources map[jobKey][]byte
 	uses      queueUses // worker queue uses (workerqueues.go)
 	// polls are each tenant's open long-poll slots: lease -> until.
-	polls map[string]map[string]time.Time
+	polls   map[string]map[string]time.Time
+	changes changes // snapshot.go
 }
 
 // StoreOption configures a Store.
@@ -264,6 +265,7 @@ func (s *Store) Create(_ context.Context, j *domain.Job, requestHash string, now
 		s.idem[ik] = idemRecord{jobID: j.ID, hash: requestHash, expires: now.Add(idempotencyTTL)}
 	}
 	s.jobs[k] = r
+	s.changes.add()
 	return j, true, nil
 }
 
@@ -305,6 +307,7 @@ func (s *Store) Save(_ context.Context, j *domain.Job, loadedEvents int) error {
 		return fmt.Errorf("save job %s at version %d: %w", j.ID, j.Version, domain.ErrVersionConflict)
 	}
 	s.jobs[k] = r
+	s.changes.add()
 	j.CancelRequested, j.Marks, j.MarksMade = false, nil, 0
 	return nil
 }
@@ -328,6 +331,7 @@ func (s *Store) MarkOutcome(_ context.Context, tenant, id, key string, rec []byt
 	}
 	m.marks[key], m.marksMade = slices.Clone(rec), r.marksMade+1
 	s.jobs[jobKey{tenant, id}] = &m
+	s.changes.add()
 	return nil
 }
 
@@ -343,6 +347,7 @@ func (s *Store) RequestCancel(_ context.Context, tenant, id string) error {
 	m := *r
 	m.cancel = true
 	s.jobs[jobKey{tenant, id}] = &m
+	s.changes.add()
 	return nil
 }
 
@@ -433,6 +438,7 @@ func (s *Store) Quarantine(_ context.Context, tenant, id, reason string, now tim
 	q := *r
 	q.due, q.quarantined, q.quarantinedAt = "", domain.Truncate(reason, 1024), now.UTC()
 	s.jobs[jobKey{tenant, id}] = &q
+	s.changes.add()
 	return nil
 }
 
@@ -452,6 +458,7 @@ func (s *Store) Defer(_ context.Context, k engine.DueJob, until time.Time) error
 	d := *r
 	d.due = until.UTC().Format(dueLayout)
 	s.jobs[jobKey{k.Tenant, k.ID}] = &d
+	s.changes.add()
 	return nil
 }
 
@@ -460,6 +467,7 @@ func (s *Store) AddKey(tenant, key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.keys[engine.HashKey(key)] = tenant
+	s.changes.add()
 }
 
 // TenantForKey answers the tenant of an API key, or domain.ErrUnauthorized.
@@ -479,6 +487,7 @@ func (s *Store) RecordStats(_ context.Context, tenant string, d engine.StatsDelt
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := statsKey{tenant, now.UTC().Format(hourLayout)}
+	s.changes.add()
 	if d.Windowed() {
 		h := s.hours[k]
 		h.Add(d.Hourly())
@@ -512,6 +521,7 @@ func (s *Store) RecordSweep(_ context.Context, at time.Time) error {
 	defer s.mu.Unlock()
 	at = at.UTC()
 	s.swept = &at
+	s.changes.add()
 	return nil
 }
 
@@ -545,6 +555,7 @@ func (s *Store) Corrupt(tenant, id string) error {
 	c := *r
 	c.doc = []byte("\x00\x01 not a job")
 	s.jobs[jobKey{tenant, id}] = &c
+	s.changes.add()
 	return nil
 }
 

@@ -106,14 +106,16 @@ func (q *Queue) DeleteIdleWorkerQueue(_ context.Context, tenant, name string) (b
 	for p := range domain.MaxPriority + 1 {
 		delete(q.lanes, laneKey{wk, p})
 	}
+	q.changes.add()
 	return true, nil
 }
 
 // queueUses is the in-memory store's record of worker queue uses, kept
 // beside the jobs as the DynamoDB store keeps them in its table.
 type queueUses struct {
-	mu sync.Mutex
-	m  map[jobKey]engine.WorkerQueueUse // tenant, queue name
+	mu      sync.Mutex
+	m       map[jobKey]engine.WorkerQueueUse // tenant, queue name
+	changes changes                          // snapshot.go
 }
 
 var _ engine.WorkerQueueUses = (*Store)(nil)
@@ -131,6 +133,7 @@ func (s *Store) PutWorkerQueueUse(_ context.Context, u engine.WorkerQueueUse) er
 	}
 	u.LastUsed, u.Due = u.LastUsed.UTC().Truncate(time.Millisecond), u.Due.UTC().Truncate(time.Millisecond)
 	s.uses.m[k] = u
+	s.uses.changes.add()
 	return nil
 }
 
@@ -173,5 +176,6 @@ func (s *Store) ForgetWorkerQueue(_ context.Context, u engine.WorkerQueueUse) (e
 		return u, fmt.Errorf("forget worker queue %s: %w", u.Name, domain.ErrVersionConflict)
 	}
 	delete(s.uses.m, k)
+	s.uses.changes.add()
 	return old, nil
 }

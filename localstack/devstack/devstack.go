@@ -115,6 +115,10 @@ type Options struct {
 	// to stdout on Lambda (shared/metrics), under the template's
 	// STEPFLOW_METRICS_NAMESPACE; nil writes none.
 	MetricsOutput io.Writer
+	// OperatorKeys are keys that open GET /v1/metrics' operator view:
+	// hashed into STEPFLOW_OPERATOR_KEY_HASHES, as a deploy's
+	// OperatorKeyHashes parameter holds them.
+	OperatorKeys []string
 	// SampleJob makes the sample job the sample events in events/ act on
 	// (SeedSampleJob); `make dev` does.
 	SampleJob bool
@@ -359,6 +363,13 @@ func (s *Stack) setEnv(ctx context.Context, o Options) error {
 			return err
 		}
 	}
+	if len(o.OperatorKeys) > 0 {
+		hashes := make([]string, len(o.OperatorKeys))
+		for i, k := range o.OperatorKeys {
+			hashes[i] = engine.HashKey(k)
+		}
+		res.Env["STEPFLOW_OPERATOR_KEY_HASHES"] = strings.Join(hashes, ",")
+	}
 	for k, v := range o.Env {
 		res.Env[k] = v // validated by FromEnv
 	}
@@ -389,6 +400,7 @@ func (s *Stack) wire(ctx context.Context, o Options, cfg aws.Config) (func(conte
 	newAPI := func(fns ...httpapi.Function) *httpapi.API {
 		a := httpapi.New(s.Engine, o.Log, fns...)
 		a.MetricsText = prometheus.Exposition // as functions/enqueue wires it
+		a.OperatorText, a.OperatorKeyHashes = prometheus.OperatorExposition, settings.OperatorKeyHashes
 		return a
 	}
 	s.API = newAPI()

@@ -52,6 +52,7 @@ func NewInMemory(t testing.TB) *Harness {
 	newAPI := func(fns ...httpapi.Function) *httpapi.API {
 		a := httpapi.New(eng, log, fns...)
 		a.MetricsText = prometheus.Exposition // as functions/enqueue wires it
+		a.OperatorText = prometheus.OperatorExposition
 		return a
 	}
 	r := &runner.Runner{

@@ -166,6 +166,9 @@ Environment:
                         its DynamoDB requests are serialised by the same proxy; a moto
                         must run with MOTO_PORT=<its port> and TZ=UTC for timers to fire
   STEPFLOW_API_KEYS     tenant:key,... (default dev:dev-key)
+  STEPFLOW_OPERATOR_KEYS
+                        key,... (default dev-operator-key): GET /v1/metrics with one of them
+                        answers the stack's operator metrics (queues, sweep, requests per route)
   STEPFLOW_STACK        resource name prefix (default stepflow-<port>)
   STEPFLOW_SWEEP_EVERY  heartbeat period (default: template.yaml's schedule, 1m); schedules
                         fire from it, so an every shorter than it ticks once a sweep
@@ -216,6 +219,12 @@ Invoke API as stepflow-fn-<name> (and <name>); lambda steps call them there.`,
 			if err != nil {
 				return err
 			}
+			var operatorKeys []string
+			for _, k := range strings.Split(env("STEPFLOW_OPERATOR_KEYS", "dev-operator-key"), ",") {
+				if k = strings.TrimSpace(k); k != "" {
+					operatorKeys = append(operatorKeys, k)
+				}
+			}
 			var every time.Duration
 			if v := os.Getenv("STEPFLOW_SWEEP_EVERY"); v != "" {
 				if every, err = time.ParseDuration(v); err != nil || every <= 0 {
@@ -257,7 +266,7 @@ Invoke API as stepflow-fn-<name> (and <name>); lambda steps call them there.`,
 			defer motoLog.Close()
 			st, err := devstack.Start(ctx, devstack.Options{
 				Addr: addr, EndpointURL: os.Getenv("AWS_ENDPOINT_URL"), StackName: os.Getenv("STEPFLOW_STACK"),
-				APIKeys: keys, ScheduleEvery: every, MachineInvocations: invocations, Region: env("AWS_REGION", "us-east-1"), Log: log, MotoLog: motoLog, MetricsOutput: metricsLog,
+				APIKeys: keys, OperatorKeys: operatorKeys, ScheduleEvery: every, MachineInvocations: invocations, Region: env("AWS_REGION", "us-east-1"), Log: log, MotoLog: motoLog, MetricsOutput: metricsLog,
 				HTTPAllow: os.Getenv("STEPFLOW_HTTP_ALLOW"), Env: passedSettings(), Parameters: longTimers(),
 				LambdaDirs: []string{"examples/functions"}, LambdaOutput: os.Stderr,
 				SampleJob: true, StatePath: os.Getenv("STEPFLOW_DEV_STATE"),
@@ -298,6 +307,7 @@ stepflow is running
   jobs       %s
   CLI state  %s (what the stepflow CLI's keys and dlq commands read)
   metrics    %s (the functions' EMF records); GET /v1/metrics for Prometheus
+             (the stack's operator metrics with an operator key: %s)
   sam local  %s: sam local invoke <Function> -e events/<x>.json --env-vars %s
              (sample job %s of tenant dev, which events/ act on)
 
@@ -306,7 +316,7 @@ stepflow is running
 
 Ctrl-C stops it.
 `, modeLines(mode), st.URL, st.URL, firstKey(keys), emu, st.Endpoint, st.Name, st.Lambda.URL, strings.Join(st.Lambda.Names(), ", "), strings.Join(tenants, ", "),
-				stateLine(st, os.Getenv("STEPFLOW_DEV_STATE")), sf, metricsPath, envVarsFile, envVarsFile, devstack.SampleJobID, st.URL, firstKey(keys))
+				stateLine(st, os.Getenv("STEPFLOW_DEV_STATE")), sf, metricsPath, strings.Join(operatorKeys, ", "), envVarsFile, envVarsFile, devstack.SampleJobID, st.URL, firstKey(keys))
 			<-ctx.Done()
 			fmt.Fprintln(os.Stderr, "stopping")
 			return nil

@@ -14,5 +14,6 @@ func main() {
 	app := config.MustFromLambdaEnv()
 	api := httpapi.New(app.Engine, app.Log, httpapi.EnqueueFunction)
 	api.MetricsText = prometheus.Exposition
+	api.OperatorText, api.OperatorKeyHashes = prometheus.OperatorExposition, app.Settings.OperatorKeyHashes
 	lambda.StartHandlerFunc(api.Handle)
 }

@@ -105,6 +105,7 @@ func TestProvisionRealTemplate(t *testing.T) {
 		"STEPFLOW_QUEUE_P1":                         st.QueueURLs["ReadyQueueP1"],
 		"STEPFLOW_QUEUE_P2":                         st.QueueURLs["ReadyQueueP2"],
 		"STEPFLOW_DLQ_ARN":                          st.QueueARNs["DeadLetterQueue"],
+		"STEPFLOW_DLQ_URL":                          st.QueueURLs["DeadLetterQueue"],
 		"STEPFLOW_WORKER_QUEUE_PREFIX":              "stepflow-w-",
 		"STEPFLOW_LEASE_SECONDS":                    "1800",
 		"STEPFLOW_P0_TENANTS":                       "*",
@@ -136,6 +137,7 @@ func TestProvisionRealTemplate(t *testing.T) {
 		"STEPFLOW_HEALTH_FAILURES_24H":              "5",
 		"STEPFLOW_HEARTBEAT_SECONDS":                "60",
 		"STEPFLOW_METRICS_NAMESPACE":                "stepflow/stepflow",
+		"STEPFLOW_OPERATOR_KEY_HASHES":              "", // no operator key unless a deploy names one
 	}
 	require.Equal(t, want, st.Env)
 	require.Regexp(t, `^arn:aws:sqs:us-east-1:\d{12}:stepflow-DeadLetterQueue$`, st.Env["STEPFLOW_DLQ_ARN"])

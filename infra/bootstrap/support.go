@@ -45,6 +45,9 @@ var templateKeys = keySet{
 	"Resources.*.DeletionPolicy":      stackLifecycle,
 	"Resources.*.UpdateReplacePolicy": stackLifecycle,
 	"Outputs":                         "the local stack reports its own URL and resources",
+
+	"Parameters.*.AllowedPattern":        "CloudFormation checks values passed on deploy; locally the Default is used",
+	"Parameters.*.ConstraintDescription": "what CloudFormation says of a value its AllowedPattern refuses",
 }
 
 // resourceKeys declares, per resource type bootstrap knows, its properties.
@@ -57,6 +60,8 @@ var resourceKeys = map[string]keySet{
 	typeFunction:     functionKeys,
 	typeHttpApi:      httpAPIKeys,
 	typeLogGroup:     logGroupKeys,
+	typeDashboard:    dashboardKeys,
+	typeAlarm:        alarmKeys,
 }
 
 // intrinsics declares the intrinsic functions resolver implements. Any other

@@ -31,6 +31,8 @@ const (
 	typeBucket       = "AWS::S3::Bucket"
 	typeEventBus     = "AWS::Events::EventBus"
 	typeLogGroup     = "AWS::Logs::LogGroup"
+	typeDashboard    = "AWS::CloudWatch::Dashboard"
+	typeAlarm        = "AWS::CloudWatch::Alarm"
 )
 
 // Template is a parsed SAM template. Intrinsic functions are kept in their

@@ -115,6 +115,10 @@ type Options struct {
 	// to stdout on Lambda (shared/metrics), under the template's
 	// STEPFLOW_METRICS_NAMESPACE; nil writes none.
 	MetricsOutput io.Writer
+	// OperatorKeys are keys that open GET /v1/metrics' operator view:
+	// hashed into STEPFLOW_OPERATOR_KEY_HASHES, as a deploy's
+	// OperatorKeyHashes parameter holds them.
+	OperatorKeys []string
 	// SampleJob makes the sample job the sample events in events/ act on
 	// (SeedSampleJob); `make dev` does.
 	SampleJob bool
@@ -363,6 +367,13 @@ func (s *Stack) setEnv(ctx context.Context, o Options) error {
 		s.Lambda = svc
 		res.Env["STEPFLOW_LAMBDA_ENDPOINT"] = svc.URL // validated by FromEnv
 	}
+	if len(o.OperatorKeys) > 0 {
+		hashes := make([]string, len(o.OperatorKeys))
+		for i, k := range o.OperatorKeys {
+			hashes[i] = engine.HashKey(k)
+		}
+		res.Env["STEPFLOW_OPERATOR_KEY_HASHES"] = strings.Join(hashes, ",")
+	}
 	for k, v := range o.Env {
 		res.Env[k] = v // validated by FromEnv
 	}
@@ -390,18 +401,20 @@ func (s *Stack) wire(ctx context.Context, o Options, cfg aws.Config) (func(conte
 			return nil, err
 		}
 	}
-	s.Handlers, s.API = NewHandlers(s.Engine, o.Log, queue.ReadyTokens(settings.ReadyQueues))
+	s.Handlers, s.API = NewHandlers(s.Engine, o.Log, queue.ReadyTokens(settings.ReadyQueues), settings.OperatorKeyHashes)
 	return handlers.Heartbeat(s.Engine), nil
 }
 
 // NewHandlers makes each function's handler over eng as its main wires it
 // (functions/), by logical id, and an API with every route (Stack.API).
 // tokens makes the ready queues' token of a record the execute function
-// gets (queue.ReadyTokens).
-func NewHandlers(eng *engine.Engine, log *slog.Logger, tokens func(queueARN, receipt string) string) (runner.Handlers, *httpapi.API) {
+// gets (queue.ReadyTokens); operatorKeyHashes open GET /v1/metrics'
+// operator view (config.Settings.OperatorKeyHashes).
+func NewHandlers(eng *engine.Engine, log *slog.Logger, tokens func(queueARN, receipt string) string, operatorKeyHashes []string) (runner.Handlers, *httpapi.API) {
 	newAPI := func(fns ...httpapi.Function) *httpapi.API {
 		a := httpapi.New(eng, log, fns...)
 		a.MetricsText = prometheus.Exposition // as functions/enqueue wires it
+		a.OperatorText, a.OperatorKeyHashes = prometheus.OperatorExposition, operatorKeyHashes
 		return a
 	}
 	heartbeat := handlers.Heartbeat(eng)

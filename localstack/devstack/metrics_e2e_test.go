@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -221,4 +223,97 @@ func checkEMFRecord(t *testing.T, line []byte, from, to time.Time) map[string]an
 		}
 	}
 	return r
+}
+
+// The operator's view on the stack: the heartbeat's sweep reads the
+// queues (the dead-letter queue, a worker queue nobody claims from) and
+// keeps its readings; GET /v1/metrics answers them, what the sweep did and
+// the requests per route to the operator key, and only to it; the
+// functions' EMF records hold the same.
+func TestOperatorMetricsOnTheStack(t *testing.T) {
+	t.Parallel()
+	const operatorKey = "op-key"
+	emf := &logBuffer{}
+	h := stacktest.New(t, func(o *devstack.Options) {
+		o.MetricsOutput = emf
+		o.OperatorKeys = []string{operatorKey}
+	})
+	start := time.Now()
+	ctx := t.Context()
+	h.Submit(t, stacktest.KeyA, `{"steps":[{"id":"w","action":{"type":"worker","queue":"gpu"}}]}`)
+	_, err := h.SQS.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(h.Resources.QueueURLs["DeadLetterQueue"]), MessageBody: aws.String("{}")})
+	require.NoError(t, err)
+	for _, id := range []string{"01KDVDNA00SAMP1E0J0B000001", "01KDVDNA00SAMP1E0J0B000002"} {
+		status, body := h.Call(t, http.MethodGet, "/v1/jobs/"+id, stacktest.KeyB, nil)
+		require.Equal(t, http.StatusNotFound, status, "%s", body)
+	}
+	rep := h.Sweep(t)
+
+	op := scrape(t, h, operatorKey)
+	gauge := func(name string, want map[string]string) float64 {
+		t.Helper()
+		require.Contains(t, op, name)
+		for _, m := range op[name].GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			match := true
+			for k, v := range want {
+				match = match && l[k] == v
+			}
+			if match {
+				return m.GetGauge().GetValue() + m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+		require.Failf(t, "no such sample", "%s%v", name, want)
+		return 0
+	}
+	require.InDelta(t, 1, gauge("queue_messages", map[string]string{"queue": "DLQ", "state": "visible"}), 0, "the sweep's reading of the DLQ")
+	lane := h.Name + "-w-8-tenant-a-gpu"
+	require.InDelta(t, 1, gauge("worker_queue_messages", map[string]string{"queue": lane, "state": "visible"}), 0, "the worker step nobody claimed")
+	require.InDelta(t, 1, gauge("queue_messages", map[string]string{"queue": "workers", "state": "visible"}), 0)
+	require.InDelta(t, 1, gauge("worker_queue_lanes", nil), 0)
+	require.InDelta(t, float64(rep.Due), gauge("sweep_due", nil), 0)
+	require.InDelta(t, float64(rep.Reclaimed), gauge("sweep_reclaimed", nil), 0)
+	require.Positive(t, gauge("sweep_duration_seconds", nil))
+	require.InDelta(t, float64(h.Clock.Now().Unix()), gauge("sweep_timestamp_seconds", nil), 60)
+	require.InDelta(t, 2, gauge("api_requests_total", map[string]string{"route": "GET /v1/jobs/{id}", "code": "4xx"}), 0, "by route key, not by path")
+	require.InDelta(t, 2, gauge("api_request_duration_seconds", map[string]string{"route": "GET /v1/jobs/{id}"}), 0)
+	require.InDelta(t, 1, gauge("api_requests_total", map[string]string{"route": "POST /v1/jobs", "code": "2xx"}), 0)
+	require.Contains(t, op, "steps_by_state", "the stack's step families too")
+
+	// A tenant's key answers its own step metrics, as before, and nothing
+	// of the stack's; a wrong key nothing; the operator key no other route.
+	for _, key := range []string{stacktest.KeyA, stacktest.KeyB} {
+		for name := range scrape(t, h, key) {
+			require.Contains(t, []string{"step_state_transitions_total", "step_duration_seconds", "step_retries_total", "steps_by_state"}, name, "tenant key %s", key)
+		}
+	}
+	status, _ := h.Call(t, http.MethodGet, "/v1/metrics", "op-key-wrong", nil)
+	require.Equal(t, http.StatusUnauthorized, status)
+	status, _ = h.Call(t, http.MethodGet, "/v1/jobs", operatorKey, nil)
+	require.Equal(t, http.StatusUnauthorized, status, "an operator key is no tenant's")
+
+	// The EMF records hold the sweep's figures and the requests.
+	var sweep map[string]any
+	dlq := -1.0
+	notFound := 0.0
+	sc := bufio.NewScanner(bytes.NewReader(emf.Bytes()))
+	for sc.Scan() {
+		r := checkEMFRecord(t, sc.Bytes(), start, h.Clock.Now())
+		switch {
+		case r["sweep_duration_seconds"] != nil:
+			sweep = r
+		case r["queue_messages"] != nil && r["queue"] == "DLQ" && r["state"] == "visible":
+			dlq = r["queue_messages"].(float64)
+		case r["api_requests_total"] != nil && r["route"] == "GET /v1/jobs/{id}" && r["code"] == "4xx":
+			notFound += r["api_requests_total"].(float64)
+		}
+	}
+	require.NoError(t, sc.Err())
+	require.NotNil(t, sweep, "the sweep's record")
+	require.InDelta(t, float64(rep.Due), sweep["sweep_due"], 0)
+	require.InDelta(t, 1, dlq, 0)
+	require.InDelta(t, 2, notFound, 0)
 }

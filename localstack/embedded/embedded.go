@@ -232,6 +232,7 @@ func (s *Stack) start(ctx context.Context, o Options, tmpl *bootstrap.Template) 
 	ec := config.EngineConfig(settings, clients, o.Log)
 	ec.Store, ec.Queue, ec.Schedules, ec.Blobs = s.Store, longPoll{s.Queue}, s.Schedules, data
 	ec.TimerService, ec.Publisher = false, nil // the timer state machine and the event bus are AWS's
+	ec.StateMachines = nil                     // as is Step Functions: a stepfunctions step is refused at submit, saying so
 	ec.Now = o.Now
 	if o.MetricsOutput != nil {
 		ec.Metrics = metrics.NewEMF(o.MetricsOutput, settings.MetricsNamespace)
@@ -246,7 +247,7 @@ func (s *Stack) start(ctx context.Context, o Options, tmpl *bootstrap.Template) 
 	for key, tenant := range o.APIKeys {
 		s.Store.AddKey(tenant, key)
 	}
-	s.Handlers, s.API = devstack.NewHandlers(s.Engine, o.Log, func(_, receipt string) string { return receipt })
+	s.Handlers, s.API = devstack.NewHandlers(s.Engine, o.Log, func(_, receipt string) string { return receipt }, settings.OperatorKeyHashes)
 	if o.SampleJob {
 		if _, err := devstack.SeedSampleJob(ctx, s.Engine); err != nil {
 			return err

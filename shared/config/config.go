@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -43,6 +44,7 @@ type Settings struct {
 	Table             string        // STEPFLOW_TABLE
 	ReadyQueues       [3]string     // STEPFLOW_QUEUE_P0..P2
 	DLQARN            string        // STEPFLOW_DLQ_ARN
+	DLQURL            string        // STEPFLOW_DLQ_URL (optional): the sweep reads its depth
 	WorkerQueuePrefix string        // STEPFLOW_WORKER_QUEUE_PREFIX
 	Lease             time.Duration // STEPFLOW_LEASE_SECONDS: the ready queues' visibility timeout, the longest built-in lease
 	// HTTPAllow is STEPFLOW_HTTP_ALLOW (optional): CIDRs and host names the
@@ -125,6 +127,11 @@ type Settings struct {
 	// CloudWatch namespace of the EMF records a function writes to stdout;
 	// empty writes none.
 	MetricsNamespace string
+	// OperatorKeyHashes is STEPFLOW_OPERATOR_KEY_HASHES (optional): the
+	// SHA-256 (hex) of each operator key, comma-separated. A request to
+	// GET /v1/metrics with one of them answers the stack's operator
+	// metrics (docs/metrics.md); empty: no operator key.
+	OperatorKeyHashes []string
 }
 
 // FromEnv reads Settings, naming any variable that is missing.
@@ -177,6 +184,10 @@ func FromEnv(getenv func(string) string) (Settings, error) {
 		return s, err
 	}
 	s.MetricsNamespace = getenv("STEPFLOW_METRICS_NAMESPACE")
+	s.DLQURL = getenv("STEPFLOW_DLQ_URL")
+	if s.OperatorKeyHashes, err = operatorKeyHashes(getenv("STEPFLOW_OPERATOR_KEY_HASHES")); err != nil {
+		return s, err
+	}
 	s.LambdaAllow = getenv(actions.EnvLambdaAllow)
 	s.Account, s.Partition = getenv(actions.EnvAccount), getenv(actions.EnvPartition)
 	s.SFNAllow = getenv(statemachines.EnvAllow)
@@ -254,6 +265,27 @@ func readNumbers(getenv func(string) string, s *Settings, vars []numberVar) erro
 
 // accountPattern is an AWS account id.
 var accountPattern = regexp.MustCompile(`^\d{12}$`)
+
+// keyHashPattern is a key's SHA-256 as engine.HashKey writes it.
+var keyHashPattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// operatorKeyHashes reads STEPFLOW_OPERATOR_KEY_HASHES. A plain key put
+// there by mistake is refused rather than taken as a hash nobody has.
+func operatorKeyHashes(v string) ([]string, error) {
+	var out []string
+	for i, h := range strings.Split(v, ",") {
+		h = strings.TrimSpace(h)
+		if h == "" {
+			continue
+		}
+		if !keyHashPattern.MatchString(h) {
+			// Not the value itself: it may be a key, and this goes to the log.
+			return nil, fmt.Errorf("environment variable STEPFLOW_OPERATOR_KEY_HASHES must hold the SHA-256 of each operator key, 64 lower-case hex digits, comma-separated (printf %%s \"$KEY\" | sha256sum); entry %d is not one", i+1)
+		}
+		out = append(out, h)
+	}
+	return out, nil
+}
 
 // healthFromEnv reads the health thresholds, each within its range and
 // the unhealthy bound no milder than the degraded one.
@@ -375,7 +407,7 @@ func EngineConfig(s Settings, c Clients, log *slog.Logger) engine.Config {
 	st := store.New(c.DynamoDB, s.Table)
 	st.Log = log
 	q := queue.New(c.SQS, queue.Config{
-		ReadyURLs: [domain.MaxPriority + 1]string(s.ReadyQueues), DLQARN: s.DLQARN, WorkerQueuePrefix: s.WorkerQueuePrefix,
+		ReadyURLs: [domain.MaxPriority + 1]string(s.ReadyQueues), DLQARN: s.DLQARN, DLQURL: s.DLQURL, WorkerQueuePrefix: s.WorkerQueuePrefix,
 		MaxWorkerQueues: s.MaxWorkerQueues, TimerARN: s.TimerStateMachine, TimerThreshold: s.TimerThreshold,
 	}).WithTimers(c.StepFunctions)
 	// FromEnv refuses a bad allow list; Settings built by hand fail closed.

@@ -106,6 +106,14 @@ type Config struct {
 	// process (STEPFLOW_MAX_LONG_POLLS; DefaultMaxLongPolls when zero,
 	// none when negative).
 	MaxLongPolls int
+	// Operator keeps the operator's figures (operator.go); New takes it
+	// from the store when the store keeps them (both adapters do). Nil
+	// keeps none.
+	Operator OperatorStore
+	// Gauges reads the queues' depths for the sweep's readings; New
+	// takes it from the queue when the queue reads them (the SQS
+	// adapter). Nil reads none.
+	Gauges QueueGauges
 }
 
 // Engine is stepflow's core.
@@ -156,6 +164,12 @@ func New(c Config) *Engine {
 	}
 	if u, ok := c.Store.(WorkerQueueUses); ok && c.WorkerQueueUses == nil {
 		c.WorkerQueueUses = u
+	}
+	if o, ok := c.Store.(OperatorStore); ok && c.Operator == nil {
+		c.Operator = o
+	}
+	if g, ok := c.Queue.(QueueGauges); ok && c.Gauges == nil {
+		c.Gauges = g
 	}
 	seed := make([]byte, 16)
 	_, _ = rand.Read(seed)

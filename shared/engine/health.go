@@ -126,13 +126,16 @@ func (e *Engine) StepMetrics(ctx context.Context, tenant string) (StepCounts, er
 }
 
 // noteSweep records that the heartbeat swept at now (the health verdict's
-// last_heartbeat) and hands the metrics sink steps_by_state, the stack's
-// steps in each state: a write and a read a minute, whatever the load.
-func (e *Engine) noteSweep(ctx context.Context, now time.Time) {
+// last_heartbeat), reads the stack's step counters and with them takes the
+// sweep's readings (operator.go): it keeps those for GET /v1/metrics and
+// hands them to the metrics sink with steps_by_state, the stack's steps in
+// each state. A bounded number of requests a minute, whatever the load
+// (docs/metrics.md counts them).
+func (e *Engine) noteSweep(ctx context.Context, now time.Time, s sweepDone) {
 	if err := e.cfg.Store.RecordSweep(ctx, now); err != nil {
 		e.cfg.Log.WarnContext(ctx, "sweep time not recorded", "err", err)
 	}
-	if e.cfg.Metrics == nil {
+	if e.cfg.Metrics == nil && e.cfg.Operator == nil {
 		return
 	}
 	c, err := e.cfg.Store.StepStats(ctx, AllTenants)
@@ -140,7 +143,15 @@ func (e *Engine) noteSweep(ctx context.Context, now time.Time) {
 		e.cfg.Log.WarnContext(ctx, "steps by state not read", "err", err)
 		return
 	}
-	e.cfg.Metrics.Emit(ctx, MetricsBatch{At: now, InState: StepsByState(c)})
+	r := e.readings(ctx, now, s, c)
+	if e.cfg.Operator != nil {
+		if err := e.cfg.Operator.PutReadings(ctx, r); err != nil {
+			e.cfg.Log.WarnContext(ctx, "sweep readings not kept", "err", err)
+		}
+	}
+	if e.cfg.Metrics != nil {
+		e.cfg.Metrics.Emit(ctx, MetricsBatch{At: now, InState: StepsByState(c), Readings: &r})
+	}
 }
 
 // StepsByState answers steps_by_state from c: every step state, a count

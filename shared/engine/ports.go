@@ -270,7 +270,7 @@ type MetricsSink interface {
 	Emit(ctx context.Context, b MetricsBatch)
 }
 
-// MetricsBatch is one flush's step metrics, every tenant's together.
+// MetricsBatch is one flush's metrics, every tenant's together.
 type MetricsBatch struct {
 	At      time.Time
 	Moves   map[StepMove]int64
@@ -281,6 +281,11 @@ type MetricsBatch struct {
 	// InState, set by the heartbeat alone, is steps_by_state: the stack's
 	// steps in each state.
 	InState map[domain.StepState]int64
+	// Readings, set by the heartbeat alone, are its sweep's (operator.go).
+	Readings *Readings
+	// Requests, set by the HTTP functions alone, are their requests by
+	// route key since their last flush.
+	Requests map[string]*RouteBatch
 }
 
 // Publisher sends the job-level transitions of a saved change as "Job

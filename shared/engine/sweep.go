@@ -87,6 +87,7 @@ const SweepRetryAfter = 5 * time.Minute
 // time budget, and leaves the rest for the next runs.
 func (e *Engine) Sweep(ctx context.Context) (SweepReport, error) {
 	var rep SweepReport
+	began := time.Now() // its duration is the wall clock's, whatever e.now says
 	start := e.now()
 	keys, err := e.cfg.Store.Due(ctx, start, SweepRead)
 	if err != nil {
@@ -121,7 +122,7 @@ func (e *Engine) Sweep(ctx context.Context) (SweepReport, error) {
 	rep.SchedulesDue, rep.Fired, rep.Skipped, rep.Errors = sr.Due, sr.Fired, sr.Skipped, rep.Errors+sr.Errors
 	removed, qerrs := e.sweepWorkerQueues(ctx)
 	rep.QueuesRemoved, rep.Errors = removed, rep.Errors+qerrs
-	e.noteSweep(ctx, e.now())
+	e.noteSweep(ctx, e.now(), sweepDone{report: rep, took: time.Since(began), due: keys})
 	return rep, nil
 }
 

@@ -57,8 +57,16 @@ type API struct {
 	// type (prometheus.Exposition). Main wires it, so this package,
 	// and its fuzz build, carry no exposition encoder (protobuf).
 	MetricsText func(w io.Writer, c engine.StepCounts) (contentType string, err error)
-	keys        keyCache
-	serves      map[Function]bool // the functions whose routes this one serves; nil: every route
+	// OperatorText writes GET /v1/metrics' body for an operator key
+	// (prometheus.OperatorExposition), as MetricsText does a tenant's.
+	OperatorText func(w io.Writer, m engine.OperatorMetrics) (contentType string, err error)
+	// OperatorKeyHashes are the SHA-256 (engine.HashKey) of the operator
+	// keys (STEPFLOW_OPERATOR_KEY_HASHES): with one of them GET
+	// /v1/metrics answers the stack's operator metrics (operator.go).
+	OperatorKeyHashes []string
+	keys              keyCache
+	serves            map[Function]bool // the functions whose routes this one serves; nil: every route
+	requests          requestMeter
 }
 
 // Function names an HTTP function of template.yaml. Each serves exactly its
@@ -84,6 +92,9 @@ type route struct {
 	// sends it with each call).
 	keyless bool
 	serve   func(a *API, ctx context.Context, tenant string, req *request) (int, any, error)
+	// operator, when set, serves the route instead of serve to a request
+	// with an operator key (operator.go).
+	operator func(a *API, ctx context.Context, req *request) (int, any, error)
 }
 
 // routes is every route: the one table.
@@ -101,7 +112,7 @@ var routes = []route{
 	{key: "POST /v1/jobs/{id}/steps/{step}/reject", owner: EnqueueFunction, serve: (*API).reject},
 	{key: "GET /v1/jobs/{id}/steps/{step}/output", owner: EnqueueFunction, serve: (*API).output},
 	{key: "GET /v1/health", owner: EnqueueFunction, serve: (*API).health},
-	{key: "GET /v1/metrics", owner: EnqueueFunction, serve: (*API).metrics},
+	{key: "GET /v1/metrics", owner: EnqueueFunction, serve: (*API).metrics, operator: (*API).operatorMetrics},
 	{key: "GET /v1/openapi.json", owner: EnqueueFunction, keyless: true, serve: (*API).openapi},
 	{key: "PUT /v1/resources/{id}", owner: EnqueueFunction, serve: (*API).putResource},
 	{key: "GET /v1/resources/{id}", owner: EnqueueFunction, serve: (*API).getResource},
@@ -164,8 +175,20 @@ func New(e *engine.Engine, log *slog.Logger, fns ...Function) *API {
 	return a
 }
 
-// Handle is the Lambda handler for every HTTP route.
+// Handle is the Lambda handler for every HTTP route. It counts each
+// request by its route (operator.go).
 func (a *API) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	began := time.Now()
+	resp, err := a.handle(ctx, ev)
+	status := resp.StatusCode
+	if err != nil {
+		status = http.StatusInternalServerError // what API Gateway answers a failed invocation
+	}
+	a.observe(ctx, ev.RouteKey, status, time.Since(began))
+	return resp, err
+}
+
+func (a *API) handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 	ctx = logging.With(ctx, slog.String("request_id", ev.RequestContext.RequestID))
 	req := &request{ev: ev}
 	rt, ok := routeOf[ev.RouteKey]
@@ -188,6 +211,13 @@ func (a *API) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 	}
 	if rt.keyless {
 		status, body, err := rt.serve(a, ctx, "", req)
+		if err != nil {
+			return a.fail(ev, err), nil
+		}
+		return respond(status, body, req.extraHeaders), nil
+	}
+	if rt.operator != nil && a.operatorKey(req) {
+		status, body, err := rt.operator(a, ctx, req)
 		if err != nil {
 			return a.fail(ev, err), nil
 		}

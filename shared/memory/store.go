@@ -86,6 +86,7 @@ type Store struct {
 	// resources are encoded, as stored, so no caller shares a stored value.
 	resources map[jobKey][]byte
 	uses      queueUses // worker queue uses (workerqueues.go)
+	operator  operatorFigures
 	// polls are each tenant's open long-poll slots: lease -> until.
 	polls   map[string]map[string]time.Time
 	changes changes // snapshot.go

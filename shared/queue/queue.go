@@ -67,6 +67,7 @@ const MaxDelay = 900 * time.Second
 type Config struct {
 	ReadyURLs          [domain.MaxPriority + 1]string // index = priority
 	DLQARN             string                         // worker queues redrive here
+	DLQURL             string                         // the same queue, whose depth the sweep reads (depths.go)
 	WorkerQueuePrefix  string                         // e.g. "<stack>-w-"
 	WorkerMaxReceives  int                            // redrive after this many receives of one worker message
 	WorkerQueueVisible time.Duration                  // visibility before a claim sets the lease's

@@ -32,7 +32,15 @@ const ContentType = "text/plain; version=0.0.4; charset=utf-8"
 // durations once there is one to show.
 func WritePrometheus(w io.Writer, c engine.StepCounts) error {
 	b := bufio.NewWriter(w)
+	writeSteps(b, c)
+	if err := b.Flush(); err != nil {
+		return fmt.Errorf("write the metrics: %w", err)
+	}
+	return nil
+}
 
+// writeSteps writes the step families of c.
+func writeSteps(b *bufio.Writer, c engine.StepCounts) {
 	keys := slices.SortedFunc(maps.Keys(c.Moves), func(x, y engine.StepMove) int {
 		if x.From != y.From {
 			return strings.Compare(string(x.From), string(y.From))
@@ -75,10 +83,6 @@ func WritePrometheus(w io.Writer, c engine.StepCounts) error {
 	for _, st := range domain.AllStepStates() {
 		sample(b, metrics.StepsByState, float64(inState[st]), "state", string(st))
 	}
-	if err := b.Flush(); err != nil {
-		return fmt.Errorf("write the metrics: %w", err)
-	}
-	return nil
 }
 
 // header writes a family's HELP and TYPE lines.

@@ -6,6 +6,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -317,24 +318,25 @@ func invokeCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "invoke FUNCTION EVENT.json",
 		Short: "Run one function's handler on one event against the running dev stack (like sam local invoke)",
-		Long:  "FUNCTION is enqueue, claim, execute or heartbeat (or its logical id, e.g. EnqueueFunction). The dev stack at STEPFLOW_ADDR (default 127.0.0.1:3000) must be running.",
-		Args:  cobra.ExactArgs(2),
+		Long: `FUNCTION is enqueue, claim, execute or heartbeat (or its logical id, e.g. EnqueueFunction).
+The dev stack must be running: the one serving STEPFLOW_URL (what the stepflow CLI talks
+to), else the one on STEPFLOW_ADDR (what make dev serves), else 127.0.0.1:3000.`,
+		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			addr := env("STEPFLOW_ADDR", "127.0.0.1:3000")
-			sf, err := stateFile(addr)
+			sf, where, err := invokeStateFile()
 			if err != nil {
 				return err
 			}
 			state, err := devstate.Read(sf)
 			if err != nil {
-				return fmt.Errorf("no dev stack is running at %s (start one with `make dev`): %w", addr, err)
+				return fmt.Errorf("no dev stack is running at %s (start one with `make dev`, or set STEPFLOW_URL to the one running): %w", where, err)
 			}
 			event, err := os.ReadFile(args[1])
 			if err != nil {
 				return err
 			}
-			st, err := devstack.Start(ctx, devstack.Options{EndpointURL: state.Endpoint, StackName: state.Stack, NoRunner: true, Region: env("AWS_REGION", "us-east-1"),
+			st, err := devstack.Start(ctx, devstack.Options{EndpointURL: state.Endpoint, StackName: state.Stack, NoRunner: true, Region: cmp.Or(state.Region, env("AWS_REGION", "us-east-1")),
 				HTTPAllow: state.Env["STEPFLOW_HTTP_ALLOW"], Env: lambdaSettings(state.Env), Parameters: longTimersOf(state.Env)})
 			if err != nil {
 				return err
@@ -344,11 +346,28 @@ func invokeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			enc := json.NewEncoder(os.Stdout)
+			enc := json.NewEncoder(cmd.OutOrStdout())
 			enc.SetIndent("", "  ")
 			return enc.Encode(out)
 		},
 	}
+}
+
+// invokeStateFile answers the state file of the dev stack `invoke` acts
+// on, and that stack's address for an error: the one serving STEPFLOW_URL,
+// so that invoke and the CLI act on the same stack, else the one make dev
+// serves on STEPFLOW_ADDR.
+func invokeStateFile() (path, where string, err error) {
+	if u := os.Getenv("STEPFLOW_URL"); u != "" {
+		path, err := devstate.PathForURL(u)
+		if err != nil {
+			return "", "", fmt.Errorf("STEPFLOW_URL: %w; set it to the URL make dev printed, e.g. http://127.0.0.1:3000", err)
+		}
+		return path, u, nil
+	}
+	addr := env("STEPFLOW_ADDR", "127.0.0.1:3000")
+	path, err = stateFile(addr)
+	return path, addr, err
 }
 
 func apiKeyCmd() *cobra.Command {

@@ -1016,13 +1016,22 @@ func (j *Job) gate(stepID string, d Decision, approve bool) (*Step, int, error) 
 		return nil, 0, err
 	}
 	event := map[bool]StepEvent{true: StepEvApprove, false: StepEvReject}[approve]
+	verb := map[bool]string{true: "approved", false: "rejected"}[approve]
 	switch {
 	case s.Spec.Action.Type != ActionApproval:
-		return nil, 0, &IllegalTransitionError{Kind: "step", ID: stepID, From: string(s.State), Event: string(event) + " (not an approval gate: a step waiting on a person is resumed)"}
+		return nil, 0, refused("step", stepID, string(s.State), string(event)+" (not an approval gate: a step waiting on a person is resumed)",
+			"step %q is a %s step, not an approval gate; only an approval step can be %s (a step waiting on a person's input is resumed)", stepID, s.Spec.Action.Type, verb)
 	case s.Decision != nil && s.Decision.Approved == approve:
 		return nil, 0, nil
-	case j.State.Terminal() || s.State != StepNeedsUser:
-		return nil, 0, &IllegalTransitionError{Kind: "step", ID: stepID, From: string(s.State), Event: string(event)}
+	case s.Decision != nil:
+		return nil, 0, refused("step", stepID, string(s.State), string(event),
+			"step %q was %s already; a gate is decided once", stepID, map[bool]string{true: "approved", false: "rejected"}[s.Decision.Approved])
+	case j.State.Terminal():
+		return nil, 0, refused("step", stepID, string(s.State), string(event),
+			"the job is %s; only a gate of a job that has not finished can be %s", j.State, verb)
+	case s.State != StepNeedsUser:
+		return nil, 0, refused("step", stepID, string(s.State), string(event),
+			"step %q is %s; only an open gate (NEEDS_USER) can be %s", stepID, s.State, verb)
 	}
 	return s, i, nil
 }
@@ -1051,10 +1060,16 @@ func (j *Job) Resume(stepID string, input json.RawMessage, now time.Time) ([]Dis
 		return nil, err
 	}
 	if j.State.Terminal() {
-		return nil, &IllegalTransitionError{Kind: "job", ID: j.ID, From: string(j.State), Event: string(JobEvWaitCompleted)}
+		return nil, refused("job", j.ID, string(j.State), string(JobEvWaitCompleted),
+			"the job is %s; only a step of a job that has not finished can be resumed", j.State)
 	}
 	if s.Spec.Action.Type == ActionApproval {
-		return nil, &IllegalTransitionError{Kind: "step", ID: stepID, From: string(s.State), Event: string(StepEvResume) + " (an approval gate is approved or rejected)"}
+		return nil, refused("step", stepID, string(s.State), string(StepEvResume)+" (an approval gate is approved or rejected)",
+			"step %q is an approval gate; approve or reject it instead", stepID)
+	}
+	if s.State != StepNeedsUser {
+		return nil, refused("step", stepID, string(s.State), string(StepEvResume),
+			"step %q is %s; only a step waiting on a person (NEEDS_USER) can be resumed", stepID, s.State)
 	}
 	if len(input) == 0 {
 		input = json.RawMessage(`null`)
@@ -1069,6 +1084,10 @@ func (j *Job) Resume(stepID string, input json.RawMessage, now time.Time) ([]Dis
 	return []Dispatch{{Step: s}}, nil
 }
 
+func (j *Job) notCancellable() error {
+	return refused("job", j.ID, string(j.State), string(JobEvCancelled), "the job is %s; only a job that has not finished can be cancelled", j.State)
+}
+
 // Cancel ends the job and every unfinished step at once; a lease still out
 // is fenced off, so its holder's outcome is refused. Cancelling a cancelled
 // job changes nothing and answers false.
@@ -1077,7 +1096,7 @@ func (j *Job) Cancel(now time.Time) (bool, error) {
 		return false, nil
 	}
 	if j.State.Terminal() {
-		return false, &IllegalTransitionError{Kind: "job", ID: j.ID, From: string(j.State), Event: string(JobEvCancelled)}
+		return false, j.notCancellable()
 	}
 	if err := j.cancelOpen(now, ""); err != nil {
 		return false, err
@@ -1086,7 +1105,7 @@ func (j *Job) Cancel(now time.Time) (bool, error) {
 	// formal machine cancels only from where it allows it.
 	path, ok := settlePath(j.State, JobCancelled, false)
 	if !ok {
-		return false, &IllegalTransitionError{Kind: "job", ID: j.ID, From: string(j.State), Event: string(JobEvCancelled)}
+		return false, j.notCancellable()
 	}
 	for _, ev := range path {
 		if err := j.jobTo(ev, now, ""); err != nil {

@@ -760,7 +760,7 @@ func TestCancelFinishedJobIsRefused(t *testing.T) {
 		changed, err := j.Cancel(at(time.Hour))
 		require.False(t, changed)
 		requireIllegal(t, err, "job", string(state), string(JobEvCancelled))
-		require.Contains(t, err.Error(), "job1")
+		require.EqualError(t, err, "the job is "+string(state)+"; only a job that has not finished can be cancelled", "the state and what is allowed, not the event")
 		require.Equal(t, CodeConflict, CodeOf(err))
 		require.Equal(t, state, j.State)
 		require.Len(t, j.Events, n)
@@ -1108,6 +1108,7 @@ func TestResumeRunsAWaitingStepAgainOnThePersonsInput(t *testing.T) {
 	l := mustLease(t, j, "a", viaWorker("w", "n1"), t0)
 	_, err := j.Resume("a", json.RawMessage(`"x"`), at(time.Second))
 	requireIllegal(t, err, "step", string(StepRunning), string(StepEvResume))
+	require.EqualError(t, err, `step "a" is RUNNING; only a step waiting on a person (NEEDS_USER) can be resumed`)
 
 	_, err = j.Fail("a", l.ID, Failure{Class: ClassNeedsUser, Message: "m", Prompt: "pick one"}, at(time.Second), rand.New(rand.NewPCG(1, 2)))
 	require.NoError(t, err)

@@ -694,7 +694,7 @@ func (j *Job) TimeOut(stepID, leaseID string, now time.Time, rng *rand.Rand) ([]
 		return nil, err
 	}
 	if !s.State.leased() || s.Lease == nil || s.Lease.ID != leaseID {
-		return nil, fmt.Errorf("step %s of job %s is %s: %w", stepID, j.ID, s.State, ErrLeaseLost)
+		return nil, j.leaseLost(s, leaseID, now)
 	}
 	return j.fail(s, Failure{Class: ClassTimeout, Message: timeoutMessage(s)}, now, rng)
 }
@@ -706,9 +706,47 @@ func (j *Job) checkLease(stepID, leaseID string, now time.Time) (*Step, int, err
 		return nil, -1, err
 	}
 	if !s.State.leased() || s.Lease == nil || s.Lease.ID != leaseID || !now.Before(s.Lease.ExpiresAt) {
-		return nil, -1, fmt.Errorf("step %s of job %s is %s: %w", stepID, j.ID, s.State, ErrLeaseLost)
+		return nil, -1, j.leaseLost(s, leaseID, now)
 	}
 	return s, i, nil
+}
+
+// leaseLost answers ErrLeaseLost for leaseID, which no longer holds step
+// s at now, saying why, so that its holder knows whether its work counted
+// and whether to stop: the step completed (under this lease or another),
+// the lease expired, another attempt took the step over, or the job was
+// cancelled.
+func (j *Job) leaseLost(s *Step, leaseID string, now time.Time) error {
+	a := s.AttemptUnder(leaseID)
+	var why string
+	switch {
+	case a != nil && a.State == AttemptSucceeded:
+		why = fmt.Sprintf("step %q already completed under this lease (attempt %d); its outcome stands and nothing more is taken", s.ID(), a.N)
+	case s.State == StepSucceeded:
+		why = fmt.Sprintf("step %q already completed under another lease (attempt %d); stop this attempt's work, it is not needed", s.ID(), s.Attempt)
+	case j.State == JobCancelled:
+		why = "the job was cancelled; stop this attempt's work: nothing more is taken under this lease"
+	case s.State == StepCancelled:
+		why = fmt.Sprintf("step %q was cancelled as its job ended %s; stop this attempt's work", s.ID(), j.State)
+	case s.Lease != nil && s.Lease.ID == leaseID:
+		why = fmt.Sprintf("the lease expired at %s with no heartbeat to extend it (heartbeat well within lease_seconds); the step runs again as another attempt",
+			s.Lease.ExpiresAt.UTC().Format(time.RFC3339))
+	case a != nil && s.Lease != nil && s.State.leased():
+		why = fmt.Sprintf("attempt %d was taken over: attempt %d holds step %q under another lease; stop this attempt's work", a.N, s.Lease.Attempt, s.ID())
+	case a != nil && a.State == AttemptTimeout && a.Error != nil && a.Error.Message == leaseExpired:
+		until := ""
+		if a.LeaseUntil != nil {
+			until = " at " + a.LeaseUntil.UTC().Format(time.RFC3339)
+		}
+		why = fmt.Sprintf("the lease expired%s with no heartbeat to extend it and attempt %d was ended; step %q is %s", until, a.N, s.ID(), s.State)
+	case a != nil && a.State == AttemptTimeout:
+		why = fmt.Sprintf("attempt %d ran past the step's timeout and was ended; step %q is %s", a.N, s.ID(), s.State)
+	case a != nil:
+		why = fmt.Sprintf("attempt %d already ended (%s); step %q is %s", a.N, a.State, s.ID(), s.State)
+	default:
+		why = fmt.Sprintf("no attempt of step %q ran under this lease; the step is %s", s.ID(), s.State)
+	}
+	return fmt.Errorf("%w: %s", ErrLeaseLost, why)
 }
 
 // Heartbeat extends a live lease to now+extend.

@@ -323,6 +323,10 @@ func TestGatesResourcesSchedulesAndHealth(t *testing.T) {
 	var h client.Health
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &h))
 	require.Equal(t, int64(2), h.Completed)
+	r = b.run(t, "health")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "success rate  100.0% (24 h: 2 completed, 0 failed, 0 cancelled)")
+	require.Contains(t, r.stdout, "note: too few finished jobs (2 of 20) to grade the success rate\n")
 }
 
 // The shell worker runs a real script per step: input on stdin, ids in

@@ -54,23 +54,27 @@ func passedSettings() map[string]string {
 	return m
 }
 
-// longTimers answers the template parameter LongTimers `make dev` takes
-// from STEPFLOW_LONG_TIMERS (none: the template's Sweep).
-func longTimers() map[string]string {
+// devParameters answers the template parameters `make dev` deploys
+// with: DeployExamples, since it serves examples/functions for lambda
+// steps, and LongTimers from STEPFLOW_LONG_TIMERS (none: the template's
+// Sweep).
+func devParameters() map[string]string {
+	p := map[string]string{"DeployExamples": "true"}
 	if v := os.Getenv("STEPFLOW_LONG_TIMERS"); v != "" {
-		return map[string]string{"LongTimers": v}
+		p["LongTimers"] = v
 	}
-	return nil
+	return p
 }
 
-// longTimersOf answers the LongTimers of the stack whose functions'
-// environment is env: StepFunctions when they were told of a timer state
-// machine.
-func longTimersOf(env map[string]string) map[string]string {
+// devParametersOf answers the parameters of the dev stack whose
+// functions' environment is env: LongTimers StepFunctions when they were
+// told of a timer state machine.
+func devParametersOf(env map[string]string) map[string]string {
+	p := map[string]string{"DeployExamples": "true"}
 	if env["STEPFLOW_TIMER_STATE_MACHINE"] != "" {
-		return map[string]string{"LongTimers": "StepFunctions"}
+		p["LongTimers"] = "StepFunctions"
 	}
-	return nil
+	return p
 }
 
 // stateFile is where a running dev stack leaves what `invoke` and the
@@ -234,7 +238,7 @@ Invoke API as stepflow-fn-<name> (and <name>); lambda steps call them there.`,
 			st, err := devstack.Start(ctx, devstack.Options{
 				Addr: addr, EndpointURL: os.Getenv("AWS_ENDPOINT_URL"), StackName: os.Getenv("STEPFLOW_STACK"),
 				APIKeys: keys, ScheduleEvery: every, MachineInvocations: invocations, Region: env("AWS_REGION", "us-east-1"), Log: log, MotoLog: motoLog, MetricsOutput: metricsLog,
-				HTTPAllow: os.Getenv("STEPFLOW_HTTP_ALLOW"), Env: passedSettings(), Parameters: longTimers(),
+				HTTPAllow: os.Getenv("STEPFLOW_HTTP_ALLOW"), Env: passedSettings(), Parameters: devParameters(),
 				LambdaDirs: []string{"examples/functions"}, LambdaOutput: os.Stderr,
 				SampleJob: true, StatePath: os.Getenv("STEPFLOW_DEV_STATE"),
 			})
@@ -337,7 +341,7 @@ to), else the one on STEPFLOW_ADDR (what make dev serves), else 127.0.0.1:3000.`
 				return err
 			}
 			st, err := devstack.Start(ctx, devstack.Options{EndpointURL: state.Endpoint, StackName: state.Stack, NoRunner: true, Region: cmp.Or(state.Region, env("AWS_REGION", "us-east-1")),
-				HTTPAllow: state.Env["STEPFLOW_HTTP_ALLOW"], Env: lambdaSettings(state.Env), Parameters: longTimersOf(state.Env)})
+				HTTPAllow: state.Env["STEPFLOW_HTTP_ALLOW"], Env: lambdaSettings(state.Env), Parameters: devParametersOf(state.Env)})
 			if err != nil {
 				return err
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
 
+	"github.com/stepflow/stepflow/infra/bootstrap"
 	"github.com/stepflow/stepflow/localstack/devstack"
 	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
 	"github.com/stepflow/stepflow/localstack/devstate"
@@ -175,4 +176,25 @@ func TestInvokeActsOnTheStackOfSTEPFLOW_URL(t *testing.T) {
 	t.Setenv("STEPFLOW_URL", "127.0.0.1 3000")
 	_, err = invoke("enqueue", "enqueue-get.json")
 	require.ErrorContains(t, err, "STEPFLOW_URL")
+}
+
+// make dev deploys the template with its example functions, as it serves
+// them for lambda steps; a stack on AWS has them only when asked.
+func TestDevDeploysTheExampleFunctions(t *testing.T) {
+	t.Parallel()
+	ids := func(params map[string]string) []string {
+		tpl, err := bootstrap.Parse("../../template.yaml")
+		require.NoError(t, err)
+		for k, v := range params {
+			require.NoError(t, tpl.SetParameter(k, v))
+		}
+		var out []string
+		for _, f := range tpl.Functions() {
+			out = append(out, f.LogicalID)
+		}
+		return out
+	}
+	require.NotContains(t, ids(nil), "EchoFunction", "DeployExamples defaults to false")
+	require.Subset(t, ids(devParameters()), []string{"EchoFunction", "FlakyFunction"})
+	require.Subset(t, ids(devParametersOf(map[string]string{"STEPFLOW_TIMER_STATE_MACHINE": "arn"})), []string{"EchoFunction", "FlakyFunction"})
 }

@@ -75,7 +75,7 @@ vet:
 bench:
 	$(GO) run ./cmd/stepflow-bench $(BENCH_FLAGS)
 
-## invoke: run one handler on one event against the running dev stack, e.g. make invoke FN=enqueue EVENT=events/enqueue-submit.json
+## invoke: run one handler on one event against the running dev stack (the one serving STEPFLOW_URL, else STEPFLOW_ADDR), e.g. make invoke FN=enqueue EVENT=events/enqueue-submit.json
 invoke:
 	@test -n "$(FN)" -a -n "$(EVENT)" || { echo "usage: make invoke FN=enqueue|claim|execute|heartbeat EVENT=events/<file>.json"; exit 2; }
 	$(GO) run ./cmd/stepflow-local invoke $(FN) $(EVENT)

@@ -8,6 +8,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -57,23 +58,27 @@ func passedSettings() map[string]string {
 	return m
 }
 
-// longTimers answers the template parameter LongTimers `make dev` takes
-// from STEPFLOW_LONG_TIMERS (none: the template's Sweep).
-func longTimers() map[string]string {
+// devParameters answers the template parameters `make dev` deploys
+// with: DeployExamples, since it serves examples/functions for lambda
+// steps, and LongTimers from STEPFLOW_LONG_TIMERS (none: the template's
+// Sweep).
+func devParameters() map[string]string {
+	p := map[string]string{"DeployExamples": "true"}
 	if v := os.Getenv("STEPFLOW_LONG_TIMERS"); v != "" {
-		return map[string]string{"LongTimers": v}
+		p["LongTimers"] = v
 	}
-	return nil
+	return p
 }
 
-// longTimersOf answers the LongTimers of the stack whose functions'
-// environment is env: StepFunctions when they were told of a timer state
-// machine.
-func longTimersOf(env map[string]string) map[string]string {
+// devParametersOf answers the parameters of the dev stack whose
+// functions' environment is env: LongTimers StepFunctions when they were
+// told of a timer state machine.
+func devParametersOf(env map[string]string) map[string]string {
+	p := map[string]string{"DeployExamples": "true"}
 	if env["STEPFLOW_TIMER_STATE_MACHINE"] != "" {
-		return map[string]string{"LongTimers": "StepFunctions"}
+		p["LongTimers"] = "StepFunctions"
 	}
-	return nil
+	return p
 }
 
 // stateFile is where a running dev stack leaves what `invoke` and the
@@ -267,7 +272,7 @@ Invoke API as stepflow-fn-<name> (and <name>); lambda steps call them there.`,
 			st, err := devstack.Start(ctx, devstack.Options{
 				Addr: addr, EndpointURL: os.Getenv("AWS_ENDPOINT_URL"), StackName: os.Getenv("STEPFLOW_STACK"),
 				APIKeys: keys, OperatorKeys: operatorKeys, ScheduleEvery: every, MachineInvocations: invocations, Region: env("AWS_REGION", "us-east-1"), Log: log, MotoLog: motoLog, MetricsOutput: metricsLog,
-				HTTPAllow: os.Getenv("STEPFLOW_HTTP_ALLOW"), Env: passedSettings(), Parameters: longTimers(),
+				HTTPAllow: os.Getenv("STEPFLOW_HTTP_ALLOW"), Env: passedSettings(), Parameters: devParameters(),
 				LambdaDirs: []string{"examples/functions"}, LambdaOutput: os.Stderr,
 				SampleJob: true, StatePath: os.Getenv("STEPFLOW_DEV_STATE"),
 			})
@@ -352,28 +357,29 @@ func invokeCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "invoke FUNCTION EVENT.json",
 		Short: "Run one function's handler on one event against the running dev stack (like sam local invoke)",
-		Long:  "FUNCTION is enqueue, claim, execute or heartbeat (or its logical id, e.g. EnqueueFunction). The dev stack at STEPFLOW_ADDR (default 127.0.0.1:3000) must be running.",
-		Args:  cobra.ExactArgs(2),
+		Long: `FUNCTION is enqueue, claim, execute or heartbeat (or its logical id, e.g. EnqueueFunction).
+The dev stack must be running: the one serving STEPFLOW_URL (what the stepflow CLI talks
+to), else the one on STEPFLOW_ADDR (what make dev serves), else 127.0.0.1:3000.`,
+		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			addr := env("STEPFLOW_ADDR", "127.0.0.1:3000")
-			sf, err := stateFile(addr)
+			sf, where, err := invokeStateFile()
 			if err != nil {
 				return err
 			}
 			state, err := devstate.Read(sf)
 			if err != nil {
-				return fmt.Errorf("no dev stack is running at %s (start one with `make dev`): %w", addr, err)
+				return fmt.Errorf("no dev stack is running at %s (start one with `make dev`, or set STEPFLOW_URL to the one running): %w", where, err)
 			}
 			if state.Mode == devstate.ModeEmbedded {
-				return fmt.Errorf("the dev stack at %s runs embedded, with no AWS emulator: invoke needs the emulator (%s, then make dev again)", addr, toolchain.SetupCommand)
+				return fmt.Errorf("the dev stack at %s runs embedded, with no AWS emulator: invoke needs the emulator (%s, then make dev again)", where, toolchain.SetupCommand)
 			}
 			event, err := os.ReadFile(args[1])
 			if err != nil {
 				return err
 			}
-			st, err := devstack.Start(ctx, devstack.Options{EndpointURL: state.Endpoint, StackName: state.Stack, NoRunner: true, Region: env("AWS_REGION", "us-east-1"),
-				HTTPAllow: state.Env["STEPFLOW_HTTP_ALLOW"], Env: lambdaSettings(state.Env), Parameters: longTimersOf(state.Env)})
+			st, err := devstack.Start(ctx, devstack.Options{EndpointURL: state.Endpoint, StackName: state.Stack, NoRunner: true, Region: cmp.Or(state.Region, env("AWS_REGION", "us-east-1")),
+				HTTPAllow: state.Env["STEPFLOW_HTTP_ALLOW"], Env: lambdaSettings(state.Env), Parameters: devParametersOf(state.Env)})
 			if err != nil {
 				return err
 			}
@@ -382,11 +388,28 @@ func invokeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			enc := json.NewEncoder(os.Stdout)
+			enc := json.NewEncoder(cmd.OutOrStdout())
 			enc.SetIndent("", "  ")
 			return enc.Encode(out)
 		},
 	}
+}
+
+// invokeStateFile answers the state file of the dev stack `invoke` acts
+// on, and that stack's address for an error: the one serving STEPFLOW_URL,
+// so that invoke and the CLI act on the same stack, else the one make dev
+// serves on STEPFLOW_ADDR.
+func invokeStateFile() (path, where string, err error) {
+	if u := os.Getenv("STEPFLOW_URL"); u != "" {
+		path, err := devstate.PathForURL(u)
+		if err != nil {
+			return "", "", fmt.Errorf("STEPFLOW_URL: %w; set it to the URL make dev printed, e.g. http://127.0.0.1:3000", err)
+		}
+		return path, u, nil
+	}
+	addr := env("STEPFLOW_ADDR", "127.0.0.1:3000")
+	path, err = stateFile(addr)
+	return path, addr, err
 }
 
 func apiKeyCmd() *cobra.Command {

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,8 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
 
+	"github.com/stepflow/stepflow/infra/bootstrap"
 	"github.com/stepflow/stepflow/localstack/devstack"
 	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
+	"github.com/stepflow/stepflow/localstack/devstate"
 	"github.com/stepflow/stepflow/localstack/lambdaemu"
 	"github.com/stepflow/stepflow/shared/domain"
 )
@@ -126,4 +130,71 @@ func keys[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// make invoke acts on the dev stack STEPFLOW_URL names, as the CLI does:
+// its state file is found by that URL's port, ahead of STEPFLOW_ADDR and
+// the default port. (t.Setenv: not parallel.)
+func TestInvokeActsOnTheStackOfSTEPFLOW_URL(t *testing.T) {
+	t.Setenv("XDG_STATE_HOME", t.TempDir()) // no dev stack's file but this test's
+	h := stacktest.New(t, func(o *devstack.Options) {
+		o.SampleJob = true
+		o.APIKeys["dev-key"] = devstack.SampleTenant
+	})
+	h.AwaitState(t, "dev-key", devstack.SampleJobID, domain.JobCompleted)
+	sf, err := devstate.PathForURL(h.URL)
+	require.NoError(t, err)
+	require.NoError(t, devstate.Write(sf, devstate.State{URL: h.URL, Endpoint: h.Endpoint, Region: "us-east-1", Stack: h.Name, Env: h.Resources.Env}))
+
+	invoke := func(fn, event string) (string, error) {
+		t.Helper()
+		cmd := invokeCmd()
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(io.Discard)
+		cmd.SetArgs([]string{fn, filepath.Join("../../events", event)})
+		err := cmd.ExecuteContext(t.Context())
+		return out.String(), err
+	}
+
+	t.Setenv("STEPFLOW_URL", h.URL)
+	t.Setenv("STEPFLOW_ADDR", "127.0.0.1:1") // no stack there: STEPFLOW_URL comes first
+	out, err := invoke("enqueue", "enqueue-get.json")
+	require.NoError(t, err)
+	var res events.APIGatewayV2HTTPResponse
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	require.Equal(t, 200, res.StatusCode, res.Body)
+	var job struct{ ID string }
+	require.NoError(t, json.Unmarshal([]byte(res.Body), &job))
+	require.Equal(t, devstack.SampleJobID, job.ID)
+
+	// Without it, the stack on STEPFLOW_ADDR, which is none here, is named.
+	t.Setenv("STEPFLOW_URL", "")
+	_, err = invoke("enqueue", "enqueue-get.json")
+	require.ErrorContains(t, err, "no dev stack is running at 127.0.0.1:1")
+
+	t.Setenv("STEPFLOW_URL", "127.0.0.1 3000")
+	_, err = invoke("enqueue", "enqueue-get.json")
+	require.ErrorContains(t, err, "STEPFLOW_URL")
+}
+
+// make dev deploys the template with its example functions, as it serves
+// them for lambda steps; a stack on AWS has them only when asked.
+func TestDevDeploysTheExampleFunctions(t *testing.T) {
+	t.Parallel()
+	ids := func(params map[string]string) []string {
+		tpl, err := bootstrap.Parse("../../template.yaml")
+		require.NoError(t, err)
+		for k, v := range params {
+			require.NoError(t, tpl.SetParameter(k, v))
+		}
+		var out []string
+		for _, f := range tpl.Functions() {
+			out = append(out, f.LogicalID)
+		}
+		return out
+	}
+	require.NotContains(t, ids(nil), "EchoFunction", "DeployExamples defaults to false")
+	require.Subset(t, ids(devParameters()), []string{"EchoFunction", "FlakyFunction"})
+	require.Subset(t, ids(devParametersOf(map[string]string{"STEPFLOW_TIMER_STATE_MACHINE": "arn"})), []string{"EchoFunction", "FlakyFunction"})
 }

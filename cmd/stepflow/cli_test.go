@@ -190,6 +190,44 @@ steps:
 	require.Regexp(t, `deep\s+pass\s+SKIPPED\s+-\s+skipped: when payload.mode == "full" was false`, r.stdout)
 }
 
+// get shows no attempts (-) for a step that never ran and never will: one
+// cancelled before it started, one left behind by a job that failed, a
+// gate (a person decides it; nothing runs) of a job that completed.
+func TestGetShowsNoAttemptsForAStepThatNeverRuns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	failed := b.submitJSON(t, "-f", b.write(t, "fails.yaml", `
+steps:
+  - id: boom
+    action: {type: fail, class: fatal, message: no}
+  - id: later
+    action: {type: pass}
+    depends_on: [boom]
+`, 0o644))
+	b.await(t, failed.ID, func(j *client.Job) bool { return j.State == client.JobFailed })
+	r := b.run(t, "get", failed.ID)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Regexp(t, `boom\s+fail\s+FAILED\s+1/3\s`, r.stdout)
+	require.Regexp(t, `later\s+pass\s+\S+\s+-\s`, r.stdout)
+
+	waiting := b.submitJSON(t, "--action", "worker", "--param", "queue=nobody")
+	r = b.run(t, "get", waiting.ID)
+	require.Regexp(t, `\s0/\d+\s`, r.stdout, "a step still to run shows its attempts")
+	r = b.run(t, "cancel", waiting.ID)
+	require.Equal(t, 0, r.code, r.stderr)
+	r = b.run(t, "get", waiting.ID)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Regexp(t, `worker\s+CANCELLED\s+-\s`, r.stdout)
+	require.NotContains(t, r.stdout, "0/")
+
+	gated := b.submitJSON(t, "--action", "approval")
+	b.await(t, gated.ID, func(j *client.Job) bool { return j.Steps[0].State == "NEEDS_USER" })
+	require.Equal(t, 0, b.run(t, "approve", gated.ID, gated.Steps[0].ID).code)
+	b.await(t, gated.ID, func(j *client.Job) bool { return j.State == client.JobCompleted })
+	r = b.run(t, "get", gated.ID)
+	require.Regexp(t, `approval\s+SUCCEEDED\s+-\s`, r.stdout)
+}
+
 // watch shows a map's items as its progress, and get counts them on the
 // map's row rather than listing each.
 func TestWatchAndGetShowAMapsProgress(t *testing.T) {
@@ -323,6 +361,10 @@ func TestGatesResourcesSchedulesAndHealth(t *testing.T) {
 	var h client.Health
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &h))
 	require.Equal(t, int64(2), h.Completed)
+	r = b.run(t, "health")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "success rate  100.0% (24 h: 2 completed, 0 failed, 0 cancelled)")
+	require.Contains(t, r.stdout, "note: too few finished jobs (2 of 20) to grade the success rate\n")
 }
 
 // The shell worker runs a real script per step: input on stdin, ids in

@@ -296,8 +296,8 @@ func (a *app) printJob(j *client.Job) error {
 			continue
 		}
 		attempt := fmt.Sprintf("%d/%d", s.Attempt, s.MaxAttempts)
-		if s.State == "SKIPPED" {
-			attempt = "-" // it never ran, nor will
+		if neverRuns(j, &s) {
+			attempt = "-" // 0/3 would read as a step still to run
 		}
 		note := stepNote(&s)
 		if child := stepChild(&s); child != "" {
@@ -306,6 +306,12 @@ func (a *app) printJob(j *client.Job) error {
 		rows = append(rows, []string{s.ID, s.Action, s.State, attempt, note})
 	}
 	return a.table([]string{"STEP", "ACTION", "STATE", "ATTEMPT", "NOTE"}, rows)
+}
+
+// neverRuns reports a step that did not run and will not: skipped,
+// cancelled before it started, or left unrun by a job that finished.
+func neverRuns(j *client.Job, s *client.Step) bool {
+	return s.Attempt == 0 && (s.State == "SKIPPED" || s.State == "CANCELLED" || j.State.Finished())
 }
 
 // shownChildren is how many of a job's children get names its header

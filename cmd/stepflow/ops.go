@@ -40,6 +40,9 @@ func healthCmd(a *app) *cobra.Command {
 				for _, r := range h.Reasons {
 					fmt.Fprintf(a.stdout, "  - %s\n", r)
 				}
+				for _, n := range h.Notes {
+					fmt.Fprintf(a.stdout, "note: %s\n", n)
+				}
 				return nil
 			})
 		},

@@ -39,6 +39,7 @@ stack's AWS resources directly: against make dev they find them by themselves.
 
 Exit codes: 0 success; 1 an error; watch (and submit --watch) 2 when the job
 ended FAILED, 3 when it ended CANCELLED.`,
+		Version:       readBuildVersion().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -52,6 +53,7 @@ ended FAILED, 3 when it ended CANCELLED.`,
 			return nil
 		},
 	}
+	root.SetVersionTemplate("{{.Version}}")
 	root.PersistentFlags().StringVar(&a.url, "url", "", "the API's base URL (default STEPFLOW_URL, else "+DefaultURL+")")
 	root.PersistentFlags().StringVar(&a.key, "api-key", "", "the API key (default STEPFLOW_API_KEY)")
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "table", "table or json")
@@ -73,6 +75,7 @@ ended FAILED, 3 when it ended CANCELLED.`,
 		c.GroupID = "admin"
 		root.AddCommand(c)
 	}
+	root.AddCommand(versionCmd(a)) // beside help and completion
 	return root
 }
 

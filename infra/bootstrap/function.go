@@ -71,7 +71,7 @@ var functionKeys = keySet{
 	"Description":         "documentation",
 	"Policies":            "IAM only matters on AWS: the emulator allows every call",
 	"LoggingConfig":       cloudWatchLogs,
-	"FunctionName":        "a lambda action's function: the local Lambda service (localstack/lambdaemu) serves examples/functions/<name> under STEPFLOW_LAMBDA_ALLOW's prefix",
+	"FunctionName":        "a lambda action's example function (DeployExamples), named per stack on AWS: the local Lambda service (localstack/lambdaemu) serves examples/functions/<name> as <name> and under STEPFLOW_LAMBDA_ALLOW's prefix",
 }
 
 // eventKeys declares, per event type, the event properties.

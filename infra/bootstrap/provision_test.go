@@ -129,6 +129,7 @@ func TestProvisionRealTemplate(t *testing.T) {
 		"STEPFLOW_JOB_STATE_EVENTS":                 "Disabled",
 		"STEPFLOW_HEALTH_SUCCESS_OK_PERCENT":        "95",
 		"STEPFLOW_HEALTH_SUCCESS_UNHEALTHY_PERCENT": "80",
+		"STEPFLOW_HEALTH_SUCCESS_MIN_JOBS":          "20",
 		"STEPFLOW_HEALTH_BACKLOG_DEGRADED":          "10",
 		"STEPFLOW_HEALTH_BACKLOG_UNHEALTHY":         "50",
 		"STEPFLOW_HEALTH_BLOCKED_DEGRADED":          "3",
@@ -144,17 +145,17 @@ func TestProvisionRealTemplate(t *testing.T) {
 	require.True(t, strings.HasPrefix(st.Env["STEPFLOW_QUEUE_P0"], "http://127.0.0.1:"), st.Env["STEPFLOW_QUEUE_P0"])
 
 	// Functions carry their queue URLs; the template's own copy is untouched.
-	require.Len(t, st.Functions, 6) // the four of stepflow, examples echo and flaky
+	require.Len(t, st.Functions, 4) // stepflow's four: the examples only with DeployExamples=true
 	for _, f := range st.Functions {
 		for _, s := range f.SQS {
 			require.Equal(t, st.QueueURLs[s.QueueLogicalID], s.QueueURL)
 		}
 	}
-	exec := st.Functions[3]
+	exec := st.Functions[2]
 	require.Equal(t, "ExecuteFunction", exec.LogicalID)
 	require.Len(t, exec.SQS, 3)
 	require.Equal(t, st.QueueURLs["ReadyQueueP1"], exec.SQS[1].QueueURL)
-	require.Empty(t, tpl.Functions()[3].SQS[0].QueueURL)
+	require.Empty(t, tpl.Functions()[2].SQS[0].QueueURL)
 
 	// LongTimers StepFunctions adds the timer state machine, which the
 	// functions are told of: the ASL file as written, STANDARD, a role of
@@ -189,6 +190,11 @@ func TestSetParameter(t *testing.T) {
 	require.False(t, tpl.included("TimerStateMachine"))
 	require.NoError(t, tpl.SetParameter("LongTimers", "StepFunctions"))
 	require.True(t, tpl.included("TimerStateMachine"))
+	require.NoError(t, tpl.checkSupport())
+	require.ErrorContains(t, tpl.SetParameter("DeployExamples", "yes"), `parameter DeployExamples: "yes" is not one of its AllowedValues [true false]`)
+	require.False(t, tpl.included("EchoFunction"))
+	require.NoError(t, tpl.SetParameter("DeployExamples", "true"))
+	require.True(t, tpl.included("EchoFunction") && tpl.included("FlakyFunction") && tpl.included("FlakyLogGroup"))
 	require.NoError(t, tpl.checkSupport())
 }
 

@@ -28,7 +28,7 @@ func TestParseRealTemplate(t *testing.T) {
 		ids[i] = f.LogicalID
 		byID[f.LogicalID] = f
 	}
-	require.Equal(t, []string{"ClaimFunction", "EchoFunction", "EnqueueFunction", "ExecuteFunction", "FlakyFunction", "HeartbeatFunction"}, ids)
+	require.Equal(t, []string{"ClaimFunction", "EnqueueFunction", "ExecuteFunction", "HeartbeatFunction"}, ids, "the examples only with DeployExamples=true")
 
 	enq := byID["EnqueueFunction"]
 	require.Equal(t, 30, enq.Timeout, "Globals timeout")
@@ -89,7 +89,20 @@ func TestParseRealTemplate(t *testing.T) {
 	require.Equal(t, 60, hb.Timeout)
 	require.Equal(t, []Schedule{{Expression: "rate(1 minute)", Every: time.Minute}}, hb.Schedules)
 
+	examples, err := Parse(realTemplate)
+	require.NoError(t, err)
+	require.NoError(t, examples.SetParameter("DeployExamples", "true"))
+	ids = nil
+	for _, f := range examples.Functions() {
+		ids = append(ids, f.LogicalID)
+		byID[f.LogicalID] = f
+	}
+	require.Equal(t, []string{"ClaimFunction", "EchoFunction", "EnqueueFunction", "ExecuteFunction", "FlakyFunction", "HeartbeatFunction"}, ids)
 	require.Equal(t, Function{LogicalID: "EchoFunction", Timeout: 30}, byID["EchoFunction"], "a lambda action's function: no event, only invoked")
+	require.True(t, examples.included("EchoLogGroup") && !tpl.included("EchoLogGroup"), "its log group with it")
+	require.Equal(t, map[string]any{"Fn::Sub": "${LambdaActionPrefix}${AWS::StackName}-echo"}, examples.Resources["EchoFunction"].Properties["FunctionName"],
+		"named per stack, under the prefix the execute function's role and STEPFLOW_LAMBDA_ALLOW allow")
+	require.Equal(t, map[string]any{"Fn::Sub": "${LambdaActionPrefix}${AWS::StackName}-flaky"}, examples.Resources["FlakyFunction"].Properties["FunctionName"])
 
 	// Resource types and short tags survive parsing.
 	require.Equal(t, "AWS::DynamoDB::Table", tpl.Resources["JobsTable"].Type)
@@ -97,6 +110,7 @@ func TestParseRealTemplate(t *testing.T) {
 		tpl.Resources["ReadyQueueP0"].Properties["RedrivePolicy"].(map[string]any)["deadLetterTargetArn"])
 	env := envVars(tpl.globalFn)
 	require.Equal(t, map[string]any{"Ref": "JobsTable"}, env["STEPFLOW_TABLE"])
+	require.Equal(t, map[string]any{"Ref": "LambdaActionPrefix"}, env["STEPFLOW_LAMBDA_ALLOW"])
 	require.Equal(t, map[string]any{"Fn::Sub": "${AWS::StackName}-w-"}, env["STEPFLOW_WORKER_QUEUE_PREFIX"])
 	require.Equal(t, "1800", env["STEPFLOW_LEASE_SECONDS"])
 }

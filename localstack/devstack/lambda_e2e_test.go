@@ -15,9 +15,11 @@ import (
 // withLambda serves examples/functions and the local Lambda service's test
 // probe (localstack/lambdaemu/testdata/probe) as `make dev` serves
 // examples/functions: each built and run under the Lambda Runtime API,
-// named under the template's prefix, stepflow-fn-.
+// named under the template's prefix, stepflow-fn-; the template's example
+// functions exist, as make dev deploys it (DeployExamples).
 func withLambda(o *devstack.Options) {
 	o.LambdaDirs = []string{"examples/functions", "localstack/lambdaemu/testdata"}
+	o.Parameters = map[string]string{"DeployExamples": "true"}
 }
 
 func lambdaStep(function string, extra ...map[string]any) map[string]any {

@@ -78,7 +78,11 @@ func moves(fams map[string]*dto.MetricFamily) map[string]float64 {
 func TestHealthAndMetricsFollowTheWork(t *testing.T) {
 	t.Parallel()
 	emf := &logBuffer{}
-	h := stacktest.New(t, func(o *devstack.Options) { o.MetricsOutput = emf })
+	h := stacktest.New(t, func(o *devstack.Options) {
+		o.MetricsOutput = emf
+		// Graded from 5 finished jobs rather than 20, so that a few jobs show it.
+		o.Parameters = map[string]string{"HealthSuccessRateMinJobs": "5"}
+	})
 	start := time.Now()
 	health := func(key string) engine.Health {
 		var out engine.Health
@@ -94,8 +98,11 @@ func TestHealthAndMetricsFollowTheWork(t *testing.T) {
 	for range 4 {
 		run(pass, domain.JobCompleted)
 	}
-	run(`{"steps":[{"id":"f","action":{"type":"fail","class":"fatal","message":"boom"}}]}`, domain.JobFailed)
 	a := health(stacktest.KeyA)
+	require.Equal(t, "ok", a.Status, "4 of 4 is not graded yet: %v", a.Reasons)
+	require.Equal(t, []string{"too few finished jobs (4 of 5) to grade the success rate"}, a.Notes)
+	run(`{"steps":[{"id":"f","action":{"type":"fail","class":"fatal","message":"boom"}}]}`, domain.JobFailed)
+	a = health(stacktest.KeyA)
 	require.Equal(t, "degraded", a.Status, "4 of 5: 80%% is degraded: %v", a.Reasons)
 	require.Equal(t, []string{"success rate 80.0%"}, a.Reasons)
 

@@ -323,6 +323,16 @@ func (r *Runner) event(req *http.Request, rt *route, rawPath string, params map[
 		headers[strings.ToLower(k)] = strings.Join(vs, ",")
 	}
 	headers["host"] = req.Host
+	// API Gateway tells the function how the client reached it; the API's
+	// description names that address.
+	scheme, port := "http", "80"
+	if req.TLS != nil {
+		scheme, port = "https", "443"
+	}
+	if _, p, err := net.SplitHostPort(req.Host); err == nil {
+		port = p
+	}
+	headers["x-forwarded-proto"], headers["x-forwarded-port"] = scheme, port
 	var query map[string]string
 	if len(req.URL.Query()) > 0 {
 		query = map[string]string{}

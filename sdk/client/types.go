@@ -355,9 +355,12 @@ type SignalRequest struct {
 
 // Health is GET /v1/health.
 type Health struct {
-	Tenant      string   `json:"tenant"` // the tenant the client's key names
-	Status      string   `json:"status"` // ok, degraded, unhealthy
-	Reasons     []string `json:"reasons,omitempty"`
+	Tenant  string   `json:"tenant"` // the tenant the client's key names
+	Status  string   `json:"status"` // ok, degraded, unhealthy
+	Reasons []string `json:"reasons,omitempty"`
+	// Notes say what was not graded, and why (a success rate of too few
+	// finished jobs).
+	Notes       []string `json:"notes,omitempty"`
 	SuccessRate *float64 `json:"success_rate,omitempty"`
 	Backlog     int      `json:"backlog"`
 	Blocked     int64    `json:"blocked"`

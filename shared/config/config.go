@@ -312,6 +312,7 @@ func healthFromEnv(getenv func(string) string) (engine.HealthThresholds, error) 
 	}{
 		{"STEPFLOW_HEALTH_SUCCESS_OK_PERCENT", 0, 100, &okPct},
 		{"STEPFLOW_HEALTH_SUCCESS_UNHEALTHY_PERCENT", 0, 100, &badPct},
+		{"STEPFLOW_HEALTH_SUCCESS_MIN_JOBS", 0, 1_000_000, &h.SuccessMinJobs},
 		{"STEPFLOW_HEALTH_BACKLOG_DEGRADED", 1, 1_000_000, &h.BacklogDegraded},
 		{"STEPFLOW_HEALTH_BACKLOG_UNHEALTHY", 1, 1_000_000, &h.BacklogUnhealthy},
 		{"STEPFLOW_HEALTH_BLOCKED_DEGRADED", 1, 1_000_000, &h.BlockedDegraded},

@@ -17,7 +17,7 @@ func TestHealthThresholdsFromEnv(t *testing.T) {
 	require.Equal(t, engine.DefaultHealthThresholds(), s.Health, "unset: the quality platform's")
 
 	s, err = config.FromEnv(lambdaEnv(map[string]string{
-		"STEPFLOW_HEALTH_SUCCESS_OK_PERCENT": "99", "STEPFLOW_HEALTH_SUCCESS_UNHEALTHY_PERCENT": "90",
+		"STEPFLOW_HEALTH_SUCCESS_OK_PERCENT": "99", "STEPFLOW_HEALTH_SUCCESS_UNHEALTHY_PERCENT": "90", "STEPFLOW_HEALTH_SUCCESS_MIN_JOBS": "5",
 		"STEPFLOW_HEALTH_BACKLOG_DEGRADED": "100", "STEPFLOW_HEALTH_BACKLOG_UNHEALTHY": "500",
 		"STEPFLOW_HEALTH_BLOCKED_DEGRADED": "1", "STEPFLOW_HEALTH_BLOCKED_UNHEALTHY": "2",
 		"STEPFLOW_HEALTH_AVG_DURATION_SECONDS": "60", "STEPFLOW_HEALTH_FAILURES_24H": "20",
@@ -25,7 +25,7 @@ func TestHealthThresholdsFromEnv(t *testing.T) {
 	}))
 	require.NoError(t, err)
 	require.Equal(t, engine.HealthThresholds{
-		SuccessOK: 0.99, SuccessUnhealthy: 0.90, BacklogDegraded: 100, BacklogUnhealthy: 500,
+		SuccessOK: 0.99, SuccessUnhealthy: 0.90, SuccessMinJobs: 5, BacklogDegraded: 100, BacklogUnhealthy: 500,
 		BlockedDegraded: 1, BlockedUnhealthy: 2, AvgDuration: time.Minute, Failures24h: 20, SweepEvery: 5 * time.Second,
 	}, s.Health)
 
@@ -33,6 +33,7 @@ func TestHealthThresholdsFromEnv(t *testing.T) {
 		"STEPFLOW_HEALTH_SUCCESS_OK_PERCENT":        {"STEPFLOW_HEALTH_SUCCESS_OK_PERCENT": "101"},
 		"STEPFLOW_HEALTH_BACKLOG_DEGRADED":          {"STEPFLOW_HEALTH_BACKLOG_DEGRADED": "ten"},
 		"STEPFLOW_HEALTH_FAILURES_24H":              {"STEPFLOW_HEALTH_FAILURES_24H": "0"},
+		"STEPFLOW_HEALTH_SUCCESS_MIN_JOBS":          {"STEPFLOW_HEALTH_SUCCESS_MIN_JOBS": "-1"},
 		"STEPFLOW_HEARTBEAT_SECONDS":                {"STEPFLOW_HEARTBEAT_SECONDS": "-1"},
 		"STEPFLOW_HEALTH_AVG_DURATION_SECONDS":      {"STEPFLOW_HEALTH_AVG_DURATION_SECONDS": "1.5"},
 		"STEPFLOW_HEALTH_SUCCESS_UNHEALTHY_PERCENT": {"STEPFLOW_HEALTH_SUCCESS_UNHEALTHY_PERCENT": "96"},

@@ -53,8 +53,10 @@ func Invalid(field, format string, args ...any) *Error {
 
 // Sentinels for control flow; wrap them with context.
 var (
-	ErrNotFound            = &Error{Code: CodeNotFound, Message: "not found"}
-	ErrLeaseLost           = &Error{Code: CodeLeaseLost, Message: "lease lost: it expired or was taken over"}
+	ErrNotFound = &Error{Code: CodeNotFound, Message: "not found"}
+	// ErrLeaseLost is an outcome or heartbeat under a lease that no longer
+	// holds its step; wrap it with why (Job.leaseLost).
+	ErrLeaseLost           = &Error{Code: CodeLeaseLost, Message: "lease lost"}
 	ErrIdempotencyMismatch = &Error{Code: CodeIdempotencyMismatch, Message: "Idempotency-Key was already used with a different request body"}
 	ErrUnauthorized        = &Error{Code: CodeUnauthorized, Message: "missing or unknown API key"}
 	// ErrExists is a job created under an id a stored job has: a child

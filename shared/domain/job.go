@@ -697,7 +697,7 @@ func (j *Job) TimeOut(stepID, leaseID string, now time.Time, rng *rand.Rand) ([]
 		return nil, err
 	}
 	if !s.State.leased() || s.Lease == nil || s.Lease.ID != leaseID {
-		return nil, fmt.Errorf("step %s of job %s is %s: %w", stepID, j.ID, s.State, ErrLeaseLost)
+		return nil, j.leaseLost(s, leaseID, now)
 	}
 	return j.fail(s, Failure{Class: ClassTimeout, Message: timeoutMessage(s)}, now, rng)
 }
@@ -709,9 +709,47 @@ func (j *Job) checkLease(stepID, leaseID string, now time.Time) (*Step, int, err
 		return nil, -1, err
 	}
 	if !s.State.leased() || s.Lease == nil || s.Lease.ID != leaseID || !now.Before(s.Lease.ExpiresAt) {
-		return nil, -1, fmt.Errorf("step %s of job %s is %s: %w", stepID, j.ID, s.State, ErrLeaseLost)
+		return nil, -1, j.leaseLost(s, leaseID, now)
 	}
 	return s, i, nil
+}
+
+// leaseLost answers ErrLeaseLost for leaseID, which no longer holds step
+// s at now, saying why, so that its holder knows whether its work counted
+// and whether to stop: the step completed (under this lease or another),
+// the lease expired, another attempt took the step over, or the job was
+// cancelled.
+func (j *Job) leaseLost(s *Step, leaseID string, now time.Time) error {
+	a := s.AttemptUnder(leaseID)
+	var why string
+	switch {
+	case a != nil && a.State == AttemptSucceeded:
+		why = fmt.Sprintf("step %q already completed under this lease (attempt %d); its outcome stands and nothing more is taken", s.ID(), a.N)
+	case s.State == StepSucceeded:
+		why = fmt.Sprintf("step %q already completed under another lease (attempt %d); stop this attempt's work, it is not needed", s.ID(), s.Attempt)
+	case j.State == JobCancelled:
+		why = "the job was cancelled; stop this attempt's work: nothing more is taken under this lease"
+	case s.State == StepCancelled:
+		why = fmt.Sprintf("step %q was cancelled as its job ended %s; stop this attempt's work", s.ID(), j.State)
+	case s.Lease != nil && s.Lease.ID == leaseID:
+		why = fmt.Sprintf("the lease expired at %s with no heartbeat to extend it (heartbeat well within lease_seconds); the step runs again as another attempt",
+			s.Lease.ExpiresAt.UTC().Format(time.RFC3339))
+	case a != nil && s.Lease != nil && s.State.leased():
+		why = fmt.Sprintf("attempt %d was taken over: attempt %d holds step %q under another lease; stop this attempt's work", a.N, s.Lease.Attempt, s.ID())
+	case a != nil && a.State == AttemptTimeout && a.Error != nil && a.Error.Message == leaseExpired:
+		until := ""
+		if a.LeaseUntil != nil {
+			until = " at " + a.LeaseUntil.UTC().Format(time.RFC3339)
+		}
+		why = fmt.Sprintf("the lease expired%s with no heartbeat to extend it and attempt %d was ended; step %q is %s", until, a.N, s.ID(), s.State)
+	case a != nil && a.State == AttemptTimeout:
+		why = fmt.Sprintf("attempt %d ran past the step's timeout and was ended; step %q is %s", a.N, s.ID(), s.State)
+	case a != nil:
+		why = fmt.Sprintf("attempt %d already ended (%s); step %q is %s", a.N, a.State, s.ID(), s.State)
+	default:
+		why = fmt.Sprintf("no attempt of step %q ran under this lease; the step is %s", s.ID(), s.State)
+	}
+	return fmt.Errorf("%w: %s", ErrLeaseLost, why)
 }
 
 // Heartbeat extends a live lease to now+extend.
@@ -1019,13 +1057,22 @@ func (j *Job) gate(stepID string, d Decision, approve bool) (*Step, int, error) 
 		return nil, 0, err
 	}
 	event := map[bool]StepEvent{true: StepEvApprove, false: StepEvReject}[approve]
+	verb := map[bool]string{true: "approved", false: "rejected"}[approve]
 	switch {
 	case s.Spec.Action.Type != ActionApproval:
-		return nil, 0, &IllegalTransitionError{Kind: "step", ID: stepID, From: string(s.State), Event: string(event) + " (not an approval gate: a step waiting on a person is resumed)"}
+		return nil, 0, refused("step", stepID, string(s.State), string(event)+" (not an approval gate: a step waiting on a person is resumed)",
+			"step %q is a %s step, not an approval gate; only an approval step can be %s (a step waiting on a person's input is resumed)", stepID, s.Spec.Action.Type, verb)
 	case s.Decision != nil && s.Decision.Approved == approve:
 		return nil, 0, nil
-	case j.State.Terminal() || s.State != StepNeedsUser:
-		return nil, 0, &IllegalTransitionError{Kind: "step", ID: stepID, From: string(s.State), Event: string(event)}
+	case s.Decision != nil:
+		return nil, 0, refused("step", stepID, string(s.State), string(event),
+			"step %q was %s already; a gate is decided once", stepID, map[bool]string{true: "approved", false: "rejected"}[s.Decision.Approved])
+	case j.State.Terminal():
+		return nil, 0, refused("step", stepID, string(s.State), string(event),
+			"the job is %s; only a gate of a job that has not finished can be %s", j.State, verb)
+	case s.State != StepNeedsUser:
+		return nil, 0, refused("step", stepID, string(s.State), string(event),
+			"step %q is %s; only an open gate (NEEDS_USER) can be %s", stepID, s.State, verb)
 	}
 	return s, i, nil
 }
@@ -1054,10 +1101,16 @@ func (j *Job) Resume(stepID string, input json.RawMessage, now time.Time) ([]Dis
 		return nil, err
 	}
 	if j.State.Terminal() {
-		return nil, &IllegalTransitionError{Kind: "job", ID: j.ID, From: string(j.State), Event: string(JobEvWaitCompleted)}
+		return nil, refused("job", j.ID, string(j.State), string(JobEvWaitCompleted),
+			"the job is %s; only a step of a job that has not finished can be resumed", j.State)
 	}
 	if s.Spec.Action.Type == ActionApproval {
-		return nil, &IllegalTransitionError{Kind: "step", ID: stepID, From: string(s.State), Event: string(StepEvResume) + " (an approval gate is approved or rejected)"}
+		return nil, refused("step", stepID, string(s.State), string(StepEvResume)+" (an approval gate is approved or rejected)",
+			"step %q is an approval gate; approve or reject it instead", stepID)
+	}
+	if s.State != StepNeedsUser {
+		return nil, refused("step", stepID, string(s.State), string(StepEvResume),
+			"step %q is %s; only a step waiting on a person (NEEDS_USER) can be resumed", stepID, s.State)
 	}
 	if len(input) == 0 {
 		input = json.RawMessage(`null`)
@@ -1072,6 +1125,10 @@ func (j *Job) Resume(stepID string, input json.RawMessage, now time.Time) ([]Dis
 	return []Dispatch{{Step: s}}, nil
 }
 
+func (j *Job) notCancellable() error {
+	return refused("job", j.ID, string(j.State), string(JobEvCancelled), "the job is %s; only a job that has not finished can be cancelled", j.State)
+}
+
 // Cancel ends the job and every unfinished step at once; a lease still out
 // is fenced off, so its holder's outcome is refused. Cancelling a cancelled
 // job changes nothing and answers false.
@@ -1080,7 +1137,7 @@ func (j *Job) Cancel(now time.Time) (bool, error) {
 		return false, nil
 	}
 	if j.State.Terminal() {
-		return false, &IllegalTransitionError{Kind: "job", ID: j.ID, From: string(j.State), Event: string(JobEvCancelled)}
+		return false, j.notCancellable()
 	}
 	if err := j.cancelOpen(now, ""); err != nil {
 		return false, err
@@ -1089,7 +1146,7 @@ func (j *Job) Cancel(now time.Time) (bool, error) {
 	// formal machine cancels only from where it allows it.
 	path, ok := settlePath(j.State, JobCancelled, false)
 	if !ok {
-		return false, &IllegalTransitionError{Kind: "job", ID: j.ID, From: string(j.State), Event: string(JobEvCancelled)}
+		return false, j.notCancellable()
 	}
 	for _, ev := range path {
 		if err := j.jobTo(ev, now, ""); err != nil {

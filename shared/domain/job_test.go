@@ -545,6 +545,56 @@ func TestLeaseFencing(t *testing.T) {
 	require.Equal(t, []AttemptState{AttemptTimeout, AttemptSucceeded}, []AttemptState{s.Attempts[0].State, s.Attempts[1].State})
 }
 
+// A lease that no longer holds its step says why, so that its holder
+// knows whether its work counted and whether to stop.
+func TestLeaseLostSaysWhy(t *testing.T) {
+	t.Parallel()
+	lost := func(t *testing.T, err error, why string) {
+		t.Helper()
+		require.ErrorIs(t, err, ErrLeaseLost)
+		require.Equal(t, CodeLeaseLost, CodeOf(err))
+		require.EqualError(t, err, "lease lost: "+why)
+	}
+
+	// Expired, the step not yet taken by another attempt.
+	j := newJob(t, workerJob)
+	l1 := mustLease(t, j, "a", viaWorker("w1", "n1"), t0)
+	_, err := j.Complete("a", l1.ID, nil, l1.ExpiresAt)
+	lost(t, err, "the lease expired at 2025-03-14T09:27:53Z with no heartbeat to extend it (heartbeat well within lease_seconds); the step runs again as another attempt")
+	_, err = j.Complete("a", "job1.0.1.forged", nil, at(time.Second))
+	lost(t, err, `no attempt of step "a" ran under this lease; the step is RUNNING`)
+
+	// Taken over by attempt 2.
+	l2 := mustLease(t, j, "a", viaWorker("w2", "n2"), l1.ExpiresAt)
+	_, err = j.Heartbeat("a", l1.ID, time.Minute, l1.ExpiresAt)
+	lost(t, err, `attempt 1 was taken over: attempt 2 holds step "a" under another lease; stop this attempt's work`)
+
+	// Completed, under the lease or another.
+	_, err = j.Complete("a", l2.ID, json.RawMessage(`1`), l1.ExpiresAt.Add(time.Second))
+	require.NoError(t, err)
+	_, err = j.Fail("a", l2.ID, Failure{Class: ClassFatal}, l1.ExpiresAt.Add(2*time.Second), nil)
+	lost(t, err, `step "a" already completed under this lease (attempt 2); its outcome stands and nothing more is taken`)
+	_, err = j.Complete("a", l1.ID, nil, l1.ExpiresAt.Add(2*time.Second))
+	lost(t, err, `step "a" already completed under another lease (attempt 2); stop this attempt's work, it is not needed`)
+
+	// Expired and reclaimed by the sweep.
+	j = newJob(t, workerJob)
+	l1 = mustLease(t, j, "a", viaWorker("w1", "n1"), t0)
+	_, err = j.Reclaim("a", l1.ExpiresAt)
+	require.NoError(t, err)
+	_, err = j.Complete("a", l1.ID, nil, l1.ExpiresAt)
+	lost(t, err, `the lease expired at 2025-03-14T09:27:53Z with no heartbeat to extend it and attempt 1 was ended; step "a" is PENDING`)
+
+	// Cancelled.
+	j = newJob(t, workerJob)
+	l1 = mustLease(t, j, "a", viaWorker("w1", "n1"), t0)
+	_, err = j.Cancel(at(time.Second))
+	require.NoError(t, err)
+	_, err = j.Fail("a", l1.ID, Failure{Class: ClassRetryable}, at(2*time.Second), nil)
+	lost(t, err, "the job was cancelled; stop this attempt's work: nothing more is taken under this lease")
+	replayOK(t, j)
+}
+
 func TestLeaseReclaimsExpiredLeaseInSameChange(t *testing.T) {
 	t.Parallel()
 	j := newJob(t, workerJob)
@@ -760,7 +810,7 @@ func TestCancelFinishedJobIsRefused(t *testing.T) {
 		changed, err := j.Cancel(at(time.Hour))
 		require.False(t, changed)
 		requireIllegal(t, err, "job", string(state), string(JobEvCancelled))
-		require.Contains(t, err.Error(), "job1")
+		require.EqualError(t, err, "the job is "+string(state)+"; only a job that has not finished can be cancelled", "the state and what is allowed, not the event")
 		require.Equal(t, CodeConflict, CodeOf(err))
 		require.Equal(t, state, j.State)
 		require.Len(t, j.Events, n)
@@ -1108,6 +1158,7 @@ func TestResumeRunsAWaitingStepAgainOnThePersonsInput(t *testing.T) {
 	l := mustLease(t, j, "a", viaWorker("w", "n1"), t0)
 	_, err := j.Resume("a", json.RawMessage(`"x"`), at(time.Second))
 	requireIllegal(t, err, "step", string(StepRunning), string(StepEvResume))
+	require.EqualError(t, err, `step "a" is RUNNING; only a step waiting on a person (NEEDS_USER) can be resumed`)
 
 	_, err = j.Fail("a", l.ID, Failure{Class: ClassNeedsUser, Message: "m", Prompt: "pick one"}, at(time.Second), rand.New(rand.NewPCG(1, 2)))
 	require.NoError(t, err)

@@ -307,7 +307,7 @@ func (j *Job) replan(s *Step, steps []StepSpec, now time.Time) ([]Dispatch, erro
 // is not FAILED is an illegal transition.
 func (j *Job) Redrive(now time.Time) ([]Dispatch, error) {
 	if j.State != JobFailed {
-		return nil, &IllegalTransitionError{Kind: "job", ID: j.ID, From: string(j.State), Event: "redrive (only a FAILED job is redriven)"}
+		return nil, refused("job", j.ID, string(j.State), "redrive (only a FAILED job is redriven)", "the job is %s; only a FAILED job can be redriven", j.State)
 	}
 	if err := j.jobTo(JobEvRequeued, now, "redrive"); err != nil {
 		return nil, err

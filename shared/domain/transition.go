@@ -308,9 +308,22 @@ type IllegalTransitionError struct {
 	ID    string
 	From  string
 	Event string
+	// Message is what the person who asked is told, when a client asked
+	// for it (cancel, redrive, approve...): the state the job or step is
+	// in and what is allowed, in their words rather than the tables'.
+	Message string
+}
+
+// refused is an illegal transition a client asked for, with what to tell
+// them.
+func refused(kind, id, from, event, format string, args ...any) *IllegalTransitionError {
+	return &IllegalTransitionError{Kind: kind, ID: id, From: from, Event: event, Message: fmt.Sprintf(format, args...)}
 }
 
 func (e *IllegalTransitionError) Error() string {
+	if e.Message != "" {
+		return e.Message
+	}
 	from := e.From
 	if from == "" {
 		from = "(initial)"

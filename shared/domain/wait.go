@@ -317,7 +317,7 @@ func (j *Job) Deliver(r SignalRequest, now time.Time) ([]Dispatch, SignalOutcome
 		return nil, o, nil
 	}
 	if j.State.Terminal() {
-		return nil, SignalOutcome{}, &IllegalTransitionError{Kind: "job", ID: j.ID, From: string(j.State), Event: "signal " + r.Name}
+		return nil, SignalOutcome{}, refused("job", j.ID, string(j.State), "signal "+r.Name, "the job is %s; only a job that has not finished takes signals", j.State)
 	}
 	if s := j.waitingFor(r.Name); s != nil {
 		j.Signals = append(j.Signals, Signal{Name: r.Name, Payload: r.Payload, ID: r.ID, Request: r.Request, At: now})

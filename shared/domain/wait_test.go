@@ -143,6 +143,7 @@ func TestWaitPastItsDeadlineFailsTheJob(t *testing.T) {
 	require.Equal(t, JobFailed, j.State)
 	_, _, err = j.Signal(SignalRequest{Name: "go"}, at(61*time.Second))
 	requireIllegal(t, err, "job", string(JobFailed), "signal go")
+	require.EqualError(t, err, "the job is FAILED; only a job that has not finished takes signals")
 }
 
 func TestWaitWithoutDeadlineParksAndIsNeverDue(t *testing.T) {
@@ -299,6 +300,7 @@ func TestRedriveRunsTheFailedPartAgain(t *testing.T) {
 	j := newJob(t, `{"steps":[{"id":"a","action":{"type":"pass"}},{"id":"b","action":{"type":"worker"},"depends_on":["a"],"retry":{"max_attempts":2}},{"id":"c","action":{"type":"worker"},"depends_on":["a"]},{"id":"d","action":{"type":"pass"},"depends_on":["b","c"]}]}`)
 	_, err := j.Redrive(t0)
 	requireIllegal(t, err, "job", string(JobQueued), "redrive (only a FAILED job is redriven)")
+	require.EqualError(t, err, "the job is QUEUED; only a FAILED job can be redriven")
 
 	la := mustLease(t, j, "a", builtin("a"), t0)
 	_, err = j.Complete("a", la.ID, json.RawMessage(`"A"`), at(time.Second))

@@ -664,7 +664,7 @@ func TestHealthBacklogIsTheTenantsOwn(t *testing.T) {
 	require.Nil(t, h.SuccessRate, "nothing finished yet")
 	h, err = b.e.Health(b.ctx, tenantB)
 	require.NoError(t, err)
-	require.Equal(t, engine.Health{Tenant: tenantB, Status: "ok", Backlog: 1}, h, "another tenant's backlog never shows")
+	require.Equal(t, engine.Health{Tenant: tenantB, Status: "ok", Backlog: 1, Notes: []string{"too few finished jobs (0 of 20) to grade the success rate"}}, h, "another tenant's backlog never shows")
 
 	results := b.drain(t)
 	require.Len(t, results, 13)
@@ -679,7 +679,41 @@ func TestHealthBacklogIsTheTenantsOwn(t *testing.T) {
 	b.clock.Advance(25 * time.Hour)
 	h, err = b.e.Health(b.ctx, tenantA)
 	require.NoError(t, err)
-	require.Equal(t, engine.Health{Tenant: tenantA, Status: "ok"}, h)
+	require.Equal(t, engine.Health{Tenant: tenantA, Status: "ok", Notes: []string{"too few finished jobs (0 of 20) to grade the success rate"}}, h)
+}
+
+// The success rate is graded only once 20 jobs finished in 24 h: one
+// failure among a handful says little, so it is reported, not graded.
+func TestHealthGradesTheSuccessRateFromTwentyFinishedJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	run := func(n int, spec string) {
+		for range n {
+			b.submit(t, tenantA, spec)
+		}
+		b.drain(t)
+	}
+	const pass, fail = `{"steps":[{"id":"p","action":{"type":"pass"}}]}`, `{"steps":[{"id":"f","action":{"type":"fail","class":"fatal"}}]}`
+	nap := b.submit(t, tenantA, `{"steps":[{"id":"c","action":{"type":"sleep","seconds":3600}}]}`)
+	_, err := b.e.Cancel(b.ctx, tenantA, nap.ID) // the rate leaves cancelled jobs out, and so does its minimum
+	require.NoError(t, err)
+	run(1, fail)
+	run(6, pass)
+
+	h, err := b.e.Health(b.ctx, tenantA)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), h.Cancelled)
+	require.InDelta(t, 6.0/7, *h.SuccessRate, 1e-9, "reported")
+	require.Equal(t, "ok", h.Status, "85.7%% of 7 is not graded: %v", h.Reasons)
+	require.Empty(t, h.Reasons)
+	require.Equal(t, []string{"too few finished jobs (7 of 20) to grade the success rate"}, h.Notes)
+
+	run(13, pass)
+	h, err = b.e.Health(b.ctx, tenantA)
+	require.NoError(t, err)
+	require.Equal(t, "degraded", h.Status, "19 of 20 is not above 95%%")
+	require.Equal(t, []string{"success rate 95.0%"}, h.Reasons)
+	require.Empty(t, h.Notes)
 }
 
 func TestHealthCountsJobsBlockedOnAPerson(t *testing.T) {

@@ -13,9 +13,12 @@ import (
 type Health struct {
 	// Tenant is whose health it is: the caller's, named by its key (the
 	// web UI shows it, so a person sees whom a key signs in as).
-	Tenant      string   `json:"tenant"`
-	Status      string   `json:"status"` // ok, degraded, unhealthy
-	Reasons     []string `json:"reasons,omitempty"`
+	Tenant  string   `json:"tenant"`
+	Status  string   `json:"status"` // ok, degraded, unhealthy
+	Reasons []string `json:"reasons,omitempty"`
+	// Notes say what was not graded, and why: a success rate of a few
+	// jobs swings on each one, so it is graded only from SuccessMinJobs.
+	Notes       []string `json:"notes,omitempty"`
 	SuccessRate *float64 `json:"success_rate,omitempty"` // completed / finished over 24 h; absent with no finished job
 	Backlog     int      `json:"backlog"`                // the tenant's jobs submitted and not started yet (over 24 h)
 	Blocked     int64    `json:"blocked"`
@@ -37,6 +40,7 @@ type Health struct {
 type HealthThresholds struct {
 	SuccessOK        float64 // a success rate above this is ok (0.95)
 	SuccessUnhealthy float64 // below this, unhealthy (0.80)
+	SuccessMinJobs   int64   // the success rate is graded once this many jobs finished in 24 h (20)
 	BacklogDegraded  int64   // a backlog from this is degraded (10)
 	BacklogUnhealthy int64   // above this, unhealthy (50)
 	BlockedDegraded  int64   // jobs blocked on a person, from this degraded (3)
@@ -55,7 +59,7 @@ const StaleSweeps = 3
 // DefaultHealthThresholds are the quality platform's.
 func DefaultHealthThresholds() HealthThresholds {
 	return HealthThresholds{
-		SuccessOK: 0.95, SuccessUnhealthy: 0.80, BacklogDegraded: 10, BacklogUnhealthy: 50,
+		SuccessOK: 0.95, SuccessUnhealthy: 0.80, SuccessMinJobs: 20, BacklogDegraded: 10, BacklogUnhealthy: 50,
 		BlockedDegraded: 3, BlockedUnhealthy: 10, AvgDuration: 300 * time.Second, Failures24h: 5,
 		SweepEvery: time.Minute,
 	}
@@ -70,7 +74,7 @@ func (e *Engine) thresholds() HealthThresholds {
 
 // Health judges a tenant's health from its own counters (a few reads,
 // computed on every request; docs/model.md#health says why): success
-// rate, backlog (its jobs submitted and not started) and jobs waiting on
+// rate (once enough jobs finished to say anything), backlog (its jobs submitted and not started) and jobs waiting on
 // a person reach degraded or unhealthy; average run time, failures over
 // 24 h and a heartbeat that stopped sweeping reach degraded. Every figure
 // but the heartbeat is the tenant's own.
@@ -97,10 +101,17 @@ func (e *Engine) Health(ctx context.Context, tenant string) (Health, error) {
 			h.Reasons = append(h.Reasons, what)
 		}
 	}
-	if done := st.Completed + st.Failed; done > 0 {
+	done := st.Completed + st.Failed
+	if done > 0 {
 		rate := float64(st.Completed) / float64(done)
 		h.SuccessRate = &rate
-		judge(rate <= t.SuccessOK, rate < t.SuccessUnhealthy, fmt.Sprintf("success rate %.1f%%", rate*100))
+		if done >= t.SuccessMinJobs {
+			judge(rate <= t.SuccessOK, rate < t.SuccessUnhealthy, fmt.Sprintf("success rate %.1f%%", rate*100))
+		}
+	}
+	if done < t.SuccessMinJobs {
+		// One failure of a handful would read as an outage.
+		h.Notes = append(h.Notes, fmt.Sprintf("too few finished jobs (%d of %d) to grade the success rate", done, t.SuccessMinJobs))
 	}
 	judge(int64(backlog) >= t.BacklogDegraded, int64(backlog) > t.BacklogUnhealthy, fmt.Sprintf("backlog %d", backlog))
 	judge(h.Blocked >= t.BlockedDegraded, h.Blocked > t.BlockedUnhealthy, fmt.Sprintf("%d jobs blocked on a person", h.Blocked))

@@ -139,6 +139,7 @@ func TestHeartbeatOnASlotTakenOverIsLeaseLost(t *testing.T) {
 	require.NoError(t, st.SaveResource(ctx, r))
 	_, err = e.Heartbeat(ctx, tenantA, ys[0].LeaseID, 60*time.Second)
 	require.ErrorIs(t, err, domain.ErrLeaseLost)
+	require.ErrorContains(t, err, "lease lost: its slot of resource gpu-1 is no longer held")
 }
 
 // conflictOnce answers the first lease write a version conflict after the

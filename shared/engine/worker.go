@@ -360,7 +360,7 @@ func (e *Engine) Heartbeat(ctx context.Context, tenant, leaseID string, extend t
 		res.CancelRequested = true
 	case h.timedOut:
 		s, _, _ := j.Step(h.stepID)
-		return res, fmt.Errorf("heartbeat lease %s: the attempt ran past timeout_seconds (%d) and was timed out: %w", leaseID, s.Spec.TimeoutSeconds, domain.ErrLeaseLost)
+		return res, fmt.Errorf("heartbeat lease %s: %w: the attempt ran past timeout_seconds (%d) and was timed out; stop this attempt's work", leaseID, domain.ErrLeaseLost, s.Spec.TimeoutSeconds)
 	default:
 		res.ExpiresAt = &h.lease.ExpiresAt
 	}

@@ -514,6 +514,7 @@ func (a *API) errorDetail(ev events.APIGatewayV2HTTPRequest, err error) (int, Er
 	}
 	body := ErrorDetail{Code: code}
 	var de *domain.Error
+	var ite *domain.IllegalTransitionError
 	switch {
 	case code == domain.CodeInternal:
 		a.Log.Error("request failed", "route", ev.RouteKey, "request_id", ev.RequestContext.RequestID, "err", err)
@@ -523,6 +524,10 @@ func (a *API) errorDetail(ev events.APIGatewayV2HTTPRequest, err error) (int, Er
 		if de.Code == domain.CodeNotFound || de.Code == domain.CodeLeaseLost {
 			body.Message = err.Error() // carries what was not found
 		}
+	case errors.As(err, &ite) && ite.Message != "":
+		// What the client asked of the job is plain from its request: the
+		// answer says the state and what is allowed, unwrapped.
+		body.Message = ite.Message
 	default:
 		body.Message = err.Error()
 	}

@@ -4,15 +4,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepflow/stepflow/api"
+	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/httpapi"
 	"github.com/stepflow/stepflow/shared/views"
@@ -174,4 +177,64 @@ func TestOpenAPIEnumsAreTheDomains(t *testing.T) {
 	for code, status := range httpapi.ErrorCodes() {
 		require.Contains(t, desc, fmt.Sprintf("%s %d", code, status), "ErrorCode's description names %s's status", code)
 	}
+}
+
+// The served document's servers name the address it was fetched from:
+// the scheme API Gateway forwards, the domain, and a named stage's or a
+// custom domain's base path ahead of the route in the raw path.
+func TestOpenAPIServersNameTheAddressServedOn(t *testing.T) {
+	t.Parallel()
+	h := stacktest.NewInMemory(t)
+	a := httpapi.New(h.Engine, nil)
+	servers := func(t *testing.T, domain, proto, stage, rawPath string) []map[string]string {
+		t.Helper()
+		ev := events.APIGatewayV2HTTPRequest{Version: "2.0", RouteKey: "GET /v1/openapi.json", RawPath: rawPath, Headers: map[string]string{}}
+		if proto != "" {
+			ev.Headers["x-forwarded-proto"] = proto
+		}
+		ev.RequestContext.DomainName, ev.RequestContext.Stage = domain, stage
+		ev.RequestContext.HTTP.Method, ev.RequestContext.HTTP.Path = "GET", rawPath
+		res, err := a.Handle(t.Context(), ev)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.StatusCode, res.Body)
+		var doc struct {
+			Servers []map[string]string `json:"servers"`
+			Paths   map[string]any      `json:"paths"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(res.Body), &doc))
+		require.Contains(t, doc.Paths, "/v1/jobs", "the rest of the document is as written")
+		return doc.Servers
+	}
+	url := func(t *testing.T, domain, proto, stage, rawPath string) string {
+		t.Helper()
+		s := servers(t, domain, proto, stage, rawPath)
+		require.Len(t, s, 1)
+		return s[0]["url"]
+	}
+	for _, c := range []struct{ name, domain, proto, stage, rawPath, want string }{
+		{"make dev", "127.0.0.1:3000", "http", "$default", "/v1/openapi.json", "http://127.0.0.1:3000"},
+		{"the default stage", "abc123.execute-api.eu-west-1.amazonaws.com", "https", "$default", "/v1/openapi.json", "https://abc123.execute-api.eu-west-1.amazonaws.com"},
+		{"a named stage", "abc123.execute-api.eu-west-1.amazonaws.com", "https", "prod", "/prod/v1/openapi.json", "https://abc123.execute-api.eu-west-1.amazonaws.com/prod"},
+		{"a custom domain's base path", "api.example.com", "https", "prod", "/jobs/v1/openapi.json", "https://api.example.com/jobs"},
+		{"a custom domain's root", "api.example.com", "https", "prod", "/v1/openapi.json", "https://api.example.com"},
+		{"no forwarded scheme: API Gateway serves HTTPS only", "api.example.com", "", "$default", "/v1/openapi.json", "https://api.example.com"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			require.Equal(t, c.want, url(t, c.domain, c.proto, c.stage, c.rawPath))
+		})
+	}
+
+	// A request naming no host, or one that is no host, gets the document as written.
+	written := []map[string]string{{"url": "http://127.0.0.1:3000", "description": "make dev"}}
+	require.Equal(t, written, servers(t, "", "https", "$default", "/v1/openapi.json"))
+	require.Equal(t, written, servers(t, "evil.example/x?y", "https", "$default", "/v1/openapi.json"))
+	require.Equal(t, written, servers(t, "user@evil.example", "https", "$default", "/v1/openapi.json"))
+
+	// Over HTTP, through the local API Gateway, it is the harness's own URL.
+	var doc struct {
+		Servers []map[string]string `json:"servers"`
+	}
+	h.JSON(t, http.StatusOK, http.MethodGet, "/v1/openapi.json", "", nil, &doc)
+	require.Len(t, doc.Servers, 1)
+	require.Equal(t, h.URL, doc.Servers[0]["url"])
 }

@@ -110,7 +110,7 @@ func (s *Store) ExtendHolder(_ context.Context, tenant, id, key string, until ti
 	}
 	h, ok := r.Holders[key]
 	if !ok {
-		return fmt.Errorf("slot %s of resource %s is no longer held: %w", key, id, domain.ErrLeaseLost)
+		return fmt.Errorf("%w: its slot of resource %s is no longer held (it ran out, and another attempt may hold it now); stop this attempt's work", domain.ErrLeaseLost, id)
 	}
 	h.ExpiresAt = cmp.Or(until, h.ExpiresAt)
 	r.Holders[key] = h

@@ -157,7 +157,7 @@ func (s *Store) ExtendHolder(ctx context.Context, tenant, id, key string, until 
 		ExpressionAttributeValues: map[string]ddb.AttributeValue{":t": at, ":one": &ddb.AttributeValueMemberN{Value: "1"}},
 	})
 	if ccf := (*ddb.ConditionalCheckFailedException)(nil); errors.As(err, &ccf) {
-		return fmt.Errorf("slot %s of resource %s is no longer held: %w", key, id, domain.ErrLeaseLost)
+		return fmt.Errorf("%w: its slot of resource %s is no longer held (it ran out, and another attempt may hold it now); stop this attempt's work", domain.ErrLeaseLost, id)
 	}
 	if err != nil {
 		return fmt.Errorf("extend slot %s of resource %s: %w", key, id, err)

@@ -40,15 +40,15 @@ func TestNeedsUserStepResumesWithThePersonsInput(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, status, "another tenant's job")
 	status, _ = h.Call(t, http.MethodPost, "/v1/jobs/"+j.ID+"/steps/nope/resume", keyA, map[string]any{"input": "fr"})
 	require.Equal(t, http.StatusNotFound, status, "an unknown step")
-	status, _ = h.Call(t, http.MethodPost, "/v1/jobs/"+j.ID+"/steps/after/resume", keyA, map[string]any{"input": "fr"})
-	require.Equal(t, http.StatusConflict, status, "a step that is not waiting")
+	status, body := h.Call(t, http.MethodPost, "/v1/jobs/"+j.ID+"/steps/after/resume", keyA, map[string]any{"input": "fr"})
+	require.Equal(t, `step "after" is WAITING_DEPS; only a step waiting on a person (NEEDS_USER) can be resumed`, conflict(t, status, body), "a step that is not waiting")
 
 	got.Steps = nil // decode afresh: an absent prompt must read empty
 	h.JSON(t, http.StatusOK, http.MethodPost, path, keyA, map[string]any{"input": map[string]any{"locale": "fr"}}, &got)
 	require.Equal(t, domain.StepPending, got.Steps[0].State)
 	require.Empty(t, got.Steps[0].Prompt)
-	status, _ = h.Call(t, http.MethodPost, path, keyA, map[string]any{"input": "again"})
-	require.Equal(t, http.StatusConflict, status, "resumed already")
+	status, body = h.Call(t, http.MethodPost, path, keyA, map[string]any{"input": "again"})
+	require.Equal(t, `step "review" is PENDING; only a step waiting on a person (NEEDS_USER) can be resumed`, conflict(t, status, body), "resumed already")
 
 	again := claim(t, h, keyA, "people", "w2", 1, 5)
 	require.Len(t, again, 1)
@@ -82,15 +82,19 @@ func TestApprovalGateHoldsItsJobUntilApproved(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, status, "another tenant's job")
 	status, _ = h.Call(t, http.MethodPost, "/v1/jobs/"+j.ID+"/steps/nope/approve", keyA, map[string]any{"by": "ann"})
 	require.Equal(t, http.StatusNotFound, status, "an unknown step")
-	status, _ = h.Call(t, http.MethodPost, "/v1/jobs/"+j.ID+"/steps/deploy/approve", keyA, map[string]any{"by": "ann"})
-	require.Equal(t, http.StatusConflict, status, "a step that is no gate")
+	status, body := h.Call(t, http.MethodPost, "/v1/jobs/"+j.ID+"/steps/deploy/approve", keyA, map[string]any{"by": "ann"})
+	require.Equal(t, `step "deploy" is a pass step, not an approval gate; only an approval step can be approved (a step waiting on a person's input is resumed)`, conflict(t, status, body))
+	status, body = h.Call(t, http.MethodPost, "/v1/jobs/"+j.ID+"/steps/gate/resume", keyA, map[string]any{"input": 1})
+	require.Equal(t, `step "gate" is an approval gate; approve or reject it instead`, conflict(t, status, body))
 
 	h.JSON(t, http.StatusOK, http.MethodPost, gate+"approve", keyA, map[string]any{"by": "ann", "comment": "ship it"}, nil)
 	n := len(eventsOf(t, h, j.ID))
 	h.JSON(t, http.StatusOK, http.MethodPost, gate+"approve", keyA, map[string]any{"by": "ann"}, nil)
-	status, _ = h.Call(t, http.MethodPost, gate+"reject", keyA, map[string]any{"by": "bob"})
-	require.Equal(t, http.StatusConflict, status, "reject after approve")
+	status, body = h.Call(t, http.MethodPost, gate+"reject", keyA, map[string]any{"by": "bob"})
+	require.Equal(t, `step "gate" was approved already; a gate is decided once`, conflict(t, status, body), "reject after approve")
 	j = h.AwaitState(t, keyA, j.ID, domain.JobCompleted)
+	status, body = h.Call(t, http.MethodPost, "/v1/jobs/"+j.ID+"/cancel", keyA, nil)
+	require.Equal(t, "the job is COMPLETED; only a job that has not finished can be cancelled", conflict(t, status, body))
 	evs := eventsOf(t, h, j.ID)
 	var approved []domain.Event
 	for _, e := range evs {

@@ -300,6 +300,7 @@ func TestUIResourcesSchedulesAndCancel(t *testing.T) {
 
 	b.do(chromedp.Click(chromedp.CSS(`nav a[data-view="health"]`)), chromedp.WaitVisible(chromedp.CSS(`#health p.status`)))
 	require.Equal(t, "ok", b.text(`#health p.status`))
+	require.Contains(t, b.text(`#health`), "too few finished jobs (0 of 20) to grade the success rate", "what is not graded, and why")
 
 	// Cancel asks for a second click, then ends the job and frees its slot.
 	b.do(chromedp.Navigate(h.URL+"/ui#/jobs/"+j.ID), chromedp.WaitVisible(chromedp.CSS(`button[data-action="cancel"]`)))

@@ -37,8 +37,8 @@ func TestWaitResumesOnItsSignal(t *testing.T) {
 	require.Contains(t, types, "wait_completed")
 	require.Contains(t, types, domain.NoteSignalReceived)
 
-	status, _ = h.Call(t, http.MethodPost, "/v1/jobs/"+j.ID+"/signal", keyA, map[string]any{"name": "payment"})
-	require.Equal(t, http.StatusConflict, status, "a finished job takes no signal")
+	status, body = h.Call(t, http.MethodPost, "/v1/jobs/"+j.ID+"/signal", keyA, map[string]any{"name": "payment"})
+	require.Equal(t, "the job is COMPLETED; only a job that has not finished takes signals", conflict(t, status, body), "a finished job takes no signal")
 	h.CheckReplay(t, tenantA, j.ID)
 }
 
@@ -51,8 +51,8 @@ func TestRedriveRunsAFailedJobToCompletion(t *testing.T) {
 	}})
 	l := claim(t, h, keyA, "r", "w", 1, 10)
 	require.Len(t, l, 1)
-	status, _ := h.Call(t, http.MethodPost, "/v1/jobs/"+j.ID+"/redrive", keyA, nil)
-	require.Equal(t, http.StatusConflict, status, "only a FAILED job is redriven")
+	status, body := h.Call(t, http.MethodPost, "/v1/jobs/"+j.ID+"/redrive", keyA, nil)
+	require.Equal(t, "the job is RUNNING; only a FAILED job can be redriven", conflict(t, status, body))
 	h.JSON(t, http.StatusOK, http.MethodPost, "/v1/leases/"+l[0].LeaseID+"/fail", keyA, map[string]any{"class": "fatal", "message": "disk full"}, nil)
 	j = h.AwaitState(t, keyA, j.ID, domain.JobFailed)
 

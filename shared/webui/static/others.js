@@ -128,6 +128,7 @@ export function healthView({ signal, main }) {
     body.replaceChildren(
       h('p', { class: ['status', `health-${hl.status}`] }, hl.status),
       hl.reasons && hl.reasons.length ? h('ul', null, hl.reasons.map((r) => h('li', null, r))) : h('p', { class: 'muted' }, 'Nothing to report.'),
+      ...(hl.notes || []).map((n) => h('p', { class: 'muted' }, n)),
       h('div', { class: 'tiles' },
         fig('success rate, 24 h', hl.success_rate === undefined ? '-' : `${(hl.success_rate * 100).toFixed(1)}%`),
         fig('backlog', hl.backlog),

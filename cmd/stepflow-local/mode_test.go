@@ -20,6 +20,7 @@ import (
 
 	"github.com/stepflow/stepflow/localstack/devstate"
 	"github.com/stepflow/stepflow/localstack/toolchain"
+	"github.com/stepflow/stepflow/localstack/toolchain/toolchaintest"
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/wire"
 )
@@ -35,19 +36,6 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
-}
-
-// basicBin is a PATH directory with the commands a stand-in script uses
-// and no python3 or moto_server, whatever this machine has.
-func basicBin(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	for _, name := range []string{"sh", "mkdir", "cat", "chmod", "dirname"} {
-		p, err := exec.LookPath(name)
-		require.NoError(t, err)
-		require.NoError(t, os.Symlink(p, filepath.Join(dir, name)))
-	}
-	return dir
 }
 
 // fakePython3 stands in for python3 and the virtualenv it makes, whose
@@ -75,7 +63,7 @@ func TestDevChoosesItsMode(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 
-	offline := basicBin(t)
+	offline := toolchaintest.BasicBin(t)
 	fakePython3(t, offline, pipOffline)
 	tc := toolchain.Toolchain{Root: t.TempDir(), Path: offline}
 	var out strings.Builder
@@ -92,7 +80,7 @@ func TestDevChoosesItsMode(t *testing.T) {
 	_, err = chooseMode(ctx, "emulator", "", tc, &out)
 	require.ErrorContains(t, err, "STEPFLOW_DEV_MODE=emulator: pip could not install", "asked for the emulator, it tries and fails")
 
-	online := basicBin(t)
+	online := toolchaintest.BasicBin(t)
 	fakePython3(t, online, pipInstalls)
 	tc = toolchain.Toolchain{Root: t.TempDir(), Path: online}
 	m, err = chooseMode(ctx, "", "", tc, io.Discard)
@@ -106,7 +94,7 @@ func TestDevChoosesItsMode(t *testing.T) {
 	m, err = chooseMode(ctx, "embedded", "", tc, io.Discard)
 	require.NoError(t, err)
 	require.True(t, m.embedded, "forced, even with moto installed")
-	m, err = chooseMode(ctx, "", "http://127.0.0.1:4566", toolchain.Toolchain{Root: t.TempDir(), Path: basicBin(t)}, io.Discard)
+	m, err = chooseMode(ctx, "", "http://127.0.0.1:4566", toolchain.Toolchain{Root: t.TempDir(), Path: toolchaintest.BasicBin(t)}, io.Discard)
 	require.NoError(t, err)
 	require.False(t, m.embedded, "AWS_ENDPOINT_URL names an emulator: no moto needed")
 	_, err = chooseMode(ctx, "moto", "", tc, io.Discard)

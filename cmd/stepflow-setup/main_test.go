@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,26 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepflow/stepflow/localstack/toolchain"
+	"github.com/stepflow/stepflow/localstack/toolchain/toolchaintest"
 )
-
-// basicBin is a PATH directory with the commands a stand-in script uses
-// and no python3, moto_server or cfn-lint, whatever this machine has.
-func basicBin(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	for _, name := range []string{"sh", "mkdir", "cat", "chmod", "dirname"} {
-		p, err := exec.LookPath(name)
-		require.NoError(t, err)
-		require.NoError(t, os.Symlink(p, filepath.Join(dir, name)))
-	}
-	return dir
-}
-
-func executable(t *testing.T, path, body string) {
-	t.Helper()
-	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
-	require.NoError(t, os.WriteFile(path, []byte("#!/bin/sh\n"+body), 0o755))
-}
 
 func runSetup(t *testing.T, tc toolchain.Toolchain, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
@@ -44,7 +24,7 @@ func runSetup(t *testing.T, tc toolchain.Toolchain, args ...string) (code int, s
 // that names the command to run.
 func TestMakeTestsCheckFailsWithOneLineNamingMakeSetup(t *testing.T) {
 	t.Parallel()
-	tc := toolchain.Toolchain{Root: t.TempDir(), Path: basicBin(t)}
+	tc := toolchain.Toolchain{Root: t.TempDir(), Path: toolchaintest.BasicBin(t)}
 	code, _, stderr := runSetup(t, tc, "-for-test")
 	require.Equal(t, 1, code)
 	require.Equal(t, 1, strings.Count(stderr, "\n"), "one line: %q", stderr)
@@ -64,10 +44,10 @@ func TestMakeTestsCheckFailsWithOneLineNamingMakeSetup(t *testing.T) {
 // nothing.
 func TestMakeTestsCheckIsSilentWhenTheToolsAreThere(t *testing.T) {
 	t.Parallel()
-	bin := basicBin(t)
-	executable(t, filepath.Join(bin, toolchain.MotoServer), "")
-	executable(t, filepath.Join(bin, toolchain.CfnLint), "")
-	executable(t, filepath.Join(bin, "python3"), "echo python3 must not run >&2; exit 1\n")
+	bin := toolchaintest.BasicBin(t)
+	toolchaintest.Script(t, filepath.Join(bin, toolchain.MotoServer), "")
+	toolchaintest.Script(t, filepath.Join(bin, toolchain.CfnLint), "")
+	toolchaintest.Script(t, filepath.Join(bin, "python3"), "echo python3 must not run >&2; exit 1\n")
 	root := t.TempDir()
 	code, stdout, stderr := runSetup(t, toolchain.Toolchain{Root: root, Path: bin}, "-for-test")
 	require.Zero(t, code)
@@ -79,8 +59,8 @@ func TestMakeTestsCheckIsSilentWhenTheToolsAreThere(t *testing.T) {
 // the tests go on.
 func TestMakeTestsCheckInstallsWhatIsMissing(t *testing.T) {
 	t.Parallel()
-	bin := basicBin(t)
-	executable(t, filepath.Join(bin, "python3"), `mkdir -p "$3/bin" && cat > "$3/bin/python" <<'EOF'
+	bin := toolchaintest.BasicBin(t)
+	toolchaintest.Script(t, filepath.Join(bin, "python3"), `mkdir -p "$3/bin" && cat > "$3/bin/python" <<'EOF'
 #!/bin/sh
 for tool in moto_server cfn-lint; do echo '#!/bin/sh' > "$(dirname "$0")/$tool"; chmod +x "$(dirname "$0")/$tool"; done
 EOF

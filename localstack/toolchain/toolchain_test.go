@@ -3,7 +3,6 @@ package toolchain_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,34 +10,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepflow/stepflow/localstack/toolchain"
+	"github.com/stepflow/stepflow/localstack/toolchain/toolchaintest"
 )
-
-// fakeBin makes a directory holding the basic commands the stand-in
-// scripts use (linked from this machine), and nothing else: a PATH of it
-// alone has no python3, moto_server or cfn-lint, whatever this machine has.
-func fakeBin(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	for _, name := range []string{"sh", "mkdir", "cat", "chmod", "dirname"} {
-		p, err := exec.LookPath(name)
-		require.NoError(t, err)
-		require.NoError(t, os.Symlink(p, filepath.Join(dir, name)))
-	}
-	return dir
-}
-
-func script(t *testing.T, path, body string) {
-	t.Helper()
-	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
-	require.NoError(t, os.WriteFile(path, []byte("#!/bin/sh\n"+body), 0o755))
-}
 
 // fakePython3 puts a stand-in python3 in bin: `python3 -m venv DIR` makes
 // DIR/bin/python, whose body is venvPython (a stand-in for the
 // virtualenv's python, pip included).
 func fakePython3(t *testing.T, bin, venvPython string) {
 	t.Helper()
-	script(t, filepath.Join(bin, "python3"), `[ "$1" = -m ] && [ "$2" = venv ] || exit 2
+	toolchaintest.Script(t, filepath.Join(bin, "python3"), `[ "$1" = -m ] && [ "$2" = venv ] || exit 2
 mkdir -p "$3/bin" && cat > "$3/bin/python" <<'EOF'
 #!/bin/sh
 `+venvPython+`
@@ -60,18 +40,18 @@ exit 1`
 
 func TestFindLooksOnPathThenInTheVirtualenv(t *testing.T) {
 	t.Parallel()
-	root, bin := t.TempDir(), fakeBin(t)
+	root, bin := t.TempDir(), toolchaintest.BasicBin(t)
 	tc := toolchain.Toolchain{Root: root, Path: bin}
 	require.Equal(t, []string{toolchain.MotoServer, toolchain.CfnLint}, tc.Missing(toolchain.MotoServer, toolchain.CfnLint))
 
 	venvMoto := filepath.Join(tc.VenvBin(), toolchain.MotoServer)
-	script(t, venvMoto, "")
+	toolchaintest.Script(t, venvMoto, "")
 	got, ok := tc.Find(toolchain.MotoServer)
 	require.True(t, ok)
 	require.Equal(t, venvMoto, got)
 
 	pathMoto := filepath.Join(bin, toolchain.MotoServer)
-	script(t, pathMoto, "")
+	toolchaintest.Script(t, pathMoto, "")
 	got, _ = tc.Find(toolchain.MotoServer)
 	require.Equal(t, pathMoto, got, "PATH's own comes first")
 
@@ -81,7 +61,7 @@ func TestFindLooksOnPathThenInTheVirtualenv(t *testing.T) {
 
 func TestInstallMakesTheVirtualenvAndPipInstallsThePinnedVersions(t *testing.T) {
 	t.Parallel()
-	root, bin := t.TempDir(), fakeBin(t)
+	root, bin := t.TempDir(), toolchaintest.BasicBin(t)
 	fakePython3(t, bin, pipInstalls)
 	tc := toolchain.Toolchain{Root: root, Path: bin}
 
@@ -100,7 +80,7 @@ func TestInstallMakesTheVirtualenvAndPipInstallsThePinnedVersions(t *testing.T) 
 
 func TestInstallFailsWhenPipCannotReachItsIndex(t *testing.T) {
 	t.Parallel()
-	root, bin := t.TempDir(), fakeBin(t)
+	root, bin := t.TempDir(), toolchaintest.BasicBin(t)
 	fakePython3(t, bin, pipOffline)
 	tc := toolchain.Toolchain{Root: root, Path: bin}
 
@@ -115,7 +95,7 @@ func TestInstallFailsWhenPipCannotReachItsIndex(t *testing.T) {
 
 	// Once pip can reach its index, an install succeeds over the
 	// virtualenv the failed one made, and the note goes.
-	script(t, filepath.Join(tc.VenvBin(), "python"), pipInstalls)
+	toolchaintest.Script(t, filepath.Join(tc.VenvBin(), "python"), pipInstalls)
 	require.NoError(t, tc.Install(context.Background(), &out))
 	require.Empty(t, tc.Missing(toolchain.MotoServer, toolchain.CfnLint))
 	_, _, failed = tc.LastFailure()
@@ -124,7 +104,7 @@ func TestInstallFailsWhenPipCannotReachItsIndex(t *testing.T) {
 
 func TestInstallNeedsPython3(t *testing.T) {
 	t.Parallel()
-	tc := toolchain.Toolchain{Root: t.TempDir(), Path: fakeBin(t)}
+	tc := toolchain.Toolchain{Root: t.TempDir(), Path: toolchaintest.BasicBin(t)}
 	require.ErrorContains(t, tc.Install(context.Background(), &strings.Builder{}), "python3 is not on PATH")
 }
 
@@ -133,8 +113,8 @@ func TestInstallNeedsPython3(t *testing.T) {
 // next time.
 func TestInstallSaysWhenTheVirtualenvCannotBeMade(t *testing.T) {
 	t.Parallel()
-	bin := fakeBin(t)
-	script(t, filepath.Join(bin, "python3"), `mkdir -p "$3/bin" && echo '#!/bin/sh' > "$3/bin/python" && chmod +x "$3/bin/python"
+	bin := toolchaintest.BasicBin(t)
+	toolchaintest.Script(t, filepath.Join(bin, "python3"), `mkdir -p "$3/bin" && echo '#!/bin/sh' > "$3/bin/python" && chmod +x "$3/bin/python"
 echo 'The virtual environment was not created successfully because ensurepip is not available.' >&2; exit 1
 `)
 	tc := toolchain.Toolchain{Root: t.TempDir(), Path: bin}

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -117,18 +116,8 @@ const (
 // route that had requests.
 func (s *Store) RecordRequests(ctx context.Context, counts map[string]engine.RequestCounts) error {
 	for route, c := range counts {
-		names := map[string]string{}
-		values := map[string]ddb.AttributeValue{}
-		var adds []string
-		add := func(attr string, v int64) {
-			if v == 0 {
-				return
-			}
-			i := len(adds)
-			names[fmt.Sprintf("#a%d", i)] = attr
-			values[fmt.Sprintf(":v%d", i)] = num(v)
-			adds = append(adds, fmt.Sprintf("#a%d :v%d", i, i))
-		}
+		var u counterAdds
+		add := u.add
 		for i, n := range c.Classes {
 			add(attrClass+strconv.Itoa(i+1), n)
 		}
@@ -136,14 +125,10 @@ func (s *Store) RecordRequests(ctx context.Context, counts map[string]engine.Req
 			add(attrReqBuck+strconv.Itoa(i), n)
 		}
 		add(attrReqSum, c.SumMicros)
-		if len(adds) == 0 {
+		if u.empty() {
 			continue
 		}
-		_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName: &s.table, Key: requestsKey(route), UpdateExpression: aws.String("ADD " + strings.Join(adds, ", ")),
-			ExpressionAttributeNames: names, ExpressionAttributeValues: values,
-		})
-		if err != nil {
+		if _, err := s.db.UpdateItem(ctx, u.input(s.table, requestsKey(route))); err != nil {
 			return fmt.Errorf("record the requests of %s: %w", route, err)
 		}
 	}

@@ -87,18 +87,8 @@ func (s *Store) recordSteps(ctx context.Context, tenant string, c engine.StepCou
 	if c.Empty() {
 		return nil
 	}
-	names := map[string]string{}
-	values := map[string]ddb.AttributeValue{}
-	var adds []string
-	add := func(attr string, v int64) {
-		if v == 0 {
-			return
-		}
-		i := len(adds)
-		names[fmt.Sprintf("#a%d", i)] = attr
-		values[fmt.Sprintf(":v%d", i)] = num(v)
-		adds = append(adds, fmt.Sprintf("#a%d :v%d", i, i))
-	}
+	var u counterAdds
+	add := u.add
 	for m, n := range c.Moves {
 		add(attrMove+string(m.From)+">"+string(m.To), n)
 	}
@@ -112,17 +102,42 @@ func (s *Store) recordSteps(ctx context.Context, tenant string, c engine.StepCou
 		}
 		add(attrSum+string(st), h.SumMs)
 	}
-	if len(adds) == 0 {
+	if u.empty() {
 		return nil
 	}
-	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 &s.table,
-		Key:                       statsKey(stepsPartition(tenant, rand.IntN(StatsShards)), "M"),
-		UpdateExpression:          aws.String("ADD " + strings.Join(adds, ", ")),
-		ExpressionAttributeNames:  names,
-		ExpressionAttributeValues: values,
-	})
+	_, err := s.db.UpdateItem(ctx, u.input(s.table, statsKey(stepsPartition(tenant, rand.IntN(StatsShards)), "M")))
 	return err
+}
+
+// counterAdds is one UpdateItem that adds to counters (ADD #a :v), the
+// counters of zero left out.
+type counterAdds struct {
+	names  map[string]string
+	values map[string]ddb.AttributeValue
+	adds   []string
+}
+
+func (u *counterAdds) add(attr string, v int64) {
+	if v == 0 {
+		return
+	}
+	if u.names == nil {
+		u.names, u.values = map[string]string{}, map[string]ddb.AttributeValue{}
+	}
+	i := len(u.adds)
+	u.names[fmt.Sprintf("#a%d", i)] = attr
+	u.values[fmt.Sprintf(":v%d", i)] = num(v)
+	u.adds = append(u.adds, fmt.Sprintf("#a%d :v%d", i, i))
+}
+
+func (u *counterAdds) empty() bool { return len(u.adds) == 0 }
+
+// input is the UpdateItem of the item key of table.
+func (u *counterAdds) input(table string, key map[string]ddb.AttributeValue) *dynamodb.UpdateItemInput {
+	return &dynamodb.UpdateItemInput{
+		TableName: &table, Key: key, UpdateExpression: aws.String("ADD " + strings.Join(u.adds, ", ")),
+		ExpressionAttributeNames: u.names, ExpressionAttributeValues: u.values,
+	}
 }
 
 // StepStats sums a tenant's cumulative step counters: one BatchGetItem

@@ -165,7 +165,7 @@ func resourcesCmd(a *app) *cobra.Command {
 }
 
 func schedulesCmd(a *app) *cobra.Command {
-	cmd := &cobra.Command{Use: "schedules", Aliases: []string{"schedule"}, Short: "List, show, create, delete, pause and resume schedules"}
+	cmd := &cobra.Command{Use: "schedules", Aliases: []string{"schedule"}, Short: "List, show, create, replace, delete, pause and resume schedules"}
 	printOne := func(s *client.Schedule) error {
 		return a.show(s, func() error {
 			ticks := s.Every
@@ -295,7 +295,33 @@ func schedulesCmd(a *app) *cobra.Command {
 			},
 		}
 	}
-	cmd.AddCommand(list, create,
+	var replaceFile string
+	replace := &cobra.Command{
+		Use:     "replace ID -f FILE",
+		Short:   "Replace a schedule's definition, keeping its runs and whether it is paused",
+		Example: `  stepflow schedules replace nightly -f schedule.yaml`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			if replaceFile == "" {
+				return errors.New("give -f FILE: the schedule as POST /v1/schedules takes it, with the same id")
+			}
+			body, err := a.readDoc(replaceFile)
+			if err != nil {
+				return err
+			}
+			s, err := c.ReplaceScheduleJSON(cmd.Context(), args[0], body)
+			if err != nil {
+				return err
+			}
+			return printOne(s)
+		},
+	}
+	replace.Flags().StringVarP(&replaceFile, "file", "f", "", "the schedule as JSON or YAML, with the same id")
+	cmd.AddCommand(list, create, replace,
 		one("get ID", "Show a schedule", func(cmd *cobra.Command, c *client.Client, id string) (*client.Schedule, error) {
 			return c.Schedule(cmd.Context(), id)
 		}),

@@ -60,6 +60,7 @@ func TestParseRealTemplate(t *testing.T) {
 		{"POST", "/v1/schedules"},
 		{"DELETE", "/v1/schedules/{id}"},
 		{"GET", "/v1/schedules/{id}"},
+		{"PUT", "/v1/schedules/{id}"},
 		{"POST", "/v1/schedules/{id}/pause"},
 		{"POST", "/v1/schedules/{id}/resume"},
 	}, enq.Routes, "sorted by path, then method; which function serves which route is pinned in shared/httpapi")

@@ -78,6 +78,28 @@ func (c *Client) Schedule(ctx context.Context, id string) (*Schedule, error) {
 	return c.scheduleCall(ctx, http.MethodGet, "/v1/schedules/"+esc(id))
 }
 
+// ReplaceSchedule gives schedule id the definition s (with the same id):
+// its runs, last run and pause are kept (PUT /v1/schedules/{id}).
+func (c *Client) ReplaceSchedule(ctx context.Context, id string, s ScheduleRequest) (*Schedule, error) {
+	var out Schedule
+	if _, _, err := c.do(ctx, call{method: http.MethodPut, path: "/v1/schedules/" + esc(id), body: s, out: &out}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ReplaceScheduleJSON is ReplaceSchedule of a JSON body as it is.
+func (c *Client) ReplaceScheduleJSON(ctx context.Context, id string, body json.RawMessage) (*Schedule, error) {
+	if !json.Valid(body) {
+		return nil, fmt.Errorf("stepflow: the schedule body is not valid JSON")
+	}
+	var out Schedule
+	if _, _, err := c.do(ctx, call{method: http.MethodPut, path: "/v1/schedules/" + esc(id), body: body, out: &out}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // DeleteSchedule deletes a schedule and answers it as it was.
 func (c *Client) DeleteSchedule(ctx context.Context, id string) (*Schedule, error) {
 	return c.scheduleCall(ctx, http.MethodDelete, "/v1/schedules/"+esc(id))

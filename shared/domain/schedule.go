@@ -290,6 +290,20 @@ func (s *Schedule) Skip(why string, now time.Time) {
 	s.advance(now)
 }
 
+// Replace gives the schedule next's definition (timing, overlap, job),
+// keeping what it has done (runs, skips, its last run), whether it is
+// paused, and its version: its next tick is the new timing's first after
+// now. It reports whether anything changed.
+func (s *Schedule) Replace(next *Schedule, now time.Time) bool {
+	if s.RequestHash == next.RequestHash {
+		return false // the same body: as it is
+	}
+	s.Cron, s.TimeZone, s.Every, s.Overlap, s.Job, s.RequestHash = next.Cron, next.TimeZone, next.Every, next.Overlap, next.Job, next.RequestHash
+	s.LastError = ""
+	s.advance(now)
+	return true
+}
+
 // Pause stops the ticks until Resume; it reports whether anything changed.
 func (s *Schedule) Pause(now time.Time) bool {
 	if s.Paused {

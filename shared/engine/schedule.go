@@ -83,6 +83,27 @@ func (e *Engine) CreateSchedule(ctx context.Context, tenant string, body []byte)
 	return existing, false, nil
 }
 
+// ReplaceSchedule gives schedule id the definition of body (a creation's
+// body, its id id), checked as a creation's is, keeping its runs, its last
+// run and whether it is paused; its next tick is the new timing's first
+// after now. A schedule given its own body again is answered unchanged.
+func (e *Engine) ReplaceSchedule(ctx context.Context, tenant, id string, body []byte) (*domain.Schedule, error) {
+	if err := e.checkScheduleID(id); err != nil {
+		return nil, err
+	}
+	next, job, err := domain.ParseSchedule(tenant, body, requestHash(body), e.now())
+	if err != nil {
+		return nil, err
+	}
+	if next.ID != id {
+		return nil, domain.Invalid("id", "is %q; the schedule replaced is %q (its id cannot change: make a new schedule)", next.ID, id)
+	}
+	if err := e.checkSpec(ctx, tenant, job, "job."); err != nil {
+		return nil, err
+	}
+	return e.changeSchedule(ctx, tenant, id, func(s *domain.Schedule, now time.Time) bool { return s.Replace(next, now) })
+}
+
 // GetSchedule answers one of tenant's schedules.
 func (e *Engine) GetSchedule(ctx context.Context, tenant, id string) (*domain.Schedule, error) {
 	if err := e.checkScheduleID(id); err != nil {

@@ -318,3 +318,47 @@ func TestListSchedulesPages(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, page)
 }
+
+func TestReplaceScheduleKeepsItsRunsAndPause(t *testing.T) {
+	t.Parallel()
+	b := scheduled(t)
+	b.createSchedule(t, tenantA, everyFive)
+	b.clock.Advance(5 * time.Second)
+	require.Equal(t, 1, b.sweep(t).Fired)
+	b.drain(t)
+
+	every10 := `{"id":"five","every":"10s","overlap":"allow","job":{"payload":{"n":2},"steps":[{"id":"a","action":{"type":"pass"}}]}}`
+	s, err := b.e.ReplaceSchedule(b.ctx, tenantA, "five", []byte(every10))
+	require.NoError(t, err)
+	require.Equal(t, "10s", s.Every)
+	require.EqualValues(t, 1, s.Runs, "what it did is kept")
+	require.True(t, s.NextAt.After(b.clock.Now()) && !s.NextAt.After(b.clock.Now().Add(10*time.Second)), "the new timing's first tick after now")
+	again, err := b.e.ReplaceSchedule(b.ctx, tenantA, "five", []byte(every10))
+	require.NoError(t, err)
+	require.Equal(t, s.Version, again.Version, "the same body again writes nothing")
+
+	b.clock.Advance(10 * time.Second)
+	require.Equal(t, 1, b.sweep(t).Fired)
+	b.drain(t)
+	runs := b.runs(t, tenantA, "five")
+	require.Len(t, runs, 2)
+	require.JSONEq(t, `{"n":2}`, string(b.job(t, tenantA, runs[0].ID).Payload), "its new job")
+
+	_, err = b.e.PauseSchedule(b.ctx, tenantA, "five")
+	require.NoError(t, err)
+	s, err = b.e.ReplaceSchedule(b.ctx, tenantA, "five", []byte(everyFive))
+	require.NoError(t, err)
+	require.True(t, s.Paused, "a paused schedule stays paused")
+	require.Nil(t, s.NextAt)
+
+	var de *domain.Error
+	_, err = b.e.ReplaceSchedule(b.ctx, tenantA, "five", []byte(`{"id":"other","every":"5s","job":{"steps":[{"id":"a","action":{"type":"pass"}}]}}`))
+	require.ErrorAs(t, err, &de)
+	require.Equal(t, "id", de.Field)
+	_, err = b.e.ReplaceSchedule(b.ctx, tenantA, "five", []byte(`{"id":"five","every":"5s","job":{"steps":[{"id":"a","action":{"type":"nope"}}]}}`))
+	require.ErrorAs(t, err, &de)
+	require.Equal(t, "job.steps[0].action.type", de.Field)
+	require.Equal(t, "5s", b.schedule(t, tenantA, "five").Every, "a refused replace changes nothing")
+	_, err = b.e.ReplaceSchedule(b.ctx, tenantB, "five", []byte(everyFive))
+	require.ErrorIs(t, err, domain.ErrNotFound, "another tenant's schedule")
+}

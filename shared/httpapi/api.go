@@ -121,6 +121,7 @@ var routes = []route{
 	{key: "POST /v1/schedules", owner: EnqueueFunction, serve: (*API).createSchedule},
 	{key: "GET /v1/schedules", owner: EnqueueFunction, serve: (*API).listSchedules},
 	{key: "GET /v1/schedules/{id}", owner: EnqueueFunction, serve: (*API).getSchedule},
+	{key: "PUT /v1/schedules/{id}", owner: EnqueueFunction, serve: (*API).replaceSchedule},
 	{key: "DELETE /v1/schedules/{id}", owner: EnqueueFunction, serve: (*API).deleteSchedule},
 	{key: "POST /v1/schedules/{id}/pause", owner: EnqueueFunction, serve: (*API).pauseSchedule},
 	{key: "POST /v1/schedules/{id}/resume", owner: EnqueueFunction, serve: (*API).resumeSchedule},

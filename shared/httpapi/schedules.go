@@ -55,6 +55,20 @@ func (a *API) createSchedule(ctx context.Context, tenant string, r *request) (in
 	return http.StatusCreated, scheduleView(s), nil
 }
 
+// replaceSchedule answers PUT /v1/schedules/{id}: the schedule with the
+// body's definition, its runs and pause kept.
+func (a *API) replaceSchedule(ctx context.Context, tenant string, r *request) (int, any, error) {
+	b, err := r.body()
+	if err != nil {
+		return 0, nil, err
+	}
+	s, err := a.Engine.ReplaceSchedule(ctx, tenant, r.ev.PathParameters["id"], b)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, scheduleView(s), nil
+}
+
 func (a *API) listSchedules(ctx context.Context, tenant string, r *request) (int, any, error) {
 	q := r.ev.QueryStringParameters
 	limit := int32(50)

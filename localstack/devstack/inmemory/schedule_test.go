@@ -89,6 +89,10 @@ func TestScheduleRoutesRefuseBadInputAndOtherTenants(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, status, "%s", raw)
 	status, _ = h.Call(t, http.MethodGet, "/v1/schedules/no-such", keyA, nil)
 	require.Equal(t, http.StatusNotFound, status)
-	status, _ = h.Call(t, http.MethodPut, "/v1/schedules/nightly", keyA, nil)
+	status, raw = h.Call(t, http.MethodPut, "/v1/schedules/nightly", keyA, nil)
+	require.Equal(t, http.StatusBadRequest, status, "a replace needs a body: %s", raw)
+	status, _ = h.Call(t, http.MethodPut, "/v1/schedules/no-such", keyA, map[string]any{"id": "no-such", "every": "5s", "job": map[string]any{"steps": []any{map[string]any{"id": "a", "action": map[string]any{"type": "pass"}}}}})
+	require.Equal(t, http.StatusNotFound, status, "a replace makes no schedule")
+	status, _ = h.Call(t, http.MethodPatch, "/v1/schedules/nightly", keyA, nil)
 	require.Equal(t, http.StatusMethodNotAllowed, status)
 }

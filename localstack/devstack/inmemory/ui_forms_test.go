@@ -179,7 +179,12 @@ func TestUICreatesAndEditsResourcesAndSchedules(t *testing.T) {
 	b.do(chromedp.Click(chromedp.CSS(`#save-schedule`)), chromedp.WaitVisible(chromedp.CSS(`tr[data-schedule="nightly"]`)))
 	require.Contains(t, b.text(`tr[data-schedule="nightly"]`), "every 24h")
 
-	// Changed while paused: made again from the form, and paused again.
+	// Changed while paused: replaced in place (PUT), still paused, the
+	// same schedule (made when it was).
+	var before struct {
+		CreatedAt string `json:"created_at"`
+	}
+	h.JSON(t, http.StatusOK, http.MethodGet, "/v1/schedules/nightly", keyA, nil, &before)
 	b.do(chromedp.Click(chromedp.CSS(`tr[data-schedule="nightly"] button[data-action="pause"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-schedule="nightly"] button[data-action="resume"]`)))
 	b.do(chromedp.Click(chromedp.CSS(`tr[data-schedule="nightly"] a[data-action="edit"]`)), chromedp.WaitEnabled(chromedp.CSS(`#save-schedule`)))
@@ -189,12 +194,14 @@ func TestUICreatesAndEditsResourcesAndSchedules(t *testing.T) {
 	b.do(chromedp.Click(chromedp.CSS(`#save-schedule`)), chromedp.WaitVisible(chromedp.CSS(`tr[data-schedule="nightly"]`)))
 	b.awaitText(`tr[data-schedule="nightly"]`, "every 12h")
 	var sched struct {
-		Every  string
-		Paused bool
+		Every     string
+		Paused    bool
+		CreatedAt string `json:"created_at"`
 	}
 	h.JSON(t, http.StatusOK, http.MethodGet, "/v1/schedules/nightly", keyA, nil, &sched)
 	require.Equal(t, "12h0m0s", sched.Every)
 	require.True(t, sched.Paused, "paused as it was")
+	require.Equal(t, before.CreatedAt, sched.CreatedAt, "replaced, not made again")
 }
 
 // The jobs list searches by id prefix and by when jobs were made.

@@ -169,7 +169,6 @@ export function scheduleFormView({ signal, main }, id) {
   const general = h('p', { class: 'error', id: 'schedule-form-error', role: 'alert' });
   general.hidden = true;
   const button = h('button', { type: 'submit', class: 'primary', id: 'save-schedule' }, editing ? 'Save' : 'Create');
-  let paused = false;
   let loaded = ''; // the schedule as read, to tell whether the form changed it
   const form = h('form', {
     id: 'schedule-form', class: 'card form',
@@ -183,7 +182,7 @@ export function scheduleFormView({ signal, main }, id) {
         spec.overlap = c.overlap.value;
         spec.job = editor.value();
         // Unchanged, it is left as it is (replacing it would restart its counts).
-        if (!editing || canonical(spec) !== loaded) await saveSchedule(spec, editing, paused, signal);
+        if (!editing || canonical(spec) !== loaded) await saveSchedule(spec, editing, signal);
         location.hash = '#/schedules';
       }, (err) => f.fail(err) || editor.fail(err, 'job.'));
     },
@@ -197,8 +196,8 @@ export function scheduleFormView({ signal, main }, id) {
   exampleSelect((v) => editor.set(v)),
   editor.el,
   editing ? h('p', { class: 'muted', id: 'schedule-replace-note' },
-    'The API changes no schedule in place: saving a changed one deletes it and makes it again from this form. ',
-    'Its run and skip counts start over, and a paused one is paused again.') : null,
+    'Saving replaces its definition (PUT): its runs, its last run and a pause are kept, ',
+    'and its next tick is the new timing\'s first from now.') : null,
   h('div', { class: 'actions' }, button, h('a', { href: '#/schedules' }, 'Cancel')),
   general);
   main.append(
@@ -215,7 +214,6 @@ export function scheduleFormView({ signal, main }, id) {
   get(`v1/schedules/${encodeURIComponent(id)}`, { signal }).then((sc) => {
     for (const k of ['cron', 'time_zone', 'every']) c[k].value = sc[k] || '';
     c.overlap.value = sc.overlap || 'skip';
-    paused = sc.paused;
     editor.set(sc.job);
     const given = (k) => sc[k] || undefined; // as the form sends them: only when set
     loaded = canonical({ id: sc.id, cron: given('cron'), time_zone: given('time_zone'), every: given('every'), overlap: sc.overlap, job: sc.job });
@@ -231,21 +229,15 @@ function canonical(v) {
     : x));
 }
 
-// saveSchedule creates a schedule; editing, it replaces one. Its body is
-// sent first as it is: a refusal (400) changes nothing, the same body
-// answers 200, and a valid other body 409, which is when the old one is
-// deleted and the new one made (paused again if the old one was).
-async function saveSchedule(spec, editing, paused, signal) {
-  const path = `v1/schedules/${encodeURIComponent(spec.id)}`;
-  try {
-    await post('v1/schedules', spec, { signal });
+// saveSchedule creates a schedule; editing, it replaces one's definition
+// in place (PUT: its runs and a pause kept). A refusal (400) changes
+// nothing.
+async function saveSchedule(spec, editing, signal) {
+  if (editing) {
+    await call('PUT', `v1/schedules/${encodeURIComponent(spec.id)}`, spec, { signal });
     return;
-  } catch (err) {
-    if (!(editing && err instanceof ApiError && err.status === 409)) throw err;
   }
-  await call('DELETE', path, undefined, { signal });
   await post('v1/schedules', spec, { signal });
-  if (paused) await post(`${path}/pause`, undefined, { signal });
 }
 
 // ---------------------------------------------------------------- a resource

@@ -87,12 +87,7 @@ func (e *Engine) startChild(ctx context.Context, j *domain.Job, c childStart) (e
 		e.cfg.Log.WarnContext(ctx, "child job not made; the sweep makes it", "job", j.ID, "step", s.ID(), "child", s.Child.ID, "err", err)
 		return false
 	}
-	f := &domain.Failure{Class: domain.ClassFatal, Message: domain.Truncate("child job not made: "+err.Error(), domain.MaxErrorMessageBytes)}
-	if _, ferr := e.finish(ctx, j.Tenant, attemptOutcome{leaseID: s.Lease.ID, failure: f, child: s.Child.ID}, nil, nil); ferr != nil && !isStale(ferr) {
-		e.cfg.Log.WarnContext(ctx, "a child job that cannot be made did not fail its step; the sweep tries again", "job", j.ID, "step", s.ID(), "err", ferr)
-		return false
-	}
-	return true
+	return e.failStart(ctx, j, s, "child job not made: "+err.Error())
 }
 
 // buildChild makes (not writes) the child job step s of j waits on, on
@@ -183,37 +178,14 @@ func (e *Engine) sweepKin(ctx context.Context, j *domain.Job) (k kin, moved bool
 		if !s.ChildDue(now) {
 			continue
 		}
+		look := e.sweepChild
 		if s.Spec.Action.Type == domain.ActionStepFunctions {
-			switch looked, ended := e.sweepExecution(ctx, j, i); {
-			case ended:
-				moved = true
-			case looked:
-				k.looked = append(k.looked, s.ID())
-			}
-			continue
+			look = e.sweepExecution
 		}
-		child, err := e.cfg.Store.Get(ctx, j.Tenant, s.Child.ID)
-		switch {
-		case errors.Is(err, domain.ErrNotFound):
-			in, err := e.compose(ctx, &dataCache{}, j.InputData(i))
-			if bad := (*dataError)(nil); errors.As(err, &bad) {
-				in, err = nil, nil // its payload is the step's input: made with none, its own steps fail on it
-			}
-			if err != nil {
-				e.cfg.Log.WarnContext(ctx, "a child job's input was not read; the sweep tries again", "job", j.ID, "step", s.ID(), "err", err)
-				continue
-			}
-			if e.startChild(ctx, j, childStart{step: s.ID(), input: in}) {
-				moved = true
-				continue
-			}
-			k.looked = append(k.looked, s.ID())
-		case err != nil:
-			e.cfg.Log.WarnContext(ctx, "a child job was not read; the sweep tries again", "job", j.ID, "child", s.Child.ID, "err", err)
-		case child.State.Terminal():
-			e.tellParent(ctx, child)
+		switch looked, ended := look(ctx, j, i); {
+		case ended:
 			moved = true
-		default:
+		case looked:
 			k.looked = append(k.looked, s.ID())
 		}
 	}
@@ -223,6 +195,56 @@ func (e *Engine) sweepKin(ctx context.Context, j *domain.Job) (k kin, moved bool
 		}
 	}
 	return k, moved
+}
+
+// sweepChild is the sweep's look at step i's child job: one never made
+// is made; one that ended has its end recorded (ended); looked says the
+// step waits on, to be looked at later.
+func (e *Engine) sweepChild(ctx context.Context, j *domain.Job, i int) (looked, ended bool) {
+	s := j.Steps[i]
+	child, err := e.cfg.Store.Get(ctx, j.Tenant, s.Child.ID)
+	switch {
+	case errors.Is(err, domain.ErrNotFound):
+		return e.restart(ctx, j, i, e.startChild)
+	case err != nil:
+		e.cfg.Log.WarnContext(ctx, "a child job was not read; the sweep tries again", "job", j.ID, "child", s.Child.ID, "err", err)
+		return false, false
+	case child.State.Terminal():
+		e.tellParent(ctx, child)
+		return false, true
+	}
+	return true, false
+}
+
+// restart starts step i's run again with start (it was never started: its
+// process died after the lease's write), on the step's input: one that
+// can never be read is given as none, and the run's own steps fail on it.
+func (e *Engine) restart(ctx context.Context, j *domain.Job, i int, start func(context.Context, *domain.Job, childStart) bool) (looked, ended bool) {
+	s := j.Steps[i]
+	in, err := e.compose(ctx, &dataCache{}, j.InputData(i))
+	if bad := (*dataError)(nil); errors.As(err, &bad) {
+		in, err = nil, nil
+	}
+	if err != nil {
+		e.cfg.Log.WarnContext(ctx, "a step's input was not read to start its run; the sweep tries again", "job", j.ID, "step", s.ID(), "err", err)
+		return false, false
+	}
+	if start(ctx, j, childStart{step: s.ID(), input: in}) {
+		return false, true
+	}
+	return true, false
+}
+
+// failStart fails the attempt of step s whose run can never start (its
+// child job's spec or its state machine refused), saying why, and reports
+// whether that was recorded.
+func (e *Engine) failStart(ctx context.Context, j *domain.Job, s *domain.Step, why string) bool {
+	f := &domain.Failure{Class: domain.ClassFatal, Message: domain.Truncate(why, domain.MaxErrorMessageBytes)}
+	if _, err := e.finish(ctx, j.Tenant, attemptOutcome{leaseID: s.Lease.ID, failure: f, child: s.Child.ID}, nil, nil); err != nil && !isStale(err) {
+		e.cfg.Log.WarnContext(ctx, "a run that cannot start did not fail its step; the sweep tries again", "job", j.ID, "step", s.ID(), "err", err)
+		return false
+	}
+	return true
 }
 
 // apply notes what the sweep did for the job's children; it reports

@@ -164,7 +164,7 @@ func (e *Engine) execute(ctx context.Context, d Delivery, from *domain.Job, ch *
 	}
 	switch t.outcome {
 	case held:
-		if t.job != nil && mustStep(t.job, d.Message.Step) != nil && mustStep(t.job, d.Message.Step).Child != nil {
+		if s := stepOf(t.job, d.Message.Step); s != nil && s.Child != nil {
 			// A copy of a job step's message: its child runs, and the
 			// sweep, not this message, looks after it.
 			return Stale, nil
@@ -528,6 +528,14 @@ func (e *Engine) builtinLease(s *domain.Step) time.Duration {
 		d = min(d, e.cfg.BuiltinLease)
 	}
 	return d
+}
+
+// stepOf is mustStep of a job that may be nil (a take that read none).
+func stepOf(j *domain.Job, id string) *domain.Step {
+	if j == nil {
+		return nil
+	}
+	return mustStep(j, id)
 }
 
 func mustStep(j *domain.Job, id string) *domain.Step {

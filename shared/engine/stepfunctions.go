@@ -59,12 +59,7 @@ func (e *Engine) startExecution(ctx context.Context, j *domain.Job, c childStart
 		e.cfg.Log.WarnContext(ctx, "execution not started; the sweep starts it", "job", j.ID, "step", s.ID(), "execution", s.Child.ID, "err", err)
 		return false
 	}
-	f := &domain.Failure{Class: domain.ClassFatal, Message: domain.Truncate(fmt.Sprintf("execution of %s not started: %v", a.StateMachine, err), domain.MaxErrorMessageBytes)}
-	if _, ferr := e.finish(ctx, j.Tenant, attemptOutcome{leaseID: s.Lease.ID, failure: f, child: s.Child.ID}, nil, nil); ferr != nil && !isStale(ferr) {
-		e.cfg.Log.WarnContext(ctx, "an execution that cannot start did not fail its step; the sweep tries again", "job", j.ID, "step", s.ID(), "err", ferr)
-		return false
-	}
-	return true
+	return e.failStart(ctx, j, s, fmt.Sprintf("execution of %s not started: %v", a.StateMachine, err))
 }
 
 // awaitExecution waits, within ExecutionWait and the invocation's time,
@@ -107,18 +102,7 @@ func (e *Engine) sweepExecution(ctx context.Context, j *domain.Job, i int) (look
 	x, err := e.cfg.StateMachines.Describe(ctx, s.Spec.Action.StateMachine, s.Child.ID)
 	switch {
 	case errors.Is(err, domain.ErrNotFound):
-		in, err := e.compose(ctx, &dataCache{}, j.InputData(i))
-		if bad := (*dataError)(nil); errors.As(err, &bad) {
-			in, err = nil, nil
-		}
-		if err != nil {
-			e.cfg.Log.WarnContext(ctx, "an execution's input was not read; the sweep tries again", "job", j.ID, "step", s.ID(), "err", err)
-			return false, false
-		}
-		if e.startExecution(ctx, j, childStart{step: s.ID(), input: in}) {
-			return false, true
-		}
-		return true, false
+		return e.restart(ctx, j, i, e.startExecution)
 	case err != nil:
 		e.cfg.Log.WarnContext(ctx, "an execution was not described; the sweep tries again", "job", j.ID, "execution", s.Child.ID, "err", err)
 		return false, false

@@ -33,7 +33,8 @@ const (
 	EnvPartition = "STEPFLOW_AWS_PARTITION"
 )
 
-// LambdaHome is where the stack's own functions live. A lambda step that
+// LambdaHome is where the stack's own functions (and state machines)
+// live. A lambda step that
 // names a partition, region or account (an ARN, or a partial one) must
 // name these: the allow list is of names, and a name in another account
 // is another function. A part left "" is unknown, and a step naming it is
@@ -89,7 +90,7 @@ func (r *Runner) CheckFunction(function string) error {
 	if !ok {
 		return fmt.Errorf("%q is not a Lambda function name or ARN", function)
 	}
-	if err := r.LambdaHome.check(function, f); err != nil {
+	if err := r.LambdaHome.Refuse(function, LambdaHome{f.Partition, f.Region, f.Account}, "a lambda step may call", "function"); err != nil {
 		return err
 	}
 	if len(r.LambdaAllow) == 0 {
@@ -111,20 +112,23 @@ func (r *Runner) checkLambda(a domain.ActionSpec) (string, error) {
 	return "", nil
 }
 
-// check refuses an ARN of a partition, region or account other than the
-// stack's own.
-func (h LambdaHome) check(function string, f domain.LambdaFunction) error {
+// Refuse answers why target, whose ARN names the partition, region and
+// account in named ("" for each it names none), is not the stack's own:
+// what a step may reach (step: "a lambda step may call"; thing:
+// "function"). The stepfunctions action's state machines are checked so
+// too (shared/statemachines).
+func (h LambdaHome) Refuse(target string, named LambdaHome, step, thing string) error {
 	for _, part := range []struct{ what, named, own, setting string }{
-		{"partition", f.Partition, h.Partition, EnvPartition},
-		{"region", f.Region, h.Region, "AWS_REGION"},
-		{"account", f.Account, h.Account, EnvAccount},
+		{"partition", named.Partition, h.Partition, EnvPartition},
+		{"region", named.Region, h.Region, "AWS_REGION"},
+		{"account", named.Account, h.Account, EnvAccount},
 	} {
 		switch {
 		case part.named == "" || part.named == part.own:
 		case part.own == "":
-			return fmt.Errorf("%s names %s %s, and this stack does not know its own (%s): name the function by its name alone", function, part.what, part.named, part.setting)
+			return fmt.Errorf("%s names %s %s, and this stack does not know its own (%s): name the %s by its name alone", target, part.what, part.named, part.setting, thing)
 		default:
-			return fmt.Errorf("%s names %s %s: a lambda step may call only this stack's own functions (%s %s); name the function by its name alone, or by its ARN in %s %s", function, part.what, part.named, part.what, part.own, part.what, part.own)
+			return fmt.Errorf("%s names %s %s: %s only this stack's own %ss (%s %s); name the %s by its name alone, or by its ARN in %s %s", target, part.what, part.named, step, thing, part.what, part.own, thing, part.what, part.own)
 		}
 	}
 	return nil

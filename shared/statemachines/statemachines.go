@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 	"github.com/aws/smithy-go"
 
+	"github.com/stepflow/stepflow/shared/actions"
 	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/engine"
 )
@@ -36,7 +37,7 @@ type Client interface {
 
 // Home is the stack's partition, region and account: a state machine's
 // ARN must name them, and a name is resolved in them.
-type Home struct{ Partition, Region, Account string }
+type Home = actions.LambdaHome
 
 // Executions runs executions for stepfunctions steps.
 type Executions struct {
@@ -57,16 +58,9 @@ func New(client Client, home Home, allow []string) *Executions {
 	return &Executions{client: client, home: home, allow: allow}
 }
 
-// ParseAllow reads the setting's value: prefixes, comma-separated.
-func ParseAllow(v string) []string {
-	var out []string
-	for _, p := range strings.Split(v, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
+// ParseAllow reads the setting's value: prefixes, comma-separated, as
+// STEPFLOW_LAMBDA_ALLOW's.
+var ParseAllow = actions.ParseLambdaAllow
 
 var _ engine.StateMachines = (*Executions)(nil)
 
@@ -85,18 +79,8 @@ func (x *Executions) arn(stateMachine string) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("%q is not a state machine's name or ARN", stateMachine)
 	}
-	for _, part := range []struct{ what, named, own string }{
-		{"partition", ref.Partition, x.home.Partition},
-		{"region", ref.Region, x.home.Region},
-		{"account", ref.Account, x.home.Account},
-	} {
-		switch {
-		case part.named == "" || part.named == part.own:
-		case part.own == "":
-			return "", fmt.Errorf("%s names %s %s, and this stack does not know its own: name the state machine by its name alone", stateMachine, part.what, part.named)
-		default:
-			return "", fmt.Errorf("%s names %s %s: a stepfunctions step may run only this stack's own state machines (%s %s); name it by its name alone", stateMachine, part.what, part.named, part.what, part.own)
-		}
+	if err := x.home.Refuse(stateMachine, Home{Partition: ref.Partition, Region: ref.Region, Account: ref.Account}, "a stepfunctions step may run", "state machine"); err != nil {
+		return "", err
 	}
 	allowed := false
 	for _, p := range x.allow {

@@ -148,6 +148,9 @@ type result struct {
 	// step no executor runs): the Task and Wait states the same work needs
 	// on Step Functions.
 	Entered int
+	// Own is what the jobs counted of their own usage, summed
+	// (domain.Job.Usage: cost.units), to hold against the meter.
+	Own domain.Usage
 	// Sweeps are the requests of the sweeps the bench ran during the
 	// workload (the timer workload's) beyond what as many sweeps with
 	// nothing due cost: sending the long timers within reach. They are in
@@ -647,6 +650,7 @@ func (b *bench) workload(ctx context.Context, name string, n, steps int, spec ma
 		if j.EndedAt.After(last) {
 			last = *j.EndedAt
 		}
+		r.Own.Add(j.Usage)
 		r.ToStart = append(r.ToStart, started(j).Sub(j.CreatedAt))
 		r.ToDone = append(r.ToDone, j.EndedAt.Sub(j.CreatedAt))
 		if j.StoresData() {

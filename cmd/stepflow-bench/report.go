@@ -18,6 +18,51 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float
 
 func msf(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
 
+// ownBill is what the workload's jobs say they cost (their cost.units at
+// the price table's prices), in the meter's lines, $ per million jobs:
+// their data's expiry is in the DynamoDB and S3 lines.
+func (r result) ownBill(p costmeter.Prices) costmeter.Bill {
+	u, per := r.Own, 1e6/float64(max(r.Jobs, 1))
+	return costmeter.Bill{
+		DynamoDB:       (u.WriteUnits*p["dynamodb_wru"] + u.ReadUnits*p["dynamodb_rru"]) * per,
+		SQS:            u.SQSRequests * p["sqs_request"] * per,
+		LambdaRequests: u.LambdaRequests * p["lambda_request"] * per,
+		APIGateway:     u.APIRequests * p["apigw_http_request"] * per,
+		Timers:         u.TimerTransitions * p["sfn_standard_transition"] * per,
+		S3Requests:     (u.S3Writes*p["s3_put_request"] + u.S3Reads*p["s3_get_request"]) * per,
+		Events:         u.Events * p["eventbridge_event"] * per,
+		Storage: (u.TableGBMonths*(p["dynamodb_storage_gb_month"]+p["dynamodb_pitr_gb_month"]) +
+			u.S3GBMonths*p["s3_storage_gb_month"]) * per,
+		LambdaDuration: u.LambdaGBSeconds * p["lambda_gb_second_arm"] * per,
+	}
+}
+
+// agreement is how far the jobs' own figure is from the meter's, as a
+// fraction of the meter's.
+func agreement(own, meter float64) float64 {
+	if meter == 0 {
+		return 0
+	}
+	return (own - meter) / meter
+}
+
+// ownTolerance is how far a workload's jobs' own cost may be from its
+// meter's: make bench fails past it.
+const ownTolerance = 0.10
+
+// renderOwn holds each workload's jobs' own cost (cost.usd, less Lambda
+// duration, as the meter's total is) against the meter, line by line.
+func renderOwn(results []result, p costmeter.Prices) string {
+	var b strings.Builder
+	b.WriteString("| workload | meter: $ per million jobs | jobs' own cost.usd: $ per million | difference | own: DynamoDB | SQS | Lambda requests | API Gateway | timers | S3 | events | storage | beside: Lambda duration, meter / own |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range results {
+		m, o := r.bill(p), r.ownBill(p)
+		fmt.Fprintf(&b, "| %s | $%.2f | $%.2f | %+.1f%% | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f / $%.2f |\n", r.Name, m.Total(), o.Total(),
+			100*agreement(o.Total(), m.Total()), o.DynamoDB, o.SQS, o.LambdaRequests, o.APIGateway, o.Timers, o.S3Requests, o.Events, o.Storage, m.LambdaDuration, o.LambdaDuration)
+	}
+	return b.String()
+}
+
 // renderOnly is the short report of --only: each workload's time and
 // what it cost, line by line of the bill.
 func renderOnly(results []result, p costmeter.Prices) string {
@@ -29,6 +74,8 @@ func renderOnly(results []result, p costmeter.Prices) string {
 			r.Units.WRU/n, r.Units.RRU/n, float64(r.count("sqs."))/n,
 			bill.DynamoDB, bill.SQS, bill.LambdaRequests, bill.APIGateway, bill.Timers, bill.Storage, bill.Total(), bill.LambdaDuration)
 	}
+	b.WriteString("\n")
+	b.WriteString(renderOwn(results, p))
 	return b.String()
 }
 

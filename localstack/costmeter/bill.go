@@ -64,7 +64,7 @@ const TimerTransitions = 3
 const GB = 1 << 30
 
 // HoursPerMonth is the month a GB-month is prorated over, by the hour.
-const HoursPerMonth = 730
+const HoursPerMonth = store.HoursPerMonth
 
 // LogEventOverhead is the metadata CloudWatch Logs counts with each log
 // event it ingests.
@@ -105,26 +105,12 @@ func (p Prices) Bill(u Usage) Bill {
 	}
 }
 
-// ItemOverhead is what DynamoDB adds to the stored size of each item, and
-// of each index entry.
-const ItemOverhead = 100
+// ItemOverhead is what DynamoDB adds to the stored size of each item.
+const ItemOverhead = store.ItemOverhead
 
-// StoredBytes answers the bytes an item is billed for as stored: its size
-// and overhead, and its entry in the due index (KEYS_ONLY: the table's and
-// the index's keys) with its own overhead.
-func StoredBytes(it map[string]ddb.AttributeValue) int {
-	n := store.ItemSize(it) + ItemOverhead
-	if _, ok := it["gsi2pk"]; ok {
-		keys := map[string]ddb.AttributeValue{}
-		for _, k := range []string{"pk", "sk", "gsi2pk", "gsi2sk"} {
-			if v, ok := it[k]; ok {
-				keys[k] = v
-			}
-		}
-		n += store.ItemSize(keys) + ItemOverhead
-	}
-	return n
-}
+// StoredBytes answers the bytes an item is billed for as stored
+// (store.StoredBytes, which a job's own usage counts by too).
+func StoredBytes(it map[string]ddb.AttributeValue) int { return store.StoredBytes(it) }
 
 // FloorBatch is the batch the physical floor shares a receive, a delete
 // and an invocation over: SQS's largest, the event source mapping's

@@ -164,11 +164,47 @@ func (r *Runner) invokeLambda(ctx context.Context, c engine.ActionCall) (json.Ra
 	case len(bytes.TrimSpace(body)) == 0:
 		return json.RawMessage(`null`), nil
 	case json.Valid(body):
-		return body, nil
+		return reportedCost(body, c.Reported), nil
 	default:
 		s, _ := json.Marshal(string(body)) // a text answer becomes a JSON string, as the http action's does
 		return s, nil
 	}
+}
+
+// CostKey is the key of a lambda function's answer that reports what the
+// attempt spent itself, {"stepflow_cost": {"usd": 0.0021}}: it is taken
+// out of the output and added to the job's reported cost.
+const CostKey = "stepflow_cost"
+
+// reportedCost takes a function's report of its cost out of its answer,
+// into *into; any other answer is answered as it is.
+func reportedCost(body json.RawMessage, into *float64) json.RawMessage {
+	if !bytes.Contains(body, []byte(`"`+CostKey+`"`)) {
+		return body
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(body, &obj) != nil {
+		return body
+	}
+	raw, ok := obj[CostKey]
+	if !ok {
+		return body
+	}
+	var c struct {
+		USD float64 `json:"usd"`
+	}
+	if json.Unmarshal(raw, &c) != nil {
+		return body // not a report: the function's own field
+	}
+	delete(obj, CostKey)
+	out, err := json.Marshal(obj)
+	if err != nil {
+		return body
+	}
+	if into != nil {
+		*into = c.USD
+	}
+	return out
 }
 
 // clientContext passes the attempt's idempotency key and the calling

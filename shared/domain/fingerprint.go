@@ -3,6 +3,7 @@ package domain
 import (
 	"encoding/binary"
 	"hash/maphash"
+	"math"
 	"time"
 )
 
@@ -53,6 +54,7 @@ func (s *Step) Fingerprint() uint64 {
 		h.bytes(a.Output)
 		h.dataRef(a.OutputRef)
 		h.str(a.Child)
+		h.float(a.CostUSD)
 	}
 	h.strs(s.Avoid)
 	h.str(s.Prompt)
@@ -117,6 +119,8 @@ func (f *fingerprint) int(n int64) {
 	binary.LittleEndian.PutUint64(f.buf[:], uint64(n))
 	_, _ = f.h.Write(f.buf[:])
 }
+
+func (f *fingerprint) float(v float64) { f.int(int64(math.Float64bits(v))) }
 
 func (f *fingerprint) bool(b bool) {
 	if b {

@@ -126,6 +126,16 @@ type Job struct {
 	// a cancel): each is cancelled after the write that orphaned it, and
 	// by the sweep, which forgets it once it has ended.
 	Orphans []string `json:"orphans,omitempty"`
+	// Usage is what the job has cost so far, in AWS's units (usage.go);
+	// Spent what it has spent since it was read, which its next write
+	// saves.
+	Usage Usage `json:"usage,omitzero"`
+	Spent Usage `json:"-"`
+	// ItemBytes and ItemDue are the store's note of the item the job was
+	// read from or last written as (its size, its due index entry), which
+	// the units of its next write depend on; 0 and "" where unknown.
+	ItemBytes int    `json:"-"`
+	ItemDue   string `json:"-"`
 	// orphaned are those this change orphaned (TakeOrphaned).
 	orphaned []string
 	// settleLater holds settle off while a map's instant items are
@@ -304,6 +314,8 @@ type Attempt struct {
 	OutputRef  *DataRef        `json:"output_ref,omitempty"` // the output kept in the blob store
 	// Child is the child job the attempt made (a job step's).
 	Child string `json:"child,omitempty"`
+	// CostUSD is what the attempt said it spent (ReportCost).
+	CostUSD float64 `json:"cost_usd,omitempty"`
 }
 
 // Event is one entry of a job's log. Type is a job event (job_created ...)

@@ -456,6 +456,8 @@ type attemptOutcome struct {
 	failure *domain.Failure // nil: a success
 	// child is the child job whose end this is (a job step's attempt).
 	child string
+	// costUSD is what the attempt reported it spent (domain.ReportCost).
+	costUSD float64
 }
 
 // finish records an attempt's outcome under its lease, in one change: the
@@ -511,6 +513,9 @@ func (e *Engine) finishOn(ctx context.Context, tenant string, o attemptOutcome, 
 				j.ChildEnded(stepID, o.child) // ended by its child: not cancelled
 			}
 			fx.dispatch, err = applyOutcome(j, stepID, o.leaseID, p.output, p.ref, p.failure, now, rng)
+			if err == nil {
+				j.ReportCost(stepID, ref.Attempt, o.costUSD)
+			}
 			return err
 		},
 		mark: func() (string, []byte, bool) {

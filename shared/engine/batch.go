@@ -43,6 +43,7 @@ const BatchKeyField = "idempotency_key"
 func (e *Engine) SubmitBatch(ctx context.Context, tenant string, items []BatchItem) []BatchResult {
 	out := make([]BatchResult, len(items))
 	jobs := make([]*domain.Job, len(items))
+	ctx = retab(ctx, domain.Usage{}, 1/float64(max(len(items), 1)))
 	var first []JobSends
 	for i, it := range items {
 		j, err := e.build(ctx, tenant, "", it.Body, it.IdemKey, BatchKeyField)
@@ -51,6 +52,7 @@ func (e *Engine) SubmitBatch(ctx context.Context, tenant string, items []BatchIt
 			continue
 		}
 		jobs[i] = j
+		e.chargeSubmit(ctx, j, true)
 		if ds := e.sendFirst(j); len(ds) > 0 && j.SentBeforeWrite(ds) {
 			e.touchDispatched(ctx, j, ds)
 			for k := range ds {

@@ -96,6 +96,7 @@ func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job
 	defer done()
 	var data dataCache // stored data a decision asked for (NeedDataError)
 	fetches := 0
+	var carry domain.Usage // what lost races spent, saved by the write that wins
 	for race := range maxRaces {
 		j := from
 		from = nil
@@ -105,6 +106,8 @@ func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job
 				return nil, err
 			}
 		}
+		j.Spend(carry)
+		carry = domain.Usage{}
 		j.Fetched, j.Unfetchable = data.fetched, data.unfetchable
 		if j.CancelRequested && !j.State.Terminal() && !c.cancels {
 			// Asked to be cancelled while other writers held the job: the
@@ -163,8 +166,16 @@ func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job
 		if carried {
 			j.LeaveDueIndex()
 		}
+		e.charge(ctx, j)
+		effects := e.effectsUsage(j, fx, c.settle, plan.rest, before)
+		j.Spend(effects)
 		err := e.cfg.Store.Save(ctx, j, before.loaded)
 		if errors.Is(err, domain.ErrVersionConflict) {
+			carry = j.Spent // the effects were not made
+			carry.Add(effects.Scaled(-1))
+			if c.mark != nil && race == 0 {
+				carry.WriteUnits++ // the mark's update (markOutcome)
+			}
 			if race == 0 && c.contended != nil {
 				c.contended(ctx)
 			}

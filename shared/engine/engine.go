@@ -114,6 +114,10 @@ type Config struct {
 	// takes it from the queue when the queue reads them (the SQS
 	// adapter). Nil reads none.
 	Gauges QueueGauges
+	// FunctionMemoryMB is the memory of the function this runs in, which
+	// Lambda bills its time at (AWS_LAMBDA_FUNCTION_MEMORY_SIZE; the
+	// template's 128 when zero): a job's usage counts its time so.
+	FunctionMemoryMB int
 }
 
 // Engine is stepflow's core.
@@ -170,6 +174,9 @@ func New(c Config) *Engine {
 	}
 	if g, ok := c.Queue.(QueueGauges); ok && c.Gauges == nil {
 		c.Gauges = g
+	}
+	if c.FunctionMemoryMB <= 0 {
+		c.FunctionMemoryMB = 128
 	}
 	seed := make([]byte, 16)
 	_, _ = rand.Read(seed)
@@ -434,6 +441,7 @@ func (e *Engine) submit(ctx context.Context, tenant, id string, body []byte, ide
 	if err != nil {
 		return nil, false, err
 	}
+	e.chargeSubmit(ctx, j, false)
 	sent := false
 	if ds := e.sendFirst(j); len(ds) > 0 && j.SentBeforeWrite(ds) {
 		e.touchDispatched(ctx, j, ds)
@@ -498,6 +506,7 @@ const maxSentFirstDoc = 8 << 10
 func carrying(j *domain.Job, sends []Send) []Send {
 	c := *j
 	c.Version = 1
+	c.SettleSpent() // what the submit spent rides with it (store: a job whose usage counts no write)
 	doc, err := json.Marshal(&c)
 	if err != nil || len(doc) > maxCarriedDoc {
 		return sends

@@ -500,8 +500,13 @@ func (e *Engine) run(ctx context.Context, call ActionCall) attemptOutcome {
 		deadline = dl.Add(-deadlineMargin)
 	}
 	runCtx, cancel := context.WithDeadline(ctx, deadline)
+	var reported float64
+	call.Reported = &reported
 	output, failure := e.cfg.Runner.Run(runCtx, call)
 	cancel()
+	if domain.CheckReported("stepflow_cost.usd", reported) != nil {
+		reported = 0 // a function's answer is not refused for its cost; a nonsense figure is dropped
+	}
 	if failure == nil && len(output) > 0 {
 		// A built-in action's output comes from outside (an http answer):
 		// poison JSON fails the attempt instead of being stored.
@@ -509,7 +514,7 @@ func (e *Engine) run(ctx context.Context, call ActionCall) attemptOutcome {
 			output, failure = nil, &domain.Failure{Class: domain.ClassFatal, Message: "the action's output was refused: " + err.Error()}
 		}
 	}
-	return attemptOutcome{output: output, failure: failure}
+	return attemptOutcome{output: output, failure: failure, costUSD: reported}
 }
 
 // LeaseMargin is what a built-in step's lease adds to its timeout_seconds:

@@ -21,6 +21,9 @@ type LeaseOutcome struct {
 	LeaseID string
 	Output  json.RawMessage
 	Failure *Outcome
+	// CostUSD is what a success reported it spent (a failure's is
+	// Failure.CostUSD).
+	CostUSD float64
 }
 
 // OutcomeAnswer answers one outcome of a batch, as Complete or Fail
@@ -53,7 +56,7 @@ func (e *Engine) Outcomes(ctx context.Context, tenant string, batch []LeaseOutco
 		if o.Failure != nil {
 			prepared[i], err = failureOf(o.LeaseID, *o.Failure)
 		} else {
-			prepared[i], err = e.success(o.LeaseID, o.Output)
+			prepared[i], err = e.success(o.LeaseID, o.Output, o.CostUSD)
 		}
 		if err != nil {
 			out[i].Err = err
@@ -84,6 +87,7 @@ func (e *Engine) Outcomes(ctx context.Context, tenant string, batch []LeaseOutco
 			defer crashed.catch()
 			var mine settlements
 			var from *domain.Job
+			ctx := retab(ctx, domain.Usage{}, float64(len(idx))/float64(len(batch)))
 			for _, i := range idx {
 				j, res, err := e.finishOn(ctx, tenant, prepared[i], from, nil, &mine)
 				out[i] = OutcomeAnswer{Result: res, Err: err}

@@ -221,6 +221,9 @@ type ActionCall struct {
 	Input          json.RawMessage
 	IdempotencyKey string // job/step/attempt, passed on so callees can de-duplicate
 	Tenant         string // the job's tenant, passed to a lambda function so one shared by tenants can keep their work apart
+	// Reported is where an action puts what its target said the attempt
+	// spent (a lambda function's answer's stepflow_cost); nil for none.
+	Reported *float64
 }
 
 // ListFilter selects jobs of one tenant, newest first.

@@ -191,6 +191,8 @@ func (c *claim) claimAll(ctx context.Context, ds []Delivery) {
 	}
 	for _, k := range order {
 		group := byJob[k]
+		// Each job takes its part of the request, and of the receive.
+		ctx := retab(ctx, domain.Usage{SQSRequests: 1}, float64(len(group))/float64(len(ds)))
 		if len(group) > 1 && group[0].Message.Tenant == c.tenant {
 			ts, err := c.e.takeLeases(ctx, group, workerLane(c.r.Worker), &c.settle)
 			for i, d := range group {
@@ -459,6 +461,8 @@ type Outcome struct {
 	Prompt string
 	// Steps are what a replan failure puts in the step's place.
 	Steps []domain.StepSpec
+	// CostUSD is what the attempt reported it spent.
+	CostUSD float64
 }
 
 // OutcomeResult answers an outcome: where the step and job went.
@@ -473,7 +477,13 @@ type OutcomeResult struct {
 // inline limit goes to the blob store, up to MaxOutputBytes; without one,
 // outputs are bound by the job's item.
 func (e *Engine) Complete(ctx context.Context, tenant, leaseID string, output json.RawMessage) (OutcomeResult, error) {
-	o, err := e.success(leaseID, output)
+	return e.CompleteReporting(ctx, tenant, leaseID, output, 0)
+}
+
+// CompleteReporting is Complete of a worker that reports what the
+// attempt spent (costUSD, a dollar amount; 0 for nothing).
+func (e *Engine) CompleteReporting(ctx context.Context, tenant, leaseID string, output json.RawMessage, costUSD float64) (OutcomeResult, error) {
+	o, err := e.success(leaseID, output, costUSD)
 	if err != nil {
 		return OutcomeResult{}, err
 	}
@@ -481,7 +491,7 @@ func (e *Engine) Complete(ctx context.Context, tenant, leaseID string, output js
 }
 
 // success checks a worker's success before anything is stored.
-func (e *Engine) success(leaseID string, output json.RawMessage) (attemptOutcome, error) {
+func (e *Engine) success(leaseID string, output json.RawMessage, costUSD float64) (attemptOutcome, error) {
 	limit := domain.MaxBodyBytes
 	if e.cfg.Blobs != nil {
 		limit = MaxOutputBytes
@@ -489,7 +499,10 @@ func (e *Engine) success(leaseID string, output json.RawMessage) (attemptOutcome
 	if len(output) > limit {
 		return attemptOutcome{}, &domain.Error{Code: domain.CodeTooLarge, Message: fmt.Sprintf("output is %d bytes; the limit is %d", len(output), limit)}
 	}
-	return attemptOutcome{leaseID: leaseID, output: output}, nil
+	if err := domain.CheckReported("cost.usd", costUSD); err != nil {
+		return attemptOutcome{}, err
+	}
+	return attemptOutcome{leaseID: leaseID, output: output, costUSD: costUSD}, nil
 }
 
 // Fail records a worker's failure under its lease; its class decides the
@@ -522,8 +535,11 @@ func failureOf(leaseID string, o Outcome) (attemptOutcome, error) {
 	if msg == "" {
 		msg = cmp.Or(o.Prompt, "worker reported "+string(class))
 	}
+	if err := domain.CheckReported("cost.usd", o.CostUSD); err != nil {
+		return attemptOutcome{}, err
+	}
 	f := &domain.Failure{Class: class, Message: msg, Prompt: o.Prompt, Steps: o.Steps, RetryAfter: time.Duration(o.RetryAfterSeconds) * time.Second}
-	return attemptOutcome{leaseID: leaseID, failure: f}, nil
+	return attemptOutcome{leaseID: leaseID, failure: f, costUSD: o.CostUSD}, nil
 }
 
 // prepareReplan validates the steps a worker's replan brings against the

@@ -34,6 +34,7 @@ const (
 
 var storeChecks = []check[StoreFixture]{
 	{"create then get answers a fresh copy", storeCreateGet},
+	{"a job's usage counts each request made of it", storeUsage},
 	{"create all writes each job as create would", storeCreateAll},
 	{"a waiting step's timer survives", storeTimers},
 	{"another tenant's job is not found", storeTenantIsolation},
@@ -143,7 +144,7 @@ func storeCreateGet(t *testing.T, f StoreFixture) {
 	require.JSONEq(t, string(j.Payload), string(first.Payload))
 	want := *j
 	want.Payload = first.Payload // kept compact; its meaning is what must survive
-	require.Equal(t, &want, first)
+	sameJob(t, &want, first)
 
 	// Every Get is a copy of its own: changing one changes neither the
 	// store nor another copy, and neither does changing the created job.
@@ -166,7 +167,7 @@ func storeCreateGet(t *testing.T, f StoreFixture) {
 	require.Equal(t, int64(2), third.Version)
 	again, err := f.Store.Get(ctx, tenantA, j.ID)
 	require.NoError(t, err)
-	require.Equal(t, third, again)
+	sameJob(t, third, again)
 	require.Equal(t, "tok-1", again.Steps[0].Lease.Token)
 }
 
@@ -219,13 +220,13 @@ func storeTimers(t *testing.T, f StoreFixture) {
 	_, _, err := f.Store.Create(ctx, j, "", f.Now)
 	require.NoError(t, err)
 	got, n := load(t, f, tenantA, j.ID)
-	require.Equal(t, j, got)
+	sameJob(t, j, got)
 
 	_, err = got.Cancel(f.Now.Add(time.Second))
 	require.NoError(t, err)
 	require.NoError(t, f.Store.Save(ctx, got, n))
 	again, _ := load(t, f, tenantA, j.ID)
-	require.Equal(t, got, again)
+	sameJob(t, got, again)
 	require.Equal(t, &domain.Timer{Parked: true}, again.Steps[3].Timer)
 }
 
@@ -270,7 +271,7 @@ func storeIdempotency(t *testing.T, f StoreFixture) {
 	require.Equal(t, first.ID, got.ID)
 	stored, err := f.Store.Get(ctx, tenantA, first.ID)
 	require.NoError(t, err)
-	require.Equal(t, stored, got)
+	sameJob(t, stored, got)
 	_, err = f.Store.Get(ctx, tenantA, dup.ID)
 	require.ErrorIs(t, err, domain.ErrNotFound)
 
@@ -367,7 +368,7 @@ func storeSaveConditional(t *testing.T, f StoreFixture) {
 
 	stored, err := f.Store.Get(ctx, tenantA, j.ID)
 	require.NoError(t, err)
-	require.Equal(t, first, stored)
+	sameJob(t, first, stored)
 	require.Contains(t, eventTypes(stored), "job_cancelled")
 	require.NotContains(t, eventTypes(stored), "job_leased")
 
@@ -409,7 +410,7 @@ func storeSaveRace(t *testing.T, f StoreFixture) {
 		winner := saveRace(t, f, copies, loaded, round)
 		stored, err := f.Store.Get(ctx, tenantA, j.ID)
 		require.NoError(t, err)
-		require.Equal(t, copies[winner], stored, "round %d: the store holds the winner's change", round)
+		sameJob(t, copies[winner], stored, "round %d: the store holds the winner's change", round)
 	}
 }
 
@@ -549,7 +550,7 @@ func storeSaveState(t *testing.T, f StoreFixture) {
 
 	stored, err := f.Store.Get(ctx, tenantA, j.ID)
 	require.NoError(t, err)
-	require.Equal(t, j, stored, "nothing was written")
+	sameJob(t, j, stored, "nothing was written")
 
 	// The same version with a job event the stored state allows is saved.
 	loaded, n = load(t, f, tenantA, j.ID)
@@ -743,7 +744,7 @@ func storeQuarantine(t *testing.T, f StoreFixture) {
 	// The job itself is as it was.
 	got, err := f.Store.Get(ctx, tenantA, j.ID)
 	require.NoError(t, err)
-	require.Equal(t, j, got)
+	sameJob(t, j, got)
 	// A job that is gone, or another tenant's, is no error.
 	require.NoError(t, f.Store.Quarantine(ctx, tenantA, ulid.Make().String(), "gone", f.Now))
 	require.NoError(t, f.Store.Quarantine(ctx, tenantB, other.ID, "not theirs", f.Now))
@@ -1154,5 +1155,47 @@ func storeLongJobRace(t *testing.T, f StoreFixture) {
 		stored, err := f.Store.Get(ctx, tenantA, j.ID)
 		require.NoError(t, err)
 		sameJob(t, copies[winner], stored, "round %d: the store holds the winner's change", round)
+	}
+}
+
+// storeUsage: each write of a job saves what it cost with it (its own
+// units included), each read is spent and saved by the next write, and a
+// lost race's units are spent too; the usage reads back as saved, and a
+// listing of whole jobs answers it as well.
+func storeUsage(t *testing.T, f StoreFixture) {
+	ctx := context.Background()
+	j := create(t, f, tenantA, workerSpec, f.Now)
+	require.GreaterOrEqual(t, j.Usage.WriteUnits, 1.0, "the create's write")
+	created := j.Usage.WriteUnits
+
+	loaded, n := load(t, f, tenantA, j.ID)
+	require.Equal(t, j.Usage, loaded.Usage, "the usage reads back as written")
+	require.GreaterOrEqual(t, loaded.Spent.ReadUnits, 0.5, "the read is spent")
+	other, _ := load(t, f, tenantA, j.ID)
+
+	loaded.Spend(domain.Usage{SQSRequests: 0.5, APIRequests: 1})
+	_, err := loaded.Lease("s", domain.LeaseRequest{Worker: "w", ViaWorker: true, Nonce: "n1", Duration: time.Minute}, f.Now)
+	require.NoError(t, err)
+	require.NoError(t, f.Store.Save(ctx, loaded, n))
+	require.True(t, loaded.Spent.Zero(), "a saved write settles what was spent")
+	require.GreaterOrEqual(t, loaded.Usage.WriteUnits, created+1, "and adds its own units")
+	require.Equal(t, 0.5, loaded.Usage.SQSRequests)
+	require.Equal(t, 1.0, loaded.Usage.APIRequests)
+
+	_, err = other.Lease("s", domain.LeaseRequest{Worker: "w2", ViaWorker: true, Nonce: "n2", Duration: time.Minute}, f.Now)
+	require.NoError(t, err)
+	read := other.Spent.ReadUnits
+	require.ErrorIs(t, f.Store.Save(ctx, other, n), domain.ErrVersionConflict)
+	require.Equal(t, read, other.Spent.ReadUnits)
+	require.GreaterOrEqual(t, other.Spent.WriteUnits, 1.0, "a write refused by its condition is billed, and spent")
+
+	stored, _ := load(t, f, tenantA, j.ID)
+	require.Equal(t, loaded.Usage, stored.Usage, "the winner's usage is stored")
+	page, _, err := f.Store.List(ctx, tenantA, engine.ListFilter{Limit: 10, Jobs: true})
+	require.NoError(t, err)
+	for _, js := range page {
+		if js.ID == j.ID {
+			require.Equal(t, loaded.Usage, js.Job.Usage, "a listing answers the usage too")
+		}
 	}
 }

@@ -27,6 +27,7 @@ func Execute(e *engine.Engine, tokens func(queueARN, receipt string) string, log
 		// The batch's deliveries of one job take turns at its changes
 		// rather than race on its item.
 		ctx = engine.WithJobTurns(ctx, engine.NewJobTurns())
+		ctx = context.WithValue(ctx, recordsKey{}, len(ev.Records))
 		var mu sync.Mutex
 		var resp events.SQSEventResponse
 		failed := func(rec events.SQSMessage, err error) {
@@ -87,6 +88,15 @@ func Execute(e *engine.Engine, tokens func(queueARN, receipt string) string, log
 
 var errHeld = errors.New("step is held by a live lease")
 
+// recordsKey keeps how many records the invocation took: each job's usage
+// counts its part of the invocation, its receive and its delete.
+type recordsKey struct{}
+
+func records(ctx context.Context) int {
+	n, _ := ctx.Value(recordsKey{}).(int)
+	return max(n, 1)
+}
+
 // delivery reads a record as the engine's delivery; ok false for a body
 // that names no stepflow step, which redelivering cannot help: dropped.
 func delivery(ctx context.Context, e *engine.Engine, tokens func(queueARN, receipt string) string, rec events.SQSMessage) (engine.Delivery, bool) {
@@ -112,7 +122,7 @@ func executeRecord(ctx context.Context, e *engine.Engine, rec events.SQSMessage,
 		}
 	}()
 	ctx = logging.With(ctx, slog.String("message_id", rec.MessageId))
-	res, err := e.Execute(ctx, d)
+	res, err := e.Execute(engine.WithTab(ctx, engine.Record(records(ctx))), d)
 	return recordResult(rec, res, err)
 }
 
@@ -146,7 +156,7 @@ func executeTogether(ctx context.Context, e *engine.Engine, recs []events.SQSMes
 	for k, i := range group {
 		gds[k] = ds[i]
 	}
-	res, rerrs, ok := e.ExecuteTogether(ctx, gds)
+	res, rerrs, ok := e.ExecuteTogether(engine.WithTab(ctx, engine.Record(records(ctx)).Scaled(float64(len(group)))), gds)
 	if !ok {
 		return nil, false
 	}

@@ -191,6 +191,8 @@ func (a *API) Handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (ev
 
 func (a *API) handle(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 	ctx = logging.With(ctx, slog.String("request_id", ev.RequestContext.RequestID))
+	// Each job this request writes counts its part of it (engine.WithTab).
+	ctx = engine.WithTab(ctx, engine.Request(1))
 	req := &request{ev: ev}
 	rt, ok := routeOf[ev.RouteKey]
 	if namesIDWithSlash(ev) {
@@ -1088,7 +1090,7 @@ func (a *API) complete(ctx context.Context, tenant string, r *request) (int, any
 	if o.Class != "" || o.Message != "" || o.RetryAfterSeconds != 0 {
 		return 0, nil, domain.Invalid("class", "belongs on /fail; /complete takes only output")
 	}
-	res, err := a.Engine.Complete(ctx, tenant, r.ev.PathParameters["lease"], o.Output)
+	res, err := a.Engine.CompleteReporting(ctx, tenant, r.ev.PathParameters["lease"], o.Output, o.Cost.Dollars())
 	if err != nil {
 		return 0, nil, err
 	}

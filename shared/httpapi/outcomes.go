@@ -79,7 +79,7 @@ func leaseOutcome(raw json.RawMessage) (engine.LeaseOutcome, error) {
 		if w.Message != "" || w.RetryAfterSeconds != 0 || w.Prompt != "" || w.Steps != nil {
 			return engine.LeaseOutcome{}, domain.Invalid("class", "is required for a failure (message, retry_after_seconds, prompt and steps are a failure's); a success takes only output")
 		}
-		return engine.LeaseOutcome{LeaseID: w.LeaseID, Output: w.Output}, nil
+		return engine.LeaseOutcome{LeaseID: w.LeaseID, Output: w.Output, CostUSD: w.Cost.Dollars()}, nil
 	}
 	if len(w.Output) > 0 {
 		return engine.LeaseOutcome{}, domain.Invalid("output", "belongs to a success; a failure (with class) takes none")

@@ -36,6 +36,10 @@ type JobView struct {
 	// (GET /v1/jobs?parent= lists them).
 	Parent   *ParentView `json:"parent,omitempty"`
 	Children []string    `json:"children,omitempty"`
+	// Cost is what the job cost so far: the engine's AWS usage priced at
+	// list prices, what its steps reported, and their sum
+	// (docs/model.md#what-a-job-cost).
+	Cost domain.Cost `json:"cost"`
 }
 
 // ParentView links a child job to the attempt that made it (its lease
@@ -96,6 +100,8 @@ type StepView struct {
 	// (its name).
 	Child     string `json:"child,omitempty"`
 	Execution string `json:"execution,omitempty"`
+	// CostUSD is what its attempts reported they spent.
+	CostUSD float64 `json:"cost_usd,omitempty"`
 }
 
 // AttemptView is one attempt; the lease id it ran under stays with its
@@ -112,6 +118,7 @@ type AttemptView struct {
 	OutputRef *domain.DataRef     `json:"output_ref,omitempty"`
 	Child     string              `json:"child,omitempty"`     // the child job it made (a job step's)
 	Execution string              `json:"execution,omitempty"` // the execution it started (a stepfunctions step's)
+	CostUSD   float64             `json:"cost_usd,omitempty"`  // what it reported it spent
 }
 
 // LeaseView shows who holds a step. The lease id is the holder's fencing
@@ -129,7 +136,7 @@ func jobView(j *domain.Job) JobView {
 		ID: j.ID, View: views.Canonical, State: j.State, Queue: j.Queue, Priority: j.Priority, Payload: j.Payload,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, EndedAt: j.EndedAt, ExpiresAt: j.ExpiresAt, RunAt: j.RunAt, Steps: make([]StepView, 0, len(j.Steps)),
 		Signals: j.Signals, ScheduleID: j.ScheduleID, PayloadRef: j.PayloadRef, Error: j.Error,
-		Children: j.Children(),
+		Children: j.Children(), Cost: j.Cost(),
 	}
 	if p := j.Parent; p != nil {
 		v.Parent = &ParentView{Job: p.Job, Step: p.Step, Attempt: p.Attempt}
@@ -142,7 +149,7 @@ func jobView(j *domain.Job) JobView {
 			Signal: s.Spec.Action.Signal, ReplacedBy: s.ReplacedBy, When: s.Spec.When,
 			Requires: s.Spec.Requires, Avoid: s.Avoid, ResourceWait: s.ResourceWait, TimeoutSecs: s.Spec.TimeoutSeconds,
 			OutputRef: s.OutputRef, OutputIsInput: s.OutputIsInput,
-			MapOf: s.MapOf, Children: s.Children, OutputIsChildren: s.OutputIsChildren,
+			MapOf: s.MapOf, Children: s.Children, OutputIsChildren: s.OutputIsChildren, CostUSD: s.ReportedUSD(),
 		}
 		if s.MapOf != "" {
 			sv.Index = &s.Index
@@ -158,7 +165,7 @@ func jobView(j *domain.Job) JobView {
 		}
 		sfn := s.Spec.Action.Type == domain.ActionStepFunctions
 		for _, a := range s.Attempts {
-			av := AttemptView{N: a.N, State: a.State, Worker: a.Worker, Resource: a.Resource, StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: a.Error, Output: a.Output, OutputRef: a.OutputRef, Child: a.Child}
+			av := AttemptView{N: a.N, State: a.State, Worker: a.Worker, Resource: a.Resource, StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: a.Error, Output: a.Output, OutputRef: a.OutputRef, Child: a.Child, CostUSD: a.CostUSD}
 			if sfn {
 				av.Child, av.Execution = "", a.Child
 			}

@@ -56,7 +56,7 @@ func heartbeatResult(h engine.HeartbeatResult) wire.HeartbeatResult {
 // failure is a /fail body as the engine's Fail takes it (its output, which
 // belongs on /complete, is refused before).
 func failure(o wire.Outcome) engine.Outcome {
-	return engine.Outcome{Class: o.Class, Message: o.Message, RetryAfterSeconds: o.RetryAfterSeconds, Prompt: o.Prompt, Steps: o.Steps}
+	return engine.Outcome{Class: o.Class, Message: o.Message, RetryAfterSeconds: o.RetryAfterSeconds, Prompt: o.Prompt, Steps: o.Steps, CostUSD: o.Cost.Dollars()}
 }
 
 func outcomeResult(r engine.OutcomeResult) wire.OutcomeResult {

@@ -62,6 +62,7 @@ type record struct {
 	cancel        bool              // Store.RequestCancel's mark; a save clears it
 	marks         map[string][]byte // Store.MarkOutcome's; a save clears them
 	marksMade     int64
+	bytes         int // the size of the item a DynamoDB store would keep (size)
 }
 
 type idemRecord struct {
@@ -132,7 +133,8 @@ func (s *Store) encode(j *domain.Job, prev *record) (*record, error) {
 		return &domain.Error{Code: domain.CodeTooLarge, Message: fmt.Sprintf(
 			"job %s would be %d bytes stored in one item; DynamoDB's limit is %d: keep large outputs elsewhere (S3) and pass references", j.ID, n, s.maxBytes)}
 	}
-	if n := r.size(j.Tenant, j.ID, s.maxBytes); s.maxBytes > 0 && n > s.maxBytes {
+	r.bytes = r.size(j.Tenant, j.ID, s.maxBytes)
+	if n := r.bytes; s.maxBytes > 0 && n > s.maxBytes {
 		return nil, tooLarge(n)
 	}
 	for i, st := range j.Steps {
@@ -237,8 +239,19 @@ func (s *Store) CreateAll(ctx context.Context, jobs []*domain.Job, now time.Time
 
 func (s *Store) Create(_ context.Context, j *domain.Job, requestHash string, now time.Time) (*domain.Job, bool, error) {
 	j.Version = 1
+	// The units it counts are the DynamoDB store's for an item of the
+	// size it measures, as it was before the write (sizing the write's
+	// own would encode it twice).
+	units := domain.WriteUnitsOf(0) + domain.DueMoveUnits("", dueOf(j))
+	if j.IdempotencyKey != "" {
+		units = 2*units + 2 // a transaction with the key's record
+	}
+	spent := j.Usage
+	j.Spend(domain.Usage{WriteUnits: units})
+	j.SettleSpent()
 	r, err := s.encode(j, nil)
 	if err != nil {
+		j.Usage = spent
 		return nil, false, err
 	}
 	s.mu.Lock()
@@ -267,7 +280,16 @@ func (s *Store) Create(_ context.Context, j *domain.Job, requestHash string, now
 	}
 	s.jobs[k] = r
 	s.changes.add()
+	j.ItemBytes, j.ItemDue = r.bytes, r.due
 	return j, true, nil
+}
+
+// dueOf is j's due index entry as a store would name it.
+func dueOf(j *domain.Job) string {
+	if j.DueAt == nil {
+		return ""
+	}
+	return j.DueAt.UTC().Format(dueLayout)
 }
 
 // Get answers a fresh copy of one of tenant's jobs.
@@ -278,7 +300,13 @@ func (s *Store) Get(_ context.Context, tenant, id string) (*domain.Job, error) {
 	if !ok {
 		return nil, fmt.Errorf("job %s: %w", id, domain.ErrNotFound)
 	}
-	return r.decode(tenant, id) // a record is never changed in place
+	j, err := r.decode(tenant, id) // a record is never changed in place
+	if err != nil {
+		return nil, err
+	}
+	j.ItemBytes, j.ItemDue = r.bytes, r.due
+	j.Spend(domain.Usage{ReadUnits: domain.ReadUnitsOf(r.bytes)})
+	return j, nil
 }
 
 // Save writes j if the stored job is still at j.Version and in one of
@@ -294,9 +322,17 @@ func (s *Store) Save(_ context.Context, j *domain.Job, loadedEvents int) error {
 		prev = nil // another version: nothing of it is j's to keep
 	}
 	j.Version++
+	put := domain.WriteUnitsOf(j.ItemBytes)
+	used, spent := j.Usage, j.Spent
+	j.Spend(domain.Usage{WriteUnits: put + domain.DueMoveUnits(j.ItemDue, dueOf(j))})
+	j.SettleSpent()
+	undo := func() {
+		j.Version--
+		j.Usage, j.Spent = used, spent
+	}
 	r, err := s.encode(j, prev)
 	if err != nil {
-		j.Version--
+		undo()
 		return err
 	}
 	s.mu.Lock()
@@ -304,11 +340,13 @@ func (s *Store) Save(_ context.Context, j *domain.Job, loadedEvents int) error {
 	cur, ok := s.jobs[k]
 	if !ok || cur.version != j.Version-1 || cur.cancel && !j.CancelRequested || cur.marksMade != j.MarksMade ||
 		len(sources) > 0 && !slices.Contains(sources, cur.state) {
-		j.Version--
+		undo()
+		j.Spend(domain.Usage{WriteUnits: put}) // a failed condition is billed
 		return fmt.Errorf("save job %s at version %d: %w", j.ID, j.Version, domain.ErrVersionConflict)
 	}
 	s.jobs[k] = r
 	s.changes.add()
+	j.ItemBytes, j.ItemDue = r.bytes, r.due
 	j.CancelRequested, j.Marks, j.MarksMade = false, nil, 0
 	return nil
 }

@@ -208,6 +208,7 @@ type attemptDoc struct {
 	Output     json.RawMessage `json:"output,omitempty"`
 	OutputRef  *dataRefDoc     `json:"output_ref,omitempty"`
 	Child      string          `json:"child,omitempty"`
+	CostUSD    float64         `json:"cost_usd,omitempty"`
 }
 
 type eventDoc struct {
@@ -386,7 +387,7 @@ func stepDocOf(s domain.Step) stepDoc {
 		ReadyAt: s.ReadyAt, Unsent: s.Unsent, Redispatches: s.Redispatches, Output: s.Output, Error: mapPtr(s.Error, errorDocOf),
 		Attempts: mapSlice(s.Attempts, func(a domain.Attempt) attemptDoc {
 			return attemptDoc{N: a.N, State: string(a.State), Lease: a.Lease, LeaseUntil: a.LeaseUntil, Worker: a.Worker, Resource: a.Resource,
-				StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: mapPtr(a.Error, errorDocOf), Output: a.Output, OutputRef: mapPtr(a.OutputRef, dataRefDocOf), Child: a.Child}
+				StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: mapPtr(a.Error, errorDocOf), Output: a.Output, OutputRef: mapPtr(a.OutputRef, dataRefDocOf), Child: a.Child, CostUSD: a.CostUSD}
 		}),
 		Avoid: s.Avoid, Prompt: s.Prompt, UserInput: s.UserInput,
 		Decision: mapPtr(s.Decision, func(d domain.Decision) decisionDoc {
@@ -418,7 +419,7 @@ func (d *stepDoc) step() domain.Step {
 		ReadyAt: d.ReadyAt, Unsent: d.Unsent, Redispatches: d.Redispatches, Output: d.Output, Error: mapPtr(d.Error, errorDoc.stepError),
 		Attempts: mapSlice(d.Attempts, func(a attemptDoc) domain.Attempt {
 			return domain.Attempt{N: a.N, State: domain.AttemptState(a.State), Lease: a.Lease, LeaseUntil: a.LeaseUntil, Worker: a.Worker, Resource: a.Resource,
-				StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: mapPtr(a.Error, errorDoc.stepError), Output: a.Output, OutputRef: mapPtr(a.OutputRef, dataRefDoc.ref), Child: a.Child}
+				StartedAt: a.StartedAt, EndedAt: a.EndedAt, Error: mapPtr(a.Error, errorDoc.stepError), Output: a.Output, OutputRef: mapPtr(a.OutputRef, dataRefDoc.ref), Child: a.Child, CostUSD: a.CostUSD}
 		}),
 		Avoid: d.Avoid, Prompt: d.Prompt, UserInput: d.UserInput,
 		Decision: mapPtr(d.Decision, func(x decisionDoc) domain.Decision {

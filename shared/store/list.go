@@ -104,7 +104,7 @@ func (s *Store) listShard(ctx context.Context, tenant string, shard uint32, from
 	}
 	proj := expression.NamesList(expression.Name("sk"), expression.Name("state"), expression.Name("queue"), expression.Name("schedule"))
 	if f.Jobs {
-		proj = proj.AddNames(expression.Name("doc"), expression.Name(headerDocAttr), expression.Name(docVersionAttr), expression.Name(dictAttr))
+		proj = proj.AddNames(expression.Name("doc"), expression.Name(headerDocAttr), expression.Name(docVersionAttr), expression.Name(dictAttr), expression.Name(usageAttr))
 	}
 	b := expression.NewBuilder().WithKeyCondition(kc).WithProjection(proj)
 	var conds []expression.ConditionBuilder

@@ -52,8 +52,9 @@ const (
 	documentVersionApart = 4
 	headerDocAttr        = "hdoc"
 	// sealBytes keeps a header within one write unit (1 KB) with its
-	// other attributes (keys, state, version, indexes: about 150 bytes).
-	sealBytes = 870
+	// other attributes (keys, state, version, indexes: about 150 bytes;
+	// its usage, about 100).
+	sealBytes = 770
 	// maxPartBytes bounds a part's compressed document well within
 	// DynamoDB's 400 KB item.
 	maxPartBytes = 300 * 1024

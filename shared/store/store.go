@@ -198,6 +198,8 @@ func (s *Store) readJob(ctx context.Context, it map[string]ddb.AttributeValue) (
 	if err != nil {
 		return nil, err
 	}
+	j.Usage = usageOf(it)
+	j.ItemBytes, j.ItemDue = ItemSize(it), dueEntry(it)
 	_, j.CancelRequested = it[cancelAttr]
 	if n, ok := it[marksAttr].(*ddb.AttributeValueMemberN); ok {
 		j.MarksMade, _ = strconv.ParseInt(n.Value, 10, 64)
@@ -300,10 +302,29 @@ func (s *Store) Create(ctx context.Context, j *domain.Job, requestHash string, n
 		return nil, false, fmt.Errorf("create job %s: %w", j.ID, err)
 	}
 	token := withWriteToken(it)
+	// A put of its item alone, or a transaction: each put at twice its
+	// units, the idempotency record's among them.
+	transact := j.IdempotencyKey != "" || len(w.parts) > 0
+	var partUnits float64
+	for _, p := range w.parts {
+		partUnits += 2 * kb(ItemSize(p.item))
+	}
+	own := func(size int) float64 {
+		if !transact {
+			return kb(size) + indexWrites("", dueEntry(it))
+		}
+		u := 2*kb(size) + indexWrites("", dueEntry(it)) + partUnits
+		if j.IdempotencyKey != "" {
+			u += 2
+		}
+		return u
+	}
+	units := withUsage(it, j, own)
 	if n := ItemSize(it); n > MaxItemBytes {
 		return nil, false, tooLarge(j, n)
 	}
 	created := func() (*domain.Job, bool, error) {
+		saved(j, it, units)
 		keepLayout(j, w.layout)
 		for _, p := range w.parts {
 			s.kept.put(partKey(j.Tenant, j.ID, p.name), p.raw)
@@ -448,6 +469,7 @@ func (s *Store) Get(ctx context.Context, tenant, id string) (*domain.Job, error)
 	if err != nil {
 		return nil, fmt.Errorf("job %s: %w (%v)", id, domain.ErrUnreadable, err)
 	}
+	j.Spend(domain.Usage{ReadUnits: fourKB(j.ItemBytes)})
 	return j, nil
 }
 
@@ -538,6 +560,27 @@ func (s *Store) Save(ctx context.Context, j *domain.Job, loadedEvents int) error
 	}
 	it := w.item
 	token := withWriteToken(it)
+	// The units of this write: its parts' puts, then its item's, by the
+	// larger of the item as read and as written. A job whose usage counts
+	// no write yet was carried by a message sent before its first write
+	// (engine.sendFirst), which cost what a put of it does.
+	var partUnits float64
+	for _, p := range w.parts {
+		partUnits += kb(ItemSize(p.item))
+	}
+	ttlUnits := 0.0
+	if l.Apart() && l.ttl != 0 && w.layout.ttl == 0 || w.layout.Apart() && w.layout.ttl != 0 && l.expiry() == 0 {
+		ttlUnits = float64(len(l.names()))
+	}
+	carried := j.Usage.WriteUnits == 0 && j.ItemBytes == 0
+	own := func(size int) float64 {
+		u := kb(max(j.ItemBytes, size)) + indexWrites(j.ItemDue, dueEntry(it)) + partUnits + ttlUnits
+		if carried {
+			u += kb(size)
+		}
+		return u
+	}
+	units := withUsage(it, j, own)
 	if n := ItemSize(it); n > MaxItemBytes {
 		j.Version--
 		return tooLarge(j, n)
@@ -566,6 +609,9 @@ func (s *Store) Save(ctx context.Context, j *domain.Job, loadedEvents int) error
 		j.Version--
 		var ccf *ddb.ConditionalCheckFailedException
 		if errors.As(err, &ccf) {
+			// A failed condition is billed as the put would have been;
+			// the parts were put. The engine carries it to the next try.
+			j.Spend(domain.Usage{WriteUnits: kb(max(j.ItemBytes, ItemSize(it))) + partUnits})
 			// Refused at its only attempt, the header was not written, so
 			// no header names the parts this write put. After a retry the
 			// refusal may be of our own write, landed and then built on
@@ -579,6 +625,7 @@ func (s *Store) Save(ctx context.Context, j *domain.Job, loadedEvents int) error
 		return fmt.Errorf("save job %s: %w", j.ID, err)
 	}
 	keepLayout(j, w.layout)
+	saved(j, it, units)
 	j.CancelRequested, j.Marks, j.MarksMade = false, nil, 0
 	if w.layout.Apart() && w.layout.ttl != 0 && l.expiry() == 0 {
 		// The job is finished: its parts expire with its item (those this
@@ -636,6 +683,7 @@ func (s *Store) CreateAll(ctx context.Context, jobs []*domain.Job, now time.Time
 		at    int
 		w     jobWrite
 		token string
+		units float64
 	}
 	var batch []pending
 	for i, j := range jobs {
@@ -645,9 +693,13 @@ func (s *Store) CreateAll(ctx context.Context, jobs []*domain.Job, now time.Time
 		}
 		j.Version = 1
 		w, err := jobWriteOf(j, nil)
-		if err == nil && len(w.parts) == 0 && ItemSize(w.item) <= MaxItemBytes {
-			batch = append(batch, pending{at: i, w: w, token: withWriteToken(w.item)})
-			continue
+		if err == nil && len(w.parts) == 0 {
+			token := withWriteToken(w.item)
+			units := withUsage(w.item, j, func(size int) float64 { return kb(size) + indexWrites("", dueEntry(w.item)) })
+			if ItemSize(w.item) <= MaxItemBytes {
+				batch = append(batch, pending{at: i, w: w, token: token, units: units})
+				continue
+			}
 		}
 		_, _, errs[i] = s.Create(ctx, j, "", now) // alone: parts, or what refuses it
 	}
@@ -675,6 +727,7 @@ func (s *Store) CreateAll(ctx context.Context, jobs []*domain.Job, now time.Time
 					continue
 				}
 			}
+			saved(j, p.w.item, p.units)
 			keepLayout(j, p.w.layout)
 		}
 	}

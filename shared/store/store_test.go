@@ -134,6 +134,11 @@ func TestCreateThenGetRoundtripsTheWholeJob(t *testing.T) {
 	// The store keeps JSON compact; the payload's meaning is what must
 	// survive (checked with JSONEq below).
 	want.Payload = loaded.Payload
+	// What the create and the read cost, and the store's notes of the
+	// item: a KB write, the due index entry's put, a 4 KB read.
+	require.Equal(t, domain.Usage{WriteUnits: 2}, loaded.Usage)
+	require.Equal(t, domain.Usage{ReadUnits: 1}, loaded.Spent)
+	want.Usage, want.Spent, want.ItemBytes, want.ItemDue = loaded.Usage, loaded.Spent, loaded.ItemBytes, loaded.ItemDue
 	require.Equal(t, &want, loaded)
 
 	// Spot checks of what the whole-job comparison covers.
@@ -170,6 +175,11 @@ func TestCreateThenGetRoundtripsTheWholeJob(t *testing.T) {
 	require.Equal(t, int64(2), loaded.Version)
 	again, err := b.st.Get(ctx, tenantA, j.ID)
 	require.NoError(t, err)
+	// The save cost a KB put, the read of it before and the create's
+	// (its due entry did not move), and the next save will count this read.
+	require.Equal(t, domain.Usage{WriteUnits: 3, ReadUnits: 1}, again.Usage)
+	require.Equal(t, domain.Usage{ReadUnits: 1}, again.Spent)
+	again.Spent = domain.Usage{}
 	require.Equal(t, loaded, again)
 	require.Equal(t, domain.JobRunning, again.State)
 	require.Equal(t, "rh-1", again.Steps[0].Lease.Token)

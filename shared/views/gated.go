@@ -173,6 +173,8 @@ type GatedDoc struct {
 	UpdatedAt time.Time   `json:"updated_at"`
 	EndedAt   *time.Time  `json:"ended_at,omitempty"`
 	Steps     []GatedStep `json:"steps"`
+	// Cost is what the run cost: the engine's and what its steps reported.
+	Cost domain.Cost `json:"cost"`
 }
 
 // GatedStep is one step of a run.
@@ -186,6 +188,9 @@ type GatedStep struct {
 	Output    json.RawMessage   `json:"output,omitempty"`
 	Error     *domain.StepError `json:"error,omitempty"`
 	Decision  *domain.Decision  `json:"decision,omitempty"`
+	// CostUSD is what its attempts reported they spent: a run keeps each
+	// step's output and cost.
+	CostUSD float64 `json:"cost_usd,omitempty"`
 }
 
 // GatedSummary is a job in a gated-view listing.
@@ -200,12 +205,12 @@ type GatedSummary struct {
 func gatedDoc(j *domain.Job) GatedDoc {
 	d := GatedDoc{
 		ID: j.ID, View: Gated, State: gatedJobWordOf(j), Queue: j.Queue,
-		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, EndedAt: j.EndedAt, Steps: []GatedStep{},
+		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, EndedAt: j.EndedAt, Steps: []GatedStep{}, Cost: j.Cost(),
 	}
 	for _, s := range j.Steps {
 		gs := GatedStep{
 			ID: s.ID(), State: gatedStepWord(s.State), Action: s.Spec.Action.Type, Approval: s.Spec.Action.Type == domain.ActionApproval,
-			Attempts: s.Attempt, Output: s.Output, Error: s.Error, Decision: s.Decision,
+			Attempts: s.Attempt, Output: s.Output, Error: s.Error, Decision: s.Decision, CostUSD: s.ReportedUSD(),
 		}
 		if s.State == domain.StepRetrying {
 			gs.NextRunAt = s.ReadyAt

@@ -76,6 +76,22 @@ type Outcome struct {
 	Prompt string `json:"prompt,omitempty"`
 	// Steps are what a replan failure puts in the step's place.
 	Steps []domain.StepSpec `json:"steps,omitempty"`
+	// Cost is what the attempt spent itself (an LLM call's tokens, say),
+	// which the job adds to what the engine's work cost.
+	Cost *Reported `json:"cost,omitempty"`
+}
+
+// Reported is a cost a step reports.
+type Reported struct {
+	USD float64 `json:"usd"`
+}
+
+// Dollars answers the dollars reported, 0 for none.
+func (r *Reported) Dollars() float64 {
+	if r == nil {
+		return 0
+	}
+	return r.USD
 }
 
 // LeaseOutcome is one item of POST /v1/leases/batch: the lease it

@@ -37,6 +37,13 @@ func (r result) ownBill(p costmeter.Prices) costmeter.Bill {
 	}
 }
 
+// ownTotal is what the jobs say they cost, $ per million jobs, as the
+// meter's total counts: all but Lambda duration (their child jobs' all
+// told, as cost.usd includes them).
+func (r result) ownTotal(p costmeter.Prices) float64 {
+	return r.ownBill(p).Total() + r.Own.ChildrenUSD*1e6/float64(max(r.Jobs, 1))
+}
+
 // agreement is how far the jobs' own figure is from the meter's, as a
 // fraction of the meter's.
 func agreement(own, meter float64) float64 {
@@ -54,11 +61,14 @@ const ownTolerance = 0.10
 // duration, as the meter's total is) against the meter, line by line.
 func renderOwn(results []result, p costmeter.Prices) string {
 	var b strings.Builder
-	b.WriteString("| workload | meter: $ per million jobs | jobs' own cost.usd: $ per million | difference | own: DynamoDB | SQS | Lambda requests | API Gateway | timers | S3 | events | storage | beside: Lambda duration, meter / own |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| workload | meter: $ per million jobs | jobs' own cost.usd: $ per million | difference | WRU/job, meter / own | RRU/job | SQS requests/job | own: DynamoDB | SQS | Lambda requests | API Gateway | timers | S3 | events | storage | child jobs | beside: Lambda duration, meter / own |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
-		m, o := r.bill(p), r.ownBill(p)
-		fmt.Fprintf(&b, "| %s | $%.2f | $%.2f | %+.1f%% | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f / $%.2f |\n", r.Name, m.Total(), o.Total(),
-			100*agreement(o.Total(), m.Total()), o.DynamoDB, o.SQS, o.LambdaRequests, o.APIGateway, o.Timers, o.S3Requests, o.Events, o.Storage, m.LambdaDuration, o.LambdaDuration)
+		m, o, n := r.bill(p), r.ownBill(p), float64(max(r.Jobs, 1))
+		u := r.usage()
+		fmt.Fprintf(&b, "| %s | $%.2f | $%.2f | %+.1f%% | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f | $%.2f / $%.2f |\n", r.Name, m.Total(), r.ownTotal(p),
+			100*agreement(r.ownTotal(p), m.Total()), (u.Units.WRU+u.Arms.WRU+u.Expiry.WRU)/n, r.Own.WriteUnits/n, (u.Units.RRU+u.Arms.RRU+u.Expiry.RRU)/n, r.Own.ReadUnits/n,
+			(u.SQSRequests+u.ArmSQSRequests)/n, r.Own.SQSRequests/n,
+			o.DynamoDB, o.SQS, o.LambdaRequests, o.APIGateway, o.Timers, o.S3Requests, o.Events, o.Storage, r.Own.ChildrenUSD*1e6/n, m.LambdaDuration, o.LambdaDuration)
 	}
 	return b.String()
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/stepflow/stepflow/localstack/costmeter"
+	"github.com/stepflow/stepflow/shared/domain"
 )
 
 func costsTable(t *testing.T) costmeter.Prices {
@@ -171,4 +172,21 @@ func TestLongTimersArePricedAsTimers(t *testing.T) {
 	require.InDelta(t, 2.40, b.Timers, 1e-9, "3 WRU, 1 RRU and a send each")
 	require.Zero(t, b.DynamoDB+b.SQS)
 	require.InDelta(t, b.Timers, b.Total(), 1e-9)
+}
+
+// TestJobPricesAreTheTable: the prices a job's cost is priced at
+// (domain.Prices, compiled in: the functions read no file) are
+// docs/costs.md's.
+func TestJobPricesAreTheTable(t *testing.T) {
+	t.Parallel()
+	p := costsTable(t)
+	d := domain.Prices
+	for key, got := range map[string]float64{
+		"dynamodb_wru": d.WriteUnit, "dynamodb_rru": d.ReadUnit, "sqs_request": d.SQSRequest, "lambda_request": d.LambdaRequest,
+		"lambda_gb_second_arm": d.LambdaGBSecond, "apigw_http_request": d.APIRequest, "s3_put_request": d.S3Write,
+		"s3_get_request": d.S3Read, "eventbridge_event": d.Event, "sfn_standard_transition": d.TimerTransition,
+		"dynamodb_storage_gb_month": d.TableGBMonth, "dynamodb_pitr_gb_month": d.BackupGBMonth, "s3_storage_gb_month": d.S3GBMonth,
+	} {
+		require.InEpsilon(t, p[key], got, 1e-12, key)
+	}
 }

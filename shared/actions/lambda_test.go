@@ -53,6 +53,10 @@ func newLambdaSetup(t *testing.T) *lambdaSetup {
 		switch r.PathValue("name") {
 		case "echo":
 			_, _ = w.Write([]byte(`{"echo":` + string(body) + `}`))
+		case "llm":
+			_, _ = w.Write([]byte(`{"answer":"otters","stepflow_cost":{"usd":0.0021}}`))
+		case "own-field":
+			_, _ = w.Write([]byte(`{"stepflow_cost":"a field of its own"}`))
 		case "text":
 			_, _ = w.Write([]byte(`plain words`))
 		case "empty":
@@ -138,6 +142,29 @@ func TestLambdaActionAnswers(t *testing.T) {
 	_, f = s.invoke(ctx, "big", "")
 	require.Equal(t, domain.ClassFatal, f.Class)
 	require.Contains(t, f.Message, fmt.Sprintf("answered %d bytes; the limit is %d", actions.MaxOutputBytes+2, actions.MaxOutputBytes))
+}
+
+// A function's answer may say what the attempt spent: the report is taken
+// out of the output, into the call's Reported; a field of that name that
+// is no report stays the function's own.
+func TestLambdaActionAnswerReportsItsCost(t *testing.T) {
+	t.Parallel()
+	s := newLambdaSetup(t)
+	call := func(function string) (json.RawMessage, float64) {
+		var reported float64
+		out, f := s.runner.Run(context.Background(), engine.ActionCall{
+			Spec:  domain.StepSpec{Action: domain.ActionSpec{Type: domain.ActionLambda, LambdaAction: domain.LambdaAction{Function: function}}, TimeoutSeconds: 5},
+			Input: json.RawMessage(`{}`), Reported: &reported,
+		})
+		require.Nil(t, f)
+		return out, reported
+	}
+	out, usd := call("llm")
+	require.JSONEq(t, `{"answer":"otters"}`, string(out))
+	require.Equal(t, 0.0021, usd)
+	out, usd = call("own-field")
+	require.JSONEq(t, `{"stepflow_cost":"a field of its own"}`, string(out))
+	require.Zero(t, usd)
 }
 
 func TestLambdaActionClassifiesFailures(t *testing.T) {

@@ -136,6 +136,10 @@ type Job struct {
 	// the units of its next write depend on; 0 and "" where unknown.
 	ItemBytes int    `json:"-"`
 	ItemDue   string `json:"-"`
+	// CarriedDue is, for a job read from a message rather than the store
+	// (the engine's carried first write), when it was due as written: the
+	// store's note of its due entry, which a message cannot carry.
+	CarriedDue *time.Time `json:"-"`
 	// orphaned are those this change orphaned (TakeOrphaned).
 	orphaned []string
 	// settleLater holds settle off while a map's instant items are

@@ -39,6 +39,9 @@ type Usage struct {
 	// ReportedUSD is what its steps said they spent themselves (a
 	// worker's or a lambda function's cost: an LLM call's tokens, say).
 	ReportedUSD float64 `json:"reported_usd,omitempty"`
+	// ChildrenUSD is what the child jobs its steps waited on cost, all
+	// told (each counts its own usage).
+	ChildrenUSD float64 `json:"children_usd,omitempty"`
 }
 
 // Add sums o into u, every count (a test checks that each field is).
@@ -56,6 +59,7 @@ func (u *Usage) Add(o Usage) {
 	u.TableGBMonths += o.TableGBMonths
 	u.S3GBMonths += o.S3GBMonths
 	u.ReportedUSD += o.ReportedUSD
+	u.ChildrenUSD += o.ChildrenUSD
 }
 
 // Scaled answers u with each count multiplied by f.
@@ -63,7 +67,7 @@ func (u Usage) Scaled(f float64) Usage {
 	return Usage{WriteUnits: u.WriteUnits * f, ReadUnits: u.ReadUnits * f, SQSRequests: u.SQSRequests * f,
 		LambdaRequests: u.LambdaRequests * f, LambdaGBSeconds: u.LambdaGBSeconds * f, APIRequests: u.APIRequests * f,
 		S3Writes: u.S3Writes * f, S3Reads: u.S3Reads * f, Events: u.Events * f, TimerTransitions: u.TimerTransitions * f,
-		TableGBMonths: u.TableGBMonths * f, S3GBMonths: u.S3GBMonths * f, ReportedUSD: u.ReportedUSD * f}
+		TableGBMonths: u.TableGBMonths * f, S3GBMonths: u.S3GBMonths * f, ReportedUSD: u.ReportedUSD * f, ChildrenUSD: u.ChildrenUSD * f}
 }
 
 // Zero reports whether u counts nothing.
@@ -102,27 +106,34 @@ func (u Usage) EngineUSD() float64 {
 }
 
 // Cost is a job's usage priced: what the engine's work for it cost, what
-// its steps reported, and their sum.
+// its steps reported, what its child jobs cost, and their sum.
 type Cost struct {
 	USD         float64 `json:"usd"`
 	EngineUSD   float64 `json:"engine_usd"`
 	ReportedUSD float64 `json:"reported_usd"`
+	ChildrenUSD float64 `json:"children_usd,omitempty"`
 	Units       Usage   `json:"units"`
 }
 
-// Cost answers the job's cost so far, its usage not yet saved included.
-func (j *Job) Cost() Cost {
-	u := j.Usage
-	u.Add(j.Spent)
+// Cost answers the job's cost as saved (what a read of it spent is saved
+// by its next write).
+func (j *Job) Cost() Cost { return j.Usage.Cost() }
+
+// Cost prices u.
+func (u Usage) Cost() Cost {
 	units := u
-	units.ReportedUSD = 0
-	eng := roundUSD(u.EngineUSD())
-	rep := roundUSD(u.ReportedUSD)
-	return Cost{USD: roundUSD(eng + rep), EngineUSD: eng, ReportedUSD: rep, Units: units}
+	units.ReportedUSD, units.ChildrenUSD = 0, 0
+	eng, rep, kids := roundUSD(u.EngineUSD()), roundUSD(u.ReportedUSD), roundUSD(u.ChildrenUSD)
+	return Cost{USD: roundUSD(eng + rep + kids), EngineUSD: eng, ReportedUSD: rep, ChildrenUSD: kids, Units: units}
 }
 
-// CostUSD is the job's cost so far: engine and reported.
-func (j *Job) CostUSD() float64 { return j.Cost().USD }
+// CostUSD is the job's cost so far, engine and reported, what it has
+// spent since it was read included: what a budget is held to.
+func (j *Job) CostUSD() float64 {
+	u := j.Usage
+	u.Add(j.Spent)
+	return u.Cost().USD
+}
 
 // roundUSD rounds to a billionth of a dollar: a job's engine cost is some
 // millionths, and float sums should not show 17 digits.
@@ -198,4 +209,13 @@ func DueMoveUnits(old, new string) float64 {
 		w++
 	}
 	return w
+}
+
+// KeptGBMonths is what keeping a finished job stored in bytes costs until
+// it expires, in GB-months; 0 for a job not finished.
+func (j *Job) KeptGBMonths(bytes int) float64 {
+	if !j.State.Terminal() || j.ExpiresAt == nil || j.EndedAt == nil {
+		return 0
+	}
+	return float64(bytes) / (1 << 30) * max(j.ExpiresAt.Sub(*j.EndedAt).Hours()/730, 0)
 }

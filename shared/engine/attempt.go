@@ -456,8 +456,11 @@ type attemptOutcome struct {
 	failure *domain.Failure // nil: a success
 	// child is the child job whose end this is (a job step's attempt).
 	child string
-	// costUSD is what the attempt reported it spent (domain.ReportCost).
-	costUSD float64
+	// costUSD is what the attempt reported it spent (domain.ReportCost);
+	// children what the child job whose end this is cost, which its
+	// parent's cost includes.
+	costUSD  float64
+	children float64
 }
 
 // finish records an attempt's outcome under its lease, in one change: the
@@ -512,6 +515,7 @@ func (e *Engine) finishOn(ctx context.Context, tenant string, o attemptOutcome, 
 			if o.child != "" {
 				j.ChildEnded(stepID, o.child) // ended by its child: not cancelled
 			}
+			j.Usage.ChildrenUSD += o.children
 			fx.dispatch, err = applyOutcome(j, stepID, o.leaseID, p.output, p.ref, p.failure, now, rng)
 			if err == nil {
 				j.ReportCost(stepID, ref.Attempt, o.costUSD)

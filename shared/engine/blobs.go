@@ -73,7 +73,7 @@ func (e *Engine) put(ctx context.Context, c *dataCache, key string, data []byte)
 	if prev, ok := c.stored[key]; ok && prev == ref {
 		return ref, nil
 	}
-	e.spendData(ctx, domain.Usage{S3Writes: 1}, len(data))
+	e.spendPending(ctx, domain.Usage{S3Writes: 1}, len(data))
 	if err := e.cfg.Blobs.Put(ctx, key, data); err != nil {
 		return ref, fmt.Errorf("store data %s: %w", key, err)
 	}
@@ -135,7 +135,7 @@ func (e *Engine) fetch(ctx context.Context, c *dataCache, r domain.DataRef) erro
 	if e.cfg.Blobs == nil {
 		return &dataError{msg: "it references data in a blob store, and none is configured (STEPFLOW_DATA_BUCKET)"}
 	}
-	e.spendData(ctx, domain.Usage{S3Reads: 1}, 0)
+	e.spendPending(ctx, domain.Usage{S3Reads: 1}, 0)
 	b, err := e.cfg.Blobs.Get(ctx, r.Key)
 	switch {
 	case errors.Is(err, domain.ErrNotFound):
@@ -212,7 +212,7 @@ func (e *Engine) workerInput(ctx context.Context, c *dataCache, j *domain.Job, i
 		}
 		ref = &r
 	}
-	e.spendData(ctx, domain.Usage{S3Reads: 1}, 0) // the worker's GET of it
+	e.spendPending(ctx, domain.Usage{S3Reads: 1}, 0) // the worker's GET of it
 	url, err := e.cfg.Blobs.URL(ctx, ref.Key, ttl)
 	if err != nil {
 		return attemptInput{}, fmt.Errorf("URL of data %s: %w", ref.Key, err)

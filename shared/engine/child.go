@@ -130,7 +130,7 @@ func (e *Engine) tellParent(ctx context.Context, child *domain.Job) {
 
 // childOutcome is what a finished child job's parent step ends with.
 func (e *Engine) childOutcome(ctx context.Context, child *domain.Job) (attemptOutcome, error) {
-	o := attemptOutcome{leaseID: child.Parent.Lease, child: child.ID}
+	o := attemptOutcome{leaseID: child.Parent.Lease, child: child.ID, children: child.Cost().USD}
 	if child.State != domain.JobCompleted {
 		f := domain.ChildFailure(child)
 		o.failure = &f

@@ -527,6 +527,7 @@ func carriedJob(m Message) *domain.Job {
 	if err := json.Unmarshal(m.Doc, &j); err != nil || j.Tenant != m.Tenant || j.ID != m.Job || j.Version != 1 {
 		return nil
 	}
+	j.CarriedDue = j.DueAt
 	return &j
 }
 

@@ -379,6 +379,7 @@ func (c *chain) carries(ctx context.Context, e *Engine) bool {
 		return false
 	}
 	if c.hiddenAt.IsZero() || now.Sub(c.hiddenAt) >= carryWindow {
+		e.spendPending(ctx, domain.Usage{SQSRequests: 1}, 0) // the write about to be made saves it
 		if err := e.cfg.Queue.Extend(ctx, c.token, carryVisibility); err != nil {
 			c.carryFailed = true
 			e.cfg.Log.WarnContext(ctx, "a chain's message was not hidden to carry its steps; they stay in the due index", "err", err)

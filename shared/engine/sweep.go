@@ -206,7 +206,14 @@ func (e *Engine) armGroup(ctx context.Context, group []DueJob, end time.Time) ([
 		e.cfg.Log.WarnContext(ctx, "long timers not sent before the sweep's writes; they are sent after them", "jobs", len(batch), "err", err)
 		return read, armed
 	}
+	var sends []Send
+	for _, js := range batch {
+		sends = append(sends, js.Sends...)
+	}
+	requests := sendRequests(sends)
 	for g, d := range toSend {
+		// The job's write after saves its part of the batch's sends.
+		read[g].Spend(domain.Usage{SQSRequests: requests * float64(len(d)) / float64(len(sends))})
 		for _, x := range d {
 			armed[g][x.Step.ID()] = now.Add(x.Delay)
 		}

@@ -63,11 +63,12 @@ func (t *tab) takePending() domain.Usage {
 	return p
 }
 
-// spendData counts on ctx's tab what a request for a job's stored data
-// costs: the next write of the job under it saves it. Stored bytes are
+// spendPending counts on ctx's tab what a request made for a job (for its
+// stored data, a visibility change) costs: the next write of a job under
+// it saves it. Stored bytes are
 // kept for a completed job's retention, which their storage is priced
 // for.
-func (e *Engine) spendData(ctx context.Context, u domain.Usage, stored int) {
+func (e *Engine) spendPending(ctx context.Context, u domain.Usage, stored int) {
 	t, _ := ctx.Value(tabKey{}).(*tab)
 	if t == nil {
 		return

@@ -94,6 +94,9 @@ func (e *Engine) Claim(ctx context.Context, tenant string, r ClaimRequest) ([]Cl
 			return c.out, err
 		}
 		c.claimAll(ctx, ds)
+		// The request's part was taken by the jobs of its first take;
+		// those of a later one take only their receive's.
+		ctx = retab(ctx, domain.Usage{}, 0)
 		c.settle.make(ctx, e)
 		if len(ds) == 0 && len(c.out) == 0 && !c.looked && time.Until(c.deadline) > 0 {
 			if err := c.hold(ctx); err != nil {

@@ -326,6 +326,7 @@ func (s *Store) Save(_ context.Context, j *domain.Job, loadedEvents int) error {
 	used, spent := j.Usage, j.Spent
 	j.Spend(domain.Usage{WriteUnits: put + domain.DueMoveUnits(j.ItemDue, dueOf(j))})
 	j.SettleSpent()
+	j.Usage.TableGBMonths = j.KeptGBMonths(j.ItemBytes + 100) // as the item was: sizing it now would encode it twice
 	undo := func() {
 		j.Version--
 		j.Usage, j.Spent = used, spent

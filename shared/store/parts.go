@@ -119,6 +119,10 @@ type layout struct {
 	// ttl is the TTL the parts carry (unix seconds), 0 for none: a
 	// finished job's.
 	ttl int64
+	// stored is what the parts are billed for as stored (StoredBytes of
+	// each), kept in the header's usage: a finished job's storage counts
+	// them.
+	stored int
 }
 
 // Apart reports that some of the job is kept in parts.
@@ -200,7 +204,7 @@ func jobWriteOf(j *domain.Job, l *layout) (jobWrite, error) {
 				changed = append(changed, i)
 			}
 		}
-		next := &layout{parts: l.parts, all: l.all, eventBase: l.eventBase, base: l.base, ttl: partsTTL(j)}
+		next := &layout{parts: l.parts, all: l.all, eventBase: l.eventBase, base: l.base, ttl: partsTTL(j), stored: l.stored}
 		it, z, err := headerItem(j, next, changed)
 		if err != nil {
 			return jobWrite{}, err
@@ -245,7 +249,7 @@ func seal(j *domain.Job, l *layout, changed []int, hashes []uint64) (jobWrite, e
 	if err != nil {
 		return jobWrite{}, fmt.Errorf("seal job %s: %w", j.ID, err)
 	}
-	next := &layout{parts: slices.Clone(l.parts), all: slices.Clone(l.all), eventBase: len(j.Events), base: make([]uint64, len(j.Steps)), ttl: partsTTL(j)}
+	next := &layout{parts: slices.Clone(l.parts), all: slices.Clone(l.all), eventBase: len(j.Events), base: make([]uint64, len(j.Steps)), ttl: partsTTL(j), stored: l.stored}
 	copy(next.base, l.base)
 	for _, i := range changed {
 		next.base[i] = hashes[i]
@@ -278,6 +282,7 @@ func (w *jobWrite) addPart(j *domain.Job, next *layout, doc partBytes) string {
 	}
 	w.parts = append(w.parts, sealedPart{name: name, raw: doc.raw, item: it})
 	next.all = append(next.all, name)
+	next.stored += StoredBytes(it)
 	return name
 }
 

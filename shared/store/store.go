@@ -198,7 +198,11 @@ func (s *Store) readJob(ctx context.Context, it map[string]ddb.AttributeValue) (
 	if err != nil {
 		return nil, err
 	}
-	j.Usage = usageOf(it)
+	d, _ := usageDocIn(it)
+	j.Usage = d.usage()
+	if l := layoutOf(j); l != nil {
+		l.stored = d.PB
+	}
 	j.ItemBytes, j.ItemDue = ItemSize(it), dueEntry(it)
 	_, j.CancelRequested = it[cancelAttr]
 	if n, ok := it[marksAttr].(*ddb.AttributeValueMemberN); ok {
@@ -319,7 +323,7 @@ func (s *Store) Create(ctx context.Context, j *domain.Job, requestHash string, n
 		}
 		return u
 	}
-	units := withUsage(it, j, own)
+	units := withUsage(it, j, w.layout, own)
 	if n := ItemSize(it); n > MaxItemBytes {
 		return nil, false, tooLarge(j, n)
 	}
@@ -574,13 +578,20 @@ func (s *Store) Save(ctx context.Context, j *domain.Job, loadedEvents int) error
 	}
 	carried := j.Usage.WriteUnits == 0 && j.ItemBytes == 0
 	own := func(size int) float64 {
-		u := kb(max(j.ItemBytes, size)) + indexWrites(j.ItemDue, dueEntry(it)) + partUnits + ttlUnits
+		// A job read from a message (engine.carrying) comes with no note
+		// of its item: one sent before its write was written out of the
+		// due index, one sent after it with its due time (CarriedDue).
+		oldDue := j.ItemDue
+		if j.ItemBytes == 0 && !carried && j.CarriedDue != nil {
+			oldDue = dueShard(j.ID) + "|" + j.CarriedDue.UTC().Format(dueLayout)
+		}
+		u := kb(max(j.ItemBytes, size)) + indexWrites(oldDue, dueEntry(it)) + partUnits + ttlUnits
 		if carried {
 			u += kb(size)
 		}
 		return u
 	}
-	units := withUsage(it, j, own)
+	units := withUsage(it, j, w.layout, own)
 	if n := ItemSize(it); n > MaxItemBytes {
 		j.Version--
 		return tooLarge(j, n)
@@ -695,7 +706,7 @@ func (s *Store) CreateAll(ctx context.Context, jobs []*domain.Job, now time.Time
 		w, err := jobWriteOf(j, nil)
 		if err == nil && len(w.parts) == 0 {
 			token := withWriteToken(w.item)
-			units := withUsage(w.item, j, func(size int) float64 { return kb(size) + indexWrites("", dueEntry(w.item)) })
+			units := withUsage(w.item, j, nil, func(size int) float64 { return kb(size) + indexWrites("", dueEntry(w.item)) })
 			if ItemSize(w.item) <= MaxItemBytes {
 				batch = append(batch, pending{at: i, w: w, token: token, units: units})
 				continue

@@ -34,6 +34,9 @@ type usageDoc struct {
 	TG float64 `json:"tg,omitempty"`
 	SG float64 `json:"sg,omitempty"`
 	RP float64 `json:"rp,omitempty"`
+	CH float64 `json:"ch,omitempty"`
+	// PB is what its parts are billed for as stored (layout.stored).
+	PB int `json:"pb,omitempty"`
 }
 
 // Counts are kept to what matters, for the attribute is on every write:
@@ -48,27 +51,33 @@ func usageDocOf(u domain.Usage) usageDoc {
 	r := func(v float64) float64 { return round(v, 1e-4) }
 	return usageDoc{W: r(u.WriteUnits), R: r(u.ReadUnits), Q: r(u.SQSRequests), L: r(u.LambdaRequests),
 		LS: round(u.LambdaGBSeconds, 1e-6), A: r(u.APIRequests), SW: r(u.S3Writes), SR: r(u.S3Reads), E: r(u.Events),
-		T: r(u.TimerTransitions), TG: round(u.TableGBMonths*kbPerGB, 1e-3), SG: round(u.S3GBMonths*kbPerGB, 1e-3), RP: round(u.ReportedUSD, 1e-9)}
+		T: r(u.TimerTransitions), TG: round(u.TableGBMonths*kbPerGB, 1e-3), SG: round(u.S3GBMonths*kbPerGB, 1e-3), RP: round(u.ReportedUSD, 1e-9), CH: round(u.ChildrenUSD, 1e-9)}
 }
 
 func (d usageDoc) usage() domain.Usage {
 	return domain.Usage{WriteUnits: d.W, ReadUnits: d.R, SQSRequests: d.Q, LambdaRequests: d.L, LambdaGBSeconds: d.LS,
 		APIRequests: d.A, S3Writes: d.SW, S3Reads: d.SR, Events: d.E, TimerTransitions: d.T, TableGBMonths: d.TG / kbPerGB,
-		S3GBMonths: d.SG / kbPerGB, ReportedUSD: d.RP}
+		S3GBMonths: d.SG / kbPerGB, ReportedUSD: d.RP, ChildrenUSD: d.CH}
 }
 
 // usageOf reads an item's usage; none without the attribute (an item
 // written before it was kept, which counts from its next write).
 func usageOf(it map[string]ddb.AttributeValue) domain.Usage {
+	d, _ := usageDocIn(it)
+	return d.usage()
+}
+
+// usageDocIn reads an item's usage as stored; ok false without one.
+func usageDocIn(it map[string]ddb.AttributeValue) (usageDoc, bool) {
 	v, ok := it[usageAttr].(*ddb.AttributeValueMemberS)
 	if !ok {
-		return domain.Usage{}
+		return usageDoc{}, false
 	}
 	var d usageDoc
 	if json.Unmarshal([]byte(v.Value), &d) != nil {
-		return domain.Usage{}
+		return usageDoc{}, false
 	}
-	return d.usage()
+	return d, true
 }
 
 var (
@@ -92,18 +101,24 @@ var indexWrites = domain.DueMoveUnits
 // the units own answers for the item's size added, until the size it was
 // priced at is the size it has; it answers those units. A usage a few
 // bytes longer may pass a KB once, never twice.
-func withUsage(it map[string]ddb.AttributeValue, j *domain.Job, own func(size int) float64) float64 {
+func withUsage(it map[string]ddb.AttributeValue, j *domain.Job, parts *layout, own func(size int) float64) float64 {
 	u := j.Usage
 	u.Add(j.Spent)
 	delete(it, usageAttr)
 	units := own(ItemSize(it))
-	// Storage is set, not added: the item as it is now is what is kept
-	// (its usage attribute taken as some 100 bytes).
-	u.TableGBMonths = storedMonths(j, StoredBytes(it)+len(usageAttr)+100)
+	// Storage is set, not added: the item as it is now and its parts are
+	// what is kept (its usage attribute taken as some 100 bytes).
+	var pb int
+	if parts != nil {
+		pb = parts.stored
+	}
+	u.TableGBMonths = j.KeptGBMonths(StoredBytes(it) + len(usageAttr) + 100 + pb)
 	for range 3 {
 		v := u
 		v.WriteUnits += units
-		b, _ := json.Marshal(usageDocOf(v))
+		d := usageDocOf(v)
+		d.PB = pb
+		b, _ := json.Marshal(d)
 		it[usageAttr] = &ddb.AttributeValueMemberS{Value: string(b)}
 		if next := own(ItemSize(it)); next != units {
 			units = next
@@ -146,12 +161,3 @@ func StoredBytes(it map[string]ddb.AttributeValue) int {
 
 // HoursPerMonth is the month a GB-month is prorated over, by the hour.
 const HoursPerMonth = 730
-
-// storedMonths is what keeping a finished job's item of stored bytes
-// costs until it expires, in GB-months; 0 for a job not finished.
-func storedMonths(j *domain.Job, stored int) float64 {
-	if !j.State.Terminal() || j.ExpiresAt == nil || j.EndedAt == nil {
-		return 0
-	}
-	return float64(stored) / (1 << 30) * max(j.ExpiresAt.Sub(*j.EndedAt).Hours()/HoursPerMonth, 0)
-}

@@ -2,8 +2,8 @@ package main
 
 import (
 	"fmt"
-	"math"
 	"image/color"
+	"math"
 	"strings"
 	"time"
 

@@ -148,6 +148,9 @@ type result struct {
 	// step no executor runs): the Task and Wait states the same work needs
 	// on Step Functions.
 	Entered int
+	// SweepsAll is everything those sweeps cost, what every sweep costs
+	// anyway among it: none of it is in the workload's other lines.
+	SweepsAll costmeter.Tagged
 	// Own is what the jobs counted of their own usage, summed
 	// (domain.Job.Usage: cost.units), to hold against the meter.
 	Own domain.Usage
@@ -194,18 +197,25 @@ func (r result) gbSeconds() float64 {
 // with LongTimers StepFunctions), and the rest metered around the
 // functions.
 func (r result) usage() costmeter.Usage {
-	units := r.Units.Minus(r.Sweeps.Units)
+	// The sweeps the bench ran are out of the workload's lines: what they
+	// cost beyond sweeps with nothing due is its timers' line, what every
+	// sweep costs anyway is the heartbeat's standing cost (below).
+	units := r.Units.Minus(r.SweepsAll.Units)
 	units.S3Reads += max(float64(r.count("s3.GetObject"))-r.Units.S3Reads, 0)
-	var armSQS float64
-	for k, v := range r.Sweeps.Requests {
-		if strings.HasPrefix(k, "SQS.") {
-			armSQS += float64(v)
+	sqsOf := func(t costmeter.Tagged) float64 {
+		var n float64
+		for k, v := range t.Requests {
+			if strings.HasPrefix(k, "SQS.") {
+				n += float64(v)
+			}
 		}
+		return n
 	}
+	armSQS := sqsOf(r.Sweeps)
 	return costmeter.Usage{
 		Jobs: float64(r.Jobs), Units: units,
 		Arms: r.Sweeps.Units, ArmSQSRequests: armSQS,
-		SQSRequests:    float64(r.count("sqs.")) - armSQS,
+		SQSRequests:    float64(r.count("sqs.")) - sqsOf(r.SweepsAll),
 		LambdaRequests: r.invocations(), LambdaGBSeconds: r.gbSeconds(),
 		APIRequests:     float64(r.APIRequests),
 		TimerExecutions: float64(r.count("states.StartExecution")),
@@ -627,6 +637,7 @@ func (b *bench) workload(ctx context.Context, name string, n, steps int, spec ma
 	}
 	if ran := stopSweeps(); ran > 0 {
 		r.Sweeps = beyond(b.meter.Tagged(sweepTag), sweepsBefore, idle, ran)
+		r.SweepsAll = beyond(b.meter.Tagged(sweepTag), sweepsBefore, costmeter.Tagged{}, 0)
 	}
 	r.Wall = time.Since(start)
 	r.Requests = diff(b.stack.Emulator.Counts(), before)

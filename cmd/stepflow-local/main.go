@@ -50,7 +50,7 @@ func main() {
 // from its own environment.
 func passedSettings() map[string]string {
 	m := map[string]string{}
-	for _, k := range []string{"STEPFLOW_P0_TENANTS", "STEPFLOW_MAX_WORKER_QUEUES", "STEPFLOW_WORKER_QUEUE_IDLE_SECONDS", "STEPFLOW_MAX_LONG_POLLS", "STEPFLOW_TIMER_THRESHOLD", "STEPFLOW_RESOURCE_WAIT_SECONDS", "STEPFLOW_LAMBDA_ALLOW", "STEPFLOW_INLINE_LIMIT", "STEPFLOW_JOB_STATE_EVENTS"} {
+	for _, k := range []string{"STEPFLOW_P0_TENANTS", "STEPFLOW_MAX_WORKER_QUEUES", "STEPFLOW_WORKER_QUEUE_IDLE_SECONDS", "STEPFLOW_MAX_LONG_POLLS", "STEPFLOW_TIMER_THRESHOLD", "STEPFLOW_RESOURCE_WAIT_SECONDS", "STEPFLOW_LAMBDA_ALLOW", "STEPFLOW_INLINE_LIMIT", "STEPFLOW_JOB_STATE_EVENTS", "STEPFLOW_TENANT_BUDGETS"} {
 		if v, ok := os.LookupEnv(k); ok {
 			m[k] = v
 		}
@@ -177,6 +177,9 @@ Environment:
   STEPFLOW_STACK        resource name prefix (default stepflow-<port>)
   STEPFLOW_SWEEP_EVERY  heartbeat period (default: template.yaml's schedule, 1m); schedules
                         fire from it, so an every shorter than it ticks once a sweep
+  STEPFLOW_TENANT_BUDGETS
+                        tenants' daily budgets in US dollars, tenant:usd,... ("*:usd" for
+                        every tenant not named): past one a submit answers 402
   STEPFLOW_HTTP_ALLOW   CIDRs and host names the http action may reach despite the
                         guard (default none: loopback, private, link-local refused),
                         e.g. 127.0.0.1/32,localhost

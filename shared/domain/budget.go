@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -41,9 +42,18 @@ func CheckBudget(field string, usd float64) error {
 }
 
 // Dollars renders an amount as a person reads a job's cost: a job's own
-// is some millionths of a dollar, so it keeps what digits there are.
+// is some millionths of a dollar, so it keeps six significant digits,
+// however small, and no trailing zeros.
 func Dollars(usd float64) string {
-	return "$" + strconv.FormatFloat(roundUSD(usd), 'f', -1, 64)
+	if usd == 0 || math.IsNaN(usd) || math.IsInf(usd, 0) {
+		return "$0"
+	}
+	decimals := max(6-int(math.Floor(math.Log10(math.Abs(usd))))-1, 0)
+	s := strconv.FormatFloat(usd, 'f', decimals, 64)
+	if strings.Contains(s, ".") {
+		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	}
+	return "$" + s
 }
 
 // Message says why the job waits at its budget gate; "" when it does not.

@@ -61,3 +61,10 @@ func TestABudgetHoldsTheJobAtItsGate(t *testing.T) {
 	require.Equal(t, []string{"budget set to $1 by ana"}, set)
 	require.NoError(t, CheckReplay(j))
 }
+
+func TestDollarsKeepSixSignificantDigits(t *testing.T) {
+	t.Parallel()
+	for usd, want := range map[float64]string{0.020005315: "$0.0200053", 0.000014213: "$0.000014213", 0.05: "$0.05", 25: "$25", 1234567.8: "$1234568", 0: "$0"} {
+		require.Equal(t, want, Dollars(usd), "%v", usd)
+	}
+}

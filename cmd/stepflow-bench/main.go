@@ -394,7 +394,7 @@ func run(ctx context.Context, o options) error {
 	}
 	if len(o.only) > 0 {
 		fmt.Print(renderOnly(results, prices))
-		return nil
+		return ownCheck(results, prices)
 	}
 	fmt.Fprintln(os.Stderr, "bench: floor ...")
 	floor, err := runFloor(ctx, st, o.jobs, o.concurrency)
@@ -438,6 +438,16 @@ func run(ctx context.Context, o options) error {
 	reqs := float64(single.count("dynamodb.")+single.count("sqs.")) / float64(single.Jobs)
 	fmt.Printf("bench: %.0f jobs/s = %.2f of floor, %.1f requests/job, $%.2f per million jobs all-in but Lambda duration and logs (floor $%.2f; Step Functions Standard $%.2f)\n",
 		single.jobsPerSec(), single.jobsPerSec()/floor.jobsPerSec(), reqs, single.bill(prices).Total(), prices.Bill(costmeter.Floor(1, 1)).Total(), std)
+	return ownCheck(results, prices)
+}
+
+// ownCheck fails the bench when a workload's jobs' own cost is off its
+// meter by more than ownTolerance: what a job says it cost must be what it
+// cost.
+func ownCheck(results []result, p costmeter.Prices) error {
+	if off := offMeter(results, p); len(off) > 0 {
+		return fmt.Errorf("the jobs' own cost is more than %.0f%% off the meter:\n  %s", 100*ownTolerance, strings.Join(off, "\n  "))
+	}
 	return nil
 }
 

@@ -14,6 +14,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go/middleware"
 	"github.com/stretchr/testify/require"
+
+	"github.com/stepflow/stepflow/localstack/costmeter"
+	"github.com/stepflow/stepflow/shared/domain"
 )
 
 // TestTemplateSettings: every function at the template's 128 MB, and the
@@ -59,4 +62,20 @@ func TestPollerMode(t *testing.T) {
 		asked = append(asked, r.MaxNumberOfMessages)
 	}
 	require.Equal(t, []int{10, 1}, asked)
+}
+
+// TestOwnCheck: a workload whose jobs say what the meter counted passes;
+// one whose jobs say a fifth less is named, by how much.
+func TestOwnCheck(t *testing.T) {
+	p, err := costmeter.LoadPrices(filepath.Join("..", "..", "docs", "costs.md"))
+	require.NoError(t, err)
+	metered := result{Name: "w", Jobs: 10, Units: costmeter.Units{WRU: 40}, Requests: map[string]int64{"sqs.SendMessageBatch": 10}}
+	agrees := metered
+	agrees.Own = domain.Usage{WriteUnits: 39, SQSRequests: 10}
+	require.Empty(t, offMeter([]result{agrees}, p))
+	require.NoError(t, ownCheck([]result{agrees}, p))
+	off := metered
+	off.Own = domain.Usage{WriteUnits: 28, SQSRequests: 8}
+	require.Len(t, offMeter([]result{off}, p), 1)
+	require.ErrorContains(t, ownCheck([]result{off}, p), "w: jobs say $")
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"image/color"
+	"math"
 	"strings"
 	"time"
 
@@ -150,6 +151,9 @@ func render(results []result, floor result, sweeps []sweepPoint, exp expiryPoint
 	}
 	fmt.Fprintf(&b, "\nA timer beyond the threshold (%s here, so the timer workload's 5 s sleeps are long timers; 900 s by default) waits in the due index, and the heartbeat's sweep sends it as an SQS delay once it is within the threshold: the timers column is what the sweeps the bench ran every %s during that workload cost beyond as many sweeps with nothing due (a read and a write of each job, the write moving its due index entry, and its send), taken out of the DynamoDB and SQS columns; what every sweep costs anyway is under Heartbeat sweep below. With LongTimers StepFunctions a timer is one Step Functions Standard execution instead: %d billed transitions and the SQS send it makes ($%.2f per million).\n",
 		benchTimerThreshold, benchSweepEvery, costmeter.TimerTransitions, 1e6*(costmeter.TimerTransitions*p["sfn_standard_transition"]+p["sqs_request"]))
+
+	fmt.Fprintf(&b, "\n### What the jobs say they cost\n\nEach job counts its own usage as it runs (`cost` on `GET /v1/jobs/{id}`, docs/model.md#what-a-job-cost). Here the mean of each workload's jobs' `cost.usd`, less its Lambda duration as the meter's total is, is held against the meter above; `make bench` fails when one is more than %.0f%% off. The jobs count what is made for each of them; the meter also sees what no job is charged for (the sweep's queries of the due index, workers' empty receives, reads after a job's last write, the tenants' counters), so the jobs' own figure runs a little below it.\n\n", 100*ownTolerance)
+	b.WriteString(renderOwn(results, p))
 
 	fmt.Fprintf(&b, "\n### Storage and expiry\n\n| workload | table bytes/job | S3 bytes/job | jobs with data in S3 |\n|---|---|---|---|\n")
 	for _, r := range results {
@@ -302,4 +306,16 @@ func longJobs(results []result, p costmeter.Prices) string {
 		fmt.Fprintf(&b, "| %s | %d | $%.2f | %.2f | %.1f | %.2f | %.2f |\n", r.Name, r.Jobs, u, w, m, u/u5, m/m10)
 	}
 	return b.String()
+}
+
+// offMeter answers the workloads whose jobs' own cost is more than
+// ownTolerance from their meter's, saying by how much.
+func offMeter(results []result, p costmeter.Prices) []string {
+	var off []string
+	for _, r := range results {
+		if d := agreement(r.ownTotal(p), r.bill(p).Total()); math.Abs(d) > ownTolerance {
+			off = append(off, fmt.Sprintf("%s: jobs say $%.2f per million, the meter $%.2f (%+.1f%%)", r.Name, r.ownTotal(p), r.bill(p).Total(), 100*d))
+		}
+	}
+	return off
 }

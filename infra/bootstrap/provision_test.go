@@ -139,6 +139,7 @@ func TestProvisionRealTemplate(t *testing.T) {
 		"STEPFLOW_HEARTBEAT_SECONDS":                "60",
 		"STEPFLOW_METRICS_NAMESPACE":                "stepflow/stepflow",
 		"STEPFLOW_OPERATOR_KEY_HASHES":              "", // no operator key unless a deploy names one
+		"STEPFLOW_TENANT_BUDGETS":                   "", // no daily budget unless a deploy sets one
 	}
 	require.Equal(t, want, st.Env)
 	require.Regexp(t, `^arn:aws:sqs:us-east-1:\d{12}:stepflow-DeadLetterQueue$`, st.Env["STEPFLOW_DLQ_ARN"])

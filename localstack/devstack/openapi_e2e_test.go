@@ -165,6 +165,16 @@ func TestEveryAnswerIsTheOpenAPIDocuments(t *testing.T) {
 	h.AwaitState(t, keyA, done, domain.JobCompleted)
 	r.call(http.StatusConflict, http.MethodPost, "/v1/jobs/"+done+"/cancel", keyA, nil)
 	r.call(http.StatusOK, http.MethodGet, "/v1/jobs/"+done+"/steps/x/output", keyA, nil)
+
+	// Budgets: a job's set above its cost, refused below it or unnamed,
+	// a finished job's a conflict; the tenant's daily budget.
+	budgeted := r.submit(`{"budget":{"usd":1},"steps":[{"id":"w","action":{"type":"worker","queue":"q1"}}]}`)
+	r.call(http.StatusOK, http.MethodPost, "/v1/jobs/"+budgeted+"/budget", keyA, `{"usd":2.5}`)
+	r.call(http.StatusBadRequest, http.MethodPost, "/v1/jobs/"+budgeted+"/budget", keyA, `{"usd":0.0000001}`) // below its cost: the API knows it, the document cannot
+	r.refused("usd", http.MethodPost, "/v1/jobs/"+budgeted+"/budget", keyA, `{}`)
+	r.call(http.StatusNotFound, http.MethodPost, "/v1/jobs/"+budgeted+"/budget", stacktest.KeyB, `{"usd":3}`)
+	r.call(http.StatusConflict, http.MethodPost, "/v1/jobs/"+done+"/budget", keyA, `{"usd":3}`)
+	r.call(http.StatusOK, http.MethodGet, "/v1/budget", keyA, nil)
 	r.call(http.StatusNotFound, http.MethodGet, "/v1/jobs/"+done+"/steps/nope/output", keyA, nil)
 
 	// Gates: approve, again, reject after approve, reject, refused fields.

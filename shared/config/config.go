@@ -55,6 +55,10 @@ type Settings struct {
 	// tenant submit priority 0; otherwise a comma-separated list of the
 	// tenants that may.
 	P0Tenants string
+	// TenantBudgets is STEPFLOW_TENANT_BUDGETS (optional): tenants' daily
+	// budgets in dollars, "tenant:usd,...", "*:usd" for every tenant not
+	// named (engine.ParseTenantBudgets).
+	TenantBudgets string
 	// MaxWorkerQueues is STEPFLOW_MAX_WORKER_QUEUES (optional): how many
 	// worker queues one tenant may have (queue.DefaultMaxWorkerQueues).
 	MaxWorkerQueues int
@@ -154,6 +158,7 @@ func FromEnv(getenv func(string) string) (Settings, error) {
 		}
 	}
 	s.P0Tenants = getenv("STEPFLOW_P0_TENANTS")
+	s.TenantBudgets = getenv("STEPFLOW_TENANT_BUDGETS")
 	s.TimerStateMachine = getenv("STEPFLOW_TIMER_STATE_MACHINE")
 	s.TimerThreshold = queue.MaxDelay
 	s.ResourceWait = domain.DefaultResourceWait
@@ -174,6 +179,9 @@ func FromEnv(getenv func(string) string) (Settings, error) {
 		return s, fmt.Errorf("environment variable STEPFLOW_JOB_STATE_EVENTS must be Disabled, Terminal or All (Enabled, deprecated, means All), not %q", v)
 	}
 	if err := readNumbers(getenv, &s, numberVarsAfterEvents); err != nil {
+		return s, err
+	}
+	if _, err := engine.ParseTenantBudgets(s.TenantBudgets); err != nil {
 		return s, err
 	}
 	if _, err := netguard.ParseAllow(s.HTTPAllow); err != nil {
@@ -430,6 +438,8 @@ func EngineConfig(s Settings, c Clients, log *slog.Logger) engine.Config {
 		Retention: s.Retention, WorkerQueueIdle: s.WorkerQueueIdle, Schedules: store.NewSchedules(c.DynamoDB, s.Table),
 		InlineLimit: s.InlineLimit, Thresholds: s.Health, MaxLongPolls: s.MaxLongPolls,
 	}
+	cfg.TenantBudgets, _ = engine.ParseTenantBudgets(s.TenantBudgets) // FromEnv refused a bad one
+	cfg.FunctionMemoryMB, _ = strconv.Atoi(os.Getenv("AWS_LAMBDA_FUNCTION_MEMORY_SIZE"))
 	if s.SFNWaitSet {
 		cfg.ExecutionWait = s.SFNWait
 		if s.SFNWait == 0 {

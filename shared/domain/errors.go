@@ -13,6 +13,7 @@ type Code string
 const (
 	CodeInvalid             Code = "invalid"              // 400
 	CodeUnauthorized        Code = "unauthorized"         // 401
+	CodeBudgetExceeded      Code = "budget_exceeded"      // 402: the tenant's daily budget is spent
 	CodeNotFound            Code = "not_found"            // 404
 	CodeMethodNotAllowed    Code = "method_not_allowed"   // 405
 	CodeConflict            Code = "conflict"             // 409: illegal transition

@@ -130,7 +130,9 @@ type Job struct {
 	// Spent what it has spent since it was read, which its next write
 	// saves.
 	Usage Usage `json:"usage,omitzero"`
-	Spent Usage `json:"-"`
+	// Budget is what the job may cost (budget.go); nil for no bound.
+	Budget *Budget `json:"budget,omitempty"`
+	Spent  Usage   `json:"-"`
 	// ItemBytes and ItemDue are the store's note of the item the job was
 	// read from or last written as (its size, its due index entry), which
 	// the units of its next write depend on; 0 and "" where unknown.
@@ -363,6 +365,9 @@ func NewJob(tenant, id string, spec *JobSpec, idemKey string, now time.Time) (*J
 	}
 	if spec.RunAt != nil && spec.RunAt.After(now) {
 		j.RunAt = spec.RunAt
+	}
+	if spec.Budget != nil {
+		j.Budget = &Budget{USD: spec.Budget.USD}
 	}
 	if err := j.jobTo(JobEvCreated, now, ""); err != nil {
 		return nil, err
@@ -1392,7 +1397,7 @@ func (j *Job) impliedState() JobState {
 		return JobCompleted
 	case t.running:
 		return JobRunning
-	case t.waiting || t.parked && (t.runnable || t.retrying):
+	case t.waiting || t.parked && (t.runnable || t.retrying) || j.BudgetHeld() && (t.runnable || t.retrying):
 		return JobWaiting
 	case t.parked:
 		return JobParked
@@ -1469,6 +1474,9 @@ func (j *Job) due() *time.Time {
 func (j *Job) stepDue(s *Step) (time.Time, bool) {
 	if s.State.Terminal() || s.State == StepWaitingDeps {
 		return time.Time{}, false // none of the cases below holds for it: most of a large job
+	}
+	if j.BudgetHeld() && s.State.leasable() {
+		return time.Time{}, false // at its budget gate: nothing is sent until a person acts
 	}
 	switch {
 	case s.AwaitsArm():

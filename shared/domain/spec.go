@@ -104,6 +104,8 @@ type JobSpec struct {
 	// PayloadStored is the payload PayloadRef names, as the engine stored
 	// it, for the conditions NewJob decides at submit.
 	PayloadStored []byte `json:"-"`
+	// Budget bounds what the job may cost (budget.go).
+	Budget *BudgetSpec `json:"budget,omitempty"`
 }
 
 // StepSpec is one step of a submission: what every step has, and its
@@ -233,6 +235,11 @@ func (s *JobSpec) Validate() error {
 	}
 	if len(s.Payload) == 0 || string(s.Payload) == "null" {
 		s.Payload = json.RawMessage(`{}`)
+	}
+	if s.Budget != nil {
+		if err := CheckBudget("budget.usd", s.Budget.USD); err != nil {
+			return err
+		}
 	}
 	seen := make(map[string]int, len(s.Steps))
 	for i := range s.Steps {

@@ -107,10 +107,14 @@ const (
 const (
 	NoteSignalReceived = "signal_received" // a signal arrived (kept for a wait not reached yet, or taken by one)
 	NoteReplanned      = "job_replanned"   // a replan put new steps in a failed step's place
+	NoteBudgetExceeded = "budget_exceeded" // the job's cost passed its budget: no further step starts
+	NoteBudgetSet      = "budget_set"      // a person set its budget (above what it cost): it goes on
 )
 
 // IsNote reports whether an event type is a note.
-func IsNote(typ string) bool { return typ == NoteSignalReceived || typ == NoteReplanned }
+func IsNote(typ string) bool {
+	return typ == NoteSignalReceived || typ == NoteReplanned || typ == NoteBudgetExceeded || typ == NoteBudgetSet
+}
 
 // JobInitial is the pseudo-state before job_created.
 const JobInitial JobState = ""

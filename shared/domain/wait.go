@@ -442,6 +442,9 @@ func (j *Job) WaitsOnPerson() bool {
 	if j.State.Terminal() {
 		return false
 	}
+	if j.BudgetHeld() {
+		return true // at its budget gate: a person raises the budget or cancels
+	}
 	for _, s := range j.Steps {
 		if s.State == StepNeedsUser {
 			return true

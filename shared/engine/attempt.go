@@ -353,6 +353,15 @@ func (e *Engine) decideLease(j *domain.Job, stepID, n string, l lane, token stri
 		t.outcome = stale // the reclaim spent the last attempt, or put the step in a backoff
 		return err
 	}
+	if held, changed, err := j.HoldIfOverBudget(now); err != nil || held {
+		// At its budget gate: the step does not start, and its message
+		// is dropped; setting the budget sends it again.
+		t.outcome = stale
+		if err == nil && !changed {
+			err = errNoChange
+		}
+		return err
+	}
 	if err := j.CanLease(stepID, now); err != nil {
 		return err
 	}

@@ -43,6 +43,12 @@ const BatchKeyField = "idempotency_key"
 func (e *Engine) SubmitBatch(ctx context.Context, tenant string, items []BatchItem) []BatchResult {
 	out := make([]BatchResult, len(items))
 	jobs := make([]*domain.Job, len(items))
+	if err := e.CheckDailyBudget(ctx, tenant); err != nil {
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
 	ctx = retab(ctx, domain.Usage{}, 1/float64(max(len(items), 1)))
 	var first []JobSends
 	for i, it := range items {

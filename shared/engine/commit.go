@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/stepflow/stepflow/shared/domain"
@@ -157,6 +158,15 @@ func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job
 		fx.dispatch = append(fx.dispatch, j.TakeReleased()...) // a map's progress (settle)
 		fx.cancel = append(fx.cancel, j.TakeOrphaned()...)
 		fx.dispatch = append(fx.dispatch, e.armAtOnce(j, now)...)
+		// A job whose cost passed its budget starts no further step: it
+		// waits at its budget gate, and what the change would send to run
+		// is held back (a timer's message still goes).
+		if _, _, err := j.HoldIfOverBudget(now); err != nil {
+			return j, err
+		}
+		if j.BudgetHeld() {
+			fx.dispatch = heldBack(j, fx.dispatch)
+		}
 		// Steps this process's chain runs next are carried by its
 		// delivered message, not the due index: a job that needs the
 		// sweep for nothing else stays out of it (no index write now, and
@@ -208,6 +218,18 @@ func (e *Engine) commit(ctx context.Context, tenant, id string, from *domain.Job
 		return j, nil
 	}
 	return nil, fmt.Errorf("job %s: gave up after %d lost races: %w: %w", id, maxRaces, domain.ErrContended, domain.ErrVersionConflict)
+}
+
+// heldBack answers ds without the steps a job at its budget gate would
+// start: those an executor or a worker leases.
+func heldBack(j *domain.Job, ds []domain.Dispatch) []domain.Dispatch {
+	out := ds[:0:0]
+	for _, d := range ds {
+		if !domain.Executed(d.Step.Spec.Action.Type) {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // fetchAsked fetches the stored data a decision's err asked for
@@ -296,10 +318,19 @@ type loadedJob struct {
 	loaded  int // events it had
 	waiting bool
 	steps   []stepSnapshot
+	cost    int64 // its own cost as saved (costNano)
 }
 
 func observeBefore(j *domain.Job) loadedJob {
-	return loadedJob{state: j.State, loaded: len(j.Events), waiting: j.WaitsOnPerson(), steps: snapshotSteps(j)}
+	return loadedJob{state: j.State, loaded: len(j.Events), waiting: j.WaitsOnPerson(), steps: snapshotSteps(j), cost: costNano(j)}
+}
+
+// costNano is what j has cost itself as saved, in billionths of a dollar:
+// its child jobs' cost is theirs, counted by them.
+func costNano(j *domain.Job) int64 {
+	u := j.Usage
+	u.ChildrenUSD = 0
+	return int64(math.Round(u.Cost().USD * 1e9))
 }
 
 // observe tells every observer of a saved change: the counters (written

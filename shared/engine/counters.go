@@ -21,6 +21,10 @@ type Stats struct {
 	// DurationMs is the run time of the jobs that completed or failed in
 	// the window (the time their attempts ran), Timed how many they were.
 	DurationMs, Timed int64
+	// CostNanoUSD is what the tenant's jobs cost in the window, in
+	// billionths of a dollar; SpentTodayNanoUSD since midnight UTC, which
+	// its daily budget is held to.
+	CostNanoUSD, SpentTodayNanoUSD int64
 	// LastSweep is when the heartbeat last swept (the stack's, not the
 	// tenant's); nil before its first sweep.
 	LastSweep *time.Time
@@ -37,6 +41,7 @@ func (s *Stats) Add(d StatsDelta) {
 	s.Queued += d.Queued
 	s.DurationMs += d.DurationMs
 	s.Timed += d.Timed
+	s.CostNanoUSD += d.CostNanoUSD
 }
 
 // StatsDelta is what a batch of changes adds to a tenant's counters.
@@ -45,6 +50,7 @@ type StatsDelta struct {
 	Blocked                      int64 // jobs that started (+) or stopped (-) waiting on a person
 	Queued                       int64 // jobs submitted (+) or that left QUEUED (-)
 	DurationMs, Timed            int64 // run time of jobs that completed or failed, and how many
+	CostNanoUSD                  int64 // what the tenant's jobs cost, in billionths of a dollar
 	// Steps adds to the cumulative step counters (never windowed).
 	Steps StepCounts
 }
@@ -52,12 +58,12 @@ type StatsDelta struct {
 // Zero reports whether the delta changes nothing.
 func (d StatsDelta) Zero() bool {
 	return d.Completed == 0 && d.Failed == 0 && d.Cancelled == 0 && d.Blocked == 0 && d.Queued == 0 &&
-		d.DurationMs == 0 && d.Timed == 0 && d.Steps.Empty()
+		d.DurationMs == 0 && d.Timed == 0 && d.CostNanoUSD == 0 && d.Steps.Empty()
 }
 
 // Windowed reports whether the delta adds to the hourly counters.
 func (d StatsDelta) Windowed() bool {
-	return d.Completed != 0 || d.Failed != 0 || d.Cancelled != 0 || d.Queued != 0 || d.DurationMs != 0 || d.Timed != 0
+	return d.Completed != 0 || d.Failed != 0 || d.Cancelled != 0 || d.Queued != 0 || d.DurationMs != 0 || d.Timed != 0 || d.CostNanoUSD != 0
 }
 
 // Hourly is the part of d the hourly counters add: d without the blocked
@@ -76,6 +82,7 @@ func (d *StatsDelta) Add(o StatsDelta) {
 	d.Queued += o.Queued
 	d.DurationMs += o.DurationMs
 	d.Timed += o.Timed
+	d.CostNanoUSD += o.CostNanoUSD
 	d.Steps.Add(o.Steps)
 }
 

@@ -118,6 +118,9 @@ type Config struct {
 	// Lambda bills its time at (AWS_LAMBDA_FUNCTION_MEMORY_SIZE; the
 	// template's 128 when zero): a job's usage counts its time so.
 	FunctionMemoryMB int
+	// TenantBudgets are tenants' daily budgets (STEPFLOW_TENANT_BUDGETS):
+	// a submit past one answers 402. Nil bounds none.
+	TenantBudgets TenantBudgets
 }
 
 // Engine is stepflow's core.
@@ -135,6 +138,8 @@ type Engine struct {
 
 	idMu      sync.Mutex
 	idEntropy *ulid.MonotonicEntropy
+
+	spent spentCache // budget.go
 
 	statsMu      sync.Mutex
 	stats        map[string]StatsDelta // per tenant, not written yet
@@ -251,6 +256,7 @@ func (e *Engine) recordStats(j *domain.Job, before loadedJob) {
 	if q := j.State == domain.JobQueued; q != (prev == domain.JobQueued) {
 		d.Queued = map[bool]int64{true: 1, false: -1}[q] // a reclaim or retry queues a job again
 	}
+	d.CostNanoUSD = costNano(j) - before.cost
 	samples := countSteps(&d.Steps, j, before.steps, before.loaded)
 	e.addStats(j.Tenant, d, samples)
 }
@@ -437,6 +443,9 @@ func (e *Engine) SubmitAs(ctx context.Context, tenant, id string, body []byte) (
 }
 
 func (e *Engine) submit(ctx context.Context, tenant, id string, body []byte, idemKey string) (*domain.Job, bool, error) {
+	if err := e.CheckDailyBudget(ctx, tenant); err != nil {
+		return nil, false, err
+	}
 	j, err := e.build(ctx, tenant, id, body, idemKey, "Idempotency-Key")
 	if err != nil {
 		return nil, false, err
@@ -677,6 +686,7 @@ func (e *Engine) noteCreated(j *domain.Job) {
 	if j.WaitsOnPerson() {
 		d.Blocked = 1
 	}
+	d.CostNanoUSD = costNano(j)
 	samples := countSteps(&d.Steps, j, nil, 0)
 	e.addStats(j.Tenant, d, samples)
 }

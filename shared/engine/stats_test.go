@@ -47,6 +47,9 @@ func TestStatsAddSumsEveryCounter(t *testing.T) {
 	names := ones(t, &st)
 	st.Add(d)
 	for _, n := range names {
+		if n == "SpentTodayNanoUSD" {
+			continue // no delta's: the stores sum today's hours themselves
+		}
 		require.EqualValues(t, 2, reflect.ValueOf(st).FieldByName(n).Int(), n)
 	}
 }

@@ -37,6 +37,28 @@ func storeRunTime(t *testing.T, f StoreFixture) {
 	require.Equal(t, int64(1), st.Timed)
 }
 
+// storeSpentToday: what a tenant's jobs cost adds up over the window, and
+// what they cost since midnight UTC apart (a daily budget is held to it).
+func storeSpentToday(t *testing.T, f StoreFixture) {
+	ctx := context.Background()
+	y, m, d := f.Now.UTC().Date()
+	noon := time.Date(y, m, d, 12, 30, 0, 0, time.UTC)
+	rec := func(tenant string, nano int64, at time.Time) {
+		require.NoError(t, f.Store.RecordStats(ctx, tenant, engine.StatsDelta{CostNanoUSD: nano}, at))
+	}
+	rec(tenantA, 1500, noon)
+	rec(tenantA, 2500, noon.Add(-12*time.Hour)) // 00:30 today
+	rec(tenantA, 4000, noon.Add(-13*time.Hour)) // 23:30 yesterday: in the window, not today
+	rec(tenantB, 7000, noon)
+	st, err := f.Store.Stats(ctx, tenantA, noon)
+	require.NoError(t, err)
+	require.Equal(t, int64(8000), st.CostNanoUSD)
+	require.Equal(t, int64(4000), st.SpentTodayNanoUSD)
+	st, err = f.Store.Stats(ctx, tenantB, noon)
+	require.NoError(t, err)
+	require.Equal(t, int64(7000), st.SpentTodayNanoUSD)
+}
+
 func stepDelta(moves map[engine.StepMove]int64, retries int64, gauge map[domain.StepState]int64, ran map[domain.AttemptState][]time.Duration) engine.StepCounts {
 	var c engine.StepCounts
 	for m, n := range moves {

@@ -35,6 +35,7 @@ const (
 var storeChecks = []check[StoreFixture]{
 	{"create then get answers a fresh copy", storeCreateGet},
 	{"a job's usage counts each request made of it", storeUsage},
+	{"a tenant's spend counts today's apart", storeSpentToday},
 	{"create all writes each job as create would", storeCreateAll},
 	{"a waiting step's timer survives", storeTimers},
 	{"another tenant's job is not found", storeTenantIsolation},

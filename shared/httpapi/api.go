@@ -38,6 +38,7 @@ import (
 var statusOf = map[domain.Code]int{
 	domain.CodeInvalid:             http.StatusBadRequest,
 	domain.CodeUnauthorized:        http.StatusUnauthorized,
+	domain.CodeBudgetExceeded:      http.StatusPaymentRequired,
 	domain.CodeNotFound:            http.StatusNotFound,
 	domain.CodeMethodNotAllowed:    http.StatusMethodNotAllowed,
 	domain.CodeConflict:            http.StatusConflict,
@@ -105,6 +106,8 @@ var routes = []route{
 	{key: "GET /v1/jobs/{id}", owner: EnqueueFunction, serve: (*API).get},
 	{key: "GET /v1/jobs/{id}/events", owner: EnqueueFunction, serve: (*API).events},
 	{key: "POST /v1/jobs/{id}/cancel", owner: EnqueueFunction, serve: (*API).cancel},
+	{key: "POST /v1/jobs/{id}/budget", owner: EnqueueFunction, serve: (*API).setBudget},
+	{key: "GET /v1/budget", owner: EnqueueFunction, serve: (*API).budget},
 	{key: "POST /v1/jobs/{id}/steps/{step}/resume", owner: EnqueueFunction, serve: (*API).resume},
 	{key: "POST /v1/jobs/{id}/signal", owner: EnqueueFunction, serve: (*API).signal},
 	{key: "POST /v1/jobs/{id}/redrive", owner: EnqueueFunction, serve: (*API).redrive},
@@ -905,6 +908,36 @@ func (a *API) cancel(ctx context.Context, tenant string, r *request) (int, any, 
 		return 0, nil, err
 	}
 	return http.StatusOK, jobView(j), nil
+}
+
+// setBudget sets a job's budget: {"usd": N}, above what it has cost so
+// far; a job waiting at its budget gate goes on.
+func (a *API) setBudget(ctx context.Context, tenant string, r *request) (int, any, error) {
+	var body struct {
+		USD *float64 `json:"usd"`
+	}
+	if err := r.decode(&body); err != nil {
+		return 0, nil, err
+	}
+	if body.USD == nil {
+		return 0, nil, domain.Invalid("usd", "is required: the job's budget in US dollars, above what it has cost so far")
+	}
+	j, err := a.Engine.SetBudget(ctx, tenant, r.ev.PathParameters["id"], *body.USD, r.keyID())
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, jobView(j), nil
+}
+
+// budget answers the calling tenant's daily budget and what it has spent
+// today.
+func (a *API) budget(ctx context.Context, tenant string, _ *request) (int, any, error) {
+	b, err := a.Engine.Budget(ctx, tenant)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, TenantBudgetView{Tenant: b.Tenant, DailyUSD: b.DailyUSD, SpentTodayUSD: math.Round(b.SpentTodayUSD*1e9) / 1e9,
+		ResetsAt: b.ResetsAt, Exceeded: b.Exceeded()}, nil
 }
 
 // resume answers a step waiting on a person: {"input": ...}.

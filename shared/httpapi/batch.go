@@ -72,6 +72,9 @@ func (a *API) submitBatch(ctx context.Context, tenant string, r *request) (int, 
 	if len(body.Jobs) == 0 || len(body.Jobs) > engine.MaxBatchJobs {
 		return 0, nil, domain.Invalid("jobs", "holds %d jobs; a batch takes 1 to %d", len(body.Jobs), engine.MaxBatchJobs)
 	}
+	if err := a.Engine.CheckDailyBudget(ctx, tenant); err != nil {
+		return 0, nil, err // the whole request: 402
+	}
 	answer := BatchAnswer{Jobs: make([]BatchItem, len(body.Jobs))}
 	var items []engine.BatchItem
 	var at []int // the index of each item sent to the engine

@@ -40,6 +40,28 @@ type JobView struct {
 	// list prices, what its steps reported, and their sum
 	// (docs/model.md#what-a-job-cost).
 	Cost domain.Cost `json:"cost"`
+	// Budget is what the job may cost; while Exceeded is set it waits at
+	// its budget gate (Message says why) until a person sets a budget
+	// above its cost (POST .../budget) or cancels it.
+	Budget *BudgetView `json:"budget,omitempty"`
+}
+
+// BudgetView is a job's budget.
+type BudgetView struct {
+	USD      float64                `json:"usd"`
+	Exceeded *domain.BudgetExceeded `json:"exceeded,omitempty"`
+	Message  string                 `json:"message,omitempty"`
+}
+
+// TenantBudgetView is GET /v1/budget's answer: the tenant's daily budget
+// (none: absent), what its jobs cost since midnight UTC, and when that
+// count starts again.
+type TenantBudgetView struct {
+	Tenant        string    `json:"tenant"`
+	DailyUSD      *float64  `json:"daily_usd,omitempty"`
+	SpentTodayUSD float64   `json:"spent_today_usd"`
+	ResetsAt      time.Time `json:"resets_at"`
+	Exceeded      bool      `json:"exceeded"`
 }
 
 // ParentView links a child job to the attempt that made it (its lease
@@ -140,6 +162,9 @@ func jobView(j *domain.Job) JobView {
 	}
 	if p := j.Parent; p != nil {
 		v.Parent = &ParentView{Job: p.Job, Step: p.Step, Attempt: p.Attempt}
+	}
+	if b := j.Budget; b != nil {
+		v.Budget = &BudgetView{USD: b.USD, Exceeded: b.Exceeded, Message: b.Message()}
 	}
 	for _, s := range j.Steps {
 		sv := StepView{

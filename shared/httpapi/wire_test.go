@@ -26,7 +26,7 @@ func TestWireTypesHaveTheEngineTypesFields(t *testing.T) {
 		{engine.ClaimedLease{}, wire.ClaimedLease{}, nil},
 		{engine.ClaimedResource{}, wire.ClaimedResource{}, nil},
 		{engine.HeartbeatResult{}, wire.HeartbeatResult{}, nil},
-		{engine.Outcome{}, wire.Outcome{}, []string{"Output"}}, // /complete's, not Fail's
+		{engine.Outcome{}, wire.Outcome{}, []string{"Output", "Cost", "CostUSD"}}, // /complete's, not Fail's; cost {"usd"} is the engine's CostUSD
 		{engine.OutcomeResult{}, wire.OutcomeResult{}, nil},
 		{engine.Decision{}, wire.Decision{}, []string{"Key"}}, // the calling key's, not the body's
 	} {

@@ -79,6 +79,7 @@ type HourStats struct {
 	Queued     int64  `json:"queued,omitempty"`
 	DurationMs int64  `json:"duration_ms,omitempty"`
 	Timed      int64  `json:"timed,omitempty"`
+	CostNano   int64  `json:"cost_nano_usd,omitempty"`
 }
 
 // StepCountsState is engine.StepCounts with its moves listed: JSON keys
@@ -168,7 +169,7 @@ func (s *Store) Snapshot() StoreState {
 	}
 	for k, d := range s.hours {
 		out.Hours = append(out.Hours, HourStats{Tenant: k.tenant, Hour: k.hour, Completed: d.Completed, Failed: d.Failed,
-			Cancelled: d.Cancelled, Queued: d.Queued, DurationMs: d.DurationMs, Timed: d.Timed})
+			Cancelled: d.Cancelled, Queued: d.Queued, DurationMs: d.DurationMs, Timed: d.Timed, CostNano: d.CostNanoUSD})
 	}
 	for tenant, c := range s.steps {
 		out.Steps[tenant] = stepCountsState(c)
@@ -224,7 +225,7 @@ func (s *Store) Restore(st StoreState) {
 	hours := make(map[statsKey]engine.StatsDelta, len(st.Hours))
 	for _, h := range st.Hours {
 		hours[statsKey{h.Tenant, h.Hour}] = engine.StatsDelta{Completed: h.Completed, Failed: h.Failed, Cancelled: h.Cancelled,
-			Queued: h.Queued, DurationMs: h.DurationMs, Timed: h.Timed}
+			Queued: h.Queued, DurationMs: h.DurationMs, Timed: h.Timed, CostNanoUSD: h.CostNano}
 	}
 	steps := make(map[string]engine.StepCounts, len(st.Steps))
 	for tenant, c := range st.Steps {

@@ -575,8 +575,14 @@ func (s *Store) Stats(_ context.Context, tenant string, now time.Time) (engine.S
 		at := *s.swept
 		st.LastSweep = &at
 	}
+	today := now.UTC().Format("20060102")
 	for h := range 24 {
-		st.Add(s.hours[statsKey{tenant, now.UTC().Add(-time.Duration(h) * time.Hour).Format(hourLayout)}])
+		hour := now.UTC().Add(-time.Duration(h) * time.Hour).Format(hourLayout)
+		b := s.hours[statsKey{tenant, hour}]
+		st.Add(b)
+		if strings.HasPrefix(hour, today) {
+			st.SpentTodayNanoUSD += b.CostNanoUSD
+		}
 	}
 	return st, nil
 }

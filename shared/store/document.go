@@ -69,6 +69,13 @@ type jobDoc struct {
 	Error               *errorDoc       `json:"error,omitempty"`
 	Parent              *parentDoc      `json:"parent,omitempty"`
 	Orphans             []string        `json:"orphans,omitempty"`
+	Budget              *budgetDoc      `json:"budget,omitempty"`
+}
+
+type budgetDoc struct {
+	USD      float64    `json:"usd"`
+	Exceeded *time.Time `json:"exceeded_at,omitempty"`
+	CostUSD  float64    `json:"cost_usd,omitempty"` // at the gate
 }
 
 type parentDoc struct {
@@ -346,6 +353,13 @@ func jobDocOf(j *domain.Job) jobDoc {
 			return parentDoc{Job: p.Job, Step: p.Step, Attempt: p.Attempt, Lease: p.Lease}
 		}),
 		Orphans: j.Orphans,
+		Budget: mapPtr(j.Budget, func(b domain.Budget) budgetDoc {
+			d := budgetDoc{USD: b.USD}
+			if b.Exceeded != nil {
+				d.Exceeded, d.CostUSD = &b.Exceeded.At, b.Exceeded.CostUSD
+			}
+			return d
+		}),
 	}
 }
 
@@ -375,6 +389,13 @@ func (d *jobDoc) job() *domain.Job {
 			return domain.ParentRef{Job: p.Job, Step: p.Step, Attempt: p.Attempt, Lease: p.Lease}
 		}),
 		Orphans: d.Orphans,
+		Budget: mapPtr(d.Budget, func(b budgetDoc) domain.Budget {
+			out := domain.Budget{USD: b.USD}
+			if b.Exceeded != nil {
+				out.Exceeded = &domain.BudgetExceeded{At: *b.Exceeded, CostUSD: b.CostUSD}
+			}
+			return out
+		}),
 	}
 }
 

@@ -179,8 +179,8 @@ func TestDocumentCoversTheJob(t *testing.T) {
 	j.Fetched, j.Unfetchable = map[string][]byte{}, map[string]string{}
 	j.Released = []domain.Dispatch{}
 	fillAll(reflect.ValueOf(&j).Elem(), 0)
-	j.CancelRequested, j.Marks, j.MarksMade = false, nil, 0                          // cancelAttr and marksAttr
-	j.Usage, j.Spent, j.ItemBytes, j.ItemDue = domain.Usage{}, domain.Usage{}, 0, "" // usageAttr, and notes of the item
+	j.CancelRequested, j.Marks, j.MarksMade = false, nil, 0                                             // cancelAttr and marksAttr
+	j.Usage, j.Spent, j.ItemBytes, j.ItemDue, j.CarriedDue = domain.Usage{}, domain.Usage{}, 0, "", nil // usageAttr, and notes of the item
 	j.Fetched, j.Unfetchable, j.Released = nil, nil, nil
 	raw, err := encodeDocument(&j)
 	require.NoError(t, err)

@@ -18,6 +18,9 @@ import (
 
 const hourLayout = "2006010215"
 
+// dayLayout is the day an hourLayout bucket begins with.
+const dayLayout = "20060102"
+
 func statsKey(pk, sk string) map[string]ddb.AttributeValue {
 	return map[string]ddb.AttributeValue{"pk": &ddb.AttributeValueMemberS{Value: pk}, "sk": &ddb.AttributeValueMemberS{Value: sk}}
 }
@@ -44,10 +47,10 @@ func (s *Store) RecordStats(ctx context.Context, tenant string, d engine.StatsDe
 		_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName:                &s.table,
 			Key:                      statsKey(pk, "S"),
-			UpdateExpression:         aws.String("ADD n_COMPLETED :c, n_FAILED :f, n_CANCELLED :x, n_QUEUED :q, n_DUR_MS :dm, n_TIMED :t SET #ttl = :ttl"),
+			UpdateExpression:         aws.String("ADD n_COMPLETED :c, n_FAILED :f, n_CANCELLED :x, n_QUEUED :q, n_DUR_MS :dm, n_TIMED :t, n_COST :cn SET #ttl = :ttl"),
 			ExpressionAttributeNames: map[string]string{"#ttl": "ttl"},
 			ExpressionAttributeValues: map[string]ddb.AttributeValue{":c": num(d.Completed), ":f": num(d.Failed), ":x": num(d.Cancelled), ":q": num(d.Queued),
-				":dm": num(d.DurationMs), ":t": num(d.Timed), ":ttl": num(now.Add(48 * time.Hour).Unix())},
+				":dm": num(d.DurationMs), ":t": num(d.Timed), ":cn": num(d.CostNanoUSD), ":ttl": num(now.Add(48 * time.Hour).Unix())},
 		})
 		if err != nil {
 			return fmt.Errorf("record outcomes of tenant %s: %w", tenant, err)
@@ -214,6 +217,7 @@ func (s *Store) Stats(ctx context.Context, tenant string, now time.Time) (engine
 		}
 	}
 	var st engine.Stats
+	today := now.UTC().Format(dayLayout)
 	items, err := s.batchGet(ctx, keys)
 	if err != nil {
 		return st, fmt.Errorf("read stats of tenant %s: %w", tenant, err)
@@ -228,6 +232,7 @@ func (s *Store) Stats(ctx context.Context, tenant string, now time.Time) (engine
 			Queued    int64  `json:"n_QUEUED"`
 			DurMs     int64  `json:"n_DUR_MS"`
 			Timed     int64  `json:"n_TIMED"`
+			Cost      int64  `json:"n_COST"`
 			At        string `json:"at"`
 		}
 		if err := decoder.Decode(&ddb.AttributeValueMemberM{Value: it}, &c); err != nil {
@@ -240,7 +245,10 @@ func (s *Store) Stats(ctx context.Context, tenant string, now time.Time) (engine
 			continue
 		}
 		st.Add(engine.StatsDelta{Completed: c.Completed, Failed: c.Failed, Cancelled: c.Cancelled, Blocked: c.Blocked,
-			Queued: c.Queued, DurationMs: c.DurMs, Timed: c.Timed})
+			Queued: c.Queued, DurationMs: c.DurMs, Timed: c.Timed, CostNanoUSD: c.Cost})
+		if parts := strings.Split(c.PK, "#"); len(parts) >= 3 && strings.HasPrefix(parts[len(parts)-2], today) {
+			st.SpentTodayNanoUSD += c.Cost // a bucket of today's hours: S#<tenant>#<hour>#<shard>
+		}
 	}
 	return st, nil
 }

@@ -233,6 +233,9 @@ type TenantBudget struct {
 	DailyUSD      *float64  `json:"daily_usd,omitempty"` // nil: no daily budget
 	SpentTodayUSD float64   `json:"spent_today_usd"`
 	ResetsAt      time.Time `json:"resets_at"`
+	// Exceeded: today's spending reached the daily budget; submits are
+	// refused until ResetsAt.
+	Exceeded bool `json:"exceeded"`
 }
 
 // ParentRef links a child job to the attempt of a job step that made it.

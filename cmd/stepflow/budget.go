@@ -40,8 +40,12 @@ today and when that resets. A submit past the daily budget is refused (402).`,
 					if b.DailyUSD != nil {
 						daily = dollars(*b.DailyUSD)
 					}
+					spent := dollars(b.SpentTodayUSD)
+					if b.Exceeded {
+						spent += " (exceeded: submits are refused until it resets)"
+					}
 					_, err := fmt.Fprintf(a.stdout, "tenant       %s\ndaily        %s\nspent today  %s\nresets at    %s\n",
-						b.Tenant, daily, dollars(b.SpentTodayUSD), when(&b.ResetsAt))
+						b.Tenant, daily, spent, when(&b.ResetsAt))
 					return err
 				})
 			}

@@ -2,12 +2,14 @@ package inmemory_test
 
 import (
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/stepflow/stepflow/localstack/devstack"
 	"github.com/stepflow/stepflow/localstack/devstack/stacktest"
 	"github.com/stepflow/stepflow/shared/domain"
 )
@@ -64,4 +66,83 @@ func TestUIShowsWhatAJobCost(t *testing.T) {
 	require.Contains(t, b.text(`#job-cost-units`), "DynamoDB write units")
 	require.Contains(t, b.text(`#job-cost-units`), "API Gateway requests")
 	b.shot("job-cost.png")
+}
+
+// A job held at its budget gate: the page says why in a banner; the API's
+// refusal of too small a budget shows beside the input, changing nothing;
+// a raise through the button lets the job go on, and the page follows.
+func TestUIRaisesAHeldJobsBudget(t *testing.T) {
+	t.Parallel()
+	b := newBrowser(t)
+	h := stacktest.NewInMemory(t)
+	j := askLLM(t, h, map[string]any{"budget": map[string]any{"usd": 0.005}}, 0.01)
+	h.Await(t, keyA, j.ID, "held at its budget gate", func(j stacktest.Job) bool { return j.State == domain.JobWaiting })
+
+	b.do(chromedp.Navigate(h.URL+"/ui#key="+keyA), chromedp.WaitVisible(chromedp.CSS(`#jobs`)))
+	b.do(chromedp.Navigate(h.URL+"/ui#/jobs/"+j.ID), chromedp.WaitVisible(chromedp.CSS(`#job-budget.budget-gate button[data-action="budget"]`)))
+	require.Regexp(t, `^Waiting: budget exceeded: \$0\.01\d* of \$0\.005`, b.text(`#job-budget .budget-why`))
+	require.Equal(t, "Raise budget", b.text(`#job-budget button[data-action="budget"]`))
+	require.Equal(t, "$0.005", b.text(`#job-budget-usd`))
+	require.Equal(t, "0", b.eval(`String(document.querySelectorAll('#job-actions #budget-form').length)`), "one budget form: the banner's")
+	b.shot("job-budget-exceeded.png")
+
+	b.do(chromedp.SendKeys(chromedp.CSS(`#budget-usd`), "0.001"), chromedp.Click(chromedp.CSS(`button[data-action="budget"]`)))
+	b.awaitText(`#budget-error`, "400 invalid: usd")
+	require.Equal(t, "true", b.eval(`document.getElementById('budget-usd').getAttribute('aria-invalid') || ''`))
+	require.Equal(t, domain.JobWaiting, h.Get(t, keyA, j.ID).State)
+	b.shot("job-budget-refused.png")
+
+	b.eval(`document.getElementById('budget-usd').value = ''`)
+	b.do(chromedp.SendKeys(chromedp.CSS(`#budget-usd`), "2"), chromedp.Click(chromedp.CSS(`button[data-action="budget"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#job-state .st-completed`)))
+	require.Contains(t, b.text(`#job-notice`), "Budget set to $2.00")
+	require.Equal(t, "$2.00", b.text(`#job-budget-usd`))
+	require.Equal(t, "0", b.eval(`String(document.querySelectorAll('#job-budget *').length)`), "the banner is gone")
+	b.awaitText(`#events`, "budget_set")
+	require.Equal(t, domain.JobCompleted, h.Get(t, keyA, j.ID).State)
+}
+
+// Any unfinished job may be given a budget from its page.
+func TestUISetsABudgetOnAnUnfinishedJob(t *testing.T) {
+	t.Parallel()
+	b := newBrowser(t)
+	h := stacktest.NewInMemory(t)
+	j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "gate", "action": map[string]any{"type": "approval"}}}})
+	h.AwaitState(t, keyA, j.ID, domain.JobWaiting)
+	b.do(chromedp.Navigate(h.URL+"/ui#key="+keyA), chromedp.WaitVisible(chromedp.CSS(`#jobs`)))
+	b.do(chromedp.Navigate(h.URL+"/ui#/jobs/"+j.ID), chromedp.WaitVisible(chromedp.CSS(`#job-actions button[data-action="budget"]`)))
+	require.Equal(t, "Set budget", b.text(`#job-actions button[data-action="budget"]`))
+	b.do(chromedp.SendKeys(chromedp.CSS(`#budget-usd`), "0.5"), chromedp.Click(chromedp.CSS(`button[data-action="budget"]`)))
+	b.awaitText(`#job-budget-usd`, "$0.50")
+	require.Equal(t, "Change budget", b.text(`#job-actions button[data-action="budget"]`))
+	require.Contains(t, b.text(`#job-notice`), "Budget set to $0.50")
+}
+
+// The health page shows what the tenant spent today of its daily budget,
+// and when that resets; a tenant with none sees nothing of it. It fits a
+// phone.
+func TestUIShowsTheTenantsDailyBudget(t *testing.T) {
+	t.Parallel()
+	b := newBrowser(t)
+	h := stacktest.New(t, func(o *devstack.Options) {
+		o.Env = map[string]string{"STEPFLOW_TENANT_BUDGETS": stacktest.TenantA + ":5"}
+	})
+	j := h.Submit(t, keyA, map[string]any{"steps": []any{map[string]any{"id": "a", "action": map[string]any{"type": "pass"}}}})
+	h.AwaitState(t, keyA, j.ID, domain.JobCompleted)
+
+	b.do(chromedp.Navigate(h.URL+"/ui#key="+keyA), chromedp.WaitVisible(chromedp.CSS(`#jobs`)))
+	b.do(chromedp.Navigate(h.URL+"/ui#/health"), chromedp.WaitVisible(chromedp.CSS(`#daily-budget #daily-spent`)))
+	require.Regexp(t, `^\$\d+\.\d+ spent today of \$5\.00$`, b.text(`#daily-spent`))
+	require.Contains(t, b.text(`#daily-budget`), "Resets ")
+	require.Regexp(t, `T00:00:00Z$`, b.eval(`document.querySelector('#daily-budget time').getAttribute('datetime')`))
+	b.do(chromedp.EmulateViewport(phoneWidth, 900))
+	width, err := strconv.Atoi(b.eval(`String(document.documentElement.scrollWidth)`))
+	require.NoError(t, err)
+	require.LessOrEqual(t, width, phoneWidth, "wider than a phone: %s", b.eval(widest))
+	b.shot("phone-health-budget.png")
+
+	b.eval(`localStorage.setItem('stepflow.key', ` + strconv.Quote(stacktest.KeyB) + `); ''`)
+	b.do(chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS(`#health p.status`)))
+	time.Sleep(500 * time.Millisecond) // its budget's answer, which shows nothing
+	require.Equal(t, "true", b.eval(`String(document.getElementById('daily-budget').hidden)`), "tenant B has no daily budget")
 }

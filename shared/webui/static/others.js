@@ -163,14 +163,14 @@ function dailyBudget(signal, el) {
       el.hidden = true;
       return;
     }
-    const over = b.spent_today_usd >= b.daily_usd;
-    el.replaceChildren(
+    const over = b.exceeded || b.spent_today_usd >= b.daily_usd;
+    el.replaceChildren(...[
       h('h2', null, 'Daily budget'),
-      h('p', { class: 'daily' },
-        h('meter', { min: 0, max: b.daily_usd, value: Math.min(b.spent_today_usd, b.daily_usd), high: b.daily_usd * 0.8, optimum: 0, title: `${dollars(b.spent_today_usd)} of ${dollars(b.daily_usd)}` }),
-        ' ', h('span', { id: 'daily-spent' }, `${dollars(b.spent_today_usd)} spent today of ${dollars(b.daily_usd)}`)),
-      over ? h('p', { class: 'error' }, 'Spent: a new job is refused (402) until the budget resets.') : null,
-      h('p', { class: 'muted' }, 'Resets ', timeEl(b.resets_at), '.'));
+      h('p', { id: 'daily-spent' }, `${dollars(b.spent_today_usd)} spent today of ${dollars(b.daily_usd)}`),
+      h('meter', { min: 0, max: b.daily_usd, value: Math.min(b.spent_today_usd, b.daily_usd), low: b.daily_usd * 0.5, high: b.daily_usd * 0.8, optimum: 0, title: `${dollars(b.spent_today_usd)} of ${dollars(b.daily_usd)}` }),
+      over && h('p', { class: 'error', id: 'daily-exceeded' }, 'Spent: a new job is refused (402) until the budget resets.'),
+      h('p', { class: 'muted' }, 'Resets ', timeEl(b.resets_at), '.'),
+    ].filter(Boolean));
     el.hidden = false;
   });
 }

@@ -21,7 +21,7 @@ func jobCommands(a *app) []*cobra.Command {
 		submitCmd(a), getCmd(a), listCmd(a), eventsCmd(a), watchCmd(a), outputCmd(a),
 		jobAction(a, "cancel JOB", "Cancel a job and fence off its running attempts", func(ctx context.Context, c *client.Client, id string) (*client.Job, error) { return c.Cancel(ctx, id) }),
 		jobAction(a, "redrive JOB", "Run a FAILED job again from its failed and cancelled steps", func(ctx context.Context, c *client.Client, id string) (*client.Job, error) { return c.Redrive(ctx, id) }),
-		decideCmd(a, true), decideCmd(a, false), resumeCmd(a), signalCmd(a),
+		decideCmd(a, true), decideCmd(a, false), resumeCmd(a), signalCmd(a), budgetCmd(a),
 	}
 }
 
@@ -84,6 +84,9 @@ so a retried request never submits a job twice.`,
 				opts = append(opts, client.WithIdempotencyKey(idemKey))
 			}
 			j, err := c.SubmitJSON(cmd.Context(), body, opts...)
+			if client.IsBudgetExceeded(err) {
+				return fmt.Errorf("%w (stepflow budget shows the tenant's daily budget)", err)
+			}
 			if err != nil {
 				return err
 			}
@@ -272,7 +275,23 @@ func (a *app) printJob(j *client.Job) error {
 	if j.Error != nil {
 		fmt.Fprintf(a.stdout, "error    %s: %s\n", j.Error.Class, j.Error.Message)
 	}
+	fmt.Fprintf(a.stdout, "cost     %s\n", costLine(j.Cost))
+	if j.Budget != nil {
+		fmt.Fprintf(a.stdout, "budget   %s\n", budgetLine(j))
+	}
 	fmt.Fprintln(a.stdout)
+	// A cost column only when a step reported one: most never do.
+	spent := slices.ContainsFunc(j.Steps, func(s client.Step) bool { return s.CostUSD > 0 })
+	row := func(id, action, state, attempt string, cost float64, note string) []string {
+		if !spent {
+			return []string{id, action, state, attempt, note}
+		}
+		c := "-"
+		if cost > 0 {
+			c = dollars(cost)
+		}
+		return []string{id, action, state, attempt, c, note}
+	}
 	var rows [][]string
 	items := map[string]map[string]int{} // a map's items by state
 	for _, s := range j.Steps {
@@ -292,7 +311,7 @@ func (a *app) printJob(j *client.Job) error {
 			for _, st := range slices.Sorted(maps.Keys(byState)) {
 				parts = append(parts, fmt.Sprintf("%d %s", byState[st], st))
 			}
-			rows = append(rows, []string{s.ID, s.Action, s.State, "-", short(fmt.Sprintf("%d items: %s", s.Children, strings.Join(parts, ", ")), 70)})
+			rows = append(rows, row(s.ID, s.Action, s.State, "-", s.CostUSD, short(fmt.Sprintf("%d items: %s", s.Children, strings.Join(parts, ", ")), 70)))
 			continue
 		}
 		attempt := fmt.Sprintf("%d/%d", s.Attempt, s.MaxAttempts)
@@ -303,9 +322,47 @@ func (a *app) printJob(j *client.Job) error {
 		if child := stepChild(&s); child != "" {
 			note = childNote(&s, child, note)
 		}
-		rows = append(rows, []string{s.ID, s.Action, s.State, attempt, note})
+		rows = append(rows, row(s.ID, s.Action, s.State, attempt, s.CostUSD, note))
 	}
-	return a.table([]string{"STEP", "ACTION", "STATE", "ATTEMPT", "NOTE"}, rows)
+	header := []string{"STEP", "ACTION", "STATE", "ATTEMPT", "NOTE"}
+	if spent {
+		header = []string{"STEP", "ACTION", "STATE", "ATTEMPT", "COST", "NOTE"}
+	}
+	return a.table(header, rows)
+}
+
+// costLine says what a job cost so far and of what.
+func costLine(c client.Cost) string {
+	line := fmt.Sprintf("$%.6f (engine $%.6f, reported $%.6f", c.USD, c.EngineUSD, c.ReportedUSD)
+	if c.ChildrenUSD != 0 {
+		line += fmt.Sprintf(", children $%.6f", c.ChildrenUSD)
+	}
+	return line + ")"
+}
+
+// budgetLine says what a job may cost and, when it waits at its budget
+// gate, why and how to let it go on.
+func budgetLine(j *client.Job) string {
+	b := j.Budget
+	line := dollars(b.USD)
+	if b.Exceeded == nil {
+		return line
+	}
+	why := b.Message
+	if why == "" {
+		why = fmt.Sprintf("budget exceeded: %s of %s", dollars(b.Exceeded.CostUSD), dollars(b.USD))
+	}
+	return fmt.Sprintf("%s — exceeded: %s; raise it: stepflow budget %s --usd N", line, why, j.ID)
+}
+
+// dollars shows an amount of US dollars to the cent, or as finely as it
+// needs below one ($0.50, $2.00, $0.0042).
+func dollars(usd float64) string {
+	s := strings.TrimRight(strconv.FormatFloat(usd, 'f', 6, 64), "0")
+	if decimals := len(s) - strings.IndexByte(s, '.') - 1; decimals < 2 {
+		s += strings.Repeat("0", 2-decimals)
+	}
+	return "$" + s
 }
 
 // neverRuns reports a step that did not run and will not: skipped,

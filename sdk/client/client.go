@@ -8,7 +8,7 @@
 // what was asked: reads, PUT and DELETE, submit (it always sends an
 // Idempotency-Key, made per call unless you give one), cancel, approve,
 // reject, signal (it sends an id, made per call unless you give one),
-// redrive, the schedule routes and the lease routes (heartbeat, complete
+// redrive, setting a job's budget, the schedule routes and the lease routes (heartbeat, complete
 // and fail under one lease are answered again, not applied twice). Claim
 // and resume are not retried after a 5xx: a lost claim's leases come back
 // when they expire, and a repeated resume answers 409.
@@ -125,6 +125,9 @@ const (
 	// each time it was tried, and changed nothing; every call retries it
 	// after Retry-After.
 	CodeContended = "contended"
+	// CodeBudgetExceeded is a 402: a submit past the tenant's daily budget
+	// (TenantBudget); nothing was submitted.
+	CodeBudgetExceeded = "budget_exceeded"
 )
 
 func (e *Error) Error() string {
@@ -155,6 +158,10 @@ func IsLeaseLost(err error) bool { return ErrorCode(err) == CodeLeaseLost }
 // IsConflict reports a 409 conflict: the object is not in a state that
 // allows the call.
 func IsConflict(err error) bool { return ErrorCode(err) == CodeConflict }
+
+// IsBudgetExceeded reports a 402 budget_exceeded: the tenant spent its
+// daily budget, and the call (a submit) was refused until it resets.
+func IsBudgetExceeded(err error) bool { return ErrorCode(err) == CodeBudgetExceeded }
 
 // retryPolicy says what a call may repeat.
 type retryPolicy int
@@ -291,6 +298,8 @@ func apiError(res *http.Response, raw []byte) *Error {
 		e.Code = CodeThrottled
 	case res.StatusCode == http.StatusNotFound:
 		e.Code = CodeNotFound
+	case res.StatusCode == http.StatusPaymentRequired:
+		e.Code = CodeBudgetExceeded
 	case res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusForbidden:
 		e.Code = CodeUnauthorized
 	case res.StatusCode >= 500:

@@ -229,6 +229,13 @@ func (c *Client) Redrive(ctx context.Context, jobID string) (*Job, error) {
 	return c.jobCall(ctx, http.MethodPost, "/v1/jobs/"+esc(jobID)+"/redrive", nil, retrySafe)
 }
 
+// SetBudget sets or raises a job's budget to usd: a job waiting at its
+// budget gate goes on once usd is more than it cost. A usd not more than
+// the job's cost so far answers 400 naming usd; a finished job 409.
+func (c *Client) SetBudget(ctx context.Context, jobID string, usd float64) (*Job, error) {
+	return c.jobCall(ctx, http.MethodPost, "/v1/jobs/"+esc(jobID)+"/budget", map[string]float64{"usd": usd}, retrySafe)
+}
+
 // StepOutput answers a step's whole output, also one kept in S3: when the
 // API answers 303 (too large for its response) it GETs the presigned URL,
 // without the API key, and checks what it got against the reference.
@@ -327,6 +334,15 @@ func (c *Client) Health(ctx context.Context) (*Health, error) {
 		return nil, err
 	}
 	return &h, nil
+}
+
+// Budget answers the tenant's daily budget and what it spent today.
+func (c *Client) Budget(ctx context.Context) (*TenantBudget, error) {
+	var b TenantBudget
+	if _, _, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/budget", out: &b}); err != nil {
+		return nil, err
+	}
+	return &b, nil
 }
 
 // sleep waits d or until ctx ends.

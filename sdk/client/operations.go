@@ -195,8 +195,17 @@ func (c *Client) Heartbeat(ctx context.Context, leaseID string, extend time.Dura
 // Complete records a lease's success with its output (any JSON value; a
 // json.RawMessage is sent as it is).
 func (c *Client) Complete(ctx context.Context, leaseID string, output any) (*OutcomeResult, error) {
+	return c.CompleteReporting(ctx, leaseID, output, 0)
+}
+
+// CompleteReporting is Complete of an attempt that reports what it spent
+// itself (costUSD, in US dollars; 0 for nothing), added to its job's cost.
+func (c *Client) CompleteReporting(ctx context.Context, leaseID string, output any, costUSD float64) (*OutcomeResult, error) {
 	var r OutcomeResult
 	body := map[string]any{"output": output}
+	if costUSD != 0 {
+		body["cost"] = ReportedCost{USD: costUSD}
+	}
 	if _, _, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/leases/" + esc(leaseID) + "/complete", body: body, out: &r}); err != nil {
 		return nil, err
 	}

@@ -12,11 +12,13 @@ import (
 const MaxBatchOutcomes = 25
 
 // LeaseOutcome is one lease's outcome for ReportOutcomes: a success with
-// Output, or, when Failure is set, that failure.
+// Output, or, when Failure is set, that failure. Cost is what the attempt
+// spent itself, with either (when nil, a Failure's own Cost is sent).
 type LeaseOutcome struct {
 	LeaseID string
 	Output  any
 	Failure *Failure
+	Cost    *ReportedCost
 }
 
 // OutcomeAnswer is one outcome's answer in a batch, in the order
@@ -41,6 +43,13 @@ func (c *Client) ReportOutcomes(ctx context.Context, outcomes []LeaseOutcome) ([
 	items := make([]map[string]any, len(outcomes))
 	for i, o := range outcomes {
 		item := map[string]any{"lease_id": o.LeaseID}
+		cost := o.Cost
+		if cost == nil && o.Failure != nil {
+			cost = o.Failure.Cost
+		}
+		if cost != nil {
+			item["cost"] = cost
+		}
 		if f := o.Failure; f != nil {
 			item["class"] = f.Class
 			if f.Message != "" {

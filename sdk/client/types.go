@@ -44,6 +44,9 @@ type JobRequest struct {
 	Queue    string     `json:"queue,omitempty"`
 	Priority *int       `json:"priority,omitempty"` // 0 (first) to 2; default 1
 	RunAt    *time.Time `json:"run_at,omitempty"`   // start no earlier
+	// Budget holds the job to a cost: past Budget.USD no further step
+	// starts until the budget is raised (SetBudget). Only USD is sent.
+	Budget *Budget `json:"budget,omitempty"`
 }
 
 // StepSpec is one step of a submission.
@@ -165,12 +168,74 @@ type Job struct {
 	// child jobs this job's steps made, in step and attempt order.
 	Parent   *ParentRef `json:"parent,omitempty"`
 	Children []string   `json:"children,omitempty"`
+	// Cost is what the job cost so far; Budget what it may cost, when it
+	// has one.
+	Cost   Cost    `json:"cost"`
+	Budget *Budget `json:"budget,omitempty"`
 	// SignalOutcome is set in the answer to Signal only: what became of
 	// the signal sent.
 	SignalOutcome *SignalOutcome `json:"signal,omitempty"`
 	// Replayed: Submit's Idempotency-Key named a job submitted before,
 	// which this is (200, not 201).
 	Replayed bool `json:"-"`
+}
+
+// Cost is what a job cost so far, in US dollars: the engine's AWS usage
+// for it at list prices, what its steps reported they spent themselves,
+// and what its child jobs cost.
+type Cost struct {
+	USD         float64   `json:"usd"`
+	EngineUSD   float64   `json:"engine_usd"`
+	ReportedUSD float64   `json:"reported_usd"`
+	ChildrenUSD float64   `json:"children_usd,omitempty"`
+	Units       CostUnits `json:"units"`
+}
+
+// CostUnits are the AWS usage a job's engine cost is priced from, each in
+// the unit AWS bills; shared requests count as shares.
+type CostUnits struct {
+	DynamoDBWriteUnits float64 `json:"dynamodb_write_units,omitempty"`
+	DynamoDBReadUnits  float64 `json:"dynamodb_read_units,omitempty"`
+	SQSRequests        float64 `json:"sqs_requests,omitempty"`
+	LambdaRequests     float64 `json:"lambda_requests,omitempty"`
+	LambdaGBSeconds    float64 `json:"lambda_gb_seconds,omitempty"`
+	APIRequests        float64 `json:"api_requests,omitempty"`
+	S3WriteRequests    float64 `json:"s3_write_requests,omitempty"`
+	S3ReadRequests     float64 `json:"s3_read_requests,omitempty"`
+	Events             float64 `json:"events,omitempty"`
+	TimerTransitions   float64 `json:"timer_transitions,omitempty"`
+	TableGBMonths      float64 `json:"table_gb_months,omitempty"`
+	S3GBMonths         float64 `json:"s3_gb_months,omitempty"`
+}
+
+// Budget is what a job may cost. While Exceeded is set the job waits
+// (WAITING) at its budget gate: no further step starts until the budget
+// is raised above its cost.
+type Budget struct {
+	USD      float64         `json:"usd"`
+	Exceeded *BudgetExceeded `json:"exceeded,omitempty"`
+	// Message says why the job waits, e.g. "budget exceeded: $0.51 of $0.5".
+	Message string `json:"message,omitempty"`
+}
+
+// BudgetExceeded is when a job's cost went past its budget, and how much
+// it had cost then.
+type BudgetExceeded struct {
+	At      time.Time `json:"at"`
+	CostUSD float64   `json:"cost_usd"`
+}
+
+// TenantBudget is GET /v1/budget: the tenant's daily budget and what its
+// jobs spent today. A submit past the daily budget answers 402
+// (IsBudgetExceeded).
+type TenantBudget struct {
+	Tenant        string    `json:"tenant"`
+	DailyUSD      *float64  `json:"daily_usd,omitempty"` // nil: no daily budget
+	SpentTodayUSD float64   `json:"spent_today_usd"`
+	ResetsAt      time.Time `json:"resets_at"`
+	// Exceeded: today's spending reached the daily budget; submits are
+	// refused until ResetsAt.
+	Exceeded bool `json:"exceeded"`
 }
 
 // ParentRef links a child job to the attempt of a job step that made it.
@@ -229,6 +294,8 @@ type Step struct {
 	ResourceWaitSeconds int          `json:"resource_wait_seconds,omitempty"`
 	Retry               *RetryPolicy `json:"retry,omitempty"`
 	TimeoutSecs         int          `json:"timeout_seconds,omitempty"`
+	// CostUSD is what its attempts reported they spent themselves.
+	CostUSD float64 `json:"cost_usd,omitempty"`
 }
 
 // StepError is why an attempt or step failed.
@@ -250,6 +317,7 @@ type Attempt struct {
 	OutputRef *DataRef        `json:"output_ref,omitempty"`
 	Child     string          `json:"child,omitempty"`     // the child job it made (a job step's)
 	Execution string          `json:"execution,omitempty"` // the execution it started (a stepfunctions step's)
+	CostUSD   float64         `json:"cost_usd,omitempty"`  // what it reported it spent
 }
 
 // LeaseInfo shows who holds a step.
@@ -498,6 +566,14 @@ type Failure struct {
 	RetryAfterSeconds int        `json:"retry_after_seconds,omitempty"`
 	Prompt            string     `json:"prompt,omitempty"` // needs_user
 	Steps             []StepSpec `json:"steps,omitempty"`  // replan
+	// Cost is what the failed attempt spent itself, added to its job's.
+	Cost *ReportedCost `json:"cost,omitempty"`
+}
+
+// ReportedCost is what an attempt spent itself (an LLM call's tokens,
+// say), which its job adds to what the engine's work for it cost.
+type ReportedCost struct {
+	USD float64 `json:"usd"`
 }
 
 // OutcomeResult answers a complete or fail: where the step and job went.

@@ -354,6 +354,15 @@ func (e *Env) Redrive(id string) *domain.Job {
 	return e.must(j, err)
 }
 
+// SetBudget sets or raises a job's budget, as POST /v1/jobs/{id}/budget
+// does: a job waiting at its budget gate goes on once usd is more than it
+// has cost.
+func (e *Env) SetBudget(id string, usd float64) *domain.Job {
+	e.t.Helper()
+	j, err := e.engine.SetBudget(e.ctx, e.cfg.tenant, id, usd, "stepflowtest")
+	return e.must(j, err)
+}
+
 func (e *Env) must(j *domain.Job, err error) *domain.Job {
 	e.t.Helper()
 	if err != nil {

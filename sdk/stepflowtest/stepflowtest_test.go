@@ -131,6 +131,49 @@ func TestWorkerFailsFatal(t *testing.T) {
 	require.Len(t, b.tasks, 1, "fatal is never retried")
 }
 
+// What a handler reports it spent is recorded on its attempt, failed or
+// succeeded, and counted in its job's cost.
+func TestAHandlerReportsWhatItSpent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.handle("llm", func(_ context.Context, task *stepflowtest.Task) (any, error) {
+		task.ReportCost(0.01)
+		if task.Attempt == 1 {
+			return nil, stepflowtest.Fail("retryable", "rate limited after the prompt was paid for")
+		}
+		task.ReportCost(0.002)
+		return map[string]string{"answer": "42"}, nil
+	})
+	j := b.env.Submit(`{"steps":[{"id":"ask","action":{"type":"worker","queue":"llm"}}]}`)
+	got := b.env.AwaitState(j.ID, domain.JobCompleted)
+	attempts := got.Steps[0].Attempts
+	require.Len(t, attempts, 2)
+	require.InDelta(t, 0.01, attempts[0].CostUSD, 1e-12)
+	require.InDelta(t, 0.012, attempts[1].CostUSD, 1e-12)
+	require.InDelta(t, 0.022, got.Steps[0].ReportedUSD(), 1e-9)
+	require.InDelta(t, 0.022, got.Cost().ReportedUSD, 1e-9)
+}
+
+// A job whose handler spends past its budget waits at its budget gate
+// until SetBudget raises it.
+func TestABudgetHoldsAJobUntilRaised(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.handle("llm", func(_ context.Context, task *stepflowtest.Task) (any, error) {
+		task.ReportCost(0.01)
+		return map[string]string{"answer": "42"}, nil
+	})
+	j := b.env.Submit(`{"budget":{"usd":0.005},"steps":[{"id":"ask","action":{"type":"worker","queue":"llm"}},{"id":"store","action":{"type":"pass"}}]}`)
+	held := b.env.AwaitState(j.ID, domain.JobWaiting)
+	require.NotNil(t, held.Budget.Exceeded)
+	require.Equal(t, domain.StepSucceeded, held.Steps[0].State)
+	require.Zero(t, held.Steps[1].Attempt, "no further step starts")
+	b.env.SetBudget(j.ID, 1)
+	done := b.env.AwaitState(j.ID, domain.JobCompleted)
+	require.Equal(t, 1.0, done.Budget.USD)
+	require.Nil(t, done.Budget.Exceeded)
+}
+
 func TestSleep(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -25,7 +25,14 @@ type Task struct {
 	// IdempotencyKey names the attempt (job/step/attempt): pass it on to
 	// the systems the handler calls, since execution is at least once.
 	IdempotencyKey string
+
+	costUSD float64
 }
+
+// ReportCost adds usd (US dollars) to what the attempt spent itself, an
+// LLM call's tokens say; the sum is recorded with its outcome and added
+// to its job's cost, as a worker's report is (worker.Task.ReportCost).
+func (t *Task) ReportCost(usd float64) { t.costUSD += usd }
 
 // Handler does the work of a worker step. Its output (any value
 // encoding/json encodes; json.RawMessage passes as is; nil for none)
@@ -102,11 +109,13 @@ func (e *Env) runTask(h Handler, l engine.ClaimedLease) {
 			}
 		}
 		if herr == nil {
-			_, err = e.engine.Complete(e.ctx, e.cfg.tenant, l.LeaseID, raw)
+			_, err = e.engine.CompleteReporting(e.ctx, e.cfg.tenant, l.LeaseID, raw, task.costUSD)
 		}
 	}
 	if herr != nil {
-		_, err = e.engine.Fail(e.ctx, e.cfg.tenant, l.LeaseID, outcomeOf(herr))
+		o := outcomeOf(herr)
+		o.CostUSD = task.costUSD
+		_, err = e.engine.Fail(e.ctx, e.cfg.tenant, l.LeaseID, o)
 	}
 	switch {
 	case err == nil:

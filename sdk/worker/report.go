@@ -131,9 +131,17 @@ func (r *reporter) send(ctx context.Context, batch []*report) {
 	case 1:
 		p := batch[0]
 		if p.o.Failure != nil {
-			p.result, p.err = r.c.Fail(ctx, p.o.LeaseID, *p.o.Failure)
+			f := *p.o.Failure
+			if p.o.Cost != nil {
+				f.Cost = p.o.Cost
+			}
+			p.result, p.err = r.c.Fail(ctx, p.o.LeaseID, f)
 		} else {
-			p.result, p.err = r.c.Complete(ctx, p.o.LeaseID, p.o.Output)
+			var usd float64
+			if p.o.Cost != nil {
+				usd = p.o.Cost.USD
+			}
+			p.result, p.err = r.c.CompleteReporting(ctx, p.o.LeaseID, p.o.Output, usd)
 		}
 		close(p.done)
 		return

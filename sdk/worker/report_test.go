@@ -84,3 +84,66 @@ func TestOutcomesOfTasksThatEndTogetherGoInOneRequest(t *testing.T) {
 	require.Equal(t, 1, paths.count("complete"), "an outcome with no other to wait for goes at once, alone")
 	require.Equal(t, 1, paths.count("batch"))
 }
+
+// What a task reports it spent goes with its outcome, by each path: a
+// batch of outcomes (successes and a failure), /complete and /fail alone;
+// the job counts it as reported cost, on the step and its attempt.
+func TestATaskReportsWhatItSpentWithItsOutcome(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	paths := &pathCounter{counts: map[string]int{}}
+	c, err := client.New(client.Config{BaseURL: b.h.URL, APIKey: stacktest.KeyA, HTTPClient: &http.Client{Timeout: time.Minute, Transport: paths}})
+	require.NoError(t, err)
+	b.c = c
+	const n = 3
+	var ids []string
+	for i := range n {
+		ids = append(ids, b.submit(t, workerStep("spend", 0), map[string]any{"i": i}))
+	}
+	var started sync.WaitGroup
+	started.Add(n)
+	all := make(chan struct{})
+	go func() { started.Wait(); close(all) }()
+	b.start(t, worker.Options{Queue: "spend", Concurrency: n, OutcomeWait: time.Hour}, func(ctx context.Context, task *worker.Task) (any, error) {
+		var in struct{ I int }
+		if err := task.Decode(&in); err != nil {
+			return nil, err
+		}
+		// Two calls of a cent each, and a tenth of one for its number.
+		task.ReportCost(0.01)
+		task.ReportCost(0.01 + float64(in.I)/1000)
+		if in.I < n {
+			started.Done()
+			<-all // these end together: one batch
+		}
+		if in.I%2 == 0 {
+			return nil, worker.Fail(client.ClassFatal, "spent and failed")
+		}
+		return map[string]int{"i": in.I}, nil
+	})
+	spent := func(i int) float64 { return 0.02 + float64(i)/1000 }
+	check := func(id string, i int, state client.JobState) {
+		t.Helper()
+		j := b.awaitState(t, id, state)
+		require.InDelta(t, spent(i), j.Cost.ReportedUSD, 1e-9, "job %d", i)
+		require.InDelta(t, spent(i), j.Steps[0].CostUSD, 1e-9)
+		require.InDelta(t, spent(i), j.Steps[0].Attempts[0].CostUSD, 1e-9)
+		require.GreaterOrEqual(t, j.Cost.USD, j.Cost.ReportedUSD+j.Cost.EngineUSD-1e-9)
+	}
+	for i, id := range ids {
+		state := client.JobCompleted
+		if i%2 == 0 {
+			state = client.JobFailed
+		}
+		check(id, i, state)
+	}
+	require.Equal(t, 1, paths.count("batch"))
+
+	done := b.submit(t, workerStep("spend", 0), map[string]any{"i": n})
+	check(done, n, client.JobCompleted)
+	require.Equal(t, 1, paths.count("complete"), "alone, by /complete")
+	failed := b.submit(t, workerStep("spend", 0), map[string]any{"i": n + 1})
+	check(failed, n+1, client.JobFailed)
+	require.Equal(t, 1, paths.count("fail"), "alone, by /fail")
+	require.Equal(t, 1, paths.count("batch"))
+}

@@ -47,6 +47,30 @@ type Task struct {
 	// Input is the step's input: inline, or fetched from the lease's
 	// input_url and checked against its input_ref.
 	Input json.RawMessage
+
+	mu      sync.Mutex
+	costUSD float64
+}
+
+// ReportCost adds usd (US dollars) to what the attempt spent itself, an
+// LLM call's tokens say; the sum is reported with the task's outcome,
+// success or failure, and added to its job's cost. It is safe to call
+// from the handler's own goroutines. Nothing is reported for a task that
+// ends without an outcome (its job cancelled, its lease lost).
+func (t *Task) ReportCost(usd float64) {
+	t.mu.Lock()
+	t.costUSD += usd
+	t.mu.Unlock()
+}
+
+// cost answers what the task reported it spent, nil for nothing.
+func (t *Task) cost() *client.ReportedCost {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.costUSD == 0 {
+		return nil
+	}
+	return &client.ReportedCost{USD: t.costUSD}
 }
 
 // Decode decodes the task's input into v.
@@ -243,7 +267,8 @@ func (w *Worker) run(runCtx context.Context, l *client.Lease) {
 		w.heartbeat(ctx, l, cancel, log)
 	}()
 
-	out, err := w.handle(ctx, l)
+	task := &Task{Lease: l}
+	out, err := w.handle(ctx, task)
 	cause := context.Cause(ctx)
 	cancel(nil) // stops the heartbeats
 	<-hbDone
@@ -256,7 +281,7 @@ func (w *Worker) run(runCtx context.Context, l *client.Lease) {
 		log.Info("task ended without an outcome", "why", cause)
 		return
 	case err == nil:
-		if _, err := w.out.report(rctx, client.LeaseOutcome{LeaseID: l.LeaseID, Output: out}); err != nil {
+		if _, err := w.out.report(rctx, client.LeaseOutcome{LeaseID: l.LeaseID, Output: out, Cost: task.cost()}); err != nil {
 			log.Warn("complete failed", "err", err)
 			return
 		}
@@ -271,25 +296,27 @@ func (w *Worker) run(runCtx context.Context, l *client.Lease) {
 	case errors.Is(cause, context.DeadlineExceeded):
 		f.Class = client.ClassTimeout
 	}
-	if _, rerr := w.out.report(rctx, client.LeaseOutcome{LeaseID: l.LeaseID, Failure: &f}); rerr != nil {
+	if _, rerr := w.out.report(rctx, client.LeaseOutcome{LeaseID: l.LeaseID, Failure: &f, Cost: task.cost()}); rerr != nil {
 		log.Warn("fail failed", "err", rerr, "class", f.Class)
 		return
 	}
 	log.Info("task failed", "class", f.Class, "err", err)
 }
 
-// handle fetches the input and runs the handler, a panic being a failure.
-func (w *Worker) handle(ctx context.Context, l *client.Lease) (out any, err error) {
+// handle fetches the task's input and runs the handler on it, a panic
+// being a failure.
+func (w *Worker) handle(ctx context.Context, t *Task) (out any, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("handler panicked: %v", p)
 		}
 	}()
-	in, err := w.c.FetchInput(ctx, l)
+	in, err := w.c.FetchInput(ctx, t.Lease)
 	if err != nil {
 		return nil, fmt.Errorf("fetch the input: %w", err)
 	}
-	return w.h(ctx, &Task{Lease: l, Input: in})
+	t.Input = in
+	return w.h(ctx, t)
 }
 
 // heartbeat extends the lease every fraction of it until ctx ends; it

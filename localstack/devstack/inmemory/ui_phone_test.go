@@ -18,8 +18,9 @@ const phoneWidth = 420
 
 // At a phone's width no page is wider than the screen: wide tables,
 // graphs and the header scroll or wrap inside it. Each page is shown with
-// what makes it widest (long ids, a graph, attempts with errors, events)
-// and saved as a screenshot beside the desktop ones.
+// what makes it widest (long ids, a graph, attempts with errors, events,
+// a budget gate's banner) and saved as a screenshot beside the desktop
+// ones.
 func TestUIFitsAPhone(t *testing.T) {
 	t.Parallel()
 	b := newBrowser(t)
@@ -38,6 +39,8 @@ func TestUIFitsAPhone(t *testing.T) {
 	require.Eventually(t, func() bool { return len(claim(t, h, keyA, "ml-training-long-queue-name", "box-1", 1, 1)) == 1 }, 30*time.Second, 10*time.Millisecond)
 	h.JSON(t, http.StatusCreated, http.MethodPost, "/v1/schedules", keyA, map[string]any{"id": "nightly-report-for-the-finance-team", "cron": "30 2 * * 1-5", "time_zone": "Europe/Berlin",
 		"job": map[string]any{"steps": []any{map[string]any{"id": "report", "action": map[string]any{"type": "pass"}}}}}, nil)
+	held := askLLM(t, h, map[string]any{"budget": map[string]any{"usd": 0.005}}, 0.01)
+	h.Await(t, keyA, held.ID, "at its budget gate", func(j stacktest.Job) bool { return j.State == domain.JobWaiting })
 	h.Await(t, keyA, dag.ID, "at its gate", func(j stacktest.Job) bool { return j.Steps[3].State == domain.StepNeedsUser })
 	h.AwaitState(t, keyA, failed.ID, domain.JobFailed)
 
@@ -47,6 +50,7 @@ func TestUIFitsAPhone(t *testing.T) {
 		{"jobs", "#/jobs", `tr[data-job="` + worker.ID + `"]`},
 		{"job", "#/jobs/" + dag.ID, `#events li[data-seq]`},
 		{"job-failed", "#/jobs/" + failed.ID, `article[data-step="flaky-report-generator"] table.attempts`},
+		{"job-budget", "#/jobs/" + held.ID, `#job-budget.budget-gate button[data-action="budget"]`},
 		{"new-job", "#/new", `#spec`},
 		{"schedules", "#/schedules", `tr[data-schedule="nightly-report-for-the-finance-team"]`},
 		{"schedule-edit", "#/schedules/nightly-report-for-the-finance-team/edit", `#save-schedule:not([disabled])`},

@@ -200,7 +200,7 @@ func TestUIApprovesAJobWaitingAtItsGate(t *testing.T) {
 	require.Equal(t, "5 5", b.eval(`document.querySelectorAll('svg.dag .node').length + ' ' + document.querySelectorAll('svg.dag .edge').length`))
 	require.Equal(t, "NEEDS_USER", b.text(`[data-step-state="gate"]`))
 	require.Equal(t, "WAITING", b.text(`#job-state`))
-	require.Equal(t, "cancel", b.eval(`[...document.querySelectorAll('#job-actions button')].map(b => b.dataset.action).join(',')`), "no redrive, no signal: nothing failed, and no step waits on a signal")
+	require.Equal(t, "cancel,budget", b.eval(`[...document.querySelectorAll('#job-actions button')].map(b => b.dataset.action).join(',')`), "no redrive, no signal: nothing failed, and no step waits on a signal; a budget may be set")
 	b.awaitText(`#events`, "step_needs_user")
 	b.shot("job-waiting.png")
 

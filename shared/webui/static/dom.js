@@ -108,3 +108,18 @@ export function stepChild(st) {
   for (const a of [...(st.attempts || [])].reverse()) if (a.child) return a.child;
   return '';
 }
+
+// dollars shows an amount of US dollars to the cent, or as finely as it
+// needs below one, to a millionth: $0.50, $2.00, $0.0042.
+export function dollars(v) {
+  let s = Number(v || 0).toFixed(6).replace(/0+$/, '');
+  const decimals = s.length - s.indexOf('.') - 1;
+  if (decimals < 2) s += '0'.repeat(2 - decimals);
+  return '$' + s;
+}
+
+// costText shows what something cost to a millionth of a dollar, as the
+// CLI does: a job's engine cost is a few millionths.
+export function costText(v) {
+  return '$' + Number(v || 0).toFixed(6);
+}

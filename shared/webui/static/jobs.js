@@ -3,7 +3,7 @@
 import { ApiError, get, jobPath, post } from './api.js';
 import { act, failed, hideBanner, onHealth, poller, sleep, whenVisible } from './core.js';
 import { drawDag } from './dag.js';
-import { dur, h, jobHref, json, pill, stepChild, timeEl, ulidTime } from './dom.js';
+import { costText, dollars, dur, h, jobHref, json, pill, stepChild, timeEl, ulidTime } from './dom.js';
 
 export const JOB_STATES = ['QUEUED', 'RUNNING', 'WAITING', 'PARKED', 'RETRYING', 'COMPLETED', 'FAILED', 'CANCELLED'];
 const TERMINAL = new Set(['COMPLETED', 'FAILED', 'CANCELLED']);
@@ -11,6 +11,22 @@ const STEP_DONE = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED', 'SKIPPED']);
 const PAGE = 25;
 const FILTERS = ['state', 'queue', 'schedule', 'parent', 'id_prefix', 'created_after', 'created_before'];
 const SHOWN_CHILDREN = 10; // a job's page names this many children; the list has them all
+
+// What each of a job's usage units is, as its cost breakdown names them.
+const UNITS = {
+  dynamodb_write_units: 'DynamoDB write units',
+  dynamodb_read_units: 'DynamoDB read units',
+  sqs_requests: 'SQS requests',
+  lambda_requests: 'Lambda requests',
+  lambda_gb_seconds: 'Lambda GB-seconds',
+  api_requests: 'API Gateway requests',
+  s3_write_requests: 'S3 write requests',
+  s3_read_requests: 'S3 read requests',
+  events: 'EventBridge events',
+  timer_transitions: 'Step Functions transitions',
+  table_gb_months: 'table storage, GB-months',
+  s3_gb_months: 'S3 storage, GB-months',
+};
 
 function listHref(f) {
   const q = new URLSearchParams();
@@ -220,6 +236,7 @@ export function jobView({ signal, params, main }, id) {
   const state = h('span', { id: 'job-state' });
   title.append(state);
   const facts = h('dl', { class: 'facts' });
+  const budget = h('div', { id: 'job-budget' });
   const actions = h('div', { class: 'actions', id: 'job-actions' });
   const notice = h('p', { class: 'notice', id: 'job-notice', role: 'status' });
   notice.hidden = true;
@@ -231,7 +248,7 @@ export function jobView({ signal, params, main }, id) {
 
   main.append(
     h('p', { class: 'crumbs' }, h('a', { href: '#/jobs' }, 'Jobs'), ' / ', h('span', { class: 'mono' }, id)),
-    title, facts, actions, notice,
+    title, facts, budget, actions, notice,
     h('section', { class: 'card' }, h('h2', null, 'Graph'), graph),
     h('section', null, h('h2', null, 'Steps'), steps),
     h('section', { class: 'card' }, h('h2', null, 'Events ', follow), timeline),
@@ -260,6 +277,7 @@ export function jobView({ signal, params, main }, id) {
     job = j;
     state.replaceChildren(pill(j.state));
     renderFacts();
+    renderBudget();
     renderActions();
     // A map's items are drawn as one node, its own, with their counts:
     // a map may have 10,000.
@@ -294,7 +312,81 @@ export function jobView({ signal, params, main }, id) {
         `, attempt ${j.parent.attempt}`)),
       j.children && j.children.length && row(j.children.length === 1 ? 'child job' : `child jobs (${j.children.length})`, renderChildren(j)),
       j.signals && j.signals.length && row('signals', j.signals.map((sg) => sg.name).join(', ')),
+      j.cost && row('cost', renderCost(j.cost)),
+      j.budget && row('budget', h('span', { id: 'job-budget-usd' }, dollars(j.budget.usd))),
     ].flat().filter(Boolean));
+  }
+
+  // renderCost says what the job cost so far and of what, and its usage
+  // units on demand (kept open across redraws once opened).
+  let unitsOpen = false;
+  function renderCost(c) {
+    const parts = [`engine ${costText(c.engine_usd)}`, `reported ${costText(c.reported_usd)}`];
+    if (c.children_usd) parts.push(`children ${costText(c.children_usd)}`);
+    const units = Object.entries(c.units || {}).filter(([, v]) => v);
+    const details = units.length ? h('details', { id: 'job-cost-units', open: unitsOpen, ontoggle: (e) => { unitsOpen = e.currentTarget.open; } },
+      h('summary', null, 'usage'),
+      h('div', { class: 'scroll' }, h('table', { class: 'list units' },
+        h('tbody', null, units.map(([k, v]) => h('tr', { 'data-unit': k },
+          h('td', null, UNITS[k] || k),
+          h('td', { class: 'num' }, Number(v).toLocaleString(undefined, { maximumSignificantDigits: 4 }))))))))
+      : null;
+    return h('div', { id: 'job-cost' },
+      h('span', { class: 'cost-total' }, costText(c.usd)), ' ', h('span', { class: 'muted' }, `(${parts.join(', ')})`),
+      details);
+  }
+
+  // renderBudget shows a job held at its budget gate: why, and a form to
+  // raise its budget.
+  function renderBudget() {
+    const j = job;
+    const b = j.budget;
+    if (TERMINAL.has(j.state) || !b || !b.exceeded) {
+      budget.className = '';
+      budget.replaceChildren();
+      return;
+    }
+    const why = b.message || `budget exceeded: ${dollars(b.exceeded.cost_usd)} of ${dollars(b.usd)}`;
+    budget.className = 'budget-gate';
+    budget.replaceChildren(
+      h('p', { class: 'budget-why', role: 'status' }, h('strong', null, `Waiting: ${why}`), ' ',
+        h('span', { class: 'muted' }, 'No further step starts until its budget is more than it has cost.')),
+      budgetForm());
+  }
+
+  // budgetForm sets or raises the job's budget; the API's refusal shows
+  // beside its input.
+  function budgetForm() {
+    const j = job;
+    const b = j.budget;
+    const exceeded = b && b.exceeded;
+    const spent = Math.max(j.cost ? j.cost.usd : 0, (exceeded && exceeded.cost_usd) || 0);
+    const key = `${id}//budget`;
+    const error = h('p', { class: 'error', role: 'alert', id: 'budget-error' });
+    error.hidden = true;
+    // No min: what the API refuses (not more than the job's cost) it says
+    // beside the input, in its own words.
+    const usd = bound('input', key, {
+      type: 'number', name: 'usd', step: 'any', inputmode: 'decimal', required: true,
+      id: 'budget-usd', 'aria-label': 'budget in US dollars', placeholder: '0.00',
+      title: `US dollars, more than the job has cost so far (${costText(spent)})`,
+    });
+    const label = exceeded ? 'Raise budget' : b ? 'Change budget' : 'Set budget';
+    const button = h('button', { type: 'submit', class: exceeded ? 'primary' : null, 'data-action': 'budget' }, label);
+    return h('form', {
+      class: 'inline budget-form', id: 'budget-form',
+      onsubmit: async (e) => {
+        e.preventDefault();
+        usd.removeAttribute('aria-invalid');
+        await act(button, error, () => post(jobPath(id, 'budget'), { usd: Number(usd.value) }, { signal }), (answer) => {
+          drafts.delete(key);
+          say(`Budget set to ${dollars(answer.budget ? answer.budget.usd : Number(usd.value))}.`);
+          show(answer);
+          kick();
+        });
+        if (!error.hidden) usd.setAttribute('aria-invalid', 'true');
+      },
+    }, h('label', { for: 'budget-usd', class: 'muted' }, exceeded ? 'new budget $' : 'budget $'), usd, button, error);
   }
 
   // renderChildren links a job's children, in step order: the first few,
@@ -329,6 +421,9 @@ export function jobView({ signal, params, main }, id) {
     const waits = j.steps.filter((st) => st.action === 'wait' && !STEP_DONE.has(st.state));
     if (!TERMINAL.has(j.state) && waits.length) out.push(signalForm(waits, error, done));
     out.push(error);
+    // With its own error beside it; a job held at its budget gate has this
+    // form in its banner instead.
+    if (!TERMINAL.has(j.state) && !(j.budget && j.budget.exceeded)) out.push(budgetForm());
     actions.replaceChildren(...out);
   }
 
@@ -439,9 +534,10 @@ export function jobView({ signal, params, main }, id) {
     }
 
     const made = st.attempts && st.attempts.some((a) => a.child); // a job step's: each attempt its child
+    const spent = st.attempts && st.attempts.some((a) => a.cost_usd); // a column only when one reported a cost
     const attempts = st.attempts && st.attempts.length
       ? h('div', { class: 'scroll' }, h('table', { class: 'list attempts' },
-        h('thead', null, h('tr', null, ['#', 'state', made ? 'child job' : ['worker', 'resource'], 'started', 'took', 'error'].flat().map((c) => h('th', null, c)))),
+        h('thead', null, h('tr', null, ['#', 'state', made ? 'child job' : ['worker', 'resource'], 'started', 'took', spent ? 'cost' : [], 'error'].flat().map((c) => h('th', null, c)))),
         h('tbody', null, st.attempts.map((a) => h('tr', null,
           h('td', null, a.n),
           h('td', null, pill(a.state)),
@@ -450,6 +546,7 @@ export function jobView({ signal, params, main }, id) {
             h('td', null, a.resource || '')],
           h('td', null, timeEl(a.started_at)),
           h('td', null, a.started_at ? dur(a.started_at, a.ended_at) + (a.ended_at ? '' : ' so far') : ''),
+          spent ? h('td', { class: 'num', 'data-attempt-cost': a.n }, a.cost_usd ? dollars(a.cost_usd) : '') : null,
           h('td', { class: 'wrap' }, a.error ? `${a.error.class}: ${a.error.message}` : ''))))))
       : null;
 
@@ -458,7 +555,8 @@ export function jobView({ signal, params, main }, id) {
         h('h3', { class: 'mono' }, st.id),
         h('span', { 'data-step-state': st.id }, pill(st.state)),
         h('span', { class: 'muted' }, st.action),
-        st.attempts && st.attempts.length ? h('span', { class: 'muted' }, `attempt ${st.attempt}${st.max_attempts ? ' of ' + st.max_attempts : ''}`) : null),
+        st.attempts && st.attempts.length ? h('span', { class: 'muted' }, `attempt ${st.attempt}${st.max_attempts ? ' of ' + st.max_attempts : ''}`) : null,
+        st.cost_usd ? h('span', { class: 'muted step-cost', 'data-step-cost': st.id, title: 'what its attempts reported they spent' }, `spent ${dollars(st.cost_usd)}`) : null),
       facts.length ? h('dl', { class: 'facts' }, facts) : null,
       kids ? mapItems(st, kids) : null,
       forms,

@@ -1,8 +1,8 @@
 // Resources, schedules, queues and health.
 
-import { get, post } from './api.js';
+import { ApiError, get, post } from './api.js';
 import { act, onHealth, poller } from './core.js';
-import { h, pill, timeEl } from './dom.js';
+import { dollars, h, pill, timeEl } from './dom.js';
 
 function jobLink(id) {
   return h('a', { class: 'mono', href: `#/jobs/${encodeURIComponent(id)}` }, id);
@@ -122,7 +122,9 @@ export function queuesView({ signal, main }) {
 
 export function healthView({ signal, main }) {
   const body = h('div', { id: 'health' }, h('p', { class: 'muted' }, 'Loading…'));
-  main.append(h('h1', null, 'Health'), body);
+  const daily = h('section', { class: 'card', id: 'daily-budget', hidden: true });
+  main.append(h('h1', null, 'Health'), body, daily);
+  dailyBudget(signal, daily);
   onHealth((hl) => {
     const fig = (label, value) => h('div', { class: 'tile' }, h('span', { class: 'n' }, value), h('span', { class: 'label' }, label));
     body.replaceChildren(
@@ -140,4 +142,35 @@ export function healthView({ signal, main }) {
         fig('last heartbeat', hl.last_heartbeat === undefined ? 'never' : new Date(hl.last_heartbeat).toLocaleTimeString())),
       h('p', { class: 'muted' }, 'Your tenant\'s own figures; they may lag other functions by up to 10 s.'));
   }, signal);
+}
+
+// dailyBudget shows what the tenant spent today of its daily budget, in
+// el; hidden while it has none (an operator sets it), or where the API
+// has no budget route.
+function dailyBudget(signal, el) {
+  poller(signal, 10000, async () => {
+    let b;
+    try {
+      b = await get('v1/budget', { signal });
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 404) {
+        el.hidden = true;
+        return;
+      }
+      throw err;
+    }
+    if (b.daily_usd === undefined || b.daily_usd === null) {
+      el.hidden = true;
+      return;
+    }
+    const over = b.exceeded || b.spent_today_usd >= b.daily_usd;
+    el.replaceChildren(...[
+      h('h2', null, 'Daily budget'),
+      h('p', { id: 'daily-spent' }, `${dollars(b.spent_today_usd)} spent today of ${dollars(b.daily_usd)}`),
+      h('meter', { min: 0, max: b.daily_usd, value: Math.min(b.spent_today_usd, b.daily_usd), low: b.daily_usd * 0.5, high: b.daily_usd * 0.8, optimum: 0, title: `${dollars(b.spent_today_usd)} of ${dollars(b.daily_usd)}` }),
+      over && h('p', { class: 'error', id: 'daily-exceeded' }, 'Spent: a new job is refused (402) until the budget resets.'),
+      h('p', { class: 'muted' }, 'Resets ', timeEl(b.resets_at), '.'),
+    ].filter(Boolean));
+    el.hidden = false;
+  });
 }

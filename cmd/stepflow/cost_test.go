@@ -17,19 +17,7 @@ import (
 func TestGetShowsWhatAJobCost(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	j, err := b.c.Submit(b.ctx, client.JobRequest{Steps: []client.StepSpec{
-		{ID: "ask-llm", Action: client.Worker("llm", 0)},
-		{ID: "store", Action: client.Pass()},
-	}})
-	require.NoError(t, err)
-	var leases []client.Lease
-	require.Eventually(t, func() bool {
-		leases, err = b.c.Claim(b.ctx, client.ClaimRequest{Queue: "llm", Max: 1, WaitSeconds: 1})
-		require.NoError(t, err)
-		return len(leases) == 1
-	}, 30*time.Second, 10*time.Millisecond)
-	_, err = b.c.CompleteReporting(b.ctx, leases[0].LeaseID, map[string]string{"answer": "42"}, 0.0123)
-	require.NoError(t, err)
+	j := b.askLLM(t, nil, 0.0123)
 	done := b.await(t, j.ID, func(j *client.Job) bool { return j.State == client.JobCompleted })
 
 	r := b.run(t, "get", j.ID)
@@ -81,19 +69,7 @@ func TestBudgetNeedsAJobAndAnAmountTogether(t *testing.T) {
 // cost goes past, and answers it once it waits at its budget gate.
 func (b *bundle) heldAtItsBudget(t *testing.T) *client.Job {
 	t.Helper()
-	j, err := b.c.Submit(b.ctx, client.JobRequest{Budget: &client.Budget{USD: 0.005}, Steps: []client.StepSpec{
-		{ID: "ask-llm", Action: client.Worker("llm", 0)},
-		{ID: "store", Action: client.Pass()},
-	}})
-	require.NoError(t, err)
-	var leases []client.Lease
-	require.Eventually(t, func() bool {
-		leases, err = b.c.Claim(b.ctx, client.ClaimRequest{Queue: "llm", Max: 1, WaitSeconds: 1})
-		require.NoError(t, err)
-		return len(leases) == 1
-	}, 30*time.Second, 10*time.Millisecond)
-	_, err = b.c.CompleteReporting(b.ctx, leases[0].LeaseID, map[string]string{"answer": "42"}, 0.01)
-	require.NoError(t, err)
+	j := b.askLLM(t, &client.Budget{USD: 0.005}, 0.01)
 	return b.await(t, j.ID, func(j *client.Job) bool { return j.Budget != nil && j.Budget.Exceeded != nil })
 }
 
@@ -167,4 +143,24 @@ func TestBudgetShowsTheTenantsDailyBudget(t *testing.T) {
 	r = b.run(t, "budget")
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Regexp(t, `(?m)^spent today  \$0\.0000\d+ \(exceeded: submits are refused until it resets\)$`, r.stdout)
+}
+
+// askLLM submits a job whose worker step ask-llm (then a pass step) a
+// worker completes reporting usd spent, under budget when given.
+func (b *bundle) askLLM(t *testing.T, budget *client.Budget, usd float64) *client.Job {
+	t.Helper()
+	j, err := b.c.Submit(b.ctx, client.JobRequest{Budget: budget, Steps: []client.StepSpec{
+		{ID: "ask-llm", Action: client.Worker("llm", 0)},
+		{ID: "store", Action: client.Pass()},
+	}})
+	require.NoError(t, err)
+	var leases []client.Lease
+	require.Eventually(t, func() bool {
+		leases, err = b.c.Claim(b.ctx, client.ClaimRequest{Queue: "llm", Max: 1, WaitSeconds: 1})
+		require.NoError(t, err)
+		return len(leases) == 1
+	}, 30*time.Second, 10*time.Millisecond)
+	_, err = b.c.CompleteReporting(b.ctx, leases[0].LeaseID, map[string]string{"answer": "42"}, usd)
+	require.NoError(t, err)
+	return j
 }

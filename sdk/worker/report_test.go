@@ -42,19 +42,9 @@ func (p *pathCounter) count(last string) int {
 func TestOutcomesOfTasksThatEndTogetherGoInOneRequest(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	paths := &pathCounter{counts: map[string]int{}}
-	c, err := client.New(client.Config{BaseURL: b.h.URL, APIKey: stacktest.KeyA, HTTPClient: &http.Client{Timeout: time.Minute, Transport: paths}})
-	require.NoError(t, err)
-	b.c = c
+	paths := b.countPaths(t)
 	const n = 5
-	var ids []string
-	for i := range n {
-		ids = append(ids, b.submit(t, workerStep("together", 0), map[string]any{"i": i}))
-	}
-	var started sync.WaitGroup
-	started.Add(n)
-	all := make(chan struct{})
-	go func() { started.Wait(); close(all) }()
+	ids, started, all := b.submitTogether(t, "together", n)
 	// A long wait: only the last task's end sends the batch.
 	b.start(t, worker.Options{Queue: "together", Concurrency: n, OutcomeWait: time.Hour}, func(ctx context.Context, task *worker.Task) (any, error) {
 		var in struct{ I int }
@@ -91,19 +81,9 @@ func TestOutcomesOfTasksThatEndTogetherGoInOneRequest(t *testing.T) {
 func TestATaskReportsWhatItSpentWithItsOutcome(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	paths := &pathCounter{counts: map[string]int{}}
-	c, err := client.New(client.Config{BaseURL: b.h.URL, APIKey: stacktest.KeyA, HTTPClient: &http.Client{Timeout: time.Minute, Transport: paths}})
-	require.NoError(t, err)
-	b.c = c
+	paths := b.countPaths(t)
 	const n = 3
-	var ids []string
-	for i := range n {
-		ids = append(ids, b.submit(t, workerStep("spend", 0), map[string]any{"i": i}))
-	}
-	var started sync.WaitGroup
-	started.Add(n)
-	all := make(chan struct{})
-	go func() { started.Wait(); close(all) }()
+	ids, started, all := b.submitTogether(t, "spend", n)
 	b.start(t, worker.Options{Queue: "spend", Concurrency: n, OutcomeWait: time.Hour}, func(ctx context.Context, task *worker.Task) (any, error) {
 		var in struct{ I int }
 		if err := task.Decode(&in); err != nil {
@@ -146,4 +126,30 @@ func TestATaskReportsWhatItSpentWithItsOutcome(t *testing.T) {
 	check(failed, n+1, client.JobFailed)
 	require.Equal(t, 1, paths.count("fail"), "alone, by /fail")
 	require.Equal(t, 1, paths.count("batch"))
+}
+
+// countPaths makes b's client count the requests it sends, by path.
+func (b *bundle) countPaths(t *testing.T) *pathCounter {
+	t.Helper()
+	paths := &pathCounter{counts: map[string]int{}}
+	c, err := client.New(client.Config{BaseURL: b.h.URL, APIKey: stacktest.KeyA, HTTPClient: &http.Client{Timeout: time.Minute, Transport: paths}})
+	require.NoError(t, err)
+	b.c = c
+	return paths
+}
+
+// submitTogether submits n jobs of one worker step on queue, input {"i"},
+// and answers their ids, a WaitGroup of n for their tasks to mark started,
+// and a channel closed once all have.
+func (b *bundle) submitTogether(t *testing.T, queue string, n int) ([]string, *sync.WaitGroup, chan struct{}) {
+	t.Helper()
+	var ids []string
+	for i := range n {
+		ids = append(ids, b.submit(t, workerStep(queue, 0), map[string]any{"i": i}))
+	}
+	started := &sync.WaitGroup{}
+	started.Add(n)
+	all := make(chan struct{})
+	go func() { started.Wait(); close(all) }()
+	return ids, started, all
 }

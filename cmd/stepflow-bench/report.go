@@ -29,7 +29,7 @@ func (r result) ownBill(p costmeter.Prices) costmeter.Bill {
 		SQS:            u.SQSRequests * p["sqs_request"] * per,
 		LambdaRequests: u.LambdaRequests * p["lambda_request"] * per,
 		APIGateway:     u.APIRequests * p["apigw_http_request"] * per,
-		Timers:         u.TimerTransitions * p["sfn_standard_transition"] * per,
+		Timers:         u.SFNTransitions * p["sfn_standard_transition"] * per,
 		S3Requests:     (u.S3Writes*p["s3_put_request"] + u.S3Reads*p["s3_get_request"]) * per,
 		Events:         u.Events * p["eventbridge_event"] * per,
 		Storage: (u.TableGBMonths*(p["dynamodb_storage_gb_month"]+p["dynamodb_pitr_gb_month"]) +

@@ -245,8 +245,8 @@ func TestTemplateStateMachineActionPermissions(t *testing.T) {
 	tpl, err := Parse(realTemplate)
 	require.NoError(t, err)
 	want := map[string][]string{
-		"ExecuteFunction":   {"states:DescribeExecution", "states:StartExecution", "states:StopExecution"},
-		"HeartbeatFunction": {"states:DescribeExecution", "states:StartExecution", "states:StopExecution"},
+		"ExecuteFunction":   {"states:DescribeExecution", "states:GetExecutionHistory", "states:StartExecution", "states:StopExecution"},
+		"HeartbeatFunction": {"states:DescribeExecution", "states:GetExecutionHistory", "states:StartExecution", "states:StopExecution"},
 		"EnqueueFunction":   {"states:DescribeExecution", "states:StopExecution"},
 	}
 	for _, f := range tpl.Functions() {

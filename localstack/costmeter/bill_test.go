@@ -184,7 +184,7 @@ func TestJobPricesAreTheTable(t *testing.T) {
 	for key, got := range map[string]float64{
 		"dynamodb_wru": d.WriteUnit, "dynamodb_rru": d.ReadUnit, "sqs_request": d.SQSRequest, "lambda_request": d.LambdaRequest,
 		"lambda_gb_second_arm": d.LambdaGBSecond, "apigw_http_request": d.APIRequest, "s3_put_request": d.S3Write,
-		"s3_get_request": d.S3Read, "eventbridge_event": d.Event, "sfn_standard_transition": d.TimerTransition,
+		"s3_get_request": d.S3Read, "eventbridge_event": d.Event, "sfn_standard_transition": d.SFNTransition,
 		"dynamodb_storage_gb_month": d.TableGBMonth, "dynamodb_pitr_gb_month": d.BackupGBMonth, "s3_storage_gb_month": d.S3GBMonth,
 	} {
 		require.InEpsilon(t, p[key], got, 1e-12, key)

@@ -49,6 +49,13 @@ func TestAStateMachineRunsAsAStep(t *testing.T) {
 	j = h.AwaitState(t, keyA, j.ID, domain.JobCompleted)
 	require.JSONEq(t, `{"hello": "otter", "from": "sfn"}`, string(j.Steps[0].Output))
 	require.JSONEq(t, `{"hello": "otter", "from": "sfn"}`, string(j.Steps[1].Output))
+	// Its one state's transition is in the job's cost, read from the
+	// execution's history once it ended.
+	var costed struct {
+		Cost domain.Cost `json:"cost"`
+	}
+	h.JSON(t, http.StatusOK, http.MethodGet, "/v1/jobs/"+j.ID, keyA, nil, &costed)
+	require.Equal(t, 1.0, costed.Cost.Units.SFNTransitions)
 	stored, err := h.Engine.Get(context.Background(), tenantA, j.ID)
 	require.NoError(t, err)
 	require.Equal(t, domain.ExecutionName(j.ID, "greet", 1), stored.Steps[0].Attempts[0].Child, "named from job, step and attempt")

@@ -203,7 +203,7 @@ type CostUnits struct {
 	S3WriteRequests    float64 `json:"s3_write_requests,omitempty"`
 	S3ReadRequests     float64 `json:"s3_read_requests,omitempty"`
 	Events             float64 `json:"events,omitempty"`
-	TimerTransitions   float64 `json:"timer_transitions,omitempty"`
+	SFNTransitions     float64 `json:"sfn_transitions,omitempty"`
 	TableGBMonths      float64 `json:"table_gb_months,omitempty"`
 	S3GBMonths         float64 `json:"s3_gb_months,omitempty"`
 }

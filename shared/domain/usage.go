@@ -29,9 +29,10 @@ type Usage struct {
 	S3Reads  float64 `json:"s3_read_requests,omitempty"`
 	// Events are the Job State Change events put on the bus for it.
 	Events float64 `json:"events,omitempty"`
-	// TimerTransitions are the Step Functions Standard transitions of its
-	// long timers (LongTimers StepFunctions).
-	TimerTransitions float64 `json:"timer_transitions,omitempty"`
+	// SFNTransitions are the Step Functions Standard transitions made for
+	// it: its long timers' (LongTimers StepFunctions) and the executions
+	// its stepfunctions steps ran.
+	SFNTransitions float64 `json:"sfn_transitions,omitempty"`
 	// Storage for the job's retention once it ended: its items in the
 	// table (backed up too) and its data in S3, in GB-months.
 	TableGBMonths float64 `json:"table_gb_months,omitempty"`
@@ -55,7 +56,7 @@ func (u *Usage) Add(o Usage) {
 	u.S3Writes += o.S3Writes
 	u.S3Reads += o.S3Reads
 	u.Events += o.Events
-	u.TimerTransitions += o.TimerTransitions
+	u.SFNTransitions += o.SFNTransitions
 	u.TableGBMonths += o.TableGBMonths
 	u.S3GBMonths += o.S3GBMonths
 	u.ReportedUSD += o.ReportedUSD
@@ -66,7 +67,7 @@ func (u *Usage) Add(o Usage) {
 func (u Usage) Scaled(f float64) Usage {
 	return Usage{WriteUnits: u.WriteUnits * f, ReadUnits: u.ReadUnits * f, SQSRequests: u.SQSRequests * f,
 		LambdaRequests: u.LambdaRequests * f, LambdaGBSeconds: u.LambdaGBSeconds * f, APIRequests: u.APIRequests * f,
-		S3Writes: u.S3Writes * f, S3Reads: u.S3Reads * f, Events: u.Events * f, TimerTransitions: u.TimerTransitions * f,
+		S3Writes: u.S3Writes * f, S3Reads: u.S3Reads * f, Events: u.Events * f, SFNTransitions: u.SFNTransitions * f,
 		TableGBMonths: u.TableGBMonths * f, S3GBMonths: u.S3GBMonths * f, ReportedUSD: u.ReportedUSD * f, ChildrenUSD: u.ChildrenUSD * f}
 }
 
@@ -78,21 +79,21 @@ func (u Usage) Zero() bool { return u == Usage{} }
 // test holds this copy to. The functions read no file at run time.
 var Prices = struct {
 	WriteUnit, ReadUnit, SQSRequest, LambdaRequest, LambdaGBSecond, APIRequest,
-	S3Write, S3Read, Event, TimerTransition, TableGBMonth, BackupGBMonth, S3GBMonth float64
+	S3Write, S3Read, Event, SFNTransition, TableGBMonth, BackupGBMonth, S3GBMonth float64
 }{
-	WriteUnit:       0.625 / 1e6,  // dynamodb_wru
-	ReadUnit:        0.125 / 1e6,  // dynamodb_rru
-	SQSRequest:      0.40 / 1e6,   // sqs_request
-	LambdaRequest:   0.20 / 1e6,   // lambda_request
-	LambdaGBSecond:  0.0000133334, // lambda_gb_second_arm
-	APIRequest:      1.00 / 1e6,   // apigw_http_request
-	S3Write:         0.005 / 1e3,  // s3_put_request
-	S3Read:          0.0004 / 1e3, // s3_get_request
-	Event:           1.00 / 1e6,   // eventbridge_event
-	TimerTransition: 25.00 / 1e6,  // sfn_standard_transition
-	TableGBMonth:    0.25,         // dynamodb_storage_gb_month
-	BackupGBMonth:   0.20,         // dynamodb_pitr_gb_month
-	S3GBMonth:       0.023,        // s3_storage_gb_month
+	WriteUnit:      0.625 / 1e6,  // dynamodb_wru
+	ReadUnit:       0.125 / 1e6,  // dynamodb_rru
+	SQSRequest:     0.40 / 1e6,   // sqs_request
+	LambdaRequest:  0.20 / 1e6,   // lambda_request
+	LambdaGBSecond: 0.0000133334, // lambda_gb_second_arm
+	APIRequest:     1.00 / 1e6,   // apigw_http_request
+	S3Write:        0.005 / 1e3,  // s3_put_request
+	S3Read:         0.0004 / 1e3, // s3_get_request
+	Event:          1.00 / 1e6,   // eventbridge_event
+	SFNTransition:  25.00 / 1e6,  // sfn_standard_transition
+	TableGBMonth:   0.25,         // dynamodb_storage_gb_month
+	BackupGBMonth:  0.20,         // dynamodb_pitr_gb_month
+	S3GBMonth:      0.023,        // s3_storage_gb_month
 }
 
 // EngineUSD is what the counts of u cost at Prices: all but what steps
@@ -101,7 +102,7 @@ func (u Usage) EngineUSD() float64 {
 	p := Prices
 	return u.WriteUnits*p.WriteUnit + u.ReadUnits*p.ReadUnit + u.SQSRequests*p.SQSRequest +
 		u.LambdaRequests*p.LambdaRequest + u.LambdaGBSeconds*p.LambdaGBSecond + u.APIRequests*p.APIRequest +
-		u.S3Writes*p.S3Write + u.S3Reads*p.S3Read + u.Events*p.Event + u.TimerTransitions*p.TimerTransition +
+		u.S3Writes*p.S3Write + u.S3Reads*p.S3Read + u.Events*p.Event + u.SFNTransitions*p.SFNTransition +
 		u.TableGBMonths*(p.TableGBMonth+p.BackupGBMonth) + u.S3GBMonths*p.S3GBMonth
 }
 

@@ -470,6 +470,9 @@ type attemptOutcome struct {
 	// parent's cost includes.
 	costUSD  float64
 	children float64
+	// usage is what the attempt's own run cost the job beyond the
+	// engine's requests (a Step Functions execution's transitions).
+	usage domain.Usage
 }
 
 // finish records an attempt's outcome under its lease, in one change: the
@@ -525,6 +528,7 @@ func (e *Engine) finishOn(ctx context.Context, tenant string, o attemptOutcome, 
 				j.ChildEnded(stepID, o.child) // ended by its child: not cancelled
 			}
 			j.Usage.ChildrenUSD += o.children
+			j.Usage.Add(o.usage)
 			fx.dispatch, err = applyOutcome(j, stepID, o.leaseID, p.output, p.ref, p.failure, now, rng)
 			if err == nil {
 				j.ReportCost(stepID, ref.Attempt, o.costUSD)

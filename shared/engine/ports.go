@@ -209,6 +209,9 @@ type Execution struct {
 	Output json.RawMessage
 	Error  string
 	Cause  string
+	// Transitions are the state transitions Step Functions billed it
+	// (Standard), once it ended; 0 where unknown.
+	Transitions int
 }
 
 // Ended reports whether the execution ended (a PENDING_REDRIVE one

@@ -116,7 +116,7 @@ func (e *Engine) sweepExecution(ctx context.Context, j *domain.Job, i int) (look
 // recordExecution records an ended execution as the outcome of the
 // attempt that started it: its output, or its error and cause.
 func (e *Engine) recordExecution(ctx context.Context, tenant, leaseID, name string, x Execution) {
-	o := attemptOutcome{leaseID: leaseID, child: name}
+	o := attemptOutcome{leaseID: leaseID, child: name, usage: domain.Usage{SFNTransitions: float64(x.Transitions)}}
 	switch x.Status {
 	case "SUCCEEDED":
 		o.output = x.Output

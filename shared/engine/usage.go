@@ -189,7 +189,7 @@ func (e *Engine) shortSends(ds []domain.Dispatch, u *domain.Usage) []domain.Disp
 	var short []domain.Dispatch
 	for _, d := range ds {
 		if d.Delay > e.cfg.TimerThreshold {
-			u.TimerTransitions += TimerTransitions
+			u.SFNTransitions += TimerTransitions
 			u.SQSRequests++
 			continue
 		}

@@ -33,6 +33,7 @@ type Client interface {
 	StartExecution(context.Context, *sfn.StartExecutionInput, ...func(*sfn.Options)) (*sfn.StartExecutionOutput, error)
 	DescribeExecution(context.Context, *sfn.DescribeExecutionInput, ...func(*sfn.Options)) (*sfn.DescribeExecutionOutput, error)
 	StopExecution(context.Context, *sfn.StopExecutionInput, ...func(*sfn.Options)) (*sfn.StopExecutionOutput, error)
+	GetExecutionHistory(context.Context, *sfn.GetExecutionHistoryInput, ...func(*sfn.Options)) (*sfn.GetExecutionHistoryOutput, error)
 }
 
 // Home is the stack's partition, region and account: a state machine's
@@ -143,7 +144,31 @@ func (x *Executions) Describe(ctx context.Context, stateMachine, name string) (e
 	if out.Output != nil {
 		ex.Output = json.RawMessage(*out.Output)
 	}
+	if ex.Ended() {
+		ex.Transitions = x.transitions(ctx, arn)
+	}
 	return ex, nil
+}
+
+// transitions counts an ended execution's billed state transitions from
+// its history, as Standard bills them: each state entered. History
+// requests are not billed; one that fails counts none (the job's cost
+// then misses them, and says nothing false).
+func (x *Executions) transitions(ctx context.Context, arn string) int {
+	n := 0
+	p := sfn.NewGetExecutionHistoryPaginator(x.client, &sfn.GetExecutionHistoryInput{ExecutionArn: aws.String(arn), MaxResults: 1000})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return n
+		}
+		for _, e := range page.Events {
+			if strings.HasSuffix(string(e.Type), "StateEntered") {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // Stop stops execution name; one never started or ended already is no

@@ -51,12 +51,12 @@ func usageDocOf(u domain.Usage) usageDoc {
 	r := func(v float64) float64 { return round(v, 1e-4) }
 	return usageDoc{W: r(u.WriteUnits), R: r(u.ReadUnits), Q: r(u.SQSRequests), L: r(u.LambdaRequests),
 		LS: round(u.LambdaGBSeconds, 1e-6), A: r(u.APIRequests), SW: r(u.S3Writes), SR: r(u.S3Reads), E: r(u.Events),
-		T: r(u.TimerTransitions), TG: round(u.TableGBMonths*kbPerGB, 1e-3), SG: round(u.S3GBMonths*kbPerGB, 1e-3), RP: round(u.ReportedUSD, 1e-9), CH: round(u.ChildrenUSD, 1e-9)}
+		T: r(u.SFNTransitions), TG: round(u.TableGBMonths*kbPerGB, 1e-3), SG: round(u.S3GBMonths*kbPerGB, 1e-3), RP: round(u.ReportedUSD, 1e-9), CH: round(u.ChildrenUSD, 1e-9)}
 }
 
 func (d usageDoc) usage() domain.Usage {
 	return domain.Usage{WriteUnits: d.W, ReadUnits: d.R, SQSRequests: d.Q, LambdaRequests: d.L, LambdaGBSeconds: d.LS,
-		APIRequests: d.A, S3Writes: d.SW, S3Reads: d.SR, Events: d.E, TimerTransitions: d.T, TableGBMonths: d.TG / kbPerGB,
+		APIRequests: d.A, S3Writes: d.SW, S3Reads: d.SR, Events: d.E, SFNTransitions: d.T, TableGBMonths: d.TG / kbPerGB,
 		S3GBMonths: d.SG / kbPerGB, ReportedUSD: d.RP, ChildrenUSD: d.CH}
 }
 

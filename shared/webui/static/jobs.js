@@ -23,7 +23,7 @@ const UNITS = {
   s3_write_requests: 'S3 write requests',
   s3_read_requests: 'S3 read requests',
   events: 'EventBridge events',
-  timer_transitions: 'Step Functions transitions',
+  sfn_transitions: 'Step Functions transitions',
   table_gb_months: 'table storage, GB-months',
   s3_gb_months: 'S3 storage, GB-months',
 };

@@ -483,7 +483,10 @@ func sweepDecide(j *domain.Job, now time.Time, fx *effects, armed armedFirst, k 
 	if err != nil {
 		return 0, 0, false, err
 	}
-	moved := j.Resweep()
+	// A job read out of the due index was left out on purpose (its
+	// messages in flight run it): a sweep that met it by an entry a
+	// concurrent write just removed does not put it back.
+	moved := j.DueAt != nil && j.Resweep()
 	if len(sent) > 0 && j.DueAt != nil && j.SentBeforeWrite(sent) {
 		moved = true // out of the due index: the armed messages run the job
 	}

@@ -1,7 +1,7 @@
 package store
 
 import (
-	"encoding/json"
+	"encoding/binary"
 	"math"
 
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -17,41 +17,88 @@ import (
 // by the larger of the old and new item per KB, a transaction's puts at
 // twice that, a move of the due index entry a delete and a put, a
 // strongly consistent read per 4 KB, a failed condition as if applied.
-const usageAttr = "usage"
+//
+// The attribute is on every item, a long job's 1 KB header among them, so
+// it is binary: a version byte, then for each count that is not zero its
+// tag and its value in its unit (usageScales) as a uvarint; about 30
+// bytes where JSON took 75.
+const usageAttr = "u"
 
-// usageDoc is a usage as stored: short names, for it is on every item.
+// usageDoc is a usage as stored.
 type usageDoc struct {
-	W  float64 `json:"w,omitempty"`
-	R  float64 `json:"r,omitempty"`
-	Q  float64 `json:"q,omitempty"`
-	L  float64 `json:"l,omitempty"`
-	LS float64 `json:"ls,omitempty"`
-	A  float64 `json:"a,omitempty"`
-	SW float64 `json:"sw,omitempty"`
-	SR float64 `json:"sr,omitempty"`
-	E  float64 `json:"e,omitempty"`
-	T  float64 `json:"t,omitempty"`
-	TG float64 `json:"tg,omitempty"`
-	SG float64 `json:"sg,omitempty"`
-	RP float64 `json:"rp,omitempty"`
-	CH float64 `json:"ch,omitempty"`
+	W, R, Q, L, LS, A, SW, SR, E, T, TG, SG, RP, CH float64
 	// PB is what its parts are billed for as stored (layout.stored).
-	PB int `json:"pb,omitempty"`
+	PB int
 }
 
-// Counts are kept to what matters, for the attribute is on every write:
-// requests and units to a ten-thousandth (a share is at least a
-// hundredth), GB-seconds to a millionth, GB-months as KB-months to a
-// thousandth, reported dollars to a billionth.
-func round(v, to float64) float64 { return math.Round(v/to) * to }
+// usageVersion is the attribute's first byte: a reader of another
+// version reads no usage (the job counts from its next write).
+const usageVersion = 1
+
+// fields are the counts of a usageDoc by tag, each with how many of its
+// stored units make one (a count is stored to a ten-thousandth, GB-seconds
+// to a millionth, KB-months to a thousandth, dollars to a billionth).
+func (d *usageDoc) fields() []struct {
+	v   *float64
+	per float64
+} {
+	return []struct {
+		v   *float64
+		per float64
+	}{
+		{&d.W, 1e4}, {&d.R, 1e4}, {&d.Q, 1e4}, {&d.L, 1e4}, {&d.LS, 1e6}, {&d.A, 1e4}, {&d.SW, 1e4},
+		{&d.SR, 1e4}, {&d.E, 1e4}, {&d.T, 1e4}, {&d.TG, 1e3}, {&d.SG, 1e3}, {&d.RP, 1e9}, {&d.CH, 1e9},
+	}
+}
+
+// pbTag is the tag of PB, after the fields'.
+const pbTag = 14
+
+func (d usageDoc) encode() []byte {
+	b := []byte{usageVersion}
+	for tag, f := range d.fields() {
+		if n := uint64(math.Round(*f.v * f.per)); n > 0 && *f.v > 0 {
+			b = binary.AppendUvarint(append(b, byte(tag)), n)
+		}
+	}
+	if d.PB > 0 {
+		b = binary.AppendUvarint(append(b, pbTag), uint64(d.PB))
+	}
+	return b
+}
+
+func decodeUsage(b []byte) (usageDoc, bool) {
+	var d usageDoc
+	if len(b) == 0 || b[0] != usageVersion {
+		return d, false
+	}
+	fields := d.fields()
+	for i := 1; i < len(b); {
+		tag := int(b[i])
+		n, k := binary.Uvarint(b[i+1:])
+		if k <= 0 {
+			return usageDoc{}, false
+		}
+		i += 1 + k
+		switch {
+		case tag < len(fields):
+			*fields[tag].v = float64(n) / fields[tag].per // a power of ten: the nearest double to the decimal
+		case tag == pbTag:
+			d.PB = int(n)
+		default:
+			return usageDoc{}, false
+		}
+	}
+	return d, true
+}
 
 const kbPerGB = 1 << 20
 
 func usageDocOf(u domain.Usage) usageDoc {
-	r := func(v float64) float64 { return round(v, 1e-4) }
-	return usageDoc{W: r(u.WriteUnits), R: r(u.ReadUnits), Q: r(u.SQSRequests), L: r(u.LambdaRequests),
-		LS: round(u.LambdaGBSeconds, 1e-6), A: r(u.APIRequests), SW: r(u.S3Writes), SR: r(u.S3Reads), E: r(u.Events),
-		T: r(u.SFNTransitions), TG: round(u.TableGBMonths*kbPerGB, 1e-3), SG: round(u.S3GBMonths*kbPerGB, 1e-3), RP: round(u.ReportedUSD, 1e-9), CH: round(u.ChildrenUSD, 1e-9)}
+	// Storage as KB-months: a job's is some millionths of a GB-month.
+	return usageDoc{W: u.WriteUnits, R: u.ReadUnits, Q: u.SQSRequests, L: u.LambdaRequests, LS: u.LambdaGBSeconds,
+		A: u.APIRequests, SW: u.S3Writes, SR: u.S3Reads, E: u.Events, T: u.SFNTransitions, TG: u.TableGBMonths * kbPerGB,
+		SG: u.S3GBMonths * kbPerGB, RP: u.ReportedUSD, CH: u.ChildrenUSD}
 }
 
 func (d usageDoc) usage() domain.Usage {
@@ -69,15 +116,11 @@ func usageOf(it map[string]ddb.AttributeValue) domain.Usage {
 
 // usageDocIn reads an item's usage as stored; ok false without one.
 func usageDocIn(it map[string]ddb.AttributeValue) (usageDoc, bool) {
-	v, ok := it[usageAttr].(*ddb.AttributeValueMemberS)
+	v, ok := it[usageAttr].(*ddb.AttributeValueMemberB)
 	if !ok {
 		return usageDoc{}, false
 	}
-	var d usageDoc
-	if json.Unmarshal([]byte(v.Value), &d) != nil {
-		return usageDoc{}, false
-	}
-	return d, true
+	return decodeUsage(v.Value)
 }
 
 var (
@@ -107,7 +150,7 @@ func withUsage(it map[string]ddb.AttributeValue, j *domain.Job, parts *layout, o
 	delete(it, usageAttr)
 	units := own(ItemSize(it))
 	// Storage is set, not added: the item as it is now and its parts are
-	// what is kept (its usage attribute taken as some 100 bytes).
+	// what is kept (its usage attribute taken as some 40 bytes).
 	var pb int
 	if parts != nil {
 		pb = parts.stored
@@ -118,8 +161,7 @@ func withUsage(it map[string]ddb.AttributeValue, j *domain.Job, parts *layout, o
 		v.WriteUnits += units
 		d := usageDocOf(v)
 		d.PB = pb
-		b, _ := json.Marshal(d)
-		it[usageAttr] = &ddb.AttributeValueMemberS{Value: string(b)}
+		it[usageAttr] = &ddb.AttributeValueMemberB{Value: d.encode()}
 		if next := own(ItemSize(it)); next != units {
 			units = next
 			continue

@@ -36,7 +36,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -50,6 +49,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/stepflow/stepflow/localstack/awsfault"
+	"github.com/stepflow/stepflow/shared/domain"
 	"github.com/stepflow/stepflow/shared/store"
 )
 
@@ -160,9 +160,12 @@ func (m *Meter) Units() Units {
 	return m.units
 }
 
-func kb(n int) float64 { return math.Max(1, math.Ceil(float64(n)/1024)) }
-
-func fourKB(n int) float64 { return math.Max(1, math.Ceil(float64(n)/4096)) }
+// kb and fourKB are DynamoDB's write and read units of an item of n
+// bytes: the rules a job's own usage counts by.
+var (
+	kb     = domain.WriteUnitsOf
+	fourKB = domain.ReadUnitsOf
+)
 
 func s(it map[string]ddb.AttributeValue, k string) string {
 	if v, ok := it[k].(*ddb.AttributeValueMemberS); ok {

@@ -126,9 +126,15 @@ func (x *Executions) Start(ctx context.Context, stateMachine, name string, input
 	return fmt.Errorf("start execution %s of %s: %w", name, sm, err)
 }
 
-// Describe answers execution name's state, domain.ErrNotFound when there
-// is none.
+// Describe answers execution name's state (and its transitions, once it
+// ended), domain.ErrNotFound when there is none.
 func (x *Executions) Describe(ctx context.Context, stateMachine, name string) (engine.Execution, error) {
+	return x.describe(ctx, stateMachine, name, true)
+}
+
+// describe answers an execution's state, with its transitions read from
+// its history when it ended and counted is set.
+func (x *Executions) describe(ctx context.Context, stateMachine, name string, counted bool) (engine.Execution, error) {
 	arn, err := x.executionARN(stateMachine, name)
 	if err != nil {
 		return engine.Execution{}, domain.Invalid("state_machine", "%s", err.Error())
@@ -144,7 +150,7 @@ func (x *Executions) Describe(ctx context.Context, stateMachine, name string) (e
 	if out.Output != nil {
 		ex.Output = json.RawMessage(*out.Output)
 	}
-	if ex.Ended() {
+	if counted && ex.Ended() {
 		ex.Transitions = x.transitions(ctx, arn)
 	}
 	return ex, nil
@@ -182,7 +188,7 @@ func (x *Executions) Stop(ctx context.Context, stateMachine, name, cause string)
 	if err == nil || errorCode(err) == "ExecutionDoesNotExist" {
 		return nil
 	}
-	if ex, derr := x.Describe(ctx, stateMachine, name); derr == nil && ex.Ended() {
+	if ex, derr := x.describe(ctx, stateMachine, name, false); derr == nil && ex.Ended() { // ended: nothing to stop, nothing to count
 		return nil // it had ended: nothing to stop
 	}
 	return fmt.Errorf("stop execution %s: %w", arn, err)

@@ -323,12 +323,12 @@ func (s *Store) Create(ctx context.Context, j *domain.Job, requestHash string, n
 		}
 		return u
 	}
-	units := withUsage(it, j, w.layout, own)
+	withUsage(it, j, w.layout, own)
 	if n := ItemSize(it); n > MaxItemBytes {
 		return nil, false, tooLarge(j, n)
 	}
 	created := func() (*domain.Job, bool, error) {
-		saved(j, it, units)
+		saved(j, it)
 		keepLayout(j, w.layout)
 		for _, p := range w.parts {
 			s.kept.put(partKey(j.Tenant, j.ID, p.name), p.raw)
@@ -572,8 +572,12 @@ func (s *Store) Save(ctx context.Context, j *domain.Job, loadedEvents int) error
 	for _, p := range w.parts {
 		partUnits += kb(ItemSize(p.item))
 	}
+	// A redrive's parts lose their TTL before the write; a finished job's
+	// take its TTL after it: an update of each part, either way.
+	clearTTL := l.Apart() && l.ttl != 0 && w.layout.ttl == 0
+	setTTL := w.layout.Apart() && w.layout.ttl != 0 && l.expiry() == 0
 	ttlUnits := 0.0
-	if l.Apart() && l.ttl != 0 && w.layout.ttl == 0 || w.layout.Apart() && w.layout.ttl != 0 && l.expiry() == 0 {
+	if clearTTL || setTTL {
 		ttlUnits = float64(len(l.names()))
 	}
 	carried := j.Usage.WriteUnits == 0 && j.ItemBytes == 0
@@ -591,12 +595,12 @@ func (s *Store) Save(ctx context.Context, j *domain.Job, loadedEvents int) error
 		}
 		return u
 	}
-	units := withUsage(it, j, w.layout, own)
+	withUsage(it, j, w.layout, own)
 	if n := ItemSize(it); n > MaxItemBytes {
 		j.Version--
 		return tooLarge(j, n)
 	}
-	if l.Apart() && l.ttl != 0 && w.layout.ttl == 0 {
+	if clearTTL {
 		// A finished job moves again (a redrive): its parts lose their
 		// TTL before its header says so.
 		if err := s.setPartsTTL(ctx, j, l.names(), 0); err != nil {
@@ -636,9 +640,9 @@ func (s *Store) Save(ctx context.Context, j *domain.Job, loadedEvents int) error
 		return fmt.Errorf("save job %s: %w", j.ID, err)
 	}
 	keepLayout(j, w.layout)
-	saved(j, it, units)
+	saved(j, it)
 	j.CancelRequested, j.Marks, j.MarksMade = false, nil, 0
-	if w.layout.Apart() && w.layout.ttl != 0 && l.expiry() == 0 {
+	if setTTL {
 		// The job is finished: its parts expire with its item (those this
 		// write sealed were put with the TTL). A TTL that moves later on
 		// (earlier, once its data is deleted) is not written again: a part
@@ -694,7 +698,6 @@ func (s *Store) CreateAll(ctx context.Context, jobs []*domain.Job, now time.Time
 		at    int
 		w     jobWrite
 		token string
-		units float64
 	}
 	var batch []pending
 	for i, j := range jobs {
@@ -706,9 +709,9 @@ func (s *Store) CreateAll(ctx context.Context, jobs []*domain.Job, now time.Time
 		w, err := jobWriteOf(j, nil)
 		if err == nil && len(w.parts) == 0 {
 			token := withWriteToken(w.item)
-			units := withUsage(w.item, j, nil, func(size int) float64 { return kb(size) + indexWrites("", dueEntry(w.item)) })
+			withUsage(w.item, j, nil, func(size int) float64 { return kb(size) + indexWrites("", dueEntry(w.item)) })
 			if ItemSize(w.item) <= MaxItemBytes {
-				batch = append(batch, pending{at: i, w: w, token: token, units: units})
+				batch = append(batch, pending{at: i, w: w, token: token})
 				continue
 			}
 		}
@@ -738,7 +741,7 @@ func (s *Store) CreateAll(ctx context.Context, jobs []*domain.Job, now time.Time
 					continue
 				}
 			}
-			saved(j, p.w.item, p.units)
+			saved(j, p.w.item)
 			keepLayout(j, p.w.layout)
 		}
 	}

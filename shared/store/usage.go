@@ -142,15 +142,15 @@ var indexWrites = domain.DueMoveUnits
 
 // withUsage sets it's usage attribute to what j has used and spent, with
 // the units own answers for the item's size added, until the size it was
-// priced at is the size it has; it answers those units. A usage a few
-// bytes longer may pass a KB once, never twice.
-func withUsage(it map[string]ddb.AttributeValue, j *domain.Job, parts *layout, own func(size int) float64) float64 {
+// priced at is the size it has. A usage a few bytes longer may pass a KB
+// once, never twice.
+func withUsage(it map[string]ddb.AttributeValue, j *domain.Job, parts *layout, own func(size int) float64) {
 	u := j.Usage
 	u.Add(j.Spent)
 	delete(it, usageAttr)
 	units := own(ItemSize(it))
 	// Storage is set, not added: the item as it is now and its parts are
-	// what is kept (its usage attribute taken as some 40 bytes).
+	// what is kept (its usage attribute taken as some 100 bytes).
 	var pb int
 	if parts != nil {
 		pb = parts.stored
@@ -168,15 +168,13 @@ func withUsage(it map[string]ddb.AttributeValue, j *domain.Job, parts *layout, o
 		}
 		break
 	}
-	return units
 }
 
-// saved notes on j the write that stored it as it: its usage settled, its
+// saved notes on j the write that stored it as it: its usage as stored
+// (each count to its unit, as a read answers it), nothing left spent, its
 // item's size and due entry for the next write's units.
-func saved(j *domain.Job, it map[string]ddb.AttributeValue, units float64) {
-	j.Spend(domain.Usage{WriteUnits: units})
-	j.SettleSpent()
-	j.Usage.TableGBMonths = usageOf(it).TableGBMonths
+func saved(j *domain.Job, it map[string]ddb.AttributeValue) {
+	j.Usage, j.Spent = usageOf(it), domain.Usage{}
 	j.ItemBytes, j.ItemDue = ItemSize(it), dueEntry(it)
 }
 
